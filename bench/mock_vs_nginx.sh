@@ -1,0 +1,218 @@
+#!/usr/bin/env bash
+# Throughput of shardfeed-mock-s3 against nginx serving the same files.
+#
+# Usage: bash bench/mock_vs_nginx.sh [--files N] [--file-mib N] [--parallel N]
+#                                    [--rounds N] [PATH_TO_MOCK_BINARY]
+#
+# Both servers serve one directory of random files; curl downloads all of them
+# in parallel to /dev/null. Rounds alternate between the servers (nginx, mock,
+# then mock, nginx, ...) so that drift of the machine (CPU frequency, other load)
+# hits both alike. The mock server runs with --anonymous so curl's unsigned
+# requests are accepted; plain GETs are what its sendfile path serves.
+#
+# Settings (flags override the environment):
+#   SF_BENCH_FILES     --files     number of files          (default 16)
+#   SF_BENCH_FILE_MIB  --file-mib  size of each file in MiB (default 64)
+#   SF_BENCH_PARALLEL  --parallel  curl --parallel-max      (default 16)
+#   SF_BENCH_ROUNDS    --rounds    measured rounds per server (default 5)
+#   SF_MOCK_S3_BIN     the mock binary when no path is given
+#                      (default: build-conf/ then build/ of this repository)
+#
+# Prints a per-round table and, last, the line
+#   mock/nginx throughput ratio: X.XX (median of N rounds; target >= 0.80)
+# Exits 0 (a benchmark, not a test) unless a server failed to start (2) or a
+# transfer failed or came back short (1).
+set -u -o pipefail
+
+FILES=${SF_BENCH_FILES:-16}
+FILE_MIB=${SF_BENCH_FILE_MIB:-64}
+PARALLEL=${SF_BENCH_PARALLEL:-16}
+ROUNDS=${SF_BENCH_ROUNDS:-5}
+MOCK_BIN=${SF_MOCK_S3_BIN:-}
+
+usage() { sed -n '4,5p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --files) FILES=$2; shift 2 ;;
+    --file-mib) FILE_MIB=$2; shift 2 ;;
+    --parallel) PARALLEL=$2; shift 2 ;;
+    --rounds) ROUNDS=$2; shift 2 ;;
+    -h|--help) usage ;;
+    -*) echo "unknown option: $1" >&2; usage ;;
+    *) MOCK_BIN=$1; shift ;;
+  esac
+done
+for v in FILES FILE_MIB PARALLEL ROUNDS; do
+  [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "$v must be a positive integer, got '${!v}'" >&2; exit 2; }
+done
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+if [[ -z $MOCK_BIN ]]; then
+  for cand in "$REPO/build-conf/shardfeed-mock-s3" "$REPO/build/shardfeed-mock-s3"; do
+    [[ -x $cand ]] && { MOCK_BIN=$cand; break; }
+  done
+fi
+[[ -n $MOCK_BIN && -x $MOCK_BIN ]] || { echo "mock server binary not found; pass its path" >&2; exit 2; }
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+[[ -x $NGINX ]] || { echo "nginx not found (looked on PATH and at /usr/sbin/nginx)" >&2; exit 2; }
+command -v curl >/dev/null || { echo "curl not found" >&2; exit 2; }
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/sf-bench-mock-vs-nginx.XXXXXX")
+NGINX_PID= MOCK_PID=
+stop() {  # stop PID: SIGTERM, then SIGKILL after 5 s
+  local pid=$1
+  [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null || return 0
+  kill -TERM "$pid" 2>/dev/null
+  for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null
+}
+cleanup() { stop "$NGINX_PID"; stop "$MOCK_PID"; rm -rf "$TMP"; }
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# ---- data: generated once, then read once so both servers start from a warm page cache
+BUCKET=bench
+ROOT=$TMP/root
+mkdir -p "$ROOT/$BUCKET" "$TMP/nginx/tmp"
+FILE_BYTES=$((FILE_MIB * 1024 * 1024))
+echo "generating $FILES x $FILE_MIB MiB of random data in $ROOT/$BUCKET ..."
+for ((i = 0; i < FILES; i++)); do
+  head -c "$FILE_BYTES" /dev/urandom >"$ROOT/$BUCKET/f$(printf %04d "$i")" || exit 2
+done
+cat "$ROOT/$BUCKET"/* >/dev/null
+
+# ---- nginx: foreground, everything under $TMP/nginx so no root and no system paths
+# Debian's nginx has absolute compiled-in temp and log paths (/var/lib/nginx,
+# /var/log/nginx); they are overridden here so it runs as any user.
+start_nginx() {
+  local port user_line=
+  # As root, nginx would drop its workers to "nobody", who cannot read $TMP.
+  [[ $(id -u) -eq 0 ]] && user_line="user $(id -un) $(id -gn);"
+  for _ in 1 2 3 4 5 6 7 8; do
+    port=$((20000 + RANDOM % 40000))
+    cat >"$TMP/nginx/nginx.conf" <<EOF
+$user_line
+worker_processes auto;
+pid $TMP/nginx/nginx.pid;
+error_log $TMP/nginx/error.log warn;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  sendfile on;
+  tcp_nopush on;
+  keepalive_timeout 65;
+  keepalive_requests 100000;
+  default_type application/octet-stream;
+  client_body_temp_path $TMP/nginx/tmp/body;
+  proxy_temp_path $TMP/nginx/tmp/proxy;
+  fastcgi_temp_path $TMP/nginx/tmp/fastcgi;
+  uwsgi_temp_path $TMP/nginx/tmp/uwsgi;
+  scgi_temp_path $TMP/nginx/tmp/scgi;
+  server {
+    listen 127.0.0.1:$port;
+    root $ROOT;
+  }
+}
+EOF
+    "$NGINX" -p "$TMP/nginx" -c "$TMP/nginx/nginx.conf" -e "$TMP/nginx/error.log" \
+      -g 'daemon off;' </dev/null >/dev/null 2>>"$TMP/nginx/error.log" &
+    NGINX_PID=$!
+    for _ in $(seq 50); do
+      kill -0 "$NGINX_PID" 2>/dev/null || break   # exited: port taken or bad config
+      if curl -s -o /dev/null --noproxy '*' "http://127.0.0.1:$port/"; then
+        NGINX_URL=http://127.0.0.1:$port
+        return 0
+      fi
+      sleep 0.1
+    done
+    stop "$NGINX_PID"; NGINX_PID=
+    grep -q 'Address already in use' "$TMP/nginx/error.log" || break
+  done
+  echo "nginx did not start:" >&2
+  cat "$TMP/nginx/error.log" >&2
+  exit 2
+}
+
+start_mock() {
+  "$MOCK_BIN" --port 0 --root "$ROOT" --anonymous --quiet \
+    </dev/null >"$TMP/mock.out" 2>"$TMP/mock.err" &
+  MOCK_PID=$!
+  for _ in $(seq 100); do
+    if [[ $(wc -l <"$TMP/mock.out") -ge 1 ]]; then
+      local line
+      line=$(head -n 1 "$TMP/mock.out")
+      if [[ $line =~ ^listening\ on\ (http://[0-9.]+:[0-9]+)$ ]]; then
+        MOCK_URL=${BASH_REMATCH[1]}
+        return 0
+      fi
+      break
+    fi
+    kill -0 "$MOCK_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "mock server did not start; stdout: $(head -c 300 "$TMP/mock.out")" >&2
+  cat "$TMP/mock.err" >&2
+  exit 2
+}
+
+start_nginx
+start_mock
+
+# One curl config per server: every file to /dev/null, parallel transfers.
+for name in nginx mock; do
+  url_var=${name^^}_URL
+  for ((i = 0; i < FILES; i++)); do
+    printf 'url = "%s/%s/f%04d"\noutput = "/dev/null"\n' "${!url_var}" "$BUCKET" "$i"
+  done >"$TMP/curl-$name.conf"
+done
+
+# download NAME: one round against one server; prints MiB/s. Fails (exit 1 of
+# the whole script) when curl fails or any transfer is not a full 200.
+download() {
+  local name=$1 t0 t1 bad
+  t0=$(date +%s.%N)
+  if ! curl --parallel --parallel-immediate --parallel-max "$PARALLEL" \
+       --noproxy '*' -sS --no-progress-meter --fail -K "$TMP/curl-$name.conf" \
+       -w '%{http_code} %{size_download}\n' >"$TMP/curl.out" 2>"$TMP/curl.err"; then
+    echo "curl failed against $name:" >&2
+    cat "$TMP/curl.err" >&2
+    exit 1
+  fi
+  t1=$(date +%s.%N)
+  # Every transfer must be a 200 of exactly FILE_BYTES, or a failure could look fast.
+  bad=$(awk -v want="$FILE_BYTES" '$1 != 200 || $2 != want' "$TMP/curl.out")
+  if [[ -n $bad || $(wc -l <"$TMP/curl.out") -ne $FILES ]]; then
+    echo "short or failed transfers against $name (want $FILES x 200 $FILE_BYTES):" >&2
+    sed 's/^/    /' "$TMP/curl.out" >&2
+    exit 1
+  fi
+  awk -v n="$FILES" -v mib="$FILE_MIB" -v t0="$t0" -v t1="$t1" \
+    'BEGIN { printf "%.1f\n", n * mib / (t1 - t0) }'
+}
+
+echo "nginx $("$NGINX" -v 2>&1 | sed 's/.*nginx\///') at $NGINX_URL, mock at $MOCK_URL"
+echo "$FILES files x $FILE_MIB MiB, curl --parallel-max $PARALLEL, $ROUNDS rounds, $(nproc) CPUs"
+# Unmeasured warm-up round each: connections, server threads and the mock's
+# ETag cache (the first GET of a file hashes it) are not what is measured.
+download nginx >/dev/null
+download mock >/dev/null
+
+printf '%-6s %12s %12s %11s\n' round "nginx MiB/s" "mock MiB/s" mock/nginx
+NGINX_RES=() MOCK_RES=() RATIOS=()
+for ((r = 1; r <= ROUNDS; r++)); do
+  # ABBA order: nginx first in odd rounds, mock first in even ones.
+  if ((r % 2)); then n=$(download nginx) || exit 1; m=$(download mock) || exit 1
+  else m=$(download mock) || exit 1; n=$(download nginx) || exit 1; fi
+  ratio=$(awk -v m="$m" -v n="$n" 'BEGIN { printf "%.3f", m / n }')
+  NGINX_RES+=("$n") MOCK_RES+=("$m") RATIOS+=("$ratio")
+  printf '%-6s %12s %12s %11.2f\n' "$r" "$n" "$m" "$ratio"
+done
+
+median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 }
+  END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+printf '%-6s %12.1f %12.1f %11.2f\n' median "$(median "${NGINX_RES[@]}")" \
+  "$(median "${MOCK_RES[@]}")" "$(median "${RATIOS[@]}")"
+# The ratio is the median of the per-round ratios: each pairs two adjacent runs.
+printf 'mock/nginx throughput ratio: %.2f (median of %d rounds; target >= 0.80)\n' \
+  "$(median "${RATIOS[@]}")" "$ROUNDS"

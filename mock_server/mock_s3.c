@@ -1,0 +1,1782 @@
+#include "mock_server/mock_s3.h"
+
+#include "mock_server/faults.h"
+#include "mock_server/objects.h"
+#include "mock_server/stats.h"
+#include "s3/sigv4.h"
+#include "s3/strbuf.h"
+#include "s3/uri.h"
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <openssl/evp.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define S3_XMLNS "http://s3.amazonaws.com/doc/2006-03-01/"
+#define XML_DECL "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+#define MAX_SKEW_S (15 * 60)
+#define MAX_PARAMS 64
+#define MAX_HEADERS 128
+#define MAX_ADMIN_BODY (1 << 20)
+#define MAX_PUT_BYTES (5ull << 30) /* S3's single-PUT limit */
+#define BODY_BLOCK (256 * 1024)
+#define FAULT_HEADER "x-sfmock-fault"
+
+struct mock_server {
+    struct MHD_Daemon *daemon;
+    struct mock_config cfg;
+    struct mock_store *store;
+    struct mock_faults *faults;
+    struct mock_stats *stats;
+    struct sf__sigv4_signer signer;
+    atomic_int stopping;
+    atomic_ullong next_id;
+    unsigned port;
+};
+
+struct param {
+    char *name;
+    char *value;
+};
+
+struct request {
+    struct mock_server *srv;
+    char *uri;        /* raw request target, from the URI log callback */
+    char *path;       /* raw path (before '?') */
+    const char *query; /* raw query (after '?') or NULL; points into uri */
+    int started;
+    int done;         /* a response was queued */
+    struct param params[MAX_PARAMS];
+    size_t n_params;
+    char *bucket;     /* decoded; NULL for "/" */
+    char *key;        /* decoded; NULL for bucket requests */
+    size_t key_len;
+    char *target;     /* "bucket/key" or "bucket/" for faults and stats */
+    const char *op;
+    const char *method;
+    char request_id[17];
+    struct timespec t0;
+    /* PutObject */
+    int up_fd;
+    char *up_tmp;
+    EVP_MD_CTX *up_md5;
+    EVP_MD_CTX *up_sha;
+    uint64_t up_bytes;
+    int up_check_sha;
+    char up_expect_sha[SF__SHA256_HEX_LEN + 1];
+    int begun;        /* begin() ran */
+    struct sf__strbuf body; /* bodies of requests other than object PUTs */
+};
+
+/* An S3 error to answer with. */
+struct s3_error {
+    int status;
+    const char *code;
+    char message[512];
+    char *extra_xml; /* malloc'd, appended inside <Error>, may be NULL */
+};
+
+/* ------------------------------------------------------------------ utils */
+
+static int sleep_ms_interruptible(struct mock_server *srv, int ms)
+{
+    while (ms > 0 && !atomic_load(&srv->stopping)) {
+        int step = ms < 10 ? ms : 10;
+        struct timespec ts = {0, (long)step * 1000000L};
+        nanosleep(&ts, NULL);
+        ms -= step;
+    }
+    return atomic_load(&srv->stopping) ? -1 : 0;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void xml_escape(struct sf__strbuf *b, const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        switch (c) {
+        case '&': sf__strbuf_puts(b, "&amp;"); break;
+        case '<': sf__strbuf_puts(b, "&lt;"); break;
+        case '>': sf__strbuf_puts(b, "&gt;"); break;
+        case '"': sf__strbuf_puts(b, "&quot;"); break;
+        case '\'': sf__strbuf_puts(b, "&apos;"); break;
+        default:
+            if (c < 0x20 && c != '\t' && c != '\n')
+                sf__strbuf_printf(b, "&#x%X;", c);
+            else
+                sf__strbuf_putc(b, (char)c);
+        }
+    }
+}
+
+/* <tag>escaped value</tag>, url-encoded first when url_encode. */
+static void xml_elem(struct sf__strbuf *b, const char *tag, const char *value, int url_encode)
+{
+    sf__strbuf_printf(b, "<%s>", tag);
+    if (url_encode) {
+        struct sf__strbuf enc;
+        sf__strbuf_init(&enc, 0);
+        sf__uri_encode(&enc, value, strlen(value), 1);
+        xml_escape(b, sf__strbuf_str(&enc), enc.len);
+        sf__strbuf_free(&enc);
+    } else {
+        xml_escape(b, value, strlen(value));
+    }
+    sf__strbuf_printf(b, "</%s>", tag);
+}
+
+static const char *param_get(const struct request *rq, const char *name)
+{
+    for (size_t i = 0; i < rq->n_params; i++)
+        if (strcmp(rq->params[i].name, name) == 0)
+            return rq->params[i].value;
+    return NULL;
+}
+
+static int param_has(const struct request *rq, const char *name)
+{
+    return param_get(rq, name) != NULL;
+}
+
+static const char *header(struct MHD_Connection *conn, const char *name)
+{
+    return MHD_lookup_connection_value(conn, MHD_HEADER_KIND, name);
+}
+
+static char *decode_dup(const char *s, size_t n, size_t *len_out)
+{
+    struct sf__strbuf b;
+    sf__strbuf_init(&b, 0);
+    sf__uri_decode(&b, s, n, 0);
+    if (len_out)
+        *len_out = b.len;
+    return sf__strbuf_take(&b);
+}
+
+static void set_error(struct s3_error *e, int status, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void set_error(struct s3_error *e, int status, const char *code, const char *fmt, ...)
+{
+    e->status = status;
+    e->code = code;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof(e->message), fmt, ap);
+    va_end(ap);
+}
+
+/* -------------------------------------------------------------- responses */
+
+static enum MHD_Result queue(struct request *rq, struct MHD_Connection *conn, int status,
+                             struct MHD_Response *resp, uint64_t body_bytes, const char *fault)
+{
+    struct mock_server *srv = rq->srv;
+    if (!resp)
+        return MHD_NO;
+    char id2[64];
+    snprintf(id2, sizeof(id2), "mock/%s", rq->request_id);
+    MHD_add_response_header(resp, "x-amz-request-id", rq->request_id);
+    MHD_add_response_header(resp, "x-amz-id-2", id2);
+    MHD_add_response_header(resp, "Server", "shardfeed-mock-s3");
+    enum MHD_Result r = MHD_queue_response(conn, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+    rq->done = 1;
+    int is_head = strcmp(rq->method, "HEAD") == 0;
+    /* The admin endpoints are the observer: they never count themselves.
+     * Body faults (reset, stall) are counted when they happen, in body_read. */
+    int body_fault = fault && (strcmp(fault, "reset") == 0 || strcmp(fault, "stall") == 0);
+    if (!rq->op || strcmp(rq->op, "Admin") != 0)
+        mock_stats_record(srv->stats, rq->op ? rq->op : "Unknown", status, rq->target,
+                          is_head ? 0 : body_bytes, rq->up_bytes, body_fault ? NULL : fault);
+    if (!srv->cfg.quiet) {
+        struct timespec t1;
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double ms = (double)(t1.tv_sec - rq->t0.tv_sec) * 1e3 +
+                    (double)(t1.tv_nsec - rq->t0.tv_nsec) / 1e6;
+        fprintf(stderr, "%s %s %d %s %llu %.1fms%s%s\n", rq->method, rq->uri, status,
+                rq->op ? rq->op : "-", (unsigned long long)body_bytes, ms,
+                fault ? " fault=" : "", fault ? fault : "");
+    }
+    return r;
+}
+
+static enum MHD_Result respond_buffer(struct request *rq, struct MHD_Connection *conn,
+                                      int status, const char *content_type, struct sf__strbuf *b,
+                                      const char *fault)
+{
+    size_t len = b->len;
+    char *data = sf__strbuf_take(b);
+    if (!data)
+        return MHD_NO;
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(len, data, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(data);
+        return MHD_NO;
+    }
+    if (content_type)
+        MHD_add_response_header(resp, "Content-Type", content_type);
+    return queue(rq, conn, status, resp, len, fault);
+}
+
+static enum MHD_Result respond_empty(struct request *rq, struct MHD_Connection *conn, int status)
+{
+    struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    return queue(rq, conn, status, resp, 0, NULL);
+}
+
+static enum MHD_Result respond_error(struct request *rq, struct MHD_Connection *conn,
+                                     struct s3_error *e, const char *fault)
+{
+    struct sf__strbuf b;
+    sf__strbuf_init(&b, 0);
+    sf__strbuf_puts(&b, XML_DECL "<Error>");
+    xml_elem(&b, "Code", e->code, 0);
+    xml_elem(&b, "Message", e->message, 0);
+    if (rq->bucket)
+        xml_elem(&b, "BucketName", rq->bucket, 0);
+    if (rq->key)
+        xml_elem(&b, "Key", rq->key, 0);
+    struct sf__strbuf res;
+    sf__strbuf_init(&res, 0);
+    sf__uri_decode(&res, rq->path ? rq->path : "/", rq->path ? strlen(rq->path) : 1, 0);
+    xml_elem(&b, "Resource", sf__strbuf_str(&res), 0);
+    sf__strbuf_free(&res);
+    xml_elem(&b, "RequestId", rq->request_id, 0);
+    if (e->extra_xml)
+        sf__strbuf_puts(&b, e->extra_xml);
+    sf__strbuf_puts(&b, "</Error>");
+    free(e->extra_xml);
+    e->extra_xml = NULL;
+    if (strcmp(rq->method, "HEAD") == 0) {
+        /* S3 answers HEAD errors without a body; libmicrohttpd drops it anyway. */
+        sf__strbuf_free(&b);
+        struct MHD_Response *resp =
+            MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+        if (resp)
+            MHD_add_response_header(resp, "x-amz-error-code", e->code);
+        return queue(rq, conn, e->status, resp, 0, fault);
+    }
+    return respond_buffer(rq, conn, e->status, "application/xml", &b, fault);
+}
+
+static enum MHD_Result respond_fault_status(struct request *rq, struct MHD_Connection *conn,
+                                            const struct mock_fault_plan *plan)
+{
+    struct s3_error e = {0};
+    if (plan->status == 500)
+        set_error(&e, 500, "InternalError", "We encountered an internal error. Please try again.");
+    else
+        set_error(&e, 503, "SlowDown", "Please reduce your request rate.");
+    const char *fault = plan->status == 500 ? "500" : plan->throttled ? "rate_limit" : "503";
+    return respond_error(rq, conn, &e, fault);
+}
+
+/* --------------------------------------------------------- request setup */
+
+static int parse_query(struct request *rq, struct s3_error *e)
+{
+    if (!rq->query || !*rq->query)
+        return 0;
+    const char *p = rq->query;
+    while (*p) {
+        const char *amp = strchr(p, '&');
+        size_t n = amp ? (size_t)(amp - p) : strlen(p);
+        if (n > 0) {
+            if (rq->n_params == MAX_PARAMS) {
+                set_error(e, 400, "InvalidArgument", "Too many query parameters");
+                return -1;
+            }
+            const char *eq = memchr(p, '=', n);
+            size_t kn = eq ? (size_t)(eq - p) : n;
+            struct param *pr = &rq->params[rq->n_params];
+            pr->name = decode_dup(p, kn, NULL);
+            pr->value = eq ? decode_dup(eq + 1, n - kn - 1, NULL) : strdup("");
+            rq->n_params++;
+            if (!pr->name || !pr->value) {
+                set_error(e, 500, "InternalError", "Out of memory");
+                return -1;
+            }
+        }
+        if (!amp)
+            break;
+        p = amp + 1;
+    }
+    return 0;
+}
+
+static int parse_path(struct request *rq, struct s3_error *e)
+{
+    const char *p = rq->path;
+    if (p[0] != '/') {
+        set_error(e, 400, "InvalidURI", "Couldn't parse the specified URI.");
+        return -1;
+    }
+    p++;
+    if (!*p)
+        return 0; /* service level */
+    const char *slash = strchr(p, '/');
+    size_t bn = slash ? (size_t)(slash - p) : strlen(p);
+    size_t blen = 0;
+    rq->bucket = decode_dup(p, bn, &blen);
+    if (!rq->bucket || blen != strlen(rq->bucket)) {
+        set_error(e, 400, "InvalidBucketName", "The specified bucket is not valid.");
+        return -1;
+    }
+    if (slash && slash[1]) {
+        rq->key = decode_dup(slash + 1, strlen(slash + 1), &rq->key_len);
+        if (!rq->key) {
+            set_error(e, 500, "InternalError", "Out of memory");
+            return -1;
+        }
+    }
+    size_t tn = strlen(rq->bucket) + 2 + (rq->key ? rq->key_len : 0);
+    rq->target = malloc(tn);
+    if (!rq->target) {
+        set_error(e, 500, "InternalError", "Out of memory");
+        return -1;
+    }
+    snprintf(rq->target, tn, "%s/%s", rq->bucket, rq->key ? rq->key : "");
+    return 0;
+}
+
+struct header_vec {
+    struct sf__header h[MAX_HEADERS];
+    size_t n;
+    int overflow;
+};
+
+static enum MHD_Result collect_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                      const char *value)
+{
+    (void)kind;
+    struct header_vec *hv = cls;
+    if (hv->n == MAX_HEADERS) {
+        hv->overflow = 1;
+        return MHD_NO;
+    }
+    hv->h[hv->n].name = key;
+    hv->h[hv->n].value = value ? value : "";
+    hv->n++;
+    return MHD_YES;
+}
+
+static int authenticate(struct request *rq, struct MHD_Connection *conn, struct s3_error *e)
+{
+    struct mock_server *srv = rq->srv;
+    const char *authz = header(conn, "Authorization");
+    if (!authz) {
+        if (param_has(rq, "X-Amz-Signature")) {
+            set_error(e, 501, "NotImplemented", "Presigned URLs are not supported by the mock.");
+            return -1;
+        }
+        if (srv->cfg.anonymous)
+            return 0;
+        set_error(e, 403, "AccessDenied", "Access Denied: the request is not signed.");
+        return -1;
+    }
+    struct sf__sigv4_auth auth;
+    if (sf__sigv4_parse_authorization(authz, &auth) != SF_OK) {
+        set_error(e, 400, "AuthorizationHeaderMalformed",
+                  "The authorization header is malformed; expected AWS4-HMAC-SHA256 "
+                  "Credential=..., SignedHeaders=..., Signature=...");
+        return -1;
+    }
+    if (strcmp(auth.access_key_id, srv->cfg.access_key) != 0) {
+        set_error(e, 403, "InvalidAccessKeyId",
+                  "The AWS Access Key Id you provided does not exist in our records.");
+        return -1;
+    }
+    if (strcmp(auth.region, srv->cfg.region) != 0 || strcmp(auth.service, "s3") != 0) {
+        set_error(e, 400, "AuthorizationHeaderMalformed",
+                  "The authorization header is malformed; the region '%s' is wrong; "
+                  "expecting '%s' (service '%s', expecting 's3')",
+                  auth.region, srv->cfg.region, auth.service);
+        return -1;
+    }
+    const char *amz_date = header(conn, "x-amz-date");
+    time_t t;
+    if (!amz_date || sf__sigv4_parse_date(amz_date, &t) != SF_OK) {
+        set_error(e, 403, "AccessDenied",
+                  "AWS authentication requires a valid Date or x-amz-date header");
+        return -1;
+    }
+    time_t now = time(NULL);
+    if (t > now + MAX_SKEW_S || t < now - MAX_SKEW_S) {
+        set_error(e, 403, "RequestTimeTooSkewed",
+                  "The difference between the request time (%s) and the current time is too "
+                  "large.", amz_date);
+        return -1;
+    }
+    const char *payload = header(conn, "x-amz-content-sha256");
+    if (!payload) {
+        set_error(e, 400, "InvalidRequest",
+                  "Missing required header for this request: x-amz-content-sha256");
+        return -1;
+    }
+    if (strncmp(payload, "STREAMING-", 10) == 0) {
+        set_error(e, 501, "NotImplemented",
+                  "aws-chunked payloads (%s) are not supported by the mock", payload);
+        return -1;
+    }
+    if (strcmp(payload, SF__UNSIGNED_PAYLOAD) != 0) {
+        size_t n = strlen(payload);
+        int hex = n == SF__SHA256_HEX_LEN;
+        for (size_t i = 0; hex && i < n; i++)
+            hex = (payload[i] >= '0' && payload[i] <= '9') || (payload[i] >= 'a' && payload[i] <= 'f');
+        if (!hex) {
+            set_error(e, 400, "InvalidArgument", "x-amz-content-sha256 must be UNSIGNED-PAYLOAD, "
+                      "STREAMING-... or a lower-case hex SHA-256");
+            return -1;
+        }
+    }
+    if (srv->cfg.session_token) {
+        const char *tok = header(conn, "x-amz-security-token");
+        if (!tok || strcmp(tok, srv->cfg.session_token) != 0) {
+            set_error(e, 403, "InvalidToken", "The provided token is malformed or otherwise invalid.");
+            return -1;
+        }
+    }
+    struct header_vec hv = {.n = 0};
+    MHD_get_connection_values(conn, MHD_HEADER_KIND, collect_header, &hv);
+    if (hv.overflow) {
+        set_error(e, 400, "InvalidRequest", "Too many request headers");
+        return -1;
+    }
+    struct sf__sigv4_request sreq = {
+        .method = rq->method,
+        .path = rq->path,
+        .query = rq->query,
+        .headers = hv.h,
+        .n_headers = hv.n,
+        .payload_hash = payload,
+    };
+    struct sf__sigv4_result res = {0};
+    sf_status rc = sf__sigv4_verify(&srv->signer, &auth, &sreq, amz_date, &res);
+    if (rc == SF_OK) {
+        sf__sigv4_result_free(&res);
+        return 0;
+    }
+    if (rc == SF_ERR_SIGNATURE || rc == SF_ERR_PARSE) {
+        set_error(e, 403, "SignatureDoesNotMatch",
+                  "The request signature we calculated does not match the signature you "
+                  "provided. Check your key and signing method.");
+        struct sf__strbuf x;
+        sf__strbuf_init(&x, 0);
+        sf__strbuf_puts(&x, "<AWSAccessKeyId>");
+        xml_escape(&x, auth.access_key_id, strlen(auth.access_key_id));
+        sf__strbuf_puts(&x, "</AWSAccessKeyId>");
+        if (res.string_to_sign)
+            xml_elem(&x, "StringToSign", res.string_to_sign, 0);
+        xml_elem(&x, "SignatureProvided", auth.signature, 0);
+        if (res.canonical_request)
+            xml_elem(&x, "CanonicalRequest", res.canonical_request, 0);
+        e->extra_xml = sf__strbuf_take(&x);
+    } else {
+        set_error(e, 500, "InternalError", "Signature verification failed: %s", sf_status_str(rc));
+    }
+    sf__sigv4_result_free(&res);
+    return -1;
+}
+
+/* ------------------------------------------------------------ operations */
+
+static enum MHD_Result op_list_buckets(struct request *rq, struct MHD_Connection *conn)
+{
+    struct mock_server *srv = rq->srv;
+    struct s3_error e = {0};
+    DIR *d = opendir(mock_store_root(srv->store));
+    if (!d) {
+        set_error(&e, 500, "InternalError", "Cannot read the server root");
+        return respond_error(rq, conn, &e, NULL);
+    }
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (!mock_bucket_name_valid(de->d_name) || !mock_bucket_exists(srv->store, de->d_name))
+            continue;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 16;
+            char **nn = realloc(names, cap * sizeof(*nn));
+            if (!nn)
+                break;
+            names = nn;
+        }
+        names[n] = strdup(de->d_name);
+        if (names[n])
+            n++;
+    }
+    closedir(d);
+    for (size_t i = 1; i < n; i++) /* few buckets: insertion sort */
+        for (size_t j = i; j > 0 && strcmp(names[j - 1], names[j]) > 0; j--) {
+            char *t = names[j];
+            names[j] = names[j - 1];
+            names[j - 1] = t;
+        }
+    struct sf__strbuf b;
+    sf__strbuf_init(&b, 0);
+    sf__strbuf_puts(&b, XML_DECL "<ListAllMyBucketsResult xmlns=\"" S3_XMLNS "\">"
+                        "<Owner><ID>mock</ID><DisplayName>mock</DisplayName></Owner><Buckets>");
+    for (size_t i = 0; i < n; i++) {
+        char *path = mock_store_path(srv->store, names[i], NULL);
+        struct stat sb;
+        char when[32] = "1970-01-01T00:00:00.000Z";
+        if (path && stat(path, &sb) == 0)
+            mock_format_iso8601(sb.st_mtim.tv_sec, when);
+        free(path);
+        sf__strbuf_puts(&b, "<Bucket>");
+        xml_elem(&b, "Name", names[i], 0);
+        xml_elem(&b, "CreationDate", when, 0);
+        sf__strbuf_puts(&b, "</Bucket>");
+        free(names[i]);
+    }
+    free(names);
+    sf__strbuf_puts(&b, "</Buckets></ListAllMyBucketsResult>");
+    return respond_buffer(rq, conn, 200, "application/xml", &b, NULL);
+}
+
+static enum MHD_Result op_create_bucket(struct request *rq, struct MHD_Connection *conn)
+{
+    struct s3_error e = {0};
+    char *path = mock_store_path(rq->srv->store, rq->bucket, NULL);
+    if (!path)
+        return MHD_NO;
+    int rc = mkdir(path, 0755);
+    int err = errno;
+    free(path);
+    if (rc != 0) {
+        if (err == EEXIST)
+            set_error(&e, 409, "BucketAlreadyOwnedByYou",
+                      "Your previous request to create the named bucket succeeded and you "
+                      "already own it.");
+        else
+            set_error(&e, 500, "InternalError", "mkdir failed: %s", strerror(err));
+        return respond_error(rq, conn, &e, NULL);
+    }
+    struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (resp) {
+        char loc[128];
+        snprintf(loc, sizeof(loc), "/%s", rq->bucket);
+        MHD_add_response_header(resp, "Location", loc);
+    }
+    return queue(rq, conn, 200, resp, 0, NULL);
+}
+
+static enum MHD_Result op_delete_bucket(struct request *rq, struct MHD_Connection *conn)
+{
+    struct s3_error e = {0};
+    char *path = mock_store_path(rq->srv->store, rq->bucket, NULL);
+    if (!path)
+        return MHD_NO;
+    int rc = rmdir(path);
+    int err = errno;
+    free(path);
+    if (rc != 0) {
+        if (err == ENOENT)
+            set_error(&e, 404, "NoSuchBucket", "The specified bucket does not exist");
+        else if (err == ENOTEMPTY || err == EEXIST)
+            set_error(&e, 409, "BucketNotEmpty", "The bucket you tried to delete is not empty");
+        else
+            set_error(&e, 500, "InternalError", "rmdir failed: %s", strerror(err));
+        return respond_error(rq, conn, &e, NULL);
+    }
+    return respond_empty(rq, conn, 204);
+}
+
+static enum MHD_Result op_head_bucket(struct request *rq, struct MHD_Connection *conn)
+{
+    struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (resp)
+        MHD_add_response_header(resp, "x-amz-bucket-region", rq->srv->cfg.region);
+    return queue(rq, conn, 200, resp, 0, NULL);
+}
+
+static enum MHD_Result op_bucket_location(struct request *rq, struct MHD_Connection *conn)
+{
+    struct sf__strbuf b;
+    sf__strbuf_init(&b, 0);
+    sf__strbuf_puts(&b, XML_DECL "<LocationConstraint xmlns=\"" S3_XMLNS "\">");
+    if (strcmp(rq->srv->cfg.region, "us-east-1") != 0)
+        xml_escape(&b, rq->srv->cfg.region, strlen(rq->srv->cfg.region));
+    sf__strbuf_puts(&b, "</LocationConstraint>");
+    return respond_buffer(rq, conn, 200, "application/xml", &b, NULL);
+}
+
+/* Continuation tokens are 'K' (a key) or 'P' (a common prefix) + hex. */
+static char *token_encode(char kind, const char *s)
+{
+    size_t n = strlen(s);
+    char *t = malloc(2 * n + 2);
+    if (!t)
+        return NULL;
+    t[0] = kind;
+    sf__hex_encode((const unsigned char *)s, n, t + 1);
+    return t;
+}
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+static char *token_decode(const char *t, char *kind)
+{
+    size_t n = strlen(t);
+    if (n < 1 || (t[0] != 'K' && t[0] != 'P') || (n - 1) % 2 != 0 || n > 4096)
+        return NULL;
+    char *s = malloc((n - 1) / 2 + 1);
+    if (!s)
+        return NULL;
+    for (size_t i = 0; i < (n - 1) / 2; i++) {
+        int hi = hexval(t[1 + 2 * i]), lo = hexval(t[2 + 2 * i]);
+        if (hi < 0 || lo < 0 || (hi == 0 && lo == 0)) {
+            free(s);
+            return NULL;
+        }
+        s[i] = (char)(hi * 16 + lo);
+    }
+    s[(n - 1) / 2] = '\0';
+    *kind = t[0];
+    return s;
+}
+
+static enum MHD_Result op_list_objects(struct request *rq, struct MHD_Connection *conn, int v2)
+{
+    struct mock_server *srv = rq->srv;
+    struct s3_error e = {0};
+    const char *prefix = param_get(rq, "prefix");
+    const char *delim = param_get(rq, "delimiter");
+    const char *enc = param_get(rq, "encoding-type");
+    const char *max_s = param_get(rq, "max-keys");
+    const char *token = v2 ? param_get(rq, "continuation-token") : NULL;
+    const char *start_after = param_get(rq, v2 ? "start-after" : "marker");
+    if (!prefix)
+        prefix = "";
+    if (delim && !*delim)
+        delim = NULL;
+    int url = 0;
+    if (enc) {
+        if (strcmp(enc, "url") != 0) {
+            set_error(&e, 400, "InvalidArgument", "Invalid Encoding Method specified in Request");
+            return respond_error(rq, conn, &e, NULL);
+        }
+        url = 1;
+    }
+    long max_keys = 1000;
+    if (max_s) {
+        char *end;
+        errno = 0;
+        max_keys = strtol(max_s, &end, 10);
+        if (end == max_s || *end || errno || max_keys < 0) {
+            set_error(&e, 400, "InvalidArgument", "Provided max-keys not an integer or within "
+                      "integer range");
+            return respond_error(rq, conn, &e, NULL);
+        }
+        if (max_keys > 1000)
+            max_keys = 1000;
+    }
+    char resume_kind = 0;
+    char *resume = NULL;
+    if (token) {
+        resume = token_decode(token, &resume_kind);
+        if (!resume) {
+            set_error(&e, 400, "InvalidArgument", "The continuation token provided is incorrect");
+            return respond_error(rq, conn, &e, NULL);
+        }
+    } else if (start_after && *start_after) {
+        resume = strdup(start_after);
+        resume_kind = 'K';
+    }
+
+    struct mock_listing l;
+    sf_status rc = mock_store_list(srv->store, rq->bucket, prefix, &l);
+    if (rc != SF_OK) {
+        free(resume);
+        if (rc == SF_ERR_NOT_FOUND)
+            set_error(&e, 404, "NoSuchBucket", "The specified bucket does not exist");
+        else
+            set_error(&e, 500, "InternalError", "Listing failed: %s", sf_status_str(rc));
+        return respond_error(rq, conn, &e, NULL);
+    }
+
+    struct sf__strbuf items;
+    sf__strbuf_init(&items, 256u << 20);
+    size_t plen = strlen(prefix), dlen = delim ? strlen(delim) : 0;
+    long count = 0;
+    int truncated = 0;
+    char *last_cp = NULL;      /* the last common prefix emitted */
+    char *last_item = NULL;    /* the last key or prefix emitted */
+    char last_kind = 0;
+    for (size_t i = 0; i < l.n; i++) {
+        const char *k = l.entries[i].key;
+        if (resume) {
+            if (strcmp(k, resume) <= 0)
+                continue;
+            if (resume_kind == 'P' && strncmp(k, resume, strlen(resume)) == 0)
+                continue;
+        }
+        const char *cp_end = NULL;
+        if (delim) {
+            const char *hit = strstr(k + plen, delim);
+            if (hit)
+                cp_end = hit + dlen;
+        }
+        if (cp_end && last_cp && strncmp(k, last_cp, strlen(last_cp)) == 0 &&
+            strlen(last_cp) == (size_t)(cp_end - k))
+            continue; /* rolled up into the prefix just emitted */
+        if (count >= max_keys) {
+            truncated = max_keys > 0;
+            break;
+        }
+        if (cp_end) {
+            free(last_cp);
+            last_cp = strndup(k, (size_t)(cp_end - k));
+            free(last_item);
+            last_item = last_cp ? strdup(last_cp) : NULL;
+            last_kind = 'P';
+            if (!last_cp || !last_item) {
+                sf__strbuf_free(&items);
+                mock_listing_free(&l);
+                free(resume);
+                free(last_cp);
+                free(last_item);
+                return MHD_NO;
+            }
+            sf__strbuf_puts(&items, "<CommonPrefixes>");
+            xml_elem(&items, "Prefix", last_cp, url);
+            sf__strbuf_puts(&items, "</CommonPrefixes>");
+        } else {
+            char etag[MOCK_ETAG_LEN + 1] = "\"\"";
+            char *path = mock_store_path(srv->store, rq->bucket, k);
+            int fd = path ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+            struct stat sb;
+            if (fd >= 0 && fstat(fd, &sb) == 0)
+                mock_store_etag(srv->store, fd, &sb, etag);
+            if (fd >= 0)
+                close(fd);
+            free(path);
+            char when[32];
+            mock_format_iso8601(l.entries[i].mtime, when);
+            sf__strbuf_puts(&items, "<Contents>");
+            xml_elem(&items, "Key", k, url);
+            xml_elem(&items, "LastModified", when, 0);
+            xml_elem(&items, "ETag", etag, 0);
+            sf__strbuf_printf(&items, "<Size>%llu</Size><StorageClass>STANDARD</StorageClass>",
+                              (unsigned long long)l.entries[i].size);
+            sf__strbuf_puts(&items, "</Contents>");
+            free(last_item);
+            last_item = strdup(k);
+            last_kind = 'K';
+        }
+        count++;
+    }
+    mock_listing_free(&l);
+    free(last_cp);
+
+    struct sf__strbuf b;
+    sf__strbuf_init(&b, 256u << 20);
+    sf__strbuf_puts(&b, XML_DECL "<ListBucketResult xmlns=\"" S3_XMLNS "\">");
+    xml_elem(&b, "Name", rq->bucket, 0);
+    xml_elem(&b, "Prefix", prefix, url);
+    if (delim)
+        xml_elem(&b, "Delimiter", delim, url);
+    sf__strbuf_printf(&b, "<MaxKeys>%ld</MaxKeys>", max_keys);
+    if (url)
+        xml_elem(&b, "EncodingType", "url", 0);
+    sf__strbuf_printf(&b, "<IsTruncated>%s</IsTruncated>", truncated ? "true" : "false");
+    if (v2) {
+        sf__strbuf_printf(&b, "<KeyCount>%ld</KeyCount>", count);
+        if (token)
+            xml_elem(&b, "ContinuationToken", token, 0);
+        if (start_after)
+            xml_elem(&b, "StartAfter", start_after, url);
+        if (truncated && last_item) {
+            char *next = token_encode(last_kind, last_item);
+            if (next)
+                xml_elem(&b, "NextContinuationToken", next, 0);
+            free(next);
+        }
+    } else {
+        xml_elem(&b, "Marker", start_after ? start_after : "", url);
+        if (truncated && last_item)
+            xml_elem(&b, "NextMarker", last_item, url);
+    }
+    free(last_item);
+    free(resume);
+    sf__strbuf_append(&b, sf__strbuf_str(&items), items.len);
+    sf__strbuf_free(&items);
+    sf__strbuf_puts(&b, "</ListBucketResult>");
+    if (b.err != SF_OK) {
+        sf__strbuf_free(&b);
+        set_error(&e, 500, "InternalError", "Listing too large");
+        return respond_error(rq, conn, &e, NULL);
+    }
+    return respond_buffer(rq, conn, 200, "application/xml", &b, NULL);
+}
+
+/* ETag comparison for If-Match / If-None-Match: a list of quoted or bare
+ * tags, or "*". */
+static int etag_matches(const char *cond, const char *etag_quoted)
+{
+    const char *bare = etag_quoted + 1;
+    size_t bare_len = strlen(etag_quoted) - 2;
+    const char *p = cond;
+    while (*p) {
+        while (*p == ' ' || *p == ',')
+            p++;
+        if (!*p)
+            break;
+        const char *end = strchr(p, ',');
+        size_t n = end ? (size_t)(end - p) : strlen(p);
+        while (n > 0 && p[n - 1] == ' ')
+            n--;
+        const char *t = p;
+        if (n >= 2 && t[0] == 'W' && t[1] == '/') {
+            t += 2;
+            n -= 2;
+        }
+        if (n >= 2 && t[0] == '"' && t[n - 1] == '"') {
+            t++;
+            n -= 2;
+        }
+        if ((n == 1 && t[0] == '*') || (n == bare_len && memcmp(t, bare, n) == 0))
+            return 1;
+        if (!end)
+            break;
+        p = end + 1;
+    }
+    return 0;
+}
+
+enum range_result { RANGE_NONE, RANGE_OK, RANGE_UNSATISFIABLE };
+
+/* Parses one "bytes=" range as S3 does: anything malformed or with several
+ * ranges is ignored (whole object). */
+static enum range_result parse_range(const char *h, uint64_t size, uint64_t *start, uint64_t *end)
+{
+    if (!h || strncmp(h, "bytes=", 6) != 0)
+        return RANGE_NONE;
+    const char *p = h + 6;
+    if (strchr(p, ','))
+        return RANGE_NONE;
+    const char *dash = strchr(p, '-');
+    if (!dash)
+        return RANGE_NONE;
+    char *e1;
+    errno = 0;
+    if (dash == p) { /* suffix: bytes=-n */
+        unsigned long long n = strtoull(dash + 1, &e1, 10);
+        if (e1 == dash + 1 || *e1 || errno || dash[1] == '-')
+            return RANGE_NONE;
+        if (n == 0 || size == 0)
+            return RANGE_UNSATISFIABLE;
+        *start = n >= size ? 0 : size - n;
+        *end = size - 1;
+        return RANGE_OK;
+    }
+    if (*p == '-' || *p == '+')
+        return RANGE_NONE;
+    unsigned long long a = strtoull(p, &e1, 10);
+    if (e1 != dash || errno)
+        return RANGE_NONE;
+    unsigned long long b;
+    if (dash[1] == '\0') {
+        b = size ? size - 1 : 0;
+    } else {
+        if (dash[1] == '-' || dash[1] == '+')
+            return RANGE_NONE;
+        char *e2;
+        b = strtoull(dash + 1, &e2, 10);
+        if (*e2 || errno)
+            return RANGE_NONE;
+        if (b < a)
+            return RANGE_NONE;
+        if (size && b >= size)
+            b = size - 1;
+    }
+    if (a >= size)
+        return RANGE_UNSATISFIABLE;
+    *start = a;
+    *end = b;
+    return RANGE_OK;
+}
+
+struct body_src {
+    struct mock_server *srv;
+    struct MHD_Connection *conn;
+    int fd;
+    uint64_t offset;
+    uint64_t len;
+    int64_t reset_at;
+    int64_t stall_at;
+    int stall_ms;
+    int stalled;
+    uint64_t bandwidth;
+    double t_start;
+};
+
+static ssize_t body_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    struct body_src *b = cls;
+    if (pos >= b->len)
+        return MHD_CONTENT_READER_END_OF_STREAM;
+    if (b->reset_at >= 0 && pos >= (uint64_t)b->reset_at) {
+        /* SO_LINGER 0 turns the close into an RST, as a real reset. */
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(b->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (ci) {
+            struct linger lg = {1, 0};
+            setsockopt(ci->connect_fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+        }
+        mock_stats_fault(b->srv->stats, "reset");
+        if (!b->srv->cfg.quiet)
+            fprintf(stderr, "fault: connection reset after %llu body bytes\n",
+                    (unsigned long long)pos);
+        return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+    if (b->stall_at >= 0 && !b->stalled && pos >= (uint64_t)b->stall_at) {
+        b->stalled = 1;
+        mock_stats_fault(b->srv->stats, "stall");
+        if (!b->srv->cfg.quiet)
+            fprintf(stderr, "fault: stalling %d ms after %llu body bytes\n", b->stall_ms,
+                    (unsigned long long)pos);
+        if (sleep_ms_interruptible(b->srv, b->stall_ms) != 0)
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+    uint64_t n = b->len - pos;
+    if (n > max)
+        n = max;
+    if (b->reset_at >= 0 && n > (uint64_t)b->reset_at - pos)
+        n = (uint64_t)b->reset_at - pos;
+    if (b->stall_at >= 0 && !b->stalled && n > (uint64_t)b->stall_at - pos)
+        n = (uint64_t)b->stall_at - pos;
+    if (b->bandwidth) {
+        uint64_t slice = b->bandwidth / 20 + 1; /* ~50 ms of data per write */
+        if (n > slice)
+            n = slice;
+        double due = b->t_start + (double)(pos + n) / (double)b->bandwidth;
+        double wait = due - now_s();
+        if (wait > 0 && sleep_ms_interruptible(b->srv, (int)(wait * 1000.0) + 1) != 0)
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+    if (n == 0)
+        return 0;
+    ssize_t got;
+    do
+        got = pread(b->fd, buf, (size_t)n, (off_t)(b->offset + pos));
+    while (got < 0 && errno == EINTR);
+    if (got <= 0)
+        return MHD_CONTENT_READER_END_WITH_ERROR;
+    return got;
+}
+
+static void body_free(void *cls)
+{
+    struct body_src *b = cls;
+    close(b->fd);
+    free(b);
+}
+
+static void changed_etag(const char *etag, char out[MOCK_ETAG_LEN + 1])
+{
+    char buf[64];
+    snprintf(buf, sizeof(buf), "%s/changed", etag);
+    char hex[SF__SHA256_HEX_LEN + 1];
+    sf__sha256_hex(buf, strlen(buf), hex);
+    out[0] = '"';
+    memcpy(out + 1, hex, 32);
+    out[33] = '"';
+    out[34] = '\0';
+}
+
+static enum MHD_Result op_get_object(struct request *rq, struct MHD_Connection *conn, int head)
+{
+    struct mock_server *srv = rq->srv;
+    struct s3_error e = {0};
+    char *path = mock_store_path(srv->store, rq->bucket, rq->key);
+    if (!path)
+        return MHD_NO;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    free(path);
+    struct stat sb;
+    int missing = fd < 0 || fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode);
+    uint64_t size = missing ? 0 : (uint64_t)sb.st_size;
+
+    const char *range_h = header(conn, "Range");
+    uint64_t start = 0, end = size ? size - 1 : 0;
+    enum range_result rr = missing ? RANGE_NONE : parse_range(range_h, size, &start, &end);
+    uint64_t body_len = rr == RANGE_OK ? end - start + 1 : size;
+
+    struct mock_fault_plan plan;
+    char ferr[256];
+    if (mock_faults_plan(srv->faults, rq->target, range_h, header(conn, FAULT_HEADER), !head,
+                         body_len, &plan, ferr, sizeof(ferr)) != SF_OK) {
+        if (fd >= 0)
+            close(fd);
+        set_error(&e, 400, "InvalidArgument", "%s", ferr);
+        return respond_error(rq, conn, &e, NULL);
+    }
+    if (plan.latency_ms && sleep_ms_interruptible(srv, plan.latency_ms) != 0) {
+        if (fd >= 0)
+            close(fd);
+        return MHD_NO;
+    }
+    if (plan.status) {
+        if (fd >= 0)
+            close(fd);
+        return respond_fault_status(rq, conn, &plan);
+    }
+    if (missing) {
+        if (fd >= 0)
+            close(fd);
+        if (!mock_bucket_exists(srv->store, rq->bucket))
+            set_error(&e, 404, "NoSuchBucket", "The specified bucket does not exist");
+        else
+            set_error(&e, 404, "NoSuchKey", "The specified key does not exist.");
+        return respond_error(rq, conn, &e, NULL);
+    }
+    char etag[MOCK_ETAG_LEN + 1];
+    if (mock_store_etag(srv->store, fd, &sb, etag) != SF_OK) {
+        close(fd);
+        set_error(&e, 500, "InternalError", "Cannot read the object");
+        return respond_error(rq, conn, &e, NULL);
+    }
+    const char *fault = NULL;
+    if (plan.etag_changed) {
+        changed_etag(etag, etag);
+        fault = "etag_changed";
+    }
+    const char *if_match = header(conn, "If-Match");
+    const char *if_none = header(conn, "If-None-Match");
+    if (if_match && !etag_matches(if_match, etag)) {
+        close(fd);
+        set_error(&e, 412, "PreconditionFailed",
+                  "At least one of the pre-conditions you specified did not hold");
+        e.extra_xml = strdup("<Condition>If-Match</Condition>");
+        return respond_error(rq, conn, &e, fault);
+    }
+    char last_mod[40];
+    mock_format_http_date(sb.st_mtim.tv_sec, last_mod);
+    if (if_none && etag_matches(if_none, etag)) {
+        close(fd);
+        struct MHD_Response *resp =
+            MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+        if (resp) {
+            MHD_add_response_header(resp, "ETag", etag);
+            MHD_add_response_header(resp, "Last-Modified", last_mod);
+        }
+        return queue(rq, conn, 304, resp, 0, fault);
+    }
+    if (rr == RANGE_UNSATISFIABLE) {
+        close(fd);
+        set_error(&e, 416, "InvalidRange", "The requested range is not satisfiable");
+        struct sf__strbuf x;
+        sf__strbuf_init(&x, 0);
+        xml_elem(&x, "RangeRequested", range_h, 0);
+        sf__strbuf_printf(&x, "<ActualObjectSize>%llu</ActualObjectSize>",
+                          (unsigned long long)size);
+        e.extra_xml = sf__strbuf_take(&x);
+        return respond_error(rq, conn, &e, NULL);
+    }
+    int ranged = rr == RANGE_OK;
+    if (ranged && plan.no206) {
+        ranged = 0;
+        start = 0;
+        body_len = size;
+        fault = "no206";
+    }
+    if (plan.reset_at >= 0 && (uint64_t)plan.reset_at >= body_len)
+        plan.reset_at = body_len ? (int64_t)body_len - 1 : -1;
+    if (plan.reset_at >= 0)
+        fault = "reset";
+    if (plan.stall_at >= 0)
+        fault = "stall";
+
+    struct MHD_Response *resp;
+    int body_faults = !head && (plan.reset_at >= 0 || plan.stall_at >= 0 || plan.bandwidth);
+    if (body_faults) {
+        struct body_src *src = calloc(1, sizeof(*src));
+        if (!src) {
+            close(fd);
+            return MHD_NO;
+        }
+        *src = (struct body_src){
+            .srv = srv, .conn = conn, .fd = fd, .offset = start, .len = body_len,
+            .reset_at = plan.reset_at, .stall_at = plan.stall_at, .stall_ms = plan.stall_ms,
+            .bandwidth = plan.bandwidth, .t_start = now_s(),
+        };
+        resp = MHD_create_response_from_callback(body_len, BODY_BLOCK, body_read, src, body_free);
+        if (!resp)
+            body_free(src);
+    } else {
+        /* The response owns fd from here; plain GETs go out with sendfile. */
+        resp = MHD_create_response_from_fd_at_offset64(body_len, fd, start);
+        if (!resp)
+            close(fd);
+    }
+    if (!resp)
+        return MHD_NO;
+    MHD_add_response_header(resp, "ETag", etag);
+    MHD_add_response_header(resp, "Last-Modified", last_mod);
+    MHD_add_response_header(resp, "Accept-Ranges", "bytes");
+    MHD_add_response_header(resp, "Content-Type", "binary/octet-stream");
+    if (ranged) {
+        if (plan.no_content_range) {
+            fault = "no_content_range";
+        } else {
+            char cr[96];
+            snprintf(cr, sizeof(cr), "bytes %llu-%llu/%llu", (unsigned long long)start,
+                     (unsigned long long)(start + body_len - 1), (unsigned long long)size);
+            MHD_add_response_header(resp, "Content-Range", cr);
+        }
+    }
+    return queue(rq, conn, ranged ? 206 : 200, resp, body_len, fault);
+}
+
+/* Removes now-empty directories between a deleted key and its bucket. */
+static void prune_parents(struct mock_server *srv, const char *bucket, const char *key)
+{
+    char *k = strdup(key);
+    if (!k)
+        return;
+    char *slash;
+    while ((slash = strrchr(k, '/')) != NULL) {
+        *slash = '\0';
+        char *dir = mock_store_path(srv->store, bucket, k);
+        int rc = dir ? rmdir(dir) : -1;
+        free(dir);
+        if (rc != 0)
+            break;
+    }
+    free(k);
+}
+
+static enum MHD_Result op_delete_object(struct request *rq, struct MHD_Connection *conn)
+{
+    struct s3_error e = {0};
+    if (!mock_bucket_exists(rq->srv->store, rq->bucket)) {
+        set_error(&e, 404, "NoSuchBucket", "The specified bucket does not exist");
+        return respond_error(rq, conn, &e, NULL);
+    }
+    char *path = mock_store_path(rq->srv->store, rq->bucket, rq->key);
+    if (!path)
+        return MHD_NO;
+    struct stat sb;
+    if (lstat(path, &sb) == 0 && S_ISREG(sb.st_mode) && unlink(path) == 0)
+        prune_parents(rq->srv, rq->bucket, rq->key);
+    free(path);
+    return respond_empty(rq, conn, 204);
+}
+
+/* mkdir -p for the directories of key inside the bucket. */
+static int make_parents(struct mock_server *srv, const char *bucket, const char *key)
+{
+    char *k = strdup(key);
+    if (!k)
+        return -1;
+    for (char *p = strchr(k, '/'); p; p = strchr(p + 1, '/')) {
+        *p = '\0';
+        char *dir = mock_store_path(srv->store, bucket, k);
+        int rc = dir ? mkdir(dir, 0755) : -1;
+        int err = errno;
+        free(dir);
+        *p = '/';
+        if (rc != 0 && err != EEXIST) {
+            free(k);
+            return -1;
+        }
+    }
+    free(k);
+    return 0;
+}
+
+static void upload_abort(struct request *rq)
+{
+    if (rq->up_fd >= 0) {
+        close(rq->up_fd);
+        rq->up_fd = -1;
+    }
+    if (rq->up_tmp) {
+        unlink(rq->up_tmp);
+        free(rq->up_tmp);
+        rq->up_tmp = NULL;
+    }
+}
+
+static enum MHD_Result op_put_object_begin(struct request *rq, struct MHD_Connection *conn)
+{
+    struct mock_server *srv = rq->srv;
+    struct s3_error e = {0};
+    if (header(conn, "x-amz-copy-source")) {
+        set_error(&e, 501, "NotImplemented", "CopyObject is not supported by the mock");
+        return respond_error(rq, conn, &e, NULL);
+    }
+    const char *enc = header(conn, "Content-Encoding");
+    if (enc && strstr(enc, "aws-chunked")) {
+        set_error(&e, 501, "NotImplemented", "aws-chunked uploads are not supported by the mock");
+        return respond_error(rq, conn, &e, NULL);
+    }
+    if (!mock_bucket_exists(srv->store, rq->bucket)) {
+        set_error(&e, 404, "NoSuchBucket", "The specified bucket does not exist");
+        return respond_error(rq, conn, &e, NULL);
+    }
+    const char *payload = header(conn, "x-amz-content-sha256");
+    if (payload && strlen(payload) == SF__SHA256_HEX_LEN) {
+        rq->up_check_sha = 1;
+        memcpy(rq->up_expect_sha, payload, SF__SHA256_HEX_LEN + 1);
+    }
+    char *dir = mock_store_path(srv->store, rq->bucket, NULL);
+    size_t n = dir ? strlen(dir) + sizeof("/" MOCK_TMP_PREFIX "upload-XXXXXX") : 0;
+    rq->up_tmp = dir ? malloc(n) : NULL;
+    if (!rq->up_tmp) {
+        free(dir);
+        return MHD_NO;
+    }
+    snprintf(rq->up_tmp, n, "%s/" MOCK_TMP_PREFIX "upload-XXXXXX", dir);
+    free(dir);
+    rq->up_fd = mkostemp(rq->up_tmp, O_CLOEXEC);
+    rq->up_md5 = EVP_MD_CTX_new();
+    rq->up_sha = EVP_MD_CTX_new();
+    if (rq->up_fd < 0 || !rq->up_md5 || !rq->up_sha ||
+        !EVP_DigestInit_ex(rq->up_md5, EVP_md5(), NULL) ||
+        !EVP_DigestInit_ex(rq->up_sha, EVP_sha256(), NULL)) {
+        if (rq->up_fd < 0) {
+            free(rq->up_tmp);
+            rq->up_tmp = NULL;
+        }
+        upload_abort(rq);
+        set_error(&e, 500, "InternalError", "Cannot create the upload file: %s", strerror(errno));
+        return respond_error(rq, conn, &e, NULL);
+    }
+    return MHD_YES; /* body follows */
+}
+
+static int put_consume(struct request *rq, const char *data, size_t n)
+{
+    if (rq->up_fd < 0)
+        return -1;
+    if (rq->up_bytes + n > MAX_PUT_BYTES)
+        return -1;
+    size_t off = 0;
+    while (off < n) {
+        ssize_t w = write(rq->up_fd, data + off, n - off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        off += (size_t)w;
+    }
+    EVP_DigestUpdate(rq->up_md5, data, n);
+    EVP_DigestUpdate(rq->up_sha, data, n);
+    rq->up_bytes += n;
+    return 0;
+}
+
+static enum MHD_Result op_put_object_finish(struct request *rq, struct MHD_Connection *conn,
+                                            int failed)
+{
+    struct mock_server *srv = rq->srv;
+    struct s3_error e = {0};
+    if (failed || rq->up_fd < 0) {
+        upload_abort(rq);
+        if (rq->up_bytes >= MAX_PUT_BYTES)
+            set_error(&e, 400, "EntityTooLarge", "Your proposed upload exceeds the maximum "
+                      "allowed size");
+        else
+            set_error(&e, 500, "InternalError", "Writing the upload failed");
+        return respond_error(rq, conn, &e, NULL);
+    }
+    unsigned char md5[16], sha[32];
+    unsigned int l1 = 0, l2 = 0;
+    EVP_DigestFinal_ex(rq->up_md5, md5, &l1);
+    EVP_DigestFinal_ex(rq->up_sha, sha, &l2);
+    char sha_hex[SF__SHA256_HEX_LEN + 1];
+    sf__hex_encode(sha, 32, sha_hex);
+    if (rq->up_check_sha && strcmp(sha_hex, rq->up_expect_sha) != 0) {
+        upload_abort(rq);
+        set_error(&e, 400, "XAmzContentSHA256Mismatch",
+                  "The provided 'x-amz-content-sha256' header does not match what was computed.");
+        return respond_error(rq, conn, &e, NULL);
+    }
+    const char *content_md5 = header(conn, "Content-MD5");
+    if (content_md5) {
+        unsigned char dec[64];
+        size_t in_len = strlen(content_md5);
+        int dl = in_len == 24 ? EVP_DecodeBlock(dec, (const unsigned char *)content_md5, 24) : -1;
+        /* 24 base64 chars decode to 18 bytes, the last two being padding. */
+        if (dl != 18 || memcmp(dec, md5, 16) != 0) {
+            upload_abort(rq);
+            set_error(&e, 400, "BadDigest",
+                      "The Content-MD5 you specified did not match what we received.");
+            return respond_error(rq, conn, &e, NULL);
+        }
+    }
+    /* mkostemp makes 0600 files; objects are plain readable files like the rest. */
+    if (fchmod(rq->up_fd, 0644) != 0 || fsync(rq->up_fd) != 0 || close(rq->up_fd) != 0) {
+        rq->up_fd = -1;
+        upload_abort(rq);
+        set_error(&e, 500, "InternalError", "Writing the upload failed");
+        return respond_error(rq, conn, &e, NULL);
+    }
+    rq->up_fd = -1;
+    char *final = mock_store_path(srv->store, rq->bucket, rq->key);
+    if (!final || make_parents(srv, rq->bucket, rq->key) != 0 || rename(rq->up_tmp, final) != 0) {
+        int err = errno;
+        free(final);
+        upload_abort(rq);
+        if (err == EISDIR || err == ENOTDIR || err == EEXIST || err == ENOTEMPTY)
+            set_error(&e, 400, "InvalidArgument", "The key conflicts with a key prefix already "
+                      "stored (the mock keeps objects as files)");
+        else
+            set_error(&e, 500, "InternalError", "Publishing the upload failed: %s", strerror(err));
+        return respond_error(rq, conn, &e, NULL);
+    }
+    free(final);
+    free(rq->up_tmp);
+    rq->up_tmp = NULL;
+    char etag[MOCK_ETAG_LEN + 1];
+    etag[0] = '"';
+    sf__hex_encode(md5, 16, etag + 1);
+    etag[33] = '"';
+    etag[34] = '\0';
+    struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (resp)
+        MHD_add_response_header(resp, "ETag", etag);
+    return queue(rq, conn, 200, resp, 0, NULL);
+}
+
+/* ------------------------------------------------------------------ admin */
+
+static enum MHD_Result respond_json(struct request *rq, struct MHD_Connection *conn, int status,
+                                    const char *json)
+{
+    struct sf__strbuf b;
+    sf__strbuf_init(&b, 0);
+    sf__strbuf_puts(&b, json);
+    return respond_buffer(rq, conn, status, "application/json", &b, NULL);
+}
+
+static enum MHD_Result admin(struct request *rq, struct MHD_Connection *conn)
+{
+    struct mock_server *srv = rq->srv;
+    const char *what = rq->path + strlen("/_mock/");
+    int get = strcmp(rq->method, "GET") == 0;
+    int post = strcmp(rq->method, "POST") == 0 || strcmp(rq->method, "PUT") == 0;
+    rq->op = "Admin";
+    char err[512];
+    if (get && strcmp(what, "stats") == 0) {
+        char *json = mock_stats_json(srv->stats);
+        if (!json)
+            return MHD_NO;
+        enum MHD_Result r = respond_json(rq, conn, 200, json);
+        free(json);
+        return r;
+    }
+    if (get && strcmp(what, "health") == 0)
+        return respond_json(rq, conn, 200, "{\"ok\":true}");
+    if (post && strcmp(what, "reset") == 0) {
+        mock_stats_reset(srv->stats);
+        return respond_json(rq, conn, 200, "{\"ok\":true}");
+    }
+    if (get && strcmp(what, "faults") == 0) {
+        char *text = mock_faults_describe(srv->faults);
+        if (!text)
+            return MHD_NO;
+        struct sf__strbuf b;
+        sf__strbuf_init(&b, 0);
+        sf__strbuf_puts(&b, text);
+        free(text);
+        return respond_buffer(rq, conn, 200, "text/plain", &b, NULL);
+    }
+    if (post && strcmp(what, "faults") == 0) {
+        if (rq->body.err != SF_OK)
+            return respond_json(rq, conn, 413, "{\"error\":\"body too large\"}");
+        if (mock_faults_set_rules(srv->faults, sf__strbuf_str(&rq->body), err, sizeof(err)) !=
+            SF_OK) {
+            struct sf__strbuf b;
+            sf__strbuf_init(&b, 0);
+            sf__strbuf_puts(&b, err);
+            return respond_buffer(rq, conn, 400, "text/plain", &b, NULL);
+        }
+        return respond_json(rq, conn, 200, "{\"ok\":true}");
+    }
+    if (post && strcmp(what, "fault") == 0) {
+        const char *prefix = param_get(rq, "prefix");
+        const char *fault = param_get(rq, "fault");
+        const char *count_s = param_get(rq, "count");
+        long count = count_s ? strtol(count_s, NULL, 10) : 1;
+        if (!prefix)
+            prefix = "";
+        if (!fault || count < 1 || count > 1000000 ||
+            mock_faults_queue(srv->faults, prefix, fault, (unsigned)count, err, sizeof(err)) !=
+                SF_OK) {
+            struct sf__strbuf b;
+            sf__strbuf_init(&b, 0);
+            sf__strbuf_puts(&b, fault ? err : "missing fault parameter");
+            return respond_buffer(rq, conn, 400, "text/plain", &b, NULL);
+        }
+        return respond_json(rq, conn, 200, "{\"ok\":true}");
+    }
+    return respond_json(rq, conn, 404, "{\"error\":\"no such admin endpoint\"}");
+}
+
+/* --------------------------------------------------------------- routing */
+
+static const char *const object_subresources[] = {
+    "uploads", "uploadId", "partNumber", "acl", "tagging", "torrent", "retention",
+    "legal-hold", "attributes", "restore", "select", "versionId", NULL,
+};
+
+static const char *const list_params[] = {
+    "list-type", "prefix", "delimiter", "encoding-type", "max-keys", "continuation-token",
+    "start-after", "fetch-owner", "marker", "x-id", NULL,
+};
+
+static int in_list(const char *s, const char *const *list)
+{
+    for (; *list; list++)
+        if (strcmp(s, *list) == 0)
+            return 1;
+    return 0;
+}
+
+static enum MHD_Result begin(struct request *rq, struct MHD_Connection *conn)
+{
+    struct mock_server *srv = rq->srv;
+    struct s3_error e = {0};
+    const char *m = rq->method;
+    int is_get = strcmp(m, "GET") == 0, is_head = strcmp(m, "HEAD") == 0;
+    int is_put = strcmp(m, "PUT") == 0, is_del = strcmp(m, "DELETE") == 0;
+
+    rq->begun = 1;
+    if (parse_query(rq, &e) != 0)
+        return respond_error(rq, conn, &e, NULL);
+    if (strncmp(rq->path, "/_mock/", 7) == 0)
+        return admin(rq, conn);
+    if (parse_path(rq, &e) != 0)
+        return respond_error(rq, conn, &e, NULL);
+
+    /* Name the operation first so errors are counted under it. */
+    if (!rq->bucket) {
+        rq->op = is_get ? "ListBuckets" : "Unknown";
+    } else if (!rq->key) {
+        if (is_get && param_has(rq, "location"))
+            rq->op = "GetBucketLocation";
+        else if (is_get)
+            rq->op = strcmp(param_get(rq, "list-type") ? param_get(rq, "list-type") : "", "2") == 0
+                         ? "ListObjectsV2" : "ListObjects";
+        else if (is_put)
+            rq->op = "CreateBucket";
+        else if (is_head)
+            rq->op = "HeadBucket";
+        else if (is_del)
+            rq->op = "DeleteBucket";
+        else
+            rq->op = "Unknown";
+    } else {
+        rq->op = is_get ? "GetObject" : is_head ? "HeadObject" : is_put ? "PutObject"
+                 : is_del ? "DeleteObject" : "Unknown";
+    }
+
+    if (authenticate(rq, conn, &e) != 0)
+        return respond_error(rq, conn, &e, NULL);
+
+    if (strcmp(rq->op, "Unknown") == 0) {
+        set_error(&e, 501, "NotImplemented", "%s %s is not implemented by the mock", m,
+                  rq->bucket ? (rq->key ? "on an object" : "on a bucket") : "on the service");
+        return respond_error(rq, conn, &e, NULL);
+    }
+    if (!rq->bucket)
+        return op_list_buckets(rq, conn);
+
+    if (!mock_bucket_name_valid(rq->bucket)) {
+        set_error(&e, 400, "InvalidBucketName", "The specified bucket is not valid.");
+        return respond_error(rq, conn, &e, NULL);
+    }
+    if (rq->key && !mock_key_valid(rq->key, rq->key_len)) {
+        set_error(&e, 400, "InvalidArgument",
+                  "The key is not accepted: empty, '.' or '..' segments, a leading '/', NUL "
+                  "bytes and the '" MOCK_TMP_PREFIX "' prefix are refused");
+        return respond_error(rq, conn, &e, NULL);
+    }
+    for (size_t i = 0; i < rq->n_params; i++) {
+        const char *name = rq->params[i].name;
+        int unsupported = rq->key ? in_list(name, object_subresources)
+                                  : (is_get && !in_list(name, list_params) &&
+                                     strcmp(rq->op, "GetBucketLocation") != 0) ||
+                                        (!is_get && *name);
+        if (unsupported) {
+            set_error(&e, 501, "NotImplemented", "The '%s' subresource is not implemented by "
+                      "the mock", name);
+            return respond_error(rq, conn, &e, NULL);
+        }
+    }
+
+    if (rq->key && (is_get || is_head))
+        return op_get_object(rq, conn, is_head); /* plans its own faults */
+
+    struct mock_fault_plan plan;
+    char ferr[256];
+    if (mock_faults_plan(srv->faults, rq->target, NULL, header(conn, FAULT_HEADER), 0, 0, &plan,
+                         ferr, sizeof(ferr)) != SF_OK) {
+        set_error(&e, 400, "InvalidArgument", "%s", ferr);
+        return respond_error(rq, conn, &e, NULL);
+    }
+    if (plan.latency_ms && sleep_ms_interruptible(srv, plan.latency_ms) != 0)
+        return MHD_NO;
+    if (plan.status)
+        return respond_fault_status(rq, conn, &plan);
+
+    if (rq->key)
+        return is_put ? op_put_object_begin(rq, conn) : op_delete_object(rq, conn);
+    if (is_put)
+        return op_create_bucket(rq, conn);
+    if (!mock_bucket_exists(srv->store, rq->bucket)) {
+        set_error(&e, 404, "NoSuchBucket", "The specified bucket does not exist");
+        return respond_error(rq, conn, &e, NULL);
+    }
+    if (is_head)
+        return op_head_bucket(rq, conn);
+    if (is_del)
+        return op_delete_bucket(rq, conn);
+    if (strcmp(rq->op, "GetBucketLocation") == 0)
+        return op_bucket_location(rq, conn);
+    return op_list_objects(rq, conn, strcmp(rq->op, "ListObjectsV2") == 0);
+}
+
+static void request_free(struct request *rq)
+{
+    if (!rq)
+        return;
+    upload_abort(rq);
+    EVP_MD_CTX_free(rq->up_md5);
+    EVP_MD_CTX_free(rq->up_sha);
+    for (size_t i = 0; i < rq->n_params; i++) {
+        free(rq->params[i].name);
+        free(rq->params[i].value);
+    }
+    sf__strbuf_free(&rq->body);
+    free(rq->bucket);
+    free(rq->key);
+    free(rq->target);
+    free(rq->path);
+    free(rq->uri);
+    free(rq);
+}
+
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+    (void)conn;
+    struct mock_server *srv = cls;
+    struct request *rq = calloc(1, sizeof(*rq));
+    if (!rq)
+        return NULL;
+    rq->srv = srv;
+    rq->up_fd = -1;
+    rq->uri = strdup(uri ? uri : "/");
+    sf__strbuf_init(&rq->body, MAX_ADMIN_BODY);
+    clock_gettime(CLOCK_MONOTONIC, &rq->t0);
+    snprintf(rq->request_id, sizeof(rq->request_id), "%016llX",
+             (unsigned long long)atomic_fetch_add(&srv->next_id, 1) + 1);
+    if (!rq->uri) {
+        free(rq);
+        return NULL;
+    }
+    char *q = strchr(rq->uri, '?');
+    rq->path = q ? strndup(rq->uri, (size_t)(q - rq->uri)) : strdup(rq->uri);
+    rq->query = q ? q + 1 : NULL;
+    if (!rq->path) {
+        free(rq->uri);
+        free(rq);
+        return NULL;
+    }
+    return rq;
+}
+
+/* An object PUT is checked (signature, bucket) before its body is read, so a
+ * refused upload is not received in full. Everything else is handled once
+ * the request is complete: libmicrohttpd closes the connection after a
+ * response queued from the first callback, and keep-alive matters here. */
+static int is_object_put(const char *method, const char *path)
+{
+    if (strcmp(method, "PUT") != 0 || strncmp(path, "/_mock/", 7) == 0)
+        return 0;
+    const char *slash = strchr(path + 1, '/');
+    return slash && slash[1];
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_data_size,
+                                  void **req_cls)
+{
+    (void)cls;
+    (void)url;
+    (void)version;
+    struct request *rq = *req_cls;
+    if (!rq)
+        return MHD_NO; /* out of memory in on_uri */
+    if (!rq->started) {
+        rq->started = 1;
+        rq->method = method;
+        if (is_object_put(method, rq->path))
+            return begin(rq, conn);
+        return MHD_YES;
+    }
+    if (*upload_data_size) {
+        if (!rq->done) {
+            if (rq->up_tmp) {
+                if (put_consume(rq, upload_data, *upload_data_size) != 0) {
+                    *upload_data_size = 0;
+                    return op_put_object_finish(rq, conn, 1);
+                }
+            } else {
+                /* Small bodies of other requests (admin rules, bucket
+                 * configuration); the cap makes the strbuf error sticky. */
+                sf__strbuf_append(&rq->body, upload_data, *upload_data_size);
+            }
+        }
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    if (rq->done)
+        return MHD_YES;
+    if (!rq->begun)
+        return begin(rq, conn);
+    return op_put_object_finish(rq, conn, 0);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)cls;
+    (void)conn;
+    (void)toe;
+    request_free(*req_cls);
+    *req_cls = NULL;
+}
+
+static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    struct mock_server *srv = cls;
+    if (srv->cfg.quiet)
+        return;
+    fputs("mhd: ", stderr);
+    vfprintf(stderr, fmt, ap);
+}
+
+sf_status mock_server_start(const struct mock_config *cfg, struct mock_server **out, char *err,
+                            size_t err_len)
+{
+    struct mock_server *srv = calloc(1, sizeof(*srv));
+    if (!srv)
+        return SF_ERR_NO_MEMORY;
+    srv->cfg = *cfg;
+    sf_status rc = mock_store_new(cfg->root, &srv->store);
+    if (rc != SF_OK) {
+        snprintf(err, err_len, "--root %s is not a readable directory", cfg->root);
+        goto fail;
+    }
+    rc = mock_faults_new(cfg->seed, &srv->faults);
+    if (rc == SF_OK)
+        rc = mock_stats_new(&srv->stats);
+    if (rc != SF_OK) {
+        snprintf(err, err_len, "out of memory");
+        goto fail;
+    }
+    for (size_t i = 0; i < cfg->n_fault_specs; i++) {
+        char ferr[256];
+        rc = mock_faults_add_rule(srv->faults, cfg->fault_specs[i], ferr, sizeof(ferr));
+        if (rc != SF_OK) {
+            snprintf(err, err_len, "--fault '%s': %s", cfg->fault_specs[i], ferr);
+            goto fail;
+        }
+    }
+    sf__sigv4_signer_init(&srv->signer, cfg->access_key, cfg->secret_key, cfg->session_token,
+                          cfg->region, "s3");
+
+    struct sockaddr_in addr;
+    memset(&addr, 0, sizeof(addr));
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons((uint16_t)cfg->port);
+    if (inet_pton(AF_INET, cfg->host, &addr.sin_addr) != 1) {
+        snprintf(err, err_len, "--host %s is not an IPv4 address", cfg->host);
+        rc = SF_ERR_INVALID_ARGUMENT;
+        goto fail_signer;
+    }
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
+                     MHD_USE_POLL | MHD_USE_ERROR_LOG;
+    srv->daemon = MHD_start_daemon(
+        flags, (uint16_t)cfg->port, NULL, NULL, on_request, srv,
+        MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, srv,
+        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+        MHD_OPTION_URI_LOG_CALLBACK, on_uri, srv,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(1024 * 1024),
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)1000,
+        MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024,
+        MHD_OPTION_END);
+    if (!srv->daemon) {
+        snprintf(err, err_len, "cannot listen on %s:%u: %s", cfg->host, cfg->port,
+                 strerror(errno));
+        rc = SF_ERR_IO;
+        goto fail_signer;
+    }
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(srv->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    srv->port = info ? info->port : cfg->port;
+    *out = srv;
+    return SF_OK;
+
+fail_signer:
+    sf__sigv4_signer_destroy(&srv->signer);
+fail:
+    mock_stats_destroy(srv->stats);
+    mock_faults_destroy(srv->faults);
+    mock_store_destroy(srv->store);
+    free(srv);
+    return rc != SF_OK ? rc : SF_ERR_INTERNAL;
+}
+
+unsigned mock_server_port(const struct mock_server *srv)
+{
+    return srv->port;
+}
+
+void mock_server_stop(struct mock_server *srv)
+{
+    if (!srv)
+        return;
+    atomic_store(&srv->stopping, 1);
+    MHD_stop_daemon(srv->daemon);
+    sf__sigv4_signer_destroy(&srv->signer);
+    mock_stats_destroy(srv->stats);
+    mock_faults_destroy(srv->faults);
+    mock_store_destroy(srv->store);
+    free(srv);
+}

@@ -1,0 +1,34 @@
+/* Growable, NUL-terminated byte buffer with a hard size cap. */
+#ifndef SF_S3_STRBUF_H
+#define SF_S3_STRBUF_H
+
+#include "shardfeed.h"
+
+#include <stdarg.h>
+#include <stddef.h>
+
+struct sf__strbuf {
+    char *data;       /* NUL-terminated; NULL until the first append */
+    size_t len;       /* bytes used, excluding the NUL */
+    size_t cap;       /* bytes allocated */
+    size_t max_bytes; /* appends that would exceed this fail with SF_ERR_LIMIT; 0 = 64 MiB */
+    sf_status err;    /* first failure, sticky: later appends are no-ops */
+};
+
+void sf__strbuf_init(struct sf__strbuf *b, size_t max_bytes);
+void sf__strbuf_free(struct sf__strbuf *b);
+void sf__strbuf_reset(struct sf__strbuf *b);
+sf_status sf__strbuf_append(struct sf__strbuf *b, const void *data, size_t n);
+sf_status sf__strbuf_puts(struct sf__strbuf *b, const char *s);
+sf_status sf__strbuf_putc(struct sf__strbuf *b, char c);
+sf_status sf__strbuf_printf(struct sf__strbuf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+sf_status sf__strbuf_vprintf(struct sf__strbuf *b, const char *fmt, va_list ap)
+    __attribute__((format(printf, 2, 0)));
+/* Returns the buffer's string ("" when empty) and leaves b empty; the caller
+ * frees it. NULL on a sticky error or allocation failure. */
+char *sf__strbuf_take(struct sf__strbuf *b);
+/* The current contents, never NULL ("" when empty). Valid until the next append. */
+const char *sf__strbuf_str(const struct sf__strbuf *b);
+
+#endif

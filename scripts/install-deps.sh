@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Installs every system package shardfeed needs to build, test and run its
+# demo on Debian 12. Idempotent: packages already present are left alone.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build pkg-config git ca-certificates curl
+  libcurl4-openssl-dev libssl-dev libzstd-dev libturbojpeg0-dev libjpeg62-turbo-dev
+  libcjson-dev libexpat1-dev libmicrohttpd-dev libcriterion-dev
+  python3 python3-pip python3-boto3 awscli nginx-light
+)
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  SUDO="sudo"
+fi
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  # nginx is only a benchmark reference: keep Debian from starting it as a service.
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}" >/dev/null
+else
+  echo "install-deps: all Debian packages present"
+fi
+
+# The conformance test drives the mock server with boto3. The python3 on PATH
+# may not be Debian's (pyenv, venv): make sure that one can import it too.
+if ! python3 -c 'import boto3' 2>/dev/null; then
+  echo "install-deps: installing boto3 for $(command -v python3)"
+  python3 -m pip install --quiet boto3 2>/dev/null ||
+    python3 -m pip install --quiet --break-system-packages boto3
+fi

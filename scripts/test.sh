@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Builds shardfeed and runs the whole test suite twice: a normal build, then
+# one with AddressSanitizer + UndefinedBehaviorSanitizer.
+#   scripts/test.sh            both
+#   scripts/test.sh --fast     normal build only
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+jobs=$(nproc 2>/dev/null || echo 2)
+run_suite() {
+  local dir=$1; shift
+  cmake -S . -B "$dir" -G Ninja -DSF_WERROR=ON "$@" >/dev/null
+  cmake --build "$dir" -j "$jobs"
+  (cd "$dir" && ctest --output-on-failure -j "$jobs")
+}
+
+echo "== build and test (RelWithDebInfo)"
+run_suite build
+
+if [ "${1:-}" != "--fast" ]; then
+  echo "== build and test (ASan + UBSan)"
+  # CUDA objects are not instrumented; the sanitizer build checks the C code.
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    run_suite build-asan -DCMAKE_BUILD_TYPE=Debug -DSF_SANITIZE=ON -DSF_WITH_CUDA=OFF
+fi

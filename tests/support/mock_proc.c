@@ -1,0 +1,147 @@
+#include "support/mock_proc.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+int mock_proc_start(struct mock_proc *p, const char *root, const char *const *extra_args)
+{
+    memset(p, 0, sizeof(*p));
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0)
+        return -1;
+    const char *argv[64];
+    size_t n = 0;
+    argv[n++] = SF_MOCK_S3_BIN;
+    argv[n++] = "--root";
+    argv[n++] = root;
+    argv[n++] = "--port";
+    argv[n++] = "0";
+    argv[n++] = "--quiet";
+    for (size_t i = 0; extra_args && extra_args[i] && n < 63; i++)
+        argv[n++] = extra_args[i];
+    argv[n] = NULL;
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fds[0]);
+        close(fds[1]);
+        return -1;
+    }
+    if (pid == 0) {
+        dup2(fds[1], STDOUT_FILENO);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    close(fds[1]);
+    p->pid = pid;
+    char line[256];
+    size_t len = 0;
+    /* Read the first line, waiting at most 10 s. */
+    while (len < sizeof(line) - 1) {
+        struct pollfd pfd = {fds[0], POLLIN, 0};
+        if (poll(&pfd, 1, 10000) <= 0)
+            break;
+        ssize_t r = read(fds[0], line + len, 1);
+        if (r <= 0)
+            break;
+        if (line[len] == '\n')
+            break;
+        len++;
+    }
+    line[len] = '\0';
+    close(fds[0]);
+    const char *colon = strrchr(line, ':');
+    if (strncmp(line, "listening on http://", 20) != 0 || !colon) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        p->pid = 0;
+        return -1;
+    }
+    p->port = (unsigned)atoi(colon + 1);
+    snprintf(p->url, sizeof(p->url), "http://127.0.0.1:%u", p->port);
+    snprintf(p->host, sizeof(p->host), "127.0.0.1:%u", p->port);
+    return 0;
+}
+
+int mock_proc_stop(struct mock_proc *p)
+{
+    if (p->pid <= 0)
+        return -1;
+    kill(p->pid, SIGTERM);
+    for (int i = 0; i < 1000; i++) {
+        int st;
+        pid_t r = waitpid(p->pid, &st, WNOHANG);
+        if (r == p->pid) {
+            p->pid = 0;
+            return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+        }
+        struct timespec ts = {0, 10 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    kill(p->pid, SIGKILL);
+    waitpid(p->pid, NULL, 0);
+    p->pid = 0;
+    return -1;
+}
+
+char *test_tmpdir(void)
+{
+    const char *base = getenv("TMPDIR");
+    char tmpl[512];
+    snprintf(tmpl, sizeof(tmpl), "%s/sf-test-XXXXXX", base && *base ? base : "/tmp");
+    if (!mkdtemp(tmpl))
+        return NULL;
+    return strdup(tmpl);
+}
+
+static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    remove(path);
+    return 0;
+}
+
+void test_rmtree(const char *path)
+{
+    if (path)
+        nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+int test_write_file(const char *root, const char *rel, const void *data, size_t n)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/%s", root, rel);
+    for (char *s = strchr(path + strlen(root) + 1, '/'); s; s = strchr(s + 1, '/')) {
+        *s = '\0';
+        mkdir(path, 0755);
+        *s = '/';
+    }
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return -1;
+    size_t w = n ? fwrite(data, 1, n, f) : 0;
+    return fclose(f) == 0 && w == n ? 0 : -1;
+}
+
+void test_fill(void *buf, size_t n, unsigned seed)
+{
+    unsigned char *b = buf;
+    unsigned long long x = 0x9E3779B97F4A7C15ull ^ seed;
+    for (size_t i = 0; i < n; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        b[i] = (unsigned char)(x >> 24);
+    }
+}

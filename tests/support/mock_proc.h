@@ -1,0 +1,32 @@
+/* Test support: run shardfeed-mock-s3 as a child process on a free port. */
+#ifndef SF_TEST_MOCK_PROC_H
+#define SF_TEST_MOCK_PROC_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+struct mock_proc {
+    pid_t pid;
+    unsigned port;
+    char url[64];     /* "http://127.0.0.1:PORT" */
+    char host[32];    /* "127.0.0.1:PORT", the Host header */
+};
+
+/* Starts the server with --root root --port 0 --quiet and the extra
+ * arguments (NULL-terminated, may be NULL); waits for its "listening on"
+ * line. Returns 0 or -1. */
+int mock_proc_start(struct mock_proc *p, const char *root, const char *const *extra_args);
+/* SIGTERM, then waits up to 10 s. Returns the exit status, or -1 if it had to
+ * be killed or died from a signal. */
+int mock_proc_stop(struct mock_proc *p);
+
+/* A fresh temporary directory (malloc'd path). */
+char *test_tmpdir(void);
+/* rm -rf */
+void test_rmtree(const char *path);
+/* Writes data to root/rel, creating parent directories. */
+int test_write_file(const char *root, const char *rel, const void *data, size_t n);
+/* Fills buf with deterministic pseudo-random bytes. */
+void test_fill(void *buf, size_t n, unsigned seed);
+
+#endif

@@ -1,0 +1,830 @@
+/* The mock S3 server, driven over HTTP: every test starts its own server on
+ * a free port with a fresh root directory and stops it. */
+#include "s3/sigv4.h"
+#include "support/mock_proc.h"
+#include "support/s3_client.h"
+
+#include <cjson/cJSON.h>
+#include <criterion/criterion.h>
+#include <curl/curl.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static const struct s3_creds creds = {"test-ak", "test-secret", NULL, NULL};
+
+static char *root;    /* server root */
+static char *tmp;     /* parent of root, holds a file outside it */
+static struct mock_proc srv;
+
+static void start_with(const char *const *extra)
+{
+    tmp = test_tmpdir();
+    cr_assert(tmp);
+    char path[600];
+    snprintf(path, sizeof(path), "%s/root", tmp);
+    root = strdup(path);
+    cr_assert(mkdir(root, 0755) == 0);
+    snprintf(path, sizeof(path), "%s/root/bucket1", tmp);
+    cr_assert(mkdir(path, 0755) == 0);
+    cr_assert(test_write_file(tmp, "secret.txt", "top secret", 10) == 0);
+    const char *args[32] = {"--access-key", "test-ak", "--secret-key", "test-secret"};
+    size_t n = 4;
+    for (size_t i = 0; extra && extra[i]; i++)
+        args[n++] = extra[i];
+    args[n] = NULL;
+    cr_assert(mock_proc_start(&srv, root, args) == 0, "the mock server did not start");
+}
+
+static void setup(void)
+{
+    start_with(NULL);
+}
+
+static void teardown(void)
+{
+    if (srv.pid > 0)
+        mock_proc_stop(&srv);
+    test_rmtree(tmp);
+    free(tmp);
+    free(root);
+    tmp = root = NULL;
+}
+
+static long call(const char *method, const char *target, const char *const *headers,
+                 struct s3_resp *r)
+{
+    struct s3_call c = {.method = method, .target = target, .headers = headers, .creds = &creds};
+    s3_call(srv.url, &c, r);
+    return r->status;
+}
+
+static void put_object(const char *key_path, const void *data, size_t n)
+{
+    struct s3_call c = {.method = "PUT", .target = key_path, .body = data, .body_len = n,
+                        .creds = &creds};
+    struct s3_resp r;
+    s3_call(srv.url, &c, &r);
+    cr_assert_eq(r.status, 200, "PUT %s: %ld %s", key_path, r.status, sf__strbuf_str(&r.body));
+    s3_resp_free(&r);
+}
+
+static void expect_error(struct s3_resp *r, long status, const char *code)
+{
+    char got[128] = "";
+    s3_xml_value(r, "Code", got, sizeof(got));
+    cr_expect_eq(r->status, status, "status %ld, want %ld (%s)", r->status, status,
+                 sf__strbuf_str(&r->body));
+    cr_expect_str_eq(got, code);
+}
+
+static cJSON *stats(void)
+{
+    struct s3_resp r;
+    struct s3_call c = {.method = "GET", .target = "/_mock/stats"};
+    s3_call(srv.url, &c, &r);
+    cr_assert_eq(r.status, 200);
+    cJSON *j = cJSON_Parse(sf__strbuf_str(&r.body));
+    s3_resp_free(&r);
+    cr_assert(j);
+    return j;
+}
+
+static double key_status(cJSON *st, const char *key, const char *status)
+{
+    cJSON *k = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItem(st, "keys"), key);
+    cJSON *v = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItem(k, "status"), status);
+    return v ? v->valuedouble : 0;
+}
+
+TestSuite(mock_server, .init = setup, .fini = teardown, .timeout = 60);
+/* Tests that start the server with their own flags. */
+TestSuite(mock_server_cfg, .fini = teardown, .timeout = 60);
+
+Test(mock_server, stops_cleanly_on_sigterm)
+{
+    cr_assert_gt(srv.port, 0);
+    cr_assert_eq(mock_proc_stop(&srv), 0, "exit status after SIGTERM");
+}
+
+Test(mock_server, get_full_and_every_range_form)
+{
+    char data[1000];
+    test_fill(data, sizeof(data), 7);
+    cr_assert(test_write_file(root, "bucket1/obj.bin", data, sizeof(data)) == 0);
+    struct s3_resp r;
+    cr_assert_eq(call("GET", "/bucket1/obj.bin", NULL, &r), 200);
+    cr_assert_eq(r.body.len, 1000);
+    cr_assert(memcmp(r.body.data, data, 1000) == 0);
+    s3_resp_free(&r);
+
+    struct { const char *range; size_t start, len; const char *cr; } cases[] = {
+        {"Range: bytes=10-99", 10, 90, "bytes 10-99/1000"},
+        {"Range: bytes=900-", 900, 100, "bytes 900-999/1000"},
+        {"Range: bytes=-50", 950, 50, "bytes 950-999/1000"},
+        {"Range: bytes=990-5000", 990, 10, "bytes 990-999/1000"},
+        {"Range: bytes=-5000", 0, 1000, "bytes 0-999/1000"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const char *h[] = {cases[i].range, NULL};
+        cr_assert_eq(call("GET", "/bucket1/obj.bin", h, &r), 206, "%s", cases[i].range);
+        char cr[128] = "";
+        s3_resp_header(&r, "Content-Range", cr, sizeof(cr));
+        cr_expect_str_eq(cr, cases[i].cr);
+        cr_assert_eq(r.body.len, cases[i].len, "%s", cases[i].range);
+        cr_expect(memcmp(r.body.data, data + cases[i].start, cases[i].len) == 0);
+        s3_resp_free(&r);
+    }
+}
+
+Test(mock_server, unsatisfiable_range_is_416_and_malformed_range_is_ignored)
+{
+    cr_assert(test_write_file(root, "bucket1/small", "0123456789", 10) == 0);
+    struct s3_resp r;
+    const char *h1[] = {"Range: bytes=10-20", NULL};
+    call("GET", "/bucket1/small", h1, &r);
+    expect_error(&r, 416, "InvalidRange");
+    s3_resp_free(&r);
+    const char *h2[] = {"Range: bytes=-0", NULL};
+    call("GET", "/bucket1/small", h2, &r);
+    expect_error(&r, 416, "InvalidRange");
+    s3_resp_free(&r);
+    const char *h3[] = {"Range: bytes=5-2", NULL};
+    cr_assert_eq(call("GET", "/bucket1/small", h3, &r), 200);
+    cr_assert_eq(r.body.len, 10);
+    s3_resp_free(&r);
+    const char *h4[] = {"Range: bytes=0-1,4-5", NULL};
+    cr_assert_eq(call("GET", "/bucket1/small", h4, &r), 200);
+    s3_resp_free(&r);
+}
+
+Test(mock_server, etag_is_quoted_md5_and_conditionals_hold)
+{
+    const char *content = "the quick brown fox";
+    cr_assert(test_write_file(root, "bucket1/fox", content, strlen(content)) == 0);
+    unsigned char md[16];
+    unsigned int mdl;
+    EVP_Digest(content, strlen(content), md, &mdl, EVP_md5(), NULL);
+    char want[40] = "\"";
+    sf__hex_encode(md, 16, want + 1);
+    strcat(want, "\"");
+
+    struct s3_resp r;
+    cr_assert_eq(call("HEAD", "/bucket1/fox", NULL, &r), 200);
+    char etag[64] = "", len[32] = "";
+    s3_resp_header(&r, "ETag", etag, sizeof(etag));
+    s3_resp_header(&r, "Content-Length", len, sizeof(len));
+    cr_assert_str_eq(etag, want);
+    cr_assert_eq(atoi(len), (int)strlen(content));
+    cr_assert_eq(r.body.len, 0);
+    s3_resp_free(&r);
+
+    char hdr[128];
+    snprintf(hdr, sizeof(hdr), "If-Match: %s", want);
+    const char *ok[] = {hdr, NULL};
+    cr_assert_eq(call("GET", "/bucket1/fox", ok, &r), 200);
+    s3_resp_free(&r);
+    const char *bad[] = {"If-Match: \"0123456789abcdef0123456789abcdef\"", NULL};
+    call("GET", "/bucket1/fox", bad, &r);
+    expect_error(&r, 412, "PreconditionFailed");
+    s3_resp_free(&r);
+    snprintf(hdr, sizeof(hdr), "If-None-Match: %s", want);
+    const char *inm[] = {hdr, NULL};
+    cr_assert_eq(call("GET", "/bucket1/fox", inm, &r), 304);
+    cr_assert_eq(r.body.len, 0);
+    s3_resp_free(&r);
+}
+
+Test(mock_server, put_get_delete_round_trip)
+{
+    size_t n = 300 * 1024;
+    char *data = malloc(n);
+    test_fill(data, n, 3);
+    put_object("/bucket1/deep/dir/obj.bin", data, n);
+    struct s3_resp r;
+    cr_assert_eq(call("GET", "/bucket1/deep/dir/obj.bin", NULL, &r), 200);
+    cr_assert_eq(r.body.len, n);
+    cr_assert(memcmp(r.body.data, data, n) == 0);
+    s3_resp_free(&r);
+    cr_assert_eq(call("DELETE", "/bucket1/deep/dir/obj.bin", NULL, &r), 204);
+    s3_resp_free(&r);
+    call("GET", "/bucket1/deep/dir/obj.bin", NULL, &r);
+    expect_error(&r, 404, "NoSuchKey");
+    s3_resp_free(&r);
+    char dir[700];
+    snprintf(dir, sizeof(dir), "%s/bucket1/deep", root);
+    cr_expect(access(dir, F_OK) != 0, "empty parent directories are removed");
+    /* no temporary upload file is left behind */
+    struct s3_resp l;
+    cr_assert_eq(call("GET", "/bucket1?list-type=2", NULL, &l), 200);
+    char kc[16];
+    s3_xml_value(&l, "KeyCount", kc, sizeof(kc));
+    cr_expect_str_eq(kc, "0");
+    s3_resp_free(&l);
+    free(data);
+}
+
+Test(mock_server, put_with_wrong_payload_hash_is_refused_and_not_stored)
+{
+    struct s3_call c = {.method = "PUT", .target = "/bucket1/x", .body = "abc", .body_len = 3,
+                        .creds = &creds, .payload_hash = SF__EMPTY_SHA256};
+    struct s3_resp r;
+    s3_call(srv.url, &c, &r);
+    expect_error(&r, 400, "XAmzContentSHA256Mismatch");
+    s3_resp_free(&r);
+    char path[700];
+    snprintf(path, sizeof(path), "%s/bucket1/x", root);
+    cr_expect(access(path, F_OK) != 0);
+    /* UNSIGNED-PAYLOAD is accepted */
+    struct s3_call u = {.method = "PUT", .target = "/bucket1/x", .body = "abc", .body_len = 3,
+                        .creds = &creds, .unsigned_payload = 1};
+    s3_call(srv.url, &u, &r);
+    cr_expect_eq(r.status, 200);
+    s3_resp_free(&r);
+}
+
+Test(mock_server, list_v2_pages_through_2500_keys)
+{
+    char key[64];
+    for (int i = 0; i < 2500; i++) {
+        snprintf(key, sizeof(key), "bucket1/k/%05d", i);
+        cr_assert(test_write_file(root, key, "x", 1) == 0);
+    }
+    char token[4096] = "";
+    int seen = 0, pages = 0;
+    for (;;) {
+        char target[4200];
+        if (*token) {
+            struct sf__strbuf enc;
+            sf__strbuf_init(&enc, 0);
+            /* tokens are opaque; encode as a client must */
+            for (const char *p = token; *p; p++)
+                sf__strbuf_printf(&enc, (*p >= '0' && *p <= '9') || (*p >= 'A' && *p <= 'Z') ||
+                                            (*p >= 'a' && *p <= 'z') ? "%c" : "%%%02X",
+                                  (unsigned char)*p);
+            snprintf(target, sizeof(target), "/bucket1?list-type=2&continuation-token=%s",
+                     sf__strbuf_str(&enc));
+            sf__strbuf_free(&enc);
+        } else {
+            snprintf(target, sizeof(target), "/bucket1?list-type=2");
+        }
+        struct s3_resp r;
+        cr_assert_eq(call("GET", target, NULL, &r), 200, "%s", sf__strbuf_str(&r.body));
+        pages++;
+        const char *p = sf__strbuf_str(&r.body);
+        while ((p = strstr(p, "<Key>")) != NULL) {
+            p += 5;
+            char want[32];
+            snprintf(want, sizeof(want), "k/%05d<", seen);
+            cr_assert(strncmp(p, want, strlen(want)) == 0, "key %d out of order", seen);
+            seen++;
+        }
+        char trunc[16] = "";
+        s3_xml_value(&r, "IsTruncated", trunc, sizeof(trunc));
+        token[0] = '\0';
+        if (strcmp(trunc, "true") == 0)
+            cr_assert(s3_xml_value(&r, "NextContinuationToken", token, sizeof(token)) == 0);
+        s3_resp_free(&r);
+        if (!*token)
+            break;
+        cr_assert_lt(pages, 10);
+    }
+    cr_expect_eq(seen, 2500);
+    cr_expect_eq(pages, 3);
+}
+
+Test(mock_server, list_delimiter_rolls_up_common_prefixes_across_pages)
+{
+    const char *keys[] = {"a/1", "a/2", "b/1", "c", "d/x/1", "d/y"};
+    for (size_t i = 0; i < 6; i++) {
+        char rel[64];
+        snprintf(rel, sizeof(rel), "bucket1/%s", keys[i]);
+        cr_assert(test_write_file(root, rel, "z", 1) == 0);
+    }
+    struct s3_resp r;
+    cr_assert_eq(call("GET", "/bucket1?list-type=2&delimiter=%2F", NULL, &r), 200);
+    const char *b = sf__strbuf_str(&r.body);
+    cr_expect(strstr(b, "<CommonPrefixes><Prefix>a/</Prefix></CommonPrefixes>"));
+    cr_expect(strstr(b, "<CommonPrefixes><Prefix>b/</Prefix></CommonPrefixes>"));
+    cr_expect(strstr(b, "<CommonPrefixes><Prefix>d/</Prefix></CommonPrefixes>"));
+    cr_expect(strstr(b, "<Key>c</Key>"));
+    cr_expect(!strstr(b, "<Key>a/1</Key>"));
+    char kc[16];
+    s3_xml_value(&r, "KeyCount", kc, sizeof(kc));
+    cr_expect_str_eq(kc, "4");
+    s3_resp_free(&r);
+
+    /* One entry per page: a/, b/, c, d/ then the end. */
+    const char *want[] = {"a/", "b/", "c", "d/"};
+    char token[512] = "";
+    for (int i = 0; i < 4; i++) {
+        char target[700];
+        snprintf(target, sizeof(target), "/bucket1?list-type=2&delimiter=%%2F&max-keys=1%s%s",
+                 *token ? "&continuation-token=" : "", token);
+        cr_assert_eq(call("GET", target, NULL, &r), 200);
+        char got[64] = "";
+        const char *cp = strstr(sf__strbuf_str(&r.body), "<CommonPrefixes><Prefix>");
+        const char *k = strstr(sf__strbuf_str(&r.body), "<Key>");
+        if (cp)
+            sscanf(cp + 24, "%63[^<]", got);
+        else if (k)
+            sscanf(k + 5, "%63[^<]", got);
+        cr_expect_str_eq(got, want[i], "page %d", i);
+        char trunc[16] = "";
+        s3_xml_value(&r, "IsTruncated", trunc, sizeof(trunc));
+        token[0] = '\0';
+        s3_xml_value(&r, "NextContinuationToken", token, sizeof(token));
+        cr_expect_str_eq(trunc, i < 3 ? "true" : "false", "page %d", i);
+        s3_resp_free(&r);
+    }
+
+    cr_assert_eq(call("GET", "/bucket1?list-type=2&prefix=d%2F&delimiter=%2F", NULL, &r), 200);
+    b = sf__strbuf_str(&r.body);
+    cr_expect(strstr(b, "<Prefix>d/x/</Prefix>"));
+    cr_expect(strstr(b, "<Key>d/y</Key>"));
+    s3_resp_free(&r);
+    cr_assert_eq(call("GET", "/bucket1?list-type=2&start-after=c", NULL, &r), 200);
+    b = sf__strbuf_str(&r.body);
+    cr_expect(!strstr(b, "<Key>c</Key>") && strstr(b, "<Key>d/x/1</Key>"));
+    s3_resp_free(&r);
+}
+
+Test(mock_server, special_keys_are_escaped_or_url_encoded)
+{
+    put_object("/bucket1/sp%20ace%2Bplus%26amp%25pct%C3%A9", "1", 1);
+    struct s3_resp r;
+    cr_assert_eq(call("GET", "/bucket1/sp%20ace%2Bplus%26amp%25pct%C3%A9", NULL, &r), 200);
+    s3_resp_free(&r);
+    cr_assert_eq(call("GET", "/bucket1?list-type=2", NULL, &r), 200);
+    cr_expect(strstr(sf__strbuf_str(&r.body), "<Key>sp ace+plus&amp;amp%pct\xC3\xA9</Key>"),
+              "%s", sf__strbuf_str(&r.body));
+    s3_resp_free(&r);
+    cr_assert_eq(call("GET", "/bucket1?list-type=2&encoding-type=url", NULL, &r), 200);
+    cr_expect(strstr(sf__strbuf_str(&r.body), "<Key>sp%20ace%2Bplus%26amp%25pct%C3%A9</Key>"),
+              "%s", sf__strbuf_str(&r.body));
+    s3_resp_free(&r);
+}
+
+Test(mock_server, buckets_are_created_listed_and_deleted)
+{
+    struct s3_resp r;
+    cr_assert_eq(call("PUT", "/newbucket", NULL, &r), 200);
+    s3_resp_free(&r);
+    call("PUT", "/newbucket", NULL, &r);
+    expect_error(&r, 409, "BucketAlreadyOwnedByYou");
+    s3_resp_free(&r);
+    cr_assert_eq(call("GET", "/", NULL, &r), 200);
+    const char *b = sf__strbuf_str(&r.body);
+    const char *p1 = strstr(b, "<Name>bucket1</Name>"), *p2 = strstr(b, "<Name>newbucket</Name>");
+    cr_expect(p1 && p2 && p1 < p2, "%s", b);
+    s3_resp_free(&r);
+    put_object("/newbucket/k", "v", 1);
+    call("DELETE", "/newbucket", NULL, &r);
+    expect_error(&r, 409, "BucketNotEmpty");
+    s3_resp_free(&r);
+    cr_assert_eq(call("DELETE", "/newbucket/k", NULL, &r), 204);
+    s3_resp_free(&r);
+    cr_assert_eq(call("DELETE", "/newbucket", NULL, &r), 204);
+    s3_resp_free(&r);
+    call("GET", "/newbucket?list-type=2", NULL, &r);
+    expect_error(&r, 404, "NoSuchBucket");
+    s3_resp_free(&r);
+    call("GET", "/nobucket/key", NULL, &r);
+    expect_error(&r, 404, "NoSuchBucket");
+    s3_resp_free(&r);
+    call("PUT", "/Bad_Bucket", NULL, &r);
+    expect_error(&r, 400, "InvalidBucketName");
+    s3_resp_free(&r);
+}
+
+Test(mock_server, authentication_failures_have_their_s3_codes)
+{
+    cr_assert(test_write_file(root, "bucket1/k", "v", 1) == 0);
+    struct s3_resp r;
+    struct s3_call c = {.method = "GET", .target = "/bucket1/k"};
+    s3_call(srv.url, &c, &r);
+    expect_error(&r, 403, "AccessDenied");
+    s3_resp_free(&r);
+
+    struct s3_creds wrong_secret = {"test-ak", "not-the-secret", NULL, NULL};
+    c.creds = &wrong_secret;
+    s3_call(srv.url, &c, &r);
+    expect_error(&r, 403, "SignatureDoesNotMatch");
+    cr_expect(strstr(sf__strbuf_str(&r.body), "<CanonicalRequest>GET\n/bucket1/k\n"));
+    cr_expect(!strstr(sf__strbuf_str(&r.body), "test-secret"), "the secret never leaks");
+    s3_resp_free(&r);
+
+    struct s3_creds wrong_key = {"other-ak", "test-secret", NULL, NULL};
+    c.creds = &wrong_key;
+    s3_call(srv.url, &c, &r);
+    expect_error(&r, 403, "InvalidAccessKeyId");
+    s3_resp_free(&r);
+
+    struct s3_creds wrong_region = {"test-ak", "test-secret", NULL, "eu-west-1"};
+    c.creds = &wrong_region;
+    s3_call(srv.url, &c, &r);
+    expect_error(&r, 400, "AuthorizationHeaderMalformed");
+    s3_resp_free(&r);
+
+    c.creds = &creds;
+    c.when = time(NULL) - 16 * 60;
+    s3_call(srv.url, &c, &r);
+    expect_error(&r, 403, "RequestTimeTooSkewed");
+    s3_resp_free(&r);
+    c.when = time(NULL) - 14 * 60;
+    s3_call(srv.url, &c, &r);
+    cr_expect_eq(r.status, 200, "14 minutes of skew is within the window");
+    s3_resp_free(&r);
+
+    /* extra x-amz-meta headers are signed and verified like the others */
+    c.when = 0;
+    const char *tampered[] = {"x-amz-meta-a: 1", NULL};
+    c.headers = tampered;
+    s3_call(srv.url, &c, &r);
+    cr_expect_eq(r.status, 200, "signed extra header verifies");
+    s3_resp_free(&r);
+}
+
+Test(mock_server, tampered_request_fails_signature)
+{
+    cr_assert(test_write_file(root, "bucket1/k", "v", 1) == 0);
+    cr_assert(test_write_file(root, "bucket1/j", "w", 1) == 0);
+    /* Sign for /bucket1/k, then send it to /bucket1/j by hand. */
+    struct sf__sigv4_signer s;
+    sf__sigv4_signer_init(&s, "test-ak", "test-secret", NULL, "us-east-1", "s3");
+    struct sf__header h[] = {{"host", srv.host}};
+    struct sf__sigv4_request req = {.method = "GET", .path = "/bucket1/k", .headers = h,
+                                    .n_headers = 1, .payload_hash = SF__EMPTY_SHA256};
+    char amz_date[SF__AMZ_DATE_LEN + 1];
+    struct sf__header extra[3];
+    size_t n_extra = 0;
+    struct sf__sigv4_result res = {0};
+    cr_assert(sf__sigv4_sign_request(&s, &req, time(NULL), amz_date, extra, &n_extra, &res) ==
+              SF_OK);
+    char l1[128], l2[128], l3[512];
+    snprintf(l1, sizeof(l1), "x-amz-date: %s", amz_date);
+    snprintf(l2, sizeof(l2), "x-amz-content-sha256: %s", SF__EMPTY_SHA256);
+    snprintf(l3, sizeof(l3), "Authorization: %s", res.authorization);
+    const char *hdrs[] = {l1, l2, l3, NULL};
+    struct s3_call c = {.method = "GET", .target = "/bucket1/j", .headers = hdrs};
+    struct s3_resp r;
+    s3_call(srv.url, &c, &r);
+    expect_error(&r, 403, "SignatureDoesNotMatch");
+    s3_resp_free(&r);
+    c.target = "/bucket1/k";
+    s3_call(srv.url, &c, &r);
+    cr_expect_eq(r.status, 200, "the untampered request passes");
+    s3_resp_free(&r);
+    sf__sigv4_result_free(&res);
+    sf__sigv4_signer_destroy(&s);
+}
+
+Test(mock_server, keys_never_escape_the_root)
+{
+    const char *targets[] = {
+        "/bucket1/../secret.txt", "/bucket1/..%2F..%2Fsecret.txt", "/bucket1/a/../../../secret.txt",
+        "/bucket1//etc/passwd", "/bucket1/%2Fetc%2Fpasswd", "/bucket1/.sfmock-upload-x",
+        "/bucket1/a%00b",
+    };
+    for (size_t i = 0; i < sizeof(targets) / sizeof(targets[0]); i++) {
+        struct s3_resp r;
+        long st = call("GET", targets[i], NULL, &r);
+        cr_expect(st == 400 || st == 404, "%s answered %ld", targets[i], st);
+        cr_expect(!strstr(sf__strbuf_str(&r.body), "top secret"), "%s leaked", targets[i]);
+        s3_resp_free(&r);
+    }
+    struct s3_resp r;
+    call("PUT", "/bucket1/..%2F..%2Fescaped", NULL, &r);
+    cr_expect_eq(r.status, 400);
+    s3_resp_free(&r);
+    char path[700];
+    snprintf(path, sizeof(path), "%s/escaped", tmp);
+    cr_expect(access(path, F_OK) != 0);
+}
+
+Test(mock_server, forced_faults_by_header)
+{
+    char data[4096];
+    test_fill(data, sizeof(data), 9);
+    cr_assert(test_write_file(root, "bucket1/f", data, sizeof(data)) == 0);
+    struct s3_resp r;
+    const char *h500[] = {"x-sfmock-fault: 500", NULL};
+    call("GET", "/bucket1/f", h500, &r);
+    expect_error(&r, 500, "InternalError");
+    s3_resp_free(&r);
+    const char *h503[] = {"x-sfmock-fault: 503", NULL};
+    call("GET", "/bucket1/f", h503, &r);
+    expect_error(&r, 503, "SlowDown");
+    s3_resp_free(&r);
+
+    const char *reset[] = {"x-sfmock-fault: reset=1000", NULL};
+    call("GET", "/bucket1/f", reset, &r);
+    cr_expect_neq(r.curl_code, CURLE_OK, "a reset body is an error for the client");
+    cr_expect_eq(r.body.len, 1000, "the body stops after the forced byte count");
+    cr_expect(memcmp(r.body.data, data, 1000) == 0);
+    s3_resp_free(&r);
+
+    const char *no206[] = {"x-sfmock-fault: no206", "Range: bytes=0-9", NULL};
+    cr_expect_eq(call("GET", "/bucket1/f", no206, &r), 200);
+    cr_expect_eq(r.body.len, sizeof(data));
+    s3_resp_free(&r);
+
+    const char *nocr[] = {"x-sfmock-fault: no_content_range", "Range: bytes=0-9", NULL};
+    cr_expect_eq(call("GET", "/bucket1/f", nocr, &r), 206);
+    char cr[64];
+    cr_expect(s3_resp_header(&r, "Content-Range", cr, sizeof(cr)) != 0);
+    s3_resp_free(&r);
+
+    char e1[64] = "", e2[64] = "";
+    cr_expect_eq(call("HEAD", "/bucket1/f", NULL, &r), 200);
+    s3_resp_header(&r, "ETag", e1, sizeof(e1));
+    s3_resp_free(&r);
+    const char *chg[] = {"x-sfmock-fault: etag_changed", NULL};
+    cr_expect_eq(call("HEAD", "/bucket1/f", chg, &r), 200);
+    s3_resp_header(&r, "ETag", e2, sizeof(e2));
+    s3_resp_free(&r);
+    cr_expect_str_neq(e1, e2);
+    cr_expect_eq(strlen(e2), 34);
+
+    const char *bad[] = {"x-sfmock-fault: explode", NULL};
+    cr_expect_eq(call("GET", "/bucket1/f", bad, &r), 400);
+    s3_resp_free(&r);
+
+    cJSON *st = stats();
+    cJSON *faults = cJSON_GetObjectItem(st, "faults");
+    cr_expect_eq(cJSON_GetObjectItem(faults, "500")->valuedouble, 1);
+    cr_expect_eq(cJSON_GetObjectItem(faults, "503")->valuedouble, 1);
+    cr_expect_eq(cJSON_GetObjectItem(faults, "reset")->valuedouble, 1);
+    cJSON_Delete(st);
+}
+
+Test(mock_server, queued_faults_fail_exactly_the_next_n_requests)
+{
+    cr_assert(test_write_file(root, "bucket1/q/obj", "payload", 7) == 0);
+    cr_assert(test_write_file(root, "bucket1/other", "x", 1) == 0);
+    struct s3_resp r;
+    struct s3_call q = {.method = "POST", .target = "/_mock/fault?prefix=bucket1/q/&fault=503&count=2"};
+    s3_call(srv.url, &q, &r);
+    cr_assert_eq(r.status, 200);
+    s3_resp_free(&r);
+    cr_expect_eq(call("GET", "/bucket1/other", NULL, &r), 200, "other prefixes are unaffected");
+    s3_resp_free(&r);
+    long want[] = {503, 503, 200, 200};
+    for (int i = 0; i < 4; i++) {
+        cr_expect_eq(call("GET", "/bucket1/q/obj", NULL, &r), want[i], "attempt %d", i + 1);
+        s3_resp_free(&r);
+    }
+    cJSON *st = stats();
+    cr_expect_eq(key_status(st, "bucket1/q/obj", "503"), 2);
+    cr_expect_eq(key_status(st, "bucket1/q/obj", "200"), 2);
+    cJSON *ops = cJSON_GetObjectItem(st, "operations");
+    cr_expect_eq(cJSON_GetObjectItem(ops, "GetObject")->valuedouble, 5);
+    cJSON_Delete(st);
+
+    struct s3_call reset = {.method = "POST", .target = "/_mock/reset"};
+    s3_call(srv.url, &reset, &r);
+    s3_resp_free(&r);
+    st = stats();
+    cr_expect_eq(cJSON_GetObjectItem(st, "requests")->valuedouble, 0);
+    cJSON_Delete(st);
+}
+
+Test(mock_server, fault_rules_are_scoped_and_replaceable)
+{
+    cr_assert(test_write_file(root, "bucket1/bad/x", "x", 1) == 0);
+    cr_assert(test_write_file(root, "bucket1/good/x", "x", 1) == 0);
+    const char *rules = "prefix=bucket1/bad/,p500=1\n";
+    struct s3_call set = {.method = "POST", .target = "/_mock/faults", .body = rules,
+                          .body_len = strlen(rules)};
+    struct s3_resp r;
+    s3_call(srv.url, &set, &r);
+    cr_assert_eq(r.status, 200);
+    s3_resp_free(&r);
+    call("GET", "/bucket1/bad/x", NULL, &r);
+    expect_error(&r, 500, "InternalError");
+    s3_resp_free(&r);
+    cr_expect_eq(call("GET", "/bucket1/good/x", NULL, &r), 200);
+    s3_resp_free(&r);
+
+    const char *invalid = "prefix=x,p500=2\n";
+    set.body = invalid;
+    set.body_len = strlen(invalid);
+    s3_call(srv.url, &set, &r);
+    cr_expect_eq(r.status, 400, "probabilities above 1 are refused");
+    s3_resp_free(&r);
+    call("GET", "/bucket1/bad/x", NULL, &r);
+    cr_expect_eq(r.status, 500, "a refused rule set leaves the old one in place");
+    s3_resp_free(&r);
+
+    set.body = "";
+    set.body_len = 0;
+    s3_call(srv.url, &set, &r);
+    s3_resp_free(&r);
+    cr_expect_eq(call("GET", "/bucket1/bad/x", NULL, &r), 200, "rules cleared");
+    s3_resp_free(&r);
+}
+
+/* The statuses of 40 GETs against a fresh server with a random 500 rule. */
+static void fault_sequence(const char *seed, long out[40])
+{
+    char rule[] = "prefix=bucket1/,p500=0.5";
+    const char *args[] = {"--seed", seed, "--fault", rule, NULL};
+    start_with(args);
+    cr_assert(test_write_file(root, "bucket1/k", "v", 1) == 0);
+    for (int i = 0; i < 40; i++) {
+        struct s3_resp r;
+        out[i] = call("GET", "/bucket1/k", NULL, &r);
+        s3_resp_free(&r);
+    }
+    teardown();
+}
+
+Test(mock_server_cfg, random_faults_repeat_with_the_seed)
+{
+    long a[40], b[40], c[40];
+    fault_sequence("42", a);
+    fault_sequence("42", b);
+    fault_sequence("43", c);
+    int fails = 0, differ = 0;
+    for (int i = 0; i < 40; i++) {
+        cr_expect_eq(a[i], b[i], "request %d", i);
+        cr_expect(a[i] == 200 || a[i] == 500);
+        fails += a[i] == 500;
+        differ += a[i] != c[i];
+    }
+    /* p = 0.5 over 40 draws: both outcomes occur (P(all same) = 2^-39). */
+    cr_expect(fails > 0 && fails < 40, "%d failures", fails);
+    cr_expect(differ > 0, "another seed gives another sequence");
+}
+
+Test(mock_server_cfg, rate_limit_answers_slowdown_above_the_rate)
+{
+    const char *args[] = {"--fault", "prefix=bucket1/hot/,rate_limit=5", NULL};
+    start_with(args);
+    cr_assert(test_write_file(root, "bucket1/hot/k", "v", 1) == 0);
+    cr_assert(test_write_file(root, "bucket1/cold", "v", 1) == 0);
+    int ok = 0, slow = 0;
+    for (int i = 0; i < 30; i++) {
+        struct s3_resp r;
+        long st = call("GET", "/bucket1/hot/k", NULL, &r);
+        if (st == 200)
+            ok++;
+        else if (st == 503) {
+            char code[32] = "";
+            s3_xml_value(&r, "Code", code, sizeof(code));
+            cr_expect_str_eq(code, "SlowDown");
+            slow++;
+        }
+        s3_resp_free(&r);
+    }
+    /* 30 back-to-back requests against a burst of 5 at 5/s: the bucket
+     * refills by at most 5 per elapsed second, so most are refused. */
+    cr_expect_geq(ok, 5);
+    cr_expect_gt(slow, 0);
+    cr_expect_eq(ok + slow, 30);
+    struct s3_resp r;
+    cr_expect_eq(call("GET", "/bucket1/cold", NULL, &r), 200, "other prefixes are not limited");
+    s3_resp_free(&r);
+    cJSON *st = stats();
+    cr_expect_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(st, "faults"), "rate_limit")->valuedouble,
+                 slow);
+    cJSON_Delete(st);
+}
+
+Test(mock_server_cfg, stall_stops_the_body_midway)
+{
+    const char *args[] = {"--fault", "prefix=bucket1/slow,stall=1,stall_ms=20000", NULL};
+    start_with(args);
+    char data[65536];
+    test_fill(data, sizeof(data), 5);
+    cr_assert(test_write_file(root, "bucket1/slow", data, sizeof(data)) == 0);
+    struct s3_call c = {.method = "GET", .target = "/bucket1/slow", .creds = &creds,
+                        .low_speed_time_s = 2};
+    struct s3_resp r;
+    s3_call(srv.url, &c, &r);
+    cr_expect_eq(r.curl_code, CURLE_OPERATION_TIMEDOUT, "the client sees no progress");
+    cr_expect_eq(r.body.len, sizeof(data) / 2, "the stall starts halfway");
+    cr_expect(memcmp(r.body.data, data, r.body.len) == 0);
+    s3_resp_free(&r);
+    /* the server still stops promptly with a stalled transfer open */
+    cr_expect_eq(mock_proc_stop(&srv), 0);
+}
+
+Test(mock_server_cfg, bandwidth_cap_and_latency_slow_but_keep_the_body)
+{
+    const char *args[] = {"--fault", "prefix=bucket1/capped,bandwidth=200K,latency_ms=300", NULL};
+    start_with(args);
+    size_t n = 100 * 1024;
+    char *data = malloc(n);
+    test_fill(data, n, 11);
+    cr_assert(test_write_file(root, "bucket1/capped", data, n) == 0);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    struct s3_resp r;
+    cr_assert_eq(call("GET", "/bucket1/capped", NULL, &r), 200);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    cr_expect_eq(r.body.len, n);
+    cr_expect(memcmp(r.body.data, data, n) == 0);
+    double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    /* A lower bound only (sleeps never end early): 300 ms latency + 0.5 s of
+     * pacing. This checks the fault happens, not how fast anything is. */
+    cr_expect_geq(s, 0.75, "took %.3f s", s);
+    s3_resp_free(&r);
+    free(data);
+}
+
+Test(mock_server_cfg, etag_changes_after_n_requests)
+{
+    const char *args[] = {"--fault", "prefix=bucket1/e,etag_change_after=2", NULL};
+    start_with(args);
+    cr_assert(test_write_file(root, "bucket1/e", "content", 7) == 0);
+    char tags[4][64];
+    for (int i = 0; i < 4; i++) {
+        struct s3_resp r;
+        cr_assert_eq(call("HEAD", "/bucket1/e", NULL, &r), 200);
+        s3_resp_header(&r, "ETag", tags[i], sizeof(tags[i]));
+        s3_resp_free(&r);
+    }
+    cr_expect_str_eq(tags[0], tags[1]);
+    cr_expect_str_neq(tags[1], tags[2]);
+    cr_expect_str_eq(tags[2], tags[3]);
+    /* If-Match with the first ETag now fails: the object "changed". */
+    char hdr[100];
+    snprintf(hdr, sizeof(hdr), "If-Match: %s", tags[0]);
+    const char *h[] = {hdr, "Range: bytes=0-1", NULL};
+    struct s3_resp r;
+    call("GET", "/bucket1/e", h, &r);
+    expect_error(&r, 412, "PreconditionFailed");
+    s3_resp_free(&r);
+}
+
+Test(mock_server_cfg, session_token_is_required_when_configured)
+{
+    const char *args[] = {"--session-token", "tok123", NULL};
+    start_with(args);
+    cr_assert(test_write_file(root, "bucket1/k", "v", 1) == 0);
+    struct s3_resp r;
+    call("GET", "/bucket1/k", NULL, &r);
+    expect_error(&r, 403, "InvalidToken");
+    s3_resp_free(&r);
+    struct s3_creds with = {"test-ak", "test-secret", "tok123", NULL};
+    struct s3_call c = {.method = "GET", .target = "/bucket1/k", .creds = &with};
+    s3_call(srv.url, &c, &r);
+    cr_expect_eq(r.status, 200);
+    s3_resp_free(&r);
+}
+
+Test(mock_server_cfg, anonymous_mode_serves_unsigned_but_checks_signed)
+{
+    const char *args[] = {"--anonymous", NULL};
+    start_with(args);
+    cr_assert(test_write_file(root, "bucket1/k", "v", 1) == 0);
+    struct s3_resp r;
+    struct s3_call c = {.method = "GET", .target = "/bucket1/k"};
+    s3_call(srv.url, &c, &r);
+    cr_expect_eq(r.status, 200);
+    s3_resp_free(&r);
+    struct s3_creds bad = {"test-ak", "nope", NULL, NULL};
+    c.creds = &bad;
+    s3_call(srv.url, &c, &r);
+    expect_error(&r, 403, "SignatureDoesNotMatch");
+    s3_resp_free(&r);
+}
+
+Test(mock_server, unsupported_operations_answer_not_implemented)
+{
+    struct s3_resp r;
+    call("POST", "/bucket1/k?uploads", NULL, &r);
+    expect_error(&r, 501, "NotImplemented");
+    s3_resp_free(&r);
+    call("GET", "/bucket1?versioning", NULL, &r);
+    expect_error(&r, 501, "NotImplemented");
+    s3_resp_free(&r);
+    const char *copy[] = {"x-amz-copy-source: /bucket1/a", NULL};
+    call("PUT", "/bucket1/b", copy, &r);
+    expect_error(&r, 501, "NotImplemented");
+    s3_resp_free(&r);
+}
+
+Test(mock_server_cli, bad_command_lines_exit_non_zero, .timeout = 60)
+{
+    const char *cases[][4] = {
+        {"--port", "70000", NULL},
+        {"--fault", "p500=7", NULL},
+        {"--fault", "nonsense=1", NULL},
+        {"--bogus", NULL},
+    };
+    char *dir = test_tmpdir();
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct mock_proc p;
+        cr_expect(mock_proc_start(&p, dir, cases[i]) != 0, "case %zu started", i);
+    }
+    struct mock_proc p;
+    cr_expect(mock_proc_start(&p, "/nonexistent/root", NULL) != 0);
+    test_rmtree(dir);
+    free(dir);
+}
