@@ -13,6 +13,11 @@ if [[ $# -ne 1 ]]; then
   exit 2
 fi
 SERVER_BIN=$1
+if ! command -v aws >/dev/null; then
+  echo "FAIL the aws CLI is not on PATH"
+  echo "0 passed, 1 failed"
+  exit 1
+fi
 ACCESS_KEY=cli-access-key
 SERVER_SECRET=cli-secret-key
 BUCKET=cli-bucket
