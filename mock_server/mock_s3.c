@@ -1526,6 +1526,8 @@ static enum MHD_Result begin(struct request *rq, struct MHD_Connection *conn)
     }
     for (size_t i = 0; i < rq->n_params; i++) {
         const char *name = rq->params[i].name;
+        if (strcmp(name, "x-id") == 0)
+            continue; /* SDKs tag requests with their operation name */
         int unsupported = rq->key ? in_list(name, object_subresources)
                                   : (is_get && !in_list(name, list_params) &&
                                      strcmp(rq->op, "GetBucketLocation") != 0) ||
