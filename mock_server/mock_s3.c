@@ -633,17 +633,6 @@ static char *token_encode(char kind, const char *s)
     return t;
 }
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 static char *token_decode(const char *t, char *kind)
 {
     size_t n = strlen(t);
@@ -653,7 +642,8 @@ static char *token_decode(const char *t, char *kind)
     if (!s)
         return NULL;
     for (size_t i = 0; i < (n - 1) / 2; i++) {
-        int hi = hexval(t[1 + 2 * i]), lo = hexval(t[2 + 2 * i]);
+        int hi = sf__hex_digit_value((unsigned char)t[1 + 2 * i]);
+        int lo = sf__hex_digit_value((unsigned char)t[2 + 2 * i]);
         if (hi < 0 || lo < 0 || (hi == 0 && lo == 0)) {
             free(s);
             return NULL;

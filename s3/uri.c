@@ -8,7 +8,7 @@ static int uri_is_unreserved(unsigned char c)
            c == '-' || c == '.' || c == '_' || c == '~';
 }
 
-static int uri_hex_value(unsigned char c)
+int sf__hex_digit_value(unsigned char c)
 {
     if (c >= '0' && c <= '9')
         return c - '0';
@@ -71,8 +71,8 @@ sf_status sf__uri_decode(struct sf__strbuf *out, const char *src, size_t n, int 
             used = 0;
         }
         if (c == '%' && n - i >= 3) {
-            int hi = uri_hex_value((unsigned char)src[i + 1]);
-            int lo = uri_hex_value((unsigned char)src[i + 2]);
+            int hi = sf__hex_digit_value((unsigned char)src[i + 1]);
+            int lo = sf__hex_digit_value((unsigned char)src[i + 2]);
             if (hi >= 0 && lo >= 0) {
                 chunk[used++] = (char)((hi << 4) | lo);
                 i += 2;

@@ -16,4 +16,7 @@ sf_status sf__uri_encode(struct sf__strbuf *out, const char *src, size_t n, int 
  * literally. The result may contain NUL bytes: use out->len. */
 sf_status sf__uri_decode(struct sf__strbuf *out, const char *src, size_t n, int plus_is_space);
 
+/* 0-15 for a hex digit (either case), -1 otherwise. */
+int sf__hex_digit_value(unsigned char c);
+
 #endif
