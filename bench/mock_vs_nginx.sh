@@ -16,7 +16,7 @@
 #   SF_BENCH_PARALLEL  --parallel  curl --parallel-max      (default 16)
 #   SF_BENCH_ROUNDS    --rounds    measured rounds per server (default 5)
 #   SF_MOCK_S3_BIN     the mock binary when no path is given
-#                      (default: build-conf/ then build/ of this repository)
+#                      (default: build/ of this repository)
 #
 # Prints a per-round table and, last, the line
 #   mock/nginx throughput ratio: X.XX (median of N rounds; target >= 0.80)
@@ -48,7 +48,7 @@ done
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 if [[ -z $MOCK_BIN ]]; then
-  for cand in "$REPO/build-conf/shardfeed-mock-s3" "$REPO/build/shardfeed-mock-s3"; do
+  for cand in "$REPO/build/shardfeed-mock-s3"; do
     [[ -x $cand ]] && { MOCK_BIN=$cand; break; }
   done
 fi
@@ -58,7 +58,7 @@ NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 command -v curl >/dev/null || { echo "curl not found" >&2; exit 2; }
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/sf-bench-mock-vs-nginx.XXXXXX")
-NGINX_PID= MOCK_PID=
+NGINX_PID='' MOCK_PID=''
 stop() {  # stop PID: SIGTERM, then SIGKILL after 5 s
   local pid=$1
   [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null || return 0

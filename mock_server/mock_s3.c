@@ -18,6 +18,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -930,23 +932,44 @@ struct body_src {
     double t_start;
 };
 
+/*
+ * Resets the connection after exactly the bytes handed out so far: first
+ * wait (bounded) until the kernel has sent them all, since an RST discards
+ * whatever is still queued; then disconnect the socket, which makes Linux
+ * send RST at once. libmicrohttpd's own shutdown and close that follow find
+ * the socket already disconnected and can no longer send a FIN first.
+ */
+static void reset_connection(struct body_src *b)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(b->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    mock_stats_fault(b->srv->stats, "reset");
+    if (!ci)
+        return;
+    int fd = ci->connect_fd;
+    for (int waited_ms = 0; waited_ms < 5000; waited_ms += 2) {
+        int queued = 0;
+        if (ioctl(fd, SIOCOUTQ, &queued) != 0 || queued == 0)
+            break;
+        if (sleep_ms_interruptible(b->srv, 2) != 0)
+            break;
+    }
+    struct sockaddr unspec;
+    memset(&unspec, 0, sizeof(unspec));
+    unspec.sa_family = AF_UNSPEC;
+    connect(fd, &unspec, sizeof(unspec));
+    if (!b->srv->cfg.quiet)
+        fprintf(stderr, "fault: connection reset after %llu body bytes\n",
+                (unsigned long long)b->reset_at);
+}
+
 static ssize_t body_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
     struct body_src *b = cls;
     if (pos >= b->len)
         return MHD_CONTENT_READER_END_OF_STREAM;
     if (b->reset_at >= 0 && pos >= (uint64_t)b->reset_at) {
-        /* SO_LINGER 0 turns the close into an RST, as a real reset. */
-        const union MHD_ConnectionInfo *ci =
-            MHD_get_connection_info(b->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-        if (ci) {
-            struct linger lg = {1, 0};
-            setsockopt(ci->connect_fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
-        }
-        mock_stats_fault(b->srv->stats, "reset");
-        if (!b->srv->cfg.quiet)
-            fprintf(stderr, "fault: connection reset after %llu body bytes\n",
-                    (unsigned long long)pos);
+        reset_connection(b);
         return MHD_CONTENT_READER_END_WITH_ERROR;
     }
     if (b->stall_at >= 0 && !b->stalled && pos >= (uint64_t)b->stall_at) {
@@ -1145,7 +1168,8 @@ static enum MHD_Result op_get_object(struct request *rq, struct MHD_Connection *
             MHD_add_response_header(resp, "Content-Range", cr);
         }
     }
-    return queue(rq, conn, ranged ? 206 : 200, resp, body_len, fault);
+    uint64_t sent = plan.reset_at >= 0 && !head ? (uint64_t)plan.reset_at : body_len;
+    return queue(rq, conn, ranged ? 206 : 200, resp, sent, fault);
 }
 
 /* Removes now-empty directories between a deleted key and its bucket. */
