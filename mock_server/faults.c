@@ -1,6 +1,7 @@
 #include "mock_server/faults.h"
 
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -148,7 +149,7 @@ sf_status mock_parse_size(const char *s, uint64_t *out)
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (end == s || errno || v < 0)
+    if (end == s || errno || !isfinite(v) || v < 0)
         return SF_ERR_PARSE;
     double mult = 1;
     switch (*end) {
@@ -186,6 +187,12 @@ static int parse_long(const char *v, long lo, long hi, long *out)
         return -1;
     *out = x;
     return 0;
+}
+
+/* A burst below one request would refuse everything forever. */
+static double rule_burst(const struct rule *r)
+{
+    return r->rate_limit > 1.0 ? r->rate_limit : 1.0;
 }
 
 static sf_status parse_rule(const char *spec, struct rule *r, char *err, size_t err_len)
@@ -244,8 +251,8 @@ static sf_status parse_rule(const char *spec, struct rule *r, char *err, size_t 
         } else if (strcmp(name, "rate_limit") == 0) {
             char *end;
             r->rate_limit = strtod(v, &end);
-            bad = end == v || *end != '\0' || !(r->rate_limit > 0);
-            r->tokens = r->rate_limit;
+            bad = end == v || *end != '\0' || !isfinite(r->rate_limit) || !(r->rate_limit > 0);
+            r->tokens = rule_burst(r);
         } else {
             snprintf(err, err_len, "unknown fault rule field '%s'", name);
             rc = SF_ERR_PARSE;
@@ -417,13 +424,19 @@ sf_status mock_faults_queue(struct mock_faults *f, const char *prefix, const cha
     return SF_OK;
 }
 
+static int is_body_fault(const char *fault)
+{
+    return strncmp(fault, "reset=", 6) == 0 || strncmp(fault, "stall=", 6) == 0 ||
+           strcmp(fault, "no206") == 0 || strcmp(fault, "no_content_range") == 0;
+}
+
 static int has_prefix(const char *s, const char *prefix)
 {
     return strncmp(s, prefix, strlen(prefix)) == 0;
 }
 
 sf_status mock_faults_plan(struct mock_faults *f, const char *target, const char *range,
-                           const char *forced, int is_get, uint64_t body_len,
+                           const char *forced, enum mock_op_kind op, uint64_t body_len,
                            struct mock_fault_plan *plan, char *err, size_t err_len)
 {
     memset(plan, 0, sizeof(*plan));
@@ -433,8 +446,12 @@ sf_status mock_faults_plan(struct mock_faults *f, const char *target, const char
     char queued_fault[64] = "";
     pthread_mutex_lock(&f->lock);
     /* Queued faults: first match wins, each use counts down. */
+    int is_get = op == MOCK_OP_GET;
     for (size_t i = 0; i < f->n_queued; i++) {
         struct queued *q = &f->queue[i];
+        /* A body fault waits for a GET: a HEAD must not use it up. */
+        if (!is_get && is_body_fault(q->fault))
+            continue;
         if (q->remaining && has_prefix(target, q->prefix)) {
             memcpy(queued_fault, q->fault, sizeof(queued_fault));
             if (--q->remaining == 0) {
@@ -456,8 +473,10 @@ sf_status mock_faults_plan(struct mock_faults *f, const char *target, const char
     }
     if (r) {
         /* Decisions depend on (seed, key, range, attempt index) only. */
+        /* Each operation has its own sequence, so PUTs and DELETEs do not
+         * shift the faults that GETs of the same key see. */
         uint64_t h = fnv1a(target, 0xcbf29ce484222325ull);
-        uint64_t hr = fnv1a(range ? range : "", h ^ 0x5bd1e995u);
+        uint64_t hr = fnv1a(range ? range : "", h ^ (0x5bd1e995u * (uint64_t)(op + 1)));
         uint32_t attempt = counter_bump(&f->attempts, hr);
         uint64_t state = f->seed ^ hr ^ ((uint64_t)attempt * 0xD6E8FEB86659FD93ull);
         double u500 = uniform01(&state), u503 = uniform01(&state);
@@ -482,8 +501,8 @@ sf_status mock_faults_plan(struct mock_faults *f, const char *target, const char
             if (r->rate_limit > 0 && plan->status == 0) {
                 double now = now_seconds();
                 r->tokens += (now - r->last_refill) * r->rate_limit;
-                if (r->tokens > r->rate_limit)
-                    r->tokens = r->rate_limit;
+                if (r->tokens > rule_burst(r))
+                    r->tokens = rule_burst(r);
                 r->last_refill = now;
                 if (r->tokens >= 1.0) {
                     r->tokens -= 1.0;
@@ -493,7 +512,7 @@ sf_status mock_faults_plan(struct mock_faults *f, const char *target, const char
                 }
             }
         }
-        if (r->etag_change_after >= 0) {
+        if (r->etag_change_after >= 0 && (op == MOCK_OP_GET || op == MOCK_OP_HEAD)) {
             uint32_t reads = counter_bump(&f->key_reads, h);
             if ((long)reads >= r->etag_change_after)
                 plan->etag_changed = 1;

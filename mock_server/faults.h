@@ -42,15 +42,18 @@ char *mock_faults_describe(struct mock_faults *f);
 sf_status mock_faults_queue(struct mock_faults *f, const char *prefix, const char *fault,
                             unsigned count, char *err, size_t err_len);
 
+/* The operations faults apply to: body faults and the rate limit to GETs,
+ * etag_change_after counts GETs and HEADs, errors and latency to all. */
+enum mock_op_kind { MOCK_OP_GET, MOCK_OP_HEAD, MOCK_OP_PUT, MOCK_OP_DELETE };
+
 /*
- * Decides the faults of one request. target is "bucket/key" ("bucket/" for
- * bucket requests); range the Range header or NULL; forced the value of the
- * x-sfmock-fault header or NULL; is_get whether body faults and the rate
- * limit apply; body_len the length of the body that would be sent.
+ * Decides the faults of one object request. target is "bucket/key"; range the Range header or NULL; forced the value of the
+ * x-sfmock-fault header or NULL; op the operation; body_len the length
+ * of the body that would be sent.
  * SF_ERR_PARSE when the forced header is malformed (message in err).
  */
 sf_status mock_faults_plan(struct mock_faults *f, const char *target, const char *range,
-                           const char *forced, int is_get, uint64_t body_len,
+                           const char *forced, enum mock_op_kind op, uint64_t body_len,
                            struct mock_fault_plan *plan, char *err, size_t err_len);
 
 /* Parses one forced fault ("503", "reset=100", "stall=2000") into plan. */

@@ -76,6 +76,8 @@ struct request {
     EVP_MD_CTX *up_sha;
     uint64_t up_bytes;
     int up_check_sha;
+    int up_failed;    /* a write failed: the rest of the body is discarded */
+    int up_too_large;
     char up_expect_sha[SF__SHA256_HEX_LEN + 1];
     int begun;        /* begin() ran */
     struct sf__strbuf body; /* bodies of requests other than object PUTs */
@@ -726,17 +728,23 @@ static enum MHD_Result op_list_objects(struct request *rq, struct MHD_Connection
     char last_kind = 0;
     for (size_t i = 0; i < l.n; i++) {
         const char *k = l.entries[i].key;
-        if (resume) {
-            if (strcmp(k, resume) <= 0)
-                continue;
-            if (resume_kind == 'P' && strncmp(k, resume, strlen(resume)) == 0)
-                continue;
-        }
         const char *cp_end = NULL;
         if (delim) {
             const char *hit = strstr(k + plen, delim);
             if (hit)
                 cp_end = hit + dlen;
+        }
+        /* Resume after the marker / token / start-after: a key that rolls
+         * up into a common prefix is compared as that prefix, so a page that
+         * ended on "a/" does not emit "a/" again (S3 semantics). */
+        if (resume) {
+            size_t cmp_len = cp_end ? (size_t)(cp_end - k) : strlen(k);
+            size_t rlen = strlen(resume);
+            int c = memcmp(k, resume, cmp_len < rlen ? cmp_len : rlen);
+            if (c < 0 || (c == 0 && cmp_len <= rlen))
+                continue;
+            if (resume_kind == 'P' && strncmp(k, resume, rlen) == 0)
+                continue;
         }
         if (cp_end && last_cp && strncmp(k, last_cp, strlen(last_cp)) == 0 &&
             strlen(last_cp) == (size_t)(cp_end - k))
@@ -882,16 +890,20 @@ static enum range_result parse_range(const char *h, uint64_t size, uint64_t *sta
     char *e1;
     errno = 0;
     if (dash == p) { /* suffix: bytes=-n */
-        unsigned long long n = strtoull(dash + 1, &e1, 10);
-        if (e1 == dash + 1 || *e1 || errno || dash[1] == '-')
+        if (dash[1] < '0' || dash[1] > '9')
             return RANGE_NONE;
+        unsigned long long n = strtoull(dash + 1, &e1, 10);
+        if (*e1)
+            return RANGE_NONE;
+        if (errno == ERANGE)
+            n = ~0ull; /* a suffix longer than any object: the whole object */
         if (n == 0 || size == 0)
             return RANGE_UNSATISFIABLE;
         *start = n >= size ? 0 : size - n;
         *end = size - 1;
         return RANGE_OK;
     }
-    if (*p == '-' || *p == '+')
+    if (*p < '0' || *p > '9')
         return RANGE_NONE;
     unsigned long long a = strtoull(p, &e1, 10);
     if (e1 != dash || errno)
@@ -900,12 +912,14 @@ static enum range_result parse_range(const char *h, uint64_t size, uint64_t *sta
     if (dash[1] == '\0') {
         b = size ? size - 1 : 0;
     } else {
-        if (dash[1] == '-' || dash[1] == '+')
+        if (dash[1] < '0' || dash[1] > '9')
             return RANGE_NONE;
         char *e2;
         b = strtoull(dash + 1, &e2, 10);
-        if (*e2 || errno)
+        if (*e2)
             return RANGE_NONE;
+        if (errno == ERANGE)
+            b = ~0ull; /* past any object's end: clamped below */
         if (b < a)
             return RANGE_NONE;
         if (size && b >= size)
@@ -1047,8 +1061,9 @@ static enum MHD_Result op_get_object(struct request *rq, struct MHD_Connection *
 
     struct mock_fault_plan plan;
     char ferr[256];
-    if (mock_faults_plan(srv->faults, rq->target, range_h, header(conn, FAULT_HEADER), !head,
-                         body_len, &plan, ferr, sizeof(ferr)) != SF_OK) {
+    if (mock_faults_plan(srv->faults, rq->target, range_h, header(conn, FAULT_HEADER),
+                         head ? MOCK_OP_HEAD : MOCK_OP_GET, body_len, &plan, ferr,
+                         sizeof(ferr)) != SF_OK) {
         if (fd >= 0)
             close(fd);
         set_error(&e, 400, "InvalidArgument", "%s", ferr);
@@ -1259,6 +1274,12 @@ static enum MHD_Result op_put_object_begin(struct request *rq, struct MHD_Connec
         set_error(&e, 404, "NoSuchBucket", "The specified bucket does not exist");
         return respond_error(rq, conn, &e, NULL);
     }
+    const char *clen = header(conn, "Content-Length");
+    if (clen && strtoull(clen, NULL, 10) > MAX_PUT_BYTES) {
+        set_error(&e, 400, "EntityTooLarge", "Your proposed upload exceeds the maximum "
+                  "allowed size");
+        return respond_error(rq, conn, &e, NULL);
+    }
     const char *payload = header(conn, "x-amz-content-sha256");
     if (payload && strlen(payload) == SF__SHA256_HEX_LEN) {
         rq->up_check_sha = 1;
@@ -1294,8 +1315,10 @@ static int put_consume(struct request *rq, const char *data, size_t n)
 {
     if (rq->up_fd < 0)
         return -1;
-    if (rq->up_bytes + n > MAX_PUT_BYTES)
+    if (rq->up_bytes + n > MAX_PUT_BYTES) {
+        rq->up_too_large = 1;
         return -1;
+    }
     size_t off = 0;
     while (off < n) {
         ssize_t w = write(rq->up_fd, data + off, n - off);
@@ -1318,7 +1341,7 @@ static enum MHD_Result op_put_object_finish(struct request *rq, struct MHD_Conne
     struct s3_error e = {0};
     if (failed || rq->up_fd < 0) {
         upload_abort(rq);
-        if (rq->up_bytes >= MAX_PUT_BYTES)
+        if (rq->up_too_large)
             set_error(&e, 400, "EntityTooLarge", "Your proposed upload exceeds the maximum "
                       "allowed size");
         else
@@ -1556,20 +1579,21 @@ static enum MHD_Result begin(struct request *rq, struct MHD_Connection *conn)
     if (rq->key && (is_get || is_head))
         return op_get_object(rq, conn, is_head); /* plans its own faults */
 
-    struct mock_fault_plan plan;
-    char ferr[256];
-    if (mock_faults_plan(srv->faults, rq->target, NULL, header(conn, FAULT_HEADER), 0, 0, &plan,
-                         ferr, sizeof(ferr)) != SF_OK) {
-        set_error(&e, 400, "InvalidArgument", "%s", ferr);
-        return respond_error(rq, conn, &e, NULL);
-    }
-    if (plan.latency_ms && sleep_ms_interruptible(srv, plan.latency_ms) != 0)
-        return MHD_NO;
-    if (plan.status)
-        return respond_fault_status(rq, conn, &plan);
-
-    if (rq->key)
+    if (rq->key) {
+        struct mock_fault_plan plan;
+        char ferr[256];
+        if (mock_faults_plan(srv->faults, rq->target, NULL, header(conn, FAULT_HEADER),
+                             is_put ? MOCK_OP_PUT : MOCK_OP_DELETE, 0, &plan, ferr,
+                             sizeof(ferr)) != SF_OK) {
+            set_error(&e, 400, "InvalidArgument", "%s", ferr);
+            return respond_error(rq, conn, &e, NULL);
+        }
+        if (plan.latency_ms && sleep_ms_interruptible(srv, plan.latency_ms) != 0)
+            return MHD_NO;
+        if (plan.status)
+            return respond_fault_status(rq, conn, &plan);
         return is_put ? op_put_object_begin(rq, conn) : op_delete_object(rq, conn);
+    }
     if (is_put)
         return op_create_bucket(rq, conn);
     if (!mock_bucket_exists(srv->store, rq->bucket)) {
@@ -1667,10 +1691,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (*upload_data_size) {
         if (!rq->done) {
             if (rq->up_tmp) {
-                if (put_consume(rq, upload_data, *upload_data_size) != 0) {
-                    *upload_data_size = 0;
-                    return op_put_object_finish(rq, conn, 1);
-                }
+                /* libmicrohttpd 0.9.75 refuses a response while the body is
+                 * still arriving: remember the failure, drain the body, and
+                 * answer once it is complete. */
+                if (!rq->up_failed && put_consume(rq, upload_data, *upload_data_size) != 0)
+                    rq->up_failed = 1;
             } else {
                 /* Small bodies of other requests (admin rules, bucket
                  * configuration); the cap makes the strbuf error sticky. */
@@ -1684,7 +1709,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_YES;
     if (!rq->begun)
         return begin(rq, conn);
-    return op_put_object_finish(rq, conn, 0);
+    return op_put_object_finish(rq, conn, rq->up_failed);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,

@@ -298,7 +298,12 @@ static void list_walk(struct list_ctx *c, int dir_fd, char *rel, size_t rel_len,
         memcpy(rel + rel_len, name, name_len + 1);
         size_t key_len = rel_len + name_len;
         struct stat sb;
-        if (fstatat(dirfd(d), name, &sb, 0) != 0)
+        if (fstatat(dirfd(d), name, &sb, AT_SYMLINK_NOFOLLOW) != 0)
+            continue;
+        /* A symlink to a file is an object; a symlink to a directory is not
+         * walked, so a link loop cannot make a listing spin. */
+        if (S_ISLNK(sb.st_mode) &&
+            (fstatat(dirfd(d), name, &sb, 0) != 0 || !S_ISREG(sb.st_mode)))
             continue;
         if (S_ISDIR(sb.st_mode)) {
             if (depth >= MAX_LIST_DEPTH)

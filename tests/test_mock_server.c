@@ -843,3 +843,81 @@ Test(mock_server_cli, bad_command_lines_exit_non_zero, .timeout = 60)
     test_rmtree(dir);
     free(dir);
 }
+
+Test(mock_server, list_v1_markers_page_through_common_prefixes)
+{
+    const char *keys[] = {"a/1", "a/2", "b/1", "c"};
+    for (size_t i = 0; i < 4; i++) {
+        char rel[64];
+        snprintf(rel, sizeof(rel), "bucket1/%s", keys[i]);
+        cr_assert(test_write_file(root, rel, "z", 1) == 0);
+    }
+    const char *want[] = {"a/", "b/", "c"};
+    char marker[256] = "";
+    for (int i = 0; i < 3; i++) {
+        char target[512];
+        snprintf(target, sizeof(target), "/bucket1?delimiter=%%2F&max-keys=1&marker=%s", marker);
+        struct s3_resp r;
+        cr_assert_eq(call("GET", target, NULL, &r), 200);
+        const char *b = sf__strbuf_str(&r.body);
+        const char *cp = strstr(b, "<CommonPrefixes><Prefix>");
+        const char *k = strstr(b, "<Key>");
+        char got[64] = "";
+        if (cp)
+            sscanf(cp + 24, "%63[^<]", got);
+        else if (k)
+            sscanf(k + 5, "%63[^<]", got);
+        cr_expect_str_eq(got, want[i], "page %d", i);
+        char trunc[16] = "";
+        s3_xml_value(&r, "IsTruncated", trunc, sizeof(trunc));
+        cr_expect_str_eq(trunc, i < 2 ? "true" : "false", "page %d", i);
+        marker[0] = '\0';
+        if (i < 2) {
+            char next[64] = "";
+            cr_assert(s3_xml_value(&r, "NextMarker", next, sizeof(next)) == 0);
+            /* "a/" -> "a%2F" */
+            snprintf(marker, sizeof(marker), "%.*s%%2F", (int)strlen(next) - 1, next);
+        }
+        s3_resp_free(&r);
+    }
+}
+
+Test(mock_server, fault_rules_apply_to_object_requests_only)
+{
+    cr_assert(test_write_file(root, "bucket1/k", "v", 1) == 0);
+    const char *rules = "p503=1\n";
+    struct s3_call set = {.method = "POST", .target = "/_mock/faults", .body = rules,
+                          .body_len = strlen(rules)};
+    struct s3_resp r;
+    s3_call(srv.url, &set, &r);
+    cr_assert_eq(r.status, 200);
+    s3_resp_free(&r);
+    cr_expect_eq(call("GET", "/bucket1?list-type=2", NULL, &r), 200, "listing is not faulted");
+    s3_resp_free(&r);
+    call("GET", "/bucket1/k", NULL, &r);
+    expect_error(&r, 503, "SlowDown");
+    s3_resp_free(&r);
+    call("PUT", "/bucket1/k2", NULL, &r);
+    expect_error(&r, 503, "SlowDown");
+    s3_resp_free(&r);
+}
+
+Test(mock_server, queued_body_faults_wait_for_a_get)
+{
+    char data[2048];
+    test_fill(data, sizeof(data), 4);
+    cr_assert(test_write_file(root, "bucket1/b", data, sizeof(data)) == 0);
+    struct s3_resp r;
+    struct s3_call q = {.method = "POST", .target = "/_mock/fault?prefix=bucket1/b&fault=reset%3D100&count=1"};
+    s3_call(srv.url, &q, &r);
+    cr_assert_eq(r.status, 200);
+    s3_resp_free(&r);
+    cr_expect_eq(call("HEAD", "/bucket1/b", NULL, &r), 200);
+    s3_resp_free(&r);
+    call("GET", "/bucket1/b", NULL, &r);
+    cr_expect_eq(r.body.len, 100, "the reset was kept for the GET");
+    s3_resp_free(&r);
+    cr_expect_eq(call("GET", "/bucket1/b", NULL, &r), 200);
+    cr_expect_eq(r.body.len, sizeof(data));
+    s3_resp_free(&r);
+}
