@@ -17,9 +17,9 @@ extern "C" {
 #endif
 
 /* Library version, also available at run time through sf_version(). */
-#define SF_VERSION_MAJOR 0
-#define SF_VERSION_MINOR 1
-#define SF_VERSION_PATCH 0
+#define SF_VERSION_MAJOR  0
+#define SF_VERSION_MINOR  1
+#define SF_VERSION_PATCH  0
 #define SF_VERSION_STRING "0.1.0"
 
 /*

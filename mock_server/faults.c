@@ -8,7 +8,7 @@
 #include <string.h>
 #include <time.h>
 
-#define MAX_RULES 64
+#define MAX_RULES  64
 #define MAX_QUEUED 256
 #define PREFIX_MAX 512
 
@@ -45,7 +45,7 @@ struct mock_faults {
     size_t n_rules;
     struct queued queue[MAX_QUEUED];
     size_t n_queued;
-    struct counter_map attempts; /* (key, range) -> requests so far */
+    struct counter_map attempts;  /* (key, range) -> requests so far */
     struct counter_map key_reads; /* key -> GET/HEAD count, for etag_change_after */
 };
 
@@ -153,9 +153,21 @@ sf_status mock_parse_size(const char *s, uint64_t *out)
         return SF_ERR_PARSE;
     double mult = 1;
     switch (*end) {
-    case 'k': case 'K': mult = 1024.0; end++; break;
-    case 'm': case 'M': mult = 1024.0 * 1024; end++; break;
-    case 'g': case 'G': mult = 1024.0 * 1024 * 1024; end++; break;
+    case 'k':
+    case 'K':
+        mult = 1024.0;
+        end++;
+        break;
+    case 'm':
+    case 'M':
+        mult = 1024.0 * 1024;
+        end++;
+        break;
+    case 'g':
+    case 'G':
+        mult = 1024.0 * 1024 * 1024;
+        end++;
+        break;
     default: break;
     }
     if (*end == 'i' && mult > 1)

@@ -10,16 +10,16 @@
 
 /* What happens to one request. */
 struct mock_fault_plan {
-    int status;            /* 0, 500 or 503: answer with this error instead */
-    int throttled;         /* the 503 comes from the rate limit */
-    int latency_ms;        /* sleep before answering */
-    uint64_t bandwidth;    /* bytes/s cap on the body, 0 = none */
-    int64_t reset_at;      /* cut the body after this many bytes, -1 = never */
-    int64_t stall_at;      /* stall when this many body bytes were sent, -1 = never */
+    int status;         /* 0, 500 or 503: answer with this error instead */
+    int throttled;      /* the 503 comes from the rate limit */
+    int latency_ms;     /* sleep before answering */
+    uint64_t bandwidth; /* bytes/s cap on the body, 0 = none */
+    int64_t reset_at;   /* cut the body after this many bytes, -1 = never */
+    int64_t stall_at;   /* stall when this many body bytes were sent, -1 = never */
     int stall_ms;
-    int no206;             /* answer a ranged GET with 200 and the whole object */
-    int no_content_range;  /* drop Content-Range from a 206 */
-    int etag_changed;      /* report a different ETag */
+    int no206;            /* answer a ranged GET with 200 and the whole object */
+    int no_content_range; /* drop Content-Range from a 206 */
+    int etag_changed;     /* report a different ETag */
 };
 
 struct mock_faults;
@@ -47,10 +47,9 @@ sf_status mock_faults_queue(struct mock_faults *f, const char *prefix, const cha
 enum mock_op_kind { MOCK_OP_GET, MOCK_OP_HEAD, MOCK_OP_PUT, MOCK_OP_DELETE };
 
 /*
- * Decides the faults of one object request. target is "bucket/key"; range the Range header or NULL; forced the value of the
- * x-sfmock-fault header or NULL; op the operation; body_len the length
- * of the body that would be sent.
- * SF_ERR_PARSE when the forced header is malformed (message in err).
+ * Decides the faults of one object request. target is "bucket/key"; range the Range header or NULL;
+ * forced the value of the x-sfmock-fault header or NULL; op the operation; body_len the length of
+ * the body that would be sent. SF_ERR_PARSE when the forced header is malformed (message in err).
  */
 sf_status mock_faults_plan(struct mock_faults *f, const char *target, const char *range,
                            const char *forced, enum mock_op_kind op, uint64_t body_len,

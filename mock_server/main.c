@@ -58,8 +58,20 @@ int main(int argc, char **argv)
     };
     const char *faults[MAX_FAULTS];
     size_t n_faults = 0;
-    enum { O_ROOT = 1, O_PORT, O_HOST, O_AK, O_SK, O_TOKEN, O_REGION, O_ANON, O_SEED, O_FAULT,
-           O_QUIET, O_HELP };
+    enum {
+        O_ROOT = 1,
+        O_PORT,
+        O_HOST,
+        O_AK,
+        O_SK,
+        O_TOKEN,
+        O_REGION,
+        O_ANON,
+        O_SEED,
+        O_FAULT,
+        O_QUIET,
+        O_HELP
+    };
     static const struct option opts[] = {
         {"root", required_argument, NULL, O_ROOT},
         {"port", required_argument, NULL, O_PORT},

@@ -25,15 +25,15 @@
 #include <time.h>
 #include <unistd.h>
 
-#define S3_XMLNS "http://s3.amazonaws.com/doc/2006-03-01/"
-#define XML_DECL "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-#define MAX_SKEW_S (15 * 60)
-#define MAX_PARAMS 64
-#define MAX_HEADERS 128
+#define S3_XMLNS       "http://s3.amazonaws.com/doc/2006-03-01/"
+#define XML_DECL       "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+#define MAX_SKEW_S     (15 * 60)
+#define MAX_PARAMS     64
+#define MAX_HEADERS    128
 #define MAX_ADMIN_BODY (1 << 20)
-#define MAX_PUT_BYTES (5ull << 30) /* S3's single-PUT limit */
-#define BODY_BLOCK (256 * 1024)
-#define FAULT_HEADER "x-sfmock-fault"
+#define MAX_PUT_BYTES  (5ull << 30) /* S3's single-PUT limit */
+#define BODY_BLOCK     (256 * 1024)
+#define FAULT_HEADER   "x-sfmock-fault"
 
 struct mock_server {
     struct MHD_Daemon *daemon;
@@ -54,17 +54,17 @@ struct param {
 
 struct request {
     struct mock_server *srv;
-    char *uri;        /* raw request target, from the URI log callback */
-    char *path;       /* raw path (before '?') */
+    char *uri;         /* raw request target, from the URI log callback */
+    char *path;        /* raw path (before '?') */
     const char *query; /* raw query (after '?') or NULL; points into uri */
     int started;
-    int done;         /* a response was queued */
+    int done; /* a response was queued */
     struct param params[MAX_PARAMS];
     size_t n_params;
-    char *bucket;     /* decoded; NULL for "/" */
-    char *key;        /* decoded; NULL for bucket requests */
+    char *bucket; /* decoded; NULL for "/" */
+    char *key;    /* decoded; NULL for bucket requests */
     size_t key_len;
-    char *target;     /* "bucket/key" or "bucket/" for faults and stats */
+    char *target; /* "bucket/key" or "bucket/" for faults and stats */
     const char *op;
     const char *method;
     char request_id[17];
@@ -76,10 +76,10 @@ struct request {
     EVP_MD_CTX *up_sha;
     uint64_t up_bytes;
     int up_check_sha;
-    int up_failed;    /* a write failed: the rest of the body is discarded */
+    int up_failed; /* a write failed: the rest of the body is discarded */
     int up_too_large;
     char up_expect_sha[SF__SHA256_HEX_LEN + 1];
-    int begun;        /* begin() ran */
+    int begun;              /* begin() ran */
     struct sf__strbuf body; /* bodies of requests other than object PUTs */
 };
 
@@ -213,25 +213,24 @@ static enum MHD_Result queue(struct request *rq, struct MHD_Connection *conn, in
     if (!srv->cfg.quiet) {
         struct timespec t1;
         clock_gettime(CLOCK_MONOTONIC, &t1);
-        double ms = (double)(t1.tv_sec - rq->t0.tv_sec) * 1e3 +
-                    (double)(t1.tv_nsec - rq->t0.tv_nsec) / 1e6;
+        double ms =
+            (double)(t1.tv_sec - rq->t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - rq->t0.tv_nsec) / 1e6;
         fprintf(stderr, "%s %s %d %s %llu %.1fms%s%s\n", rq->method, rq->uri, status,
-                rq->op ? rq->op : "-", (unsigned long long)body_bytes, ms,
-                fault ? " fault=" : "", fault ? fault : "");
+                rq->op ? rq->op : "-", (unsigned long long)body_bytes, ms, fault ? " fault=" : "",
+                fault ? fault : "");
     }
     return r;
 }
 
-static enum MHD_Result respond_buffer(struct request *rq, struct MHD_Connection *conn,
-                                      int status, const char *content_type, struct sf__strbuf *b,
+static enum MHD_Result respond_buffer(struct request *rq, struct MHD_Connection *conn, int status,
+                                      const char *content_type, struct sf__strbuf *b,
                                       const char *fault)
 {
     size_t len = b->len;
     char *data = sf__strbuf_take(b);
     if (!data)
         return MHD_NO;
-    struct MHD_Response *resp =
-        MHD_create_response_from_buffer(len, data, MHD_RESPMEM_MUST_FREE);
+    struct MHD_Response *resp = MHD_create_response_from_buffer(len, data, MHD_RESPMEM_MUST_FREE);
     if (!resp) {
         free(data);
         return MHD_NO;
@@ -243,7 +242,8 @@ static enum MHD_Result respond_buffer(struct request *rq, struct MHD_Connection 
 
 static enum MHD_Result respond_empty(struct request *rq, struct MHD_Connection *conn, int status)
 {
-    struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
     return queue(rq, conn, status, resp, 0, NULL);
 }
 
@@ -427,7 +427,8 @@ static int authenticate(struct request *rq, struct MHD_Connection *conn, struct 
     if (t > now + MAX_SKEW_S || t < now - MAX_SKEW_S) {
         set_error(e, 403, "RequestTimeTooSkewed",
                   "The difference between the request time (%s) and the current time is too "
-                  "large.", amz_date);
+                  "large.",
+                  amz_date);
         return -1;
     }
     const char *payload = header(conn, "x-amz-content-sha256");
@@ -445,9 +446,11 @@ static int authenticate(struct request *rq, struct MHD_Connection *conn, struct 
         size_t n = strlen(payload);
         int hex = n == SF__SHA256_HEX_LEN;
         for (size_t i = 0; hex && i < n; i++)
-            hex = (payload[i] >= '0' && payload[i] <= '9') || (payload[i] >= 'a' && payload[i] <= 'f');
+            hex = (payload[i] >= '0' && payload[i] <= '9') ||
+                  (payload[i] >= 'a' && payload[i] <= 'f');
         if (!hex) {
-            set_error(e, 400, "InvalidArgument", "x-amz-content-sha256 must be UNSIGNED-PAYLOAD, "
+            set_error(e, 400, "InvalidArgument",
+                      "x-amz-content-sha256 must be UNSIGNED-PAYLOAD, "
                       "STREAMING-... or a lower-case hex SHA-256");
             return -1;
         }
@@ -455,7 +458,8 @@ static int authenticate(struct request *rq, struct MHD_Connection *conn, struct 
     if (srv->cfg.session_token) {
         const char *tok = header(conn, "x-amz-security-token");
         if (!tok || strcmp(tok, srv->cfg.session_token) != 0) {
-            set_error(e, 403, "InvalidToken", "The provided token is malformed or otherwise invalid.");
+            set_error(e, 403, "InvalidToken",
+                      "The provided token is malformed or otherwise invalid.");
             return -1;
         }
     }
@@ -538,8 +542,9 @@ static enum MHD_Result op_list_buckets(struct request *rq, struct MHD_Connection
         }
     struct sf__strbuf b;
     sf__strbuf_init(&b, 0);
-    sf__strbuf_puts(&b, XML_DECL "<ListAllMyBucketsResult xmlns=\"" S3_XMLNS "\">"
-                        "<Owner><ID>mock</ID><DisplayName>mock</DisplayName></Owner><Buckets>");
+    sf__strbuf_puts(&b, XML_DECL
+                    "<ListAllMyBucketsResult xmlns=\"" S3_XMLNS "\">"
+                    "<Owner><ID>mock</ID><DisplayName>mock</DisplayName></Owner><Buckets>");
     for (size_t i = 0; i < n; i++) {
         char *path = mock_store_path(srv->store, names[i], NULL);
         struct stat sb;
@@ -576,7 +581,8 @@ static enum MHD_Result op_create_bucket(struct request *rq, struct MHD_Connectio
             set_error(&e, 500, "InternalError", "mkdir failed: %s", strerror(err));
         return respond_error(rq, conn, &e, NULL);
     }
-    struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
     if (resp) {
         char loc[128];
         snprintf(loc, sizeof(loc), "/%s", rq->bucket);
@@ -608,7 +614,8 @@ static enum MHD_Result op_delete_bucket(struct request *rq, struct MHD_Connectio
 
 static enum MHD_Result op_head_bucket(struct request *rq, struct MHD_Connection *conn)
 {
-    struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
     if (resp)
         MHD_add_response_header(resp, "x-amz-bucket-region", rq->srv->cfg.region);
     return queue(rq, conn, 200, resp, 0, NULL);
@@ -687,7 +694,8 @@ static enum MHD_Result op_list_objects(struct request *rq, struct MHD_Connection
         errno = 0;
         max_keys = strtol(max_s, &end, 10);
         if (end == max_s || *end || errno || max_keys < 0) {
-            set_error(&e, 400, "InvalidArgument", "Provided max-keys not an integer or within "
+            set_error(&e, 400, "InvalidArgument",
+                      "Provided max-keys not an integer or within "
                       "integer range");
             return respond_error(rq, conn, &e, NULL);
         }
@@ -723,8 +731,8 @@ static enum MHD_Result op_list_objects(struct request *rq, struct MHD_Connection
     size_t plen = strlen(prefix), dlen = delim ? strlen(delim) : 0;
     long count = 0;
     int truncated = 0;
-    char *last_cp = NULL;      /* the last common prefix emitted */
-    char *last_item = NULL;    /* the last key or prefix emitted */
+    char *last_cp = NULL;   /* the last common prefix emitted */
+    char *last_item = NULL; /* the last key or prefix emitted */
     char last_kind = 0;
     for (size_t i = 0; i < l.n; i++) {
         const char *k = l.entries[i].key;
@@ -1154,9 +1162,16 @@ static enum MHD_Result op_get_object(struct request *rq, struct MHD_Connection *
             return MHD_NO;
         }
         *src = (struct body_src){
-            .srv = srv, .conn = conn, .fd = fd, .offset = start, .len = body_len,
-            .reset_at = plan.reset_at, .stall_at = plan.stall_at, .stall_ms = plan.stall_ms,
-            .bandwidth = plan.bandwidth, .t_start = now_s(),
+            .srv = srv,
+            .conn = conn,
+            .fd = fd,
+            .offset = start,
+            .len = body_len,
+            .reset_at = plan.reset_at,
+            .stall_at = plan.stall_at,
+            .stall_ms = plan.stall_ms,
+            .bandwidth = plan.bandwidth,
+            .t_start = now_s(),
         };
         resp = MHD_create_response_from_callback(body_len, BODY_BLOCK, body_read, src, body_free);
         if (!resp)
@@ -1276,7 +1291,8 @@ static enum MHD_Result op_put_object_begin(struct request *rq, struct MHD_Connec
     }
     const char *clen = header(conn, "Content-Length");
     if (clen && strtoull(clen, NULL, 10) > MAX_PUT_BYTES) {
-        set_error(&e, 400, "EntityTooLarge", "Your proposed upload exceeds the maximum "
+        set_error(&e, 400, "EntityTooLarge",
+                  "Your proposed upload exceeds the maximum "
                   "allowed size");
         return respond_error(rq, conn, &e, NULL);
     }
@@ -1342,7 +1358,8 @@ static enum MHD_Result op_put_object_finish(struct request *rq, struct MHD_Conne
     if (failed || rq->up_fd < 0) {
         upload_abort(rq);
         if (rq->up_too_large)
-            set_error(&e, 400, "EntityTooLarge", "Your proposed upload exceeds the maximum "
+            set_error(&e, 400, "EntityTooLarge",
+                      "Your proposed upload exceeds the maximum "
                       "allowed size");
         else
             set_error(&e, 500, "InternalError", "Writing the upload failed");
@@ -1387,7 +1404,8 @@ static enum MHD_Result op_put_object_finish(struct request *rq, struct MHD_Conne
         free(final);
         upload_abort(rq);
         if (err == EISDIR || err == ENOTDIR || err == EEXIST || err == ENOTEMPTY)
-            set_error(&e, 400, "InvalidArgument", "The key conflicts with a key prefix already "
+            set_error(&e, 400, "InvalidArgument",
+                      "The key conflicts with a key prefix already "
                       "stored (the mock keeps objects as files)");
         else
             set_error(&e, 500, "InternalError", "Publishing the upload failed: %s", strerror(err));
@@ -1401,7 +1419,8 @@ static enum MHD_Result op_put_object_finish(struct request *rq, struct MHD_Conne
     sf__hex_encode(md5, 16, etag + 1);
     etag[33] = '"';
     etag[34] = '\0';
-    struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
     if (resp)
         MHD_add_response_header(resp, "ETag", etag);
     return queue(rq, conn, 200, resp, 0, NULL);
@@ -1485,13 +1504,13 @@ static enum MHD_Result admin(struct request *rq, struct MHD_Connection *conn)
 /* --------------------------------------------------------------- routing */
 
 static const char *const object_subresources[] = {
-    "uploads", "uploadId", "partNumber", "acl", "tagging", "torrent", "retention",
-    "legal-hold", "attributes", "restore", "select", "versionId", NULL,
+    "uploads",    "uploadId",   "partNumber", "acl",    "tagging",   "torrent", "retention",
+    "legal-hold", "attributes", "restore",    "select", "versionId", NULL,
 };
 
 static const char *const list_params[] = {
-    "list-type", "prefix", "delimiter", "encoding-type", "max-keys", "continuation-token",
-    "start-after", "fetch-owner", "marker", "x-id", NULL,
+    "list-type",   "prefix",      "delimiter", "encoding-type", "max-keys", "continuation-token",
+    "start-after", "fetch-owner", "marker",    "x-id",          NULL,
 };
 
 static int in_list(const char *s, const char *const *list)
@@ -1526,7 +1545,8 @@ static enum MHD_Result begin(struct request *rq, struct MHD_Connection *conn)
             rq->op = "GetBucketLocation";
         else if (is_get)
             rq->op = strcmp(param_get(rq, "list-type") ? param_get(rq, "list-type") : "", "2") == 0
-                         ? "ListObjectsV2" : "ListObjects";
+                         ? "ListObjectsV2"
+                         : "ListObjects";
         else if (is_put)
             rq->op = "CreateBucket";
         else if (is_head)
@@ -1536,8 +1556,11 @@ static enum MHD_Result begin(struct request *rq, struct MHD_Connection *conn)
         else
             rq->op = "Unknown";
     } else {
-        rq->op = is_get ? "GetObject" : is_head ? "HeadObject" : is_put ? "PutObject"
-                 : is_del ? "DeleteObject" : "Unknown";
+        rq->op = is_get    ? "GetObject"
+                 : is_head ? "HeadObject"
+                 : is_put  ? "PutObject"
+                 : is_del  ? "DeleteObject"
+                           : "Unknown";
     }
 
     if (authenticate(rq, conn, &e) != 0)
@@ -1570,8 +1593,10 @@ static enum MHD_Result begin(struct request *rq, struct MHD_Connection *conn)
                                      strcmp(rq->op, "GetBucketLocation") != 0) ||
                                         (!is_get && *name);
         if (unsupported) {
-            set_error(&e, 501, "NotImplemented", "The '%s' subresource is not implemented by "
-                      "the mock", name);
+            set_error(&e, 501, "NotImplemented",
+                      "The '%s' subresource is not implemented by "
+                      "the mock",
+                      name);
             return respond_error(rq, conn, &e, NULL);
         }
     }
@@ -1671,9 +1696,8 @@ static int is_object_put(const char *method, const char *path)
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload_data, size_t *upload_data_size,
-                                  void **req_cls)
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **req_cls)
 {
     (void)cls;
     (void)url;
@@ -1773,19 +1797,14 @@ sf_status mock_server_start(const struct mock_config *cfg, struct mock_server **
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
                      MHD_USE_POLL | MHD_USE_ERROR_LOG;
     srv->daemon = MHD_start_daemon(
-        flags, (uint16_t)cfg->port, NULL, NULL, on_request, srv,
-        MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, srv,
-        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-        MHD_OPTION_URI_LOG_CALLBACK, on_uri, srv,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(1024 * 1024),
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)1000,
-        MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024,
-        MHD_OPTION_END);
+        flags, (uint16_t)cfg->port, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER,
+        on_mhd_log, srv, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+        MHD_OPTION_URI_LOG_CALLBACK, on_uri, srv, MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(1024 * 1024), MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)120, MHD_OPTION_CONNECTION_LIMIT, (unsigned)1000, MHD_OPTION_LISTEN_BACKLOG_SIZE,
+        (unsigned)1024, MHD_OPTION_END);
     if (!srv->daemon) {
-        snprintf(err, err_len, "cannot listen on %s:%u: %s", cfg->host, cfg->port,
-                 strerror(errno));
+        snprintf(err, err_len, "cannot listen on %s:%u: %s", cfg->host, cfg->port, strerror(errno));
         rc = SF_ERR_IO;
         goto fail_signer;
     }

@@ -10,13 +10,13 @@
 
 struct mock_config {
     const char *root;
-    const char *host;          /* IPv4 address to bind, "127.0.0.1" */
-    unsigned port;             /* 0 = any free port */
+    const char *host; /* IPv4 address to bind, "127.0.0.1" */
+    unsigned port;    /* 0 = any free port */
     const char *access_key;
     const char *secret_key;
     const char *session_token; /* NULL = none required */
     const char *region;
-    int anonymous;             /* accept unsigned requests */
+    int anonymous; /* accept unsigned requests */
     uint64_t seed;
     int quiet;
     const char *const *fault_specs;

@@ -13,8 +13,8 @@
 #include <unistd.h>
 
 #define ETAG_CACHE_BUCKETS 4096
-#define ETAG_CACHE_MAX 1000000
-#define MAX_LIST_DEPTH 64
+#define ETAG_CACHE_MAX     1000000
+#define MAX_LIST_DEPTH     64
 
 struct etag_item {
     struct etag_item *next;
@@ -302,8 +302,7 @@ static void list_walk(struct list_ctx *c, int dir_fd, char *rel, size_t rel_len,
             continue;
         /* A symlink to a file is an object; a symlink to a directory is not
          * walked, so a link loop cannot make a listing spin. */
-        if (S_ISLNK(sb.st_mode) &&
-            (fstatat(dirfd(d), name, &sb, 0) != 0 || !S_ISREG(sb.st_mode)))
+        if (S_ISLNK(sb.st_mode) && (fstatat(dirfd(d), name, &sb, 0) != 0 || !S_ISREG(sb.st_mode)))
             continue;
         if (S_ISDIR(sb.st_mode)) {
             if (depth >= MAX_LIST_DEPTH)

@@ -11,7 +11,7 @@
 #include <time.h>
 
 #define MOCK_TMP_PREFIX ".sfmock-"
-#define MOCK_ETAG_LEN 34 /* quotes + 32 hex */
+#define MOCK_ETAG_LEN   34 /* quotes + 32 hex */
 
 struct mock_store;
 

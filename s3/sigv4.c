@@ -11,12 +11,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SIGV4_ALGORITHM "AWS4-HMAC-SHA256"
+#define SIGV4_ALGORITHM  "AWS4-HMAC-SHA256"
 #define SIGV4_TERMINATOR "aws4_request"
 /* Canonical requests, and the path and query that go into them, are bounded:
  * S3 itself refuses request lines and header blocks far smaller than this. */
 #define SIGV4_MAX_CANONICAL_BYTES ((size_t)1024 * 1024)
-#define SIGV4_MAX_SMALL_BYTES ((size_t)64 * 1024)
+#define SIGV4_MAX_SMALL_BYTES     ((size_t)64 * 1024)
 /* Longest Authorization header value parse_authorization looks at. */
 #define SIGV4_MAX_AUTH_BYTES ((size_t)4096)
 
@@ -249,8 +249,8 @@ static sf_status sigv4_derive_key(const char *secret, const char *date, const ch
     if (st == SF_OK)
         st = sigv4_hmac(k_region, sizeof k_region, service, strlen(service), k_service);
     if (st == SF_OK)
-        st = sigv4_hmac(k_service, sizeof k_service, SIGV4_TERMINATOR,
-                        sizeof SIGV4_TERMINATOR - 1, key);
+        st = sigv4_hmac(k_service, sizeof k_service, SIGV4_TERMINATOR, sizeof SIGV4_TERMINATOR - 1,
+                        key);
 
     OPENSSL_cleanse(k_secret, secret_len + 4);
     free(k_secret);
@@ -263,9 +263,8 @@ static sf_status sigv4_derive_key(const char *secret, const char *date, const ch
 /* The signer caches one key: the one for its own region and service on the
  * most recent day asked for. Other scopes (a verifier seeing a client that
  * named another region) are derived each time and never evict it. */
-static sf_status sigv4_signing_key(struct sf__sigv4_signer *s, const char *date,
-                                   const char *region, const char *service,
-                                   unsigned char key[32])
+static sf_status sigv4_signing_key(struct sf__sigv4_signer *s, const char *date, const char *region,
+                                   const char *service, unsigned char key[32])
 {
     if (strcmp(region, s->region) != 0 || strcmp(service, s->service) != 0)
         return sigv4_derive_key(s->secret_access_key, date, region, service, key);
@@ -440,8 +439,7 @@ static sf_status sigv4_put_query(struct sf__strbuf *creq, const char *query)
             const char *eq = memchr(p, '=', (size_t)(seg_end - p));
             const char *key_end = eq ? eq : seg_end;
             const char *val = eq ? eq + 1 : seg_end;
-            st = sigv4_pool_add(&pool, &scratch, p, (size_t)(key_end - p),
-                                &params[count].key_off);
+            st = sigv4_pool_add(&pool, &scratch, p, (size_t)(key_end - p), &params[count].key_off);
             if (st == SF_OK)
                 st = sigv4_pool_add(&pool, &scratch, val, (size_t)(seg_end - val),
                                     &params[count].val_off);
@@ -483,9 +481,8 @@ struct sigv4_scope {
 /* Signs req with exactly the headers hdrs[0..n) under scope, filling out.
  * out is left zeroed on failure. */
 static sf_status sigv4_compute(struct sf__sigv4_signer *s, const struct sigv4_scope *scope,
-                               const struct sf__sigv4_request *req,
-                               const struct sf__header *hdrs, size_t n, const char *amz_date,
-                               struct sf__sigv4_result *out)
+                               const struct sf__sigv4_request *req, const struct sf__header *hdrs,
+                               size_t n, const char *amz_date, struct sf__sigv4_result *out)
 {
     struct sf__strbuf creq, signed_list, sts, auth;
     sf__strbuf_init(&creq, SIGV4_MAX_CANONICAL_BYTES);
@@ -602,8 +599,8 @@ sf_status sf__sigv4_sign(struct sf__sigv4_signer *s, const struct sf__sigv4_requ
     time_t t;
     if (sf__sigv4_parse_date(amz_date, &t) != SF_OK)
         return SF_ERR_INVALID_ARGUMENT;
-    const struct sf__header *date_hdr = sigv4_find_header(req->headers, req->n_headers,
-                                                          "x-amz-date");
+    const struct sf__header *date_hdr =
+        sigv4_find_header(req->headers, req->n_headers, "x-amz-date");
     if (!sigv4_find_header(req->headers, req->n_headers, "host") || !date_hdr ||
         !sigv4_trimmed_eq(date_hdr->value, amz_date))
         return SF_ERR_INVALID_ARGUMENT;

@@ -18,10 +18,10 @@
 #include <stdint.h>
 #include <time.h>
 
-#define SF__SHA256_HEX_LEN 64
-#define SF__EMPTY_SHA256 "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+#define SF__SHA256_HEX_LEN   64
+#define SF__EMPTY_SHA256     "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 #define SF__UNSIGNED_PAYLOAD "UNSIGNED-PAYLOAD"
-#define SF__AMZ_DATE_LEN 16 /* "20150830T123600Z" */
+#define SF__AMZ_DATE_LEN     16 /* "20150830T123600Z" */
 
 struct sf__header {
     const char *name;
@@ -29,9 +29,9 @@ struct sf__header {
 };
 
 struct sf__sigv4_request {
-    const char *method;       /* "GET" */
-    const char *path;         /* wire path without the query, e.g. "/bucket/my%20key" */
-    const char *query;        /* wire query without '?', or NULL */
+    const char *method;               /* "GET" */
+    const char *path;                 /* wire path without the query, e.g. "/bucket/my%20key" */
+    const char *query;                /* wire query without '?', or NULL */
     const struct sf__header *headers; /* headers to sign; must hold host and x-amz-date */
     size_t n_headers;
     const char *payload_hash; /* lower-case hex SHA-256 of the body, or "UNSIGNED-PAYLOAD" */
@@ -46,16 +46,16 @@ struct sf__sigv4_signer {
     const char *service;       /* "s3" */
     /* Derived key for one day, reused for every request of that day. */
     pthread_mutex_t lock;
-    char key_date[9];          /* "YYYYMMDD" the cached key is for, "" if none */
+    char key_date[9]; /* "YYYYMMDD" the cached key is for, "" if none */
     unsigned char key[32];
 };
 
 /* Everything a signature is made of, kept for tests and for error bodies. */
 struct sf__sigv4_result {
-    char *canonical_request;  /* malloc'd */
-    char *string_to_sign;     /* malloc'd */
-    char *authorization;      /* malloc'd, the whole Authorization header value */
-    char *signed_headers;     /* malloc'd, "host;x-amz-date" */
+    char *canonical_request; /* malloc'd */
+    char *string_to_sign;    /* malloc'd */
+    char *authorization;     /* malloc'd, the whole Authorization header value */
+    char *signed_headers;    /* malloc'd, "host;x-amz-date" */
     char signature[SF__SHA256_HEX_LEN + 1];
 };
 

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #define STRBUF_DEFAULT_MAX_BYTES ((size_t)64 * 1024 * 1024)
-#define STRBUF_MIN_CAP ((size_t)64)
+#define STRBUF_MIN_CAP           ((size_t)64)
 
 /* A zero-initialised struct (never passed through init) still gets the
  * documented default, so the cap can never be "unlimited" by accident. */

@@ -17,8 +17,8 @@
 
 static const struct s3_creds creds = {"test-ak", "test-secret", NULL, NULL};
 
-static char *root;    /* server root */
-static char *tmp;     /* parent of root, holds a file outside it */
+static char *root; /* server root */
+static char *tmp;  /* parent of root, holds a file outside it */
 static struct mock_proc srv;
 
 static void start_with(const char *const *extra)
@@ -65,8 +65,8 @@ static long call(const char *method, const char *target, const char *const *head
 
 static void put_object(const char *key_path, const void *data, size_t n)
 {
-    struct s3_call c = {.method = "PUT", .target = key_path, .body = data, .body_len = n,
-                        .creds = &creds};
+    struct s3_call c = {
+        .method = "PUT", .target = key_path, .body = data, .body_len = n, .creds = &creds};
     struct s3_resp r;
     s3_call(srv.url, &c, &r);
     cr_assert_eq(r.status, 200, "PUT %s: %ld %s", key_path, r.status, sf__strbuf_str(&r.body));
@@ -122,7 +122,11 @@ Test(mock_server, get_full_and_every_range_form)
     cr_assert(memcmp(r.body.data, data, 1000) == 0);
     s3_resp_free(&r);
 
-    struct { const char *range; size_t start, len; const char *cr; } cases[] = {
+    struct {
+        const char *range;
+        size_t start, len;
+        const char *cr;
+    } cases[] = {
         {"Range: bytes=10-99", 10, 90, "bytes 10-99/1000"},
         {"Range: bytes=900-", 900, 100, "bytes 900-999/1000"},
         {"Range: bytes=-50", 950, 50, "bytes 950-999/1000"},
@@ -230,8 +234,12 @@ Test(mock_server, put_get_delete_round_trip)
 
 Test(mock_server, put_with_wrong_payload_hash_is_refused_and_not_stored)
 {
-    struct s3_call c = {.method = "PUT", .target = "/bucket1/x", .body = "abc", .body_len = 3,
-                        .creds = &creds, .payload_hash = SF__EMPTY_SHA256};
+    struct s3_call c = {.method = "PUT",
+                        .target = "/bucket1/x",
+                        .body = "abc",
+                        .body_len = 3,
+                        .creds = &creds,
+                        .payload_hash = SF__EMPTY_SHA256};
     struct s3_resp r;
     s3_call(srv.url, &c, &r);
     expect_error(&r, 400, "XAmzContentSHA256Mismatch");
@@ -240,8 +248,12 @@ Test(mock_server, put_with_wrong_payload_hash_is_refused_and_not_stored)
     snprintf(path, sizeof(path), "%s/bucket1/x", root);
     cr_expect(access(path, F_OK) != 0);
     /* UNSIGNED-PAYLOAD is accepted */
-    struct s3_call u = {.method = "PUT", .target = "/bucket1/x", .body = "abc", .body_len = 3,
-                        .creds = &creds, .unsigned_payload = 1};
+    struct s3_call u = {.method = "PUT",
+                        .target = "/bucket1/x",
+                        .body = "abc",
+                        .body_len = 3,
+                        .creds = &creds,
+                        .unsigned_payload = 1};
     s3_call(srv.url, &u, &r);
     cr_expect_eq(r.status, 200);
     s3_resp_free(&r);
@@ -263,8 +275,11 @@ Test(mock_server, list_v2_pages_through_2500_keys)
             sf__strbuf_init(&enc, 0);
             /* tokens are opaque; encode as a client must */
             for (const char *p = token; *p; p++)
-                sf__strbuf_printf(&enc, (*p >= '0' && *p <= '9') || (*p >= 'A' && *p <= 'Z') ||
-                                            (*p >= 'a' && *p <= 'z') ? "%c" : "%%%02X",
+                sf__strbuf_printf(&enc,
+                                  (*p >= '0' && *p <= '9') || (*p >= 'A' && *p <= 'Z') ||
+                                          (*p >= 'a' && *p <= 'z')
+                                      ? "%c"
+                                      : "%%%02X",
                                   (unsigned char)*p);
             snprintf(target, sizeof(target), "/bucket1?list-type=2&continuation-token=%s",
                      sf__strbuf_str(&enc));
@@ -360,12 +375,12 @@ Test(mock_server, special_keys_are_escaped_or_url_encoded)
     cr_assert_eq(call("GET", "/bucket1/sp%20ace%2Bplus%26amp%25pct%C3%A9", NULL, &r), 200);
     s3_resp_free(&r);
     cr_assert_eq(call("GET", "/bucket1?list-type=2", NULL, &r), 200);
-    cr_expect(strstr(sf__strbuf_str(&r.body), "<Key>sp ace+plus&amp;amp%pct\xC3\xA9</Key>"),
-              "%s", sf__strbuf_str(&r.body));
+    cr_expect(strstr(sf__strbuf_str(&r.body), "<Key>sp ace+plus&amp;amp%pct\xC3\xA9</Key>"), "%s",
+              sf__strbuf_str(&r.body));
     s3_resp_free(&r);
     cr_assert_eq(call("GET", "/bucket1?list-type=2&encoding-type=url", NULL, &r), 200);
-    cr_expect(strstr(sf__strbuf_str(&r.body), "<Key>sp%20ace%2Bplus%26amp%25pct%C3%A9</Key>"),
-              "%s", sf__strbuf_str(&r.body));
+    cr_expect(strstr(sf__strbuf_str(&r.body), "<Key>sp%20ace%2Bplus%26amp%25pct%C3%A9</Key>"), "%s",
+              sf__strbuf_str(&r.body));
     s3_resp_free(&r);
 }
 
@@ -457,8 +472,11 @@ Test(mock_server, tampered_request_fails_signature)
     struct sf__sigv4_signer s;
     sf__sigv4_signer_init(&s, "test-ak", "test-secret", NULL, "us-east-1", "s3");
     struct sf__header h[] = {{"host", srv.host}};
-    struct sf__sigv4_request req = {.method = "GET", .path = "/bucket1/k", .headers = h,
-                                    .n_headers = 1, .payload_hash = SF__EMPTY_SHA256};
+    struct sf__sigv4_request req = {.method = "GET",
+                                    .path = "/bucket1/k",
+                                    .headers = h,
+                                    .n_headers = 1,
+                                    .payload_hash = SF__EMPTY_SHA256};
     char amz_date[SF__AMZ_DATE_LEN + 1];
     struct sf__header extra[3];
     size_t n_extra = 0;
@@ -487,7 +505,7 @@ Test(mock_server, keys_never_escape_the_root)
 {
     const char *targets[] = {
         "/bucket1/../secret.txt", "/bucket1/..%2F..%2Fsecret.txt", "/bucket1/a/../../../secret.txt",
-        "/bucket1//etc/passwd", "/bucket1/%2Fetc%2Fpasswd", "/bucket1/.sfmock-upload-x",
+        "/bucket1//etc/passwd",   "/bucket1/%2Fetc%2Fpasswd",      "/bucket1/.sfmock-upload-x",
         "/bucket1/a%00b",
     };
     for (size_t i = 0; i < sizeof(targets) / sizeof(targets[0]); i++) {
@@ -582,7 +600,8 @@ Test(mock_server, queued_faults_fail_exactly_the_next_n_requests)
     cr_assert(test_write_file(root, "bucket1/q/obj", "payload", 7) == 0);
     cr_assert(test_write_file(root, "bucket1/other", "x", 1) == 0);
     struct s3_resp r;
-    struct s3_call q = {.method = "POST", .target = "/_mock/fault?prefix=bucket1/q/&fault=503&count=2"};
+    struct s3_call q = {.method = "POST",
+                        .target = "/_mock/fault?prefix=bucket1/q/&fault=503&count=2"};
     s3_call(srv.url, &q, &r);
     cr_assert_eq(r.status, 200);
     s3_resp_free(&r);
@@ -613,8 +632,8 @@ Test(mock_server, fault_rules_are_scoped_and_replaceable)
     cr_assert(test_write_file(root, "bucket1/bad/x", "x", 1) == 0);
     cr_assert(test_write_file(root, "bucket1/good/x", "x", 1) == 0);
     const char *rules = "prefix=bucket1/bad/,p500=1\n";
-    struct s3_call set = {.method = "POST", .target = "/_mock/faults", .body = rules,
-                          .body_len = strlen(rules)};
+    struct s3_call set = {
+        .method = "POST", .target = "/_mock/faults", .body = rules, .body_len = strlen(rules)};
     struct s3_resp r;
     s3_call(srv.url, &set, &r);
     cr_assert_eq(r.status, 200);
@@ -717,8 +736,8 @@ Test(mock_server_cfg, stall_stops_the_body_midway)
     char data[65536];
     test_fill(data, sizeof(data), 5);
     cr_assert(test_write_file(root, "bucket1/slow", data, sizeof(data)) == 0);
-    struct s3_call c = {.method = "GET", .target = "/bucket1/slow", .creds = &creds,
-                        .low_speed_time_s = 2};
+    struct s3_call c = {
+        .method = "GET", .target = "/bucket1/slow", .creds = &creds, .low_speed_time_s = 2};
     struct s3_resp r;
     s3_call(srv.url, &c, &r);
     cr_expect_eq(r.curl_code, CURLE_OPERATION_TIMEDOUT, "the client sees no progress");
@@ -886,8 +905,8 @@ Test(mock_server, fault_rules_apply_to_object_requests_only)
 {
     cr_assert(test_write_file(root, "bucket1/k", "v", 1) == 0);
     const char *rules = "p503=1\n";
-    struct s3_call set = {.method = "POST", .target = "/_mock/faults", .body = rules,
-                          .body_len = strlen(rules)};
+    struct s3_call set = {
+        .method = "POST", .target = "/_mock/faults", .body = rules, .body_len = strlen(rules)};
     struct s3_resp r;
     s3_call(srv.url, &set, &r);
     cr_assert_eq(r.status, 200);
@@ -908,7 +927,8 @@ Test(mock_server, queued_body_faults_wait_for_a_get)
     test_fill(data, sizeof(data), 4);
     cr_assert(test_write_file(root, "bucket1/b", data, sizeof(data)) == 0);
     struct s3_resp r;
-    struct s3_call q = {.method = "POST", .target = "/_mock/fault?prefix=bucket1/b&fault=reset%3D100&count=1"};
+    struct s3_call q = {.method = "POST",
+                        .target = "/_mock/fault?prefix=bucket1/b&fault=reset%3D100&count=1"};
     s3_call(srv.url, &q, &r);
     cr_assert_eq(r.status, 200);
     s3_resp_free(&r);

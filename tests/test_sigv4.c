@@ -20,8 +20,8 @@
 
 /* The AWS suite holds 38 cases: 32 apply to S3 as they are, and 6 normalize
  * dot-segments or "//" in the path, which S3 never does. */
-#define SUITE_CASES_TOTAL 38
-#define SUITE_CASES_AS_IS 32
+#define SUITE_CASES_TOTAL          38
+#define SUITE_CASES_AS_IS          32
 #define SUITE_CASES_NOT_NORMALIZED 6
 
 /* ----------------------------------------------------------------- helpers */
@@ -76,14 +76,14 @@ static void expected_signature(const char *secret, const char *date, const char 
     cr_assert(n > 0 && (size_t)n < sizeof k_secret);
     unsigned char k1[32], k2[32], k3[32], k4[32], sig[32];
     unsigned int len = 0;
-    cr_assert_not_null(HMAC(EVP_sha256(), k_secret, n, (const unsigned char *)date,
-                            strlen(date), k1, &len));
-    cr_assert_not_null(HMAC(EVP_sha256(), k1, 32, (const unsigned char *)region,
-                            strlen(region), k2, &len));
-    cr_assert_not_null(HMAC(EVP_sha256(), k2, 32, (const unsigned char *)service,
-                            strlen(service), k3, &len));
-    cr_assert_not_null(HMAC(EVP_sha256(), k3, 32, (const unsigned char *)"aws4_request", 12,
-                            k4, &len));
+    cr_assert_not_null(
+        HMAC(EVP_sha256(), k_secret, n, (const unsigned char *)date, strlen(date), k1, &len));
+    cr_assert_not_null(
+        HMAC(EVP_sha256(), k1, 32, (const unsigned char *)region, strlen(region), k2, &len));
+    cr_assert_not_null(
+        HMAC(EVP_sha256(), k2, 32, (const unsigned char *)service, strlen(service), k3, &len));
+    cr_assert_not_null(
+        HMAC(EVP_sha256(), k3, 32, (const unsigned char *)"aws4_request", 12, k4, &len));
     cr_assert_not_null(HMAC(EVP_sha256(), k4, 32, (const unsigned char *)string_to_sign,
                             strlen(string_to_sign), sig, &len));
     static const char hex[] = "0123456789abcdef";
@@ -426,8 +426,8 @@ Test(sigv4, aws_test_suite)
             size_t slen = strlen(suffix);
             if (dlen > slen && strcmp(dir + dlen - slen, suffix) == 0) {
                 char sibling[512];
-                int n = snprintf(sibling, sizeof sibling, "%.*s-unnormalized",
-                                 (int)(dlen - slen), dir);
+                int n =
+                    snprintf(sibling, sizeof sibling, "%.*s-unnormalized", (int)(dlen - slen), dir);
                 cr_assert(n > 0 && (size_t)n < sizeof sibling);
                 char *sib_creq = read_case_file(sibling, "header-canonical-request.txt");
                 cr_expect_str_eq(sc.res.canonical_request, sib_creq, "%s vs %s", dir, sibling);
@@ -468,11 +468,11 @@ Test(sigv4, aws_test_suite)
 
 /* ------------------------------------------------- S3 documentation vector */
 
-#define DOC_AK "AKIAIOSFODNN7EXAMPLE"
+#define DOC_AK     "AKIAIOSFODNN7EXAMPLE"
 #define DOC_SECRET "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
-#define DOC_DATE "20130524T000000Z"
-#define DOC_HOST "examplebucket.s3.amazonaws.com"
-#define DOC_SIG "f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41"
+#define DOC_DATE   "20130524T000000Z"
+#define DOC_HOST   "examplebucket.s3.amazonaws.com"
+#define DOC_SIG    "f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41"
 
 Test(sigv4, s3_doc_get_object_vector)
 {
@@ -596,8 +596,8 @@ static void fixture_sign(struct verify_fixture *f)
     f->hdrs[4] = (struct sf__header){"X-Amz-Meta-Tag", "one"};
     f->hdrs[5] = (struct sf__header){"x-amz-meta-tag", "two"};
     f->n_hdrs = 6;
-    f->req = (struct sf__sigv4_request){"GET", "/bucket/my%20key", "list-type=2&prefix=a%2Fb",
-                                        f->hdrs, f->n_hdrs, SF__EMPTY_SHA256};
+    f->req = (struct sf__sigv4_request){"GET",   "/bucket/my%20key", "list-type=2&prefix=a%2Fb",
+                                        f->hdrs, f->n_hdrs,          SF__EMPTY_SHA256};
     cr_assert_eq(sf__sigv4_sign(&f->signer, &f->req, DOC_DATE, &f->res), SF_OK);
     cr_assert_eq(sf__sigv4_parse_authorization(f->res.authorization, &f->auth), SF_OK);
 }
@@ -687,8 +687,8 @@ Test(sigv4, verify_rejects_wrong_secret)
     struct verify_fixture f;
     fixture_sign(&f);
     struct sf__sigv4_signer v;
-    sf__sigv4_signer_init(&v, DOC_AK, "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEZ", NULL,
-                          "us-east-1", "s3");
+    sf__sigv4_signer_init(&v, DOC_AK, "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEZ", NULL, "us-east-1",
+                          "s3");
     cr_expect_eq(fixture_verify(&f, &v, &f.req), SF_ERR_SIGNATURE);
     sf__sigv4_signer_destroy(&v);
     fixture_free(&f);
@@ -732,10 +732,10 @@ Test(sigv4, verify_requires_host_signed)
     struct verify_fixture f;
     fixture_sign(&f);
     struct sf__sigv4_auth auth;
-    cr_assert_eq(sf__sigv4_parse_authorization(
-                     "AWS4-HMAC-SHA256 Credential=" DOC_AK "/20130524/us-east-1/s3/aws4_request, "
-                     "SignedHeaders=range;x-amz-date, Signature=" DOC_SIG,
-                     &auth),
+    cr_assert_eq(sf__sigv4_parse_authorization("AWS4-HMAC-SHA256 Credential=" DOC_AK
+                                               "/20130524/us-east-1/s3/aws4_request, "
+                                               "SignedHeaders=range;x-amz-date, Signature=" DOC_SIG,
+                                               &auth),
                  SF_OK);
     struct sf__sigv4_result res;
     cr_expect_eq(sf__sigv4_verify(&f.signer, &auth, &f.req, DOC_DATE, &res), SF_ERR_PARSE);
@@ -778,9 +778,9 @@ Test(sigv4, verify_other_region_does_not_touch_cache)
 
 /* -------------------------------------------------- parse_authorization */
 
-#define GOOD_AUTH                                                                              \
-    "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/service/aws4_request, "       \
-    "SignedHeaders=host;x-amz-date, "                                                          \
+#define GOOD_AUTH                                                                                  \
+    "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/service/aws4_request, "            \
+    "SignedHeaders=host;x-amz-date, "                                                              \
     "Signature=5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31"
 
 static sf_status parse(const char *v)
@@ -817,7 +817,8 @@ Test(sigv4, parse_authorization_good)
         "  AWS4-HMAC-SHA256   Credential=AKIDEXAMPLE/20150830/us-east-1/service/aws4_request ,"
         " \tSignedHeaders=host;x-amz-date ,   "
         "Signature=5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31  ",
-        "AWS4-HMAC-SHA256 Signature=5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31, "
+        "AWS4-HMAC-SHA256 "
+        "Signature=5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31, "
         "SignedHeaders=host;x-amz-date, "
         "Credential=AKIDEXAMPLE/20150830/us-east-1/service/aws4_request",
     };
@@ -850,9 +851,11 @@ Test(sigv4, parse_authorization_malformed)
         "Bearer xyz",
         /* wrong algorithm, or glued to the first component */
         "AWS4-HMAC-SHA1 Credential=AKIDEXAMPLE/20150830/us-east-1/service/aws4_request, "
-        "SignedHeaders=host, Signature=5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31",
+        "SignedHeaders=host, "
+        "Signature=5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31",
         "AWS4-HMAC-SHA256Credential=AKIDEXAMPLE/20150830/us-east-1/service/aws4_request, "
-        "SignedHeaders=host, Signature=5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31",
+        "SignedHeaders=host, "
+        "Signature=5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31",
         /* missing Signature / SignedHeaders / Credential */
         "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/service/aws4_request, "
         "SignedHeaders=host;x-amz-date",
@@ -868,44 +871,62 @@ Test(sigv4, parse_authorization_malformed)
         "AWS4-HMAC-SHA256 , " GOOD_AUTH,
         /* space around '=' */
         "AWS4-HMAC-SHA256 Credential =AKIDEXAMPLE/20150830/us-east-1/service/aws4_request, "
-        "SignedHeaders=host, Signature=5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31",
+        "SignedHeaders=host, "
+        "Signature=5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31",
         /* bad credential scopes */
         "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/service, "
-        "SignedHeaders=host, Signature=5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31",
+        "SignedHeaders=host, "
+        "Signature=5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31",
         "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/service/aws4_request/x, "
-        "SignedHeaders=host, Signature=5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31",
+        "SignedHeaders=host, "
+        "Signature=5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31",
         "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/service/aws5_request, "
-        "SignedHeaders=host, Signature=5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31",
+        "SignedHeaders=host, "
+        "Signature=5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31",
         "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/2015083/us-east-1/service/aws4_request, "
-        "SignedHeaders=host, Signature=5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31",
+        "SignedHeaders=host, "
+        "Signature=5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31",
         "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/2015083x/us-east-1/service/aws4_request, "
-        "SignedHeaders=host, Signature=5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31",
+        "SignedHeaders=host, "
+        "Signature=5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31",
         "AWS4-HMAC-SHA256 Credential=/20150830/us-east-1/service/aws4_request, "
-        "SignedHeaders=host, Signature=5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31",
+        "SignedHeaders=host, "
+        "Signature=5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31",
         "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830//service/aws4_request, "
-        "SignedHeaders=host, Signature=5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31",
+        "SignedHeaders=host, "
+        "Signature=5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31",
         "AWS4-HMAC-SHA256 Credential=AKID\x01XAMPLE/20150830/us-east-1/service/aws4_request, "
-        "SignedHeaders=host, Signature=5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31",
+        "SignedHeaders=host, "
+        "Signature=5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31",
         /* bad signed-header lists */
         "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/service/aws4_request, "
-        "SignedHeaders=, Signature=5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31",
+        "SignedHeaders=, "
+        "Signature=5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31",
         "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/service/aws4_request, "
-        "SignedHeaders=host;;x-amz-date, Signature=5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31",
+        "SignedHeaders=host;;x-amz-date, "
+        "Signature=5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31",
         "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/service/aws4_request, "
-        "SignedHeaders=host;, Signature=5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31",
+        "SignedHeaders=host;, "
+        "Signature=5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31",
         "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/service/aws4_request, "
-        "SignedHeaders=Host, Signature=5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31",
+        "SignedHeaders=Host, "
+        "Signature=5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31",
         "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/service/aws4_request, "
-        "SignedHeaders=host x, Signature=5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31",
+        "SignedHeaders=host x, "
+        "Signature=5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31",
         /* bad signatures: short, long, upper-case, not hex */
         "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/service/aws4_request, "
-        "SignedHeaders=host, Signature=5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf3",
+        "SignedHeaders=host, "
+        "Signature=5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf3",
         "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/service/aws4_request, "
-        "SignedHeaders=host, Signature=5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf311",
+        "SignedHeaders=host, "
+        "Signature=5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf311",
         "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/service/aws4_request, "
-        "SignedHeaders=host, Signature=5FA00FA31553B73EBF1942676E86291E8372FF2A2260956D9B8AAE1D763FBF31",
+        "SignedHeaders=host, "
+        "Signature=5FA00FA31553B73EBF1942676E86291E8372FF2A2260956D9B8AAE1D763FBF31",
         "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/service/aws4_request, "
-        "SignedHeaders=host, Signature=5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbg31",
+        "SignedHeaders=host, "
+        "Signature=5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbg31",
         "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/service/aws4_request, "
         "SignedHeaders=host, Signature=",
     };
@@ -941,8 +962,8 @@ Test(sigv4, parse_authorization_field_lengths)
 {
     struct sf__sigv4_auth a;
     /* The largest that fits each fixed array, then one more. */
-    const size_t fits[] = {sizeof a.access_key_id - 1, sizeof a.region - 1,
-                           sizeof a.service - 1, sizeof a.signed_headers - 1};
+    const size_t fits[] = {sizeof a.access_key_id - 1, sizeof a.region - 1, sizeof a.service - 1,
+                           sizeof a.signed_headers - 1};
     for (int field = 0; field < 4; field++) {
         char *v = auth_with_field(field, fits[field], 'a');
         cr_expect_eq(sf__sigv4_parse_authorization(v, &a), SF_OK, "field %d at %zu", field,
@@ -1010,8 +1031,7 @@ struct thread_arg {
 static void *sign_thread(void *p)
 {
     struct thread_arg *arg = p;
-    static const char *const dates[] = {"20150830T123600Z", "20150831T000000Z",
-                                        "20160229T120000Z"};
+    static const char *const dates[] = {"20150830T123600Z", "20150831T000000Z", "20160229T120000Z"};
     char want[3][SF__SHA256_HEX_LEN + 1];
     for (int i = 0; i < 3; i++) {
         /* Reference signatures from a signer nobody else touches. */
@@ -1140,14 +1160,15 @@ Test(sigv4, canonical_header_rules)
         {"x-amz-meta-empty", "   "},
     };
     char *creq = canonical("/", NULL, more, 4);
-    cr_expect_str_eq(creq, "GET\n/\n\n"
-                           "host:h\n"
-                           "x-amz-date:20150830T123600Z\n"
-                           "x-amz-meta-a:lead and trail,second\n"
-                           "x-amz-meta-b:line1 line2 line3\n"
-                           "x-amz-meta-empty:\n"
-                           "\n"
-                           "host;x-amz-date;x-amz-meta-a;x-amz-meta-b;x-amz-meta-empty\n" SF__EMPTY_SHA256);
+    cr_expect_str_eq(
+        creq, "GET\n/\n\n"
+              "host:h\n"
+              "x-amz-date:20150830T123600Z\n"
+              "x-amz-meta-a:lead and trail,second\n"
+              "x-amz-meta-b:line1 line2 line3\n"
+              "x-amz-meta-empty:\n"
+              "\n"
+              "host;x-amz-date;x-amz-meta-a;x-amz-meta-b;x-amz-meta-empty\n" SF__EMPTY_SHA256);
     free(creq);
 }
 
@@ -1195,8 +1216,9 @@ Test(sigv4, date_format_and_parse_round_trip)
     sf__sigv4_format_date(951825599, buf); /* 2000-02-29T11:59:59Z */
     cr_expect_str_eq(buf, "20000229T115959Z");
 
-    const time_t samples[] = {0, 1, 59, 86399, 86400, 951825599, 1440938160, 1440979199,
-                              1440979200, 2147483647, 4102444800 /* 2100-01-01 */};
+    const time_t samples[] = {
+        0,          1,          59,         86399,      86400,     951825599,
+        1440938160, 1440979199, 1440979200, 2147483647, 4102444800 /* 2100-01-01 */};
     for (size_t i = 0; i < sizeof samples / sizeof samples[0]; i++) {
         time_t back = -1;
         sf__sigv4_format_date(samples[i], buf);

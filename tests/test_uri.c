@@ -46,16 +46,14 @@ Test(uri, encode_space_is_percent20_and_plus_is_percent2B)
 
 Test(uri, encode_keeps_unreserved)
 {
-    const char *unreserved =
-        "-._~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    const char *unreserved = "-._~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
     expect_encoded(unreserved, 0, unreserved);
     expect_encoded(unreserved, 1, unreserved);
 }
 
 Test(uri, encode_reserved_and_specials_upper_hex)
 {
-    expect_encoded("!*'();:@&=$,?#[]%", 0,
-                   "%21%2A%27%28%29%3B%3A%40%26%3D%24%2C%3F%23%5B%5D%25");
+    expect_encoded("!*'();:@&=$,?#[]%", 0, "%21%2A%27%28%29%3B%3A%40%26%3D%24%2C%3F%23%5B%5D%25");
     /* Upper-case hex, never lower-case. */
     expect_encoded("\xab\xcd\xef", 0, "%AB%CD%EF");
 }

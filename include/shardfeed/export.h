@@ -4,17 +4,17 @@
 #define SHARDFEED_EXPORT_H
 
 #if defined(SF_STATIC_DEFINE)
-#  define SF_API
+#define SF_API
 #elif defined(_WIN32)
-#  ifdef SF_BUILDING_LIBRARY
-#    define SF_API __declspec(dllexport)
-#  else
-#    define SF_API __declspec(dllimport)
-#  endif
-#elif defined(__GNUC__)
-#  define SF_API __attribute__((visibility("default")))
+#ifdef SF_BUILDING_LIBRARY
+#define SF_API __declspec(dllexport)
 #else
-#  define SF_API
+#define SF_API __declspec(dllimport)
+#endif
+#elif defined(__GNUC__)
+#define SF_API __attribute__((visibility("default")))
+#else
+#define SF_API
 #endif
 
 #endif /* SHARDFEED_EXPORT_H */

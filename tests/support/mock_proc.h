@@ -8,8 +8,8 @@
 struct mock_proc {
     pid_t pid;
     unsigned port;
-    char url[64];     /* "http://127.0.0.1:PORT" */
-    char host[32];    /* "127.0.0.1:PORT", the Host header */
+    char url[64];  /* "http://127.0.0.1:PORT" */
+    char host[32]; /* "127.0.0.1:PORT", the Host header */
 };
 
 /* Starts the server with --root root --port 0 --quiet and the extra

@@ -72,8 +72,12 @@ int s3_call(const char *base, const struct s3_call *c, struct s3_resp *resp)
         memcpy(path, c->target, pl);
         path[pl] = '\0';
         struct sf__sigv4_request req = {
-            .method = c->method, .path = path, .query = q ? q + 1 : NULL,
-            .headers = hdrs, .n_headers = nh, .payload_hash = payload,
+            .method = c->method,
+            .path = path,
+            .query = q ? q + 1 : NULL,
+            .headers = hdrs,
+            .n_headers = nh,
+            .payload_hash = payload,
         };
         char amz_date[SF__AMZ_DATE_LEN + 1];
         struct sf__header extra[3];

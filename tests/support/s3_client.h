@@ -15,21 +15,21 @@ struct s3_creds {
 };
 
 struct s3_call {
-    const char *method;        /* "GET" */
-    const char *target;        /* wire path and query: "/b/my%20key?x=1" */
+    const char *method;         /* "GET" */
+    const char *target;         /* wire path and query: "/b/my%20key?x=1" */
     const char *const *headers; /* "Name: value" lines, NULL-terminated, may be NULL */
     const void *body;
     size_t body_len;
     const struct s3_creds *creds; /* NULL = unsigned */
-    time_t when;               /* signing time; 0 = now */
-    int unsigned_payload;      /* send UNSIGNED-PAYLOAD instead of the body hash */
-    const char *payload_hash;  /* override x-amz-content-sha256 (tests of bad hashes) */
-    long low_speed_time_s;     /* abort when under 1 byte/s for this long; 0 = never */
+    time_t when;                  /* signing time; 0 = now */
+    int unsigned_payload;         /* send UNSIGNED-PAYLOAD instead of the body hash */
+    const char *payload_hash;     /* override x-amz-content-sha256 (tests of bad hashes) */
+    long low_speed_time_s;        /* abort when under 1 byte/s for this long; 0 = never */
 };
 
 struct s3_resp {
-    long status;               /* 0 when no HTTP answer arrived */
-    int curl_code;             /* CURLcode of the transfer */
+    long status;   /* 0 when no HTTP answer arrived */
+    int curl_code; /* CURLcode of the transfer */
     struct sf__strbuf body;
     struct sf__strbuf headers; /* raw header block(s) */
 };
