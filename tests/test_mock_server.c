@@ -5,13 +5,17 @@
 #include "support/s3_client.h"
 
 #include <cjson/cJSON.h>
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <netinet/in.h>
 #include <curl/curl.h>
 #include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -940,4 +944,94 @@ Test(mock_server, queued_body_faults_wait_for_a_get)
     cr_expect_eq(call("GET", "/bucket1/b", NULL, &r), 200);
     cr_expect_eq(r.body.len, sizeof(data));
     s3_resp_free(&r);
+}
+
+/* Sends raw bytes on a fresh connection and reads whatever comes back. */
+static void raw_exchange(unsigned port, const char *data, size_t n)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    cr_assert(fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    struct timeval tv = {2, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0) {
+        (void)!write(fd, data, n);
+        shutdown(fd, SHUT_WR);
+        char buf[4096];
+        while (read(fd, buf, sizeof(buf)) > 0)
+            ;
+    }
+    close(fd);
+}
+
+Test(mock_server, malformed_requests_never_take_the_server_down)
+{
+    cr_assert(test_write_file(root, "bucket1/k", "0123456789", 10) == 0);
+    const char *fixed[] = {
+        "GET /bucket1/k HTTP/1.1\r\nHost: x\r\nAuthorization: AWS4-HMAC-SHA256 \r\n\r\n",
+        "GET /bucket1/k HTTP/1.1\r\nHost: x\r\nAuthorization: AWS4-HMAC-SHA256 Credential=a/b/c/d/"
+        "aws4_request, SignedHeaders=, Signature=zz\r\n\r\n",
+        "GET /bucket1/k HTTP/1.1\r\nHost: x\r\nRange: bytes=99999999999999999999999-1\r\n\r\n",
+        "GET /%ZZ%/..%2f HTTP/1.1\r\nHost: x\r\n\r\n",
+        "GET /bucket1?list-type=2&max-keys=-1&continuation-token=K0g HTTP/1.1\r\nHost: x\r\n\r\n",
+        "PUT /bucket1/k HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nshort",
+        "POST /_mock/faults HTTP/1.1\r\nHost: x\r\nContent-Length: 14\r\n\r\nbandwidth=nan\n",
+        "POST /_mock/fault?fault=reset%3D-5 HTTP/1.1\r\nHost: x\r\n\r\n",
+        "GARBAGE\r\n\r\n",
+        "\r\n\r\n\r\n",
+    };
+    for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
+        raw_exchange(srv.port, fixed[i], strlen(fixed[i]));
+    /* Random request lines and headers built from S3-ish pieces. */
+    const char *pieces[] = {"GET ",
+                            "PUT ",
+                            "HEAD ",
+                            "DELETE ",
+                            "/",
+                            "bucket1",
+                            "/k",
+                            "?",
+                            "list-type=2",
+                            "&",
+                            "%",
+                            "%2F",
+                            "..",
+                            "\r\n",
+                            ": ",
+                            "Range",
+                            "bytes=",
+                            "-",
+                            "1",
+                            "Authorization",
+                            "AWS4-HMAC-SHA256",
+                            "Credential=",
+                            ",",
+                            "x-sfmock-fault",
+                            "reset=",
+                            "HTTP/1.1"};
+    unsigned long long x = 12345;
+    char req[2048];
+    for (int i = 0; i < 200; i++) {
+        size_t len = 0;
+        int parts = 3 + (int)(x % 30);
+        for (int p = 0; p < parts; p++) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            const char *piece = pieces[x % (sizeof(pieces) / sizeof(pieces[0]))];
+            size_t pl = strlen(piece);
+            if (len + pl + 5 >= sizeof(req))
+                break;
+            memcpy(req + len, piece, pl);
+            len += pl;
+        }
+        memcpy(req + len, "\r\n\r\n", 4);
+        raw_exchange(srv.port, req, len + 4);
+    }
+    struct s3_resp r;
+    cr_expect_eq(call("GET", "/bucket1/k", NULL, &r), 200, "the server still answers");
+    cr_expect_eq(r.body.len, 10);
+    s3_resp_free(&r);
+    cr_expect_eq(mock_proc_stop(&srv), 0, "and still exits cleanly");
 }
