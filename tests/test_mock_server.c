@@ -105,6 +105,30 @@ static double key_status(cJSON *st, const char *key, const char *status)
     return v ? v->valuedouble : 0;
 }
 
+/* POST to an admin endpoint of the mock; returns the HTTP status. */
+static long admin_post(const char *target, const char *body)
+{
+    struct s3_call c = {
+        .method = "POST", .target = target, .body = body, .body_len = body ? strlen(body) : 0};
+    struct s3_resp r;
+    s3_call(srv.url, &c, &r);
+    s3_resp_free(&r);
+    return r.status;
+}
+
+/* The first entry of a listing page: a common prefix if any, else a key. */
+static void first_listed(const struct s3_resp *r, char out[64])
+{
+    const char *b = sf__strbuf_str(&r->body);
+    const char *cp = strstr(b, "<CommonPrefixes><Prefix>");
+    const char *k = strstr(b, "<Key>");
+    out[0] = '\0';
+    if (cp)
+        sscanf(cp + 24, "%63[^<]", out);
+    else if (k)
+        sscanf(k + 5, "%63[^<]", out);
+}
+
 TestSuite(mock_server, .init = setup, .fini = teardown, .timeout = 60);
 /* Tests that start the server with their own flags. */
 TestSuite(mock_server_cfg, .fini = teardown, .timeout = 60);
@@ -345,13 +369,8 @@ Test(mock_server, list_delimiter_rolls_up_common_prefixes_across_pages)
         snprintf(target, sizeof(target), "/bucket1?list-type=2&delimiter=%%2F&max-keys=1%s%s",
                  *token ? "&continuation-token=" : "", token);
         cr_assert_eq(call("GET", target, NULL, &r), 200);
-        char got[64] = "";
-        const char *cp = strstr(sf__strbuf_str(&r.body), "<CommonPrefixes><Prefix>");
-        const char *k = strstr(sf__strbuf_str(&r.body), "<Key>");
-        if (cp)
-            sscanf(cp + 24, "%63[^<]", got);
-        else if (k)
-            sscanf(k + 5, "%63[^<]", got);
+        char got[64];
+        first_listed(&r, got);
         cr_expect_str_eq(got, want[i], "page %d", i);
         char trunc[16] = "";
         s3_xml_value(&r, "IsTruncated", trunc, sizeof(trunc));
@@ -604,11 +623,7 @@ Test(mock_server, queued_faults_fail_exactly_the_next_n_requests)
     cr_assert(test_write_file(root, "bucket1/q/obj", "payload", 7) == 0);
     cr_assert(test_write_file(root, "bucket1/other", "x", 1) == 0);
     struct s3_resp r;
-    struct s3_call q = {.method = "POST",
-                        .target = "/_mock/fault?prefix=bucket1/q/&fault=503&count=2"};
-    s3_call(srv.url, &q, &r);
-    cr_assert_eq(r.status, 200);
-    s3_resp_free(&r);
+    cr_assert_eq(admin_post("/_mock/fault?prefix=bucket1/q/&fault=503&count=2", NULL), 200);
     cr_expect_eq(call("GET", "/bucket1/other", NULL, &r), 200, "other prefixes are unaffected");
     s3_resp_free(&r);
     long want[] = {503, 503, 200, 200};
@@ -623,9 +638,7 @@ Test(mock_server, queued_faults_fail_exactly_the_next_n_requests)
     cr_expect_eq(cJSON_GetObjectItem(ops, "GetObject")->valuedouble, 5);
     cJSON_Delete(st);
 
-    struct s3_call reset = {.method = "POST", .target = "/_mock/reset"};
-    s3_call(srv.url, &reset, &r);
-    s3_resp_free(&r);
+    cr_assert_eq(admin_post("/_mock/reset", NULL), 200);
     st = stats();
     cr_expect_eq(cJSON_GetObjectItem(st, "requests")->valuedouble, 0);
     cJSON_Delete(st);
@@ -635,33 +648,21 @@ Test(mock_server, fault_rules_are_scoped_and_replaceable)
 {
     cr_assert(test_write_file(root, "bucket1/bad/x", "x", 1) == 0);
     cr_assert(test_write_file(root, "bucket1/good/x", "x", 1) == 0);
-    const char *rules = "prefix=bucket1/bad/,p500=1\n";
-    struct s3_call set = {
-        .method = "POST", .target = "/_mock/faults", .body = rules, .body_len = strlen(rules)};
+    cr_assert_eq(admin_post("/_mock/faults", "prefix=bucket1/bad/,p500=1\n"), 200);
     struct s3_resp r;
-    s3_call(srv.url, &set, &r);
-    cr_assert_eq(r.status, 200);
-    s3_resp_free(&r);
     call("GET", "/bucket1/bad/x", NULL, &r);
     expect_error(&r, 500, "InternalError");
     s3_resp_free(&r);
     cr_expect_eq(call("GET", "/bucket1/good/x", NULL, &r), 200);
     s3_resp_free(&r);
 
-    const char *invalid = "prefix=x,p500=2\n";
-    set.body = invalid;
-    set.body_len = strlen(invalid);
-    s3_call(srv.url, &set, &r);
-    cr_expect_eq(r.status, 400, "probabilities above 1 are refused");
-    s3_resp_free(&r);
+    cr_expect_eq(admin_post("/_mock/faults", "prefix=x,p500=2\n"), 400,
+                 "probabilities above 1 are refused");
     call("GET", "/bucket1/bad/x", NULL, &r);
     cr_expect_eq(r.status, 500, "a refused rule set leaves the old one in place");
     s3_resp_free(&r);
 
-    set.body = "";
-    set.body_len = 0;
-    s3_call(srv.url, &set, &r);
-    s3_resp_free(&r);
+    cr_expect_eq(admin_post("/_mock/faults", ""), 200);
     cr_expect_eq(call("GET", "/bucket1/bad/x", NULL, &r), 200, "rules cleared");
     s3_resp_free(&r);
 }
@@ -882,14 +883,8 @@ Test(mock_server, list_v1_markers_page_through_common_prefixes)
         snprintf(target, sizeof(target), "/bucket1?delimiter=%%2F&max-keys=1&marker=%s", marker);
         struct s3_resp r;
         cr_assert_eq(call("GET", target, NULL, &r), 200);
-        const char *b = sf__strbuf_str(&r.body);
-        const char *cp = strstr(b, "<CommonPrefixes><Prefix>");
-        const char *k = strstr(b, "<Key>");
-        char got[64] = "";
-        if (cp)
-            sscanf(cp + 24, "%63[^<]", got);
-        else if (k)
-            sscanf(k + 5, "%63[^<]", got);
+        char got[64];
+        first_listed(&r, got);
         cr_expect_str_eq(got, want[i], "page %d", i);
         char trunc[16] = "";
         s3_xml_value(&r, "IsTruncated", trunc, sizeof(trunc));
@@ -908,13 +903,8 @@ Test(mock_server, list_v1_markers_page_through_common_prefixes)
 Test(mock_server, fault_rules_apply_to_object_requests_only)
 {
     cr_assert(test_write_file(root, "bucket1/k", "v", 1) == 0);
-    const char *rules = "p503=1\n";
-    struct s3_call set = {
-        .method = "POST", .target = "/_mock/faults", .body = rules, .body_len = strlen(rules)};
+    cr_assert_eq(admin_post("/_mock/faults", "p503=1\n"), 200);
     struct s3_resp r;
-    s3_call(srv.url, &set, &r);
-    cr_assert_eq(r.status, 200);
-    s3_resp_free(&r);
     cr_expect_eq(call("GET", "/bucket1?list-type=2", NULL, &r), 200, "listing is not faulted");
     s3_resp_free(&r);
     call("GET", "/bucket1/k", NULL, &r);
@@ -931,11 +921,7 @@ Test(mock_server, queued_body_faults_wait_for_a_get)
     test_fill(data, sizeof(data), 4);
     cr_assert(test_write_file(root, "bucket1/b", data, sizeof(data)) == 0);
     struct s3_resp r;
-    struct s3_call q = {.method = "POST",
-                        .target = "/_mock/fault?prefix=bucket1/b&fault=reset%3D100&count=1"};
-    s3_call(srv.url, &q, &r);
-    cr_assert_eq(r.status, 200);
-    s3_resp_free(&r);
+    cr_assert_eq(admin_post("/_mock/fault?prefix=bucket1/b&fault=reset%3D100&count=1", NULL), 200);
     cr_expect_eq(call("HEAD", "/bucket1/b", NULL, &r), 200);
     s3_resp_free(&r);
     call("GET", "/bucket1/b", NULL, &r);
