@@ -105,6 +105,16 @@ static double key_status(cJSON *st, const char *key, const char *status)
     return v ? v->valuedouble : 0;
 }
 
+/* One signed request that must fail with this status and S3 error code. */
+static void expect_call_error(const char *method, const char *target, const char *const *headers,
+                              long status, const char *code)
+{
+    struct s3_resp r;
+    call(method, target, headers, &r);
+    expect_error(&r, status, code);
+    s3_resp_free(&r);
+}
+
 /* POST to an admin endpoint of the mock; returns the HTTP status. */
 static long admin_post(const char *target, const char *body)
 {
@@ -178,13 +188,9 @@ Test(mock_server, unsatisfiable_range_is_416_and_malformed_range_is_ignored)
     cr_assert(test_write_file(root, "bucket1/small", "0123456789", 10) == 0);
     struct s3_resp r;
     const char *h1[] = {"Range: bytes=10-20", NULL};
-    call("GET", "/bucket1/small", h1, &r);
-    expect_error(&r, 416, "InvalidRange");
-    s3_resp_free(&r);
+    expect_call_error("GET", "/bucket1/small", h1, 416, "InvalidRange");
     const char *h2[] = {"Range: bytes=-0", NULL};
-    call("GET", "/bucket1/small", h2, &r);
-    expect_error(&r, 416, "InvalidRange");
-    s3_resp_free(&r);
+    expect_call_error("GET", "/bucket1/small", h2, 416, "InvalidRange");
     const char *h3[] = {"Range: bytes=5-2", NULL};
     cr_assert_eq(call("GET", "/bucket1/small", h3, &r), 200);
     cr_assert_eq(r.body.len, 10);
@@ -221,9 +227,7 @@ Test(mock_server, etag_is_quoted_md5_and_conditionals_hold)
     cr_assert_eq(call("GET", "/bucket1/fox", ok, &r), 200);
     s3_resp_free(&r);
     const char *bad[] = {"If-Match: \"0123456789abcdef0123456789abcdef\"", NULL};
-    call("GET", "/bucket1/fox", bad, &r);
-    expect_error(&r, 412, "PreconditionFailed");
-    s3_resp_free(&r);
+    expect_call_error("GET", "/bucket1/fox", bad, 412, "PreconditionFailed");
     snprintf(hdr, sizeof(hdr), "If-None-Match: %s", want);
     const char *inm[] = {hdr, NULL};
     cr_assert_eq(call("GET", "/bucket1/fox", inm, &r), 304);
@@ -244,9 +248,7 @@ Test(mock_server, put_get_delete_round_trip)
     s3_resp_free(&r);
     cr_assert_eq(call("DELETE", "/bucket1/deep/dir/obj.bin", NULL, &r), 204);
     s3_resp_free(&r);
-    call("GET", "/bucket1/deep/dir/obj.bin", NULL, &r);
-    expect_error(&r, 404, "NoSuchKey");
-    s3_resp_free(&r);
+    expect_call_error("GET", "/bucket1/deep/dir/obj.bin", NULL, 404, "NoSuchKey");
     char dir[700];
     snprintf(dir, sizeof(dir), "%s/bucket1/deep", root);
     cr_expect(access(dir, F_OK) != 0, "empty parent directories are removed");
@@ -412,31 +414,21 @@ Test(mock_server, buckets_are_created_listed_and_deleted)
     struct s3_resp r;
     cr_assert_eq(call("PUT", "/newbucket", NULL, &r), 200);
     s3_resp_free(&r);
-    call("PUT", "/newbucket", NULL, &r);
-    expect_error(&r, 409, "BucketAlreadyOwnedByYou");
-    s3_resp_free(&r);
+    expect_call_error("PUT", "/newbucket", NULL, 409, "BucketAlreadyOwnedByYou");
     cr_assert_eq(call("GET", "/", NULL, &r), 200);
     const char *b = sf__strbuf_str(&r.body);
     const char *p1 = strstr(b, "<Name>bucket1</Name>"), *p2 = strstr(b, "<Name>newbucket</Name>");
     cr_expect(p1 && p2 && p1 < p2, "%s", b);
     s3_resp_free(&r);
     put_object("/newbucket/k", "v", 1);
-    call("DELETE", "/newbucket", NULL, &r);
-    expect_error(&r, 409, "BucketNotEmpty");
-    s3_resp_free(&r);
+    expect_call_error("DELETE", "/newbucket", NULL, 409, "BucketNotEmpty");
     cr_assert_eq(call("DELETE", "/newbucket/k", NULL, &r), 204);
     s3_resp_free(&r);
     cr_assert_eq(call("DELETE", "/newbucket", NULL, &r), 204);
     s3_resp_free(&r);
-    call("GET", "/newbucket?list-type=2", NULL, &r);
-    expect_error(&r, 404, "NoSuchBucket");
-    s3_resp_free(&r);
-    call("GET", "/nobucket/key", NULL, &r);
-    expect_error(&r, 404, "NoSuchBucket");
-    s3_resp_free(&r);
-    call("PUT", "/Bad_Bucket", NULL, &r);
-    expect_error(&r, 400, "InvalidBucketName");
-    s3_resp_free(&r);
+    expect_call_error("GET", "/newbucket?list-type=2", NULL, 404, "NoSuchBucket");
+    expect_call_error("GET", "/nobucket/key", NULL, 404, "NoSuchBucket");
+    expect_call_error("PUT", "/Bad_Bucket", NULL, 400, "InvalidBucketName");
 }
 
 Test(mock_server, authentication_failures_have_their_s3_codes)
@@ -554,13 +546,9 @@ Test(mock_server, forced_faults_by_header)
     cr_assert(test_write_file(root, "bucket1/f", data, sizeof(data)) == 0);
     struct s3_resp r;
     const char *h500[] = {"x-sfmock-fault: 500", NULL};
-    call("GET", "/bucket1/f", h500, &r);
-    expect_error(&r, 500, "InternalError");
-    s3_resp_free(&r);
+    expect_call_error("GET", "/bucket1/f", h500, 500, "InternalError");
     const char *h503[] = {"x-sfmock-fault: 503", NULL};
-    call("GET", "/bucket1/f", h503, &r);
-    expect_error(&r, 503, "SlowDown");
-    s3_resp_free(&r);
+    expect_call_error("GET", "/bucket1/f", h503, 503, "SlowDown");
 
     const char *reset[] = {"x-sfmock-fault: reset=1000", NULL};
     call("GET", "/bucket1/f", reset, &r);
@@ -650,9 +638,7 @@ Test(mock_server, fault_rules_are_scoped_and_replaceable)
     cr_assert(test_write_file(root, "bucket1/good/x", "x", 1) == 0);
     cr_assert_eq(admin_post("/_mock/faults", "prefix=bucket1/bad/,p500=1\n"), 200);
     struct s3_resp r;
-    call("GET", "/bucket1/bad/x", NULL, &r);
-    expect_error(&r, 500, "InternalError");
-    s3_resp_free(&r);
+    expect_call_error("GET", "/bucket1/bad/x", NULL, 500, "InternalError");
     cr_expect_eq(call("GET", "/bucket1/good/x", NULL, &r), 200);
     s3_resp_free(&r);
 
@@ -795,10 +781,7 @@ Test(mock_server_cfg, etag_changes_after_n_requests)
     char hdr[100];
     snprintf(hdr, sizeof(hdr), "If-Match: %s", tags[0]);
     const char *h[] = {hdr, "Range: bytes=0-1", NULL};
-    struct s3_resp r;
-    call("GET", "/bucket1/e", h, &r);
-    expect_error(&r, 412, "PreconditionFailed");
-    s3_resp_free(&r);
+    expect_call_error("GET", "/bucket1/e", h, 412, "PreconditionFailed");
 }
 
 Test(mock_server_cfg, session_token_is_required_when_configured)
@@ -807,9 +790,7 @@ Test(mock_server_cfg, session_token_is_required_when_configured)
     start_with(args);
     cr_assert(test_write_file(root, "bucket1/k", "v", 1) == 0);
     struct s3_resp r;
-    call("GET", "/bucket1/k", NULL, &r);
-    expect_error(&r, 403, "InvalidToken");
-    s3_resp_free(&r);
+    expect_call_error("GET", "/bucket1/k", NULL, 403, "InvalidToken");
     struct s3_creds with = {"test-ak", "test-secret", "tok123", NULL};
     struct s3_call c = {.method = "GET", .target = "/bucket1/k", .creds = &with};
     s3_call(srv.url, &c, &r);
@@ -836,17 +817,10 @@ Test(mock_server_cfg, anonymous_mode_serves_unsigned_but_checks_signed)
 
 Test(mock_server, unsupported_operations_answer_not_implemented)
 {
-    struct s3_resp r;
-    call("POST", "/bucket1/k?uploads", NULL, &r);
-    expect_error(&r, 501, "NotImplemented");
-    s3_resp_free(&r);
-    call("GET", "/bucket1?versioning", NULL, &r);
-    expect_error(&r, 501, "NotImplemented");
-    s3_resp_free(&r);
+    expect_call_error("POST", "/bucket1/k?uploads", NULL, 501, "NotImplemented");
+    expect_call_error("GET", "/bucket1?versioning", NULL, 501, "NotImplemented");
     const char *copy[] = {"x-amz-copy-source: /bucket1/a", NULL};
-    call("PUT", "/bucket1/b", copy, &r);
-    expect_error(&r, 501, "NotImplemented");
-    s3_resp_free(&r);
+    expect_call_error("PUT", "/bucket1/b", copy, 501, "NotImplemented");
 }
 
 Test(mock_server_cli, bad_command_lines_exit_non_zero, .timeout = 60)
@@ -907,12 +881,8 @@ Test(mock_server, fault_rules_apply_to_object_requests_only)
     struct s3_resp r;
     cr_expect_eq(call("GET", "/bucket1?list-type=2", NULL, &r), 200, "listing is not faulted");
     s3_resp_free(&r);
-    call("GET", "/bucket1/k", NULL, &r);
-    expect_error(&r, 503, "SlowDown");
-    s3_resp_free(&r);
-    call("PUT", "/bucket1/k2", NULL, &r);
-    expect_error(&r, 503, "SlowDown");
-    s3_resp_free(&r);
+    expect_call_error("GET", "/bucket1/k", NULL, 503, "SlowDown");
+    expect_call_error("PUT", "/bucket1/k2", NULL, 503, "SlowDown");
 }
 
 Test(mock_server, queued_body_faults_wait_for_a_get)
