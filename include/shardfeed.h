@@ -12,6 +12,8 @@
 
 #include "shardfeed/export.h"
 
+#include <stddef.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -76,6 +78,223 @@ SF_API int sf_cuda_compiled(void);
  * Never fails. May initialise the CUDA runtime on first call.
  */
 SF_API int sf_cuda_device_count(void);
+
+/* ------------------------------------------------------------------ sizes */
+
+/*
+ * Parses a byte size: a decimal integer with an optional unit. "8M", "8MB"
+ * and "8MiB" all mean 8 * 2^20 (storage sizes in this field are binary; the
+ * decision is in docs/configuration.md); units are B, K, M, G, T with an
+ * optional "i" and/or "B", case-insensitive. Whitespace, signs, fractions and
+ * overflow are rejected with SF_ERR_INVALID_ARGUMENT. out may not be NULL.
+ */
+SF_API sf_status sf_parse_bytes(const char *text, unsigned long long *out);
+
+/* ------------------------------------------------------------------ logging */
+
+enum sf_log_level { SF_LOG_ERROR = 0, SF_LOG_WARN = 1, SF_LOG_INFO = 2, SF_LOG_DEBUG = 3 };
+
+/*
+ * Log sink. The library never prints; it calls this (from any of its
+ * threads, possibly concurrently) with a NUL-terminated line without a
+ * trailing newline. Secrets never appear in messages.
+ */
+typedef void (*sf_log_fn)(void *user, enum sf_log_level level, const char *message);
+
+/* ------------------------------------------------------------------ S3 client */
+
+/* How bucket names are put in request URLs. */
+enum sf_addressing {
+    SF_ADDRESSING_AUTO = 0,    /* virtual-hosted for AWS, path-style for custom endpoints */
+    SF_ADDRESSING_PATH = 1,    /* https://endpoint/bucket/key */
+    SF_ADDRESSING_VIRTUAL = 2, /* https://bucket.endpoint/key */
+};
+
+/*
+ * Options of an S3 client. Strings are copied by sf_s3_new(); NULL / 0 mean
+ * "the default", which for endpoint, region, profile and credentials follows
+ * the AWS conventions (environment, ~/.aws/config, ~/.aws/credentials): see
+ * docs/configuration.md.
+ */
+struct sf_s3_options {
+    const char *endpoint_url; /* "http://127.0.0.1:9000"; NULL: AWS_ENDPOINT_URL_S3,
+                                 AWS_ENDPOINT_URL, profile endpoint_url, else AWS */
+    const char *region;       /* NULL: AWS_REGION, AWS_DEFAULT_REGION, profile, us-east-1 */
+    const char *profile;      /* NULL: AWS_PROFILE, else "default" */
+    const char *access_key_id;     /* explicit credentials; both or neither */
+    const char *secret_access_key; /* never logged */
+    const char *session_token;     /* optional, with explicit credentials */
+    int no_sign_request;           /* 1: anonymous, no credential lookup at all */
+    enum sf_addressing addressing;
+    const char *ca_bundle; /* PEM file; NULL: AWS_CA_BUNDLE, profile ca_bundle, system store */
+    int insecure;          /* 1: do not verify TLS certificates (never the default) */
+    int http2;             /* 1: offer HTTP/2 over TLS; default 0 (HTTP/1.1) */
+
+    unsigned concurrency;           /* requests in flight in total; default 16 */
+    unsigned long long chunk_bytes; /* range size; default 8 MiB */
+    unsigned max_attempts;          /* per request, first try included; default 10 */
+    unsigned retry_base_ms;         /* transient errors backoff base; default 50 */
+    unsigned throttle_base_ms;      /* SlowDown/429 backoff base; default 500 */
+    unsigned retry_cap_ms;          /* backoff cap; default 20000 */
+    unsigned retry_quota;           /* retry tokens (docs/transport.md); default 500 */
+    unsigned stall_timeout_ms;      /* abort a transfer without progress; default 30000 */
+    unsigned connect_timeout_ms;    /* default 10000 */
+    unsigned long long max_object_bytes; /* cap on engine-allocated buffers; default 64 GiB */
+
+    sf_log_fn log; /* NULL: silent */
+    void *log_user;
+    enum sf_log_level log_level; /* default SF_LOG_WARN */
+};
+
+/* Fills o with the defaults. o may not be NULL. */
+SF_API void sf_s3_options_init_default(struct sf_s3_options *o);
+
+/* An S3 client: configuration, credentials, and the fetch engine's I/O thread. */
+struct sf_s3;
+
+/*
+ * Creates a client and starts its I/O thread. Resolves endpoint, region and
+ * the credential chain (the chain's network providers are queried lazily, on
+ * the first signed request). On failure *out is NULL; when err is not NULL it
+ * receives a message (truncated to err_len).
+ */
+SF_API sf_status sf_s3_new(const struct sf_s3_options *o, struct sf_s3 **out, char *err,
+                           size_t err_len);
+
+/* Cancels every fetch still running, joins the I/O thread, frees. NULL is a no-op.
+ * Every sf_fetch of this client must be destroyed first. */
+SF_API void sf_s3_destroy(struct sf_s3 *s3);
+
+/*
+ * Copies the detail message of the last call on s3 that failed (from any
+ * thread) into buf and returns buf: object, HTTP status, S3 error code and
+ * request id when there are some. "" when nothing failed yet.
+ */
+SF_API const char *sf_s3_errmsg(struct sf_s3 *s3, char *buf, size_t buf_len);
+
+/* Metadata of one object (or, from listings, one common prefix). */
+struct sf_object_info {
+    char *url;                    /* "s3://bucket/key", "https://...", "/path"; owned */
+    char *key;                    /* key within the bucket (or path); owned */
+    unsigned long long size;      /* bytes; SF_SIZE_UNKNOWN when not known */
+    char etag[128];               /* quoted as the server sent it, "" when none */
+    long long last_modified;      /* seconds since the epoch, 0 when unknown */
+    int is_prefix;                /* 1 for a common prefix ("directory") in ls output */
+};
+#define SF_SIZE_UNKNOWN (~0ULL)
+
+/* HEAD an object (or stat a local file). Fills *out; free with sf_object_info_clear(). */
+SF_API sf_status sf_s3_stat(struct sf_s3 *s3, const char *url, struct sf_object_info *out);
+SF_API void sf_object_info_clear(struct sf_object_info *info);
+
+/* A list of objects (result of sf_s3_expand / sf_s3_list). */
+struct sf_object_list;
+SF_API size_t sf_object_list_count(const struct sf_object_list *l);
+/* The i-th entry, NULL when i is out of range. Valid until the list is destroyed. */
+SF_API const struct sf_object_info *sf_object_list_get(const struct sf_object_list *l, size_t i);
+SF_API void sf_object_list_destroy(struct sf_object_list *l);
+
+/*
+ * Turns a source into the objects it names, in order:
+ *  - brace patterns "s3://b/train-{000000..001023}.tar", "{a,b}", several braces
+ *    (expanded without network access; sizes unknown),
+ *  - "s3://b/prefix/" (trailing slash: every object under it, all pages),
+ *  - "s3://b/key", "https://host/path" (one object, not checked),
+ *  - "file:///dir/x.tar", "dir/x.tar", "dir/" (local files; "dir/" lists the
+ *    directory's regular files, recursively, sorted).
+ * At most max_objects (0 = 10 million) results, else SF_ERR_LIMIT.
+ */
+SF_API sf_status sf_s3_expand(struct sf_s3 *s3, const char *source, size_t max_objects,
+                              struct sf_object_list **out);
+
+#define SF_LIST_RECURSIVE 1
+/*
+ * Lists "s3://bucket/prefix" (ListObjectsV2, every page). Without
+ * SF_LIST_RECURSIVE, keys are grouped at the next '/' into common prefixes
+ * (is_prefix = 1), as `aws s3 ls` does. "s3://" alone lists the buckets.
+ */
+SF_API sf_status sf_s3_list(struct sf_s3 *s3, const char *url, int flags, size_t max_objects,
+                            struct sf_object_list **out);
+
+/* ------------------------------------------------------------------ fetch */
+
+/*
+ * Where a fetch puts the bytes. Exactly one destination:
+ *  - buffer != NULL: caller-owned memory of buffer_bytes; an object (range)
+ *    larger than that fails with SF_ERR_LIMIT;
+ *  - fd >= 0: written with pwrite() at file_offset + (object offset - offset);
+ *  - neither: the engine allocates one buffer of the object's size (capped by
+ *    max_object_bytes) when the size is known; see sf_fetch_data().
+ */
+struct sf_fetch_options {
+    void *buffer;
+    unsigned long long buffer_bytes;
+    int fd; /* -1 = none */
+    unsigned long long file_offset;
+    unsigned long long offset; /* first byte of the object to fetch; default 0 */
+    unsigned long long length; /* bytes from offset; SF_SIZE_UNKNOWN = to the end */
+    unsigned long long size;   /* object size when known (listing), else SF_SIZE_UNKNOWN */
+    const char *etag;          /* expected ETag (listing), sent as If-Match; NULL = learn it */
+};
+SF_API void sf_fetch_options_init_default(struct sf_fetch_options *o);
+
+/* One object being fetched as parallel ranged GETs. */
+struct sf_fetch;
+
+/* Progress snapshot. */
+struct sf_fetch_progress {
+    unsigned long long total;      /* bytes this fetch will deliver; SF_SIZE_UNKNOWN until known */
+    unsigned long long contiguous; /* bytes [0, contiguous) of the destination are final */
+    unsigned long long received;   /* bytes written so far, in any order */
+    unsigned requests;             /* HTTP requests sent, retries included */
+    unsigned retries;
+    int done;                      /* 1 when finished, successfully or not */
+    sf_status status;              /* SF_OK while running or when done without error */
+};
+
+/*
+ * Starts fetching url (s3://, http(s)://; local paths are read synchronously
+ * into the destination). Returns at once; the I/O thread does the work. The
+ * destination must stay valid until sf_fetch_destroy().
+ */
+SF_API sf_status sf_fetch_start(struct sf_s3 *s3, const char *url, const struct sf_fetch_options *o,
+                                struct sf_fetch **out);
+
+/*
+ * Blocks until at least min_contiguous bytes are final, or the fetch is done
+ * (then it returns its status), or timeout_ms passes (SF_ERR_TIMEOUT; -1 =
+ * wait forever). Fills *p when not NULL. Any thread.
+ */
+SF_API sf_status sf_fetch_wait(struct sf_fetch *f, unsigned long long min_contiguous,
+                               int timeout_ms, struct sf_fetch_progress *p);
+SF_API void sf_fetch_progress(struct sf_fetch *f, struct sf_fetch_progress *p);
+
+/* The engine-allocated buffer (NULL with a caller destination or before the
+ * size is known) and the ETag the object was read at ("" until known). */
+SF_API void *sf_fetch_data(struct sf_fetch *f);
+SF_API const char *sf_fetch_etag(struct sf_fetch *f);
+
+/* Detail of a failed fetch (object, offset, HTTP status, S3 code, request id);
+ * "" otherwise. Valid until sf_fetch_destroy(). */
+SF_API const char *sf_fetch_errmsg(struct sf_fetch *f);
+
+/* Cancels the fetch if it is still running, waits until the I/O thread no
+ * longer touches the destination, frees it. NULL is a no-op. */
+SF_API void sf_fetch_destroy(struct sf_fetch *f);
+
+/* Counters of a client since sf_s3_new(). */
+struct sf_s3_stats {
+    unsigned long long requests;       /* HTTP requests sent */
+    unsigned long long retries;        /* requests that were retries */
+    unsigned long long throttled;      /* 503 SlowDown / 429 answers */
+    unsigned long long bytes_received; /* body bytes written to destinations */
+    unsigned long long objects_done;
+    unsigned long long objects_failed;
+    unsigned concurrency_limit;        /* the current in-flight cap (lowered on throttling) */
+    unsigned retry_tokens;             /* what is left of the retry quota */
+    unsigned connections;              /* connections opened (keep-alive reuse shows here) */
+};
+SF_API void sf_s3_get_stats(struct sf_s3 *s3, struct sf_s3_stats *out);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,64 @@
+/*
+ * S3 XML bodies parsed with expat: ListObjectsV2 results, ListAllMyBuckets
+ * results and <Error> documents. Bodies are untrusted: every string is capped,
+ * entities are decoded by expat (no external entities, no DTD expansion
+ * beyond expat's own limits), and keys are URL-decoded when the body says
+ * <EncodingType>url</EncodingType>.
+ */
+#ifndef SF_S3_XML_H
+#define SF_S3_XML_H
+
+#include "shardfeed.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* <Error><Code/><Message/><RequestId/><HostId/><Key/><BucketName/></Error> */
+struct sf__s3_error {
+    char code[64];        /* "NoSuchKey", "" when the body was not an S3 error */
+    char message[256];
+    char request_id[128];
+    char host_id[256];
+    char key[256];        /* <Key> when present (truncated) */
+    char bucket[64];      /* <BucketName> when present */
+};
+
+/* Parses an error body. Returns SF_OK when an <Error> element with a <Code>
+ * was found, SF_ERR_PARSE otherwise (*out is then zeroed). */
+sf_status sf__xml_parse_error(const char *body, size_t n, struct sf__s3_error *out);
+
+struct sf__list_entry {
+    char *key;           /* decoded key (may hold any UTF-8); malloc'd */
+    uint64_t size;
+    char etag[128];      /* as sent, quotes included */
+    int64_t last_modified; /* seconds since the epoch, 0 if absent/unparsable */
+};
+
+/* One page of ListObjectsV2 (or ListBuckets: entries are the buckets, size 0). */
+struct sf__list_page {
+    struct sf__list_entry *entries;
+    size_t n_entries;
+    char **prefixes; /* CommonPrefixes/Prefix, decoded; malloc'd */
+    size_t n_prefixes;
+    int is_truncated;
+    char *next_token; /* NextContinuationToken as sent (not decoded), NULL if none */
+};
+
+/* Parses a ListBucketResult (v2). At most max_entries (0 = 100000) entries
+ * and prefixes per page, else SF_ERR_LIMIT. SF_ERR_PARSE on malformed XML or
+ * a missing <ListBucketResult>, with a reason in err. Free with
+ * sf__list_page_free even on failure. */
+sf_status sf__xml_parse_list_v2(const char *body, size_t n, size_t max_entries,
+                                struct sf__list_page *out, char *err, size_t err_len);
+
+/* Parses a ListAllMyBucketsResult into out->entries (key = bucket name,
+ * last_modified = CreationDate). */
+sf_status sf__xml_parse_list_buckets(const char *body, size_t n, struct sf__list_page *out,
+                                     char *err, size_t err_len);
+
+void sf__list_page_free(struct sf__list_page *p);
+
+/* "2009-10-12T17:50:30.000Z" or without fraction -> seconds since the epoch (UTC). */
+sf_status sf__parse_iso8601(const char *s, int64_t *out);
+
+#endif
