@@ -244,6 +244,7 @@ struct sf_fetch;
 /* Progress snapshot. */
 struct sf_fetch_progress {
     unsigned long long total;      /* bytes this fetch will deliver; SF_SIZE_UNKNOWN until known */
+    unsigned long long object_size; /* size of the whole object; SF_SIZE_UNKNOWN until known */
     unsigned long long contiguous; /* bytes [0, contiguous) of the destination are final */
     unsigned long long received;   /* bytes written so far, in any order */
     unsigned requests;             /* HTTP requests sent, retries included */

@@ -22,15 +22,25 @@ static void usage(FILE *f)
           "  --host ADDR          IPv4 address to bind (default 127.0.0.1)\n"
           "  --access-key K       accepted access key id (default mock-access-key)\n"
           "  --secret-key S       its secret (default mock-secret-key)\n"
-          "  --session-token T    require this x-amz-security-token\n"
+          "  --session-token T    signed requests must carry this x-amz-security-token\n"
+          "                       (or one issued by the credential endpoints)\n"
           "  --region R           region of the credential scope (default us-east-1)\n"
           "  --anonymous          also accept unsigned requests\n"
           "  --seed N             seed of random faults (default 1)\n"
           "  --fault SPEC         fault rule, repeatable, e.g. prefix=b/x/,p503=0.1\n"
+          "  --imds-role NAME     role served by the IMDS endpoints (default mock-role)\n"
+          "  --container-path P   also serve container credentials at P\n"
+          "                       (always at /_mock/container-credentials)\n"
+          "  --container-auth-token T\n"
+          "                       container credentials require 'Authorization: T'\n"
+          "  --issue-ttl-s N      lifetime of issued credentials (default 3600)\n"
+          "  --tls-cert FILE      PEM certificate (chain): serve HTTPS\n"
+          "  --tls-key FILE       PEM private key of --tls-cert\n"
           "  --quiet              no per-request log on stderr\n"
           "  --help               this text\n"
           "\n"
-          "The first line on stdout is 'listening on http://HOST:PORT'.\n"
+          "The first line on stdout is 'listening on http://HOST:PORT'\n"
+          "(https:// with --tls-cert).\n"
           "SIGTERM or SIGINT stops the server. Faults, forced faults and\n"
           "/_mock/stats are described in docs/mock-server.md.\n",
           f);
@@ -69,6 +79,12 @@ int main(int argc, char **argv)
         O_ANON,
         O_SEED,
         O_FAULT,
+        O_IMDS_ROLE,
+        O_CONTAINER_PATH,
+        O_CONTAINER_AUTH,
+        O_ISSUE_TTL,
+        O_TLS_CERT,
+        O_TLS_KEY,
         O_QUIET,
         O_HELP
     };
@@ -83,6 +99,12 @@ int main(int argc, char **argv)
         {"anonymous", no_argument, NULL, O_ANON},
         {"seed", required_argument, NULL, O_SEED},
         {"fault", required_argument, NULL, O_FAULT},
+        {"imds-role", required_argument, NULL, O_IMDS_ROLE},
+        {"container-path", required_argument, NULL, O_CONTAINER_PATH},
+        {"container-auth-token", required_argument, NULL, O_CONTAINER_AUTH},
+        {"issue-ttl-s", required_argument, NULL, O_ISSUE_TTL},
+        {"tls-cert", required_argument, NULL, O_TLS_CERT},
+        {"tls-key", required_argument, NULL, O_TLS_KEY},
         {"quiet", no_argument, NULL, O_QUIET},
         {"help", no_argument, NULL, O_HELP},
         {NULL, 0, NULL, 0},
@@ -119,6 +141,37 @@ int main(int argc, char **argv)
             }
             faults[n_faults++] = optarg;
             break;
+        case O_IMDS_ROLE:
+            /* The role is one path segment of the IMDS URL. */
+            if (!*optarg || strlen(optarg) > 128 || strpbrk(optarg, "/?#%")) {
+                fprintf(stderr,
+                        "shardfeed-mock-s3: --imds-role '%s' must be 1..128 characters "
+                        "without / ? # %%\n",
+                        optarg);
+                return 2;
+            }
+            cfg.imds_role = optarg;
+            break;
+        case O_CONTAINER_PATH:
+            if (optarg[0] != '/' || strpbrk(optarg, "?#")) {
+                fprintf(stderr,
+                        "shardfeed-mock-s3: --container-path '%s' must start with / and "
+                        "have no query\n",
+                        optarg);
+                return 2;
+            }
+            cfg.container_path = optarg;
+            break;
+        case O_CONTAINER_AUTH: cfg.container_auth_token = optarg; break;
+        case O_ISSUE_TTL:
+            if (parse_u64(optarg, 7 * 86400, &v) != 0 || v == 0) {
+                fprintf(stderr, "shardfeed-mock-s3: --issue-ttl-s '%s' is not 1..604800\n", optarg);
+                return 2;
+            }
+            cfg.issue_ttl_s = (unsigned)v;
+            break;
+        case O_TLS_CERT: cfg.tls_cert_file = optarg; break;
+        case O_TLS_KEY: cfg.tls_key_file = optarg; break;
         case O_QUIET: cfg.quiet = 1; break;
         case O_HELP: usage(stdout); return 0;
         default: usage(stderr); return 2;
@@ -135,6 +188,10 @@ int main(int argc, char **argv)
     }
     if (!*cfg.access_key || !*cfg.secret_key) {
         fprintf(stderr, "shardfeed-mock-s3: --access-key and --secret-key must not be empty\n");
+        return 2;
+    }
+    if (!cfg.tls_cert_file != !cfg.tls_key_file) {
+        fprintf(stderr, "shardfeed-mock-s3: --tls-cert and --tls-key go together\n");
         return 2;
     }
     cfg.fault_specs = faults;
@@ -155,7 +212,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "shardfeed-mock-s3: %s\n", err);
         return 1;
     }
-    printf("listening on http://%s:%u\n", cfg.host, mock_server_port(srv));
+    printf("listening on %s://%s:%u\n", mock_server_scheme(srv), cfg.host, mock_server_port(srv));
     fflush(stdout);
 
     int sig = 0;

@@ -8,12 +8,15 @@
 #include "s3/uri.h"
 
 #include <arpa/inet.h>
+#include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <openssl/evp.h>
+#include <openssl/rand.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +38,37 @@
 #define BODY_BLOCK     (256 * 1024)
 #define FAULT_HEADER   "x-sfmock-fault"
 
+/* Credential endpoints */
+#define IMDS_TOKEN_PATH        "/latest/api/token"
+#define IMDS_META_PREFIX       "/latest/meta-data/"
+#define IMDS_CREDS_PATH        "/latest/meta-data/iam/security-credentials/"
+#define IMDS_TTL_HEADER        "X-aws-ec2-metadata-token-ttl-seconds"
+#define IMDS_TOKEN_HEADER      "X-aws-ec2-metadata-token"
+#define IMDS_MAX_TTL_S         21600
+#define DEFAULT_CONTAINER_PATH "/_mock/container-credentials"
+#define DEFAULT_ROLE           "mock-role"
+#define DEFAULT_ISSUE_TTL_S    3600
+#define MAX_IMDS_TOKENS        256
+#define MAX_ISSUED_TOKENS      1024
+#define TOKEN_MAX_LEN          96
+#define MAX_PEM_BYTES          (1 << 20)
+
+/* A token the server handed out, valid until expires_s (CLOCK_REALTIME). */
+struct timed_token {
+    char text[TOKEN_MAX_LEN];
+    double expires_s;
+};
+
+/* The newest tokens, bounded: when full, the oldest is overwritten. */
+struct token_ring {
+    struct timed_token *slots;
+    size_t cap;
+    size_t next; /* slot written next */
+    size_t n;    /* slots in use */
+};
+
+enum token_state { TOKEN_UNKNOWN, TOKEN_VALID, TOKEN_EXPIRED };
+
 struct mock_server {
     struct MHD_Daemon *daemon;
     struct mock_config cfg;
@@ -45,6 +79,15 @@ struct mock_server {
     atomic_int stopping;
     atomic_ullong next_id;
     unsigned port;
+    int tls;
+    char *tls_cert_pem; /* kept until the daemon stops */
+    char *tls_key_pem;
+    pthread_mutex_t tokens_lock; /* guards the fields below */
+    struct token_ring imds_tokens;
+    struct token_ring issued;
+    unsigned long long issued_count;
+    struct timed_token imds_slots[MAX_IMDS_TOKENS];
+    struct timed_token issued_slots[MAX_ISSUED_TOKENS];
 };
 
 struct param {
@@ -204,10 +247,12 @@ static enum MHD_Result queue(struct request *rq, struct MHD_Connection *conn, in
     MHD_destroy_response(resp);
     rq->done = 1;
     int is_head = strcmp(rq->method, "HEAD") == 0;
-    /* The admin endpoints are the observer: they never count themselves.
+    /* The admin endpoints are the observer: they never count themselves;
+     * credential endpoints have their own counters.
      * Body faults (reset, stall) are counted when they happen, in body_read. */
     int body_fault = fault && (strcmp(fault, "reset") == 0 || strcmp(fault, "stall") == 0);
-    if (!rq->op || strcmp(rq->op, "Admin") != 0)
+    int observer = rq->op && (strcmp(rq->op, "Admin") == 0 || strcmp(rq->op, "Credentials") == 0);
+    if (!observer)
         mock_stats_record(srv->stats, rq->op ? rq->op : "Unknown", status, rq->target,
                           is_head ? 0 : body_bytes, rq->up_bytes, body_fault ? NULL : fault);
     if (!srv->cfg.quiet) {
@@ -383,6 +428,101 @@ static enum MHD_Result collect_header(void *cls, enum MHD_ValueKind kind, const 
     return MHD_YES;
 }
 
+/* ----------------------------------------------------------------- tokens */
+
+static double wall_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* "YYYY-MM-DDTHH:MM:SSZ", the form of IMDS and ECS credential documents. */
+static void format_aws_time(double t, char out[32])
+{
+    time_t secs = (time_t)t;
+    struct tm tm;
+    gmtime_r(&secs, &tm);
+    strftime(out, 32, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+/* n random bytes as 2n hex digits into out (2n + 1 bytes). */
+static int random_hex(size_t n, char *out)
+{
+    unsigned char raw[32];
+    if (n > sizeof(raw) || RAND_bytes(raw, (int)n) != 1)
+        return -1;
+    sf__hex_encode(raw, n, out);
+    return 0;
+}
+
+static void ring_add(struct token_ring *r, const char *text, double expires_s)
+{
+    struct timed_token *t = &r->slots[r->next];
+    snprintf(t->text, sizeof(t->text), "%s", text);
+    t->expires_s = expires_s;
+    r->next = (r->next + 1) % r->cap;
+    if (r->n < r->cap)
+        r->n++;
+}
+
+static enum token_state ring_check(struct mock_server *srv, const struct token_ring *r,
+                                   const char *text)
+{
+    enum token_state st = TOKEN_UNKNOWN;
+    double now = wall_s();
+    pthread_mutex_lock(&srv->tokens_lock);
+    for (size_t i = 0; i < r->n; i++) {
+        if (strcmp(r->slots[i].text, text) == 0) {
+            st = now < r->slots[i].expires_s ? TOKEN_VALID : TOKEN_EXPIRED;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&srv->tokens_lock);
+    return st;
+}
+
+/* A fresh session token for the mock's own key pair, valid for issue_ttl_s.
+ * Writes the token and its expiration ("YYYY-MM-DDTHH:MM:SSZ"). */
+static int issue_session_token(struct mock_server *srv, char token[TOKEN_MAX_LEN],
+                               char expiration[32])
+{
+    char hex[33];
+    if (random_hex(16, hex) != 0)
+        return -1;
+    double expires = wall_s() + (double)srv->cfg.issue_ttl_s;
+    pthread_mutex_lock(&srv->tokens_lock);
+    snprintf(token, TOKEN_MAX_LEN, "mock-issued-%llu-%s", ++srv->issued_count, hex);
+    ring_add(&srv->issued, token, expires);
+    pthread_mutex_unlock(&srv->tokens_lock);
+    format_aws_time(expires, expiration);
+    return 0;
+}
+
+/* x-amz-security-token of a signed request: the configured --session-token
+ * or an issued, unexpired token. A request without one passes only when no
+ * --session-token is configured. */
+static int check_session_token(struct mock_server *srv, const char *tok, struct s3_error *e)
+{
+    if (!tok) {
+        if (!srv->cfg.session_token)
+            return 0;
+    } else {
+        if (srv->cfg.session_token && strcmp(tok, srv->cfg.session_token) == 0)
+            return 0;
+        enum token_state st = ring_check(srv, &srv->issued, tok);
+        if (st == TOKEN_VALID)
+            return 0;
+        if (st == TOKEN_EXPIRED) {
+            mock_stats_credential(srv->stats, "expired_token_rejections");
+            set_error(e, 400, "ExpiredToken", "The provided token has expired.");
+            return -1;
+        }
+    }
+    set_error(e, 403, "InvalidToken", "The provided token is malformed or otherwise invalid.");
+    return -1;
+}
+
 static int authenticate(struct request *rq, struct MHD_Connection *conn, struct s3_error *e)
 {
     struct mock_server *srv = rq->srv;
@@ -455,14 +595,8 @@ static int authenticate(struct request *rq, struct MHD_Connection *conn, struct 
             return -1;
         }
     }
-    if (srv->cfg.session_token) {
-        const char *tok = header(conn, "x-amz-security-token");
-        if (!tok || strcmp(tok, srv->cfg.session_token) != 0) {
-            set_error(e, 403, "InvalidToken",
-                      "The provided token is malformed or otherwise invalid.");
-            return -1;
-        }
-    }
+    if (check_session_token(srv, header(conn, "x-amz-security-token"), e) != 0)
+        return -1;
     struct header_vec hv = {.n = 0};
     MHD_get_connection_values(conn, MHD_HEADER_KIND, collect_header, &hv);
     if (hv.overflow) {
@@ -1426,7 +1560,7 @@ static enum MHD_Result op_put_object_finish(struct request *rq, struct MHD_Conne
     return queue(rq, conn, 200, resp, 0, NULL);
 }
 
-/* ------------------------------------------------------------------ admin */
+/* ------------------------------------------------------------------ json */
 
 static enum MHD_Result respond_json(struct request *rq, struct MHD_Connection *conn, int status,
                                     const char *json)
@@ -1436,6 +1570,165 @@ static enum MHD_Result respond_json(struct request *rq, struct MHD_Connection *c
     sf__strbuf_puts(&b, json);
     return respond_buffer(rq, conn, status, "application/json", &b, NULL);
 }
+
+/* ------------------------------------------------------------ credentials */
+
+static enum MHD_Result respond_text(struct request *rq, struct MHD_Connection *conn, int status,
+                                    const char *text)
+{
+    struct sf__strbuf b;
+    sf__strbuf_init(&b, 0);
+    sf__strbuf_puts(&b, text);
+    return respond_buffer(rq, conn, status, "text/plain", &b, NULL);
+}
+
+static enum MHD_Result respond_405(struct request *rq, struct MHD_Connection *conn,
+                                   const char *allow)
+{
+    static const char text[] = "Method Not Allowed\n";
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(sizeof(text) - 1, (void *)text, MHD_RESPMEM_PERSISTENT);
+    if (resp) {
+        MHD_add_response_header(resp, "Allow", allow);
+        MHD_add_response_header(resp, "Content-Type", "text/plain");
+    }
+    return queue(rq, conn, 405, resp, sizeof(text) - 1, NULL);
+}
+
+/* A credential document: the mock's key pair with a freshly issued token.
+ * imds adds the fields of an IMDS answer, else RoleArn (ECS). */
+static enum MHD_Result respond_credentials(struct request *rq, struct MHD_Connection *conn,
+                                           int imds)
+{
+    struct mock_server *srv = rq->srv;
+    char token[TOKEN_MAX_LEN], expiration[32], now[32];
+    if (issue_session_token(srv, token, expiration) != 0)
+        return respond_text(rq, conn, 500, "cannot make a random token\n");
+    format_aws_time(wall_s(), now);
+    cJSON *doc = cJSON_CreateObject();
+    if (!doc)
+        return MHD_NO;
+    if (imds) {
+        cJSON_AddStringToObject(doc, "Code", "Success");
+        cJSON_AddStringToObject(doc, "LastUpdated", now);
+        cJSON_AddStringToObject(doc, "Type", "AWS-HMAC");
+    } else {
+        char arn[256];
+        snprintf(arn, sizeof(arn), "arn:aws:iam::000000000000:role/%s", srv->cfg.imds_role);
+        cJSON_AddStringToObject(doc, "RoleArn", arn);
+    }
+    cJSON_AddStringToObject(doc, "AccessKeyId", srv->cfg.access_key);
+    cJSON_AddStringToObject(doc, "SecretAccessKey", srv->cfg.secret_key);
+    cJSON_AddStringToObject(doc, "Token", token);
+    cJSON_AddStringToObject(doc, "Expiration", expiration);
+    char *json = cJSON_Print(doc);
+    cJSON_Delete(doc);
+    if (!json)
+        return MHD_NO;
+    mock_stats_credential(srv->stats, imds ? "imds_credentials" : "container");
+    enum MHD_Result r = respond_json(rq, conn, 200, json);
+    free(json);
+    return r;
+}
+
+/* PUT /latest/api/token: an IMDSv2 session token for 1..21600 s. */
+static enum MHD_Result imds_token(struct request *rq, struct MHD_Connection *conn)
+{
+    struct mock_server *srv = rq->srv;
+    if (strcmp(rq->method, "PUT") != 0)
+        return respond_405(rq, conn, "PUT");
+    /* Like EC2: a token request that went through a proxy is refused, so a
+     * token never leaves the instance. */
+    if (header(conn, "X-Forwarded-For"))
+        return respond_text(rq, conn, 403, "Forbidden\n");
+    const char *ttl_s = header(conn, IMDS_TTL_HEADER);
+    char *end = NULL;
+    long ttl = -1;
+    if (ttl_s && *ttl_s >= '0' && *ttl_s <= '9') {
+        errno = 0;
+        ttl = strtol(ttl_s, &end, 10);
+        if (*end || errno)
+            ttl = -1;
+    }
+    if (ttl < 1 || ttl > IMDS_MAX_TTL_S)
+        return respond_text(rq, conn, 400,
+                            "Bad Request: " IMDS_TTL_HEADER " must be an integer 1..21600\n");
+    char token[TOKEN_MAX_LEN];
+    if (random_hex(24, token) != 0)
+        return respond_text(rq, conn, 500, "cannot make a random token\n");
+    pthread_mutex_lock(&srv->tokens_lock);
+    ring_add(&srv->imds_tokens, token, wall_s() + (double)ttl);
+    pthread_mutex_unlock(&srv->tokens_lock);
+    mock_stats_credential(srv->stats, "imds_token");
+    size_t n = strlen(token);
+    char *body = strdup(token);
+    struct MHD_Response *resp =
+        body ? MHD_create_response_from_buffer(n, body, MHD_RESPMEM_MUST_FREE) : NULL;
+    if (!resp) {
+        free(body);
+        return MHD_NO;
+    }
+    char ttl_text[16];
+    snprintf(ttl_text, sizeof(ttl_text), "%ld", ttl);
+    MHD_add_response_header(resp, "Content-Type", "text/plain");
+    MHD_add_response_header(resp, IMDS_TTL_HEADER, ttl_text);
+    return queue(rq, conn, 200, resp, n, NULL);
+}
+
+/* GET /latest/meta-data/...: IMDSv2 only, so every answer needs a token. */
+static enum MHD_Result imds_metadata(struct request *rq, struct MHD_Connection *conn)
+{
+    struct mock_server *srv = rq->srv;
+    if (strcmp(rq->method, "GET") != 0)
+        return respond_405(rq, conn, "GET");
+    const char *tok = header(conn, IMDS_TOKEN_HEADER);
+    if (!tok || ring_check(srv, &srv->imds_tokens, tok) != TOKEN_VALID)
+        return respond_text(rq, conn, 401, "Unauthorized\n");
+    if (strcmp(rq->path, IMDS_CREDS_PATH) == 0) {
+        char list[256];
+        snprintf(list, sizeof(list), "%s\n", srv->cfg.imds_role);
+        mock_stats_credential(srv->stats, "imds_role_list");
+        return respond_text(rq, conn, 200, list);
+    }
+    if (strncmp(rq->path, IMDS_CREDS_PATH, strlen(IMDS_CREDS_PATH)) == 0) {
+        const char *raw = rq->path + strlen(IMDS_CREDS_PATH);
+        char *role = decode_dup(raw, strlen(raw), NULL);
+        int known = role && strcmp(role, srv->cfg.imds_role) == 0;
+        free(role);
+        if (known)
+            return respond_credentials(rq, conn, 1);
+    }
+    return respond_text(rq, conn, 404, "Not Found\n");
+}
+
+/* GET on the container-credentials path (ECS / EKS Pod Identity style). */
+static enum MHD_Result container_credentials(struct request *rq, struct MHD_Connection *conn)
+{
+    struct mock_server *srv = rq->srv;
+    if (strcmp(rq->method, "GET") != 0)
+        return respond_405(rq, conn, "GET");
+    const char *want = srv->cfg.container_auth_token;
+    const char *got = header(conn, "Authorization");
+    if (want && (!got || strcmp(got, want) != 0))
+        return respond_text(rq, conn, 401,
+                            "Unauthorized: the Authorization header does not match "
+                            "--container-auth-token\n");
+    return respond_credentials(rq, conn, 0);
+}
+
+static int is_container_path(const struct mock_server *srv, const char *path)
+{
+    return strcmp(path, DEFAULT_CONTAINER_PATH) == 0 ||
+           (srv->cfg.container_path && strcmp(path, srv->cfg.container_path) == 0);
+}
+
+static int is_imds_path(const char *path)
+{
+    return strcmp(path, IMDS_TOKEN_PATH) == 0 ||
+           strncmp(path, IMDS_META_PREFIX, strlen(IMDS_META_PREFIX)) == 0;
+}
+
+/* ------------------------------------------------------------------ admin */
 
 static enum MHD_Result admin(struct request *rq, struct MHD_Connection *conn)
 {
@@ -1532,6 +1825,15 @@ static enum MHD_Result begin(struct request *rq, struct MHD_Connection *conn)
     rq->begun = 1;
     if (parse_query(rq, &e) != 0)
         return respond_error(rq, conn, &e, NULL);
+    if (is_container_path(srv, rq->path)) {
+        rq->op = "Credentials";
+        return container_credentials(rq, conn);
+    }
+    if (is_imds_path(rq->path)) {
+        rq->op = "Credentials";
+        return strcmp(rq->path, IMDS_TOKEN_PATH) == 0 ? imds_token(rq, conn)
+                                                      : imds_metadata(rq, conn);
+    }
     if (strncmp(rq->path, "/_mock/", 7) == 0)
         return admin(rq, conn);
     if (parse_path(rq, &e) != 0)
@@ -1687,9 +1989,10 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
  * refused upload is not received in full. Everything else is handled once
  * the request is complete: libmicrohttpd closes the connection after a
  * response queued from the first callback, and keep-alive matters here. */
-static int is_object_put(const char *method, const char *path)
+static int is_object_put(const struct mock_server *srv, const char *method, const char *path)
 {
-    if (strcmp(method, "PUT") != 0 || strncmp(path, "/_mock/", 7) == 0)
+    if (strcmp(method, "PUT") != 0 || strncmp(path, "/_mock/", 7) == 0 ||
+        is_container_path(srv, path) || is_imds_path(path))
         return 0;
     const char *slash = strchr(path + 1, '/');
     return slash && slash[1];
@@ -1708,7 +2011,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (!rq->started) {
         rq->started = 1;
         rq->method = method;
-        if (is_object_put(method, rq->path))
+        if (is_object_put(rq->srv, method, rq->path))
             return begin(rq, conn);
         return MHD_YES;
     }
@@ -1755,6 +2058,70 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
     vfprintf(stderr, fmt, ap);
 }
 
+/* Reads a whole PEM file, at most MAX_PEM_BYTES, as a NUL-terminated
+ * malloc'd string; NULL with the reason in err. */
+static char *read_pem(const char *flag, const char *path, char *err, size_t err_len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, err_len, "%s %s: %s", flag, path, strerror(errno));
+        return NULL;
+    }
+    char *buf = malloc(MAX_PEM_BYTES + 1);
+    size_t n = buf ? fread(buf, 1, MAX_PEM_BYTES + 1, f) : 0;
+    int bad = ferror(f);
+    fclose(f);
+    if (!buf || bad || n == 0 || n > MAX_PEM_BYTES) {
+        snprintf(err, err_len, "%s %s: %s", flag, path,
+                 !buf  ? "out of memory"
+                 : bad ? "read error"
+                 : n   ? "larger than 1 MiB"
+                       : "empty file");
+        free(buf);
+        return NULL;
+    }
+    buf[n] = '\0';
+    return buf;
+}
+
+static sf_status tls_load(struct mock_server *srv, char *err, size_t err_len)
+{
+    const struct mock_config *cfg = &srv->cfg;
+    if (!cfg->tls_cert_file && !cfg->tls_key_file)
+        return SF_OK;
+    if (!cfg->tls_cert_file || !cfg->tls_key_file) {
+        snprintf(err, err_len, "--tls-cert and --tls-key go together");
+        return SF_ERR_INVALID_ARGUMENT;
+    }
+    if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
+        snprintf(err, err_len,
+                 "--tls-cert: this libmicrohttpd (%s) was built without TLS support "
+                 "(MHD_FEATURE_TLS); install one built with GnuTLS",
+                 MHD_get_version());
+        return SF_ERR_UNSUPPORTED;
+    }
+    srv->tls_cert_pem = read_pem("--tls-cert", cfg->tls_cert_file, err, err_len);
+    if (!srv->tls_cert_pem)
+        return SF_ERR_IO;
+    srv->tls_key_pem = read_pem("--tls-key", cfg->tls_key_file, err, err_len);
+    if (!srv->tls_key_pem)
+        return SF_ERR_IO;
+    srv->tls = 1;
+    return SF_OK;
+}
+
+static void server_free(struct mock_server *srv)
+{
+    sf__sigv4_signer_destroy(&srv->signer);
+    mock_stats_destroy(srv->stats);
+    mock_faults_destroy(srv->faults);
+    mock_store_destroy(srv->store);
+    pthread_mutex_destroy(&srv->tokens_lock);
+    free(srv->tls_cert_pem);
+    free(srv->tls_key_pem);
+    free(srv);
+}
+
 sf_status mock_server_start(const struct mock_config *cfg, struct mock_server **out, char *err,
                             size_t err_len)
 {
@@ -1762,7 +2129,21 @@ sf_status mock_server_start(const struct mock_config *cfg, struct mock_server **
     if (!srv)
         return SF_ERR_NO_MEMORY;
     srv->cfg = *cfg;
-    sf_status rc = mock_store_new(cfg->root, &srv->store);
+    if (!srv->cfg.imds_role)
+        srv->cfg.imds_role = DEFAULT_ROLE;
+    if (!srv->cfg.issue_ttl_s)
+        srv->cfg.issue_ttl_s = DEFAULT_ISSUE_TTL_S;
+    pthread_mutex_init(&srv->tokens_lock, NULL);
+    srv->imds_tokens = (struct token_ring){.slots = srv->imds_slots, .cap = MAX_IMDS_TOKENS};
+    srv->issued = (struct token_ring){.slots = srv->issued_slots, .cap = MAX_ISSUED_TOKENS};
+    /* The signer is initialised before any failure so server_free() can
+     * always destroy it. */
+    sf__sigv4_signer_init(&srv->signer, cfg->access_key, cfg->secret_key, cfg->session_token,
+                          cfg->region, "s3");
+    sf_status rc = tls_load(srv, err, err_len);
+    if (rc != SF_OK)
+        goto fail;
+    rc = mock_store_new(cfg->root, &srv->store);
     if (rc != SF_OK) {
         snprintf(err, err_len, "--root %s is not a readable directory", cfg->root);
         goto fail;
@@ -1782,9 +2163,6 @@ sf_status mock_server_start(const struct mock_config *cfg, struct mock_server **
             goto fail;
         }
     }
-    sf__sigv4_signer_init(&srv->signer, cfg->access_key, cfg->secret_key, cfg->session_token,
-                          cfg->region, "s3");
-
     struct sockaddr_in addr;
     memset(&addr, 0, sizeof(addr));
     addr.sin_family = AF_INET;
@@ -1792,34 +2170,46 @@ sf_status mock_server_start(const struct mock_config *cfg, struct mock_server **
     if (inet_pton(AF_INET, cfg->host, &addr.sin_addr) != 1) {
         snprintf(err, err_len, "--host %s is not an IPv4 address", cfg->host);
         rc = SF_ERR_INVALID_ARGUMENT;
-        goto fail_signer;
+        goto fail;
     }
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
                      MHD_USE_POLL | MHD_USE_ERROR_LOG;
+    struct MHD_OptionItem tls_opts[] = {
+        {MHD_OPTION_END, 0, NULL},
+        {MHD_OPTION_END, 0, NULL},
+        {MHD_OPTION_END, 0, NULL},
+    };
+    if (srv->tls) {
+        flags |= MHD_USE_TLS;
+        tls_opts[0] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, srv->tls_cert_pem};
+        tls_opts[1] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, srv->tls_key_pem};
+    }
     srv->daemon = MHD_start_daemon(
         flags, (uint16_t)cfg->port, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER,
         on_mhd_log, srv, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
         MHD_OPTION_URI_LOG_CALLBACK, on_uri, srv, MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(1024 * 1024), MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned)120, MHD_OPTION_CONNECTION_LIMIT, (unsigned)1000, MHD_OPTION_LISTEN_BACKLOG_SIZE,
-        (unsigned)1024, MHD_OPTION_END);
+        (unsigned)1024, MHD_OPTION_ARRAY, tls_opts, MHD_OPTION_END);
     if (!srv->daemon) {
-        snprintf(err, err_len, "cannot listen on %s:%u: %s", cfg->host, cfg->port, strerror(errno));
+        if (srv->tls)
+            snprintf(err, err_len,
+                     "cannot start the TLS daemon on %s:%u (is the port free, and do "
+                     "--tls-cert and --tls-key hold a matching PEM certificate and key?)",
+                     cfg->host, cfg->port);
+        else
+            snprintf(err, err_len, "cannot listen on %s:%u: %s", cfg->host, cfg->port,
+                     strerror(errno));
         rc = SF_ERR_IO;
-        goto fail_signer;
+        goto fail;
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(srv->daemon, MHD_DAEMON_INFO_BIND_PORT);
     srv->port = info ? info->port : cfg->port;
     *out = srv;
     return SF_OK;
 
-fail_signer:
-    sf__sigv4_signer_destroy(&srv->signer);
 fail:
-    mock_stats_destroy(srv->stats);
-    mock_faults_destroy(srv->faults);
-    mock_store_destroy(srv->store);
-    free(srv);
+    server_free(srv);
     return rc != SF_OK ? rc : SF_ERR_INTERNAL;
 }
 
@@ -1828,15 +2218,16 @@ unsigned mock_server_port(const struct mock_server *srv)
     return srv->port;
 }
 
+const char *mock_server_scheme(const struct mock_server *srv)
+{
+    return srv->tls ? "https" : "http";
+}
+
 void mock_server_stop(struct mock_server *srv)
 {
     if (!srv)
         return;
     atomic_store(&srv->stopping, 1);
     MHD_stop_daemon(srv->daemon);
-    sf__sigv4_signer_destroy(&srv->signer);
-    mock_stats_destroy(srv->stats);
-    mock_faults_destroy(srv->faults);
-    mock_store_destroy(srv->store);
-    free(srv);
+    server_free(srv);
 }

@@ -22,6 +22,13 @@ static cJSON *fresh_root(void)
     cJSON_AddObjectToObject(root, "status");
     cJSON_AddObjectToObject(root, "faults");
     cJSON_AddObjectToObject(root, "keys");
+    /* Credential endpoints are not S3 requests: they have their own counters,
+     * present from the start so a reader can rely on every name. */
+    cJSON *creds = cJSON_AddObjectToObject(root, "credentials");
+    static const char *const names[] = {"imds_token", "imds_role_list", "imds_credentials",
+                                        "container", "expired_token_rejections"};
+    for (size_t i = 0; creds && i < sizeof(names) / sizeof(names[0]); i++)
+        cJSON_AddNumberToObject(creds, names[i], 0);
     return root;
 }
 
@@ -98,6 +105,13 @@ void mock_stats_fault(struct mock_stats *s, const char *fault)
 {
     pthread_mutex_lock(&s->lock);
     bump(child(s->root, "faults"), fault, 1);
+    pthread_mutex_unlock(&s->lock);
+}
+
+void mock_stats_credential(struct mock_stats *s, const char *name)
+{
+    pthread_mutex_lock(&s->lock);
+    bump(child(s->root, "credentials"), name, 1);
     pthread_mutex_unlock(&s->lock);
 }
 

@@ -17,6 +17,10 @@ void mock_stats_record(struct mock_stats *s, const char *op, int status, const c
                        uint64_t bytes_sent, uint64_t bytes_received, const char *fault);
 /* Counts a fault that happens after the answer started (reset, stall). */
 void mock_stats_fault(struct mock_stats *s, const char *fault);
+/* Counts one credential event under "credentials": name is one of
+ * "imds_token", "imds_role_list", "imds_credentials", "container",
+ * "expired_token_rejections". */
+void mock_stats_credential(struct mock_stats *s, const char *name);
 /* The counters as a malloc'd JSON string. */
 char *mock_stats_json(struct mock_stats *s);
 void mock_stats_reset(struct mock_stats *s);

@@ -26,7 +26,7 @@ struct sf__aws_profile {
     char *aws_secret_access_key;
     char *aws_session_token;
     char *region;
-    char *endpoint_url;    /* "s3 = endpoint_url" sub-section wins over top-level endpoint_url */
+    char *endpoint_url; /* "s3 = endpoint_url" sub-section wins over top-level endpoint_url */
     char *ca_bundle;
     char *addressing_style; /* s3 sub-section "addressing_style" (path/virtual/auto) */
     int found;              /* 1 when the profile exists in either file */
@@ -40,6 +40,18 @@ struct sf__aws_profile {
  */
 sf_status sf__aws_profile_load(const char *name, struct sf__aws_profile *out, char *err,
                                size_t err_len);
+
+/*
+ * The same, from explicit paths (either may be NULL: no such file) instead
+ * of the environment. For callers that resolve the environment once and read
+ * the files later (the credential chain reads env in sf__cred_chain_new and
+ * the files on the first get). name may not be NULL.
+ */
+sf_status sf__aws_profile_load_files(const char *name, const char *credentials_path,
+                                     const char *config_path, struct sf__aws_profile *out,
+                                     char *err, size_t err_len);
+
+/* Frees the strings and zeroes *p. p may be NULL; a zeroed struct is fine. */
 void sf__aws_profile_free(struct sf__aws_profile *p);
 
 /* Path of the file as resolved from the environment (malloc'd), for messages.

@@ -1,1 +1,1173 @@
-/* placeholder: being written */
+/*
+ * The credential provider chain (see s3/credentials.h for the order).
+ *
+ * Everything the chain needs from the environment is read once, in
+ * sf__cred_chain_new; files and the network are touched on the first get.
+ * Container and IMDS requests are synchronous libcurl easy transfers in the
+ * calling thread, under the chain's mutex, so concurrent callers wait for one
+ * refresh instead of each asking the endpoint.
+ *
+ * Secrets (secret access keys, session tokens, the container authorization
+ * token, the IMDS token) never reach a message or a log line; an access key
+ * id, a role name, a path or a URL (without user info or query) may.
+ */
+#include "s3/credentials.h"
+
+#include "s3/aws_config.h"
+#include "s3/strbuf.h"
+
+#include <cjson/cJSON.h>
+#include <curl/curl.h>
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#define BODY_MAX_BYTES         ((size_t)64 * 1024)
+#define TOKEN_FILE_MAX_BYTES   ((size_t)16 * 1024)
+#define MSG_MAX_BYTES          ((size_t)4096)
+#define WHY_BYTES              1024
+#define IMDS_TOKEN_TTL_S       21600
+#define STR_(x)                #x
+#define STR(x)                 STR_(x)
+#define IMDS_TOKEN_EARLY_S     300 /* fetch a new IMDS token this long before the old one expires */
+#define IMDS_TOKEN_MAX         1024
+#define REFRESH_RETRY_S        10 /* after a failed refresh of still-valid credentials */
+#define DEFAULT_TIMEOUT_MS     1000u
+#define DEFAULT_ATTEMPTS       2u
+#define DEFAULT_MARGIN_S       300u
+#define DEFAULT_CONTAINER_BASE "http://169.254.170.2"
+#define DEFAULT_IMDS_ENDPOINT  "http://169.254.169.254"
+#define IMDS_IPV6_ENDPOINT     "http://[fd00:ec2::254]"
+#define IMDS_CREDS_PATH        "/latest/meta-data/iam/security-credentials/"
+
+enum provider {
+    P_NONE,
+    P_EXPLICIT,
+    P_ENV,
+    P_PROFILE,
+    P_CONTAINER,
+    P_IMDS,
+};
+
+struct sf__cred_chain {
+    /* Set by sf__cred_chain_new, read-only afterwards (any thread). */
+    char *explicit_ak, *explicit_sk, *explicit_token;
+    int no_sign_request;
+    char *env_ak, *env_sk, *env_token;
+    char *profile;                 /* resolved name */
+    char *cred_path, *config_path; /* NULL: no such file (HOME unset) */
+    char *container_full_uri, *container_relative_uri, *container_base;
+    char *container_token, *container_token_file;
+    int imds_disabled;
+    char *imds_endpoint; /* no trailing '/' */
+    char *ca_bundle;
+    unsigned timeout_ms, attempts, margin_s;
+    void (*log)(void *user, enum sf_log_level level, const char *message);
+    void *log_user;
+
+    pthread_mutex_t mu;
+    /* Under mu. */
+    CURL *curl; /* reused so IMDS's three requests share a connection */
+    int have;
+    enum provider provider; /* the one that gave cur */
+    struct sf__credentials cur;
+    time_t retry_after; /* no refresh attempt before this while cur is still valid */
+    char imds_token[IMDS_TOKEN_MAX];
+    struct timespec imds_token_expiry; /* CLOCK_MONOTONIC */
+};
+
+__attribute__((format(printf, 3, 4))) static sf_status setf(char *buf, size_t len, const char *fmt,
+                                                            ...)
+{
+    if (buf && len) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(buf, len, fmt, ap);
+        va_end(ap);
+    }
+    return SF_OK;
+}
+
+__attribute__((format(printf, 4, 5))) static sf_status fail(char *err, size_t err_len, sf_status st,
+                                                            const char *fmt, ...)
+{
+    if (err && err_len) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, err_len, fmt, ap);
+        va_end(ap);
+    }
+    return st;
+}
+
+__attribute__((format(printf, 3, 4))) static void
+logf_(const struct sf__cred_chain *c, enum sf_log_level level, const char *fmt, ...)
+{
+    if (!c->log)
+        return;
+    char msg[MSG_MAX_BYTES];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    c->log(c->log_user, level, msg);
+}
+
+static void wipe(void *p, size_t n)
+{
+    if (p && n)
+        explicit_bzero(p, n);
+}
+
+static void free_secret(char *s)
+{
+    if (s) {
+        wipe(s, strlen(s));
+        free(s);
+    }
+}
+
+/* A copy of a non-empty string, else NULL (an empty variable counts as unset,
+ * as botocore treats it). *oom is set when the copy failed. */
+static char *dup_nonempty(const char *s, int *oom)
+{
+    if (!s || !*s)
+        return NULL;
+    char *d = strdup(s);
+    if (!d)
+        *oom = 1;
+    return d;
+}
+
+static char *env_dup(const char *name, int *oom)
+{
+    return dup_nonempty(getenv(name), oom);
+}
+
+/* ------------------------------------------------------------ time */
+
+static int64_t days_from_civil(int64_t y, unsigned m, unsigned d)
+{
+    y -= m <= 2;
+    const int64_t era = (y >= 0 ? y : y - 399) / 400;
+    const unsigned yoe = (unsigned)(y - era * 400);
+    const unsigned doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+    const unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    return era * 146097 + (int64_t)doe - 719468;
+}
+
+static int digits(const char *s, int n, int *out)
+{
+    int v = 0;
+    for (int i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return 0;
+        v = v * 10 + (s[i] - '0');
+    }
+    *out = v;
+    return 1;
+}
+
+/* "2026-11-21T12:00:00Z", optionally with a fraction and/or a +HH:MM / -HH:MM
+ * offset instead of Z. A local parser keeps this file free of a dependency on
+ * the XML module. */
+static int parse_iso8601(const char *s, int64_t *out)
+{
+    int Y, M, D, h, m, sec;
+    if (strlen(s) < 19 || !digits(s, 4, &Y) || s[4] != '-' || !digits(s + 5, 2, &M) ||
+        s[7] != '-' || !digits(s + 8, 2, &D) || (s[10] != 'T' && s[10] != 't') ||
+        !digits(s + 11, 2, &h) || s[13] != ':' || !digits(s + 14, 2, &m) || s[16] != ':' ||
+        !digits(s + 17, 2, &sec))
+        return 0;
+    static const int mdays[] = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    if (M < 1 || M > 12 || D < 1 || D > mdays[M - 1] || h > 23 || m > 59 || sec > 60)
+        return 0;
+    const char *p = s + 19;
+    if (*p == '.') {
+        p++;
+        if (*p < '0' || *p > '9')
+            return 0;
+        while (*p >= '0' && *p <= '9')
+            p++;
+    }
+    int64_t offset = 0;
+    if (*p == 'Z' || *p == 'z') {
+        p++;
+    } else if (*p == '+' || *p == '-') {
+        int oh, om;
+        if (!digits(p + 1, 2, &oh) || p[3] != ':' || !digits(p + 4, 2, &om) || oh > 23 || om > 59)
+            return 0;
+        offset = (int64_t)(oh * 3600 + om * 60) * (*p == '-' ? -1 : 1);
+        p += 6;
+    } else {
+        return 0;
+    }
+    if (*p)
+        return 0;
+    *out = days_from_civil(Y, (unsigned)M, (unsigned)D) * 86400 + h * 3600 + m * 60 + sec - offset;
+    return 1;
+}
+
+static void format_time(time_t t, char *buf, size_t len)
+{
+    struct tm tm;
+    if (!gmtime_r(&t, &tm) || strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm) == 0)
+        snprintf(buf, len, "%lld", (long long)t);
+}
+
+static struct timespec mono_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts;
+}
+
+/* ------------------------------------------------------------ credentials */
+
+/* Key ids, secrets and tokens go into HTTP headers: visible ASCII only. */
+static int visible_ascii(const char *s)
+{
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x21 || (unsigned char)*s > 0x7e)
+            return 0;
+    return 1;
+}
+
+/* Fills out from the parts, checking sizes and characters. Messages name
+ * the field, never its value. */
+static sf_status fill_creds(struct sf__credentials *out, const char *ak, const char *sk,
+                            const char *token, time_t expiration, const char *source, char *err,
+                            size_t err_len)
+{
+    memset(out, 0, sizeof(*out));
+    if (!ak || !*ak)
+        return fail(err, err_len, SF_ERR_PARSE, "empty access key id");
+    if (!sk || !*sk)
+        return fail(err, err_len, SF_ERR_PARSE, "empty secret access key");
+    if (strlen(ak) >= sizeof(out->access_key_id))
+        return fail(err, err_len, SF_ERR_LIMIT, "access key id longer than %zu bytes",
+                    sizeof(out->access_key_id) - 1);
+    if (strlen(sk) >= sizeof(out->secret_access_key))
+        return fail(err, err_len, SF_ERR_LIMIT, "secret access key longer than %zu bytes",
+                    sizeof(out->secret_access_key) - 1);
+    if (token && strlen(token) >= sizeof(out->session_token))
+        return fail(err, err_len, SF_ERR_LIMIT, "session token longer than %zu bytes",
+                    sizeof(out->session_token) - 1);
+    if (!visible_ascii(ak))
+        return fail(err, err_len, SF_ERR_PARSE,
+                    "access key id has characters other than "
+                    "visible ASCII");
+    if (!visible_ascii(sk))
+        return fail(err, err_len, SF_ERR_PARSE,
+                    "secret access key has characters other than "
+                    "visible ASCII");
+    if (token && !visible_ascii(token))
+        return fail(err, err_len, SF_ERR_PARSE,
+                    "session token has characters other than "
+                    "visible ASCII");
+    memcpy(out->access_key_id, ak, strlen(ak) + 1);
+    memcpy(out->secret_access_key, sk, strlen(sk) + 1);
+    if (token)
+        memcpy(out->session_token, token, strlen(token) + 1);
+    out->expiration = expiration;
+    snprintf(out->source, sizeof(out->source), "%s", source);
+    return SF_OK;
+}
+
+static const char *json_string(const cJSON *doc, const char *name)
+{
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(doc, name);
+    return cJSON_IsString(it) ? it->valuestring : NULL;
+}
+
+/* Copies an untrusted, non-secret string (an error Code) for a message. */
+static void sanitize(const char *s, char *buf, size_t len)
+{
+    size_t j = 0;
+    for (; s && *s && j + 1 < len; s++)
+        buf[j++] = (*s >= 0x20 && *s < 0x7f) ? *s : '?';
+    buf[j] = '\0';
+}
+
+sf_status sf__credentials_parse_json(const char *body, size_t n, struct sf__credentials *out,
+                                     char *err, size_t err_len)
+{
+    if (!out)
+        return SF_ERR_INVALID_ARGUMENT;
+    memset(out, 0, sizeof(*out));
+    if (err && err_len)
+        err[0] = '\0';
+    if (!body)
+        return fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "no body");
+    if (n > BODY_MAX_BYTES)
+        return fail(err, err_len, SF_ERR_LIMIT, "credentials document over %zu bytes",
+                    BODY_MAX_BYTES);
+    cJSON *doc = cJSON_ParseWithLength(body, n);
+    if (!doc)
+        return fail(err, err_len, SF_ERR_PARSE, "credentials document is not valid JSON");
+    sf_status st = SF_OK;
+    if (!cJSON_IsObject(doc)) {
+        st = fail(err, err_len, SF_ERR_PARSE, "credentials document is not a JSON object");
+        goto done;
+    }
+    const char *code = json_string(doc, "Code");
+    if (cJSON_GetObjectItemCaseSensitive(doc, "Code") && (!code || strcmp(code, "Success") != 0)) {
+        char c[64];
+        sanitize(code ? code : "(not a string)", c, sizeof(c));
+        st = fail(err, err_len, SF_ERR_ACCESS_DENIED, "credentials document has Code '%s'", c);
+        goto done;
+    }
+    const char *ak = json_string(doc, "AccessKeyId");
+    const char *sk = json_string(doc, "SecretAccessKey");
+    const char *token = json_string(doc, "Token");
+    const char *exp = json_string(doc, "Expiration");
+    if (!ak || !sk) {
+        st = fail(err, err_len, SF_ERR_PARSE,
+                  "credentials document lacks AccessKeyId or SecretAccessKey");
+        goto done;
+    }
+    if (cJSON_GetObjectItemCaseSensitive(doc, "Token") && !token) {
+        st = fail(err, err_len, SF_ERR_PARSE, "credentials document: Token is not a string");
+        goto done;
+    }
+    int64_t expiration = 0;
+    if (cJSON_GetObjectItemCaseSensitive(doc, "Expiration")) {
+        if (!exp || !parse_iso8601(exp, &expiration) || expiration <= 0) {
+            st = fail(err, err_len, SF_ERR_PARSE,
+                      "credentials document: Expiration is not an ISO-8601 UTC time");
+            goto done;
+        }
+        if ((int64_t)(time_t)expiration != expiration) {
+            st = fail(err, err_len, SF_ERR_PARSE, "credentials document: Expiration out of range");
+            goto done;
+        }
+    }
+    st = fill_creds(out, ak, sk, token && *token ? token : NULL, (time_t)expiration, "json", err,
+                    err_len);
+done:
+    if (st != SF_OK)
+        wipe(out, sizeof(*out));
+    /* The parsed tree holds the secret too. */
+    for (const char *const *k = (const char *const[]){"SecretAccessKey", "Token", NULL}; *k; k++) {
+        cJSON *it = cJSON_GetObjectItemCaseSensitive(doc, *k);
+        if (cJSON_IsString(it) && it->valuestring)
+            wipe(it->valuestring, strlen(it->valuestring));
+    }
+    cJSON_Delete(doc);
+    return st;
+}
+
+/* ------------------------------------------------------------ HTTP */
+
+struct http_resp {
+    long status;
+    struct sf__strbuf body;
+};
+
+static size_t on_body(char *data, size_t size, size_t nmemb, void *user)
+{
+    struct http_resp *r = user;
+    size_t n = size * nmemb;
+    if (sf__strbuf_append(&r->body, data, n) != SF_OK)
+        return 0; /* over the cap: CURLE_WRITE_ERROR */
+    return n;
+}
+
+static void http_resp_free(struct http_resp *r)
+{
+    if (r->body.data)
+        wipe(r->body.data, r->body.cap);
+    sf__strbuf_free(&r->body);
+}
+
+/* url for messages: no user info, no query, no fragment. */
+static void display_url(const char *url, char *buf, size_t len)
+{
+    CURLU *u = curl_url();
+    char *s = NULL;
+    if (u && curl_url_set(u, CURLUPART_URL, url, 0) == CURLUE_OK) {
+        curl_url_set(u, CURLUPART_USER, NULL, 0);
+        curl_url_set(u, CURLUPART_PASSWORD, NULL, 0);
+        curl_url_set(u, CURLUPART_QUERY, NULL, 0);
+        curl_url_set(u, CURLUPART_FRAGMENT, NULL, 0);
+        curl_url_get(u, CURLUPART_URL, &s, 0);
+    }
+    snprintf(buf, len, "%s", s ? s : "(unparsable URL)");
+    curl_free(s);
+    curl_url_cleanup(u);
+}
+
+/*
+ * One request, retried up to c->attempts times on transport errors and 5xx.
+ * put: an empty-bodied PUT. headers may hold secrets; they are never
+ * reported. On a transport failure why says what curl said.
+ */
+static sf_status http_request(struct sf__cred_chain *c, int put, const char *url,
+                              struct curl_slist *headers, struct http_resp *r, char *why,
+                              size_t why_len)
+{
+    char shown[512];
+    display_url(url, shown, sizeof(shown));
+    if (!c->curl) {
+        c->curl = curl_easy_init();
+        if (!c->curl)
+            return fail(why, why_len, SF_ERR_NO_MEMORY, "curl_easy_init failed");
+    }
+    sf_status st = SF_ERR_NETWORK;
+    for (unsigned attempt = 1; attempt <= c->attempts; attempt++) {
+        CURL *h = c->curl;
+        curl_easy_reset(h);
+        http_resp_free(r);
+        sf__strbuf_init(&r->body, BODY_MAX_BYTES);
+        r->status = 0;
+        char ebuf[CURL_ERROR_SIZE];
+        ebuf[0] = '\0';
+        curl_easy_setopt(h, CURLOPT_URL, url);
+        curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+        /* Credentials endpoints are link-local or loopback: never via a proxy. */
+        curl_easy_setopt(h, CURLOPT_PROXY, "");
+        curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
+#if LIBCURL_VERSION_NUM >= 0x075500
+        curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+#endif
+        curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)c->timeout_ms);
+        curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)c->timeout_ms);
+        curl_easy_setopt(h, CURLOPT_USERAGENT, "shardfeed/" SF_VERSION_STRING);
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
+        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+        curl_easy_setopt(h, CURLOPT_WRITEDATA, r);
+        curl_easy_setopt(h, CURLOPT_ERRORBUFFER, ebuf);
+        if (c->ca_bundle)
+            curl_easy_setopt(h, CURLOPT_CAINFO, c->ca_bundle);
+        if (put) {
+            curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, "PUT");
+            curl_easy_setopt(h, CURLOPT_POSTFIELDS, "");
+            curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, 0L);
+        }
+        CURLcode rc = curl_easy_perform(h);
+        /* Nothing of ours may outlive this call inside the reused handle. */
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL);
+        curl_easy_setopt(h, CURLOPT_ERRORBUFFER, NULL);
+        if (rc == CURLE_WRITE_ERROR && r->body.err == SF_ERR_LIMIT)
+            return fail(why, why_len, SF_ERR_LIMIT, "%s %s: response over %zu bytes",
+                        put ? "PUT" : "GET", shown, BODY_MAX_BYTES);
+        if (rc == CURLE_OK) {
+            curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &r->status);
+            if (r->status < 500 || attempt == c->attempts)
+                return SF_OK;
+            setf(why, why_len, "%s %s: HTTP %ld", put ? "PUT" : "GET", shown, r->status);
+            continue;
+        }
+        st = rc == CURLE_OPERATION_TIMEDOUT ? SF_ERR_TIMEOUT : SF_ERR_NETWORK;
+        setf(why, why_len, "%s %s: %s (%u attempt%s, timeout %u ms each)", put ? "PUT" : "GET",
+             shown, ebuf[0] ? ebuf : curl_easy_strerror(rc), c->attempts,
+             c->attempts == 1 ? "" : "s", c->timeout_ms);
+    }
+    return st;
+}
+
+/* ------------------------------------------------------------ providers */
+
+static sf_status from_explicit(struct sf__cred_chain *c, struct sf__credentials *out, char *why,
+                               size_t why_len)
+{
+    if (!c->explicit_ak)
+        return fail(why, why_len, SF_ERR_NOT_FOUND, "explicit options not set");
+    return fill_creds(out, c->explicit_ak, c->explicit_sk, c->explicit_token, 0, "explicit", why,
+                      why_len);
+}
+
+static sf_status from_env(struct sf__cred_chain *c, struct sf__credentials *out, char *why,
+                          size_t why_len)
+{
+    if (!c->env_ak && !c->env_sk)
+        return fail(why, why_len, SF_ERR_NOT_FOUND, "AWS_ACCESS_KEY_ID not set");
+    if (!c->env_ak)
+        return fail(why, why_len, SF_ERR_INVALID_ARGUMENT,
+                    "AWS_SECRET_ACCESS_KEY set but AWS_ACCESS_KEY_ID not set");
+    if (!c->env_sk)
+        return fail(why, why_len, SF_ERR_INVALID_ARGUMENT,
+                    "AWS_ACCESS_KEY_ID set but AWS_SECRET_ACCESS_KEY not set");
+    char e[256];
+    sf_status st = fill_creds(out, c->env_ak, c->env_sk, c->env_token, 0, "env", e, sizeof(e));
+    if (st != SF_OK)
+        return fail(why, why_len, st, "environment: %s", e);
+    return SF_OK;
+}
+
+static sf_status from_profile(struct sf__cred_chain *c, struct sf__credentials *out, char *why,
+                              size_t why_len)
+{
+    char files[1100];
+    snprintf(files, sizeof(files), "%s, %s",
+             c->cred_path ? c->cred_path : "(no credentials file: HOME unset)",
+             c->config_path ? c->config_path : "(no config file: HOME unset)");
+    struct sf__aws_profile p;
+    char e[512];
+    sf_status st =
+        sf__aws_profile_load_files(c->profile, c->cred_path, c->config_path, &p, e, sizeof(e));
+    if (st != SF_OK)
+        return fail(why, why_len, st, "profile '%s': %s", c->profile, e);
+    if (!p.found) {
+        st = fail(why, why_len, SF_ERR_NOT_FOUND, "profile '%s': not found in %s", c->profile,
+                  files);
+    } else if (!p.aws_access_key_id || !p.aws_secret_access_key) {
+        st = fail(why, why_len, SF_ERR_NOT_FOUND,
+                  "profile '%s': no aws_access_key_id and aws_secret_access_key in %s "
+                  "(role_arn, sso and credential_process are not supported)",
+                  c->profile, files);
+    } else {
+        char source[64];
+        snprintf(source, sizeof(source), "profile:%s", c->profile);
+        st = fill_creds(out, p.aws_access_key_id, p.aws_secret_access_key, p.aws_session_token, 0,
+                        source, e, sizeof(e));
+        if (st != SF_OK)
+            fail(why, why_len, st, "profile '%s': %s", c->profile, e);
+    }
+    free_secret(p.aws_secret_access_key);
+    p.aws_secret_access_key = NULL;
+    free_secret(p.aws_session_token);
+    p.aws_session_token = NULL;
+    sf__aws_profile_free(&p);
+    return st;
+}
+
+static int host_is_allowed_for_http(const char *host)
+{
+    static const char *const allowed[] = {"localhost", "169.254.170.2",  "169.254.170.23",
+                                          "[::1]",     "[fd00:ec2::23]", NULL};
+    for (size_t i = 0; allowed[i]; i++)
+        if (strcasecmp(host, allowed[i]) == 0)
+            return 1;
+    struct in_addr a;
+    if (inet_pton(AF_INET, host, &a) == 1 && (ntohl(a.s_addr) >> 24) == 127)
+        return 1;
+    return 0;
+}
+
+/* FULL_URI may be https anywhere, or http to loopback or to the ECS / EKS
+ * Pod Identity agents (the AWS SDKs' rule): credentials must not cross a
+ * network in clear text. */
+static sf_status check_full_uri(const char *uri, char *why, size_t why_len)
+{
+    CURLU *u = curl_url();
+    if (!u)
+        return fail(why, why_len, SF_ERR_NO_MEMORY, "out of memory");
+    char *scheme = NULL, *host = NULL;
+    sf_status st = SF_OK;
+    if (curl_url_set(u, CURLUPART_URL, uri, 0) != CURLUE_OK ||
+        curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
+        curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK) {
+        st = fail(why, why_len, SF_ERR_INVALID_ARGUMENT,
+                  "AWS_CONTAINER_CREDENTIALS_FULL_URI is not a valid URL");
+    } else if (strcasecmp(scheme, "https") == 0) {
+        st = SF_OK;
+    } else if (strcasecmp(scheme, "http") != 0) {
+        st = fail(why, why_len, SF_ERR_INVALID_ARGUMENT,
+                  "AWS_CONTAINER_CREDENTIALS_FULL_URI must be http or https");
+    } else if (!host_is_allowed_for_http(host)) {
+        char h[128];
+        sanitize(host, h, sizeof(h));
+        st = fail(why, why_len, SF_ERR_INVALID_ARGUMENT,
+                  "AWS_CONTAINER_CREDENTIALS_FULL_URI: http is only allowed to a loopback host "
+                  "(127.0.0.0/8, [::1], localhost), 169.254.170.2, 169.254.170.23 or "
+                  "[fd00:ec2::23]; use https for '%s'",
+                  h);
+    }
+    curl_free(scheme);
+    curl_free(host);
+    curl_url_cleanup(u);
+    return st;
+}
+
+/* The container authorization token, read from the file on every fetch
+ * (EKS rotates it), trimmed. Returns a malloc'd string in *out or NULL when
+ * none is configured. */
+static sf_status container_auth(const struct sf__cred_chain *c, char **out, char *why,
+                                size_t why_len)
+{
+    *out = NULL;
+    struct sf__strbuf b;
+    sf__strbuf_init(&b, TOKEN_FILE_MAX_BYTES);
+    if (c->container_token_file) {
+        int fd = open(c->container_token_file, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+        if (fd < 0)
+            return fail(why, why_len, SF_ERR_IO, "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE %s: %s",
+                        c->container_token_file, strerror(errno));
+        char chunk[4096];
+        ssize_t r;
+        while ((r = read(fd, chunk, sizeof(chunk))) != 0) {
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r < 0 || sf__strbuf_append(&b, chunk, (size_t)r) != SF_OK) {
+                int e = errno;
+                close(fd);
+                wipe(chunk, sizeof(chunk));
+                wipe(b.data, b.cap);
+                sf__strbuf_free(&b);
+                if (r < 0)
+                    return fail(why, why_len, SF_ERR_IO,
+                                "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE %s: %s",
+                                c->container_token_file, strerror(e));
+                return fail(why, why_len, SF_ERR_LIMIT,
+                            "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE %s: over %zu bytes",
+                            c->container_token_file, TOKEN_FILE_MAX_BYTES);
+            }
+        }
+        close(fd);
+        wipe(chunk, sizeof(chunk));
+    } else if (c->container_token) {
+        sf__strbuf_puts(&b, c->container_token);
+    } else {
+        return SF_OK;
+    }
+    char *t = sf__strbuf_take(&b);
+    if (!t) {
+        wipe(b.data, b.cap);
+        sf__strbuf_free(&b);
+        return fail(why, why_len, SF_ERR_NO_MEMORY, "out of memory");
+    }
+    size_t n = strlen(t), start = 0;
+    while (n > 0 && isspace((unsigned char)t[n - 1]))
+        n--;
+    while (start < n && isspace((unsigned char)t[start]))
+        start++;
+    memmove(t, t + start, n - start);
+    t[n - start] = '\0';
+    for (const char *p = t; *p; p++) {
+        if ((unsigned char)*p < 0x20 || *p == 0x7f) {
+            free_secret(t);
+            return fail(why, why_len, SF_ERR_INVALID_ARGUMENT,
+                        "the container authorization token has control characters");
+        }
+    }
+    *out = t;
+    return SF_OK;
+}
+
+/* Checks what a network provider returned: the expiration must be ahead. */
+static sf_status check_fresh(const struct sf__credentials *cr, time_t now, char *why,
+                             size_t why_len)
+{
+    if (cr->expiration != 0 && cr->expiration <= now) {
+        char t[32];
+        format_time(cr->expiration, t, sizeof(t));
+        return fail(why, why_len, SF_ERR_PARSE, "returned credentials that expired at %s", t);
+    }
+    return SF_OK;
+}
+
+static sf_status from_container(struct sf__cred_chain *c, time_t now, struct sf__credentials *out,
+                                char *why, size_t why_len)
+{
+    char w[WHY_BYTES];
+    w[0] = '\0';
+    sf_status st;
+    struct sf__strbuf url;
+    sf__strbuf_init(&url, 8192);
+    /* RELATIVE_URI wins when both are set, as in botocore and the Java SDK. */
+    if (c->container_relative_uri) {
+        sf__strbuf_puts(&url, c->container_base);
+        if (c->container_relative_uri[0] != '/')
+            sf__strbuf_putc(&url, '/');
+        sf__strbuf_puts(&url, c->container_relative_uri);
+    } else if (c->container_full_uri) {
+        st = check_full_uri(c->container_full_uri, w, sizeof(w));
+        if (st != SF_OK) {
+            sf__strbuf_free(&url);
+            return fail(why, why_len, st, "container: %s", w);
+        }
+        sf__strbuf_puts(&url, c->container_full_uri);
+    } else {
+        sf__strbuf_free(&url);
+        return fail(why, why_len, SF_ERR_NOT_FOUND,
+                    "container: AWS_CONTAINER_CREDENTIALS_RELATIVE_URI and _FULL_URI not set");
+    }
+    if (url.err != SF_OK) {
+        st = url.err;
+        sf__strbuf_free(&url);
+        return fail(why, why_len, st, "container: URL too long");
+    }
+    char *token = NULL;
+    st = container_auth(c, &token, w, sizeof(w));
+    if (st != SF_OK) {
+        sf__strbuf_free(&url);
+        return fail(why, why_len, st, "container: %s", w);
+    }
+    struct curl_slist *headers = curl_slist_append(NULL, "Accept: application/json");
+    struct sf__strbuf auth;
+    sf__strbuf_init(&auth, TOKEN_FILE_MAX_BYTES + 64);
+    if (token && *token) {
+        sf__strbuf_printf(&auth, "Authorization: %s", token);
+        struct curl_slist *h2 = auth.err == SF_OK ? curl_slist_append(headers, auth.data) : NULL;
+        if (!h2) {
+            curl_slist_free_all(headers);
+            headers = NULL;
+        } else {
+            headers = h2;
+        }
+    }
+    free_secret(token);
+    if (auth.data)
+        wipe(auth.data, auth.cap);
+    sf__strbuf_free(&auth);
+    char shown[512];
+    display_url(sf__strbuf_str(&url), shown, sizeof(shown));
+    if (!headers) {
+        sf__strbuf_free(&url);
+        return fail(why, why_len, SF_ERR_NO_MEMORY, "container: out of memory");
+    }
+    struct http_resp r = {0};
+    st = http_request(c, 0, sf__strbuf_str(&url), headers, &r, w, sizeof(w));
+    /* The slist holds the authorization token. */
+    for (struct curl_slist *h = headers; h; h = h->next)
+        wipe(h->data, strlen(h->data));
+    curl_slist_free_all(headers);
+    sf__strbuf_free(&url);
+    if (st != SF_OK) {
+        http_resp_free(&r);
+        return fail(why, why_len, st, "container: %s", w);
+    }
+    if (r.status != 200) {
+        http_resp_free(&r);
+        return fail(why, why_len,
+                    r.status == 401 || r.status == 403 ? SF_ERR_ACCESS_DENIED : SF_ERR_HTTP,
+                    "container: GET %s: HTTP %ld", shown, r.status);
+    }
+    st = sf__credentials_parse_json(sf__strbuf_str(&r.body), r.body.len, out, w, sizeof(w));
+    http_resp_free(&r);
+    if (st == SF_OK)
+        st = check_fresh(out, now, w, sizeof(w));
+    if (st != SF_OK) {
+        wipe(out, sizeof(*out));
+        return fail(why, why_len, st, "container: GET %s: %s", shown, w);
+    }
+    snprintf(out->source, sizeof(out->source), "container");
+    return SF_OK;
+}
+
+static int imds_token_valid(const struct sf__cred_chain *c)
+{
+    if (!c->imds_token[0])
+        return 0;
+    struct timespec now = mono_now();
+    return now.tv_sec < c->imds_token_expiry.tv_sec;
+}
+
+static void imds_token_drop(struct sf__cred_chain *c)
+{
+    wipe(c->imds_token, sizeof(c->imds_token));
+    c->imds_token_expiry.tv_sec = 0;
+}
+
+/* PUT /latest/api/token unless the cached token is still good. */
+static sf_status imds_get_token(struct sf__cred_chain *c, char *why, size_t why_len)
+{
+    if (imds_token_valid(c))
+        return SF_OK;
+    imds_token_drop(c);
+    char url[600];
+    snprintf(url, sizeof(url), "%s/latest/api/token", c->imds_endpoint);
+    struct curl_slist *headers =
+        curl_slist_append(NULL, "X-aws-ec2-metadata-token-ttl-seconds: " STR(IMDS_TOKEN_TTL_S));
+    if (!headers)
+        return fail(why, why_len, SF_ERR_NO_MEMORY, "out of memory");
+    struct http_resp r = {0};
+    struct timespec asked = mono_now();
+    sf_status st = http_request(c, 1, url, headers, &r, why, why_len);
+    curl_slist_free_all(headers);
+    if (st == SF_OK && r.status != 200) {
+        char shown[512];
+        display_url(url, shown, sizeof(shown));
+        st = fail(why, why_len,
+                  r.status == 401 || r.status == 403 ? SF_ERR_ACCESS_DENIED : SF_ERR_HTTP,
+                  "PUT %s: HTTP %ld", shown, r.status);
+    }
+    if (st == SF_OK) {
+        const char *t = sf__strbuf_str(&r.body);
+        size_t n = r.body.len;
+        while (n && isspace((unsigned char)t[n - 1]))
+            n--;
+        if (n == 0 || n >= sizeof(c->imds_token)) {
+            st = fail(why, why_len, SF_ERR_PARSE, "PUT %s/latest/api/token: token of %zu bytes",
+                      c->imds_endpoint, n);
+        } else {
+            memcpy(c->imds_token, t, n);
+            c->imds_token[n] = '\0';
+            if (!visible_ascii(c->imds_token)) {
+                imds_token_drop(c);
+                st = fail(why, why_len, SF_ERR_PARSE,
+                          "PUT %s/latest/api/token: token is not visible ASCII", c->imds_endpoint);
+            } else {
+                /* Counted from before the request, so it is never late. */
+                c->imds_token_expiry.tv_sec = asked.tv_sec + IMDS_TOKEN_TTL_S - IMDS_TOKEN_EARLY_S;
+            }
+        }
+    }
+    http_resp_free(&r);
+    return st;
+}
+
+/* GET an IMDS path with the session token; one retry with a new token after
+ * a 401 (the token expired or the instance was restarted). */
+static sf_status imds_get(struct sf__cred_chain *c, const char *path, struct http_resp *r,
+                          char *why, size_t why_len)
+{
+    char url[700];
+    snprintf(url, sizeof(url), "%s%s", c->imds_endpoint, path);
+    for (int round = 0; round < 2; round++) {
+        sf_status st = imds_get_token(c, why, why_len);
+        if (st != SF_OK)
+            return st;
+        char hdr[IMDS_TOKEN_MAX + 64];
+        snprintf(hdr, sizeof(hdr), "X-aws-ec2-metadata-token: %s", c->imds_token);
+        struct curl_slist *headers = curl_slist_append(NULL, hdr);
+        wipe(hdr, sizeof(hdr));
+        if (!headers)
+            return fail(why, why_len, SF_ERR_NO_MEMORY, "out of memory");
+        st = http_request(c, 0, url, headers, r, why, why_len);
+        wipe(headers->data, strlen(headers->data));
+        curl_slist_free_all(headers);
+        if (st != SF_OK)
+            return st;
+        if (r->status != 401)
+            break;
+        imds_token_drop(c);
+    }
+    if (r->status != 200) {
+        char shown[800];
+        display_url(url, shown, sizeof(shown));
+        return fail(why, why_len,
+                    r->status == 401 || r->status == 403 ? SF_ERR_ACCESS_DENIED
+                    : r->status == 404                   ? SF_ERR_NOT_FOUND
+                                                         : SF_ERR_HTTP,
+                    "GET %s: HTTP %ld", shown, r->status);
+    }
+    return SF_OK;
+}
+
+/* IAM role names: [A-Za-z0-9+=,.@_-], 1..64 (we allow 128). */
+static int valid_role(const char *s, size_t n)
+{
+    if (n == 0 || n > 128)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (!isalnum(ch) && !strchr("+=,.@_-", ch))
+            return 0;
+    }
+    return 1;
+}
+
+static sf_status from_imds(struct sf__cred_chain *c, time_t now, struct sf__credentials *out,
+                           char *why, size_t why_len)
+{
+    if (c->imds_disabled)
+        return fail(why, why_len, SF_ERR_NOT_FOUND, "imds: disabled by AWS_EC2_METADATA_DISABLED");
+    char w[WHY_BYTES];
+    w[0] = '\0';
+    struct http_resp r = {0};
+    sf_status st = imds_get(c, IMDS_CREDS_PATH, &r, w, sizeof(w));
+    if (st != SF_OK) {
+        http_resp_free(&r);
+        return fail(why, why_len, st, "imds: %s", w);
+    }
+    const char *list = sf__strbuf_str(&r.body);
+    size_t n = strcspn(list, "\r\n");
+    while (n && isspace((unsigned char)list[n - 1]))
+        n--;
+    if (!valid_role(list, n)) {
+        http_resp_free(&r);
+        return fail(why, why_len, n ? SF_ERR_PARSE : SF_ERR_NOT_FOUND,
+                    n ? "imds: the instance profile's role name is not a valid IAM role name"
+                      : "imds: no IAM role attached to the instance");
+    }
+    char role[129];
+    memcpy(role, list, n);
+    role[n] = '\0';
+    char path[sizeof(IMDS_CREDS_PATH) + sizeof(role)];
+    snprintf(path, sizeof(path), "%s%s", IMDS_CREDS_PATH, role);
+    st = imds_get(c, path, &r, w, sizeof(w));
+    if (st == SF_OK)
+        st = sf__credentials_parse_json(sf__strbuf_str(&r.body), r.body.len, out, w, sizeof(w));
+    http_resp_free(&r);
+    if (st == SF_OK)
+        st = check_fresh(out, now, w, sizeof(w));
+    if (st != SF_OK) {
+        wipe(out, sizeof(*out));
+        return fail(why, why_len, st, "imds: role %s: %s", role, w);
+    }
+    snprintf(out->source, sizeof(out->source), "imds:%.58s", role); /* IAM allows 64 */
+    return SF_OK;
+}
+
+static sf_status fetch(struct sf__cred_chain *c, enum provider p, time_t now,
+                       struct sf__credentials *out, char *why, size_t why_len)
+{
+    switch (p) {
+    case P_EXPLICIT: return from_explicit(c, out, why, why_len);
+    case P_ENV: return from_env(c, out, why, why_len);
+    case P_PROFILE: return from_profile(c, out, why, why_len);
+    case P_CONTAINER: return from_container(c, now, out, why, why_len);
+    case P_IMDS: return from_imds(c, now, out, why, why_len);
+    case P_NONE: break;
+    }
+    return fail(why, why_len, SF_ERR_INTERNAL, "no provider");
+}
+
+/* Walks the whole chain. On failure err lists every provider's reason. */
+static sf_status resolve(struct sf__cred_chain *c, time_t now, struct sf__credentials *out,
+                         char *err, size_t err_len)
+{
+    static const enum provider order[] = {P_EXPLICIT, P_ENV, P_PROFILE, P_CONTAINER, P_IMDS};
+    struct sf__strbuf msg;
+    sf__strbuf_init(&msg, MSG_MAX_BYTES);
+    sf__strbuf_puts(&msg, "no credentials: ");
+    for (size_t i = 0; i < sizeof(order) / sizeof(order[0]); i++) {
+        char why[WHY_BYTES];
+        why[0] = '\0';
+        sf_status st = fetch(c, order[i], now, out, why, sizeof(why));
+        if (st == SF_OK) {
+            c->have = 1;
+            c->provider = order[i];
+            c->cur = *out;
+            c->retry_after = 0;
+            sf__strbuf_free(&msg);
+            return SF_OK;
+        }
+        if (st == SF_ERR_NO_MEMORY) {
+            sf__strbuf_free(&msg);
+            return fail(err, err_len, st, "out of memory");
+        }
+        sf__strbuf_printf(&msg, "%s%s", i ? "; " : "", why);
+    }
+    fail(err, err_len, SF_ERR_ACCESS_DENIED, "%s", sf__strbuf_str(&msg));
+    sf__strbuf_free(&msg);
+    return SF_ERR_ACCESS_DENIED;
+}
+
+/* ------------------------------------------------------------ chain */
+
+static void chain_free_fields(struct sf__cred_chain *c)
+{
+    free(c->explicit_ak);
+    free_secret(c->explicit_sk);
+    free_secret(c->explicit_token);
+    free(c->env_ak);
+    free_secret(c->env_sk);
+    free_secret(c->env_token);
+    free(c->profile);
+    free(c->cred_path);
+    free(c->config_path);
+    free(c->container_relative_uri);
+    free(c->container_full_uri);
+    free_secret(c->container_token);
+    free(c->container_token_file);
+    free(c->container_base);
+    free(c->imds_endpoint);
+    free(c->ca_bundle);
+}
+
+sf_status sf__cred_chain_new(const struct sf__cred_options *o, struct sf__cred_chain **out)
+{
+    if (!out)
+        return SF_ERR_INVALID_ARGUMENT;
+    *out = NULL;
+    struct sf__cred_options defaults = {0};
+    if (!o)
+        o = &defaults;
+    struct sf__cred_chain *c = calloc(1, sizeof(*c));
+    if (!c)
+        return SF_ERR_NO_MEMORY;
+    c->log = o->log;
+    c->log_user = o->log_user;
+    c->no_sign_request = o->no_sign_request != 0;
+    c->timeout_ms = o->imds_timeout_ms ? o->imds_timeout_ms : DEFAULT_TIMEOUT_MS;
+    c->attempts = o->imds_attempts ? o->imds_attempts : DEFAULT_ATTEMPTS;
+    c->margin_s = o->refresh_margin_s ? o->refresh_margin_s : DEFAULT_MARGIN_S;
+    if (c->timeout_ms > 600000u)
+        c->timeout_ms = 600000u;
+    if (c->attempts > 10u)
+        c->attempts = 10u;
+
+    int have_ak = o->access_key_id && *o->access_key_id;
+    int have_sk = o->secret_access_key && *o->secret_access_key;
+    int have_tok = o->session_token && *o->session_token;
+    if (have_ak != have_sk || (have_tok && !have_ak)) {
+        logf_(c, SF_LOG_ERROR,
+              "credentials: explicit access key id and secret access key "
+              "must be given together (a session token only with both)");
+        free(c);
+        return SF_ERR_INVALID_ARGUMENT;
+    }
+    if (have_ak) {
+        struct sf__credentials probe;
+        char e[256];
+        sf_status st = fill_creds(&probe, o->access_key_id, o->secret_access_key,
+                                  have_tok ? o->session_token : NULL, 0, "explicit", e, sizeof(e));
+        wipe(&probe, sizeof(probe));
+        if (st != SF_OK) {
+            logf_(c, SF_LOG_ERROR, "credentials: explicit options: %s", e);
+            free(c);
+            return SF_ERR_INVALID_ARGUMENT;
+        }
+    }
+
+    int oom = 0;
+    if (have_ak) {
+        c->explicit_ak = dup_nonempty(o->access_key_id, &oom);
+        c->explicit_sk = dup_nonempty(o->secret_access_key, &oom);
+        c->explicit_token = dup_nonempty(o->session_token, &oom);
+    }
+    c->env_ak = env_dup("AWS_ACCESS_KEY_ID", &oom);
+    c->env_sk = env_dup("AWS_SECRET_ACCESS_KEY", &oom);
+    c->env_token = env_dup("AWS_SESSION_TOKEN", &oom);
+
+    const char *profile = o->profile && *o->profile ? o->profile : getenv("AWS_PROFILE");
+    c->profile = strdup(profile && *profile ? profile : "default");
+    if (!c->profile)
+        oom = 1;
+    c->cred_path = sf__aws_config_path(0);
+    c->config_path = sf__aws_config_path(1);
+
+    c->container_relative_uri = env_dup("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", &oom);
+    c->container_full_uri = env_dup("AWS_CONTAINER_CREDENTIALS_FULL_URI", &oom);
+    c->container_token = env_dup("AWS_CONTAINER_AUTHORIZATION_TOKEN", &oom);
+    c->container_token_file = env_dup("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", &oom);
+    c->container_base =
+        dup_nonempty(o->container_base_url && *o->container_base_url ? o->container_base_url
+                                                                     : DEFAULT_CONTAINER_BASE,
+                     &oom);
+    if (c->container_base) {
+        size_t n = strlen(c->container_base);
+        while (n > 0 && c->container_base[n - 1] == '/')
+            c->container_base[--n] = '\0';
+    }
+
+    const char *disabled = getenv("AWS_EC2_METADATA_DISABLED");
+    c->imds_disabled = disabled && strcasecmp(disabled, "true") == 0;
+    const char *ep = getenv("AWS_EC2_METADATA_SERVICE_ENDPOINT");
+    const char *mode = getenv("AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE");
+    if (!(ep && *ep))
+        ep = mode && strcasecmp(mode, "IPv6") == 0 ? IMDS_IPV6_ENDPOINT : DEFAULT_IMDS_ENDPOINT;
+    if (strlen(ep) > 512) {
+        logf_(c, SF_LOG_WARN,
+              "credentials: AWS_EC2_METADATA_SERVICE_ENDPOINT is over 512 bytes; "
+              "using " DEFAULT_IMDS_ENDPOINT);
+        ep = DEFAULT_IMDS_ENDPOINT;
+    }
+    c->imds_endpoint = dup_nonempty(ep, &oom);
+    if (c->imds_endpoint) {
+        size_t n = strlen(c->imds_endpoint);
+        while (n > 0 && c->imds_endpoint[n - 1] == '/')
+            c->imds_endpoint[--n] = '\0';
+    }
+    c->ca_bundle = dup_nonempty(o->ca_bundle, &oom);
+
+    if (oom || pthread_mutex_init(&c->mu, NULL) != 0) {
+        chain_free_fields(c);
+        free(c);
+        return SF_ERR_NO_MEMORY;
+    }
+    *out = c;
+    return SF_OK;
+}
+
+void sf__cred_chain_destroy(struct sf__cred_chain *c)
+{
+    if (!c)
+        return;
+    if (c->curl)
+        curl_easy_cleanup(c->curl);
+    pthread_mutex_destroy(&c->mu);
+    chain_free_fields(c);
+    wipe(c, sizeof(*c));
+    free(c);
+}
+
+void sf__cred_chain_invalidate(struct sf__cred_chain *c)
+{
+    if (!c)
+        return;
+    pthread_mutex_lock(&c->mu);
+    c->have = 0;
+    c->provider = P_NONE;
+    c->retry_after = 0;
+    wipe(&c->cur, sizeof(c->cur));
+    pthread_mutex_unlock(&c->mu);
+}
+
+sf_status sf__cred_chain_get(struct sf__cred_chain *c, time_t now, struct sf__credentials *out,
+                             char *err, size_t err_len)
+{
+    if (err && err_len)
+        err[0] = '\0';
+    if (!c || !out)
+        return fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "NULL chain or output");
+    memset(out, 0, sizeof(*out));
+    if (c->no_sign_request) {
+        out->anonymous = 1;
+        snprintf(out->source, sizeof(out->source), "anonymous");
+        return SF_OK;
+    }
+
+    /* Log lines are made under the lock and sent after it, so a log callback
+     * may call back into the chain. */
+    char note[MSG_MAX_BYTES];
+    note[0] = '\0';
+    enum sf_log_level note_level = SF_LOG_INFO;
+    sf_status st = SF_OK;
+
+    pthread_mutex_lock(&c->mu);
+    if (!c->have) {
+        st = resolve(c, now, out, err, err_len);
+        if (st == SF_OK) {
+            char t[32] = "never";
+            if (out->expiration)
+                format_time(out->expiration, t, sizeof(t));
+            snprintf(note, sizeof(note), "credentials: from %s (access key id %s), expire %s",
+                     out->source, out->access_key_id, t);
+        }
+    } else if (c->cur.expiration == 0 || now < c->cur.expiration - (time_t)c->margin_s ||
+               (now < c->cur.expiration && now < c->retry_after)) {
+        *out = c->cur;
+    } else {
+        char why[WHY_BYTES];
+        struct sf__credentials fresh;
+        st = fetch(c, c->provider, now, &fresh, why, sizeof(why));
+        char t[32];
+        format_time(c->cur.expiration, t, sizeof(t));
+        if (st == SF_OK) {
+            c->cur = fresh;
+            c->retry_after = 0;
+            *out = fresh;
+            snprintf(note, sizeof(note), "credentials: refreshed from %s", out->source);
+        } else if (now < c->cur.expiration) {
+            c->retry_after = now + REFRESH_RETRY_S;
+            *out = c->cur;
+            note_level = SF_LOG_WARN;
+            snprintf(note, sizeof(note),
+                     "credentials: refresh from %s failed (%s); using the current ones until "
+                     "they expire at %s",
+                     c->cur.source, why, t);
+            st = SF_OK;
+        } else {
+            fail(err, err_len, st, "credentials from %s expired at %s and the refresh failed: %s",
+                 c->cur.source, t, why);
+        }
+        wipe(&fresh, sizeof(fresh));
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (note[0])
+        logf_(c, note_level, "%s", note);
+    return st;
+}

@@ -1,1 +1,272 @@
-/* placeholder: being written */
+#include "s3/endpoint.h"
+
+#include "s3/strbuf.h"
+#include "s3/uri.h"
+
+#include <ctype.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_KEY_BYTES    1024
+#define MAX_BUCKET_BYTES 255
+
+static char *dup_n(const char *s, size_t n)
+{
+    char *p = malloc(n + 1);
+    if (p) {
+        memcpy(p, s, n);
+        p[n] = '\0';
+    }
+    return p;
+}
+
+static int valid_bucket(const char *b, size_t n)
+{
+    if (n == 0 || n > MAX_BUCKET_BYTES)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)b[i];
+        if (!isalnum(c) && c != '.' && c != '-' && c != '_')
+            return 0;
+    }
+    return 1;
+}
+
+void sf__locator_free(struct sf__locator *l)
+{
+    if (!l)
+        return;
+    free(l->bucket);
+    free(l->key);
+    free(l->url);
+    free(l->display);
+    memset(l, 0, sizeof(*l));
+}
+
+__attribute__((format(printf, 4, 5))) static sf_status fail(char *err, size_t err_len,
+                                                           sf_status st, const char *fmt, ...)
+{
+    if (err && err_len) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, err_len, fmt, ap);
+        va_end(ap);
+    }
+    return st;
+}
+
+sf_status sf__locator_parse(const char *url, struct sf__locator *out, char *err, size_t err_len)
+{
+    memset(out, 0, sizeof(*out));
+    if (!url || !*url)
+        return fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "empty source URL");
+    if (strncmp(url, "s3://", 5) == 0) {
+        const char *b = url + 5;
+        const char *slash = strchr(b, '/');
+        size_t bn = slash ? (size_t)(slash - b) : strlen(b);
+        const char *k = slash ? slash + 1 : "";
+        if (bn > 0 && !valid_bucket(b, bn))
+            return fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "'%s': not a valid bucket name",
+                        url);
+        if (bn == 0 && *k)
+            return fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "'%s': missing bucket name", url);
+        if (strlen(k) > MAX_KEY_BYTES)
+            return fail(err, err_len, SF_ERR_INVALID_ARGUMENT,
+                        "'%.200s...': key longer than 1024 bytes", url);
+        out->kind = SF__LOC_S3;
+        out->bucket = dup_n(b, bn);
+        out->key = strdup(k);
+        out->display = strdup(url);
+    } else if (strncmp(url, "http://", 7) == 0 || strncmp(url, "https://", 8) == 0) {
+        const char *auth = strstr(url, "://") + 3;
+        if (!*auth || *auth == '/')
+            return fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "'%s': missing host", url);
+        const char *path = strchr(auth, '/');
+        out->kind = SF__LOC_HTTP;
+        out->url = strdup(url);
+        out->key = strdup(path ? path : "/");
+        out->display = strdup(url);
+    } else if (strncmp(url, "file://", 7) == 0) {
+        const char *p = url + 7;
+        if (strncmp(p, "localhost/", 10) == 0)
+            p += 9;
+        if (*p != '/')
+            return fail(err, err_len, SF_ERR_INVALID_ARGUMENT,
+                        "'%s': file URLs need an absolute path (file:///path)", url);
+        struct sf__strbuf b;
+        sf__strbuf_init(&b, 1u << 16);
+        sf__uri_decode(&b, p, strlen(p), 0);
+        if (b.err != SF_OK || memchr(sf__strbuf_str(&b), '\0', b.len)) {
+            sf__strbuf_free(&b);
+            return fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "'%s': bad file URL", url);
+        }
+        out->kind = SF__LOC_FILE;
+        out->key = sf__strbuf_take(&b);
+        out->display = strdup(url);
+    } else if (strstr(url, "://")) {
+        return fail(err, err_len, SF_ERR_INVALID_ARGUMENT,
+                    "'%s': unknown URL scheme (use s3://, http(s)://, file:// or a path)", url);
+    } else {
+        out->kind = SF__LOC_FILE;
+        out->key = strdup(url);
+        out->display = strdup(url);
+    }
+    if (!out->display || !out->key || (out->kind == SF__LOC_S3 && !out->bucket) ||
+        (out->kind == SF__LOC_HTTP && !out->url)) {
+        sf__locator_free(out);
+        return SF_ERR_NO_MEMORY;
+    }
+    return SF_OK;
+}
+
+sf_status sf__locator_copy(const struct sf__locator *src, struct sf__locator *dst)
+{
+    memset(dst, 0, sizeof(*dst));
+    dst->kind = src->kind;
+#define COPY(f)                                                                                    \
+    if (src->f && !(dst->f = strdup(src->f))) {                                                    \
+        sf__locator_free(dst);                                                                     \
+        return SF_ERR_NO_MEMORY;                                                                   \
+    }
+    COPY(bucket)
+    COPY(key)
+    COPY(url)
+    COPY(display)
+#undef COPY
+    return SF_OK;
+}
+
+void sf__endpoint_free(struct sf__endpoint *e)
+{
+    if (!e)
+        return;
+    free(e->scheme);
+    free(e->authority);
+    free(e->base_path);
+    free(e->region);
+    memset(e, 0, sizeof(*e));
+}
+
+sf_status sf__endpoint_init(struct sf__endpoint *e, const char *endpoint_url, const char *region,
+                            enum sf_addressing addressing, char *err, size_t err_len)
+{
+    memset(e, 0, sizeof(*e));
+    if (!region || !*region)
+        region = "us-east-1";
+    for (const char *r = region; *r; r++)
+        if (!isalnum((unsigned char)*r) && *r != '-')
+            return fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "region '%s' is not valid", region);
+    e->region = strdup(region);
+    if (!endpoint_url || !*endpoint_url) {
+        char host[128];
+        snprintf(host, sizeof(host), "s3.%s.amazonaws.com", region);
+        e->scheme = strdup("https");
+        e->authority = strdup(host);
+        e->base_path = strdup("");
+        e->is_aws = 1;
+        e->addressing = addressing == SF_ADDRESSING_PATH ? SF_ADDRESSING_PATH
+                                                         : SF_ADDRESSING_VIRTUAL;
+    } else {
+        const char *sep = strstr(endpoint_url, "://");
+        size_t sn = sep ? (size_t)(sep - endpoint_url) : 0;
+        if (!sep || !((sn == 4 && strncmp(endpoint_url, "http", 4) == 0) ||
+                      (sn == 5 && strncmp(endpoint_url, "https", 5) == 0))) {
+            sf__endpoint_free(e);
+            return fail(err, err_len, SF_ERR_INVALID_ARGUMENT,
+                        "endpoint URL '%s' must start with http:// or https://", endpoint_url);
+        }
+        const char *auth = sep + 3;
+        size_t an = strcspn(auth, "/?#");
+        if (an == 0 || auth[an] == '?' || auth[an] == '#' || memchr(auth, '@', an)) {
+            sf__endpoint_free(e);
+            return fail(err, err_len, SF_ERR_INVALID_ARGUMENT,
+                        "endpoint URL '%s': expected scheme://host[:port][/path]", endpoint_url);
+        }
+        const char *path = auth + an;
+        size_t pn = strlen(path);
+        while (pn > 0 && path[pn - 1] == '/')
+            pn--;
+        e->scheme = dup_n(endpoint_url, sn);
+        e->authority = dup_n(auth, an);
+        e->base_path = dup_n(path, pn);
+        for (char *p = e->authority; p && *p; p++)
+            *p = (char)tolower((unsigned char)*p);
+        e->is_aws = e->authority && strstr(e->authority, "amazonaws.com") != NULL;
+        if (addressing == SF_ADDRESSING_AUTO)
+            addressing = e->is_aws ? SF_ADDRESSING_VIRTUAL : SF_ADDRESSING_PATH;
+        e->addressing = addressing;
+    }
+    if (!e->scheme || !e->authority || !e->base_path || !e->region) {
+        sf__endpoint_free(e);
+        return SF_ERR_NO_MEMORY;
+    }
+    return SF_OK;
+}
+
+/* A bucket name that can be the first label of a TLS-verified host name. */
+static int dns_safe_bucket(const char *b, int https)
+{
+    size_t n = strlen(b);
+    if (n < 3 || n > 63)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = b[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || (!https && c == '.')))
+            return 0;
+    }
+    return b[0] != '-' && b[n - 1] != '-';
+}
+
+void sf__target_free(struct sf__target *t)
+{
+    if (!t)
+        return;
+    free(t->url);
+    free(t->host);
+    free(t->path);
+    memset(t, 0, sizeof(*t));
+}
+
+sf_status sf__endpoint_target(const struct sf__endpoint *e, const char *bucket, const char *key,
+                              const char *query, struct sf__target *out)
+{
+    memset(out, 0, sizeof(*out));
+    int https = strcmp(e->scheme, "https") == 0;
+    int virt = bucket && *bucket && e->addressing == SF_ADDRESSING_VIRTUAL &&
+               dns_safe_bucket(bucket, https);
+    struct sf__strbuf host, path, url;
+    sf__strbuf_init(&host, 4096);
+    sf__strbuf_init(&path, 8192);
+    sf__strbuf_init(&url, 16384);
+    if (virt)
+        sf__strbuf_printf(&host, "%s.%s", bucket, e->authority);
+    else
+        sf__strbuf_puts(&host, e->authority);
+    sf__strbuf_puts(&path, e->base_path);
+    if (bucket && *bucket && !virt) {
+        sf__strbuf_putc(&path, '/');
+        sf__uri_encode(&path, bucket, strlen(bucket), 0);
+    }
+    sf__strbuf_putc(&path, '/');
+    if (key && *key)
+        sf__uri_encode(&path, key, strlen(key), 1);
+    sf__strbuf_printf(&url, "%s://%s%s", e->scheme, sf__strbuf_str(&host), sf__strbuf_str(&path));
+    if (query && *query)
+        sf__strbuf_printf(&url, "?%s", query);
+    sf_status st = host.err ? host.err : path.err ? path.err : url.err;
+    if (st == SF_OK) {
+        out->host = sf__strbuf_take(&host);
+        out->path = sf__strbuf_take(&path);
+        out->url = sf__strbuf_take(&url);
+        if (!out->host || !out->path || !out->url)
+            st = SF_ERR_NO_MEMORY;
+    }
+    sf__strbuf_free(&host);
+    sf__strbuf_free(&path);
+    sf__strbuf_free(&url);
+    if (st != SF_OK)
+        sf__target_free(out);
+    return st;
+}

@@ -1,1 +1,906 @@
-/* placeholder: being written */
+/*
+ * The public S3 client: configuration resolution (options, environment,
+ * profile), request preparation and signing for the fetch engine, stat,
+ * listings, source expansion, and fetches of local files.
+ */
+#include "s3/aws_config.h"
+#include "s3/braces.h"
+#include "s3/credentials.h"
+#include "s3/endpoint.h"
+#include "s3/fetch.h"
+#include "s3/sigv4.h"
+#include "s3/strbuf.h"
+#include "s3/uri.h"
+#include "s3/xml.h"
+#include "shardfeed.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define MAX_LIST_BODY   (16u << 20)
+#define DEFAULT_MAX_OBJECTS ((size_t)10 * 1000 * 1000)
+
+struct sf_s3 {
+    struct sf_s3_options opt; /* strings below are owned copies */
+    char *endpoint_url, *region, *profile, *access_key_id, *secret_access_key, *session_token,
+        *ca_bundle;
+    struct sf__endpoint ep;
+    struct sf__cred_chain *creds;
+    struct sf__engine *engine;
+    pthread_mutex_t lock; /* guards errmsg */
+    char errmsg[1024];
+};
+
+struct sf_object_list {
+    struct sf_object_info *items;
+    size_t n, cap;
+};
+
+/* ------------------------------------------------------------ small helpers */
+
+static char *dup_or_null(const char *s)
+{
+    return s ? strdup(s) : NULL;
+}
+
+static const char *env_nonempty(const char *name)
+{
+    const char *v = getenv(name);
+    return v && *v ? v : NULL;
+}
+
+__attribute__((format(printf, 3, 4))) static sf_status set_err(struct sf_s3 *s3, sf_status st,
+                                                               const char *fmt, ...)
+{
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    pthread_mutex_lock(&s3->lock);
+    memcpy(s3->errmsg, buf, sizeof(buf));
+    pthread_mutex_unlock(&s3->lock);
+    return st;
+}
+
+SF_API const char *sf_s3_errmsg(struct sf_s3 *s3, char *buf, size_t buf_len)
+{
+    if (!buf || !buf_len)
+        return "";
+    if (!s3) {
+        buf[0] = '\0';
+        return buf;
+    }
+    pthread_mutex_lock(&s3->lock);
+    snprintf(buf, buf_len, "%s", s3->errmsg);
+    pthread_mutex_unlock(&s3->lock);
+    return buf;
+}
+
+SF_API void sf_s3_options_init_default(struct sf_s3_options *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->concurrency = 16;
+    o->chunk_bytes = 8ull << 20;
+    o->max_attempts = 10;
+    o->retry_base_ms = 50;
+    o->throttle_base_ms = 500;
+    o->retry_cap_ms = 20000;
+    o->retry_quota = 500;
+    o->stall_timeout_ms = 30000;
+    o->connect_timeout_ms = 10000;
+    o->max_object_bytes = 64ull << 30;
+    o->log_level = SF_LOG_WARN;
+}
+
+/* ------------------------------------------------------------ signing */
+
+static sf_status add_header(struct curl_slist **list, const char *name, const char *value)
+{
+    char line[8192];
+    int n = snprintf(line, sizeof(line), "%s: %s", name, value);
+    if (n < 0 || (size_t)n >= sizeof(line))
+        return SF_ERR_LIMIT;
+    struct curl_slist *l = curl_slist_append(*list, line);
+    if (!l)
+        return SF_ERR_NO_MEMORY;
+    *list = l;
+    return SF_OK;
+}
+
+static sf_status prepare(void *user, const struct sf__req_spec *spec, char **url,
+                         struct curl_slist **headers, char *err, size_t err_len)
+{
+    struct sf_s3 *s3 = user;
+    sf_status st = SF_OK;
+    *url = NULL;
+    *headers = NULL;
+    if (spec->range_first != SF__NO_RANGE) {
+        char range[96];
+        if (spec->range_last == SF__NO_RANGE)
+            snprintf(range, sizeof(range), "bytes=%" PRIu64 "-", spec->range_first);
+        else
+            snprintf(range, sizeof(range), "bytes=%" PRIu64 "-%" PRIu64, spec->range_first,
+                     spec->range_last);
+        st = add_header(headers, "Range", range);
+    }
+    if (st == SF_OK && spec->if_match)
+        st = add_header(headers, "If-Match", spec->if_match);
+    /* no "Expect: 100-continue", no Accept noise */
+    if (st == SF_OK)
+        st = add_header(headers, "Accept", "*/*");
+    if (st != SF_OK)
+        return st;
+    if (spec->loc->kind == SF__LOC_HTTP) {
+        *url = strdup(spec->loc->url);
+        return *url ? SF_OK : SF_ERR_NO_MEMORY;
+    }
+    struct sf__target t;
+    const char *bucket = spec->loc->bucket && *spec->loc->bucket ? spec->loc->bucket : NULL;
+    st = sf__endpoint_target(&s3->ep, bucket, bucket ? spec->loc->key : NULL, spec->query, &t);
+    if (st != SF_OK)
+        return st;
+    st = add_header(headers, "Host", t.host);
+    struct sf__credentials cr;
+    if (st == SF_OK)
+        st = sf__cred_chain_get(s3->creds, spec->sign_time, &cr, err, err_len);
+    if (st == SF_OK && !cr.anonymous) {
+        struct sf__sigv4_signer signer;
+        sf__sigv4_signer_init(&signer, cr.access_key_id, cr.secret_access_key,
+                              cr.session_token[0] ? cr.session_token : NULL, s3->ep.region, "s3");
+        struct sf__header host = {"host", t.host};
+        struct sf__sigv4_request req = {
+            .method = spec->method,
+            .path = t.path,
+            .query = spec->query,
+            .headers = &host,
+            .n_headers = 1,
+            .payload_hash = SF__EMPTY_SHA256,
+        };
+        char amz_date[SF__AMZ_DATE_LEN + 1];
+        struct sf__header extra[3];
+        size_t n_extra = 0;
+        struct sf__sigv4_result res;
+        memset(&res, 0, sizeof(res));
+        st = sf__sigv4_sign_request(&signer, &req, spec->sign_time, amz_date, extra, &n_extra,
+                                    &res);
+        for (size_t i = 0; st == SF_OK && i < n_extra; i++)
+            st = add_header(headers, extra[i].name, extra[i].value);
+        if (st == SF_OK)
+            st = add_header(headers, "Authorization", res.authorization);
+        sf__sigv4_result_free(&res);
+        sf__sigv4_signer_destroy(&signer);
+        if (st != SF_OK)
+            snprintf(err, err_len, "signing failed: %s", sf_status_str(st));
+    }
+    memset(&cr, 0, sizeof(cr));
+    if (st == SF_OK) {
+        *url = t.url;
+        t.url = NULL;
+    }
+    sf__target_free(&t);
+    return st;
+}
+
+static void invalidate(void *user)
+{
+    struct sf_s3 *s3 = user;
+    sf__cred_chain_invalidate(s3->creds);
+}
+
+/* ------------------------------------------------------------ new / destroy */
+
+static void cred_log(void *user, enum sf_log_level level, const char *message)
+{
+    struct sf_s3 *s3 = user;
+    if (s3->opt.log && level <= s3->opt.log_level)
+        s3->opt.log(s3->opt.log_user, level, message);
+}
+
+SF_API sf_status sf_s3_new(const struct sf_s3_options *o, struct sf_s3 **out, char *err,
+                           size_t err_len)
+{
+    char dummy[8];
+    if (!err || !err_len) {
+        err = dummy;
+        err_len = sizeof(dummy);
+    }
+    err[0] = '\0';
+    if (!out)
+        return SF_ERR_INVALID_ARGUMENT;
+    *out = NULL;
+    struct sf_s3_options def;
+    if (!o) {
+        sf_s3_options_init_default(&def);
+        o = &def;
+    }
+    if (o->concurrency < 1 || o->concurrency > 1024) {
+        snprintf(err, err_len, "concurrency must be 1..1024, not %u", o->concurrency);
+        return SF_ERR_INVALID_ARGUMENT;
+    }
+    if (o->chunk_bytes < 1024 || o->chunk_bytes > (5ull << 30)) {
+        snprintf(err, err_len, "chunk_bytes must be 1 KiB..5 GiB, not %llu", o->chunk_bytes);
+        return SF_ERR_INVALID_ARGUMENT;
+    }
+    if (o->max_attempts < 1 || o->max_attempts > 100) {
+        snprintf(err, err_len, "max_attempts must be 1..100, not %u", o->max_attempts);
+        return SF_ERR_INVALID_ARGUMENT;
+    }
+    if (!o->access_key_id != !o->secret_access_key) {
+        snprintf(err, err_len, "access_key_id and secret_access_key go together");
+        return SF_ERR_INVALID_ARGUMENT;
+    }
+    struct sf_s3 *s3 = calloc(1, sizeof(*s3));
+    if (!s3)
+        return SF_ERR_NO_MEMORY;
+    pthread_mutex_init(&s3->lock, NULL);
+    s3->opt = *o;
+
+    struct sf__aws_profile prof;
+    memset(&prof, 0, sizeof(prof));
+    sf_status st = SF_OK;
+    if (!o->endpoint_url || !o->region || !o->ca_bundle || o->addressing == SF_ADDRESSING_AUTO)
+        st = sf__aws_profile_load(o->profile, &prof, err, err_len);
+    if (st == SF_OK) {
+        const char *ep = o->endpoint_url ? o->endpoint_url
+                         : env_nonempty("AWS_ENDPOINT_URL_S3") ? env_nonempty("AWS_ENDPOINT_URL_S3")
+                         : env_nonempty("AWS_ENDPOINT_URL")    ? env_nonempty("AWS_ENDPOINT_URL")
+                                                               : prof.endpoint_url;
+        const char *region = o->region                      ? o->region
+                             : env_nonempty("AWS_REGION")         ? env_nonempty("AWS_REGION")
+                             : env_nonempty("AWS_DEFAULT_REGION") ? env_nonempty("AWS_DEFAULT_REGION")
+                             : prof.region                        ? prof.region
+                                                                  : "us-east-1";
+        const char *ca = o->ca_bundle                  ? o->ca_bundle
+                         : env_nonempty("AWS_CA_BUNDLE") ? env_nonempty("AWS_CA_BUNDLE")
+                                                         : prof.ca_bundle;
+        enum sf_addressing addressing = o->addressing;
+        if (addressing == SF_ADDRESSING_AUTO && prof.addressing_style) {
+            if (!strcasecmp(prof.addressing_style, "path"))
+                addressing = SF_ADDRESSING_PATH;
+            else if (!strcasecmp(prof.addressing_style, "virtual"))
+                addressing = SF_ADDRESSING_VIRTUAL;
+        }
+        s3->endpoint_url = dup_or_null(ep);
+        s3->region = dup_or_null(region);
+        s3->ca_bundle = dup_or_null(ca);
+        s3->profile = dup_or_null(o->profile);
+        s3->access_key_id = dup_or_null(o->access_key_id);
+        s3->secret_access_key = dup_or_null(o->secret_access_key);
+        s3->session_token = dup_or_null(o->session_token);
+        st = sf__endpoint_init(&s3->ep, s3->endpoint_url, s3->region, addressing, err, err_len);
+    }
+    sf__aws_profile_free(&prof);
+    if (st == SF_OK && s3->ca_bundle && access(s3->ca_bundle, R_OK) != 0) {
+        snprintf(err, err_len, "CA bundle '%s' cannot be read: %s", s3->ca_bundle,
+                 strerror(errno));
+        st = SF_ERR_INVALID_ARGUMENT;
+    }
+    if (st == SF_OK) {
+        struct sf__cred_options co = {
+            .access_key_id = s3->access_key_id,
+            .secret_access_key = s3->secret_access_key,
+            .session_token = s3->session_token,
+            .profile = s3->profile,
+            .no_sign_request = o->no_sign_request,
+            .ca_bundle = s3->ca_bundle,
+            .log = cred_log,
+            .log_user = s3,
+        };
+        st = sf__cred_chain_new(&co, &s3->creds);
+        if (st != SF_OK)
+            snprintf(err, err_len, "credentials: %s", sf_status_str(st));
+    }
+    if (st == SF_OK) {
+        struct sf__engine_config ec = {
+            .concurrency = o->concurrency,
+            .chunk_bytes = o->chunk_bytes,
+            .max_attempts = o->max_attempts,
+            .retry_base_ms = o->retry_base_ms,
+            .throttle_base_ms = o->throttle_base_ms,
+            .retry_cap_ms = o->retry_cap_ms,
+            .retry_quota = o->retry_quota,
+            .stall_timeout_ms = o->stall_timeout_ms,
+            .connect_timeout_ms = o->connect_timeout_ms,
+            .max_object_bytes = o->max_object_bytes ? o->max_object_bytes : (64ull << 30),
+            .ca_bundle = s3->ca_bundle,
+            .insecure = o->insecure,
+            .http2 = o->http2,
+            .log = o->log,
+            .log_user = o->log_user,
+            .log_level = o->log_level,
+            .prepare = prepare,
+            .invalidate = invalidate,
+            .user = s3,
+        };
+        st = sf__engine_new(&ec, &s3->engine, err, err_len);
+    }
+    if (st != SF_OK) {
+        sf_s3_destroy(s3);
+        return st;
+    }
+    *out = s3;
+    return SF_OK;
+}
+
+SF_API void sf_s3_destroy(struct sf_s3 *s3)
+{
+    if (!s3)
+        return;
+    sf__engine_destroy(s3->engine);
+    sf__cred_chain_destroy(s3->creds);
+    sf__endpoint_free(&s3->ep);
+    free(s3->endpoint_url);
+    free(s3->region);
+    free(s3->profile);
+    free(s3->access_key_id);
+    if (s3->secret_access_key) {
+        memset(s3->secret_access_key, 0, strlen(s3->secret_access_key));
+        free(s3->secret_access_key);
+    }
+    free(s3->session_token);
+    free(s3->ca_bundle);
+    pthread_mutex_destroy(&s3->lock);
+    free(s3);
+}
+
+SF_API void sf_s3_get_stats(struct sf_s3 *s3, struct sf_s3_stats *out)
+{
+    sf__engine_stats(s3->engine, out);
+}
+
+/* ------------------------------------------------------------ object lists */
+
+SF_API void sf_object_info_clear(struct sf_object_info *info)
+{
+    if (!info)
+        return;
+    free(info->url);
+    free(info->key);
+    memset(info, 0, sizeof(*info));
+}
+
+SF_API size_t sf_object_list_count(const struct sf_object_list *l)
+{
+    return l ? l->n : 0;
+}
+
+SF_API const struct sf_object_info *sf_object_list_get(const struct sf_object_list *l, size_t i)
+{
+    return l && i < l->n ? &l->items[i] : NULL;
+}
+
+SF_API void sf_object_list_destroy(struct sf_object_list *l)
+{
+    if (!l)
+        return;
+    for (size_t i = 0; i < l->n; i++)
+        sf_object_info_clear(&l->items[i]);
+    free(l->items);
+    free(l);
+}
+
+static sf_status list_push(struct sf_object_list *l, size_t max, char *url, char *key,
+                           uint64_t size, const char *etag, int64_t mtime, int is_prefix)
+{
+    if (!url || !key) {
+        free(url);
+        free(key);
+        return SF_ERR_NO_MEMORY;
+    }
+    if (l->n >= max) {
+        free(url);
+        free(key);
+        return SF_ERR_LIMIT;
+    }
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 64;
+        struct sf_object_info *p = realloc(l->items, cap * sizeof(*p));
+        if (!p) {
+            free(url);
+            free(key);
+            return SF_ERR_NO_MEMORY;
+        }
+        l->items = p;
+        l->cap = cap;
+    }
+    struct sf_object_info *it = &l->items[l->n++];
+    memset(it, 0, sizeof(*it));
+    it->url = url;
+    it->key = key;
+    it->size = size;
+    snprintf(it->etag, sizeof(it->etag), "%s", etag ? etag : "");
+    it->last_modified = mtime;
+    it->is_prefix = is_prefix;
+    return SF_OK;
+}
+
+static char *s3_url(const char *bucket, const char *key)
+{
+    size_t n = strlen(bucket) + strlen(key) + 7;
+    char *u = malloc(n);
+    if (u)
+        snprintf(u, n, "s3://%s/%s", bucket, key);
+    return u;
+}
+
+/* ------------------------------------------------------------ stat */
+
+static sf_status stat_local(struct sf_s3 *s3, const char *path, const char *display,
+                            struct sf_object_info *out)
+{
+    struct stat sb;
+    if (stat(path, &sb) != 0) {
+        int e = errno;
+        return set_err(s3, e == ENOENT ? SF_ERR_NOT_FOUND : SF_ERR_IO, "%s: %s", display,
+                       strerror(e));
+    }
+    if (!S_ISREG(sb.st_mode))
+        return set_err(s3, SF_ERR_INVALID_ARGUMENT, "%s: not a regular file", display);
+    out->url = strdup(display);
+    out->key = strdup(path);
+    out->size = (uint64_t)sb.st_size;
+    out->last_modified = sb.st_mtim.tv_sec;
+    if (!out->url || !out->key) {
+        sf_object_info_clear(out);
+        return SF_ERR_NO_MEMORY;
+    }
+    return SF_OK;
+}
+
+SF_API sf_status sf_s3_stat(struct sf_s3 *s3, const char *url, struct sf_object_info *out)
+{
+    if (!s3 || !url || !out)
+        return SF_ERR_INVALID_ARGUMENT;
+    memset(out, 0, sizeof(*out));
+    struct sf__locator loc;
+    char err[512];
+    sf_status st = sf__locator_parse(url, &loc, err, sizeof(err));
+    if (st != SF_OK)
+        return set_err(s3, st, "%s", err);
+    if (loc.kind == SF__LOC_FILE) {
+        st = stat_local(s3, loc.key, loc.display, out);
+        sf__locator_free(&loc);
+        return st;
+    }
+    if (loc.kind == SF__LOC_S3 && (!*loc.bucket || !*loc.key)) {
+        sf__locator_free(&loc);
+        return set_err(s3, SF_ERR_INVALID_ARGUMENT, "%s: stat needs s3://bucket/key", url);
+    }
+    struct sf__response r;
+    st = sf__engine_call(s3->engine, "HEAD", &loc, NULL, 1024, &r);
+    if (st != SF_OK) {
+        set_err(s3, st, "%s", r.errmsg);
+    } else {
+        out->url = strdup(loc.display);
+        out->key = strdup(loc.key);
+        out->size = r.content_length;
+        snprintf(out->etag, sizeof(out->etag), "%s", r.etag);
+        out->last_modified = r.last_modified;
+        if (!out->url || !out->key) {
+            sf_object_info_clear(out);
+            st = SF_ERR_NO_MEMORY;
+        }
+    }
+    sf__response_free(&r);
+    sf__locator_free(&loc);
+    return st;
+}
+
+/* ------------------------------------------------------------ listing */
+
+static sf_status list_buckets(struct sf_s3 *s3, const struct sf__locator *loc, size_t max,
+                              struct sf_object_list *l)
+{
+    struct sf__response r;
+    sf_status st = sf__engine_call(s3->engine, "GET", loc, NULL, MAX_LIST_BODY, &r);
+    if (st != SF_OK) {
+        set_err(s3, st, "%s", r.errmsg);
+        sf__response_free(&r);
+        return st;
+    }
+    struct sf__list_page page;
+    memset(&page, 0, sizeof(page));
+    char err[256] = "";
+    st = sf__xml_parse_list_buckets(r.body.data ? r.body.data : "", r.body.len, &page, err,
+                                    sizeof(err));
+    if (st != SF_OK)
+        set_err(s3, st, "s3://: bad ListBuckets answer: %s", err);
+    for (size_t i = 0; st == SF_OK && i < page.n_entries; i++) {
+        const struct sf__list_entry *en = &page.entries[i];
+        st = list_push(l, max, s3_url(en->key, ""), strdup(en->key), 0, "", en->last_modified, 1);
+    }
+    sf__list_page_free(&page);
+    sf__response_free(&r);
+    return st;
+}
+
+static sf_status append_query(struct sf__strbuf *q, const char *name, const char *value)
+{
+    if (q->len)
+        sf__strbuf_putc(q, '&');
+    sf__strbuf_puts(q, name);
+    sf__strbuf_putc(q, '=');
+    return sf__uri_encode(q, value, strlen(value), 0);
+}
+
+static sf_status list_objects(struct sf_s3 *s3, const struct sf__locator *loc, int recursive,
+                              int skip_dir_markers, size_t max, struct sf_object_list *l)
+{
+    char *token = NULL;
+    sf_status st = SF_OK;
+    struct sf__locator bucket_loc = *loc;
+    bucket_loc.key = (char *)"";
+    do {
+        struct sf__strbuf q;
+        sf__strbuf_init(&q, 8192);
+        if (token)
+            append_query(&q, "continuation-token", token);
+        if (!recursive)
+            append_query(&q, "delimiter", "/");
+        append_query(&q, "encoding-type", "url");
+        append_query(&q, "list-type", "2");
+        if (*loc->key)
+            append_query(&q, "prefix", loc->key);
+        if (q.err) {
+            st = set_err(s3, q.err, "%s: listing query too long", loc->display);
+            sf__strbuf_free(&q);
+            break;
+        }
+        struct sf__response r;
+        st = sf__engine_call(s3->engine, "GET", &bucket_loc, sf__strbuf_str(&q), MAX_LIST_BODY,
+                             &r);
+        sf__strbuf_free(&q);
+        if (st != SF_OK) {
+            set_err(s3, st, "%s", r.errmsg);
+            sf__response_free(&r);
+            break;
+        }
+        struct sf__list_page page;
+        memset(&page, 0, sizeof(page));
+        char err[256] = "";
+        st = sf__xml_parse_list_v2(r.body.data ? r.body.data : "", r.body.len, 0, &page, err,
+                                   sizeof(err));
+        sf__response_free(&r);
+        if (st != SF_OK) {
+            set_err(s3, st, "%s: bad ListObjectsV2 answer: %s", loc->display, err);
+            sf__list_page_free(&page);
+            break;
+        }
+        for (size_t i = 0; st == SF_OK && i < page.n_prefixes; i++)
+            st = list_push(l, max, s3_url(loc->bucket, page.prefixes[i]),
+                           strdup(page.prefixes[i]), 0, "", 0, 1);
+        for (size_t i = 0; st == SF_OK && i < page.n_entries; i++) {
+            const struct sf__list_entry *en = &page.entries[i];
+            size_t kl = strlen(en->key);
+            if (skip_dir_markers && kl > 0 && en->key[kl - 1] == '/' && en->size == 0)
+                continue;
+            st = list_push(l, max, s3_url(loc->bucket, en->key), strdup(en->key), en->size,
+                           en->etag, en->last_modified, 0);
+        }
+        free(token);
+        token = NULL;
+        if (st == SF_OK && page.is_truncated) {
+            if (!page.next_token || !*page.next_token)
+                st = set_err(s3, SF_ERR_PARSE,
+                             "%s: truncated listing without a continuation token",
+                             loc->display);
+            else
+                token = strdup(page.next_token);
+        }
+        sf__list_page_free(&page);
+    } while (st == SF_OK && token);
+    if (st == SF_ERR_LIMIT)
+        set_err(s3, st, "%s: more than %zu objects", loc->display, max);
+    free(token);
+    return st;
+}
+
+static struct sf_object_list *list_new(void)
+{
+    return calloc(1, sizeof(struct sf_object_list));
+}
+
+SF_API sf_status sf_s3_list(struct sf_s3 *s3, const char *url, int flags, size_t max_objects,
+                            struct sf_object_list **out)
+{
+    if (!s3 || !url || !out)
+        return SF_ERR_INVALID_ARGUMENT;
+    *out = NULL;
+    if (!max_objects)
+        max_objects = DEFAULT_MAX_OBJECTS;
+    struct sf__locator loc;
+    char err[512];
+    sf_status st = sf__locator_parse(url, &loc, err, sizeof(err));
+    if (st != SF_OK)
+        return set_err(s3, st, "%s", err);
+    struct sf_object_list *l = list_new();
+    if (!l) {
+        sf__locator_free(&loc);
+        return SF_ERR_NO_MEMORY;
+    }
+    if (loc.kind != SF__LOC_S3)
+        st = set_err(s3, SF_ERR_UNSUPPORTED, "%s: only s3:// URLs can be listed", url);
+    else if (!*loc.bucket)
+        st = list_buckets(s3, &loc, max_objects, l);
+    else
+        st = list_objects(s3, &loc, flags & SF_LIST_RECURSIVE, 0, max_objects, l);
+    sf__locator_free(&loc);
+    if (st != SF_OK) {
+        sf_object_list_destroy(l);
+        return st;
+    }
+    *out = l;
+    return SF_OK;
+}
+
+/* ------------------------------------------------------------ expansion */
+
+static int cmp_info(const void *a, const void *b)
+{
+    return strcmp(((const struct sf_object_info *)a)->key, ((const struct sf_object_info *)b)->key);
+}
+
+/* Regular files under dir, recursively; depth and count capped. */
+static sf_status walk_dir(struct sf_s3 *s3, const char *dir, int depth, size_t max,
+                          struct sf_object_list *l)
+{
+    if (depth > 64)
+        return set_err(s3, SF_ERR_LIMIT, "%s: directories nested more than 64 deep", dir);
+    DIR *d = opendir(dir);
+    if (!d) {
+        int e = errno;
+        return set_err(s3, e == ENOENT ? SF_ERR_NOT_FOUND : SF_ERR_IO, "%s: %s", dir,
+                       strerror(e));
+    }
+    sf_status st = SF_OK;
+    struct dirent *de;
+    while (st == SF_OK && (de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
+        size_t n = strlen(dir) + strlen(de->d_name) + 2;
+        char *path = malloc(n);
+        if (!path) {
+            st = SF_ERR_NO_MEMORY;
+            break;
+        }
+        snprintf(path, n, "%s%s%s", dir, dir[strlen(dir) - 1] == '/' ? "" : "/", de->d_name);
+        struct stat sb;
+        if (stat(path, &sb) != 0) {
+            st = set_err(s3, SF_ERR_IO, "%s: %s", path, strerror(errno));
+        } else if (S_ISDIR(sb.st_mode)) {
+            st = walk_dir(s3, path, depth + 1, max, l);
+        } else if (S_ISREG(sb.st_mode)) {
+            st = list_push(l, max, strdup(path), strdup(path), (uint64_t)sb.st_size, "",
+                           sb.st_mtim.tv_sec, 0);
+            if (st == SF_ERR_LIMIT)
+                set_err(s3, st, "%s: more than %zu files", dir, max);
+        }
+        free(path);
+    }
+    closedir(d);
+    return st;
+}
+
+static sf_status expand_one(struct sf_s3 *s3, const char *source, size_t max,
+                            struct sf_object_list *l)
+{
+    struct sf__locator loc;
+    char err[512];
+    sf_status st = sf__locator_parse(source, &loc, err, sizeof(err));
+    if (st != SF_OK)
+        return set_err(s3, st, "%s", err);
+    if (loc.kind == SF__LOC_S3) {
+        size_t kl = strlen(loc.key);
+        if (!*loc.bucket)
+            st = set_err(s3, SF_ERR_INVALID_ARGUMENT, "%s: name a bucket", source);
+        else if (kl == 0 || loc.key[kl - 1] == '/') {
+            size_t before = l->n;
+            st = list_objects(s3, &loc, 1, 1, max, l);
+            if (st == SF_OK && l->n == before)
+                st = set_err(s3, SF_ERR_NOT_FOUND, "%s: no objects under this prefix", source);
+        } else
+            st = list_push(l, max, strdup(source), strdup(loc.key), SF_SIZE_UNKNOWN, "", 0, 0);
+    } else if (loc.kind == SF__LOC_HTTP) {
+        st = list_push(l, max, strdup(source), strdup(loc.key), SF_SIZE_UNKNOWN, "", 0, 0);
+    } else {
+        struct stat sb;
+        if (stat(loc.key, &sb) != 0) {
+            int e = errno;
+            st = set_err(s3, e == ENOENT ? SF_ERR_NOT_FOUND : SF_ERR_IO, "%s: %s", source,
+                         strerror(e));
+        } else if (S_ISDIR(sb.st_mode)) {
+            size_t before = l->n;
+            st = walk_dir(s3, loc.key, 0, max, l);
+            if (st == SF_OK)
+                qsort(l->items + before, l->n - before, sizeof(*l->items), cmp_info);
+            if (st == SF_OK && l->n == before)
+                st = set_err(s3, SF_ERR_NOT_FOUND, "%s: no files in this directory", source);
+        } else {
+            st = list_push(l, max, strdup(loc.key), strdup(loc.key), (uint64_t)sb.st_size, "",
+                           sb.st_mtim.tv_sec, 0);
+        }
+    }
+    if (st == SF_ERR_LIMIT)
+        set_err(s3, st, "%s: more than %zu objects", source, max);
+    sf__locator_free(&loc);
+    return st;
+}
+
+SF_API sf_status sf_s3_expand(struct sf_s3 *s3, const char *source, size_t max_objects,
+                              struct sf_object_list **out)
+{
+    if (!s3 || !source || !out)
+        return SF_ERR_INVALID_ARGUMENT;
+    *out = NULL;
+    if (!max_objects)
+        max_objects = DEFAULT_MAX_OBJECTS;
+    struct sf_object_list *l = list_new();
+    if (!l)
+        return SF_ERR_NO_MEMORY;
+    sf_status st = SF_OK;
+    if (sf__has_braces(source)) {
+        char **v = NULL;
+        size_t n = 0;
+        char err[512] = "";
+        st = sf__brace_expand(source, max_objects, &v, &n, err, sizeof(err));
+        if (st != SF_OK)
+            set_err(s3, st, "%s: %s", source, err);
+        for (size_t i = 0; st == SF_OK && i < n; i++) {
+            struct sf__locator loc;
+            st = sf__locator_parse(v[i], &loc, err, sizeof(err));
+            if (st != SF_OK) {
+                set_err(s3, st, "%s", err);
+                break;
+            }
+            size_t kl = strlen(loc.key);
+            if (loc.kind == SF__LOC_S3 && (kl == 0 || loc.key[kl - 1] == '/'))
+                st = expand_one(s3, v[i], max_objects, l);
+            else
+                st = list_push(l, max_objects, strdup(v[i]), strdup(loc.key), SF_SIZE_UNKNOWN,
+                               "", 0, 0);
+            sf__locator_free(&loc);
+            if (st == SF_ERR_LIMIT)
+                set_err(s3, st, "%s: more than %zu objects", source, max_objects);
+        }
+        sf__strv_free(v, n);
+    } else {
+        st = expand_one(s3, source, max_objects, l);
+    }
+    if (st != SF_OK) {
+        sf_object_list_destroy(l);
+        return st;
+    }
+    *out = l;
+    return SF_OK;
+}
+
+/* ------------------------------------------------------------ fetch */
+
+static sf_status read_local(struct sf_s3 *s3, const struct sf__locator *loc,
+                            const struct sf_fetch_options *o, struct sf_fetch **out)
+{
+    char msg[1024] = "";
+    sf_status st = SF_OK;
+    void *owned = NULL;
+    uint64_t total = 0, object_size = SF_SIZE_UNKNOWN;
+    int fd = open(loc->key, O_RDONLY | O_CLOEXEC);
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb) != 0) {
+        int e = errno;
+        snprintf(msg, sizeof(msg), "%s: %s", loc->display, strerror(e));
+        st = e == ENOENT ? SF_ERR_NOT_FOUND : SF_ERR_IO;
+    } else if (!S_ISREG(sb.st_mode)) {
+        snprintf(msg, sizeof(msg), "%s: not a regular file", loc->display);
+        st = SF_ERR_INVALID_ARGUMENT;
+    } else if (o->offset > (uint64_t)sb.st_size) {
+        snprintf(msg, sizeof(msg), "%s: offset %llu is past the end (%lld bytes)", loc->display,
+                 o->offset, (long long)sb.st_size);
+        st = SF_ERR_RANGE;
+    } else {
+        object_size = (uint64_t)sb.st_size;
+        total = (uint64_t)sb.st_size - o->offset;
+        if (o->length != SF_SIZE_UNKNOWN && o->length < total)
+            total = o->length;
+        unsigned char *dst = o->buffer;
+        if (o->fd < 0 && dst && total > o->buffer_bytes) {
+            snprintf(msg, sizeof(msg), "%s: %" PRIu64 " bytes do not fit the %llu-byte buffer",
+                     loc->display, total, o->buffer_bytes);
+            st = SF_ERR_LIMIT;
+        } else if (o->fd < 0 && !dst) {
+            if (total > s3->opt.max_object_bytes && s3->opt.max_object_bytes) {
+                snprintf(msg, sizeof(msg), "%s: %" PRIu64 " bytes exceed max_object_bytes",
+                         loc->display, total);
+                st = SF_ERR_LIMIT;
+            } else if (!(dst = owned = malloc(total ? total : 1))) {
+                st = SF_ERR_NO_MEMORY;
+            }
+        }
+        unsigned char tmp[1 << 16];
+        uint64_t done = 0;
+        while (st == SF_OK && done < total) {
+            size_t want = total - done;
+            unsigned char *to = dst ? dst + done : tmp;
+            if (!dst && want > sizeof(tmp))
+                want = sizeof(tmp);
+            if (want > (1u << 30))
+                want = 1u << 30;
+            ssize_t r = pread(fd, to, want, (off_t)(o->offset + done));
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r <= 0) {
+                snprintf(msg, sizeof(msg), "%s: read at offset %" PRIu64 ": %s", loc->display,
+                         (uint64_t)(o->offset + done), r < 0 ? strerror(errno) : "file shrank");
+                st = r < 0 ? SF_ERR_IO : SF_ERR_CHANGED;
+                break;
+            }
+            if (!dst) {
+                size_t w = 0;
+                while (w < (size_t)r) {
+                    ssize_t k = pwrite(o->fd, tmp + w, (size_t)r - w,
+                                       (off_t)(o->file_offset + done + w));
+                    if (k < 0 && errno == EINTR)
+                        continue;
+                    if (k <= 0) {
+                        snprintf(msg, sizeof(msg), "%s: write: %s", loc->display,
+                                 k < 0 ? strerror(errno) : "no progress");
+                        st = SF_ERR_IO;
+                        break;
+                    }
+                    w += (size_t)k;
+                }
+            }
+            done += (uint64_t)r;
+        }
+    }
+    if (fd >= 0)
+        close(fd);
+    if (st != SF_OK) {
+        free(owned);
+        owned = NULL;
+        set_err(s3, st, "%s", msg);
+    }
+    return sf__fetch_new_done(o, object_size, total, st, st == SF_OK ? NULL : msg, owned, out);
+}
+
+SF_API sf_status sf_fetch_start(struct sf_s3 *s3, const char *url, const struct sf_fetch_options *o,
+                                struct sf_fetch **out)
+{
+    if (!s3 || !url || !out)
+        return SF_ERR_INVALID_ARGUMENT;
+    *out = NULL;
+    struct sf_fetch_options def;
+    if (!o) {
+        sf_fetch_options_init_default(&def);
+        o = &def;
+    }
+    struct sf__locator loc;
+    char err[512];
+    sf_status st = sf__locator_parse(url, &loc, err, sizeof(err));
+    if (st != SF_OK)
+        return set_err(s3, st, "%s", err);
+    if (loc.kind == SF__LOC_S3 && (!*loc.bucket || !*loc.key)) {
+        sf__locator_free(&loc);
+        return set_err(s3, SF_ERR_INVALID_ARGUMENT, "%s: fetch needs s3://bucket/key", url);
+    }
+    if (loc.kind == SF__LOC_FILE) {
+        st = read_local(s3, &loc, o, out);
+        sf__locator_free(&loc);
+        return st == SF_OK ? SF_OK : st;
+    }
+    st = sf__engine_fetch(s3->engine, &loc, o, out, err, sizeof(err));
+    if (st != SF_OK)
+        set_err(s3, st, "%s", err);
+    sf__locator_free(&loc);
+    return st;
+}

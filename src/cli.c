@@ -1,21 +1,710 @@
 /* shardfeed command-line tool. Uses the public API only. */
 #include "shardfeed.h"
 
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define EXIT_USAGE 2
+#define MAX_OPEN_FETCHES 64
 
 static void usage(FILE *f)
 {
     fputs("usage: shardfeed COMMAND [options]\n"
           "\n"
           "Commands:\n"
-          "  version     print the library version and what this build supports\n"
-          "  help        this text\n"
+          "  ls URL        list objects and prefixes (s3://bucket/prefix, s3:// for buckets)\n"
+          "  get URL...    download objects to a file, a directory or stdout\n"
+          "  stat URL      size, ETag and modification time of one object\n"
+          "  version       print the library version and what this build supports\n"
+          "  help          this text\n"
+          "\n"
+          "URLs: s3://bucket/key, s3://bucket/prefix/ (every object below it),\n"
+          "      s3://bucket/train-{000000..000099}.tar (brace patterns), http(s)://...,\n"
+          "      file:///path or a plain path.\n"
+          "\n"
+          "Options (all commands that talk to a store):\n"
+          "  --endpoint-url URL     S3 endpoint (default: AWS_ENDPOINT_URL_S3,\n"
+          "                         AWS_ENDPOINT_URL, profile endpoint_url, else AWS)\n"
+          "  --region R             signing region (AWS_REGION, profile, us-east-1)\n"
+          "  --profile P            profile in ~/.aws/credentials and ~/.aws/config\n"
+          "  --no-sign-request      anonymous requests, no credential lookup\n"
+          "  --addressing path|virtual|auto   bucket in the path or the host name\n"
+          "  --ca-bundle FILE       PEM CA certificates (AWS_CA_BUNDLE)\n"
+          "  --insecure             do not verify TLS certificates\n"
+          "  --http2                offer HTTP/2 over TLS\n"
+          "  --concurrency N        requests in flight in total (default 16)\n"
+          "  --chunk-size SIZE      bytes per ranged GET: 8M, 8MiB, 512K (default 8M)\n"
+          "  --max-attempts N       attempts per request, first included (default 10)\n"
+          "  --stall-timeout-ms N   abort and retry a transfer without progress (30000)\n"
+          "  --json                 machine-readable output\n"
+          "  -v, --verbose          log retries and throttling on stderr (twice: debug)\n"
+          "\n"
+          "ls:  -r, --recursive     every key, no grouping at '/'\n"
+          "get: -o, --output PATH   file, directory (with several objects, or ending in\n"
+          "                         '/'), or '-' for stdout (the default for one object)\n"
+          "\n"
+          "Exit status: 0 on success, 1 when an operation failed (the reason is on\n"
+          "stderr), 2 on bad usage.\n"
           "\n"
           "The local S3-compatible test server is a separate program,\n"
           "shardfeed-mock-s3 (see docs/mock-server.md).\n",
           f);
 }
+
+__attribute__((format(printf, 1, 2))) static void errorf(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("shardfeed: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void log_stderr(void *user, enum sf_log_level level, const char *message)
+{
+    (void)user;
+    static const char *names[] = {"error", "warning", "info", "debug"};
+    fprintf(stderr, "shardfeed: %s: %s\n", names[level <= SF_LOG_DEBUG ? level : SF_LOG_DEBUG],
+            message);
+}
+
+/* ------------------------------------------------------------ options */
+
+struct cli {
+    struct sf_s3_options s3o;
+    int json;
+    int recursive;
+    const char *output;
+    int verbose;
+    char **args;
+    int n_args;
+};
+
+enum {
+    O_ENDPOINT = 1000,
+    O_REGION,
+    O_PROFILE,
+    O_NO_SIGN,
+    O_ADDRESSING,
+    O_CA_BUNDLE,
+    O_INSECURE,
+    O_HTTP2,
+    O_CONCURRENCY,
+    O_CHUNK,
+    O_MAX_ATTEMPTS,
+    O_STALL,
+    O_JSON,
+};
+
+static int parse_uint(const char *flag, const char *v, unsigned lo, unsigned hi, unsigned *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long x = strtoul(v, &end, 10);
+    if (!*v || *end || errno || v[0] == '-' || x < lo || x > hi) {
+        errorf("%s: expected an integer in %u..%u, got '%s'", flag, lo, hi, v);
+        return -1;
+    }
+    *out = (unsigned)x;
+    return 0;
+}
+
+/* Parses argv after the command name. Returns 0, or EXIT_USAGE. */
+static int parse_options(int argc, char **argv, struct cli *c, const char *cmd)
+{
+    static const struct option longopts[] = {
+        {"endpoint-url", required_argument, NULL, O_ENDPOINT},
+        {"region", required_argument, NULL, O_REGION},
+        {"profile", required_argument, NULL, O_PROFILE},
+        {"no-sign-request", no_argument, NULL, O_NO_SIGN},
+        {"addressing", required_argument, NULL, O_ADDRESSING},
+        {"ca-bundle", required_argument, NULL, O_CA_BUNDLE},
+        {"insecure", no_argument, NULL, O_INSECURE},
+        {"http2", no_argument, NULL, O_HTTP2},
+        {"concurrency", required_argument, NULL, O_CONCURRENCY},
+        {"chunk-size", required_argument, NULL, O_CHUNK},
+        {"max-attempts", required_argument, NULL, O_MAX_ATTEMPTS},
+        {"stall-timeout-ms", required_argument, NULL, O_STALL},
+        {"json", no_argument, NULL, O_JSON},
+        {"recursive", no_argument, NULL, 'r'},
+        {"output", required_argument, NULL, 'o'},
+        {"verbose", no_argument, NULL, 'v'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    memset(c, 0, sizeof(*c));
+    sf_s3_options_init_default(&c->s3o);
+    optind = 1;
+    opterr = 0;
+    int ch;
+    while ((ch = getopt_long(argc, argv, "ro:vh", longopts, NULL)) != -1) {
+        unsigned u;
+        switch (ch) {
+        case O_ENDPOINT: c->s3o.endpoint_url = optarg; break;
+        case O_REGION: c->s3o.region = optarg; break;
+        case O_PROFILE: c->s3o.profile = optarg; break;
+        case O_NO_SIGN: c->s3o.no_sign_request = 1; break;
+        case O_ADDRESSING:
+            if (!strcmp(optarg, "path"))
+                c->s3o.addressing = SF_ADDRESSING_PATH;
+            else if (!strcmp(optarg, "virtual"))
+                c->s3o.addressing = SF_ADDRESSING_VIRTUAL;
+            else if (!strcmp(optarg, "auto"))
+                c->s3o.addressing = SF_ADDRESSING_AUTO;
+            else {
+                errorf("--addressing: expected path, virtual or auto, got '%s'", optarg);
+                return EXIT_USAGE;
+            }
+            break;
+        case O_CA_BUNDLE: c->s3o.ca_bundle = optarg; break;
+        case O_INSECURE: c->s3o.insecure = 1; break;
+        case O_HTTP2: c->s3o.http2 = 1; break;
+        case O_CONCURRENCY:
+            if (parse_uint("--concurrency", optarg, 1, 1024, &u))
+                return EXIT_USAGE;
+            c->s3o.concurrency = u;
+            break;
+        case O_CHUNK: {
+            unsigned long long b;
+            if (sf_parse_bytes(optarg, &b) != SF_OK || b < 1024 || b > (5ull << 30)) {
+                errorf("--chunk-size: expected a size from 1K to 5G such as 8M or 8MiB, got "
+                       "'%s'",
+                       optarg);
+                return EXIT_USAGE;
+            }
+            c->s3o.chunk_bytes = b;
+            break;
+        }
+        case O_MAX_ATTEMPTS:
+            if (parse_uint("--max-attempts", optarg, 1, 100, &u))
+                return EXIT_USAGE;
+            c->s3o.max_attempts = u;
+            break;
+        case O_STALL:
+            if (parse_uint("--stall-timeout-ms", optarg, 1, 3600000, &u))
+                return EXIT_USAGE;
+            c->s3o.stall_timeout_ms = u;
+            break;
+        case O_JSON: c->json = 1; break;
+        case 'r': c->recursive = 1; break;
+        case 'o': c->output = optarg; break;
+        case 'v': c->verbose++; break;
+        case 'h': usage(stdout); exit(0);
+        default:
+            if (optopt)
+                errorf("%s: unknown option '-%c'", cmd, optopt);
+            else
+                errorf("%s: unknown option '%s'", cmd, argv[optind - 1]);
+            return EXIT_USAGE;
+        }
+    }
+    c->args = argv + optind;
+    c->n_args = argc - optind;
+    c->s3o.log = log_stderr;
+    c->s3o.log_level = c->verbose >= 2 ? SF_LOG_DEBUG : c->verbose ? SF_LOG_INFO : SF_LOG_ERROR;
+    if (c->verbose == 0)
+        c->s3o.log = NULL;
+    return 0;
+}
+
+static int open_client(struct cli *c, struct sf_s3 **s3)
+{
+    char err[512] = "";
+    sf_status st = sf_s3_new(&c->s3o, s3, err, sizeof(err));
+    if (st != SF_OK) {
+        errorf("%s (%s)", err[0] ? err : sf_status_str(st), sf_status_name(st));
+        return 1;
+    }
+    return 0;
+}
+
+static void report(struct sf_s3 *s3, sf_status st)
+{
+    char msg[1024];
+    sf_s3_errmsg(s3, msg, sizeof(msg));
+    errorf("%s (%s)", msg[0] ? msg : sf_status_str(st), sf_status_name(st));
+}
+
+static void print_json(cJSON *j)
+{
+    char *s = cJSON_PrintUnformatted(j);
+    if (s) {
+        puts(s);
+        free(s);
+    }
+}
+
+static void format_time(long long t, char *out, size_t n)
+{
+    if (t <= 0) {
+        snprintf(out, n, "-");
+        return;
+    }
+    time_t tt = (time_t)t;
+    struct tm tm;
+    gmtime_r(&tt, &tm);
+    strftime(out, n, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+static cJSON *info_json(const struct sf_object_info *in)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "url", in->url);
+    cJSON_AddStringToObject(o, "key", in->key);
+    if (in->is_prefix) {
+        cJSON_AddBoolToObject(o, "prefix", 1);
+        return o;
+    }
+    if (in->size != SF_SIZE_UNKNOWN)
+        cJSON_AddNumberToObject(o, "size", (double)in->size);
+    if (in->etag[0])
+        cJSON_AddStringToObject(o, "etag", in->etag);
+    if (in->last_modified > 0) {
+        char t[32];
+        format_time(in->last_modified, t, sizeof(t));
+        cJSON_AddStringToObject(o, "last_modified", t);
+    }
+    return o;
+}
+
+/* ------------------------------------------------------------ ls, stat */
+
+static int cmd_ls(struct cli *c)
+{
+    if (c->n_args != 1) {
+        errorf("ls: expected one URL, got %d", c->n_args);
+        return EXIT_USAGE;
+    }
+    struct sf_s3 *s3;
+    if (open_client(c, &s3))
+        return 1;
+    struct sf_object_list *l = NULL;
+    sf_status st = sf_s3_list(s3, c->args[0], c->recursive ? SF_LIST_RECURSIVE : 0, 0, &l);
+    if (st != SF_OK) {
+        report(s3, st);
+        sf_s3_destroy(s3);
+        return 1;
+    }
+    size_t n = sf_object_list_count(l);
+    if (c->json) {
+        cJSON *arr = cJSON_CreateArray();
+        for (size_t i = 0; i < n; i++)
+            cJSON_AddItemToArray(arr, info_json(sf_object_list_get(l, i)));
+        print_json(arr);
+        cJSON_Delete(arr);
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            const struct sf_object_info *in = sf_object_list_get(l, i);
+            if (in->is_prefix) {
+                printf("%20s %12s  %s\n", "", "PRE", in->key);
+            } else {
+                char t[32];
+                format_time(in->last_modified, t, sizeof(t));
+                printf("%20s %12llu  %s\n", t, in->size, in->key);
+            }
+        }
+    }
+    sf_object_list_destroy(l);
+    sf_s3_destroy(s3);
+    return 0;
+}
+
+static int cmd_stat(struct cli *c)
+{
+    if (c->n_args != 1) {
+        errorf("stat: expected one URL, got %d", c->n_args);
+        return EXIT_USAGE;
+    }
+    struct sf_s3 *s3;
+    if (open_client(c, &s3))
+        return 1;
+    struct sf_object_info in;
+    sf_status st = sf_s3_stat(s3, c->args[0], &in);
+    if (st != SF_OK) {
+        report(s3, st);
+        sf_s3_destroy(s3);
+        return 1;
+    }
+    if (c->json) {
+        cJSON *o = info_json(&in);
+        print_json(o);
+        cJSON_Delete(o);
+    } else {
+        char t[32];
+        format_time(in.last_modified, t, sizeof(t));
+        printf("url:           %s\n", in.url);
+        if (in.size == SF_SIZE_UNKNOWN)
+            printf("size:          unknown\n");
+        else
+            printf("size:          %llu\n", in.size);
+        printf("etag:          %s\n", in.etag[0] ? in.etag : "-");
+        printf("last-modified: %s\n", t);
+    }
+    sf_object_info_clear(&in);
+    sf_s3_destroy(s3);
+    return 0;
+}
+
+/* ------------------------------------------------------------ get */
+
+struct job {
+    const struct sf_object_info *in;
+    char *dest;     /* final path, NULL for stdout */
+    char *tmp;      /* temporary path, renamed into place on success */
+    int fd;
+    struct sf_fetch *f;
+    double t0, t1;
+    unsigned long long bytes;
+    sf_status st;
+    char etag[128];
+};
+
+static const char *base_name(const char *key)
+{
+    const char *s = strrchr(key, '/');
+    return s ? s + 1 : key;
+}
+
+static int is_dir(const char *p)
+{
+    struct stat sb;
+    return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+static int job_open(struct job *j)
+{
+    size_t n = strlen(j->dest) + 32;
+    j->tmp = malloc(n);
+    if (!j->tmp)
+        return -1;
+    snprintf(j->tmp, n, "%s.sfpart-%ld", j->dest, (long)getpid());
+    j->fd = open(j->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (j->fd < 0) {
+        errorf("%s: cannot create: %s", j->tmp, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+static int job_start(struct sf_s3 *s3, struct job *j)
+{
+    if (job_open(j))
+        return -1;
+    struct sf_fetch_options fo;
+    sf_fetch_options_init_default(&fo);
+    fo.fd = j->fd;
+    fo.size = j->in->size;
+    if (j->in->etag[0])
+        fo.etag = j->in->etag;
+    j->t0 = now_s();
+    sf_status st = sf_fetch_start(s3, j->in->url, &fo, &j->f);
+    if (st != SF_OK) {
+        j->st = st;
+        report(s3, st);
+        return -1;
+    }
+    return 0;
+}
+
+static int job_finish(struct job *j)
+{
+    struct sf_fetch_progress p;
+    j->st = sf_fetch_wait(j->f, ~0ull, -1, &p);
+    j->t1 = now_s();
+    j->bytes = p.total == SF_SIZE_UNKNOWN ? 0 : p.total;
+    snprintf(j->etag, sizeof(j->etag), "%s", sf_fetch_etag(j->f));
+    int rc = 0;
+    if (j->st != SF_OK) {
+        errorf("%s (%s)", sf_fetch_errmsg(j->f), sf_status_name(j->st));
+        rc = -1;
+    } else if (ftruncate(j->fd, (off_t)j->bytes) != 0 || close(j->fd) != 0) {
+        errorf("%s: %s", j->tmp, strerror(errno));
+        j->fd = -1;
+        j->st = SF_ERR_IO;
+        rc = -1;
+    } else {
+        j->fd = -1;
+        if (rename(j->tmp, j->dest) != 0) {
+            errorf("%s: cannot rename into place: %s", j->dest, strerror(errno));
+            j->st = SF_ERR_IO;
+            rc = -1;
+        }
+    }
+    if (j->fd >= 0)
+        close(j->fd);
+    j->fd = -1;
+    if (rc != 0 && j->tmp)
+        unlink(j->tmp);
+    sf_fetch_destroy(j->f);
+    j->f = NULL;
+    return rc;
+}
+
+/* stdout that is not a regular file: windows of concurrency x chunk bytes,
+ * the next window downloading while the previous one is written. Every
+ * window after the first carries the first one's ETag as If-Match. */
+static int start_window(struct sf_s3 *s3, const char *url, unsigned char *buf,
+                        unsigned long long window, unsigned long long off,
+                        unsigned long long size, const char *etag, struct sf_fetch **f)
+{
+    struct sf_fetch_options fo;
+    sf_fetch_options_init_default(&fo);
+    fo.buffer = buf;
+    fo.buffer_bytes = window;
+    fo.offset = off;
+    fo.length = window;
+    fo.size = size;
+    fo.etag = etag && etag[0] ? etag : NULL;
+    sf_status st = sf_fetch_start(s3, url, &fo, f);
+    if (st != SF_OK)
+        report(s3, st);
+    return st == SF_OK ? 0 : -1;
+}
+
+static int get_to_pipe(struct sf_s3 *s3, struct cli *c, const struct sf_object_info *in,
+                       unsigned long long *bytes_out)
+{
+    unsigned long long window = (unsigned long long)c->s3o.concurrency * c->s3o.chunk_bytes;
+    if (window > (1ull << 30))
+        window = 1ull << 30;
+    unsigned char *buf[2] = {malloc(window), malloc(window)};
+    struct sf_fetch *f[2] = {NULL, NULL};
+    unsigned long long size = in->size, off = 0;
+    char etag[128];
+    snprintf(etag, sizeof(etag), "%s", in->etag);
+    int rc = 0, cur = 0;
+    if (!buf[0] || !buf[1]) {
+        errorf("cannot allocate the %llu-byte stream window", window);
+        rc = -1;
+    } else {
+        rc = start_window(s3, in->url, buf[0], window, 0, size, etag, &f[0]);
+    }
+    while (rc == 0) {
+        struct sf_fetch_progress p;
+        sf_status st = sf_fetch_wait(f[cur], ~0ull, -1, &p);
+        if (st != SF_OK) {
+            errorf("%s (%s)", sf_fetch_errmsg(f[cur]), sf_status_name(st));
+            rc = -1;
+            break;
+        }
+        if (off == 0) {
+            size = p.object_size;
+            snprintf(etag, sizeof(etag), "%s", sf_fetch_etag(f[cur]));
+        }
+        unsigned long long next_off = off + p.total;
+        int more = p.total > 0 && next_off < size;
+        if (more && start_window(s3, in->url, buf[cur ^ 1], window, next_off, size, etag,
+                                 &f[cur ^ 1]) != 0)
+            rc = -1;
+        if (p.total && fwrite(buf[cur], 1, p.total, stdout) != p.total) {
+            errorf("stdout: %s", strerror(errno));
+            rc = -1;
+        }
+        sf_fetch_destroy(f[cur]);
+        f[cur] = NULL;
+        off = next_off;
+        if (!more)
+            break;
+        cur ^= 1;
+    }
+    sf_fetch_destroy(f[0]);
+    sf_fetch_destroy(f[1]);
+    free(buf[0]);
+    free(buf[1]);
+    if (fflush(stdout) != 0 && rc == 0) {
+        errorf("stdout: %s", strerror(errno));
+        rc = -1;
+    }
+    *bytes_out = off;
+    return rc;
+}
+
+static int cmd_get(struct cli *c)
+{
+    if (c->n_args < 1) {
+        errorf("get: expected at least one URL");
+        return EXIT_USAGE;
+    }
+    struct sf_s3 *s3;
+    if (open_client(c, &s3))
+        return 1;
+    double t0 = now_s();
+    int rc = 0;
+    size_t n_lists = (size_t)c->n_args;
+    struct sf_object_list **lists = calloc(n_lists, sizeof(*lists));
+    size_t total_objects = 0;
+    for (size_t i = 0; lists && i < n_lists; i++) {
+        sf_status st = sf_s3_expand(s3, c->args[i], 0, &lists[i]);
+        if (st != SF_OK) {
+            report(s3, st);
+            rc = 1;
+            break;
+        }
+        total_objects += sf_object_list_count(lists[i]);
+    }
+    struct job *jobs = NULL;
+    const char *out = c->output;
+    int to_stdout = !out || !strcmp(out, "-");
+    int to_dir = 0;
+    if (rc == 0) {
+        size_t ol = out ? strlen(out) : 0;
+        to_dir = !to_stdout && (total_objects > 1 || out[ol - 1] == '/' || is_dir(out));
+        if (total_objects > 1 && to_stdout) {
+            errorf("get: %zu objects: name a directory with -o DIR", total_objects);
+            rc = EXIT_USAGE;
+        } else if (to_dir && mkdir(out, 0755) != 0 && errno != EEXIST) {
+            errorf("%s: cannot create directory: %s", out, strerror(errno));
+            rc = 1;
+        }
+    }
+    if (rc == 0)
+        jobs = calloc(total_objects ? total_objects : 1, sizeof(*jobs));
+    size_t n_jobs = 0;
+    for (size_t i = 0; rc == 0 && jobs && i < n_lists; i++) {
+        for (size_t k = 0; k < sf_object_list_count(lists[i]); k++) {
+            struct job *j = &jobs[n_jobs++];
+            j->in = sf_object_list_get(lists[i], k);
+            j->fd = -1;
+            if (to_stdout)
+                continue;
+            if (to_dir) {
+                const char *b = base_name(j->in->key);
+                size_t len = strlen(out) + strlen(b) + 2;
+                j->dest = malloc(len);
+                if (j->dest)
+                    snprintf(j->dest, len, "%s%s%s", out, out[strlen(out) - 1] == '/' ? "" : "/",
+                             b);
+                if (!*b) {
+                    errorf("%s: no file name in the key", j->in->url);
+                    rc = 1;
+                }
+            } else {
+                j->dest = strdup(out);
+            }
+        }
+    }
+    /* two objects must not land on the same file */
+    for (size_t i = 0; rc == 0 && to_dir && i < n_jobs; i++)
+        for (size_t k = i + 1; k < n_jobs; k++)
+            if (jobs[i].dest && jobs[k].dest && !strcmp(jobs[i].dest, jobs[k].dest)) {
+                errorf("get: %s and %s would both be written to %s", jobs[i].in->url,
+                       jobs[k].in->url, jobs[i].dest);
+                rc = 1;
+                break;
+            }
+    unsigned long long bytes = 0;
+    size_t failed = 0;
+    if (rc == 0 && to_stdout && n_jobs == 1) {
+        struct stat sb;
+        if (fstat(STDOUT_FILENO, &sb) == 0 && S_ISREG(sb.st_mode)) {
+            struct sf_fetch_options fo;
+            sf_fetch_options_init_default(&fo);
+            fo.fd = STDOUT_FILENO;
+            off_t pos = lseek(STDOUT_FILENO, 0, SEEK_CUR);
+            fo.file_offset = pos > 0 ? (unsigned long long)pos : 0;
+            struct sf_fetch *f;
+            sf_status st = sf_fetch_start(s3, jobs[0].in->url, &fo, &f);
+            if (st != SF_OK) {
+                report(s3, st);
+                rc = 1;
+            } else {
+                struct sf_fetch_progress p;
+                st = sf_fetch_wait(f, ~0ull, -1, &p);
+                if (st != SF_OK) {
+                    errorf("%s (%s)", sf_fetch_errmsg(f), sf_status_name(st));
+                    rc = 1;
+                } else {
+                    bytes = p.total;
+                    lseek(STDOUT_FILENO, (off_t)(fo.file_offset + bytes), SEEK_SET);
+                }
+                sf_fetch_destroy(f);
+            }
+        } else if (get_to_pipe(s3, c, jobs[0].in, &bytes) != 0) {
+            rc = 1;
+        }
+        failed = rc != 0;
+    } else if (rc == 0) {
+        /* a window of open fetches; the engine runs them oldest first */
+        size_t next = 0, done = 0;
+        while (done < n_jobs) {
+            while (next < n_jobs && next - done < MAX_OPEN_FETCHES) {
+                if (job_start(s3, &jobs[next]) != 0) {
+                    if (jobs[next].fd >= 0) {
+                        close(jobs[next].fd);
+                        unlink(jobs[next].tmp);
+                        jobs[next].fd = -1;
+                    }
+                    if (jobs[next].st == SF_OK)
+                        jobs[next].st = SF_ERR_IO;
+                }
+                next++;
+            }
+            struct job *j = &jobs[done++];
+            if (!j->f || job_finish(j) != 0)
+                failed++;
+            else
+                bytes += j->bytes;
+        }
+        rc = failed ? 1 : 0;
+    }
+    double secs = now_s() - t0;
+    if (c->json && rc != EXIT_USAGE) {
+        struct sf_s3_stats ss;
+        sf_s3_get_stats(s3, &ss);
+        cJSON *o = cJSON_CreateObject();
+        cJSON *arr = cJSON_AddArrayToObject(o, "objects");
+        for (size_t i = 0; i < n_jobs && !to_stdout; i++) {
+            cJSON *x = cJSON_CreateObject();
+            cJSON_AddStringToObject(x, "url", jobs[i].in->url);
+            cJSON_AddStringToObject(x, "path", jobs[i].dest ? jobs[i].dest : "-");
+            cJSON_AddNumberToObject(x, "bytes", (double)jobs[i].bytes);
+            cJSON_AddStringToObject(x, "etag", jobs[i].etag);
+            cJSON_AddStringToObject(x, "status", sf_status_name(jobs[i].st));
+            cJSON_AddItemToArray(arr, x);
+        }
+        cJSON_AddNumberToObject(o, "objects_failed", (double)failed);
+        cJSON_AddNumberToObject(o, "bytes", (double)bytes);
+        cJSON_AddNumberToObject(o, "seconds", secs);
+        cJSON_AddNumberToObject(o, "mib_per_s", secs > 0 ? (double)bytes / 1048576.0 / secs : 0);
+        cJSON_AddNumberToObject(o, "requests", (double)ss.requests);
+        cJSON_AddNumberToObject(o, "retries", (double)ss.retries);
+        cJSON_AddNumberToObject(o, "throttled", (double)ss.throttled);
+        cJSON_AddNumberToObject(o, "connections", (double)ss.connections);
+        print_json(o);
+        cJSON_Delete(o);
+    }
+    for (size_t i = 0; jobs && i < n_jobs; i++) {
+        free(jobs[i].dest);
+        free(jobs[i].tmp);
+    }
+    free(jobs);
+    for (size_t i = 0; lists && i < n_lists; i++)
+        sf_object_list_destroy(lists[i]);
+    free(lists);
+    sf_s3_destroy(s3);
+    return rc;
+}
+
+/* ------------------------------------------------------------ main */
 
 static int cmd_version(void)
 {
@@ -31,7 +720,7 @@ int main(int argc, char **argv)
 {
     if (argc < 2) {
         usage(stderr);
-        return 2;
+        return EXIT_USAGE;
     }
     const char *cmd = argv[1];
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0)
@@ -40,7 +729,21 @@ int main(int argc, char **argv)
         usage(stdout);
         return 0;
     }
-    fprintf(stderr, "shardfeed: unknown command '%s'\n", cmd);
-    usage(stderr);
-    return 2;
+    int (*fn)(struct cli *) = NULL;
+    if (!strcmp(cmd, "ls"))
+        fn = cmd_ls;
+    else if (!strcmp(cmd, "get"))
+        fn = cmd_get;
+    else if (!strcmp(cmd, "stat"))
+        fn = cmd_stat;
+    if (!fn) {
+        errorf("unknown command '%s'", cmd);
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+    struct cli c;
+    int rc = parse_options(argc - 1, argv + 1, &c, cmd);
+    if (rc)
+        return rc;
+    return fn(&c);
 }

@@ -7,17 +7,28 @@
 #include <cjson/cJSON.h>
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <curl/curl.h>
 #include <openssl/evp.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+/* tests/CMakeLists.txt does not link support/test_cert.c into this binary;
+ * compile a private copy under another name, so linking it later cannot
+ * clash. */
+#define test_make_cert mock_test_make_cert
+#include "support/test_cert.c"
+#undef test_make_cert
 
 static const struct s3_creds creds = {"test-ak", "test-secret", NULL, NULL};
 
@@ -25,7 +36,8 @@ static char *root; /* server root */
 static char *tmp;  /* parent of root, holds a file outside it */
 static struct mock_proc srv;
 
-static void start_with(const char *const *extra)
+/* tmp/root with an empty bucket1, and tmp/secret.txt outside the root. */
+static void make_root(void)
 {
     tmp = test_tmpdir();
     cr_assert(tmp);
@@ -36,6 +48,11 @@ static void start_with(const char *const *extra)
     snprintf(path, sizeof(path), "%s/root/bucket1", tmp);
     cr_assert(mkdir(path, 0755) == 0);
     cr_assert(test_write_file(tmp, "secret.txt", "top secret", 10) == 0);
+}
+
+static void start_with(const char *const *extra)
+{
+    make_root();
     const char *args[32] = {"--access-key", "test-ak", "--secret-key", "test-secret"};
     size_t n = 4;
     for (size_t i = 0; extra && extra[i]; i++)
@@ -934,6 +951,11 @@ Test(mock_server, malformed_requests_never_take_the_server_down)
         "PUT /bucket1/k HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nshort",
         "POST /_mock/faults HTTP/1.1\r\nHost: x\r\nContent-Length: 14\r\n\r\nbandwidth=nan\n",
         "POST /_mock/fault?fault=reset%3D-5 HTTP/1.1\r\nHost: x\r\n\r\n",
+        "PUT /latest/api/token HTTP/1.1\r\nHost: x\r\n"
+        "X-aws-ec2-metadata-token-ttl-seconds: 99999999999999999999999\r\n\r\n",
+        "GET /latest/meta-data/iam/security-credentials/%ZZ HTTP/1.1\r\nHost: x\r\n"
+        "X-aws-ec2-metadata-token: \r\n\r\n",
+        "GET /bucket1/k HTTP/1.1\r\nHost: x\r\nx-amz-security-token: \r\n\r\n",
         "GARBAGE\r\n\r\n",
         "\r\n\r\n\r\n",
     };
@@ -990,4 +1012,605 @@ Test(mock_server, malformed_requests_never_take_the_server_down)
     cr_expect_eq(r.body.len, 10);
     s3_resp_free(&r);
     cr_expect_eq(mock_proc_stop(&srv), 0, "and still exits cleanly");
+}
+
+/* ------------------------------------------------------------ credentials */
+
+#define ROLES_PATH "/latest/meta-data/iam/security-credentials/"
+#define TTL_HEADER "X-aws-ec2-metadata-token-ttl-seconds"
+
+/* An unsigned request to the server under test. */
+static long plain(const char *method, const char *target, const char *const *headers,
+                  struct s3_resp *r)
+{
+    struct s3_call c = {.method = method, .target = target, .headers = headers};
+    s3_call(srv.url, &c, r);
+    return r->status;
+}
+
+/* The body of a 200 application/json answer, parsed. */
+static cJSON *get_json(const char *target, const char *const *headers)
+{
+    struct s3_resp r;
+    cr_assert_eq(plain("GET", target, headers, &r), 200, "GET %s: %ld %s", target, r.status,
+                 sf__strbuf_str(&r.body));
+    char ct[64] = "";
+    s3_resp_header(&r, "Content-Type", ct, sizeof(ct));
+    cr_expect_str_eq(ct, "application/json");
+    cJSON *j = cJSON_Parse(sf__strbuf_str(&r.body));
+    s3_resp_free(&r);
+    cr_assert(j, "the answer is not JSON");
+    return j;
+}
+
+static const char *json_str(const cJSON *j, const char *name)
+{
+    const char *v = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, name));
+    cr_assert(v, "no string field %s", name);
+    return v;
+}
+
+/* "YYYY-MM-DDTHH:MM:SSZ" as a time_t; -1 when malformed. */
+static time_t parse_aws_time(const char *s)
+{
+    struct tm tm = {0};
+    char z = 0;
+    if (strlen(s) != 20 ||
+        sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d%c", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
+               &tm.tm_min, &tm.tm_sec, &z) != 7 ||
+        z != 'Z')
+        return -1;
+    tm.tm_year -= 1900;
+    tm.tm_mon -= 1;
+    return timegm(&tm);
+}
+
+/* PUT /latest/api/token with this TTL; the token into out. */
+static void imds_token(const char *ttl, char *out, size_t out_len)
+{
+    char hdr[96];
+    snprintf(hdr, sizeof(hdr), TTL_HEADER ": %s", ttl);
+    const char *h[] = {hdr, NULL};
+    struct s3_resp r;
+    cr_assert_eq(plain("PUT", "/latest/api/token", h, &r), 200, "%s", sf__strbuf_str(&r.body));
+    cr_assert(r.body.len > 16 && r.body.len < out_len, "token of %zu bytes", r.body.len);
+    memcpy(out, r.body.data, r.body.len);
+    out[r.body.len] = '\0';
+    char echoed[32] = "";
+    s3_resp_header(&r, TTL_HEADER, echoed, sizeof(echoed));
+    cr_expect_str_eq(echoed, ttl);
+    s3_resp_free(&r);
+}
+
+/* GET with X-aws-ec2-metadata-token (none when token is NULL). */
+static long imds_get(const char *target, const char *token, struct s3_resp *r)
+{
+    char hdr[256];
+    snprintf(hdr, sizeof(hdr), "X-aws-ec2-metadata-token: %s", token ? token : "");
+    const char *h[] = {hdr, NULL};
+    return plain("GET", target, token ? h : NULL, r);
+}
+
+/* The IMDS credential document of role, through a fresh token. */
+static cJSON *imds_credentials(const char *role)
+{
+    char tok[128], hdr[256], target[256];
+    imds_token("60", tok, sizeof(tok));
+    snprintf(hdr, sizeof(hdr), "X-aws-ec2-metadata-token: %s", tok);
+    snprintf(target, sizeof(target), ROLES_PATH "%s", role);
+    const char *h[] = {hdr, NULL};
+    return get_json(target, h);
+}
+
+/* A signed GET with the key pair and token of a credential document. */
+static long get_with(const cJSON *doc, const char *target, struct s3_resp *r)
+{
+    struct s3_creds c = {json_str(doc, "AccessKeyId"), json_str(doc, "SecretAccessKey"),
+                         json_str(doc, "Token"), NULL};
+    struct s3_call sc = {.method = "GET", .target = target, .creds = &c};
+    s3_call(srv.url, &sc, r);
+    return r->status;
+}
+
+/* A signed GET with the test key pair and this session token. */
+static long get_with_token(const char *token, const char *target, struct s3_resp *r)
+{
+    struct s3_creds c = {"test-ak", "test-secret", token, NULL};
+    struct s3_call sc = {.method = "GET", .target = target, .creds = &c};
+    s3_call(srv.url, &sc, r);
+    return r->status;
+}
+
+static double cred_stat(cJSON *st, const char *name)
+{
+    cJSON *v = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItem(st, "credentials"), name);
+    cr_assert(cJSON_IsNumber(v), "no credentials.%s in the stats", name);
+    return v->valuedouble;
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+Test(mock_server, imds_token_role_and_credentials_flow)
+{
+    char tok[128];
+    imds_token("21600", tok, sizeof(tok));
+    struct s3_resp r;
+    cr_assert_eq(imds_get(ROLES_PATH, tok, &r), 200);
+    cr_expect_str_eq(sf__strbuf_str(&r.body), "mock-role\n");
+    char ct[64] = "";
+    s3_resp_header(&r, "Content-Type", ct, sizeof(ct));
+    cr_expect_str_eq(ct, "text/plain");
+    s3_resp_free(&r);
+
+    char hdr[256];
+    snprintf(hdr, sizeof(hdr), "X-aws-ec2-metadata-token: %s", tok);
+    const char *h[] = {hdr, NULL};
+    time_t before = time(NULL);
+    cJSON *doc = get_json(ROLES_PATH "mock-role", h);
+    time_t after = time(NULL);
+    cr_expect_str_eq(json_str(doc, "Code"), "Success");
+    cr_expect_str_eq(json_str(doc, "Type"), "AWS-HMAC");
+    cr_expect_str_eq(json_str(doc, "AccessKeyId"), "test-ak");
+    cr_expect_str_eq(json_str(doc, "SecretAccessKey"), "test-secret");
+    cr_expect(strncmp(json_str(doc, "Token"), "mock-issued-", 12) == 0, "%s",
+              json_str(doc, "Token"));
+    time_t exp = parse_aws_time(json_str(doc, "Expiration"));
+    cr_expect(exp >= before + 3600 && exp <= after + 3600, "Expiration %s, now %lld",
+              json_str(doc, "Expiration"), (long long)before);
+    time_t updated = parse_aws_time(json_str(doc, "LastUpdated"));
+    cr_expect(updated >= before && updated <= after, "LastUpdated %s",
+              json_str(doc, "LastUpdated"));
+    /* The same IMDS token serves again, and each document has a new token. */
+    cJSON *again = get_json(ROLES_PATH "mock-role", h);
+    cr_expect_str_neq(json_str(doc, "Token"), json_str(again, "Token"));
+    cJSON_Delete(again);
+    cJSON_Delete(doc);
+}
+
+Test(mock_server, imds_refuses_bad_requests)
+{
+    struct s3_resp r;
+    const char *bad_ttls[] = {TTL_HEADER ": 0",
+                              TTL_HEADER ": 21601",
+                              TTL_HEADER ": 12abc",
+                              TTL_HEADER ": -5",
+                              TTL_HEADER ": 99999999999999999999",
+                              NULL};
+    cr_expect_eq(plain("PUT", "/latest/api/token", NULL, &r), 400, "no TTL header");
+    s3_resp_free(&r);
+    for (size_t i = 0; bad_ttls[i]; i++) {
+        const char *h[] = {bad_ttls[i], NULL};
+        cr_expect_eq(plain("PUT", "/latest/api/token", h, &r), 400, "%s", bad_ttls[i]);
+        s3_resp_free(&r);
+    }
+    const char *proxied[] = {TTL_HEADER ": 60", "X-Forwarded-For: 10.0.0.1", NULL};
+    cr_expect_eq(plain("PUT", "/latest/api/token", proxied, &r), 403);
+    s3_resp_free(&r);
+    cr_expect_eq(plain("GET", "/latest/api/token", NULL, &r), 405);
+    s3_resp_free(&r);
+
+    char tok[128];
+    imds_token("60", tok, sizeof(tok));
+    cr_expect_eq(imds_get(ROLES_PATH, NULL, &r), 401, "no token");
+    s3_resp_free(&r);
+    cr_expect_eq(imds_get(ROLES_PATH, "not-a-token", &r), 401, "unknown token");
+    s3_resp_free(&r);
+    cr_expect_eq(imds_get(ROLES_PATH "mock-role", NULL, &r), 401);
+    s3_resp_free(&r);
+    cr_expect_eq(imds_get(ROLES_PATH "other-role", tok, &r), 404);
+    s3_resp_free(&r);
+    cr_expect_eq(imds_get("/latest/meta-data/ami-id", tok, &r), 404);
+    s3_resp_free(&r);
+
+    /* Refused requests are not counted: only the one token was issued. */
+    cJSON *st = stats();
+    cr_expect_eq(cred_stat(st, "imds_token"), 1);
+    cr_expect_eq(cred_stat(st, "imds_role_list"), 0);
+    cr_expect_eq(cred_stat(st, "imds_credentials"), 0);
+    cJSON_Delete(st);
+}
+
+Test(mock_server_cfg, imds_token_expires_and_role_is_configurable)
+{
+    const char *args[] = {"--imds-role", "trainer", NULL};
+    start_with(args);
+    char tok[128];
+    imds_token("1", tok, sizeof(tok));
+    struct s3_resp r;
+    cr_assert_eq(imds_get(ROLES_PATH, tok, &r), 200);
+    cr_expect_str_eq(sf__strbuf_str(&r.body), "trainer\n");
+    s3_resp_free(&r);
+    cr_expect_eq(imds_get(ROLES_PATH "mock-role", tok, &r), 404);
+    s3_resp_free(&r);
+    cr_expect_eq(imds_get(ROLES_PATH "trainer", tok, &r), 200);
+    s3_resp_free(&r);
+    sleep_ms(2100);
+    cr_expect_eq(imds_get(ROLES_PATH, tok, &r), 401, "the token outlived its TTL");
+    s3_resp_free(&r);
+}
+
+Test(mock_server_cfg, container_credentials_require_the_exact_authorization)
+{
+    const char *args[] = {"--container-auth-token",
+                          "Bearer s3cr3t",
+                          "--container-path",
+                          "/v2/credentials/abc",
+                          "--issue-ttl-s",
+                          "120",
+                          NULL};
+    start_with(args);
+    const char *paths[] = {"/_mock/container-credentials", "/v2/credentials/abc"};
+    const char *wrong[] = {"Authorization: Bearer s3cr3t2", "Authorization: bearer s3cr3t",
+                           "Authorization: s3cr3t"};
+    struct s3_resp r;
+    for (size_t i = 0; i < 2; i++) {
+        cr_expect_eq(plain("GET", paths[i], NULL, &r), 401, "%s without Authorization", paths[i]);
+        char ct[64] = "";
+        s3_resp_header(&r, "Content-Type", ct, sizeof(ct));
+        cr_expect_str_eq(ct, "text/plain");
+        cJSON *not_json = cJSON_Parse(sf__strbuf_str(&r.body));
+        cr_expect(!cJSON_IsObject(not_json), "a 401 carries no credentials");
+        cJSON_Delete(not_json);
+        s3_resp_free(&r);
+        for (size_t j = 0; j < 3; j++) {
+            const char *h[] = {wrong[j], NULL};
+            cr_expect_eq(plain("GET", paths[i], h, &r), 401, "%s", wrong[j]);
+            s3_resp_free(&r);
+        }
+        const char *right[] = {"Authorization: Bearer s3cr3t", NULL};
+        time_t before = time(NULL);
+        cJSON *doc = get_json(paths[i], right);
+        cr_expect_str_eq(json_str(doc, "AccessKeyId"), "test-ak");
+        cr_expect_str_eq(json_str(doc, "SecretAccessKey"), "test-secret");
+        cr_expect(strncmp(json_str(doc, "Token"), "mock-issued-", 12) == 0);
+        time_t exp = parse_aws_time(json_str(doc, "Expiration"));
+        cr_expect(exp >= before + 120 && exp <= time(NULL) + 120, "Expiration %s",
+                  json_str(doc, "Expiration"));
+        cJSON_Delete(doc);
+    }
+    const char *right[] = {"Authorization: Bearer s3cr3t", NULL};
+    cr_expect_eq(plain("POST", paths[0], right, &r), 405);
+    s3_resp_free(&r);
+    cJSON *st = stats();
+    cr_expect_eq(cred_stat(st, "container"), 2);
+    cJSON_Delete(st);
+}
+
+Test(mock_server, issued_tokens_authenticate_signed_requests)
+{
+    cr_assert(test_write_file(root, "bucket1/k", "value", 5) == 0);
+    struct s3_resp r;
+    /* No --container-auth-token: the endpoint needs no Authorization. */
+    cJSON *ecs = get_json("/_mock/container-credentials", NULL);
+    cr_expect_eq(get_with(ecs, "/bucket1/k", &r), 200, "%s", sf__strbuf_str(&r.body));
+    cr_expect_eq(r.body.len, 5);
+    s3_resp_free(&r);
+    cJSON *ec2 = imds_credentials("mock-role");
+    cr_expect_eq(get_with(ec2, "/bucket1/k", &r), 200, "%s", sf__strbuf_str(&r.body));
+    s3_resp_free(&r);
+
+    get_with_token("mock-issued-999-00000000000000000000000000000000", "/bucket1/k", &r);
+    expect_error(&r, 403, "InvalidToken");
+    s3_resp_free(&r);
+    /* An issued token does not replace the signature. */
+    struct s3_creds bad = {"test-ak", "wrong-secret", json_str(ecs, "Token"), NULL};
+    struct s3_call c = {.method = "GET", .target = "/bucket1/k", .creds = &bad};
+    s3_call(srv.url, &c, &r);
+    expect_error(&r, 403, "SignatureDoesNotMatch");
+    s3_resp_free(&r);
+    cJSON_Delete(ecs);
+    cJSON_Delete(ec2);
+}
+
+Test(mock_server_cfg, expired_issued_token_answers_expired_token)
+{
+    const char *args[] = {"--issue-ttl-s", "1", NULL};
+    start_with(args);
+    cr_assert(test_write_file(root, "bucket1/k", "v", 1) == 0);
+    struct s3_resp r;
+    cJSON *doc = get_json("/_mock/container-credentials", NULL);
+    cr_expect_eq(get_with(doc, "/bucket1/k", &r), 200, "fresh: %s", sf__strbuf_str(&r.body));
+    s3_resp_free(&r);
+    sleep_ms(2100);
+    get_with(doc, "/bucket1/k", &r);
+    expect_error(&r, 400, "ExpiredToken");
+    char msg[128] = "";
+    s3_xml_value(&r, "Message", msg, sizeof(msg));
+    cr_expect_str_eq(msg, "The provided token has expired.");
+    s3_resp_free(&r);
+    cJSON_Delete(doc);
+    /* A new issuance works again. */
+    doc = get_json("/_mock/container-credentials", NULL);
+    cr_expect_eq(get_with(doc, "/bucket1/k", &r), 200);
+    s3_resp_free(&r);
+    cJSON_Delete(doc);
+
+    cJSON *st = stats();
+    cr_expect_eq(cred_stat(st, "expired_token_rejections"), 1);
+    cr_expect_eq(cred_stat(st, "container"), 2);
+    cr_expect_eq(key_status(st, "bucket1/k", "400"), 1);
+    cr_expect_eq(key_status(st, "bucket1/k", "200"), 2);
+    cJSON_Delete(st);
+}
+
+Test(mock_server_cfg, configured_session_token_and_issued_tokens_both_pass)
+{
+    const char *args[] = {"--session-token", "tok123", NULL};
+    start_with(args);
+    cr_assert(test_write_file(root, "bucket1/k", "v", 1) == 0);
+    struct s3_resp r;
+    cr_expect_eq(get_with_token("tok123", "/bucket1/k", &r), 200);
+    s3_resp_free(&r);
+    cJSON *doc = get_json("/_mock/container-credentials", NULL);
+    cr_expect_eq(get_with(doc, "/bucket1/k", &r), 200, "%s", sf__strbuf_str(&r.body));
+    s3_resp_free(&r);
+    cJSON_Delete(doc);
+    expect_call_error("GET", "/bucket1/k", NULL, 403, "InvalidToken");
+    get_with_token("tok1234", "/bucket1/k", &r);
+    expect_error(&r, 403, "InvalidToken");
+    s3_resp_free(&r);
+}
+
+Test(mock_server, credential_counters_are_exact_and_reset)
+{
+    cr_assert(test_write_file(root, "bucket1/k", "v", 1) == 0);
+    struct s3_resp r;
+    char t1[128], t2[128];
+    imds_token("60", t1, sizeof(t1));
+    imds_token("120", t2, sizeof(t2));
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(imds_get(ROLES_PATH, i % 2 ? t1 : t2, &r), 200);
+        s3_resp_free(&r);
+    }
+    cJSON *ec2 = imds_credentials("mock-role"); /* a third token */
+    cJSON *ecs = get_json("/_mock/container-credentials", NULL);
+    cJSON_Delete(get_json("/_mock/container-credentials", NULL));
+    /* refused: none of these count */
+    cr_assert_eq(imds_get(ROLES_PATH, "bogus", &r), 401);
+    s3_resp_free(&r);
+    cr_assert_eq(plain("PUT", "/latest/api/token", NULL, &r), 400);
+    s3_resp_free(&r);
+    cr_assert_eq(plain("DELETE", "/_mock/container-credentials", NULL, &r), 405);
+    s3_resp_free(&r);
+    /* one S3 request: the only one in the S3 counters */
+    cr_assert_eq(get_with(ecs, "/bucket1/k", &r), 200);
+    s3_resp_free(&r);
+
+    cJSON *st = stats();
+    cr_expect_eq(cred_stat(st, "imds_token"), 3);
+    cr_expect_eq(cred_stat(st, "imds_role_list"), 3);
+    cr_expect_eq(cred_stat(st, "imds_credentials"), 1);
+    cr_expect_eq(cred_stat(st, "container"), 2);
+    cr_expect_eq(cred_stat(st, "expired_token_rejections"), 0);
+    cr_expect_eq(cJSON_GetObjectItem(st, "requests")->valuedouble, 1);
+    cJSON *ops = cJSON_GetObjectItem(st, "operations");
+    cr_expect_eq(cJSON_GetArraySize(ops), 1, "S3 operations other than GetObject counted");
+    cJSON *get = cJSON_GetObjectItem(ops, "GetObject");
+    cr_expect(get && get->valuedouble == 1, "one GetObject");
+    cJSON_Delete(st);
+
+    cr_assert_eq(admin_post("/_mock/reset", NULL), 200);
+    st = stats();
+    const char *names[] = {"imds_token", "imds_role_list", "imds_credentials", "container",
+                           "expired_token_rejections"};
+    for (size_t i = 0; i < 5; i++)
+        cr_expect_eq(cred_stat(st, names[i]), 0, "%s after reset", names[i]);
+    cJSON_Delete(st);
+    /* Reset clears counters, not the issued tokens. */
+    cr_expect_eq(get_with(ec2, "/bucket1/k", &r), 200);
+    s3_resp_free(&r);
+    cJSON_Delete(ec2);
+    cJSON_Delete(ecs);
+}
+
+/* -------------------------------------------------------------------- TLS */
+
+static char cert_file[700], key_file[700];
+static char tls_url[64]; /* "https://127.0.0.1:PORT" */
+
+/* Starts the server over TLS with a fresh certificate (in tmp, outside the
+ * root). mock_proc_start() wants an http:// line, so this spawns it itself;
+ * mock_proc_stop() works on the result. */
+static void start_tls(void)
+{
+    make_root();
+    cr_assert(mock_test_make_cert(tmp, cert_file, sizeof(cert_file), key_file, sizeof(key_file)) ==
+              0);
+    const char *argv[] = {
+        SF_MOCK_S3_BIN, "--root",       root,        "--port",       "0",
+        "--quiet",      "--access-key", "test-ak",   "--secret-key", "test-secret",
+        "--tls-cert",   cert_file,      "--tls-key", key_file,       NULL};
+    int fds[2];
+    cr_assert(pipe2(fds, O_CLOEXEC) == 0);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        dup2(fds[1], STDOUT_FILENO);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    close(fds[1]);
+    memset(&srv, 0, sizeof(srv));
+    srv.pid = pid;
+    char line[256];
+    size_t len = 0;
+    struct pollfd pfd = {fds[0], POLLIN, 0};
+    while (len < sizeof(line) - 1 && poll(&pfd, 1, 10000) > 0 && read(fds[0], line + len, 1) == 1 &&
+           line[len] != '\n')
+        len++;
+    line[len] = '\0';
+    close(fds[0]);
+    cr_assert(sscanf(line, "listening on https://127.0.0.1:%u", &srv.port) == 1, "first line: '%s'",
+              line);
+    snprintf(tls_url, sizeof(tls_url), "https://127.0.0.1:%u", srv.port);
+}
+
+TestSuite(mock_server_tls, .init = start_tls, .fini = teardown, .timeout = 60);
+
+static void tls_get(const char *target, const char *const *headers, const char *ca,
+                    struct s3_resp *r)
+{
+    struct s3_call c = {
+        .method = "GET", .target = target, .headers = headers, .creds = &creds, .ca_file = ca};
+    s3_call(tls_url, &c, r);
+}
+
+Test(mock_server_tls, https_get_with_the_test_ca_is_byte_identical)
+{
+    size_t n = 3u << 20;
+    char *data = malloc(n);
+    cr_assert(data);
+    test_fill(data, n, 11);
+    cr_assert(test_write_file(root, "bucket1/big.bin", data, n) == 0);
+    struct s3_resp r;
+    tls_get("/bucket1/big.bin", NULL, cert_file, &r);
+    cr_assert_eq(r.curl_code, CURLE_OK, "curl: %s", curl_easy_strerror(r.curl_code));
+    cr_assert_eq(r.status, 200);
+    cr_assert_eq(r.body.len, n);
+    cr_expect(memcmp(r.body.data, data, n) == 0, "the body differs");
+    s3_resp_free(&r);
+
+    const char *range[] = {"Range: bytes=1000000-1999999", NULL};
+    tls_get("/bucket1/big.bin", range, cert_file, &r);
+    cr_assert_eq(r.status, 206);
+    cr_assert_eq(r.body.len, 1000000);
+    cr_expect(memcmp(r.body.data, data + 1000000, 1000000) == 0);
+    s3_resp_free(&r);
+
+    /* An upload over TLS lands intact. */
+    struct s3_call put = {.method = "PUT",
+                          .target = "/bucket1/up.bin",
+                          .body = data,
+                          .body_len = 300 * 1024,
+                          .creds = &creds,
+                          .ca_file = cert_file};
+    s3_call(tls_url, &put, &r);
+    cr_expect_eq(r.status, 200, "%s", sf__strbuf_str(&r.body));
+    s3_resp_free(&r);
+    tls_get("/bucket1/up.bin", NULL, cert_file, &r);
+    cr_assert_eq(r.body.len, 300 * 1024);
+    cr_expect(memcmp(r.body.data, data, 300 * 1024) == 0);
+    s3_resp_free(&r);
+    free(data);
+}
+
+Test(mock_server_tls, https_without_the_test_ca_fails_verification)
+{
+    cr_assert(test_write_file(root, "bucket1/k", "v", 1) == 0);
+    struct s3_resp r;
+    tls_get("/bucket1/k", NULL, NULL, &r);
+    cr_expect_eq(r.curl_code, CURLE_PEER_FAILED_VERIFICATION, "curl: %d %s", r.curl_code,
+                 curl_easy_strerror(r.curl_code));
+    cr_expect_eq(r.status, 0);
+    s3_resp_free(&r);
+    /* Plain HTTP on the TLS port gets no HTTP answer. */
+    char http_url[64];
+    snprintf(http_url, sizeof(http_url), "http://127.0.0.1:%u", srv.port);
+    struct s3_call c = {.method = "GET", .target = "/bucket1/k", .creds = &creds};
+    s3_call(http_url, &c, &r);
+    cr_expect_eq(r.status, 0);
+    s3_resp_free(&r);
+    /* and the server still serves verified clients */
+    tls_get("/bucket1/k", NULL, cert_file, &r);
+    cr_expect_eq(r.status, 200);
+    s3_resp_free(&r);
+}
+
+Test(mock_server_tls, reset_fault_cuts_a_tls_body)
+{
+    size_t n = 1u << 20;
+    char *data = malloc(n);
+    cr_assert(data);
+    test_fill(data, n, 5);
+    cr_assert(test_write_file(root, "bucket1/r.bin", data, n) == 0);
+    const char *h[] = {"x-sfmock-fault: reset=100000", NULL};
+    struct s3_resp r;
+    tls_get("/bucket1/r.bin", h, cert_file, &r);
+    cr_expect_eq(r.status, 200);
+    cr_expect_neq(r.curl_code, CURLE_OK, "the transfer must fail");
+    /* Exactly 100000 in practice; TLS framing makes only the bound certain
+     * (docs/mock-server.md). */
+    cr_expect(r.body.len > 0 && r.body.len <= 100000, "%zu bytes", r.body.len);
+    cr_expect(memcmp(r.body.data, data, r.body.len) == 0);
+    s3_resp_free(&r);
+    free(data);
+}
+
+/* Runs the server binary with args (stdout discarded); returns its exit
+ * status, or -1 when it did not exit within 10 s (killed). stderr into err. */
+static int run_mock(const char *const *args, char *err, size_t err_len)
+{
+    const char *argv[24] = {SF_MOCK_S3_BIN};
+    size_t n = 1;
+    for (size_t i = 0; args[i] && n < 23; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    int fds[2];
+    cr_assert(pipe2(fds, O_CLOEXEC) == 0);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        int null_fd = open("/dev/null", O_WRONLY);
+        dup2(null_fd, STDOUT_FILENO);
+        dup2(fds[1], STDERR_FILENO);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    close(fds[1]);
+    size_t len = 0;
+    struct pollfd pfd = {fds[0], POLLIN, 0};
+    ssize_t got = 1;
+    while (got > 0 && poll(&pfd, 1, 10000) > 0) {
+        char buf[512];
+        got = read(fds[0], buf, sizeof(buf));
+        for (ssize_t i = 0; i < got && len + 1 < err_len; i++)
+            err[len++] = buf[i];
+    }
+    err[len] = '\0';
+    close(fds[0]);
+    if (got > 0) /* still running */
+        kill(pid, SIGKILL);
+    int st;
+    waitpid(pid, &st, 0);
+    return got <= 0 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+Test(mock_server_cli, bad_credential_and_tls_flags_exit_with_a_reason, .timeout = 60)
+{
+    char *dir = test_tmpdir();
+    cr_assert(dir);
+    char cert[600], key[600];
+    cr_assert(mock_test_make_cert(dir, cert, sizeof(cert), key, sizeof(key)) == 0);
+    struct stat sb;
+    cr_assert(stat(key, &sb) == 0);
+    cr_expect_eq(sb.st_mode & 0777, 0600, "the key file is private");
+    struct {
+        const char *args[8];
+        int status;
+        const char *says;
+    } cases[] = {
+        {{"--issue-ttl-s", "0"}, 2, "--issue-ttl-s"},
+        {{"--issue-ttl-s", "1h"}, 2, "--issue-ttl-s"},
+        {{"--imds-role", "a/b"}, 2, "--imds-role"},
+        {{"--container-path", "relative"}, 2, "--container-path"},
+        {{"--tls-cert", cert}, 2, "go together"},
+        {{"--tls-cert", "/nonexistent/cert.pem", "--tls-key", key}, 1, "/nonexistent/cert.pem"},
+        {{"--tls-cert", key, "--tls-key", key}, 1, "TLS"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const char *args[12] = {"--root", dir, "--port", "0", "--quiet"};
+        size_t n = 5;
+        for (size_t j = 0; cases[i].args[j]; j++)
+            args[n++] = cases[i].args[j];
+        args[n] = NULL;
+        char err[2048];
+        cr_expect_eq(run_mock(args, err, sizeof(err)), cases[i].status, "case %zu: %s", i, err);
+        cr_expect(strstr(err, cases[i].says) != NULL, "case %zu says: %s", i, err);
+    }
+    test_rmtree(dir);
+    free(dir);
 }

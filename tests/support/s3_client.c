@@ -119,6 +119,8 @@ int s3_call(const char *base, const struct s3_call *c, struct s3_resp *resp)
     curl_easy_setopt(h, CURLOPT_HEADERDATA, &resp->headers);
     curl_easy_setopt(h, CURLOPT_TIMEOUT, 60L);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    if (c->ca_file)
+        curl_easy_setopt(h, CURLOPT_CAINFO, c->ca_file);
     if (c->low_speed_time_s) {
         curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
         curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, c->low_speed_time_s);

