@@ -27,7 +27,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/stat.h>
 #include <arpa/inet.h>
 #include <unistd.h>
 
@@ -924,6 +923,21 @@ static sf_status fetch(struct sf__cred_chain *c, enum provider p, time_t now,
     return fail(why, why_len, SF_ERR_INTERNAL, "no provider");
 }
 
+/* Caches cr as the current credentials. Credentials that already expire
+ * within the margin (IMDS hands out new ones only minutes before the old
+ * expire) are not asked for again on every call: the next try waits
+ * REFRESH_RETRY_S, as after a failed refresh. */
+static void adopt(struct sf__cred_chain *c, enum provider p, const struct sf__credentials *cr,
+                  time_t now)
+{
+    c->have = 1;
+    c->provider = p;
+    c->cur = *cr;
+    c->retry_after = 0;
+    if (cr->expiration != 0 && now >= cr->expiration - (time_t)c->margin_s)
+        c->retry_after = now + REFRESH_RETRY_S;
+}
+
 /* Walks the whole chain. On failure err lists every provider's reason. */
 static sf_status resolve(struct sf__cred_chain *c, time_t now, struct sf__credentials *out,
                          char *err, size_t err_len)
@@ -937,10 +951,7 @@ static sf_status resolve(struct sf__cred_chain *c, time_t now, struct sf__creden
         why[0] = '\0';
         sf_status st = fetch(c, order[i], now, out, why, sizeof(why));
         if (st == SF_OK) {
-            c->have = 1;
-            c->provider = order[i];
-            c->cur = *out;
-            c->retry_after = 0;
+            adopt(c, order[i], out, now);
             sf__strbuf_free(&msg);
             return SF_OK;
         }
@@ -1147,8 +1158,7 @@ sf_status sf__cred_chain_get(struct sf__cred_chain *c, time_t now, struct sf__cr
         char t[32];
         format_time(c->cur.expiration, t, sizeof(t));
         if (st == SF_OK) {
-            c->cur = fresh;
-            c->retry_after = 0;
+            adopt(c, c->provider, &fresh, now);
             *out = fresh;
             snprintf(note, sizeof(note), "credentials: refreshed from %s", out->source);
         } else if (now < c->cur.expiration) {

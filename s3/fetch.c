@@ -191,6 +191,9 @@ static void range_text(const struct xfer *x, char *out, size_t n)
         out[0] = '\0';
     else if (x->last == SF__NO_RANGE)
         snprintf(out, n, " bytes %" PRIu64 "-", x->first);
+    else if (x->got)
+        snprintf(out, n, " bytes %" PRIu64 "-%" PRIu64 " (at offset %" PRIu64 ")", x->first,
+                 x->last, x->first + x->got);
     else
         snprintf(out, n, " bytes %" PRIu64 "-%" PRIu64, x->first, x->last);
 }
@@ -710,6 +713,13 @@ static sf_status attempt_start(struct sf__engine *e, struct xfer *x)
     curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
     curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
     curl_easy_setopt(h, CURLOPT_XFERINFODATA, x);
+    if (e->cfg.stall_timeout_ms) {
+        /* Backstop for on_progress, and it makes curl revisit idle transfers
+         * every second, which is what lets on_progress see a stall. */
+        long secs = (long)((e->cfg.stall_timeout_ms + 999) / 1000);
+        curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+        curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, secs + 1);
+    }
     if (loc->kind == SF__LOC_HTTP) {
         curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
         curl_easy_setopt(h, CURLOPT_MAXREDIRS, 5L);
@@ -1074,6 +1084,8 @@ static void schedule(struct sf__engine *e)
             *pp = x->next_wait;
             x->next_wait = NULL;
             start_or_fail(e, x);
+            /* a failure may have unlinked other entries (same fetch): rescan */
+            pp = &e->waiting;
         } else {
             pp = &x->next_wait;
         }

@@ -855,6 +855,26 @@ Test(credentials, failed_refresh_keeps_valid_credentials_then_fails_when_expired
     expect_logs_clean();
 }
 
+Test(credentials, credentials_inside_the_margin_are_not_fetched_on_every_call)
+{
+    start_mock((const char *[]){"--issue-ttl-s", "30", NULL});
+    use_container_full_uri();
+    struct sf__cred_options o = opts();
+    o.refresh_margin_s = 300; /* longer than the credentials live */
+    struct sf__cred_chain *c = chain_with(&o);
+    time_t now = time(NULL);
+    struct sf__credentials first, cr;
+    get_ok(c, now, &first);
+    get_ok(c, now, &cr);
+    get_ok(c, now + 5, &cr);
+    cr_expect_str_eq(cr.session_token, first.session_token);
+    cr_expect_eq(cred_stat("container"), 1, "not asked again at once");
+    get_ok(c, now + 11, &cr);
+    cr_expect_str_neq(cr.session_token, first.session_token, "asked again after the pause");
+    cr_expect_eq(cred_stat("container"), 2);
+    sf__cred_chain_destroy(c);
+}
+
 Test(credentials, invalidate_walks_the_chain_again)
 {
     start_mock(NULL);

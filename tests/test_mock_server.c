@@ -3,6 +3,7 @@
 #include "s3/sigv4.h"
 #include "support/mock_proc.h"
 #include "support/s3_client.h"
+#include "support/test_cert.h"
 
 #include <cjson/cJSON.h>
 #include <arpa/inet.h>
@@ -23,12 +24,6 @@
 #include <time.h>
 #include <unistd.h>
 
-/* tests/CMakeLists.txt does not link support/test_cert.c into this binary;
- * compile a private copy under another name, so linking it later cannot
- * clash. */
-#define test_make_cert mock_test_make_cert
-#include "support/test_cert.c"
-#undef test_make_cert
 
 static const struct s3_creds creds = {"test-ak", "test-secret", NULL, NULL};
 
@@ -1418,7 +1413,7 @@ static char tls_url[64]; /* "https://127.0.0.1:PORT" */
 static void start_tls(void)
 {
     make_root();
-    cr_assert(mock_test_make_cert(tmp, cert_file, sizeof(cert_file), key_file, sizeof(key_file)) ==
+    cr_assert(test_make_cert(tmp, cert_file, sizeof(cert_file), key_file, sizeof(key_file)) ==
               0);
     const char *argv[] = {
         SF_MOCK_S3_BIN, "--root",       root,        "--port",       "0",
@@ -1584,7 +1579,7 @@ Test(mock_server_cli, bad_credential_and_tls_flags_exit_with_a_reason, .timeout 
     char *dir = test_tmpdir();
     cr_assert(dir);
     char cert[600], key[600];
-    cr_assert(mock_test_make_cert(dir, cert, sizeof(cert), key, sizeof(key)) == 0);
+    cr_assert(test_make_cert(dir, cert, sizeof(cert), key, sizeof(key)) == 0);
     struct stat sb;
     cr_assert(stat(key, &sb) == 0);
     cr_expect_eq(sb.st_mode & 0777, 0600, "the key file is private");

@@ -60,14 +60,15 @@ int mock_proc_start(struct mock_proc *p, const char *root, const char *const *ex
     line[len] = '\0';
     close(fds[0]);
     const char *colon = strrchr(line, ':');
-    if (strncmp(line, "listening on http://", 20) != 0 || !colon) {
+    int tls = strncmp(line, "listening on https://", 21) == 0;
+    if ((!tls && strncmp(line, "listening on http://", 20) != 0) || !colon) {
         kill(pid, SIGKILL);
         waitpid(pid, NULL, 0);
         p->pid = 0;
         return -1;
     }
     p->port = (unsigned)atoi(colon + 1);
-    snprintf(p->url, sizeof(p->url), "http://127.0.0.1:%u", p->port);
+    snprintf(p->url, sizeof(p->url), "%s://127.0.0.1:%u", tls ? "https" : "http", p->port);
     snprintf(p->host, sizeof(p->host), "127.0.0.1:%u", p->port);
     return 0;
 }

@@ -8,7 +8,7 @@
 struct mock_proc {
     pid_t pid;
     unsigned port;
-    char url[64];  /* "http://127.0.0.1:PORT" */
+    char url[64];  /* "http://127.0.0.1:PORT" (https with --tls-cert) */
     char host[32]; /* "127.0.0.1:PORT", the Host header */
 };
 
