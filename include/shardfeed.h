@@ -117,10 +117,10 @@ enum sf_addressing {
  * docs/configuration.md.
  */
 struct sf_s3_options {
-    const char *endpoint_url; /* "http://127.0.0.1:9000"; NULL: AWS_ENDPOINT_URL_S3,
-                                 AWS_ENDPOINT_URL, profile endpoint_url, else AWS */
-    const char *region;       /* NULL: AWS_REGION, AWS_DEFAULT_REGION, profile, us-east-1 */
-    const char *profile;      /* NULL: AWS_PROFILE, else "default" */
+    const char *endpoint_url;      /* "http://127.0.0.1:9000"; NULL: AWS_ENDPOINT_URL_S3,
+                                      AWS_ENDPOINT_URL, profile endpoint_url, else AWS */
+    const char *region;            /* NULL: AWS_REGION, AWS_DEFAULT_REGION, profile, us-east-1 */
+    const char *profile;           /* NULL: AWS_PROFILE, else "default" */
     const char *access_key_id;     /* explicit credentials; both or neither */
     const char *secret_access_key; /* never logged */
     const char *session_token;     /* optional, with explicit credentials */
@@ -130,15 +130,15 @@ struct sf_s3_options {
     int insecure;          /* 1: do not verify TLS certificates (never the default) */
     int http2;             /* 1: offer HTTP/2 over TLS; default 0 (HTTP/1.1) */
 
-    unsigned concurrency;           /* requests in flight in total; default 16 */
-    unsigned long long chunk_bytes; /* range size; default 8 MiB */
-    unsigned max_attempts;          /* per request, first try included; default 10 */
-    unsigned retry_base_ms;         /* transient errors backoff base; default 50 */
-    unsigned throttle_base_ms;      /* SlowDown/429 backoff base; default 500 */
-    unsigned retry_cap_ms;          /* backoff cap; default 20000 */
-    unsigned retry_quota;           /* retry tokens (docs/transport.md); default 500 */
-    unsigned stall_timeout_ms;      /* abort a transfer without progress; default 30000 */
-    unsigned connect_timeout_ms;    /* default 10000 */
+    unsigned concurrency;                /* requests in flight in total; default 16 */
+    unsigned long long chunk_bytes;      /* range size; default 8 MiB */
+    unsigned max_attempts;               /* per request, first try included; default 10 */
+    unsigned retry_base_ms;              /* transient errors backoff base; default 50 */
+    unsigned throttle_base_ms;           /* SlowDown/429 backoff base; default 500 */
+    unsigned retry_cap_ms;               /* backoff cap; default 20000 */
+    unsigned retry_quota;                /* retry tokens (docs/transport.md); default 500 */
+    unsigned stall_timeout_ms;           /* abort a transfer without progress; default 30000 */
+    unsigned connect_timeout_ms;         /* default 10000 */
     unsigned long long max_object_bytes; /* cap on engine-allocated buffers; default 64 GiB */
 
     sf_log_fn log; /* NULL: silent */
@@ -174,12 +174,12 @@ SF_API const char *sf_s3_errmsg(struct sf_s3 *s3, char *buf, size_t buf_len);
 
 /* Metadata of one object (or, from listings, one common prefix). */
 struct sf_object_info {
-    char *url;                    /* "s3://bucket/key", "https://...", "/path"; owned */
-    char *key;                    /* key within the bucket (or path); owned */
-    unsigned long long size;      /* bytes; SF_SIZE_UNKNOWN when not known */
-    char etag[128];               /* quoted as the server sent it, "" when none */
-    long long last_modified;      /* seconds since the epoch, 0 when unknown */
-    int is_prefix;                /* 1 for a common prefix ("directory") in ls output */
+    char *url;               /* "s3://bucket/key", "https://...", "/path"; owned */
+    char *key;               /* key within the bucket (or path); owned */
+    unsigned long long size; /* bytes; SF_SIZE_UNKNOWN when not known */
+    char etag[128];          /* quoted as the server sent it, "" when none */
+    long long last_modified; /* seconds since the epoch, 0 when unknown */
+    int is_prefix;           /* 1 for a common prefix ("directory") in ls output */
 };
 #define SF_SIZE_UNKNOWN (~0ULL)
 
@@ -243,14 +243,14 @@ struct sf_fetch;
 
 /* Progress snapshot. */
 struct sf_fetch_progress {
-    unsigned long long total;      /* bytes this fetch will deliver; SF_SIZE_UNKNOWN until known */
+    unsigned long long total;       /* bytes this fetch will deliver; SF_SIZE_UNKNOWN until known */
     unsigned long long object_size; /* size of the whole object; SF_SIZE_UNKNOWN until known */
-    unsigned long long contiguous; /* bytes [0, contiguous) of the destination are final */
-    unsigned long long received;   /* bytes written so far, in any order */
-    unsigned requests;             /* HTTP requests sent, retries included */
+    unsigned long long contiguous;  /* bytes [0, contiguous) of the destination are final */
+    unsigned long long received;    /* bytes written so far, in any order */
+    unsigned requests;              /* HTTP requests sent, retries included */
     unsigned retries;
-    int done;                      /* 1 when finished, successfully or not */
-    sf_status status;              /* SF_OK while running or when done without error */
+    int done;         /* 1 when finished, successfully or not */
+    sf_status status; /* SF_OK while running or when done without error */
 };
 
 /*
@@ -291,9 +291,9 @@ struct sf_s3_stats {
     unsigned long long bytes_received; /* body bytes written to destinations */
     unsigned long long objects_done;
     unsigned long long objects_failed;
-    unsigned concurrency_limit;        /* the current in-flight cap (lowered on throttling) */
-    unsigned retry_tokens;             /* what is left of the retry quota */
-    unsigned connections;              /* connections opened (keep-alive reuse shows here) */
+    unsigned concurrency_limit; /* the current in-flight cap (lowered on throttling) */
+    unsigned retry_tokens;      /* what is left of the retry quota */
+    unsigned connections;       /* connections opened (keep-alive reuse shows here) */
 };
 SF_API void sf_s3_get_stats(struct sf_s3 *s3, struct sf_s3_stats *out);
 

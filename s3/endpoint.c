@@ -45,8 +45,8 @@ void sf__locator_free(struct sf__locator *l)
     memset(l, 0, sizeof(*l));
 }
 
-__attribute__((format(printf, 4, 5))) static sf_status fail(char *err, size_t err_len,
-                                                           sf_status st, const char *fmt, ...)
+__attribute__((format(printf, 4, 5))) static sf_status fail(char *err, size_t err_len, sf_status st,
+                                                            const char *fmt, ...)
 {
     if (err && err_len) {
         va_list ap;
@@ -166,8 +166,8 @@ sf_status sf__endpoint_init(struct sf__endpoint *e, const char *endpoint_url, co
         e->authority = strdup(host);
         e->base_path = strdup("");
         e->is_aws = 1;
-        e->addressing = addressing == SF_ADDRESSING_PATH ? SF_ADDRESSING_PATH
-                                                         : SF_ADDRESSING_VIRTUAL;
+        e->addressing =
+            addressing == SF_ADDRESSING_PATH ? SF_ADDRESSING_PATH : SF_ADDRESSING_VIRTUAL;
     } else {
         const char *sep = strstr(endpoint_url, "://");
         size_t sn = sep ? (size_t)(sep - endpoint_url) : 0;

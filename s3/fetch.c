@@ -17,12 +17,22 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_ERROR_BODY   (64u * 1024)
-#define EASY_BUFFER_SIZE (512L * 1024)
-#define THROTTLE_WINDOW_NS (250ull * 1000 * 1000)
+#define MAX_ERROR_BODY     (64u * 1024)
+#define EASY_BUFFER_SIZE   (512L * 1024)
+#define SUCCESS_RING       4096 /* successes remembered for the 1 s rate estimate */
+#define RATE_BETA          0.7  /* new send rate = beta * measured rate, on throttling */
+#define RATE_UNLIMITED_RPS 5000.0
 
 enum xfer_state { X_IDLE = 0, X_WAITING, X_RUNNING, X_DONE };
-enum abort_reason { AB_NONE = 0, AB_STALL, AB_BAD_RESPONSE, AB_OVERFLOW, AB_IO, AB_LIMIT, AB_CHANGED };
+enum abort_reason {
+    AB_NONE = 0,
+    AB_STALL,
+    AB_BAD_RESPONSE,
+    AB_OVERFLOW,
+    AB_IO,
+    AB_LIMIT,
+    AB_CHANGED
+};
 
 struct call;
 
@@ -36,6 +46,7 @@ struct xfer {
     unsigned attempts;
     unsigned tokens_held; /* retry quota taken by this request's retries */
     uint64_t due_ns;
+    uint64_t start_ns; /* when the current attempt started */
     enum xfer_state state;
     struct xfer *next_wait;
     /* the attempt in progress */
@@ -139,6 +150,12 @@ struct sf__engine {
     unsigned in_flight;
     double cwnd;
     uint64_t last_decrease_ns;
+    /* client-side rate limit, on only after throttling (send_rps 0 = off) */
+    double send_rps;
+    double bucket;
+    uint64_t bucket_ns;
+    uint64_t *successes; /* ring of success times, for the trailing-second rate */
+    size_t succ_head, succ_count;
     unsigned tokens;
     CURL **idle;
     size_t n_idle;
@@ -155,9 +172,8 @@ static uint64_t mono_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-__attribute__((format(printf, 3, 4))) static void elog(struct sf__engine *e,
-                                                       enum sf_log_level level, const char *fmt,
-                                                       ...)
+__attribute__((format(printf, 3, 4))) static void
+elog(struct sf__engine *e, enum sf_log_level level, const char *fmt, ...)
 {
     if (!e->cfg.log || level > e->cfg.log_level)
         return;
@@ -302,7 +318,8 @@ static sf_status fetch_layout(struct sf__engine *e, struct sf_fetch *f, uint64_t
         }
         if (!f->buf) {
             if (total > e->cfg.max_object_bytes) {
-                snprintf(msg, msg_len, "%s: %" PRIu64 " bytes exceed max_object_bytes (%" PRIu64 ")",
+                snprintf(msg, msg_len,
+                         "%s: %" PRIu64 " bytes exceed max_object_bytes (%" PRIu64 ")",
                          f->loc.display, total, e->cfg.max_object_bytes);
                 return SF_ERR_LIMIT;
             }
@@ -434,14 +451,12 @@ static void headers_complete(struct xfer *x)
     }
     uint64_t want_first = x->first + x->got;
     if (x->cr_first != want_first) {
-        set_abort(x, AB_BAD_RESPONSE,
-                  "Content-Range starts at %" PRIu64 ", requested %" PRIu64, x->cr_first,
-                  want_first);
+        set_abort(x, AB_BAD_RESPONSE, "Content-Range starts at %" PRIu64 ", requested %" PRIu64,
+                  x->cr_first, want_first);
         return;
     }
     if (f->etag_expected[0] && x->etag[0] && strcmp(x->etag, f->etag_expected) != 0) {
-        set_abort(x, AB_CHANGED, "ETag %s differs from %s seen before", x->etag,
-                  f->etag_expected);
+        set_abort(x, AB_CHANGED, "ETag %s differs from %s seen before", x->etag, f->etag_expected);
         return;
     }
     if (!f->etag_expected[0] && x->etag[0]) {
@@ -564,8 +579,7 @@ static size_t on_write(char *data, size_t size, size_t nmemb, void *ud)
     if (f->fd >= 0) {
         size_t done = 0;
         while (done < n) {
-            ssize_t w = pwrite(f->fd, data + done, n - done,
-                               (off_t)(f->file_offset + dest + done));
+            ssize_t w = pwrite(f->fd, data + done, n - done, (off_t)(f->file_offset + dest + done));
             if (w < 0 && errno == EINTR)
                 continue;
             if (w <= 0) {
@@ -743,6 +757,7 @@ static sf_status attempt_start(struct sf__engine *e, struct xfer *x)
         return SF_ERR_INTERNAL;
     }
     x->attempts++;
+    x->start_ns = mono_ns();
     x->state = X_RUNNING;
     e->in_flight++;
     pthread_mutex_lock(&e->lock);
@@ -844,18 +859,50 @@ static void fail_xfer(struct sf__engine *e, struct xfer *x, sf_status st, const 
     }
 }
 
-static void throttle_decrease(struct sf__engine *e)
+/* Successful answers in the last second (at most SUCCESS_RING). */
+static size_t successes_last_second(struct sf__engine *e, uint64_t now)
+{
+    while (e->succ_count > 0) {
+        size_t oldest = (e->succ_head + SUCCESS_RING - e->succ_count) % SUCCESS_RING;
+        if (now - e->successes[oldest] <= 1000000000ull)
+            break;
+        e->succ_count--;
+    }
+    return e->succ_count;
+}
+
+static void publish_limits(struct sf__engine *e)
+{
+    pthread_mutex_lock(&e->lock);
+    e->stats.concurrency_limit = (unsigned)e->cwnd;
+    e->stats.retry_tokens = e->tokens;
+    pthread_mutex_unlock(&e->lock);
+}
+
+/*
+ * A throttling answer: halve the in-flight window and cap the request rate
+ * at RATE_BETA times what the server has been accepting over the last
+ * second. Once per generation: only an answer to a request started after
+ * the last decrease counts, so one burst of 503s decreases once.
+ */
+static void throttle_decrease(struct sf__engine *e, const struct xfer *x)
 {
     uint64_t now = mono_ns();
-    if (now - e->last_decrease_ns < THROTTLE_WINDOW_NS)
+    if (x->start_ns < e->last_decrease_ns)
         return;
     e->last_decrease_ns = now;
     double before = e->cwnd;
     e->cwnd = e->cwnd / 2 < 1 ? 1 : e->cwnd / 2;
-    elog(e, SF_LOG_INFO, "throttled: in-flight limit %.0f -> %.0f", before, e->cwnd);
-    pthread_mutex_lock(&e->lock);
-    e->stats.concurrency_limit = (unsigned)e->cwnd;
-    pthread_mutex_unlock(&e->lock);
+    double measured = (double)successes_last_second(e, now);
+    if (e->send_rps > 0 && e->send_rps < measured)
+        measured = e->send_rps;
+    double rps = RATE_BETA * measured;
+    e->send_rps = rps < 1 ? 1 : rps;
+    e->bucket = 0;
+    e->bucket_ns = now;
+    elog(e, SF_LOG_INFO, "throttled: in-flight limit %.0f -> %.0f, request rate %.1f/s", before,
+         e->cwnd, e->send_rps);
+    publish_limits(e);
 }
 
 static void success_credit(struct sf__engine *e, struct xfer *x)
@@ -863,15 +910,40 @@ static void success_credit(struct sf__engine *e, struct xfer *x)
     unsigned refund = x->tokens_held ? x->tokens_held : 1;
     e->tokens = e->tokens + refund > e->cfg.retry_quota ? e->cfg.retry_quota : e->tokens + refund;
     x->tokens_held = 0;
+    uint64_t now = mono_ns();
+    e->successes[e->succ_head] = now;
+    e->succ_head = (e->succ_head + 1) % SUCCESS_RING;
+    if (e->succ_count < SUCCESS_RING)
+        e->succ_count++;
+    /* grow back slowly: the window by one per window of successes, the
+     * rate by about one request/s per second */
     if (e->cwnd < e->cfg.concurrency) {
         e->cwnd += 1.0 / e->cwnd;
         if (e->cwnd > e->cfg.concurrency)
             e->cwnd = e->cfg.concurrency;
     }
-    pthread_mutex_lock(&e->lock);
-    e->stats.concurrency_limit = (unsigned)e->cwnd;
-    e->stats.retry_tokens = e->tokens;
-    pthread_mutex_unlock(&e->lock);
+    if (e->send_rps > 0) {
+        e->send_rps += 1.0 / e->send_rps;
+        if (e->send_rps > RATE_UNLIMITED_RPS)
+            e->send_rps = 0;
+    }
+    publish_limits(e);
+}
+
+/* The rate limiter lets one more request start now. */
+static int rate_allows(struct sf__engine *e, uint64_t now)
+{
+    if (e->send_rps <= 0)
+        return 1;
+    double cap = e->send_rps / 10 < 1 ? 1 : e->send_rps / 10;
+    e->bucket += (double)(now - e->bucket_ns) / 1e9 * e->send_rps;
+    e->bucket_ns = now;
+    if (e->bucket > cap)
+        e->bucket = cap;
+    if (e->bucket < 1)
+        return 0;
+    e->bucket -= 1;
+    return 1;
 }
 
 /* Decides whether a failed attempt is tried again; schedules it or fails. */
@@ -907,7 +979,7 @@ static void retry_or_fail(struct sf__engine *e, struct xfer *x, sf_status st, in
     x->tokens_held += cost;
     unsigned base = retry == 2 ? e->cfg.throttle_base_ms : e->cfg.retry_base_ms;
     if (retry == 2) {
-        throttle_decrease(e);
+        throttle_decrease(e, x);
         pthread_mutex_lock(&e->lock);
         e->stats.throttled++;
         pthread_mutex_unlock(&e->lock);
@@ -970,9 +1042,15 @@ static void attempt_done(struct sf__engine *e, struct xfer *x, CURLcode code)
     if (x->abort != AB_NONE) {
         snprintf(why, sizeof(why), "%s", x->abort_msg);
         switch (x->abort) {
-        case AB_STALL: st = SF_ERR_TIMEOUT; retry = 1; break;
+        case AB_STALL:
+            st = SF_ERR_TIMEOUT;
+            retry = 1;
+            break;
         case AB_BAD_RESPONSE:
-        case AB_OVERFLOW: st = SF_ERR_HTTP; retry = 1; break;
+        case AB_OVERFLOW:
+            st = SF_ERR_HTTP;
+            retry = 1;
+            break;
         case AB_CHANGED: st = SF_ERR_CHANGED; break;
         case AB_LIMIT: st = SF_ERR_LIMIT; break;
         case AB_IO: st = SF_ERR_IO; break;
@@ -997,8 +1075,8 @@ static void attempt_done(struct sf__engine *e, struct xfer *x, CURLcode code)
             snprintf(why + strlen(why), sizeof(why) - strlen(why),
                      " (the object changed while it was read: ETag %s no longer matches)",
                      x->f ? x->f->etag_expected : "");
-        if (x->f && x->f->n_ranges == 0 && x->status == 416 && x->f->offset == 0 &&
-            x->got == 0 && x->f->length != 0) {
+        if (x->f && x->f->n_ranges == 0 && x->status == 416 && x->f->offset == 0 && x->got == 0 &&
+            x->f->length != 0) {
             /* a Range on an empty object is unsatisfiable: it is empty */
             char msg[512];
             attempt_release(e, x);
@@ -1021,14 +1099,23 @@ static void attempt_done(struct sf__engine *e, struct xfer *x, CURLcode code)
         case CURLE_SSL_CERTPROBLEM:
         case CURLE_UNSUPPORTED_PROTOCOL:
         case CURLE_URL_MALFORMAT:
-        case CURLE_TOO_MANY_REDIRECTS: st = SF_ERR_NETWORK; retry = 0; break;
-        case CURLE_OPERATION_TIMEDOUT: st = SF_ERR_TIMEOUT; retry = 1; break;
-        default: st = SF_ERR_NETWORK; retry = 1; break;
+        case CURLE_TOO_MANY_REDIRECTS:
+            st = SF_ERR_NETWORK;
+            retry = 0;
+            break;
+        case CURLE_OPERATION_TIMEDOUT:
+            st = SF_ERR_TIMEOUT;
+            retry = 1;
+            break;
+        default:
+            st = SF_ERR_NETWORK;
+            retry = 1;
+            break;
         }
     } else if (x->f) {
         if (x->got < xfer_len(x)) {
-            snprintf(why, sizeof(why), "short body: %" PRIu64 " of %" PRIu64 " bytes",
-                     x->got, xfer_len(x));
+            snprintf(why, sizeof(why), "short body: %" PRIu64 " of %" PRIu64 " bytes", x->got,
+                     xfer_len(x));
             st = SF_ERR_NETWORK;
             retry = 1;
         }
@@ -1081,6 +1168,8 @@ static void schedule(struct sf__engine *e)
     for (struct xfer **pp = &e->waiting; *pp && e->in_flight < limit;) {
         struct xfer *x = *pp;
         if (x->due_ns <= now) {
+            if (!rate_allows(e, now))
+                return;
             *pp = x->next_wait;
             x->next_wait = NULL;
             start_or_fail(e, x);
@@ -1095,11 +1184,15 @@ static void schedule(struct sf__engine *e)
         struct sf_fetch *next = f->next_active;
         if (f->n_ranges == 0) {
             if (f->next_start == 0) {
+                if (!rate_allows(e, now))
+                    return;
                 f->next_start = 1;
                 start_or_fail(e, &f->head);
             }
         } else {
             while (f->next_start < f->n_ranges && e->in_flight < limit && !f->finished) {
+                if (!rate_allows(e, now))
+                    return;
                 struct xfer *x = range_at(f, f->next_start++);
                 if (x->state == X_IDLE && x->got < xfer_len(x))
                     start_or_fail(e, x);
@@ -1113,6 +1206,11 @@ static int next_timeout_ms(struct sf__engine *e)
 {
     uint64_t now = mono_ns();
     int t = 1000;
+    if (e->send_rps > 0 && e->bucket < 1) {
+        int ms = (int)((1 - e->bucket) / e->send_rps * 1000) + 1;
+        if (ms < t)
+            t = ms;
+    }
     for (struct xfer *x = e->waiting; x; x = x->next_wait) {
         if (x->due_ns <= now)
             return 0;
@@ -1234,9 +1332,10 @@ sf_status sf__engine_new(const struct sf__engine_config *c, struct sf__engine **
     if (!e->rng)
         e->rng = 0x9E3779B97F4A7C15ull;
     e->idle = calloc((size_t)e->cfg.concurrency * 2 + 4, sizeof(CURL *));
+    e->successes = calloc(SUCCESS_RING, sizeof(*e->successes));
     pthread_mutex_init(&e->lock, NULL);
     e->multi = curl_multi_init();
-    if (!e->idle || !e->multi) {
+    if (!e->idle || !e->multi || !e->successes) {
         sf__engine_destroy(e);
         return SF_ERR_NO_MEMORY;
     }
@@ -1269,6 +1368,7 @@ void sf__engine_destroy(struct sf__engine *e)
     for (size_t i = 0; i < e->n_idle; i++)
         curl_easy_cleanup(e->idle[i]);
     free(e->idle);
+    free(e->successes);
     if (e->multi)
         curl_multi_cleanup(e->multi);
     pthread_mutex_destroy(&e->lock);
@@ -1413,8 +1513,8 @@ sf_status sf__engine_fetch(struct sf__engine *e, const struct sf__locator *loc,
     return SF_OK;
 }
 
-sf_status sf__fetch_new_done(const struct sf_fetch_options *o, uint64_t object_size,
-                             uint64_t total, sf_status st, const char *msg, void *owned_buffer,
+sf_status sf__fetch_new_done(const struct sf_fetch_options *o, uint64_t object_size, uint64_t total,
+                             sf_status st, const char *msg, void *owned_buffer,
                              struct sf_fetch **out)
 {
     struct sf_fetch *f = fetch_alloc(o);

@@ -94,8 +94,8 @@ sf_status sf__engine_fetch(struct sf__engine *e, const struct sf__locator *loc,
                            size_t err_len);
 
 /* A fetch that is already finished (local files): status and message given. */
-sf_status sf__fetch_new_done(const struct sf_fetch_options *o, uint64_t object_size,
-                             uint64_t total, sf_status st, const char *msg, void *owned_buffer,
+sf_status sf__fetch_new_done(const struct sf_fetch_options *o, uint64_t object_size, uint64_t total,
+                             sf_status st, const char *msg, void *owned_buffer,
                              struct sf_fetch **out);
 
 void sf__engine_stats(struct sf__engine *e, struct sf_s3_stats *out);

@@ -25,9 +25,10 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
-#define MAX_LIST_BODY   (16u << 20)
+#define MAX_LIST_BODY       (16u << 20)
 #define DEFAULT_MAX_OBJECTS ((size_t)10 * 1000 * 1000)
 
 struct sf_s3 {
@@ -172,8 +173,8 @@ static sf_status prepare(void *user, const struct sf__req_spec *spec, char **url
         size_t n_extra = 0;
         struct sf__sigv4_result res;
         memset(&res, 0, sizeof(res));
-        st = sf__sigv4_sign_request(&signer, &req, spec->sign_time, amz_date, extra, &n_extra,
-                                    &res);
+        st =
+            sf__sigv4_sign_request(&signer, &req, spec->sign_time, amz_date, extra, &n_extra, &res);
         for (size_t i = 0; st == SF_OK && i < n_extra; i++)
             st = add_header(headers, extra[i].name, extra[i].value);
         if (st == SF_OK)
@@ -196,6 +197,20 @@ static void invalidate(void *user)
 {
     struct sf_s3 *s3 = user;
     sf__cred_chain_invalidate(s3->creds);
+}
+
+/* Resolves (or refreshes) credentials on the caller's thread, so the I/O
+ * thread rarely waits for IMDS or a container endpoint while signing, and a
+ * missing credential fails at once with the chain's explanation. */
+static sf_status ensure_creds(struct sf_s3 *s3, const char *display)
+{
+    struct sf__credentials cr;
+    char err[768] = "";
+    sf_status st = sf__cred_chain_get(s3->creds, time(NULL), &cr, err, sizeof(err));
+    memset(&cr, 0, sizeof(cr));
+    if (st != SF_OK)
+        set_err(s3, st, "%s: %s", display, err);
+    return st;
 }
 
 /* ------------------------------------------------------------ new / destroy */
@@ -252,16 +267,17 @@ SF_API sf_status sf_s3_new(const struct sf_s3_options *o, struct sf_s3 **out, ch
     if (!o->endpoint_url || !o->region || !o->ca_bundle || o->addressing == SF_ADDRESSING_AUTO)
         st = sf__aws_profile_load(o->profile, &prof, err, err_len);
     if (st == SF_OK) {
-        const char *ep = o->endpoint_url ? o->endpoint_url
+        const char *ep = o->endpoint_url                       ? o->endpoint_url
                          : env_nonempty("AWS_ENDPOINT_URL_S3") ? env_nonempty("AWS_ENDPOINT_URL_S3")
                          : env_nonempty("AWS_ENDPOINT_URL")    ? env_nonempty("AWS_ENDPOINT_URL")
                                                                : prof.endpoint_url;
-        const char *region = o->region                      ? o->region
-                             : env_nonempty("AWS_REGION")         ? env_nonempty("AWS_REGION")
-                             : env_nonempty("AWS_DEFAULT_REGION") ? env_nonempty("AWS_DEFAULT_REGION")
-                             : prof.region                        ? prof.region
-                                                                  : "us-east-1";
-        const char *ca = o->ca_bundle                  ? o->ca_bundle
+        const char *region = o->region                    ? o->region
+                             : env_nonempty("AWS_REGION") ? env_nonempty("AWS_REGION")
+                             : env_nonempty("AWS_DEFAULT_REGION")
+                                 ? env_nonempty("AWS_DEFAULT_REGION")
+                             : prof.region ? prof.region
+                                           : "us-east-1";
+        const char *ca = o->ca_bundle                    ? o->ca_bundle
                          : env_nonempty("AWS_CA_BUNDLE") ? env_nonempty("AWS_CA_BUNDLE")
                                                          : prof.ca_bundle;
         enum sf_addressing addressing = o->addressing;
@@ -282,8 +298,7 @@ SF_API sf_status sf_s3_new(const struct sf_s3_options *o, struct sf_s3 **out, ch
     }
     sf__aws_profile_free(&prof);
     if (st == SF_OK && s3->ca_bundle && access(s3->ca_bundle, R_OK) != 0) {
-        snprintf(err, err_len, "CA bundle '%s' cannot be read: %s", s3->ca_bundle,
-                 strerror(errno));
+        snprintf(err, err_len, "CA bundle '%s' cannot be read: %s", s3->ca_bundle, strerror(errno));
         st = SF_ERR_INVALID_ARGUMENT;
     }
     if (st == SF_OK) {
@@ -477,6 +492,10 @@ SF_API sf_status sf_s3_stat(struct sf_s3 *s3, const char *url, struct sf_object_
         sf__locator_free(&loc);
         return set_err(s3, SF_ERR_INVALID_ARGUMENT, "%s: stat needs s3://bucket/key", url);
     }
+    if ((st = ensure_creds(s3, loc.display)) != SF_OK) {
+        sf__locator_free(&loc);
+        return st;
+    }
     struct sf__response r;
     st = sf__engine_call(s3->engine, "HEAD", &loc, NULL, 1024, &r);
     if (st != SF_OK) {
@@ -558,8 +577,7 @@ static sf_status list_objects(struct sf_s3 *s3, const struct sf__locator *loc, i
             break;
         }
         struct sf__response r;
-        st = sf__engine_call(s3->engine, "GET", &bucket_loc, sf__strbuf_str(&q), MAX_LIST_BODY,
-                             &r);
+        st = sf__engine_call(s3->engine, "GET", &bucket_loc, sf__strbuf_str(&q), MAX_LIST_BODY, &r);
         sf__strbuf_free(&q);
         if (st != SF_OK) {
             set_err(s3, st, "%s", r.errmsg);
@@ -578,8 +596,8 @@ static sf_status list_objects(struct sf_s3 *s3, const struct sf__locator *loc, i
             break;
         }
         for (size_t i = 0; st == SF_OK && i < page.n_prefixes; i++)
-            st = list_push(l, max, s3_url(loc->bucket, page.prefixes[i]),
-                           strdup(page.prefixes[i]), 0, "", 0, 1);
+            st = list_push(l, max, s3_url(loc->bucket, page.prefixes[i]), strdup(page.prefixes[i]),
+                           0, "", 0, 1);
         for (size_t i = 0; st == SF_OK && i < page.n_entries; i++) {
             const struct sf__list_entry *en = &page.entries[i];
             size_t kl = strlen(en->key);
@@ -592,8 +610,7 @@ static sf_status list_objects(struct sf_s3 *s3, const struct sf__locator *loc, i
         token = NULL;
         if (st == SF_OK && page.is_truncated) {
             if (!page.next_token || !*page.next_token)
-                st = set_err(s3, SF_ERR_PARSE,
-                             "%s: truncated listing without a continuation token",
+                st = set_err(s3, SF_ERR_PARSE, "%s: truncated listing without a continuation token",
                              loc->display);
             else
                 token = strdup(page.next_token);
@@ -631,10 +648,12 @@ SF_API sf_status sf_s3_list(struct sf_s3 *s3, const char *url, int flags, size_t
     }
     if (loc.kind != SF__LOC_S3)
         st = set_err(s3, SF_ERR_UNSUPPORTED, "%s: only s3:// URLs can be listed", url);
-    else if (!*loc.bucket)
-        st = list_buckets(s3, &loc, max_objects, l);
-    else
-        st = list_objects(s3, &loc, flags & SF_LIST_RECURSIVE, 0, max_objects, l);
+    else if ((st = ensure_creds(s3, loc.display)) == SF_OK) {
+        if (!*loc.bucket)
+            st = list_buckets(s3, &loc, max_objects, l);
+        else
+            st = list_objects(s3, &loc, flags & SF_LIST_RECURSIVE, 0, max_objects, l);
+    }
     sf__locator_free(&loc);
     if (st != SF_OK) {
         sf_object_list_destroy(l);
@@ -660,8 +679,7 @@ static sf_status walk_dir(struct sf_s3 *s3, const char *dir, int depth, size_t m
     DIR *d = opendir(dir);
     if (!d) {
         int e = errno;
-        return set_err(s3, e == ENOENT ? SF_ERR_NOT_FOUND : SF_ERR_IO, "%s: %s", dir,
-                       strerror(e));
+        return set_err(s3, e == ENOENT ? SF_ERR_NOT_FOUND : SF_ERR_IO, "%s: %s", dir, strerror(e));
     }
     sf_status st = SF_OK;
     struct dirent *de;
@@ -706,7 +724,9 @@ static sf_status expand_one(struct sf_s3 *s3, const char *source, size_t max,
             st = set_err(s3, SF_ERR_INVALID_ARGUMENT, "%s: name a bucket", source);
         else if (kl == 0 || loc.key[kl - 1] == '/') {
             size_t before = l->n;
-            st = list_objects(s3, &loc, 1, 1, max, l);
+            st = ensure_creds(s3, loc.display);
+            if (st == SF_OK)
+                st = list_objects(s3, &loc, 1, 1, max, l);
             if (st == SF_OK && l->n == before)
                 st = set_err(s3, SF_ERR_NOT_FOUND, "%s: no objects under this prefix", source);
         } else
@@ -767,8 +787,8 @@ SF_API sf_status sf_s3_expand(struct sf_s3 *s3, const char *source, size_t max_o
             if (loc.kind == SF__LOC_S3 && (kl == 0 || loc.key[kl - 1] == '/'))
                 st = expand_one(s3, v[i], max_objects, l);
             else
-                st = list_push(l, max_objects, strdup(v[i]), strdup(loc.key), SF_SIZE_UNKNOWN,
-                               "", 0, 0);
+                st = list_push(l, max_objects, strdup(v[i]), strdup(loc.key), SF_SIZE_UNKNOWN, "",
+                               0, 0);
             sf__locator_free(&loc);
             if (st == SF_ERR_LIMIT)
                 set_err(s3, st, "%s: more than %zu objects", source, max_objects);
@@ -847,8 +867,8 @@ static sf_status read_local(struct sf_s3 *s3, const struct sf__locator *loc,
             if (!dst) {
                 size_t w = 0;
                 while (w < (size_t)r) {
-                    ssize_t k = pwrite(o->fd, tmp + w, (size_t)r - w,
-                                       (off_t)(o->file_offset + done + w));
+                    ssize_t k =
+                        pwrite(o->fd, tmp + w, (size_t)r - w, (off_t)(o->file_offset + done + w));
                     if (k < 0 && errno == EINTR)
                         continue;
                     if (k <= 0) {
@@ -897,6 +917,10 @@ SF_API sf_status sf_fetch_start(struct sf_s3 *s3, const char *url, const struct 
         st = read_local(s3, &loc, o, out);
         sf__locator_free(&loc);
         return st == SF_OK ? SF_OK : st;
+    }
+    if (loc.kind == SF__LOC_S3 && (st = ensure_creds(s3, loc.display)) != SF_OK) {
+        sf__locator_free(&loc);
+        return st;
     }
     st = sf__engine_fetch(s3->engine, &loc, o, out, err, sizeof(err));
     if (st != SF_OK)

@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define EXIT_USAGE 2
+#define EXIT_USAGE       2
 #define MAX_OPEN_FETCHES 64
 
 static void usage(FILE *f)
@@ -368,8 +368,8 @@ static int cmd_stat(struct cli *c)
 
 struct job {
     const struct sf_object_info *in;
-    char *dest;     /* final path, NULL for stdout */
-    char *tmp;      /* temporary path, renamed into place on success */
+    char *dest; /* final path, NULL for stdout */
+    char *tmp;  /* temporary path, renamed into place on success */
     int fd;
     struct sf_fetch *f;
     double t0, t1;
@@ -463,8 +463,8 @@ static int job_finish(struct job *j)
  * the next window downloading while the previous one is written. Every
  * window after the first carries the first one's ETag as If-Match. */
 static int start_window(struct sf_s3 *s3, const char *url, unsigned char *buf,
-                        unsigned long long window, unsigned long long off,
-                        unsigned long long size, const char *etag, struct sf_fetch **f)
+                        unsigned long long window, unsigned long long off, unsigned long long size,
+                        const char *etag, struct sf_fetch **f)
 {
     struct sf_fetch_options fo;
     sf_fetch_options_init_default(&fo);
@@ -512,8 +512,8 @@ static int get_to_pipe(struct sf_s3 *s3, struct cli *c, const struct sf_object_i
         }
         unsigned long long next_off = off + p.total;
         int more = p.total > 0 && next_off < size;
-        if (more && start_window(s3, in->url, buf[cur ^ 1], window, next_off, size, etag,
-                                 &f[cur ^ 1]) != 0)
+        if (more &&
+            start_window(s3, in->url, buf[cur ^ 1], window, next_off, size, etag, &f[cur ^ 1]) != 0)
             rc = -1;
         if (p.total && fwrite(buf[cur], 1, p.total, stdout) != p.total) {
             errorf("stdout: %s", strerror(errno));

@@ -1,1 +1,1172 @@
+/* The fetch engine (sf_fetch_*), driven against the mock S3 server: every
+ * test starts its own server on a free port with a fresh root and stops it.
+ * Faults are forced through the mock's admin endpoints and counted with its
+ * exact statistics, so attempt counts are asserted exactly. */
+#include "shardfeed.h"
+#include "support/mock_proc.h"
+#include "support/test_cert.h"
+
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
+#include <curl/curl.h>
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define KiB 1024ull
+#define MiB (1024ull * 1024)
+
+static struct mock_proc srv;
+static char *tmp;      /* holds root/ and scratch files */
+static char root[600]; /* the mock's root: bucket "bucket" in it */
+static char base[80];  /* "http://127.0.0.1:PORT" or https:// */
+static struct sf_s3 *s3;
+static char cert_file[700], key_file[700];
+
+/* ------------------------------------------------------------ environment */
+
+/* No ambient AWS configuration may leak into a test. */
+static void clean_env(void)
+{
+    static const char *const vars[] = {"AWS_PROFILE",
+                                       "AWS_REGION",
+                                       "AWS_DEFAULT_REGION",
+                                       "AWS_ENDPOINT_URL",
+                                       "AWS_ENDPOINT_URL_S3",
+                                       "AWS_ACCESS_KEY_ID",
+                                       "AWS_SECRET_ACCESS_KEY",
+                                       "AWS_SESSION_TOKEN",
+                                       "AWS_CA_BUNDLE",
+                                       "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+                                       "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+                                       "AWS_WEB_IDENTITY_TOKEN_FILE",
+                                       "AWS_ROLE_ARN"};
+    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
+        unsetenv(vars[i]);
+    setenv("AWS_EC2_METADATA_DISABLED", "true", 1);
+    char path[700];
+    snprintf(path, sizeof(path), "%s/no-aws-config", tmp);
+    setenv("AWS_CONFIG_FILE", path, 1);
+    snprintf(path, sizeof(path), "%s/no-aws-credentials", tmp);
+    setenv("AWS_SHARED_CREDENTIALS_FILE", path, 1);
+}
+
+static void make_root(void)
+{
+    tmp = test_tmpdir();
+    cr_assert(tmp);
+    clean_env();
+    snprintf(root, sizeof(root), "%s/root", tmp);
+    cr_assert(mkdir(root, 0755) == 0);
+    char path[700];
+    snprintf(path, sizeof(path), "%s/bucket", root);
+    cr_assert(mkdir(path, 0755) == 0);
+}
+
+static void start_mock(const char *const *extra)
+{
+    make_root();
+    cr_assert(mock_proc_start(&srv, root, extra) == 0, "the mock server did not start");
+    snprintf(base, sizeof(base), "%s", srv.url);
+}
+
+/* mock_proc_start() only reads an http:// line: spawn the TLS server here. */
+static void start_mock_tls(void)
+{
+    make_root();
+    cr_assert(test_make_cert(tmp, cert_file, sizeof(cert_file), key_file, sizeof(key_file)) == 0);
+    const char *argv[] = {SF_MOCK_S3_BIN, "--root",  root,        "--port", "0", "--quiet",
+                          "--tls-cert",   cert_file, "--tls-key", key_file, NULL};
+    int fds[2];
+    cr_assert(pipe2(fds, O_CLOEXEC) == 0);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        dup2(fds[1], STDOUT_FILENO);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    close(fds[1]);
+    memset(&srv, 0, sizeof(srv));
+    srv.pid = pid;
+    char line[256];
+    size_t len = 0;
+    struct pollfd pfd = {fds[0], POLLIN, 0};
+    while (len < sizeof(line) - 1 && poll(&pfd, 1, 10000) > 0 && read(fds[0], line + len, 1) == 1 &&
+           line[len] != '\n')
+        len++;
+    line[len] = '\0';
+    close(fds[0]);
+    cr_assert(sscanf(line, "listening on https://127.0.0.1:%u", &srv.port) == 1, "first line: '%s'",
+              line);
+    snprintf(srv.url, sizeof(srv.url), "https://127.0.0.1:%u", srv.port);
+    snprintf(base, sizeof(base), "%s", srv.url);
+}
+
+static void teardown(void)
+{
+    sf_s3_destroy(s3);
+    s3 = NULL;
+    if (srv.pid > 0)
+        mock_proc_stop(&srv);
+    test_rmtree(tmp);
+    free(tmp);
+    tmp = NULL;
+}
+
+TestSuite(fetch, .fini = teardown, .timeout = 60);
+
+/* ------------------------------------------------------------ admin requests */
+
+struct body {
+    char *p;
+    size_t n;
+};
+
+static size_t collect(char *d, size_t s, size_t n, void *u)
+{
+    struct body *b = u;
+    char *p = realloc(b->p, b->n + s * n + 1);
+    if (!p)
+        return 0;
+    memcpy(p + b->n, d, s * n);
+    b->p = p;
+    b->n += s * n;
+    b->p[b->n] = '\0';
+    return s * n;
+}
+
+/* One unsigned request to the mock's plain-HTTP admin endpoints. */
+static long admin(const char *method, const char *path_query, const char *body, char **out)
+{
+    char url[1024];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%u%s", srv.port, path_query);
+    CURL *h = curl_easy_init();
+    cr_assert(h);
+    struct body b = {NULL, 0};
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, collect);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
+    if (body) {
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
+    } else if (!strcmp(method, "POST")) {
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, "");
+    }
+    long status = 0;
+    CURLcode rc = curl_easy_perform(h);
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+    curl_easy_cleanup(h);
+    cr_assert_eq(rc, CURLE_OK, "%s %s: %s", method, path_query, curl_easy_strerror(rc));
+    if (out)
+        *out = b.p;
+    else
+        free(b.p);
+    return status;
+}
+
+/* Queues fault F for the next count requests under bucket/key prefix. */
+static void queue_fault(const char *prefix, const char *fault, unsigned count)
+{
+    char q[512];
+    snprintf(q, sizeof(q), "/_mock/fault?prefix=%s&fault=%s&count=%u", prefix, fault, count);
+    char *body = NULL;
+    long st = admin("POST", q, NULL, &body);
+    cr_assert_eq(st, 200, "%s: %s", q, body ? body : "");
+    free(body);
+}
+
+static void set_rules(const char *text)
+{
+    char *body = NULL;
+    long st = admin("POST", "/_mock/faults", text, &body);
+    cr_assert_eq(st, 200, "rules '%s': %s", text, body ? body : "");
+    free(body);
+}
+
+static cJSON *mock_stats(void)
+{
+    char *body = NULL;
+    cr_assert_eq(admin("GET", "/_mock/stats", NULL, &body), 200);
+    cJSON *j = cJSON_Parse(body);
+    free(body);
+    cr_assert(j);
+    return j;
+}
+
+/* A number in the stats by path ("keys", "bucket/k", "status", "503"); 0 when absent. */
+static double jnum(const cJSON *j, const char *a, const char *b, const char *c, const char *d)
+{
+    const char *path[] = {a, b, c, d};
+    for (size_t i = 0; i < 4 && path[i] && j; i++)
+        j = cJSON_GetObjectItemCaseSensitive(j, path[i]);
+    return j && cJSON_IsNumber(j) ? j->valuedouble : 0;
+}
+
+/* ------------------------------------------------------------ data */
+
+static void sha256(const void *p, size_t n, unsigned char out[32])
+{
+    unsigned int len = 32;
+    cr_assert(EVP_Digest(p, n, out, &len, EVP_sha256(), NULL) == 1);
+}
+
+#define expect_same_bytes(got, want, n)                                                            \
+    do {                                                                                           \
+        unsigned char h1_[32], h2_[32];                                                            \
+        sha256((got), (n), h1_);                                                                   \
+        sha256((want), (n), h2_);                                                                  \
+        cr_expect(memcmp(h1_, h2_, 32) == 0, "SHA-256 of %zu fetched bytes differs", (size_t)(n)); \
+    } while (0)
+
+/* The mock's ETag of data: the quoted hex MD5. */
+static void md5_etag(const void *p, size_t n, char out[35])
+{
+    unsigned char d[16];
+    unsigned int len = 16;
+    cr_assert(EVP_Digest(p, n, d, &len, EVP_md5(), NULL) == 1);
+    out[0] = '"';
+    for (int i = 0; i < 16; i++)
+        snprintf(out + 1 + 2 * i, 3, "%02x", d[i]);
+    out[33] = '"';
+    out[34] = '\0';
+}
+
+/* Writes root/bucket/key with n pseudo-random bytes; returns them (malloc'd). */
+static unsigned char *put_object(const char *key, size_t n, unsigned seed)
+{
+    unsigned char *data = malloc(n ? n : 1);
+    cr_assert(data);
+    test_fill(data, n, seed);
+    char rel[700];
+    snprintf(rel, sizeof(rel), "bucket/%s", key);
+    cr_assert(test_write_file(root, rel, data, n) == 0);
+    return data;
+}
+
+/* ------------------------------------------------------------ client */
+
+static void opts_init(struct sf_s3_options *o)
+{
+    sf_s3_options_init_default(o);
+    o->endpoint_url = base;
+    o->access_key_id = "mock-access-key";
+    o->secret_access_key = "mock-secret-key";
+    o->concurrency = 4;
+    o->chunk_bytes = 1 * MiB;
+    o->retry_base_ms = 5;
+    o->throttle_base_ms = 5;
+    o->retry_cap_ms = 200;
+    o->stall_timeout_ms = 1000;
+    o->connect_timeout_ms = 5000;
+}
+
+static void client(const struct sf_s3_options *o)
+{
+    char err[512] = "";
+    sf_status st = sf_s3_new(o, &s3, err, sizeof(err));
+    cr_assert_eq(st, SF_OK, "sf_s3_new: %s: %s", sf_status_name(st), err);
+}
+
+static void default_client(void)
+{
+    struct sf_s3_options o;
+    opts_init(&o);
+    client(&o);
+}
+
+/* Starts and waits for the end of a fetch; the fetch is left in *f. */
+static sf_status fetch_sync(const char *url, const struct sf_fetch_options *o, struct sf_fetch **f,
+                            struct sf_fetch_progress *p)
+{
+    sf_status st = sf_fetch_start(s3, url, o, f);
+    if (st != SF_OK)
+        return st;
+    cr_assert(*f);
+    return sf_fetch_wait(*f, ~0ull, -1, p);
+}
+
+/* Fetches s3://bucket/key whole into engine memory and checks it against want. */
+static void expect_fetch_whole(const char *key, const unsigned char *want, size_t n,
+                               struct sf_fetch_progress *p)
+{
+    char url[700];
+    snprintf(url, sizeof(url), "s3://bucket/%s", key);
+    struct sf_fetch *f = NULL;
+    sf_status st = fetch_sync(url, NULL, &f, p);
+    cr_assert_eq(st, SF_OK, "%s: %s: %s", url, sf_status_name(st), f ? sf_fetch_errmsg(f) : "");
+    cr_assert(p->done);
+    cr_expect_eq(p->total, n);
+    cr_expect_eq(p->contiguous, n);
+    cr_expect_eq(p->received, n);
+    unsigned char *d = sf_fetch_data(f);
+    cr_assert(d, "no engine buffer");
+    expect_same_bytes(d, want, n);
+    sf_fetch_destroy(f);
+}
+
+/* ============================================================ destinations */
+
+Test(fetch, whole_object_into_engine_memory_with_unknown_size)
+{
+    start_mock(NULL);
+    default_client();
+    size_t n = 3 * MiB + 12345; /* not a multiple of the chunk */
+    unsigned char *want = put_object("whole.bin", n, 1);
+    struct sf_fetch *f = NULL;
+    struct sf_fetch_progress p;
+    cr_assert_eq(fetch_sync("s3://bucket/whole.bin", NULL, &f, &p), SF_OK, "%s",
+                 sf_fetch_errmsg(f));
+    cr_expect_eq(p.total, n);
+    cr_expect_eq(p.object_size, n);
+    cr_expect_eq(p.contiguous, n);
+    cr_expect_eq(p.received, n);
+    cr_expect_eq(p.requests, 4, "4 ranges of 1 MiB, the first one the probe");
+    cr_expect_eq(p.retries, 0);
+    cr_expect_eq(p.status, SF_OK);
+    expect_same_bytes(sf_fetch_data(f), want, n);
+    char etag[35];
+    md5_etag(want, n, etag);
+    cr_expect_str_eq(sf_fetch_etag(f), etag);
+    cr_expect_str_eq(sf_fetch_errmsg(f), "");
+    sf_fetch_destroy(f);
+
+    cJSON *j = mock_stats();
+    cr_expect_eq(jnum(j, "keys", "bucket/whole.bin", "operations", "GetObject"), 4);
+    cr_expect_eq(jnum(j, "keys", "bucket/whole.bin", "status", "206"), 4);
+    cr_expect_eq(jnum(j, "operations", "HeadObject", NULL, NULL), 0, "the probe is a GET");
+    cr_expect_eq(jnum(j, "bytes_sent", NULL, NULL, NULL), n, "every byte sent once");
+    cJSON_Delete(j);
+    struct sf_s3_stats s;
+    sf_s3_get_stats(s3, &s);
+    cr_expect_eq(s.requests, 4);
+    cr_expect_eq(s.bytes_received, n);
+    cr_expect_eq(s.objects_done, 1);
+    cr_expect_eq(s.objects_failed, 0);
+    free(want);
+}
+
+Test(fetch, into_a_caller_buffer_and_a_too_small_one)
+{
+    start_mock(NULL);
+    default_client();
+    size_t n = 2 * MiB + 7;
+    unsigned char *want = put_object("buf.bin", n, 2);
+    unsigned char *buf = malloc(n + 16);
+    cr_assert(buf);
+    memset(buf, 0xA5, n + 16);
+    struct sf_fetch_options o;
+    sf_fetch_options_init_default(&o);
+    o.buffer = buf;
+    o.buffer_bytes = n + 16;
+    struct sf_fetch *f = NULL;
+    struct sf_fetch_progress p;
+    cr_assert_eq(fetch_sync("s3://bucket/buf.bin", &o, &f, &p), SF_OK, "%s", sf_fetch_errmsg(f));
+    cr_expect_null(sf_fetch_data(f), "a caller destination is not engine memory");
+    cr_expect_eq(p.total, n);
+    expect_same_bytes(buf, want, n);
+    for (size_t i = n; i < n + 16; i++)
+        cr_expect_eq(buf[i], 0xA5, "byte %zu past the object was written", i);
+    sf_fetch_destroy(f);
+
+    /* one byte short */
+    o.buffer_bytes = n - 1;
+    sf_status st = fetch_sync("s3://bucket/buf.bin", &o, &f, &p);
+    cr_expect_eq(st, SF_ERR_LIMIT, "%s", sf_status_name(st));
+    cr_expect(strstr(sf_fetch_errmsg(f), "buffer"), "message: %s", sf_fetch_errmsg(f));
+    sf_fetch_destroy(f);
+    free(buf);
+    free(want);
+}
+
+Test(fetch, into_an_fd_at_a_file_offset)
+{
+    start_mock(NULL);
+    default_client();
+    size_t n = 2 * MiB + 333;
+    unsigned char *want = put_object("fd.bin", n, 3);
+    char path[700];
+    snprintf(path, sizeof(path), "%s/out.bin", tmp);
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    cr_assert(fd >= 0);
+    unsigned char lead[100];
+    memset(lead, 'L', sizeof(lead));
+    cr_assert(pwrite(fd, lead, sizeof(lead), 0) == (ssize_t)sizeof(lead));
+    struct sf_fetch_options o;
+    sf_fetch_options_init_default(&o);
+    o.fd = fd;
+    o.file_offset = 100;
+    struct sf_fetch *f = NULL;
+    struct sf_fetch_progress p;
+    cr_assert_eq(fetch_sync("s3://bucket/fd.bin", &o, &f, &p), SF_OK, "%s", sf_fetch_errmsg(f));
+    cr_expect_null(sf_fetch_data(f));
+    sf_fetch_destroy(f);
+    struct stat sb;
+    cr_assert(fstat(fd, &sb) == 0);
+    cr_expect_eq((size_t)sb.st_size, 100 + n);
+    unsigned char *got = malloc(n + 100);
+    cr_assert(got);
+    cr_assert(pread(fd, got, n + 100, 0) == (ssize_t)(n + 100));
+    cr_expect(memcmp(got, lead, 100) == 0, "bytes before file_offset were overwritten");
+    expect_same_bytes(got + 100, want, n);
+
+    /* a sub-range into the same file, at another offset */
+    o.offset = MiB - 10;
+    o.length = MiB + 20;
+    o.file_offset = 5;
+    cr_assert_eq(fetch_sync("s3://bucket/fd.bin", &o, &f, &p), SF_OK, "%s", sf_fetch_errmsg(f));
+    cr_expect_eq(p.total, MiB + 20);
+    sf_fetch_destroy(f);
+    cr_assert(pread(fd, got, MiB + 20, 5) == (ssize_t)(MiB + 20));
+    expect_same_bytes(got, want + MiB - 10, MiB + 20);
+    close(fd);
+    free(got);
+    free(want);
+}
+
+Test(fetch, offset_and_length_sub_ranges)
+{
+    start_mock(NULL);
+    default_client();
+    size_t n = 3 * MiB + 5;
+    unsigned char *want = put_object("sub.bin", n, 4);
+    char etag[35];
+    md5_etag(want, n, etag);
+    struct {
+        unsigned long long offset, length;
+        int known_size;
+    } cases[] = {
+        {0, 1, 0},
+        {1000, 1536 * KiB, 0},
+        {MiB - 1, 2, 0},              /* across a chunk boundary */
+        {MiB, MiB, 0},                /* exactly one aligned chunk */
+        {n - 10, SF_SIZE_UNKNOWN, 0}, /* to the end */
+        {n - 10, 1000, 0},            /* length past the end: clipped */
+        {12345, 2 * MiB + 1, 1},
+        {n - 1, SF_SIZE_UNKNOWN, 1},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct sf_fetch_options o;
+        sf_fetch_options_init_default(&o);
+        o.offset = cases[i].offset;
+        o.length = cases[i].length;
+        if (cases[i].known_size) {
+            o.size = n;
+            o.etag = etag;
+        }
+        unsigned long long end =
+            o.length == SF_SIZE_UNKNOWN || o.offset + o.length > n ? n : o.offset + o.length;
+        size_t len = (size_t)(end - o.offset);
+        struct sf_fetch *f = NULL;
+        struct sf_fetch_progress p;
+        sf_status st = fetch_sync("s3://bucket/sub.bin", &o, &f, &p);
+        cr_assert_eq(st, SF_OK, "case %zu: %s: %s", i, sf_status_name(st), sf_fetch_errmsg(f));
+        cr_expect_eq(p.total, len, "case %zu", i);
+        cr_expect_eq(p.object_size, n, "case %zu", i);
+        cr_expect_eq(p.contiguous, len, "case %zu", i);
+        unsigned char *d = sf_fetch_data(f);
+        cr_assert(d, "case %zu", i);
+        cr_expect(memcmp(d, want + o.offset, len) == 0, "case %zu: bytes differ", i);
+        sf_fetch_destroy(f);
+    }
+
+    /* offset past the end */
+    struct sf_fetch_options o;
+    sf_fetch_options_init_default(&o);
+    o.offset = n + 1;
+    struct sf_fetch *f = NULL;
+    struct sf_fetch_progress p;
+    sf_status st = fetch_sync("s3://bucket/sub.bin", &o, &f, &p);
+    cr_expect_eq(st, SF_ERR_RANGE, "%s: %s", sf_status_name(st), f ? sf_fetch_errmsg(f) : "");
+    sf_fetch_destroy(f);
+    free(want);
+}
+
+Test(fetch, small_and_empty_objects)
+{
+    start_mock(NULL);
+    struct sf_s3_options so;
+    opts_init(&so);
+    so.chunk_bytes = 256 * KiB;
+    client(&so);
+    size_t sizes[] = {0, 1, 1000, 256 * KiB - 1, 256 * KiB, 256 * KiB + 1, 3 * 256 * KiB + 17};
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        char key[64];
+        snprintf(key, sizeof(key), "small-%zu.bin", sizes[i]);
+        unsigned char *want = put_object(key, sizes[i], 10 + (unsigned)i);
+        struct sf_fetch_progress p;
+        expect_fetch_whole(key, want, sizes[i], &p);
+        cr_expect_eq(p.object_size, sizes[i], "size %zu", sizes[i]);
+        size_t chunks = sizes[i] == 0 ? 1 : (sizes[i] + 256 * KiB - 1) / (256 * KiB);
+        cr_expect_eq(p.requests, chunks, "size %zu: %u requests, want %zu", sizes[i], p.requests,
+                     chunks);
+        free(want);
+    }
+}
+
+Test(fetch, known_size_and_etag_from_a_listing)
+{
+    start_mock(NULL);
+    struct sf_s3_options so;
+    opts_init(&so);
+    so.chunk_bytes = 256 * KiB;
+    client(&so);
+    size_t sizes[] = {0, 1, 300 * KiB, 1 * MiB + 3};
+    unsigned char *want[4];
+    for (size_t i = 0; i < 4; i++) {
+        char key[64];
+        snprintf(key, sizeof(key), "ds/part-%zu.bin", i);
+        want[i] = put_object(key, sizes[i], 20 + (unsigned)i);
+    }
+    struct sf_object_list *l = NULL;
+    cr_assert_eq(sf_s3_expand(s3, "s3://bucket/ds/", 0, &l), SF_OK);
+    cr_assert_eq(sf_object_list_count(l), 4);
+    admin("POST", "/_mock/reset", NULL, NULL);
+    unsigned expected_gets = 0;
+    for (size_t i = 0; i < 4; i++) {
+        const struct sf_object_info *it = sf_object_list_get(l, i);
+        cr_assert_eq(it->size, sizes[i], "%s", it->key);
+        char etag[35];
+        md5_etag(want[i], sizes[i], etag);
+        cr_expect_str_eq(it->etag, etag);
+        struct sf_fetch_options o;
+        sf_fetch_options_init_default(&o);
+        o.size = it->size;
+        o.etag = it->etag;
+        struct sf_fetch *f = NULL;
+        struct sf_fetch_progress p;
+        sf_status st = fetch_sync(it->url, &o, &f, &p);
+        cr_assert_eq(st, SF_OK, "%s: %s", it->url, sf_fetch_errmsg(f));
+        cr_expect_eq(p.total, sizes[i]);
+        cr_expect_str_eq(sf_fetch_etag(f), etag);
+        unsigned chunks = (unsigned)((sizes[i] + 256 * KiB - 1) / (256 * KiB));
+        cr_expect_eq(p.requests, chunks, "%s: no probe when the size is known", it->url);
+        expected_gets += chunks;
+        cr_assert(sf_fetch_data(f));
+        expect_same_bytes(sf_fetch_data(f), want[i], sizes[i]);
+        sf_fetch_destroy(f);
+        free(want[i]);
+    }
+    cJSON *j = mock_stats();
+    cr_expect_eq(jnum(j, "operations", "GetObject", NULL, NULL), expected_gets,
+                 "an empty object of known size needs no request");
+    cr_expect_eq(jnum(j, "status", "412", NULL, NULL), 0, "If-Match with the listing's ETag holds");
+    cJSON_Delete(j);
+    sf_object_list_destroy(l);
+}
+
+/* ============================================================ faults and attempts */
+
+/* A single-chunk object: every request is one attempt of the same range. */
+static void expect_two_forced_errors_then_success(const char *fault)
+{
+    start_mock(NULL);
+    default_client();
+    size_t n = 100 * KiB;
+    unsigned char *want = put_object("flaky.bin", n, 30);
+    queue_fault("bucket/flaky.bin", fault, 2);
+    struct sf_fetch_progress p;
+    expect_fetch_whole("flaky.bin", want, n, &p);
+    cr_expect_eq(p.requests, 3, "%s: %u requests", fault, p.requests);
+    cr_expect_eq(p.retries, 2);
+    cJSON *j = mock_stats();
+    cr_expect_eq(jnum(j, "keys", "bucket/flaky.bin", "requests", NULL), 3);
+    cr_expect_eq(jnum(j, "keys", "bucket/flaky.bin", "status", fault), 2);
+    cr_expect_eq(jnum(j, "keys", "bucket/flaky.bin", "status", "206"), 1);
+    cJSON_Delete(j);
+    struct sf_s3_stats s;
+    sf_s3_get_stats(s3, &s);
+    cr_expect_eq(s.requests, 3);
+    cr_expect_eq(s.retries, 2);
+    cr_expect_eq(s.throttled, strcmp(fault, "503") == 0 ? 2 : 0, "%s", fault);
+    free(want);
+}
+
+Test(fetch, two_forced_503_then_success_is_three_requests)
+{
+    expect_two_forced_errors_then_success("503");
+}
+
+Test(fetch, two_forced_500_then_success_is_three_requests)
+{
+    expect_two_forced_errors_then_success("500");
+}
+
+Test(fetch, missing_key_fails_at_once_with_not_found)
+{
+    start_mock(NULL);
+    default_client();
+    struct sf_fetch *f = NULL;
+    struct sf_fetch_progress p;
+    sf_status st = fetch_sync("s3://bucket/no/such-key.bin", NULL, &f, &p);
+    cr_expect_eq(st, SF_ERR_NOT_FOUND, "%s", sf_status_name(st));
+    cr_expect_eq(p.status, SF_ERR_NOT_FOUND);
+    cr_expect(p.done);
+    cr_expect_eq(p.requests, 1);
+    cr_expect_eq(p.retries, 0);
+    cr_expect(strstr(sf_fetch_errmsg(f), "s3://bucket/no/such-key.bin"), "message: %s",
+              sf_fetch_errmsg(f));
+    cr_expect(strstr(sf_fetch_errmsg(f), "404"), "message: %s", sf_fetch_errmsg(f));
+    cr_expect(strstr(sf_fetch_errmsg(f), "NoSuchKey"), "message: %s", sf_fetch_errmsg(f));
+    sf_fetch_destroy(f);
+    cJSON *j = mock_stats();
+    cr_expect_eq(jnum(j, "requests", NULL, NULL, NULL), 1);
+    cJSON_Delete(j);
+    struct sf_s3_stats s;
+    sf_s3_get_stats(s3, &s);
+    cr_expect_eq(s.objects_failed, 1);
+}
+
+Test(fetch, wrong_secret_fails_at_once_without_leaking_it)
+{
+    start_mock(NULL);
+    put_object("k.bin", 1000, 31);
+    struct sf_s3_options o;
+    opts_init(&o);
+    o.secret_access_key = "wrong-secret-Zq7";
+    client(&o);
+    struct sf_fetch *f = NULL;
+    struct sf_fetch_progress p;
+    sf_status st = fetch_sync("s3://bucket/k.bin", NULL, &f, &p);
+    cr_expect(st == SF_ERR_SIGNATURE || st == SF_ERR_ACCESS_DENIED, "%s", sf_status_name(st));
+    cr_expect_eq(p.requests, 1);
+    const char *msg = sf_fetch_errmsg(f);
+    cr_expect(strstr(msg, "s3://bucket/k.bin") && strstr(msg, "403"), "message: %s", msg);
+    cr_expect_null(strstr(msg, "wrong-secret-Zq7"), "the secret is in the message: %s", msg);
+    cr_expect_null(strstr(msg, "mock-secret-key"), "message: %s", msg);
+    char buf[1024];
+    cr_expect_null(strstr(sf_s3_errmsg(s3, buf, sizeof(buf)), "wrong-secret-Zq7"));
+    sf_fetch_destroy(f);
+    cJSON *j = mock_stats();
+    cr_expect_eq(jnum(j, "requests", NULL, NULL, NULL), 1);
+    cr_expect_eq(jnum(j, "status", "403", NULL, NULL), 1);
+    cJSON_Delete(j);
+}
+
+/* The probe (first range, size unknown) is the first GET: it takes the queued fault. */
+Test(fetch, reset_mid_body_resumes_with_the_remaining_bytes)
+{
+    start_mock(NULL);
+    default_client();
+    size_t n = 2 * MiB + 512 * KiB;
+    size_t cut = 300000; /* inside the first 1 MiB range */
+    unsigned char *want = put_object("reset.bin", n, 32);
+    char fault[32];
+    snprintf(fault, sizeof(fault), "reset=%zu", cut);
+    queue_fault("bucket/reset.bin", fault, 1);
+    struct sf_fetch_progress p;
+    expect_fetch_whole("reset.bin", want, n, &p);
+    cr_expect_eq(p.retries, 1);
+    cr_expect_eq(p.requests, 4, "3 ranges and one retry");
+    cJSON *j = mock_stats();
+    cr_expect_eq(jnum(j, "faults", "reset", NULL, NULL), 1);
+    double sent = jnum(j, "bytes_sent", NULL, NULL, NULL);
+    /* the cut attempt sent `cut` bytes; a retry of the whole range would make
+     * the total n + cut, resuming makes it n + cut - (bytes received before the cut) */
+    cr_expect(sent >= (double)n && sent < (double)(n + cut),
+              "mock sent %.0f bytes for a %zu-byte object cut at %zu: the retry re-asked for "
+              "bytes it had",
+              sent, n, cut);
+    cJSON_Delete(j);
+    struct sf_s3_stats s;
+    sf_s3_get_stats(s3, &s);
+    cr_expect_eq(s.bytes_received, n, "every byte written exactly once");
+    free(want);
+}
+
+Test(fetch, stall_mid_body_is_aborted_and_resumed)
+{
+    start_mock(NULL);
+    struct sf_s3_options o;
+    opts_init(&o);
+    o.stall_timeout_ms = 500;
+    client(&o);
+    size_t n = 2 * MiB + 512 * KiB;
+    unsigned char *want = put_object("stall.bin", n, 33);
+    queue_fault("bucket/stall.bin", "stall=8000", 1); /* stalls after half of 1 MiB */
+    struct sf_fetch_progress p;
+    expect_fetch_whole("stall.bin", want, n, &p);
+    cr_expect_eq(p.retries, 1);
+    cJSON *j = mock_stats();
+    cr_expect_eq(jnum(j, "faults", "stall", NULL, NULL), 1);
+    double sent = jnum(j, "bytes_sent", NULL, NULL, NULL);
+    /* the stalled answer counts its whole 1 MiB; the retry asks for the rest of it */
+    cr_expect(sent >= (double)n && sent < (double)(n + MiB),
+              "mock sent %.0f bytes for a %zu-byte object: the retry re-asked for the whole "
+              "range",
+              sent, n);
+    cJSON_Delete(j);
+    struct sf_s3_stats s;
+    sf_s3_get_stats(s3, &s);
+    cr_expect_eq(s.bytes_received, n);
+    free(want);
+}
+
+static void expect_bad_answer_retried(const char *fault)
+{
+    start_mock(NULL);
+    default_client();
+    size_t n = 2 * MiB + 99;
+    unsigned char *want = put_object("bad.bin", n, 34);
+    queue_fault("bucket/bad.bin", fault, 1);
+    struct sf_fetch_progress p;
+    expect_fetch_whole("bad.bin", want, n, &p);
+    cr_expect_eq(p.retries, 1, "%s", fault);
+    cr_expect_eq(p.requests, 4, "%s", fault);
+    cJSON *j = mock_stats();
+    cr_expect_eq(jnum(j, "faults", fault, NULL, NULL), 1, "%s", fault);
+    cJSON_Delete(j);
+    free(want);
+}
+
+Test(fetch, a_200_instead_of_206_is_retried)
+{
+    expect_bad_answer_retried("no206");
+}
+
+Test(fetch, a_206_without_content_range_is_retried)
+{
+    expect_bad_answer_retried("no_content_range");
+}
+
+Test(fetch, etag_change_between_ranges_fails_with_changed)
+{
+    start_mock(NULL);
+    default_client();
+    size_t n = 3 * MiB;
+    unsigned char *want = put_object("chg.bin", n, 35);
+    set_rules("prefix=bucket/chg.bin,etag_change_after=1");
+    struct sf_fetch *f = NULL;
+    struct sf_fetch_progress p;
+    sf_status st = fetch_sync("s3://bucket/chg.bin", NULL, &f, &p);
+    cr_expect_eq(st, SF_ERR_CHANGED, "%s: %s", sf_status_name(st), sf_fetch_errmsg(f));
+    cr_expect(strstr(sf_fetch_errmsg(f), "changed"), "message: %s", sf_fetch_errmsg(f));
+    cr_expect(strstr(sf_fetch_errmsg(f), "s3://bucket/chg.bin"), "message: %s", sf_fetch_errmsg(f));
+    sf_fetch_destroy(f);
+    cJSON *j = mock_stats();
+    cr_expect_geq(jnum(j, "status", "412", NULL, NULL), 1);
+    cJSON_Delete(j);
+    struct sf_s3_stats s;
+    sf_s3_get_stats(s3, &s);
+    cr_expect_eq(s.objects_failed, 1);
+    cr_expect_eq(s.objects_done, 0);
+    free(want);
+}
+
+Test(fetch, etag_changed_since_the_listing_fails_with_changed)
+{
+    start_mock(NULL);
+    struct sf_s3_options so;
+    opts_init(&so);
+    so.concurrency = 1;
+    client(&so);
+    size_t n = 2 * MiB;
+    unsigned char *want = put_object("lst.bin", n, 36);
+    char etag[35];
+    md5_etag(want, n, etag);
+    queue_fault("bucket/lst.bin", "etag_changed", 1);
+    struct sf_fetch_options o;
+    sf_fetch_options_init_default(&o);
+    o.size = n;
+    o.etag = etag;
+    struct sf_fetch *f = NULL;
+    struct sf_fetch_progress p;
+    sf_status st = fetch_sync("s3://bucket/lst.bin", &o, &f, &p);
+    cr_expect_eq(st, SF_ERR_CHANGED, "%s: %s", sf_status_name(st), sf_fetch_errmsg(f));
+    cr_expect(strstr(sf_fetch_errmsg(f), "changed"), "message: %s", sf_fetch_errmsg(f));
+    cr_expect_eq(p.requests, 1, "a changed object is not retried");
+    sf_fetch_destroy(f);
+    free(want);
+}
+
+Test(fetch, max_attempts_reached_under_permanent_503)
+{
+    start_mock(NULL);
+    struct sf_s3_options o;
+    opts_init(&o);
+    o.max_attempts = 4;
+    client(&o);
+    put_object("busy.bin", 100 * KiB, 37);
+    set_rules("prefix=bucket/busy.bin,p503=1");
+    struct sf_fetch *f = NULL;
+    struct sf_fetch_progress p;
+    sf_status st = fetch_sync("s3://bucket/busy.bin", NULL, &f, &p);
+    cr_expect_eq(st, SF_ERR_THROTTLED, "%s", sf_status_name(st));
+    cr_expect_eq(p.requests, 4);
+    cr_expect_eq(p.retries, 3);
+    cr_expect(strstr(sf_fetch_errmsg(f), "4 attempts"), "message: %s", sf_fetch_errmsg(f));
+    cr_expect(strstr(sf_fetch_errmsg(f), "SlowDown"), "message: %s", sf_fetch_errmsg(f));
+    sf_fetch_destroy(f);
+    cJSON *j = mock_stats();
+    cr_expect_eq(jnum(j, "keys", "bucket/busy.bin", "requests", NULL), 4);
+    cr_expect_eq(jnum(j, "keys", "bucket/busy.bin", "status", "503"), 4);
+    cJSON_Delete(j);
+}
+
+Test(fetch, retry_quota_stops_retrying_a_failing_server)
+{
+    start_mock(NULL);
+    struct sf_s3_options o;
+    opts_init(&o);
+    o.max_attempts = 50;
+    o.retry_quota = 10; /* two retries of cost 5 */
+    client(&o);
+    put_object("down.bin", 100 * KiB, 38);
+    set_rules("prefix=bucket/down.bin,p500=1");
+    struct sf_fetch *f = NULL;
+    struct sf_fetch_progress p;
+    sf_status st = fetch_sync("s3://bucket/down.bin", NULL, &f, &p);
+    cr_expect_eq(st, SF_ERR_HTTP, "%s", sf_status_name(st));
+    cr_expect(strstr(sf_fetch_errmsg(f), "quota"), "message: %s", sf_fetch_errmsg(f));
+    cr_expect_eq(p.requests, 3, "first try and the two retries the quota pays for");
+    sf_fetch_destroy(f);
+    cJSON *j = mock_stats();
+    cr_expect_eq(jnum(j, "keys", "bucket/down.bin", "requests", NULL), 3);
+    cJSON_Delete(j);
+    struct sf_s3_stats s;
+    sf_s3_get_stats(s3, &s);
+    cr_expect_eq(s.retry_tokens, 0);
+}
+
+#include <time.h>
+static void dbg_log(void *u, enum sf_log_level l, const char *m) { (void)u; struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts); fprintf(stderr, "%ld.%03ld [%d] %s\n", (long)ts.tv_sec, ts.tv_nsec/1000000, (int)l, m); }
+Test(fetch, rate_limited_prefix_backs_off_and_completes)
+{
+    start_mock(NULL);
+    struct sf_s3_options o;
+    opts_init(&o);
+    o.concurrency = 16;
+    o.chunk_bytes = 16 * KiB;
+    o.throttle_base_ms = 100;
+    if (getenv("DBG_LOG")) { o.log = dbg_log; o.log_level = SF_LOG_DEBUG; }
+    client(&o);
+    size_t n = 200 * 16 * KiB;
+    unsigned char *want = put_object("thr/big.bin", n, 39);
+    if (!getenv("NO_RULE")) set_rules("prefix=bucket/thr/,rate_limit=50");
+    struct sf_fetch *f = NULL;
+    cr_assert_eq(sf_fetch_start(s3, "s3://bucket/thr/big.bin", NULL, &f), SF_OK);
+    /* the window regrows after the limit is met: watch its low point */
+    unsigned low = 16;
+    struct sf_fetch_progress p;
+    sf_status st;
+    while ((st = sf_fetch_wait(f, ~0ull, 20, &p)) == SF_ERR_TIMEOUT) {
+        struct sf_s3_stats s;
+        sf_s3_get_stats(s3, &s);
+        if (s.concurrency_limit < low)
+            low = s.concurrency_limit;
+    }
+    cr_assert_eq(st, SF_OK, "%s: %s", sf_status_name(st), sf_fetch_errmsg(f));
+    expect_same_bytes(sf_fetch_data(f), want, n);
+    sf_fetch_destroy(f);
+    struct sf_s3_stats s;
+    sf_s3_get_stats(s3, &s);
+    cJSON *j = mock_stats();
+    double ok = jnum(j, "status", "206", NULL, NULL);
+    double limited = jnum(j, "faults", "rate_limit", NULL, NULL);
+    cJSON_Delete(j);
+    cr_expect_eq(ok, 200, "each range answered once");
+    cr_expect_gt(s.throttled, 0, "the limit (50/s, burst 50) was hit");
+    cr_expect_eq((double)s.throttled, limited, "every 503 SlowDown counted");
+    cr_expect_lt(low, 16, "the window never shrank");
+    fprintf(stderr, "throttle: %llu throttled, %llu requests, window low %u\n", s.throttled,
+            s.requests, low);
+    /* Without the backoff and the shrinking window, immediate retries at a
+     * loopback round trip would each meet an empty bucket: thousands of 503s
+     * for 150 ranges the bucket admits at 50/s over 3 s. */
+    cr_expect_lt(s.throttled, 200, "%llu throttled answers for 200 ranges: a retry storm",
+                 s.throttled);
+    cr_expect_eq(s.requests, 200 + s.retries);
+    free(want);
+}
+
+/* ============================================================ progress and cancel */
+
+Test(fetch, wait_returns_on_a_contiguous_prefix_before_the_end)
+{
+    start_mock(NULL);
+    struct sf_s3_options so;
+    opts_init(&so);
+    so.chunk_bytes = 256 * KiB;
+    so.concurrency = 2;
+    client(&so);
+    size_t n = 3 * MiB;
+    unsigned char *want = put_object("slow.bin", n, 40);
+    set_rules("prefix=bucket/slow.bin,bandwidth=1M"); /* per connection: >= 1.5 s in all */
+    unsigned char *buf = calloc(1, n);
+    cr_assert(buf);
+    struct sf_fetch_options o;
+    sf_fetch_options_init_default(&o);
+    o.buffer = buf;
+    o.buffer_bytes = n;
+    struct sf_fetch *f = NULL;
+    cr_assert_eq(sf_fetch_start(s3, "s3://bucket/slow.bin", &o, &f), SF_OK);
+    struct sf_fetch_progress p;
+    sf_status st = sf_fetch_wait(f, 300 * KiB, -1, &p);
+    cr_assert_eq(st, SF_OK, "%s", sf_status_name(st));
+    cr_expect_geq(p.contiguous, 300 * KiB);
+    cr_expect_eq(p.done, 0, "the whole object arrived already: the wait did not return early");
+    cr_expect_lt(p.contiguous, n);
+    cr_expect_eq(p.total, n);
+    cr_expect_leq(p.contiguous, p.received);
+    cr_expect(memcmp(buf, want, p.contiguous) == 0, "the contiguous prefix is not final");
+    /* a wait that cannot be met in time */
+    struct sf_fetch_progress q;
+    cr_expect_eq(sf_fetch_wait(f, n, 0, &q), SF_ERR_TIMEOUT);
+    unsigned long long last = p.contiguous;
+    unsigned steps = 0;
+    while (!p.done) {
+        st = sf_fetch_wait(f, last + 1, 5000, &p);
+        cr_assert(st == SF_OK || st == SF_ERR_TIMEOUT, "%s", sf_status_name(st));
+        cr_assert_geq(p.contiguous, last, "contiguous went back from %llu to %llu", last,
+                      p.contiguous);
+        cr_assert_leq(p.contiguous, p.received);
+        cr_assert(memcmp(buf, want, p.contiguous) == 0, "prefix of %llu bytes not final",
+                  p.contiguous);
+        last = p.contiguous;
+        steps++;
+    }
+    cr_expect_eq(p.status, SF_OK);
+    cr_expect_eq(p.contiguous, n);
+    cr_expect_gt(steps, 1, "progress came in steps");
+    expect_same_bytes(buf, want, n);
+    sf_fetch_destroy(f);
+    free(buf);
+    free(want);
+}
+
+Test(fetch, destroy_cancels_a_slow_fetch_and_the_client_stays_usable)
+{
+    start_mock(NULL);
+    struct sf_s3_options so;
+    opts_init(&so);
+    so.chunk_bytes = 512 * KiB;
+    client(&so);
+    size_t n = 4 * MiB;
+    unsigned char *slow = put_object("cancel/slow.bin", n, 41);
+    unsigned char *want = put_object("after.bin", MiB + 1, 42);
+    set_rules("prefix=bucket/cancel/,bandwidth=256K"); /* 4 connections: >= 4 s in all */
+    struct sf_fetch *f = NULL;
+    cr_assert_eq(sf_fetch_start(s3, "s3://bucket/cancel/slow.bin", NULL, &f), SF_OK);
+    struct sf_fetch_progress p;
+    cr_assert_eq(sf_fetch_wait(f, 1, -1, &p), SF_OK);
+    cr_expect_eq(p.done, 0);
+    sf_fetch_destroy(f);
+    struct sf_s3_stats s;
+    sf_s3_get_stats(s3, &s);
+    cr_expect_lt(s.bytes_received, n, "destroy waited for the whole transfer");
+    cr_expect_eq(s.objects_done, 0);
+    cr_expect_eq(s.objects_failed, 0, "a cancel is not a failure");
+    struct sf_s3_stats s2;
+    sf_s3_get_stats(s3, &s2);
+    cr_expect_eq(s2.bytes_received, s.bytes_received, "bytes arrived after the destroy");
+    struct sf_fetch_progress q;
+    expect_fetch_whole("after.bin", want, MiB + 1, &q);
+    free(slow);
+    free(want);
+}
+
+Test(fetch, twenty_concurrent_fetches_share_keep_alive_connections)
+{
+    start_mock(NULL);
+    struct sf_s3_options so;
+    opts_init(&so);
+    so.chunk_bytes = 64 * KiB;
+    so.concurrency = 8;
+    client(&so);
+    enum { N = 20 };
+    unsigned char *want[N];
+    size_t size[N];
+    struct sf_fetch *f[N];
+    size_t total_chunks = 0;
+    for (size_t i = 0; i < N; i++) {
+        char key[64];
+        snprintf(key, sizeof(key), "many/obj-%02zu.bin", i);
+        size[i] = 10 * KiB + i * 37 * KiB + i;
+        want[i] = put_object(key, size[i], 50 + (unsigned)i);
+        total_chunks += (size[i] + 64 * KiB - 1) / (64 * KiB);
+    }
+    for (size_t i = 0; i < N; i++) {
+        char url[128];
+        snprintf(url, sizeof(url), "s3://bucket/many/obj-%02zu.bin", i);
+        cr_assert_eq(sf_fetch_start(s3, url, NULL, &f[i]), SF_OK);
+    }
+    for (size_t i = 0; i < N; i++) {
+        struct sf_fetch_progress p;
+        sf_status st = sf_fetch_wait(f[i], ~0ull, -1, &p);
+        cr_expect_eq(st, SF_OK, "object %zu: %s", i, sf_fetch_errmsg(f[i]));
+        cr_expect_eq(p.total, size[i]);
+        if (st == SF_OK)
+            expect_same_bytes(sf_fetch_data(f[i]), want[i], size[i]);
+    }
+    for (size_t i = 0; i < N; i++) {
+        sf_fetch_destroy(f[i]);
+        free(want[i]);
+    }
+    struct sf_s3_stats s;
+    sf_s3_get_stats(s3, &s);
+    cr_expect_eq(s.objects_done, N);
+    cr_expect_eq(s.requests, total_chunks);
+    cr_expect_gt(s.requests, 8);
+    cr_expect_leq(s.connections, 8, "%u connections for %llu requests: no keep-alive",
+                  s.connections, s.requests);
+    cr_expect_geq(s.connections, 1);
+}
+
+/* ============================================================ TLS, http, local */
+
+static void tls_case(const char *ca, int insecure, sf_status want_st)
+{
+    start_mock_tls();
+    struct sf_s3_options o;
+    opts_init(&o);
+    o.ca_bundle = ca ? cert_file : NULL;
+    o.insecure = insecure;
+    client(&o);
+    size_t n = MiB + 4321;
+    unsigned char *want = put_object("tls.bin", n, 60);
+    struct sf_fetch *f = NULL;
+    struct sf_fetch_progress p;
+    sf_status st = fetch_sync("s3://bucket/tls.bin", NULL, &f, &p);
+    cr_expect_eq(st, want_st, "%s: %s", sf_status_name(st), sf_fetch_errmsg(f));
+    if (want_st == SF_OK) {
+        cr_assert(sf_fetch_data(f));
+        expect_same_bytes(sf_fetch_data(f), want, n);
+    } else {
+        cr_expect(strstr(sf_fetch_errmsg(f), "certificate"), "message: %s", sf_fetch_errmsg(f));
+        cr_expect_eq(p.requests, 1, "a certificate error is not retried");
+    }
+    sf_fetch_destroy(f);
+    free(want);
+}
+
+Test(fetch, tls_with_the_test_ca_bundle)
+{
+    tls_case("cert", 0, SF_OK);
+}
+
+Test(fetch, tls_with_the_system_store_fails_verification)
+{
+    tls_case(NULL, 0, SF_ERR_NETWORK);
+}
+
+Test(fetch, tls_insecure_skips_verification)
+{
+    tls_case(NULL, 1, SF_OK);
+}
+
+Test(fetch, unsigned_http_url_from_an_anonymous_server)
+{
+    const char *args[] = {"--anonymous", NULL};
+    start_mock(args);
+    struct sf_s3_options o;
+    opts_init(&o);
+    o.access_key_id = o.secret_access_key = NULL;
+    o.no_sign_request = 1;
+    client(&o);
+    size_t n = 2 * MiB + 1;
+    unsigned char *want = put_object("pub/open.bin", n, 61);
+    char url[256];
+    snprintf(url, sizeof(url), "%s/bucket/pub/open.bin", base);
+    struct sf_fetch *f = NULL;
+    struct sf_fetch_progress p;
+    sf_status st = fetch_sync(url, NULL, &f, &p);
+    cr_assert_eq(st, SF_OK, "%s: %s", sf_status_name(st), sf_fetch_errmsg(f));
+    cr_expect_eq(p.total, n);
+    expect_same_bytes(sf_fetch_data(f), want, n);
+    sf_fetch_destroy(f);
+    cJSON *j = mock_stats();
+    cr_expect_eq(jnum(j, "keys", "bucket/pub/open.bin", "status", "206"), 3);
+    cJSON_Delete(j);
+    free(want);
+}
+
+Test(fetch, unsigned_http_url_without_anonymous_access_is_denied)
+{
+    start_mock(NULL);
+    struct sf_s3_options o;
+    opts_init(&o);
+    o.access_key_id = o.secret_access_key = NULL;
+    o.no_sign_request = 1;
+    client(&o);
+    put_object("closed.bin", 10, 62);
+    char url[256];
+    snprintf(url, sizeof(url), "%s/bucket/closed.bin", base);
+    struct sf_fetch *f = NULL;
+    struct sf_fetch_progress p;
+    sf_status st = fetch_sync(url, NULL, &f, &p);
+    cr_expect_eq(st, SF_ERR_ACCESS_DENIED, "%s: %s", sf_status_name(st), sf_fetch_errmsg(f));
+    cr_expect_eq(p.requests, 1);
+    sf_fetch_destroy(f);
+}
+
+Test(fetch, local_files_into_memory_and_fd)
+{
+    make_root();
+    snprintf(base, sizeof(base), "http://127.0.0.1:1"); /* never contacted */
+    default_client();
+    size_t n = 300 * KiB + 3;
+    unsigned char *want = malloc(n);
+    cr_assert(want);
+    test_fill(want, n, 70);
+    cr_assert(test_write_file(tmp, "local dir/data.bin", want, n) == 0);
+    char path[800], url[820];
+    snprintf(path, sizeof(path), "%s/local dir/data.bin", tmp);
+    snprintf(url, sizeof(url), "file://%s/local%%20dir/data.bin", tmp);
+
+    const char *srcs[] = {path, url};
+    for (size_t i = 0; i < 2; i++) {
+        struct sf_fetch *f = NULL;
+        struct sf_fetch_progress p;
+        sf_status st = fetch_sync(srcs[i], NULL, &f, &p);
+        cr_assert_eq(st, SF_OK, "%s: %s", srcs[i], sf_fetch_errmsg(f));
+        cr_expect(p.done);
+        cr_expect_eq(p.total, n);
+        cr_expect_eq(p.object_size, n);
+        cr_expect_eq(p.contiguous, n);
+        expect_same_bytes(sf_fetch_data(f), want, n);
+        sf_fetch_destroy(f);
+
+        /* a sub-range into an fd at a file offset */
+        char out[800];
+        snprintf(out, sizeof(out), "%s/out-%zu.bin", tmp, i);
+        int fd = open(out, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        cr_assert(fd >= 0);
+        struct sf_fetch_options o;
+        sf_fetch_options_init_default(&o);
+        o.fd = fd;
+        o.file_offset = 10;
+        o.offset = 1000;
+        o.length = 200 * KiB;
+        st = fetch_sync(srcs[i], &o, &f, &p);
+        cr_assert_eq(st, SF_OK, "%s: %s", srcs[i], sf_fetch_errmsg(f));
+        cr_expect_eq(p.total, 200 * KiB);
+        sf_fetch_destroy(f);
+        unsigned char *got = malloc(200 * KiB);
+        cr_assert(got);
+        cr_assert(pread(fd, got, 200 * KiB, 10) == (ssize_t)(200 * KiB));
+        expect_same_bytes(got, want + 1000, 200 * KiB);
+        struct stat sb;
+        cr_assert(fstat(fd, &sb) == 0);
+        cr_expect_eq((size_t)sb.st_size, 10 + 200 * KiB);
+        free(got);
+        close(fd);
+    }
+
+    char missing[800];
+    snprintf(missing, sizeof(missing), "%s/nope.bin", tmp);
+    struct sf_fetch *f = NULL;
+    struct sf_fetch_progress p;
+    cr_expect_eq(fetch_sync(missing, NULL, &f, &p), SF_ERR_NOT_FOUND);
+    cr_expect(strstr(sf_fetch_errmsg(f), "nope.bin"), "message: %s", sf_fetch_errmsg(f));
+    sf_fetch_destroy(f);
+    struct sf_s3_stats s;
+    sf_s3_get_stats(s3, &s);
+    cr_expect_eq(s.requests, 0, "local files need no request");
+    free(want);
+}
