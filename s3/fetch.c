@@ -22,6 +22,7 @@
 #define SUCCESS_RING       4096 /* successes remembered for the 1 s rate estimate */
 #define RATE_BETA          0.7  /* new send rate = beta * measured rate, on throttling */
 #define RATE_UNLIMITED_RPS 5000.0
+#define RATE_ENGAGE_NS     (5ull * 1000 * 1000 * 1000)
 
 enum xfer_state { X_IDLE = 0, X_WAITING, X_RUNNING, X_DONE };
 enum abort_reason {
@@ -880,19 +881,26 @@ static void publish_limits(struct sf__engine *e)
 }
 
 /*
- * A throttling answer: halve the in-flight window and cap the request rate
- * at RATE_BETA times what the server has been accepting over the last
- * second. Once per generation: only an answer to a request started after
- * the last decrease counts, so one burst of 503s decreases once.
+ * A throttling answer: halve the in-flight window. Once per generation: only
+ * an answer to a request started after the last decrease counts, so one
+ * burst of 503s decreases once. When throttling goes on (a second decrease
+ * within RATE_ENGAGE_NS), also cap the request rate at RATE_BETA times what
+ * the server accepted over the last second; a lone 503 does not.
  */
 static void throttle_decrease(struct sf__engine *e, const struct xfer *x)
 {
     uint64_t now = mono_ns();
     if (x->start_ns < e->last_decrease_ns)
         return;
+    int persistent = e->last_decrease_ns && now - e->last_decrease_ns < RATE_ENGAGE_NS;
     e->last_decrease_ns = now;
     double before = e->cwnd;
     e->cwnd = e->cwnd / 2 < 1 ? 1 : e->cwnd / 2;
+    if (!persistent && e->send_rps <= 0) {
+        elog(e, SF_LOG_INFO, "throttled: in-flight limit %.0f -> %.0f", before, e->cwnd);
+        publish_limits(e);
+        return;
+    }
     double measured = (double)successes_last_second(e, now);
     if (e->send_rps > 0 && e->send_rps < measured)
         measured = e->send_rps;
@@ -923,7 +931,8 @@ static void success_credit(struct sf__engine *e, struct xfer *x)
             e->cwnd = e->cfg.concurrency;
     }
     if (e->send_rps > 0) {
-        e->send_rps += 1.0 / e->send_rps;
+        double step = 1.0 / e->send_rps;          /* about +1/s ... */
+        e->send_rps += step > 0.05 ? step : 0.05; /* ... or +5 %/s when fast */
         if (e->send_rps > RATE_UNLIMITED_RPS)
             e->send_rps = 0;
     }

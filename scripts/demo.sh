@@ -66,6 +66,30 @@ curl -sS --aws-sigv4 "aws:amz:us-east-1:s3" --user "$AK:$SK" \
   -o /dev/null -w '   HTTP %{http_code}\n' "$url/sample/train/shard-000001.bin"
 
 echo
+echo "== shardfeed ls s3://sample/train/"
+export AWS_EC2_METADATA_DISABLED=true
+./build/shardfeed ls --endpoint-url "$url" s3://sample/train/
+echo "== shardfeed get 's3://sample/train/shard-{000000..000007}.bin' -o shards/  (2 MiB ranges, 8 in flight)"
+curl -sS -X POST "$url/_mock/fault?prefix=sample/train/shard-000002&fault=reset=1000000&count=1" >/dev/null
+curl -sS -X POST "$url/_mock/fault?prefix=sample/train/shard-000005&fault=503&count=2" >/dev/null
+echo "   (a connection reset queued for shard 2, two 503s for shard 5)"
+./build/shardfeed get -v --endpoint-url "$url" --concurrency 8 --chunk-size 2M --json \
+  's3://sample/train/shard-{000000..000007}.bin' -o "$work/shards/" 2> "$work/get.err" |
+  python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+print("   %d objects, %d bytes, %d requests, %d retries, %.0f MiB/s" % (len(d["objects"]), d["bytes"], d["requests"], d["retries"], d["mib_per_s"]))'
+sed 's/^/   /' "$work/get.err"
+if cmp -s "$work/shards/shard-000002.bin" "$work/root/sample/train/shard-000002.bin" &&
+   cmp -s "$work/shards/shard-000005.bin" "$work/root/sample/train/shard-000005.bin"; then
+  echo "   byte-identical to the files on disk despite the faults"
+else
+  echo "   MISMATCH"; exit 1
+fi
+echo "== shardfeed stat of a missing key (exit status 1, the reason on stderr)"
+./build/shardfeed stat --endpoint-url "$url" s3://sample/train/nope.bin 2>&1 | sed 's/^/   /' || true
+
+echo
 echo "== /_mock/stats"
 curl -sS "$url/_mock/stats" | python3 -c '
 import json, sys

@@ -834,8 +834,6 @@ Test(fetch, retry_quota_stops_retrying_a_failing_server)
     cr_expect_eq(s.retry_tokens, 0);
 }
 
-#include <time.h>
-static void dbg_log(void *u, enum sf_log_level l, const char *m) { (void)u; struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts); fprintf(stderr, "%ld.%03ld [%d] %s\n", (long)ts.tv_sec, ts.tv_nsec/1000000, (int)l, m); }
 Test(fetch, rate_limited_prefix_backs_off_and_completes)
 {
     start_mock(NULL);
@@ -844,11 +842,10 @@ Test(fetch, rate_limited_prefix_backs_off_and_completes)
     o.concurrency = 16;
     o.chunk_bytes = 16 * KiB;
     o.throttle_base_ms = 100;
-    if (getenv("DBG_LOG")) { o.log = dbg_log; o.log_level = SF_LOG_DEBUG; }
     client(&o);
     size_t n = 200 * 16 * KiB;
     unsigned char *want = put_object("thr/big.bin", n, 39);
-    if (!getenv("NO_RULE")) set_rules("prefix=bucket/thr/,rate_limit=50");
+    set_rules("prefix=bucket/thr/,rate_limit=50");
     struct sf_fetch *f = NULL;
     cr_assert_eq(sf_fetch_start(s3, "s3://bucket/thr/big.bin", NULL, &f), SF_OK);
     /* the window regrows after the limit is met: watch its low point */
@@ -874,12 +871,12 @@ Test(fetch, rate_limited_prefix_backs_off_and_completes)
     cr_expect_gt(s.throttled, 0, "the limit (50/s, burst 50) was hit");
     cr_expect_eq((double)s.throttled, limited, "every 503 SlowDown counted");
     cr_expect_lt(low, 16, "the window never shrank");
-    fprintf(stderr, "throttle: %llu throttled, %llu requests, window low %u\n", s.throttled,
-            s.requests, low);
-    /* Without the backoff and the shrinking window, immediate retries at a
-     * loopback round trip would each meet an empty bucket: thousands of 503s
-     * for 150 ranges the bucket admits at 50/s over 3 s. */
-    cr_expect_lt(s.throttled, 200, "%llu throttled answers for 200 ranges: a retry storm",
+    /* 150 ranges past the burst, admitted at 50/s for 3 s. Retrying at once
+     * would meet an empty bucket thousands of times; a halved window alone,
+     * still sending every new range the moment one finishes, meets it once
+     * per range that did not fit (over 100). Backing off and pacing to the
+     * rate the server accepts keeps the 503s to a small fraction. */
+    cr_expect_lt(s.throttled, 50, "%llu throttled answers for 200 ranges: a retry storm",
                  s.throttled);
     cr_expect_eq(s.requests, 200 + s.retries);
     free(want);
