@@ -271,7 +271,8 @@ SF_API sf_status sf_fetch_wait(struct sf_fetch *f, unsigned long long min_contig
 SF_API void sf_fetch_progress(struct sf_fetch *f, struct sf_fetch_progress *p);
 
 /* The engine-allocated buffer (NULL with a caller destination or before the
- * size is known) and the ETag the object was read at ("" until known). */
+ * size is known) and the ETag the object was read at ("" until known; read it
+ * once sf_fetch_wait() has reported a known total, it is set before that). */
 SF_API void *sf_fetch_data(struct sf_fetch *f);
 SF_API const char *sf_fetch_etag(struct sf_fetch *f);
 

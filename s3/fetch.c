@@ -962,6 +962,11 @@ static void retry_or_fail(struct sf__engine *e, struct xfer *x, sf_status st, in
     char rng_txt[64];
     range_text(x, rng_txt, sizeof(rng_txt));
     snprintf(x->last_msg, sizeof(x->last_msg), "%s", why);
+    if (retry == 2) {
+        pthread_mutex_lock(&e->lock);
+        e->stats.throttled++;
+        pthread_mutex_unlock(&e->lock);
+    }
     if (!retry) {
         char msg[1024];
         snprintf(msg, sizeof(msg), "%s%s: %s", xfer_name(x), rng_txt, why);
@@ -987,12 +992,8 @@ static void retry_or_fail(struct sf__engine *e, struct xfer *x, sf_status st, in
     e->tokens -= cost;
     x->tokens_held += cost;
     unsigned base = retry == 2 ? e->cfg.throttle_base_ms : e->cfg.retry_base_ms;
-    if (retry == 2) {
+    if (retry == 2)
         throttle_decrease(e, x);
-        pthread_mutex_lock(&e->lock);
-        e->stats.throttled++;
-        pthread_mutex_unlock(&e->lock);
-    }
     unsigned shift = x->attempts - 1 < 30 ? x->attempts - 1 : 30;
     uint64_t ceiling = (uint64_t)base << shift;
     if (ceiling > e->cfg.retry_cap_ms)

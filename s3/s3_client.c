@@ -823,7 +823,8 @@ static sf_status read_local(struct sf_s3 *s3, const struct sf__locator *loc,
     } else if (!S_ISREG(sb.st_mode)) {
         snprintf(msg, sizeof(msg), "%s: not a regular file", loc->display);
         st = SF_ERR_INVALID_ARGUMENT;
-    } else if (o->offset > (uint64_t)sb.st_size) {
+    } else if (o->offset > (uint64_t)sb.st_size ||
+               (o->offset == (uint64_t)sb.st_size && sb.st_size > 0 && o->length != 0)) {
         snprintf(msg, sizeof(msg), "%s: offset %llu is past the end (%lld bytes)", loc->display,
                  o->offset, (long long)sb.st_size);
         st = SF_ERR_RANGE;
@@ -833,7 +834,7 @@ static sf_status read_local(struct sf_s3 *s3, const struct sf__locator *loc,
         if (o->length != SF_SIZE_UNKNOWN && o->length < total)
             total = o->length;
         unsigned char *dst = o->buffer;
-        if (o->fd < 0 && dst && total > o->buffer_bytes) {
+        if (dst && total > o->buffer_bytes) {
             snprintf(msg, sizeof(msg), "%s: %" PRIu64 " bytes do not fit the %llu-byte buffer",
                      loc->display, total, o->buffer_bytes);
             st = SF_ERR_LIMIT;
@@ -904,6 +905,9 @@ SF_API sf_status sf_fetch_start(struct sf_s3 *s3, const char *url, const struct 
         sf_fetch_options_init_default(&def);
         o = &def;
     }
+    if (o->buffer && o->fd >= 0)
+        return set_err(s3, SF_ERR_INVALID_ARGUMENT,
+                       "%s: a fetch has one destination: buffer or fd, not both", url);
     struct sf__locator loc;
     char err[512];
     sf_status st = sf__locator_parse(url, &loc, err, sizeof(err));

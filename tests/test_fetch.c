@@ -626,7 +626,7 @@ Test(fetch, missing_key_fails_at_once_with_not_found)
 Test(fetch, wrong_secret_fails_at_once_without_leaking_it)
 {
     start_mock(NULL);
-    put_object("k.bin", 1000, 31);
+    free(put_object("k.bin", 1000, 31));
     struct sf_s3_options o;
     opts_init(&o);
     o.secret_access_key = "wrong-secret-Zq7";
@@ -792,7 +792,7 @@ Test(fetch, max_attempts_reached_under_permanent_503)
     opts_init(&o);
     o.max_attempts = 4;
     client(&o);
-    put_object("busy.bin", 100 * KiB, 37);
+    free(put_object("busy.bin", 100 * KiB, 37));
     set_rules("prefix=bucket/busy.bin,p503=1");
     struct sf_fetch *f = NULL;
     struct sf_fetch_progress p;
@@ -807,6 +807,34 @@ Test(fetch, max_attempts_reached_under_permanent_503)
     cr_expect_eq(jnum(j, "keys", "bucket/busy.bin", "requests", NULL), 4);
     cr_expect_eq(jnum(j, "keys", "bucket/busy.bin", "status", "503"), 4);
     cJSON_Delete(j);
+    struct sf_s3_stats s;
+    sf_s3_get_stats(s3, &s);
+    cr_expect_eq(s.requests, 4);
+    cr_expect_eq(s.retries, 3);
+    cr_expect_eq(s.objects_failed, 1);
+}
+
+/* The 503 that ends a request (max_attempts reached) is counted too:
+ * sf_s3_stats documents "503 SlowDown / 429 answers". */
+Test(fetch, every_throttled_answer_is_counted)
+{
+    start_mock(NULL);
+    struct sf_s3_options o;
+    opts_init(&o);
+    o.max_attempts = 3;
+    client(&o);
+    free(put_object("busy.bin", 10 * KiB, 43));
+    set_rules("prefix=bucket/busy.bin,p503=1");
+    struct sf_fetch *f = NULL;
+    struct sf_fetch_progress p;
+    cr_expect_eq(fetch_sync("s3://bucket/busy.bin", NULL, &f, &p), SF_ERR_THROTTLED);
+    sf_fetch_destroy(f);
+    struct sf_s3_stats s;
+    sf_s3_get_stats(s3, &s);
+    cJSON *j = mock_stats();
+    cr_expect_eq(jnum(j, "status", "503", NULL, NULL), 3);
+    cJSON_Delete(j);
+    cr_expect_eq(s.throttled, 3, "%llu of 3 SlowDown answers counted", s.throttled);
 }
 
 Test(fetch, retry_quota_stops_retrying_a_failing_server)
@@ -817,7 +845,7 @@ Test(fetch, retry_quota_stops_retrying_a_failing_server)
     o.max_attempts = 50;
     o.retry_quota = 10; /* two retries of cost 5 */
     client(&o);
-    put_object("down.bin", 100 * KiB, 38);
+    free(put_object("down.bin", 100 * KiB, 38));
     set_rules("prefix=bucket/down.bin,p500=1");
     struct sf_fetch *f = NULL;
     struct sf_fetch_progress p;
@@ -1091,7 +1119,7 @@ Test(fetch, unsigned_http_url_without_anonymous_access_is_denied)
     o.access_key_id = o.secret_access_key = NULL;
     o.no_sign_request = 1;
     client(&o);
-    put_object("closed.bin", 10, 62);
+    free(put_object("closed.bin", 10, 62));
     char url[256];
     snprintf(url, sizeof(url), "%s/bucket/closed.bin", base);
     struct sf_fetch *f = NULL;
@@ -1166,4 +1194,42 @@ Test(fetch, local_files_into_memory_and_fd)
     sf_s3_get_stats(s3, &s);
     cr_expect_eq(s.requests, 0, "local files need no request");
     free(want);
+}
+
+/* One destination only, for S3 and local sources alike (a local read once
+ * filled the buffer past buffer_bytes when an fd was given too). */
+Test(fetch, both_a_buffer_and_an_fd_are_refused)
+{
+    start_mock(NULL);
+    default_client();
+    free(put_object("two.bin", 1000, 80));
+    cr_assert(test_write_file(tmp, "local.bin", "0123456789abcdef", 16) == 0);
+    char path[700], out[700];
+    snprintf(path, sizeof(path), "%s/local.bin", tmp);
+    snprintf(out, sizeof(out), "%s/out.bin", tmp);
+    int fd = open(out, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    cr_assert(fd >= 0);
+    unsigned char *small = malloc(4);
+    cr_assert(small);
+    struct sf_fetch_options o;
+    sf_fetch_options_init_default(&o);
+    o.buffer = small;
+    o.buffer_bytes = 4;
+    o.fd = fd;
+    const char *srcs[] = {"s3://bucket/two.bin", path};
+    for (size_t i = 0; i < 2; i++) {
+        struct sf_fetch *f = NULL;
+        sf_status st = sf_fetch_start(s3, srcs[i], &o, &f);
+        if (st == SF_OK) {
+            struct sf_fetch_progress p;
+            st = sf_fetch_wait(f, ~0ull, -1, &p);
+            sf_fetch_destroy(f);
+        }
+        cr_expect_eq(st, SF_ERR_INVALID_ARGUMENT, "%s: %s", srcs[i], sf_status_name(st));
+        char buf[512];
+        cr_expect(strstr(sf_s3_errmsg(s3, buf, sizeof(buf)), "one destination"), "%s: %s", srcs[i],
+                  buf);
+    }
+    close(fd);
+    free(small);
 }

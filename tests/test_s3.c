@@ -1,1 +1,806 @@
+/* The S3 client (sf_s3_new, stat, list, expand and configuration), against
+ * the mock S3 server: every test starts its own server on a free port with a
+ * fresh root and stops it; the mock's statistics count the requests. */
+#include "shardfeed.h"
+#include "support/mock_proc.h"
+
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
+#include <curl/curl.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static struct mock_proc srv;
+static char *tmp;      /* holds root/ and scratch files */
+static char root[600]; /* the mock's root: bucket "bucket" in it */
+static struct sf_s3 *s3;
+
+/* ------------------------------------------------------------ environment */
+
+static void clean_env(void)
+{
+    static const char *const vars[] = {"AWS_PROFILE",
+                                       "AWS_REGION",
+                                       "AWS_DEFAULT_REGION",
+                                       "AWS_ENDPOINT_URL",
+                                       "AWS_ENDPOINT_URL_S3",
+                                       "AWS_ACCESS_KEY_ID",
+                                       "AWS_SECRET_ACCESS_KEY",
+                                       "AWS_SESSION_TOKEN",
+                                       "AWS_CA_BUNDLE",
+                                       "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+                                       "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+                                       "AWS_WEB_IDENTITY_TOKEN_FILE",
+                                       "AWS_ROLE_ARN"};
+    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
+        unsetenv(vars[i]);
+    setenv("AWS_EC2_METADATA_DISABLED", "true", 1);
+    char path[700];
+    snprintf(path, sizeof(path), "%s/no-aws-config", tmp);
+    setenv("AWS_CONFIG_FILE", path, 1);
+    snprintf(path, sizeof(path), "%s/no-aws-credentials", tmp);
+    setenv("AWS_SHARED_CREDENTIALS_FILE", path, 1);
+}
+
+static void make_root(void)
+{
+    tmp = test_tmpdir();
+    cr_assert(tmp);
+    clean_env();
+    snprintf(root, sizeof(root), "%s/root", tmp);
+    cr_assert(mkdir(root, 0755) == 0);
+    char path[700];
+    snprintf(path, sizeof(path), "%s/bucket", root);
+    cr_assert(mkdir(path, 0755) == 0);
+}
+
+static void start_mock(const char *const *extra)
+{
+    make_root();
+    cr_assert(mock_proc_start(&srv, root, extra) == 0, "the mock server did not start");
+}
+
+static void teardown(void)
+{
+    sf_s3_destroy(s3);
+    s3 = NULL;
+    if (srv.pid > 0)
+        mock_proc_stop(&srv);
+    test_rmtree(tmp);
+    free(tmp);
+    tmp = NULL;
+}
+
+TestSuite(s3, .fini = teardown, .timeout = 60);
+
+/* ------------------------------------------------------------ mock admin */
+
+struct body {
+    char *p;
+    size_t n;
+};
+
+static size_t collect(char *d, size_t s, size_t n, void *u)
+{
+    struct body *b = u;
+    char *p = realloc(b->p, b->n + s * n + 1);
+    if (!p)
+        return 0;
+    memcpy(p + b->n, d, s * n);
+    b->p = p;
+    b->n += s * n;
+    b->p[b->n] = '\0';
+    return s * n;
+}
+
+static long admin(const char *method, const char *path_query, char **out)
+{
+    char url[1024];
+    snprintf(url, sizeof(url), "%s%s", srv.url, path_query);
+    CURL *h = curl_easy_init();
+    cr_assert(h);
+    struct body b = {NULL, 0};
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, collect);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
+    if (!strcmp(method, "POST"))
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, "");
+    long status = 0;
+    CURLcode rc = curl_easy_perform(h);
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+    curl_easy_cleanup(h);
+    cr_assert_eq(rc, CURLE_OK, "%s %s: %s", method, path_query, curl_easy_strerror(rc));
+    if (out)
+        *out = b.p;
+    else
+        free(b.p);
+    return status;
+}
+
+static cJSON *mock_stats(void)
+{
+    char *body = NULL;
+    cr_assert_eq(admin("GET", "/_mock/stats", &body), 200);
+    cJSON *j = cJSON_Parse(body);
+    free(body);
+    cr_assert(j);
+    return j;
+}
+
+static double jnum(const cJSON *j, const char *a, const char *b, const char *c)
+{
+    const char *path[] = {a, b, c};
+    for (size_t i = 0; i < 3 && path[i] && j; i++)
+        j = cJSON_GetObjectItemCaseSensitive(j, path[i]);
+    return j && cJSON_IsNumber(j) ? j->valuedouble : 0;
+}
+
+static double mock_requests(void)
+{
+    cJSON *j = mock_stats();
+    double n = jnum(j, "requests", NULL, NULL);
+    cJSON_Delete(j);
+    return n;
+}
+
+/* ------------------------------------------------------------ data and client */
+
+static void md5_etag(const void *p, size_t n, char out[35])
+{
+    unsigned char d[16];
+    unsigned int len = 16;
+    cr_assert(EVP_Digest(p, n, d, &len, EVP_md5(), NULL) == 1);
+    out[0] = '"';
+    for (int i = 0; i < 16; i++)
+        snprintf(out + 1 + 2 * i, 3, "%02x", d[i]);
+    out[33] = '"';
+    out[34] = '\0';
+}
+
+/* Writes root/bucket/key with n pseudo-random bytes; returns them (malloc'd). */
+static unsigned char *put_object(const char *key, size_t n, unsigned seed)
+{
+    unsigned char *data = malloc(n ? n : 1);
+    cr_assert(data);
+    test_fill(data, n, seed);
+    char rel[700];
+    snprintf(rel, sizeof(rel), "bucket/%s", key);
+    cr_assert(test_write_file(root, rel, data, n) == 0, "%s", rel);
+    return data;
+}
+
+static void put_small(const char *key, size_t n)
+{
+    free(put_object(key, n, (unsigned)n));
+}
+
+static void opts_init(struct sf_s3_options *o)
+{
+    sf_s3_options_init_default(o);
+    o->endpoint_url = srv.url;
+    o->access_key_id = "mock-access-key";
+    o->secret_access_key = "mock-secret-key";
+    o->concurrency = 4;
+    o->chunk_bytes = 256 * 1024;
+    o->retry_base_ms = 5;
+    o->throttle_base_ms = 5;
+    o->retry_cap_ms = 200;
+    o->connect_timeout_ms = 5000;
+}
+
+static void client(const struct sf_s3_options *o)
+{
+    char err[512] = "";
+    sf_status st = sf_s3_new(o, &s3, err, sizeof(err));
+    cr_assert_eq(st, SF_OK, "sf_s3_new: %s: %s", sf_status_name(st), err);
+}
+
+static void default_client(void)
+{
+    struct sf_s3_options o;
+    opts_init(&o);
+    client(&o);
+}
+
+static const char *errmsg(void)
+{
+    static char buf[1024];
+    return sf_s3_errmsg(s3, buf, sizeof(buf));
+}
+
+static sf_status fetch_whole(const char *url, const void *want, size_t n)
+{
+    struct sf_fetch *f = NULL;
+    sf_status st = sf_fetch_start(s3, url, NULL, &f);
+    if (st != SF_OK)
+        return st;
+    struct sf_fetch_progress p;
+    st = sf_fetch_wait(f, ~0ull, -1, &p);
+    if (st == SF_OK) {
+        cr_expect_eq(p.total, n, "%s", url);
+        cr_expect(sf_fetch_data(f) && memcmp(sf_fetch_data(f), want, n) == 0, "%s: bytes differ",
+                  url);
+    }
+    sf_fetch_destroy(f);
+    return st;
+}
+
+/* ============================================================ stat */
+
+Test(s3, stat_gives_size_etag_and_mtime)
+{
+    start_mock(NULL);
+    default_client();
+    size_t n = 123457;
+    unsigned char *data = put_object("st/obj.bin", n, 1);
+    char etag[35];
+    md5_etag(data, n, etag);
+    struct sf_object_info info;
+    sf_status st = sf_s3_stat(s3, "s3://bucket/st/obj.bin", &info);
+    cr_assert_eq(st, SF_OK, "%s: %s", sf_status_name(st), errmsg());
+    cr_expect_eq(info.size, n);
+    cr_expect_str_eq(info.etag, etag);
+    cr_expect_str_eq(info.url, "s3://bucket/st/obj.bin");
+    cr_expect_str_eq(info.key, "st/obj.bin");
+    cr_expect_gt(info.last_modified, 1600000000);
+    cr_expect_eq(info.is_prefix, 0);
+    sf_object_info_clear(&info);
+    cr_expect_null(info.url);
+
+    /* an empty object */
+    put_small("st/empty", 0);
+    cr_assert_eq(sf_s3_stat(s3, "s3://bucket/st/empty", &info), SF_OK, "%s", errmsg());
+    cr_expect_eq(info.size, 0);
+    cr_expect_str_eq(info.etag, "\"d41d8cd98f00b204e9800998ecf8427e\"");
+    sf_object_info_clear(&info);
+
+    cJSON *j = mock_stats();
+    cr_expect_eq(jnum(j, "operations", "HeadObject", NULL), 2);
+    cr_expect_eq(jnum(j, "requests", NULL, NULL), 2);
+    cJSON_Delete(j);
+    free(data);
+}
+
+Test(s3, stat_of_a_missing_key_is_not_found)
+{
+    start_mock(NULL);
+    default_client();
+    struct sf_object_info info;
+    sf_status st = sf_s3_stat(s3, "s3://bucket/no/such.bin", &info);
+    cr_expect_eq(st, SF_ERR_NOT_FOUND, "%s", sf_status_name(st));
+    cr_expect(strstr(errmsg(), "s3://bucket/no/such.bin"), "message: %s", errmsg());
+    cr_expect(strstr(errmsg(), "404"), "message: %s", errmsg());
+    cr_expect_null(info.url);
+    cr_expect_eq(mock_requests(), 1, "a 404 is not retried");
+    /* a missing bucket too */
+    st = sf_s3_stat(s3, "s3://nobucket/k", &info);
+    cr_expect_eq(st, SF_ERR_NOT_FOUND, "%s", sf_status_name(st));
+    /* and a local file */
+    char path[700];
+    snprintf(path, sizeof(path), "%s/missing.bin", tmp);
+    cr_expect_eq(sf_s3_stat(s3, path, &info), SF_ERR_NOT_FOUND);
+}
+
+Test(s3, stat_of_a_local_file)
+{
+    make_root();
+    struct sf_s3_options o;
+    opts_init(&o);
+    o.endpoint_url = "http://127.0.0.1:1"; /* never contacted */
+    client(&o);
+    cr_assert(test_write_file(tmp, "f.bin", "12345", 5) == 0);
+    char path[700], url[720];
+    snprintf(path, sizeof(path), "%s/f.bin", tmp);
+    snprintf(url, sizeof(url), "file://%s", path);
+    const char *srcs[] = {path, url};
+    for (size_t i = 0; i < 2; i++) {
+        struct sf_object_info info;
+        cr_assert_eq(sf_s3_stat(s3, srcs[i], &info), SF_OK, "%s: %s", srcs[i], errmsg());
+        cr_expect_eq(info.size, 5);
+        cr_expect_gt(info.last_modified, 0);
+        sf_object_info_clear(&info);
+    }
+    struct sf_s3_stats s;
+    sf_s3_get_stats(s3, &s);
+    cr_expect_eq(s.requests, 0);
+}
+
+/* ============================================================ list */
+
+static void make_tree(void)
+{
+    put_small("top.bin", 3);
+    put_small("d1/a.bin", 10);
+    put_small("d1/b.bin", 11);
+    put_small("d2/x/y.bin", 12);
+}
+
+Test(s3, list_groups_at_the_next_slash)
+{
+    start_mock(NULL);
+    default_client();
+    make_tree();
+    struct sf_object_list *l = NULL;
+    sf_status st = sf_s3_list(s3, "s3://bucket/", 0, 0, &l);
+    cr_assert_eq(st, SF_OK, "%s: %s", sf_status_name(st), errmsg());
+    cr_assert_eq(sf_object_list_count(l), 3);
+    int seen_d1 = 0, seen_d2 = 0, seen_top = 0;
+    for (size_t i = 0; i < 3; i++) {
+        const struct sf_object_info *it = sf_object_list_get(l, i);
+        if (!strcmp(it->key, "d1/")) {
+            seen_d1++;
+            cr_expect_eq(it->is_prefix, 1);
+            cr_expect_str_eq(it->url, "s3://bucket/d1/");
+        } else if (!strcmp(it->key, "d2/")) {
+            seen_d2++;
+            cr_expect_eq(it->is_prefix, 1);
+        } else if (!strcmp(it->key, "top.bin")) {
+            seen_top++;
+            cr_expect_eq(it->is_prefix, 0);
+            cr_expect_eq(it->size, 3);
+            cr_expect_str_eq(it->url, "s3://bucket/top.bin");
+        } else {
+            cr_expect_fail("unexpected entry %s", it->key);
+        }
+    }
+    cr_expect(seen_d1 == 1 && seen_d2 == 1 && seen_top == 1);
+    cr_expect_null(sf_object_list_get(l, 3));
+    sf_object_list_destroy(l);
+
+    /* one level down */
+    cr_assert_eq(sf_s3_list(s3, "s3://bucket/d1/", 0, 0, &l), SF_OK, "%s", errmsg());
+    cr_assert_eq(sf_object_list_count(l), 2);
+    cr_expect_str_eq(sf_object_list_get(l, 0)->key, "d1/a.bin");
+    cr_expect_str_eq(sf_object_list_get(l, 1)->key, "d1/b.bin");
+    cr_expect_eq(sf_object_list_get(l, 1)->size, 11);
+    sf_object_list_destroy(l);
+}
+
+Test(s3, list_recursive_gives_every_key_in_order)
+{
+    start_mock(NULL);
+    default_client();
+    make_tree();
+    struct sf_object_list *l = NULL;
+    cr_assert_eq(sf_s3_list(s3, "s3://bucket", SF_LIST_RECURSIVE, 0, &l), SF_OK, "%s", errmsg());
+    const char *want[] = {"d1/a.bin", "d1/b.bin", "d2/x/y.bin", "top.bin"};
+    size_t sizes[] = {10, 11, 12, 3};
+    cr_assert_eq(sf_object_list_count(l), 4);
+    for (size_t i = 0; i < 4; i++) {
+        const struct sf_object_info *it = sf_object_list_get(l, i);
+        cr_expect_str_eq(it->key, want[i]);
+        cr_expect_eq(it->size, sizes[i]);
+        cr_expect_eq(it->is_prefix, 0);
+        cr_expect_eq(strlen(it->etag), 34, "%s: etag '%s'", it->key, it->etag);
+    }
+    sf_object_list_destroy(l);
+
+    /* max_objects is a cap */
+    cr_expect_eq(sf_s3_list(s3, "s3://bucket/", SF_LIST_RECURSIVE, 3, &l), SF_ERR_LIMIT);
+    cr_expect_null(l);
+    cr_expect(strstr(errmsg(), "3"), "message: %s", errmsg());
+}
+
+Test(s3, list_buckets)
+{
+    start_mock(NULL);
+    default_client();
+    char path[700];
+    snprintf(path, sizeof(path), "%s/other-bucket", root);
+    cr_assert(mkdir(path, 0755) == 0);
+    struct sf_object_list *l = NULL;
+    cr_assert_eq(sf_s3_list(s3, "s3://", 0, 0, &l), SF_OK, "%s", errmsg());
+    cr_assert_eq(sf_object_list_count(l), 2);
+    cr_expect_str_eq(sf_object_list_get(l, 0)->key, "bucket");
+    cr_expect_str_eq(sf_object_list_get(l, 0)->url, "s3://bucket/");
+    cr_expect_eq(sf_object_list_get(l, 0)->is_prefix, 1);
+    cr_expect_str_eq(sf_object_list_get(l, 1)->key, "other-bucket");
+    sf_object_list_destroy(l);
+    cJSON *j = mock_stats();
+    cr_expect_eq(jnum(j, "operations", "ListBuckets", NULL), 1);
+    cJSON_Delete(j);
+}
+
+Test(s3, list_of_2500_keys_takes_three_pages)
+{
+    start_mock(NULL);
+    default_client();
+    for (int i = 0; i < 2500; i++) {
+        char key[64];
+        snprintf(key, sizeof(key), "many/k-%05d.bin", i);
+        char rel[80];
+        snprintf(rel, sizeof(rel), "bucket/%s", key);
+        cr_assert(test_write_file(root, rel, "xxxxxxx", (size_t)(i % 7)) == 0);
+    }
+    struct sf_object_list *l = NULL;
+    sf_status st = sf_s3_list(s3, "s3://bucket/many/", SF_LIST_RECURSIVE, 0, &l);
+    cr_assert_eq(st, SF_OK, "%s: %s", sf_status_name(st), errmsg());
+    cr_assert_eq(sf_object_list_count(l), 2500);
+    for (int i = 0; i < 2500; i++) {
+        char key[64];
+        snprintf(key, sizeof(key), "many/k-%05d.bin", i);
+        const struct sf_object_info *it = sf_object_list_get(l, (size_t)i);
+        cr_assert_str_eq(it->key, key, "entry %d", i);
+        cr_assert_eq(it->size, (unsigned long long)(i % 7), "entry %d", i);
+    }
+    sf_object_list_destroy(l);
+    cJSON *j = mock_stats();
+    cr_expect_eq(jnum(j, "operations", "ListObjectsV2", NULL), 3, "1000 + 1000 + 500 keys");
+    cr_expect_eq(jnum(j, "requests", NULL, NULL), 3);
+    cJSON_Delete(j);
+
+    /* expansion of the prefix lists the same pages */
+    cr_assert_eq(sf_s3_expand(s3, "s3://bucket/many/", 0, &l), SF_OK, "%s", errmsg());
+    cr_expect_eq(sf_object_list_count(l), 2500);
+    sf_object_list_destroy(l);
+    /* a cap below the count stops the listing */
+    cr_expect_eq(sf_s3_list(s3, "s3://bucket/many/", SF_LIST_RECURSIVE, 1500, &l), SF_ERR_LIMIT);
+}
+
+Test(s3, keys_with_spaces_plus_percent_ampersand_and_utf8)
+{
+    start_mock(NULL);
+    default_client();
+    const char *key = "dir/a b+c%d&e-\xc3\xa9.bin";
+    size_t n = 300 * 1024 + 1; /* two ranges */
+    unsigned char *data = put_object(key, n, 7);
+    put_small("dir/plain.bin", 4);
+    char url[256];
+    snprintf(url, sizeof(url), "s3://bucket/%s", key);
+
+    struct sf_object_list *l = NULL;
+    cr_assert_eq(sf_s3_list(s3, "s3://bucket/dir/", 0, 0, &l), SF_OK, "%s", errmsg());
+    cr_assert_eq(sf_object_list_count(l), 2);
+    cr_expect_str_eq(sf_object_list_get(l, 0)->key, key);
+    cr_expect_str_eq(sf_object_list_get(l, 0)->url, url);
+    cr_expect_eq(sf_object_list_get(l, 0)->size, n);
+    sf_object_list_destroy(l);
+
+    /* common prefixes are decoded too */
+    put_small("odd dir+%&\xc3\xa9/f.bin", 1);
+    cr_assert_eq(sf_s3_list(s3, "s3://bucket/", 0, 0, &l), SF_OK, "%s", errmsg());
+    int found = 0;
+    for (size_t i = 0; i < sf_object_list_count(l); i++) {
+        const struct sf_object_info *it = sf_object_list_get(l, i);
+        if (it->is_prefix && !strcmp(it->key, "odd dir+%&\xc3\xa9/"))
+            found = !strcmp(it->url, "s3://bucket/odd dir+%&\xc3\xa9/");
+    }
+    cr_expect(found, "the common prefix 'odd dir+%%&\xc3\xa9/' was not listed as is");
+    sf_object_list_destroy(l);
+
+    /* a prefix with the odd characters in it */
+    cr_assert_eq(sf_s3_list(s3, "s3://bucket/dir/a b+c%d&", 0, 0, &l), SF_OK, "%s", errmsg());
+    cr_expect_eq(sf_object_list_count(l), 1);
+    sf_object_list_destroy(l);
+
+    struct sf_object_info info;
+    cr_assert_eq(sf_s3_stat(s3, url, &info), SF_OK, "%s", errmsg());
+    cr_expect_eq(info.size, n);
+    cr_expect_str_eq(info.key, key);
+    sf_object_info_clear(&info);
+    sf_status st = fetch_whole(url, data, n);
+    cr_expect_eq(st, SF_OK, "%s", sf_status_name(st));
+
+    cJSON *j = mock_stats();
+    cr_expect_eq(jnum(j, "status", "403", NULL), 0, "a signature did not match");
+    cr_expect_eq(jnum(j, "status", "400", NULL), 0);
+    cJSON_Delete(j);
+    free(data);
+}
+
+/* ============================================================ expand */
+
+Test(s3, expand_brace_patterns_without_network)
+{
+    start_mock(NULL);
+    default_client();
+    struct sf_object_list *l = NULL;
+    sf_status st = sf_s3_expand(s3, "s3://bucket/train-{000..009}.tar", 0, &l);
+    cr_assert_eq(st, SF_OK, "%s: %s", sf_status_name(st), errmsg());
+    cr_assert_eq(sf_object_list_count(l), 10);
+    for (size_t i = 0; i < 10; i++) {
+        char want[64];
+        snprintf(want, sizeof(want), "s3://bucket/train-%03zu.tar", i);
+        const struct sf_object_info *it = sf_object_list_get(l, i);
+        cr_expect_str_eq(it->url, want);
+        cr_expect_str_eq(it->key, want + strlen("s3://bucket/"));
+        cr_expect_eq(it->size, SF_SIZE_UNKNOWN);
+        cr_expect_str_eq(it->etag, "");
+    }
+    sf_object_list_destroy(l);
+
+    /* several braces: the left-most varies slowest */
+    cr_assert_eq(sf_s3_expand(s3, "s3://bucket/{x,y}/p-{1..3}.bin", 0, &l), SF_OK, "%s", errmsg());
+    const char *want[] = {"x/p-1.bin", "x/p-2.bin", "x/p-3.bin",
+                          "y/p-1.bin", "y/p-2.bin", "y/p-3.bin"};
+    cr_assert_eq(sf_object_list_count(l), 6);
+    for (size_t i = 0; i < 6; i++)
+        cr_expect_str_eq(sf_object_list_get(l, i)->key, want[i]);
+    sf_object_list_destroy(l);
+
+    /* a cap */
+    cr_expect_eq(sf_s3_expand(s3, "s3://bucket/s-{0..99}", 50, &l), SF_ERR_LIMIT);
+    cr_expect_null(l);
+    /* a syntax error */
+    cr_expect_eq(sf_s3_expand(s3, "s3://bucket/s-{0..", 0, &l), SF_ERR_INVALID_ARGUMENT);
+    cr_expect_neq(errmsg()[0], '\0');
+
+    cr_expect_eq(mock_requests(), 0, "brace expansion sent requests");
+    struct sf_s3_stats s;
+    sf_s3_get_stats(s3, &s);
+    cr_expect_eq(s.requests, 0);
+}
+
+Test(s3, expand_a_prefix_fills_size_and_etag)
+{
+    start_mock(NULL);
+    default_client();
+    size_t sizes[] = {5, 0, 4096};
+    const char *keys[] = {"ds/a.tar", "ds/b.tar", "ds/sub/c.tar"};
+    char etags[3][35];
+    for (size_t i = 0; i < 3; i++) {
+        unsigned char *d = put_object(keys[i], sizes[i], 100 + (unsigned)i);
+        md5_etag(d, sizes[i], etags[i]);
+        free(d);
+    }
+    put_small("dsx/not-me.tar", 1);
+    struct sf_object_list *l = NULL;
+    cr_assert_eq(sf_s3_expand(s3, "s3://bucket/ds/", 0, &l), SF_OK, "%s", errmsg());
+    cr_assert_eq(sf_object_list_count(l), 3);
+    for (size_t i = 0; i < 3; i++) {
+        const struct sf_object_info *it = sf_object_list_get(l, i);
+        char url[128];
+        snprintf(url, sizeof(url), "s3://bucket/%s", keys[i]);
+        cr_expect_str_eq(it->url, url);
+        cr_expect_str_eq(it->key, keys[i]);
+        cr_expect_eq(it->size, sizes[i], "%s", keys[i]);
+        cr_expect_str_eq(it->etag, etags[i], "%s", keys[i]);
+        cr_expect_eq(it->is_prefix, 0);
+    }
+    sf_object_list_destroy(l);
+
+    /* one key: not checked, size unknown */
+    cr_assert_eq(sf_s3_expand(s3, "s3://bucket/ds/a.tar", 0, &l), SF_OK, "%s", errmsg());
+    cr_assert_eq(sf_object_list_count(l), 1);
+    cr_expect_eq(sf_object_list_get(l, 0)->size, SF_SIZE_UNKNOWN);
+    sf_object_list_destroy(l);
+
+    /* an empty prefix */
+    cr_expect_eq(sf_s3_expand(s3, "s3://bucket/nothing/", 0, &l), SF_ERR_NOT_FOUND);
+    cr_expect(strstr(errmsg(), "nothing"), "message: %s", errmsg());
+    cJSON *j = mock_stats();
+    cr_expect_eq(jnum(j, "operations", "ListObjectsV2", NULL), 2);
+    cr_expect_eq(jnum(j, "requests", NULL, NULL), 2);
+    cJSON_Delete(j);
+}
+
+Test(s3, expand_a_local_directory_sorted_and_recursive)
+{
+    make_root();
+    struct sf_s3_options o;
+    opts_init(&o);
+    o.endpoint_url = "http://127.0.0.1:1"; /* never contacted */
+    client(&o);
+    const char *rels[] = {"local/z/y/x.bin", "local/b.bin", "local/a/c.bin", "local/a/b.bin"};
+    for (size_t i = 0; i < 4; i++)
+        cr_assert(test_write_file(tmp, rels[i], "abcdefgh", i + 1) == 0);
+    const char *sorted[] = {"local/a/b.bin", "local/a/c.bin", "local/b.bin", "local/z/y/x.bin"};
+    size_t sizes[] = {4, 3, 2, 1};
+    char dir[700];
+    snprintf(dir, sizeof(dir), "%s/local/", tmp);
+    struct sf_object_list *l = NULL;
+    cr_assert_eq(sf_s3_expand(s3, dir, 0, &l), SF_OK, "%s", errmsg());
+    cr_assert_eq(sf_object_list_count(l), 4);
+    for (size_t i = 0; i < 4; i++) {
+        char want[800];
+        snprintf(want, sizeof(want), "%s/%s", tmp, sorted[i]);
+        const struct sf_object_info *it = sf_object_list_get(l, i);
+        cr_expect_str_eq(it->key, want);
+        cr_expect_eq(it->size, sizes[i], "%s", want);
+    }
+    sf_object_list_destroy(l);
+
+    /* file:// of the directory, and of one file */
+    char url[720];
+    snprintf(url, sizeof(url), "file://%s/local", tmp);
+    cr_assert_eq(sf_s3_expand(s3, url, 0, &l), SF_OK, "%s", errmsg());
+    cr_expect_eq(sf_object_list_count(l), 4);
+    sf_object_list_destroy(l);
+    snprintf(url, sizeof(url), "file://%s/local/b.bin", tmp);
+    cr_assert_eq(sf_s3_expand(s3, url, 0, &l), SF_OK, "%s", errmsg());
+    cr_assert_eq(sf_object_list_count(l), 1);
+    cr_expect_eq(sf_object_list_get(l, 0)->size, 2);
+    sf_object_list_destroy(l);
+
+    cr_expect_eq(sf_s3_expand(s3, dir, 3, &l), SF_ERR_LIMIT);
+    snprintf(dir, sizeof(dir), "%s/nope/", tmp);
+    cr_expect_eq(sf_s3_expand(s3, dir, 0, &l), SF_ERR_NOT_FOUND);
+}
+
+/* ============================================================ configuration */
+
+static void expect_bad_option(void (*edit)(struct sf_s3_options *), const char *word)
+{
+    struct sf_s3_options o;
+    opts_init(&o);
+    edit(&o);
+    char err[512] = "";
+    struct sf_s3 *c = (struct sf_s3 *)&err; /* must be reset to NULL */
+    sf_status st = sf_s3_new(&o, &c, err, sizeof(err));
+    cr_expect_eq(st, SF_ERR_INVALID_ARGUMENT, "%s: %s", word, sf_status_name(st));
+    cr_expect_null(c, "%s", word);
+    cr_expect(strstr(err, word), "message for %s: '%s'", word, err);
+    if (st == SF_OK)
+        sf_s3_destroy(c);
+}
+
+static void zero_concurrency(struct sf_s3_options *o)
+{
+    o->concurrency = 0;
+}
+static void tiny_chunk(struct sf_s3_options *o)
+{
+    o->chunk_bytes = 10;
+}
+static void zero_attempts(struct sf_s3_options *o)
+{
+    o->max_attempts = 0;
+}
+static void half_credentials(struct sf_s3_options *o)
+{
+    o->secret_access_key = NULL;
+}
+
+Test(s3, invalid_options_are_refused_with_a_message)
+{
+    make_root();
+    snprintf(srv.url, sizeof(srv.url), "http://127.0.0.1:1");
+    expect_bad_option(zero_concurrency, "concurrency");
+    expect_bad_option(tiny_chunk, "chunk_bytes");
+    expect_bad_option(zero_attempts, "max_attempts");
+    expect_bad_option(half_credentials, "secret_access_key");
+    cr_expect_eq(sf_s3_new(NULL, NULL, NULL, 0), SF_ERR_INVALID_ARGUMENT);
+}
+
+Test(s3, path_style_addressing_against_the_mock)
+{
+    start_mock(NULL);
+    struct sf_s3_options o;
+    opts_init(&o);
+    o.addressing = SF_ADDRESSING_PATH;
+    client(&o);
+    unsigned char *d = put_object("p/obj.bin", 1000, 9);
+    struct sf_object_info info;
+    cr_assert_eq(sf_s3_stat(s3, "s3://bucket/p/obj.bin", &info), SF_OK, "%s", errmsg());
+    cr_expect_eq(info.size, 1000);
+    sf_object_info_clear(&info);
+    cr_expect_eq(fetch_whole("s3://bucket/p/obj.bin", d, 1000), SF_OK);
+    cJSON *j = mock_stats();
+    cr_expect_eq(jnum(j, "keys", "bucket/p/obj.bin", "requests"), 2,
+                 "the path named bucket and key");
+    cJSON_Delete(j);
+    free(d);
+}
+
+Test(s3, region_from_aws_region_is_used_in_signing)
+{
+    start_mock(NULL); /* expects us-east-1 */
+    put_small("r.bin", 10);
+    setenv("AWS_REGION", "eu-west-3", 1);
+    struct sf_s3_options o;
+    opts_init(&o);
+    client(&o);
+    struct sf_object_list *l = NULL;
+    sf_status st = sf_s3_list(s3, "s3://bucket/", 0, 0, &l);
+    cr_expect_neq(st, SF_OK);
+    cr_expect(strstr(errmsg(), "AuthorizationHeaderMalformed"), "message: %s", errmsg());
+    cr_expect(strstr(errmsg(), "region 'eu-west-3'"), "message: %s", errmsg());
+    cr_expect_eq(mock_requests(), 1, "a 400 is not retried");
+    sf_s3_destroy(s3);
+    s3 = NULL;
+
+    /* the option wins over the environment */
+    o.region = "us-east-1";
+    client(&o);
+    cr_assert_eq(sf_s3_list(s3, "s3://bucket/", 0, 0, &l), SF_OK, "%s", errmsg());
+    cr_expect_eq(sf_object_list_count(l), 1);
+    sf_object_list_destroy(l);
+}
+
+Test(s3, region_from_aws_region_matches_a_mock_in_that_region)
+{
+    const char *args[] = {"--region", "eu-west-3", NULL};
+    start_mock(args);
+    put_small("r.bin", 10);
+    setenv("AWS_REGION", "eu-west-3", 1);
+    struct sf_s3_options o;
+    opts_init(&o);
+    client(&o);
+    struct sf_object_info info;
+    cr_assert_eq(sf_s3_stat(s3, "s3://bucket/r.bin", &info), SF_OK, "%s", errmsg());
+    cr_expect_eq(info.size, 10);
+    sf_object_info_clear(&info);
+    sf_s3_destroy(s3);
+    s3 = NULL;
+    /* AWS_DEFAULT_REGION when AWS_REGION is not set */
+    unsetenv("AWS_REGION");
+    setenv("AWS_DEFAULT_REGION", "eu-west-3", 1);
+    client(&o);
+    cr_assert_eq(sf_s3_stat(s3, "s3://bucket/r.bin", &info), SF_OK, "%s", errmsg());
+    sf_object_info_clear(&info);
+}
+
+Test(s3, credentials_from_environment_variables)
+{
+    start_mock(NULL);
+    unsigned char *d = put_object("env.bin", 2000, 11);
+    setenv("AWS_ACCESS_KEY_ID", "mock-access-key", 1);
+    setenv("AWS_SECRET_ACCESS_KEY", "mock-secret-key", 1);
+    struct sf_s3_options o;
+    opts_init(&o);
+    o.access_key_id = o.secret_access_key = NULL;
+    client(&o);
+    struct sf_object_info info;
+    cr_assert_eq(sf_s3_stat(s3, "s3://bucket/env.bin", &info), SF_OK, "%s", errmsg());
+    cr_expect_eq(info.size, 2000);
+    sf_object_info_clear(&info);
+    cr_expect_eq(fetch_whole("s3://bucket/env.bin", d, 2000), SF_OK);
+    sf_s3_destroy(s3);
+    s3 = NULL;
+
+    /* a wrong secret from the environment is refused, and not repeated */
+    setenv("AWS_SECRET_ACCESS_KEY", "env-wrong-secret-Q9", 1);
+    client(&o);
+    struct sf_object_list *l = NULL;
+    sf_status st = sf_s3_list(s3, "s3://bucket/", 0, 0, &l);
+    cr_expect(st == SF_ERR_SIGNATURE || st == SF_ERR_ACCESS_DENIED, "%s", sf_status_name(st));
+    cr_expect(strstr(errmsg(), "SignatureDoesNotMatch"), "message: %s", errmsg());
+    cr_expect_null(strstr(errmsg(), "env-wrong-secret-Q9"), "message: %s", errmsg());
+    free(d);
+}
+
+Test(s3, unsigned_requests_to_a_mock_that_wants_signatures_are_denied)
+{
+    start_mock(NULL);
+    put_small("priv.bin", 10);
+    struct sf_s3_options o;
+    opts_init(&o);
+    o.access_key_id = o.secret_access_key = NULL;
+    o.no_sign_request = 1;
+    client(&o);
+    struct sf_object_info info;
+    sf_status st = sf_s3_stat(s3, "s3://bucket/priv.bin", &info);
+    cr_expect_eq(st, SF_ERR_ACCESS_DENIED, "%s: %s", sf_status_name(st), errmsg());
+    struct sf_object_list *l = NULL;
+    st = sf_s3_list(s3, "s3://bucket/", 0, 0, &l);
+    cr_expect_eq(st, SF_ERR_ACCESS_DENIED, "%s: %s", sf_status_name(st), errmsg());
+    cr_expect(strstr(errmsg(), "AccessDenied"), "message: %s", errmsg());
+    cr_expect_eq(mock_requests(), 2, "a 403 is not retried");
+}
+
+Test(s3, unsigned_requests_to_an_anonymous_mock_work)
+{
+    const char *args[] = {"--anonymous", NULL};
+    start_mock(args);
+    unsigned char *d = put_object("pub.bin", 700, 12);
+    struct sf_s3_options o;
+    opts_init(&o);
+    o.access_key_id = o.secret_access_key = NULL;
+    o.no_sign_request = 1;
+    client(&o);
+    struct sf_object_info info;
+    cr_assert_eq(sf_s3_stat(s3, "s3://bucket/pub.bin", &info), SF_OK, "%s", errmsg());
+    cr_expect_eq(info.size, 700);
+    sf_object_info_clear(&info);
+    struct sf_object_list *l = NULL;
+    cr_assert_eq(sf_s3_list(s3, "s3://bucket/", 0, 0, &l), SF_OK, "%s", errmsg());
+    cr_expect_eq(sf_object_list_count(l), 1);
+    sf_object_list_destroy(l);
+    cr_expect_eq(fetch_whole("s3://bucket/pub.bin", d, 700), SF_OK);
+    free(d);
+}

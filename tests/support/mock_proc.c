@@ -5,6 +5,7 @@
 #include <ftw.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,8 @@ int mock_proc_start(struct mock_proc *p, const char *root, const char *const *ex
         return -1;
     }
     if (pid == 0) {
+        /* a test that dies (ASan abort, crash) must not leave its server behind */
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
         dup2(fds[1], STDOUT_FILENO);
         execv(argv[0], (char *const *)argv);
         _exit(127);
