@@ -68,18 +68,6 @@ struct parser {
     struct fields *f;
 };
 
-__attribute__((format(printf, 4, 5))) static sf_status fail(char *err, size_t err_len, sf_status st,
-                                                            const char *fmt, ...)
-{
-    if (err && err_len) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, err_len, fmt, ap);
-        va_end(ap);
-    }
-    return st;
-}
-
 static int is_blank(char c)
 {
     return c == ' ' || c == '\t';
@@ -136,17 +124,17 @@ static sf_status read_file(const char *path, struct sf__strbuf *out, int *absent
             *absent = 1;
             return SF_OK;
         }
-        return fail(err, err_len, SF_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+        return sf__fail(err, err_len, SF_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     }
     struct stat st;
     if (fstat(fd, &st) != 0) {
         int e = errno;
         close(fd);
-        return fail(err, err_len, SF_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
+        return sf__fail(err, err_len, SF_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
     }
     if (S_ISDIR(st.st_mode)) {
         close(fd);
-        return fail(err, err_len, SF_ERR_IO, "%s: is a directory", path);
+        return sf__fail(err, err_len, SF_ERR_IO, "%s: is a directory", path);
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
@@ -155,7 +143,8 @@ static sf_status read_file(const char *path, struct sf__strbuf *out, int *absent
     }
     if ((unsigned long long)st.st_size > FILE_MAX_BYTES) {
         close(fd);
-        return fail(err, err_len, SF_ERR_LIMIT, "%s: larger than %zu bytes", path, FILE_MAX_BYTES);
+        return sf__fail(err, err_len, SF_ERR_LIMIT, "%s: larger than %zu bytes", path,
+                        FILE_MAX_BYTES);
     }
     char chunk[16384];
     for (;;) {
@@ -165,7 +154,7 @@ static sf_status read_file(const char *path, struct sf__strbuf *out, int *absent
         if (r < 0) {
             int e = errno;
             close(fd);
-            return fail(err, err_len, SF_ERR_IO, "%s: cannot read: %s", path, strerror(e));
+            return sf__fail(err, err_len, SF_ERR_IO, "%s: cannot read: %s", path, strerror(e));
         }
         if (r == 0)
             break;
@@ -174,9 +163,9 @@ static sf_status read_file(const char *path, struct sf__strbuf *out, int *absent
             sf_status s = out->err;
             close(fd);
             if (s == SF_ERR_LIMIT)
-                return fail(err, err_len, SF_ERR_LIMIT, "%s: larger than %zu bytes", path,
-                            FILE_MAX_BYTES);
-            return fail(err, err_len, s, "%s: %s", path, sf_status_str(s));
+                return sf__fail(err, err_len, SF_ERR_LIMIT, "%s: larger than %zu bytes", path,
+                                FILE_MAX_BYTES);
+            return sf__fail(err, err_len, s, "%s: %s", path, sf_status_str(s));
         }
     }
     close(fd);
@@ -276,8 +265,9 @@ static sf_status parse_line(struct parser *ps, const char *p, size_t n, size_t l
         if (!ps->in_sub)
             return SF_OK; /* continuation of a value: nothing we read is multi-line */
         if (!split_kv(rest, rn, &k, &kn, &v, &vn))
-            return fail(err, err_len, SF_ERR_PARSE,
-                        "%s: line %zu: expected 'key = value' in a sub-section", ps->path, lineno);
+            return sf__fail(err, err_len, SF_ERR_PARSE,
+                            "%s: line %zu: expected 'key = value' in a sub-section", ps->path,
+                            lineno);
         return ps->in_target ? apply_sub(ps, k, kn, v, vn) : SF_OK;
     }
 
@@ -290,8 +280,8 @@ static sf_status parse_line(struct parser *ps, const char *p, size_t n, size_t l
             }
         }
         if (!close)
-            return fail(err, err_len, SF_ERR_PARSE, "%s: line %zu: '[' without ']'", ps->path,
-                        lineno);
+            return sf__fail(err, err_len, SF_ERR_PARSE, "%s: line %zu: '[' without ']'", ps->path,
+                            lineno);
         size_t name_len = 0;
         const char *name = section_profile(ps, rest + 1, (size_t)(close - (rest + 1)), &name_len);
         ps->in_section = 1;
@@ -304,11 +294,11 @@ static sf_status parse_line(struct parser *ps, const char *p, size_t n, size_t l
     }
 
     if (!ps->in_section)
-        return fail(err, err_len, SF_ERR_PARSE, "%s: line %zu: a setting before any [section]",
-                    ps->path, lineno);
+        return sf__fail(err, err_len, SF_ERR_PARSE, "%s: line %zu: a setting before any [section]",
+                        ps->path, lineno);
     if (!split_kv(rest, rn, &k, &kn, &v, &vn))
-        return fail(err, err_len, SF_ERR_PARSE, "%s: line %zu: expected 'key = value'", ps->path,
-                    lineno);
+        return sf__fail(err, err_len, SF_ERR_PARSE, "%s: line %zu: expected 'key = value'",
+                        ps->path, lineno);
     ps->have_key = 1;
     if (vn == 0) {
         ps->in_sub = 1;
@@ -339,7 +329,7 @@ static sf_status parse_file(struct parser *ps, char *err, size_t err_len)
     size_t len = buf.len;
     if (memchr(d, '\0', len)) {
         sf__strbuf_free(&buf);
-        return fail(err, err_len, SF_ERR_PARSE, "%s: contains a NUL byte", ps->path);
+        return sf__fail(err, err_len, SF_ERR_PARSE, "%s: contains a NUL byte", ps->path);
     }
     size_t pos = 0;
     if (len >= 3 && memcmp(d, "\xEF\xBB\xBF", 3) == 0)
@@ -353,8 +343,8 @@ static sf_status parse_file(struct parser *ps, char *err, size_t err_len)
         if (content && d[pos + content - 1] == '\r')
             content--;
         if (content > LINE_MAX_BYTES)
-            st = fail(err, err_len, SF_ERR_LIMIT, "%s: line %zu is longer than %zu bytes", ps->path,
-                      lineno, LINE_MAX_BYTES);
+            st = sf__fail(err, err_len, SF_ERR_LIMIT, "%s: line %zu is longer than %zu bytes",
+                          ps->path, lineno, LINE_MAX_BYTES);
         else
             st = parse_line(ps, d + pos, content, lineno, err, err_len);
         pos += n + (nl ? 1 : 0);
@@ -391,7 +381,7 @@ sf_status sf__aws_profile_load_files(const char *name, const char *credentials_p
     if (err && err_len)
         err[0] = '\0';
     if (!name || !*name)
-        return fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "empty profile name");
+        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "empty profile name");
 
     struct fields f = {0};
     int found = 0;
@@ -403,7 +393,7 @@ sf_status sf__aws_profile_load_files(const char *name, const char *credentials_p
     if (st == SF_OK) {
         out->name = strdup(name);
         if (!out->name)
-            st = fail(err, err_len, SF_ERR_NO_MEMORY, "out of memory");
+            st = sf__fail(err, err_len, SF_ERR_NO_MEMORY, "out of memory");
     }
     if (st != SF_OK) {
         fields_free(&f);

@@ -10,6 +10,8 @@
  */
 #include "s3/braces.h"
 
+#include "s3/strbuf.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,17 +49,6 @@ struct parse {
     struct span tail; /* literal text after the last group */
 };
 
-__attribute__((format(printf, 3, 4))) static void set_err(char *err, size_t err_len,
-                                                          const char *fmt, ...)
-{
-    if (!err || err_len == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_len, fmt, ap);
-    va_end(ap);
-}
-
 static int all_digits(const char *s, size_t n)
 {
     for (size_t i = 0; i < n; i++)
@@ -82,19 +73,19 @@ static sf_status parse_bound(const char *pat, size_t off, size_t len, unsigned l
                              char *err, size_t err_len)
 {
     if (len == 0) {
-        set_err(err, err_len, "empty range bound at column %zu", off + 1);
+        sf__fail(err, err_len, SF_OK, "empty range bound at column %zu", off + 1);
         return SF_ERR_INVALID_ARGUMENT;
     }
     if (!all_digits(pat + off, len)) {
-        set_err(err, err_len,
-                "range bound \"%.*s\" at column %zu is not a non-negative integer "
-                "(only numeric ranges such as {000..099} are supported)",
-                (int)(len > 64 ? 64 : len), pat + off, off + 1);
+        sf__fail(err, err_len, SF_OK,
+                 "range bound \"%.*s\" at column %zu is not a non-negative integer "
+                 "(only numeric ranges such as {000..099} are supported)",
+                 (int)(len > 64 ? 64 : len), pat + off, off + 1);
         return SF_ERR_INVALID_ARGUMENT;
     }
     if (len > BRACE_MAX_DIGITS) {
-        set_err(err, err_len, "range bound at column %zu has more than %d digits", off + 1,
-                BRACE_MAX_DIGITS);
+        sf__fail(err, err_len, SF_OK, "range bound at column %zu has more than %d digits", off + 1,
+                 BRACE_MAX_DIGITS);
         return SF_ERR_INVALID_ARGUMENT;
     }
     unsigned long long v = 0;
@@ -118,8 +109,8 @@ static sf_status parse_range(const char *pat, size_t off, size_t len, size_t dot
     size_t hi_off = dots + 2, hi_len = off + len - hi_off;
     for (size_t i = hi_off; i + 1 < off + len; i++) {
         if (pat[i] == '.' && pat[i + 1] == '.') {
-            set_err(err, err_len, "range steps ({a..b..step}) are not supported (column %zu)",
-                    i + 1);
+            sf__fail(err, err_len, SF_OK,
+                     "range steps ({a..b..step}) are not supported (column %zu)", i + 1);
             return SF_ERR_INVALID_ARGUMENT;
         }
     }
@@ -147,7 +138,7 @@ static sf_status parse_pattern(const char *pat, struct parse *ps, char *err, siz
     size_t i = 0;
     for (; pat[i]; i++) {
         if (pat[i] == '}') {
-            set_err(err, err_len, "unbalanced '}' at column %zu", i + 1);
+            sf__fail(err, err_len, SF_OK, "unbalanced '}' at column %zu", i + 1);
             return SF_ERR_INVALID_ARGUMENT;
         }
         if (pat[i] != '{')
@@ -156,10 +147,10 @@ static sf_status parse_pattern(const char *pat, struct parse *ps, char *err, siz
         int have_dots = 0;
         for (; pat[j] && pat[j] != '}'; j++) {
             if (pat[j] == '{') {
-                set_err(err, err_len,
-                        "nested '{' at column %zu inside the brace opened at column %zu "
-                        "(nested braces are not supported)",
-                        j + 1, open + 1);
+                sf__fail(err, err_len, SF_OK,
+                         "nested '{' at column %zu inside the brace opened at column %zu "
+                         "(nested braces are not supported)",
+                         j + 1, open + 1);
                 return SF_ERR_INVALID_ARGUMENT;
             }
             if (pat[j] == ',')
@@ -170,7 +161,7 @@ static sf_status parse_pattern(const char *pat, struct parse *ps, char *err, siz
             }
         }
         if (!pat[j]) {
-            set_err(err, err_len, "unbalanced '{' at column %zu: no closing '}'", open + 1);
+            sf__fail(err, err_len, SF_OK, "unbalanced '{' at column %zu: no closing '}'", open + 1);
             return SF_ERR_INVALID_ARGUMENT;
         }
         size_t body = open + 1, body_len = j - body;
@@ -259,7 +250,7 @@ sf_status sf__brace_expand(const char *pattern, size_t max_results, char ***out,
     if (n)
         *n = 0;
     if (!pattern || !out || !n) {
-        set_err(err, err_len, "NULL argument");
+        sf__fail(err, err_len, SF_OK, "NULL argument");
         return SF_ERR_INVALID_ARGUMENT;
     }
     if (max_results == 0)
@@ -276,7 +267,7 @@ sf_status sf__brace_expand(const char *pattern, size_t max_results, char ***out,
     if ((ps.n_groups && !ps.groups) || (ps.n_items && !ps.items)) {
         free(ps.groups);
         free(ps.items);
-        set_err(err, err_len, "out of memory");
+        sf__fail(err, err_len, SF_OK, "out of memory");
         return SF_ERR_NO_MEMORY;
     }
     st = parse_pattern(pattern, &ps, err, err_len);
@@ -287,9 +278,9 @@ sf_status sf__brace_expand(const char *pattern, size_t max_results, char ***out,
     for (size_t g = 0; st == SF_OK && g < ps.n_groups; g++) {
         const struct group *gr = &ps.groups[g];
         if (total > (unsigned long long)max_results / gr->n) {
-            set_err(err, err_len,
-                    "the brace at column %zu takes the expansion past max_results (%zu)", gr->col,
-                    max_results);
+            sf__fail(err, err_len, SF_OK,
+                     "the brace at column %zu takes the expansion past max_results (%zu)", gr->col,
+                     max_results);
             st = SF_ERR_LIMIT;
             break;
         }
@@ -299,8 +290,8 @@ sf_status sf__brace_expand(const char *pattern, size_t max_results, char ***out,
     /* result_max <= strlen(pattern) + 18 per group, so it cannot overflow;
      * total * (result_max + 1) is checked by division. */
     if (st == SF_OK && (unsigned long long)result_max + 1 > BRACE_MAX_BYTES / total) {
-        set_err(err, err_len, "the expansion would take more than %llu bytes",
-                (unsigned long long)BRACE_MAX_BYTES);
+        sf__fail(err, err_len, SF_OK, "the expansion would take more than %llu bytes",
+                 (unsigned long long)BRACE_MAX_BYTES);
         st = SF_ERR_LIMIT;
     }
 
@@ -313,7 +304,7 @@ sf_status sf__brace_expand(const char *pattern, size_t max_results, char ***out,
         idx = ps.n_groups ? calloc(ps.n_groups, sizeof *idx) : NULL;
         buf = malloc(result_max + 1);
         if (!v || !buf || (ps.n_groups && !idx)) {
-            set_err(err, err_len, "out of memory");
+            sf__fail(err, err_len, SF_OK, "out of memory");
             st = SF_ERR_NO_MEMORY;
         }
     }
@@ -329,7 +320,7 @@ sf_status sf__brace_expand(const char *pattern, size_t max_results, char ***out,
         len += ps.tail.len;
         v[done] = malloc(len + 1);
         if (!v[done]) {
-            set_err(err, err_len, "out of memory");
+            sf__fail(err, err_len, SF_OK, "out of memory");
             st = SF_ERR_NO_MEMORY;
             break;
         }

@@ -84,30 +84,6 @@ struct sf__cred_chain {
     struct timespec imds_token_expiry; /* CLOCK_MONOTONIC */
 };
 
-__attribute__((format(printf, 3, 4))) static sf_status setf(char *buf, size_t len, const char *fmt,
-                                                            ...)
-{
-    if (buf && len) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(buf, len, fmt, ap);
-        va_end(ap);
-    }
-    return SF_OK;
-}
-
-__attribute__((format(printf, 4, 5))) static sf_status fail(char *err, size_t err_len, sf_status st,
-                                                            const char *fmt, ...)
-{
-    if (err && err_len) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, err_len, fmt, ap);
-        va_end(ap);
-    }
-    return st;
-}
-
 __attribute__((format(printf, 3, 4))) static void
 logf_(const struct sf__cred_chain *c, enum sf_log_level level, const char *fmt, ...)
 {
@@ -249,30 +225,30 @@ static sf_status fill_creds(struct sf__credentials *out, const char *ak, const c
 {
     memset(out, 0, sizeof(*out));
     if (!ak || !*ak)
-        return fail(err, err_len, SF_ERR_PARSE, "empty access key id");
+        return sf__fail(err, err_len, SF_ERR_PARSE, "empty access key id");
     if (!sk || !*sk)
-        return fail(err, err_len, SF_ERR_PARSE, "empty secret access key");
+        return sf__fail(err, err_len, SF_ERR_PARSE, "empty secret access key");
     if (strlen(ak) >= sizeof(out->access_key_id))
-        return fail(err, err_len, SF_ERR_LIMIT, "access key id longer than %zu bytes",
-                    sizeof(out->access_key_id) - 1);
+        return sf__fail(err, err_len, SF_ERR_LIMIT, "access key id longer than %zu bytes",
+                        sizeof(out->access_key_id) - 1);
     if (strlen(sk) >= sizeof(out->secret_access_key))
-        return fail(err, err_len, SF_ERR_LIMIT, "secret access key longer than %zu bytes",
-                    sizeof(out->secret_access_key) - 1);
+        return sf__fail(err, err_len, SF_ERR_LIMIT, "secret access key longer than %zu bytes",
+                        sizeof(out->secret_access_key) - 1);
     if (token && strlen(token) >= sizeof(out->session_token))
-        return fail(err, err_len, SF_ERR_LIMIT, "session token longer than %zu bytes",
-                    sizeof(out->session_token) - 1);
+        return sf__fail(err, err_len, SF_ERR_LIMIT, "session token longer than %zu bytes",
+                        sizeof(out->session_token) - 1);
     if (!visible_ascii(ak))
-        return fail(err, err_len, SF_ERR_PARSE,
-                    "access key id has characters other than "
-                    "visible ASCII");
+        return sf__fail(err, err_len, SF_ERR_PARSE,
+                        "access key id has characters other than "
+                        "visible ASCII");
     if (!visible_ascii(sk))
-        return fail(err, err_len, SF_ERR_PARSE,
-                    "secret access key has characters other than "
-                    "visible ASCII");
+        return sf__fail(err, err_len, SF_ERR_PARSE,
+                        "secret access key has characters other than "
+                        "visible ASCII");
     if (token && !visible_ascii(token))
-        return fail(err, err_len, SF_ERR_PARSE,
-                    "session token has characters other than "
-                    "visible ASCII");
+        return sf__fail(err, err_len, SF_ERR_PARSE,
+                        "session token has characters other than "
+                        "visible ASCII");
     memcpy(out->access_key_id, ak, strlen(ak) + 1);
     memcpy(out->secret_access_key, sk, strlen(sk) + 1);
     if (token)
@@ -306,23 +282,23 @@ sf_status sf__credentials_parse_json(const char *body, size_t n, struct sf__cred
     if (err && err_len)
         err[0] = '\0';
     if (!body)
-        return fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "no body");
+        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "no body");
     if (n > BODY_MAX_BYTES)
-        return fail(err, err_len, SF_ERR_LIMIT, "credentials document over %zu bytes",
-                    BODY_MAX_BYTES);
+        return sf__fail(err, err_len, SF_ERR_LIMIT, "credentials document over %zu bytes",
+                        BODY_MAX_BYTES);
     cJSON *doc = cJSON_ParseWithLength(body, n);
     if (!doc)
-        return fail(err, err_len, SF_ERR_PARSE, "credentials document is not valid JSON");
+        return sf__fail(err, err_len, SF_ERR_PARSE, "credentials document is not valid JSON");
     sf_status st = SF_OK;
     if (!cJSON_IsObject(doc)) {
-        st = fail(err, err_len, SF_ERR_PARSE, "credentials document is not a JSON object");
+        st = sf__fail(err, err_len, SF_ERR_PARSE, "credentials document is not a JSON object");
         goto done;
     }
     const char *code = json_string(doc, "Code");
     if (cJSON_GetObjectItemCaseSensitive(doc, "Code") && (!code || strcmp(code, "Success") != 0)) {
         char c[64];
         sanitize(code ? code : "(not a string)", c, sizeof(c));
-        st = fail(err, err_len, SF_ERR_ACCESS_DENIED, "credentials document has Code '%s'", c);
+        st = sf__fail(err, err_len, SF_ERR_ACCESS_DENIED, "credentials document has Code '%s'", c);
         goto done;
     }
     const char *ak = json_string(doc, "AccessKeyId");
@@ -330,23 +306,24 @@ sf_status sf__credentials_parse_json(const char *body, size_t n, struct sf__cred
     const char *token = json_string(doc, "Token");
     const char *exp = json_string(doc, "Expiration");
     if (!ak || !sk) {
-        st = fail(err, err_len, SF_ERR_PARSE,
-                  "credentials document lacks AccessKeyId or SecretAccessKey");
+        st = sf__fail(err, err_len, SF_ERR_PARSE,
+                      "credentials document lacks AccessKeyId or SecretAccessKey");
         goto done;
     }
     if (cJSON_GetObjectItemCaseSensitive(doc, "Token") && !token) {
-        st = fail(err, err_len, SF_ERR_PARSE, "credentials document: Token is not a string");
+        st = sf__fail(err, err_len, SF_ERR_PARSE, "credentials document: Token is not a string");
         goto done;
     }
     int64_t expiration = 0;
     if (cJSON_GetObjectItemCaseSensitive(doc, "Expiration")) {
         if (!exp || !parse_iso8601(exp, &expiration) || expiration <= 0) {
-            st = fail(err, err_len, SF_ERR_PARSE,
-                      "credentials document: Expiration is not an ISO-8601 UTC time");
+            st = sf__fail(err, err_len, SF_ERR_PARSE,
+                          "credentials document: Expiration is not an ISO-8601 UTC time");
             goto done;
         }
         if ((int64_t)(time_t)expiration != expiration) {
-            st = fail(err, err_len, SF_ERR_PARSE, "credentials document: Expiration out of range");
+            st = sf__fail(err, err_len, SF_ERR_PARSE,
+                          "credentials document: Expiration out of range");
             goto done;
         }
     }
@@ -419,7 +396,7 @@ static sf_status http_request(struct sf__cred_chain *c, int put, const char *url
     if (!c->curl) {
         c->curl = curl_easy_init();
         if (!c->curl)
-            return fail(why, why_len, SF_ERR_NO_MEMORY, "curl_easy_init failed");
+            return sf__fail(why, why_len, SF_ERR_NO_MEMORY, "curl_easy_init failed");
     }
     sf_status st = SF_ERR_NETWORK;
     for (unsigned attempt = 1; attempt <= c->attempts; attempt++) {
@@ -457,19 +434,19 @@ static sf_status http_request(struct sf__cred_chain *c, int put, const char *url
         curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL);
         curl_easy_setopt(h, CURLOPT_ERRORBUFFER, NULL);
         if (rc == CURLE_WRITE_ERROR && r->body.err == SF_ERR_LIMIT)
-            return fail(why, why_len, SF_ERR_LIMIT, "%s %s: response over %zu bytes",
-                        put ? "PUT" : "GET", shown, BODY_MAX_BYTES);
+            return sf__fail(why, why_len, SF_ERR_LIMIT, "%s %s: response over %zu bytes",
+                            put ? "PUT" : "GET", shown, BODY_MAX_BYTES);
         if (rc == CURLE_OK) {
             curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &r->status);
             if (r->status < 500 || attempt == c->attempts)
                 return SF_OK;
-            setf(why, why_len, "%s %s: HTTP %ld", put ? "PUT" : "GET", shown, r->status);
+            sf__fail(why, why_len, SF_OK, "%s %s: HTTP %ld", put ? "PUT" : "GET", shown, r->status);
             continue;
         }
         st = rc == CURLE_OPERATION_TIMEDOUT ? SF_ERR_TIMEOUT : SF_ERR_NETWORK;
-        setf(why, why_len, "%s %s: %s (%u attempt%s, timeout %u ms each)", put ? "PUT" : "GET",
-             shown, ebuf[0] ? ebuf : curl_easy_strerror(rc), c->attempts,
-             c->attempts == 1 ? "" : "s", c->timeout_ms);
+        sf__fail(why, why_len, SF_OK, "%s %s: %s (%u attempt%s, timeout %u ms each)",
+                 put ? "PUT" : "GET", shown, ebuf[0] ? ebuf : curl_easy_strerror(rc), c->attempts,
+                 c->attempts == 1 ? "" : "s", c->timeout_ms);
     }
     return st;
 }
@@ -480,7 +457,7 @@ static sf_status from_explicit(struct sf__cred_chain *c, struct sf__credentials 
                                size_t why_len)
 {
     if (!c->explicit_ak)
-        return fail(why, why_len, SF_ERR_NOT_FOUND, "explicit options not set");
+        return sf__fail(why, why_len, SF_ERR_NOT_FOUND, "explicit options not set");
     return fill_creds(out, c->explicit_ak, c->explicit_sk, c->explicit_token, 0, "explicit", why,
                       why_len);
 }
@@ -489,17 +466,17 @@ static sf_status from_env(struct sf__cred_chain *c, struct sf__credentials *out,
                           size_t why_len)
 {
     if (!c->env_ak && !c->env_sk)
-        return fail(why, why_len, SF_ERR_NOT_FOUND, "AWS_ACCESS_KEY_ID not set");
+        return sf__fail(why, why_len, SF_ERR_NOT_FOUND, "AWS_ACCESS_KEY_ID not set");
     if (!c->env_ak)
-        return fail(why, why_len, SF_ERR_INVALID_ARGUMENT,
-                    "AWS_SECRET_ACCESS_KEY set but AWS_ACCESS_KEY_ID not set");
+        return sf__fail(why, why_len, SF_ERR_INVALID_ARGUMENT,
+                        "AWS_SECRET_ACCESS_KEY set but AWS_ACCESS_KEY_ID not set");
     if (!c->env_sk)
-        return fail(why, why_len, SF_ERR_INVALID_ARGUMENT,
-                    "AWS_ACCESS_KEY_ID set but AWS_SECRET_ACCESS_KEY not set");
+        return sf__fail(why, why_len, SF_ERR_INVALID_ARGUMENT,
+                        "AWS_ACCESS_KEY_ID set but AWS_SECRET_ACCESS_KEY not set");
     char e[256];
     sf_status st = fill_creds(out, c->env_ak, c->env_sk, c->env_token, 0, "env", e, sizeof(e));
     if (st != SF_OK)
-        return fail(why, why_len, st, "environment: %s", e);
+        return sf__fail(why, why_len, st, "environment: %s", e);
     return SF_OK;
 }
 
@@ -515,22 +492,22 @@ static sf_status from_profile(struct sf__cred_chain *c, struct sf__credentials *
     sf_status st =
         sf__aws_profile_load_files(c->profile, c->cred_path, c->config_path, &p, e, sizeof(e));
     if (st != SF_OK)
-        return fail(why, why_len, st, "profile '%s': %s", c->profile, e);
+        return sf__fail(why, why_len, st, "profile '%s': %s", c->profile, e);
     if (!p.found) {
-        st = fail(why, why_len, SF_ERR_NOT_FOUND, "profile '%s': not found in %s", c->profile,
-                  files);
+        st = sf__fail(why, why_len, SF_ERR_NOT_FOUND, "profile '%s': not found in %s", c->profile,
+                      files);
     } else if (!p.aws_access_key_id || !p.aws_secret_access_key) {
-        st = fail(why, why_len, SF_ERR_NOT_FOUND,
-                  "profile '%s': no aws_access_key_id and aws_secret_access_key in %s "
-                  "(role_arn, sso and credential_process are not supported)",
-                  c->profile, files);
+        st = sf__fail(why, why_len, SF_ERR_NOT_FOUND,
+                      "profile '%s': no aws_access_key_id and aws_secret_access_key in %s "
+                      "(role_arn, sso and credential_process are not supported)",
+                      c->profile, files);
     } else {
         char source[64];
         snprintf(source, sizeof(source), "profile:%s", c->profile);
         st = fill_creds(out, p.aws_access_key_id, p.aws_secret_access_key, p.aws_session_token, 0,
                         source, e, sizeof(e));
         if (st != SF_OK)
-            fail(why, why_len, st, "profile '%s': %s", c->profile, e);
+            sf__fail(why, why_len, st, "profile '%s': %s", c->profile, e);
     }
     free_secret(p.aws_secret_access_key);
     p.aws_secret_access_key = NULL;
@@ -560,27 +537,27 @@ static sf_status check_full_uri(const char *uri, char *why, size_t why_len)
 {
     CURLU *u = curl_url();
     if (!u)
-        return fail(why, why_len, SF_ERR_NO_MEMORY, "out of memory");
+        return sf__fail(why, why_len, SF_ERR_NO_MEMORY, "out of memory");
     char *scheme = NULL, *host = NULL;
     sf_status st = SF_OK;
     if (curl_url_set(u, CURLUPART_URL, uri, 0) != CURLUE_OK ||
         curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
         curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK) {
-        st = fail(why, why_len, SF_ERR_INVALID_ARGUMENT,
-                  "AWS_CONTAINER_CREDENTIALS_FULL_URI is not a valid URL");
+        st = sf__fail(why, why_len, SF_ERR_INVALID_ARGUMENT,
+                      "AWS_CONTAINER_CREDENTIALS_FULL_URI is not a valid URL");
     } else if (strcasecmp(scheme, "https") == 0) {
         st = SF_OK;
     } else if (strcasecmp(scheme, "http") != 0) {
-        st = fail(why, why_len, SF_ERR_INVALID_ARGUMENT,
-                  "AWS_CONTAINER_CREDENTIALS_FULL_URI must be http or https");
+        st = sf__fail(why, why_len, SF_ERR_INVALID_ARGUMENT,
+                      "AWS_CONTAINER_CREDENTIALS_FULL_URI must be http or https");
     } else if (!host_is_allowed_for_http(host)) {
         char h[128];
         sanitize(host, h, sizeof(h));
-        st = fail(why, why_len, SF_ERR_INVALID_ARGUMENT,
-                  "AWS_CONTAINER_CREDENTIALS_FULL_URI: http is only allowed to a loopback host "
-                  "(127.0.0.0/8, [::1], localhost), 169.254.170.2, 169.254.170.23 or "
-                  "[fd00:ec2::23]; use https for '%s'",
-                  h);
+        st = sf__fail(why, why_len, SF_ERR_INVALID_ARGUMENT,
+                      "AWS_CONTAINER_CREDENTIALS_FULL_URI: http is only allowed to a loopback host "
+                      "(127.0.0.0/8, [::1], localhost), 169.254.170.2, 169.254.170.23 or "
+                      "[fd00:ec2::23]; use https for '%s'",
+                      h);
     }
     curl_free(scheme);
     curl_free(host);
@@ -600,8 +577,9 @@ static sf_status container_auth(const struct sf__cred_chain *c, char **out, char
     if (c->container_token_file) {
         int fd = open(c->container_token_file, O_RDONLY | O_CLOEXEC | O_NOCTTY);
         if (fd < 0)
-            return fail(why, why_len, SF_ERR_IO, "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE %s: %s",
-                        c->container_token_file, strerror(errno));
+            return sf__fail(why, why_len, SF_ERR_IO,
+                            "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE %s: %s",
+                            c->container_token_file, strerror(errno));
         char chunk[4096];
         ssize_t r;
         while ((r = read(fd, chunk, sizeof(chunk))) != 0) {
@@ -614,12 +592,12 @@ static sf_status container_auth(const struct sf__cred_chain *c, char **out, char
                 wipe(b.data, b.cap);
                 sf__strbuf_free(&b);
                 if (r < 0)
-                    return fail(why, why_len, SF_ERR_IO,
-                                "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE %s: %s",
-                                c->container_token_file, strerror(e));
-                return fail(why, why_len, SF_ERR_LIMIT,
-                            "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE %s: over %zu bytes",
-                            c->container_token_file, TOKEN_FILE_MAX_BYTES);
+                    return sf__fail(why, why_len, SF_ERR_IO,
+                                    "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE %s: %s",
+                                    c->container_token_file, strerror(e));
+                return sf__fail(why, why_len, SF_ERR_LIMIT,
+                                "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE %s: over %zu bytes",
+                                c->container_token_file, TOKEN_FILE_MAX_BYTES);
             }
         }
         close(fd);
@@ -633,7 +611,7 @@ static sf_status container_auth(const struct sf__cred_chain *c, char **out, char
     if (!t) {
         wipe(b.data, b.cap);
         sf__strbuf_free(&b);
-        return fail(why, why_len, SF_ERR_NO_MEMORY, "out of memory");
+        return sf__fail(why, why_len, SF_ERR_NO_MEMORY, "out of memory");
     }
     size_t n = strlen(t), start = 0;
     while (n > 0 && isspace((unsigned char)t[n - 1]))
@@ -645,8 +623,8 @@ static sf_status container_auth(const struct sf__cred_chain *c, char **out, char
     for (const char *p = t; *p; p++) {
         if ((unsigned char)*p < 0x20 || *p == 0x7f) {
             free_secret(t);
-            return fail(why, why_len, SF_ERR_INVALID_ARGUMENT,
-                        "the container authorization token has control characters");
+            return sf__fail(why, why_len, SF_ERR_INVALID_ARGUMENT,
+                            "the container authorization token has control characters");
         }
     }
     *out = t;
@@ -660,7 +638,7 @@ static sf_status check_fresh(const struct sf__credentials *cr, time_t now, char 
     if (cr->expiration != 0 && cr->expiration <= now) {
         char t[32];
         format_time(cr->expiration, t, sizeof(t));
-        return fail(why, why_len, SF_ERR_PARSE, "returned credentials that expired at %s", t);
+        return sf__fail(why, why_len, SF_ERR_PARSE, "returned credentials that expired at %s", t);
     }
     return SF_OK;
 }
@@ -683,24 +661,24 @@ static sf_status from_container(struct sf__cred_chain *c, time_t now, struct sf_
         st = check_full_uri(c->container_full_uri, w, sizeof(w));
         if (st != SF_OK) {
             sf__strbuf_free(&url);
-            return fail(why, why_len, st, "container: %s", w);
+            return sf__fail(why, why_len, st, "container: %s", w);
         }
         sf__strbuf_puts(&url, c->container_full_uri);
     } else {
         sf__strbuf_free(&url);
-        return fail(why, why_len, SF_ERR_NOT_FOUND,
-                    "container: AWS_CONTAINER_CREDENTIALS_RELATIVE_URI and _FULL_URI not set");
+        return sf__fail(why, why_len, SF_ERR_NOT_FOUND,
+                        "container: AWS_CONTAINER_CREDENTIALS_RELATIVE_URI and _FULL_URI not set");
     }
     if (url.err != SF_OK) {
         st = url.err;
         sf__strbuf_free(&url);
-        return fail(why, why_len, st, "container: URL too long");
+        return sf__fail(why, why_len, st, "container: URL too long");
     }
     char *token = NULL;
     st = container_auth(c, &token, w, sizeof(w));
     if (st != SF_OK) {
         sf__strbuf_free(&url);
-        return fail(why, why_len, st, "container: %s", w);
+        return sf__fail(why, why_len, st, "container: %s", w);
     }
     struct curl_slist *headers = curl_slist_append(NULL, "Accept: application/json");
     struct sf__strbuf auth;
@@ -723,7 +701,7 @@ static sf_status from_container(struct sf__cred_chain *c, time_t now, struct sf_
     display_url(sf__strbuf_str(&url), shown, sizeof(shown));
     if (!headers) {
         sf__strbuf_free(&url);
-        return fail(why, why_len, SF_ERR_NO_MEMORY, "container: out of memory");
+        return sf__fail(why, why_len, SF_ERR_NO_MEMORY, "container: out of memory");
     }
     struct http_resp r = {0};
     st = http_request(c, 0, sf__strbuf_str(&url), headers, &r, w, sizeof(w));
@@ -734,13 +712,13 @@ static sf_status from_container(struct sf__cred_chain *c, time_t now, struct sf_
     sf__strbuf_free(&url);
     if (st != SF_OK) {
         http_resp_free(&r);
-        return fail(why, why_len, st, "container: %s", w);
+        return sf__fail(why, why_len, st, "container: %s", w);
     }
     if (r.status != 200) {
         http_resp_free(&r);
-        return fail(why, why_len,
-                    r.status == 401 || r.status == 403 ? SF_ERR_ACCESS_DENIED : SF_ERR_HTTP,
-                    "container: GET %s: HTTP %ld", shown, r.status);
+        return sf__fail(why, why_len,
+                        r.status == 401 || r.status == 403 ? SF_ERR_ACCESS_DENIED : SF_ERR_HTTP,
+                        "container: GET %s: HTTP %ld", shown, r.status);
     }
     st = sf__credentials_parse_json(sf__strbuf_str(&r.body), r.body.len, out, w, sizeof(w));
     http_resp_free(&r);
@@ -748,7 +726,7 @@ static sf_status from_container(struct sf__cred_chain *c, time_t now, struct sf_
         st = check_fresh(out, now, w, sizeof(w));
     if (st != SF_OK) {
         wipe(out, sizeof(*out));
-        return fail(why, why_len, st, "container: GET %s: %s", shown, w);
+        return sf__fail(why, why_len, st, "container: GET %s: %s", shown, w);
     }
     snprintf(out->source, sizeof(out->source), "container");
     return SF_OK;
@@ -779,7 +757,7 @@ static sf_status imds_get_token(struct sf__cred_chain *c, char *why, size_t why_
     struct curl_slist *headers =
         curl_slist_append(NULL, "X-aws-ec2-metadata-token-ttl-seconds: " STR(IMDS_TOKEN_TTL_S));
     if (!headers)
-        return fail(why, why_len, SF_ERR_NO_MEMORY, "out of memory");
+        return sf__fail(why, why_len, SF_ERR_NO_MEMORY, "out of memory");
     struct http_resp r = {0};
     struct timespec asked = mono_now();
     sf_status st = http_request(c, 1, url, headers, &r, why, why_len);
@@ -787,9 +765,9 @@ static sf_status imds_get_token(struct sf__cred_chain *c, char *why, size_t why_
     if (st == SF_OK && r.status != 200) {
         char shown[512];
         display_url(url, shown, sizeof(shown));
-        st = fail(why, why_len,
-                  r.status == 401 || r.status == 403 ? SF_ERR_ACCESS_DENIED : SF_ERR_HTTP,
-                  "PUT %s: HTTP %ld", shown, r.status);
+        st = sf__fail(why, why_len,
+                      r.status == 401 || r.status == 403 ? SF_ERR_ACCESS_DENIED : SF_ERR_HTTP,
+                      "PUT %s: HTTP %ld", shown, r.status);
     }
     if (st == SF_OK) {
         const char *t = sf__strbuf_str(&r.body);
@@ -797,15 +775,16 @@ static sf_status imds_get_token(struct sf__cred_chain *c, char *why, size_t why_
         while (n && isspace((unsigned char)t[n - 1]))
             n--;
         if (n == 0 || n >= sizeof(c->imds_token)) {
-            st = fail(why, why_len, SF_ERR_PARSE, "PUT %s/latest/api/token: token of %zu bytes",
-                      c->imds_endpoint, n);
+            st = sf__fail(why, why_len, SF_ERR_PARSE, "PUT %s/latest/api/token: token of %zu bytes",
+                          c->imds_endpoint, n);
         } else {
             memcpy(c->imds_token, t, n);
             c->imds_token[n] = '\0';
             if (!visible_ascii(c->imds_token)) {
                 imds_token_drop(c);
-                st = fail(why, why_len, SF_ERR_PARSE,
-                          "PUT %s/latest/api/token: token is not visible ASCII", c->imds_endpoint);
+                st = sf__fail(why, why_len, SF_ERR_PARSE,
+                              "PUT %s/latest/api/token: token is not visible ASCII",
+                              c->imds_endpoint);
             } else {
                 /* Counted from before the request, so it is never late. */
                 c->imds_token_expiry.tv_sec = asked.tv_sec + IMDS_TOKEN_TTL_S - IMDS_TOKEN_EARLY_S;
@@ -832,7 +811,7 @@ static sf_status imds_get(struct sf__cred_chain *c, const char *path, struct htt
         struct curl_slist *headers = curl_slist_append(NULL, hdr);
         wipe(hdr, sizeof(hdr));
         if (!headers)
-            return fail(why, why_len, SF_ERR_NO_MEMORY, "out of memory");
+            return sf__fail(why, why_len, SF_ERR_NO_MEMORY, "out of memory");
         st = http_request(c, 0, url, headers, r, why, why_len);
         wipe(headers->data, strlen(headers->data));
         curl_slist_free_all(headers);
@@ -845,11 +824,11 @@ static sf_status imds_get(struct sf__cred_chain *c, const char *path, struct htt
     if (r->status != 200) {
         char shown[800];
         display_url(url, shown, sizeof(shown));
-        return fail(why, why_len,
-                    r->status == 401 || r->status == 403 ? SF_ERR_ACCESS_DENIED
-                    : r->status == 404                   ? SF_ERR_NOT_FOUND
-                                                         : SF_ERR_HTTP,
-                    "GET %s: HTTP %ld", shown, r->status);
+        return sf__fail(why, why_len,
+                        r->status == 401 || r->status == 403 ? SF_ERR_ACCESS_DENIED
+                        : r->status == 404                   ? SF_ERR_NOT_FOUND
+                                                             : SF_ERR_HTTP,
+                        "GET %s: HTTP %ld", shown, r->status);
     }
     return SF_OK;
 }
@@ -871,14 +850,15 @@ static sf_status from_imds(struct sf__cred_chain *c, time_t now, struct sf__cred
                            char *why, size_t why_len)
 {
     if (c->imds_disabled)
-        return fail(why, why_len, SF_ERR_NOT_FOUND, "imds: disabled by AWS_EC2_METADATA_DISABLED");
+        return sf__fail(why, why_len, SF_ERR_NOT_FOUND,
+                        "imds: disabled by AWS_EC2_METADATA_DISABLED");
     char w[WHY_BYTES];
     w[0] = '\0';
     struct http_resp r = {0};
     sf_status st = imds_get(c, IMDS_CREDS_PATH, &r, w, sizeof(w));
     if (st != SF_OK) {
         http_resp_free(&r);
-        return fail(why, why_len, st, "imds: %s", w);
+        return sf__fail(why, why_len, st, "imds: %s", w);
     }
     const char *list = sf__strbuf_str(&r.body);
     size_t n = strcspn(list, "\r\n");
@@ -886,9 +866,9 @@ static sf_status from_imds(struct sf__cred_chain *c, time_t now, struct sf__cred
         n--;
     if (!valid_role(list, n)) {
         http_resp_free(&r);
-        return fail(why, why_len, n ? SF_ERR_PARSE : SF_ERR_NOT_FOUND,
-                    n ? "imds: the instance profile's role name is not a valid IAM role name"
-                      : "imds: no IAM role attached to the instance");
+        return sf__fail(why, why_len, n ? SF_ERR_PARSE : SF_ERR_NOT_FOUND,
+                        n ? "imds: the instance profile's role name is not a valid IAM role name"
+                          : "imds: no IAM role attached to the instance");
     }
     char role[129];
     memcpy(role, list, n);
@@ -903,7 +883,7 @@ static sf_status from_imds(struct sf__cred_chain *c, time_t now, struct sf__cred
         st = check_fresh(out, now, w, sizeof(w));
     if (st != SF_OK) {
         wipe(out, sizeof(*out));
-        return fail(why, why_len, st, "imds: role %s: %s", role, w);
+        return sf__fail(why, why_len, st, "imds: role %s: %s", role, w);
     }
     snprintf(out->source, sizeof(out->source), "imds:%.58s", role); /* IAM allows 64 */
     return SF_OK;
@@ -920,7 +900,7 @@ static sf_status fetch(struct sf__cred_chain *c, enum provider p, time_t now,
     case P_IMDS: return from_imds(c, now, out, why, why_len);
     case P_NONE: break;
     }
-    return fail(why, why_len, SF_ERR_INTERNAL, "no provider");
+    return sf__fail(why, why_len, SF_ERR_INTERNAL, "no provider");
 }
 
 /* Caches cr as the current credentials. Credentials that already expire
@@ -957,11 +937,11 @@ static sf_status resolve(struct sf__cred_chain *c, time_t now, struct sf__creden
         }
         if (st == SF_ERR_NO_MEMORY) {
             sf__strbuf_free(&msg);
-            return fail(err, err_len, st, "out of memory");
+            return sf__fail(err, err_len, st, "out of memory");
         }
         sf__strbuf_printf(&msg, "%s%s", i ? "; " : "", why);
     }
-    fail(err, err_len, SF_ERR_ACCESS_DENIED, "%s", sf__strbuf_str(&msg));
+    sf__fail(err, err_len, SF_ERR_ACCESS_DENIED, "%s", sf__strbuf_str(&msg));
     sf__strbuf_free(&msg);
     return SF_ERR_ACCESS_DENIED;
 }
@@ -1123,7 +1103,7 @@ sf_status sf__cred_chain_get(struct sf__cred_chain *c, time_t now, struct sf__cr
     if (err && err_len)
         err[0] = '\0';
     if (!c || !out)
-        return fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "NULL chain or output");
+        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "NULL chain or output");
     memset(out, 0, sizeof(*out));
     if (c->no_sign_request) {
         out->anonymous = 1;
@@ -1171,8 +1151,9 @@ sf_status sf__cred_chain_get(struct sf__cred_chain *c, time_t now, struct sf__cr
                      c->cur.source, why, t);
             st = SF_OK;
         } else {
-            fail(err, err_len, st, "credentials from %s expired at %s and the refresh failed: %s",
-                 c->cur.source, t, why);
+            sf__fail(err, err_len, st,
+                     "credentials from %s expired at %s and the refresh failed: %s", c->cur.source,
+                     t, why);
         }
         wipe(&fresh, sizeof(fresh));
     }

@@ -45,36 +45,25 @@ void sf__locator_free(struct sf__locator *l)
     memset(l, 0, sizeof(*l));
 }
 
-__attribute__((format(printf, 4, 5))) static sf_status fail(char *err, size_t err_len, sf_status st,
-                                                            const char *fmt, ...)
-{
-    if (err && err_len) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, err_len, fmt, ap);
-        va_end(ap);
-    }
-    return st;
-}
-
 sf_status sf__locator_parse(const char *url, struct sf__locator *out, char *err, size_t err_len)
 {
     memset(out, 0, sizeof(*out));
     if (!url || !*url)
-        return fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "empty source URL");
+        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "empty source URL");
     if (strncmp(url, "s3://", 5) == 0) {
         const char *b = url + 5;
         const char *slash = strchr(b, '/');
         size_t bn = slash ? (size_t)(slash - b) : strlen(b);
         const char *k = slash ? slash + 1 : "";
         if (bn > 0 && !valid_bucket(b, bn))
-            return fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "'%s': not a valid bucket name",
-                        url);
+            return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "'%s': not a valid bucket name",
+                            url);
         if (bn == 0 && *k)
-            return fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "'%s': missing bucket name", url);
+            return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "'%s': missing bucket name",
+                            url);
         if (strlen(k) > MAX_KEY_BYTES)
-            return fail(err, err_len, SF_ERR_INVALID_ARGUMENT,
-                        "'%.200s...': key longer than 1024 bytes", url);
+            return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT,
+                            "'%.200s...': key longer than 1024 bytes", url);
         out->kind = SF__LOC_S3;
         out->bucket = dup_n(b, bn);
         out->key = strdup(k);
@@ -82,7 +71,7 @@ sf_status sf__locator_parse(const char *url, struct sf__locator *out, char *err,
     } else if (strncmp(url, "http://", 7) == 0 || strncmp(url, "https://", 8) == 0) {
         const char *auth = strstr(url, "://") + 3;
         if (!*auth || *auth == '/')
-            return fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "'%s': missing host", url);
+            return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "'%s': missing host", url);
         const char *path = strchr(auth, '/');
         out->kind = SF__LOC_HTTP;
         out->url = strdup(url);
@@ -93,21 +82,21 @@ sf_status sf__locator_parse(const char *url, struct sf__locator *out, char *err,
         if (strncmp(p, "localhost/", 10) == 0)
             p += 9;
         if (*p != '/')
-            return fail(err, err_len, SF_ERR_INVALID_ARGUMENT,
-                        "'%s': file URLs need an absolute path (file:///path)", url);
+            return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT,
+                            "'%s': file URLs need an absolute path (file:///path)", url);
         struct sf__strbuf b;
         sf__strbuf_init(&b, 1u << 16);
         sf__uri_decode(&b, p, strlen(p), 0);
         if (b.err != SF_OK || memchr(sf__strbuf_str(&b), '\0', b.len)) {
             sf__strbuf_free(&b);
-            return fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "'%s': bad file URL", url);
+            return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "'%s': bad file URL", url);
         }
         out->kind = SF__LOC_FILE;
         out->key = sf__strbuf_take(&b);
         out->display = strdup(url);
     } else if (strstr(url, "://")) {
-        return fail(err, err_len, SF_ERR_INVALID_ARGUMENT,
-                    "'%s': unknown URL scheme (use s3://, http(s)://, file:// or a path)", url);
+        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT,
+                        "'%s': unknown URL scheme (use s3://, http(s)://, file:// or a path)", url);
     } else {
         out->kind = SF__LOC_FILE;
         out->key = strdup(url);
@@ -157,7 +146,8 @@ sf_status sf__endpoint_init(struct sf__endpoint *e, const char *endpoint_url, co
         region = "us-east-1";
     for (const char *r = region; *r; r++)
         if (!isalnum((unsigned char)*r) && *r != '-')
-            return fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "region '%s' is not valid", region);
+            return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "region '%s' is not valid",
+                            region);
     e->region = strdup(region);
     if (!endpoint_url || !*endpoint_url) {
         char host[128];
@@ -174,15 +164,16 @@ sf_status sf__endpoint_init(struct sf__endpoint *e, const char *endpoint_url, co
         if (!sep || !((sn == 4 && strncmp(endpoint_url, "http", 4) == 0) ||
                       (sn == 5 && strncmp(endpoint_url, "https", 5) == 0))) {
             sf__endpoint_free(e);
-            return fail(err, err_len, SF_ERR_INVALID_ARGUMENT,
-                        "endpoint URL '%s' must start with http:// or https://", endpoint_url);
+            return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT,
+                            "endpoint URL '%s' must start with http:// or https://", endpoint_url);
         }
         const char *auth = sep + 3;
         size_t an = strcspn(auth, "/?#");
         if (an == 0 || auth[an] == '?' || auth[an] == '#' || memchr(auth, '@', an)) {
             sf__endpoint_free(e);
-            return fail(err, err_len, SF_ERR_INVALID_ARGUMENT,
-                        "endpoint URL '%s': expected scheme://host[:port][/path]", endpoint_url);
+            return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT,
+                            "endpoint URL '%s': expected scheme://host[:port][/path]",
+                            endpoint_url);
         }
         const char *path = auth + an;
         size_t pn = strlen(path);

@@ -433,8 +433,6 @@ static void set_abort(struct xfer *x, enum abort_reason r, const char *fmt, ...)
     va_end(ap);
 }
 
-static sf_status fetch_learn_total(struct sf_fetch *f, struct xfer *x, char *msg, size_t n);
-
 /* All headers of the response are in: validate before any body byte lands. */
 static void headers_complete(struct xfer *x)
 {
@@ -472,7 +470,7 @@ static void headers_complete(struct xfer *x)
             return;
         }
         char msg[512];
-        sf_status st = fetch_learn_total(f, x, msg, sizeof(msg));
+        sf_status st = fetch_layout(f->e, f, x->cr_total, msg, sizeof(msg));
         if (st != SF_OK) {
             set_abort(x, st == SF_ERR_RANGE ? AB_CHANGED : AB_LIMIT, "%s", msg);
             return;
@@ -487,12 +485,6 @@ static void headers_complete(struct xfer *x)
         set_abort(x, AB_BAD_RESPONSE, "Content-Range ends at %" PRIu64 ", requested %" PRIu64,
                   x->cr_last, x->last);
     }
-}
-
-static sf_status fetch_learn_total(struct sf_fetch *f, struct xfer *x, char *msg, size_t n)
-{
-    (void)x;
-    return fetch_layout(f->e, f, f->head.cr_total, msg, n);
 }
 
 static size_t on_header(char *buf, size_t size, size_t nitems, void *ud)
@@ -851,10 +843,8 @@ static void fail_xfer(struct sf__engine *e, struct xfer *x, sf_status st, const 
 {
     x->state = X_DONE;
     if (x->f) {
-        char full[1024];
-        snprintf(full, sizeof(full), "%s", msg);
-        elog(e, SF_LOG_ERROR, "%s", full);
-        fetch_finish(e, x->f, st, full);
+        elog(e, SF_LOG_ERROR, "%s", msg);
+        fetch_finish(e, x->f, st, msg);
     } else {
         call_finish(x->call, st, msg);
     }

@@ -204,3 +204,14 @@ const char *sf__strbuf_str(const struct sf__strbuf *b)
         return "";
     return b->data;
 }
+
+sf_status sf__fail(char *err, size_t err_len, sf_status st, const char *fmt, ...)
+{
+    if (err && err_len) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, err_len, fmt, ap);
+        va_end(ap);
+    }
+    return st;
+}

@@ -31,4 +31,9 @@ char *sf__strbuf_take(struct sf__strbuf *b);
 /* The current contents, never NULL ("" when empty). Valid until the next append. */
 const char *sf__strbuf_str(const struct sf__strbuf *b);
 
+/* Formats a message into the fixed buffer err (when err and err_len are set)
+ * and returns st, so error paths read `return sf__fail(err, n, SF_ERR_X, ...)`. */
+sf_status sf__fail(char *err, size_t err_len, sf_status st, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
 #endif

@@ -112,17 +112,6 @@ struct xml_ctx {
     int have_code;
 };
 
-__attribute__((format(printf, 3, 4))) static void set_err(char *err, size_t err_len,
-                                                          const char *fmt, ...)
-{
-    if (!err || err_len == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_len, fmt, ap);
-    va_end(ap);
-}
-
 /* Records the first failure and stops expat; later calls keep the first. */
 __attribute__((format(printf, 3, 4))) static void fail(struct xml_ctx *c, sf_status st,
                                                        const char *fmt, ...)
@@ -510,17 +499,17 @@ static void XMLCALL on_entity_decl(void *ud, const XML_Char *name, int is_param,
 static sf_status run_parser(struct xml_ctx *c, const char *body, size_t n)
 {
     if (!body && n) {
-        set_err(c->err, c->err_len, "NULL body");
+        sf__fail(c->err, c->err_len, SF_OK, "NULL body");
         return SF_ERR_INVALID_ARGUMENT;
     }
     if (n > XML_MAX_BODY_BYTES) {
-        set_err(c->err, c->err_len, "XML body of %zu bytes is over the %zu-byte limit", n,
-                XML_MAX_BODY_BYTES);
+        sf__fail(c->err, c->err_len, SF_OK, "XML body of %zu bytes is over the %zu-byte limit", n,
+                 XML_MAX_BODY_BYTES);
         return SF_ERR_LIMIT;
     }
     c->parser = XML_ParserCreate(NULL);
     if (!c->parser) {
-        set_err(c->err, c->err_len, "out of memory");
+        sf__fail(c->err, c->err_len, SF_OK, "out of memory");
         return SF_ERR_NO_MEMORY;
     }
     XML_SetUserData(c->parser, c);
@@ -537,10 +526,10 @@ static sf_status run_parser(struct xml_ctx *c, const char *body, size_t n)
         if (XML_Parse(c->parser, body ? body + off : "", (int)chunk, final) != XML_STATUS_OK) {
             if (c->status == SF_OK) {
                 c->status = SF_ERR_PARSE;
-                set_err(c->err, c->err_len, "malformed XML at line %lu, column %lu: %s",
-                        (unsigned long)XML_GetCurrentLineNumber(c->parser),
-                        (unsigned long)XML_GetCurrentColumnNumber(c->parser) + 1,
-                        XML_ErrorString(XML_GetErrorCode(c->parser)));
+                sf__fail(c->err, c->err_len, SF_OK, "malformed XML at line %lu, column %lu: %s",
+                         (unsigned long)XML_GetCurrentLineNumber(c->parser),
+                         (unsigned long)XML_GetCurrentColumnNumber(c->parser) + 1,
+                         XML_ErrorString(XML_GetErrorCode(c->parser)));
             }
             break;
         }
@@ -599,12 +588,12 @@ static sf_status url_decode_field(char **s, const char *what, char *err, size_t 
     sf__strbuf_init(&b, XML_MAX_TEXT_BYTES);
     sf_status st = sf__uri_decode(&b, *s, strlen(*s), 1);
     if (st == SF_OK && memchr(sf__strbuf_str(&b), '\0', b.len)) {
-        set_err(err, err_len, "URL-decoded %s \"%.64s\" holds a NUL byte", what, *s);
+        sf__fail(err, err_len, SF_OK, "URL-decoded %s \"%.64s\" holds a NUL byte", what, *s);
         st = SF_ERR_PARSE;
     }
     char *dec = st == SF_OK ? sf__strbuf_take(&b) : NULL;
     if (st == SF_OK && !dec) {
-        set_err(err, err_len, "out of memory");
+        sf__fail(err, err_len, SF_OK, "out of memory");
         st = SF_ERR_NO_MEMORY;
     }
     sf__strbuf_free(&b);
@@ -627,7 +616,7 @@ static sf_status finish_list(struct xml_ctx *c)
                 return st;
         }
         if (!p->entries[i].key[0]) {
-            set_err(c->err, c->err_len, "entry %zu has an empty key", i + 1);
+            sf__fail(c->err, c->err_len, SF_OK, "entry %zu has an empty key", i + 1);
             return SF_ERR_PARSE;
         }
     }
@@ -637,9 +626,9 @@ static sf_status finish_list(struct xml_ctx *c)
             return st;
     }
     if (c->kind == DOC_LIST_V2 && p->is_truncated && !p->next_token) {
-        set_err(c->err, c->err_len,
-                "<IsTruncated> is true but there is no <NextContinuationToken> "
-                "(a ListObjects v1 answer?)");
+        sf__fail(c->err, c->err_len, SF_OK,
+                 "<IsTruncated> is true but there is no <NextContinuationToken> "
+                 "(a ListObjects v1 answer?)");
         return SF_ERR_PARSE;
     }
     return SF_OK;
@@ -649,7 +638,7 @@ static sf_status parse_list(enum doc_kind kind, const char *body, size_t n, size
                             struct sf__list_page *out, char *err, size_t err_len)
 {
     if (!out) {
-        set_err(err, err_len, "NULL argument");
+        sf__fail(err, err_len, SF_OK, "NULL argument");
         return SF_ERR_INVALID_ARGUMENT;
     }
     memset(out, 0, sizeof *out);
@@ -665,8 +654,8 @@ static sf_status parse_list(enum doc_kind kind, const char *body, size_t n, size
         /* An S3 error where a listing was expected says more as itself. */
         struct sf__s3_error e;
         if (strcmp(c.root, "Error") == 0 && sf__xml_parse_error(body, n, &e) == SF_OK)
-            set_err(err, err_len, "expected <%s>, got S3 error %s: %s",
-                    tag_names[expected_root(kind)], e.code, e.message);
+            sf__fail(err, err_len, SF_OK, "expected <%s>, got S3 error %s: %s",
+                     tag_names[expected_root(kind)], e.code, e.message);
         sf__list_page_free(out);
     }
     return st;

@@ -659,37 +659,14 @@ Test(credentials, container_full_uri_loopback_forms_are_allowed)
     }
 }
 
-/* Starts the mock over TLS (mock_proc_start expects an http:// line). */
 static void start_tls_mock(char *cert, size_t cert_len)
 {
     char key[800];
     cr_assert(test_make_cert(tmp, cert, cert_len, key, sizeof(key)) == 0);
-    const char *argv[] = {SF_MOCK_S3_BIN, "--root",     root,
-                          "--port",       "0",          "--quiet",
-                          "--access-key", MOCK_AK,      "--secret-key",
-                          MOCK_SECRET,    "--tls-cert", cert,
-                          "--tls-key",    key,          NULL};
-    int fds[2];
-    cr_assert(pipe2(fds, O_CLOEXEC) == 0);
-    pid_t pid = fork();
-    cr_assert(pid >= 0);
-    if (pid == 0) {
-        dup2(fds[1], STDOUT_FILENO);
-        execv(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    close(fds[1]);
-    memset(&srv, 0, sizeof(srv));
-    srv.pid = pid;
-    char line[256];
-    size_t len = 0;
-    struct pollfd pfd = {fds[0], POLLIN, 0};
-    while (len < sizeof(line) - 1 && poll(&pfd, 1, 10000) > 0 && read(fds[0], line + len, 1) == 1 &&
-           line[len] != '\n')
-        len++;
-    line[len] = '\0';
-    close(fds[0]);
-    cr_assert(sscanf(line, "listening on https://127.0.0.1:%u", &srv.port) == 1, "'%s'", line);
+    const char *extra[] = {"--access-key", MOCK_AK,      "--secret-key",
+                           MOCK_SECRET,    "--tls-cert", cert,
+                           "--tls-key",    key,          NULL};
+    cr_assert(mock_proc_start(&srv, root, extra) == 0, "the TLS mock server did not start");
 }
 
 Test(credentials, container_full_uri_https_with_ca_bundle)

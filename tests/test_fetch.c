@@ -4,14 +4,13 @@
  * exact statistics, so attempt counts are asserted exactly. */
 #include "shardfeed.h"
 #include "support/mock_proc.h"
+#include "support/s3_client.h"
 #include "support/test_cert.h"
 
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
-#include <curl/curl.h>
 #include <fcntl.h>
 #include <openssl/evp.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,37 +29,11 @@ static char cert_file[700], key_file[700];
 
 /* ------------------------------------------------------------ environment */
 
-/* No ambient AWS configuration may leak into a test. */
-static void clean_env(void)
-{
-    static const char *const vars[] = {"AWS_PROFILE",
-                                       "AWS_REGION",
-                                       "AWS_DEFAULT_REGION",
-                                       "AWS_ENDPOINT_URL",
-                                       "AWS_ENDPOINT_URL_S3",
-                                       "AWS_ACCESS_KEY_ID",
-                                       "AWS_SECRET_ACCESS_KEY",
-                                       "AWS_SESSION_TOKEN",
-                                       "AWS_CA_BUNDLE",
-                                       "AWS_CONTAINER_CREDENTIALS_FULL_URI",
-                                       "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
-                                       "AWS_WEB_IDENTITY_TOKEN_FILE",
-                                       "AWS_ROLE_ARN"};
-    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
-        unsetenv(vars[i]);
-    setenv("AWS_EC2_METADATA_DISABLED", "true", 1);
-    char path[700];
-    snprintf(path, sizeof(path), "%s/no-aws-config", tmp);
-    setenv("AWS_CONFIG_FILE", path, 1);
-    snprintf(path, sizeof(path), "%s/no-aws-credentials", tmp);
-    setenv("AWS_SHARED_CREDENTIALS_FILE", path, 1);
-}
-
 static void make_root(void)
 {
     tmp = test_tmpdir();
     cr_assert(tmp);
-    clean_env();
+    test_isolate_aws_env(tmp);
     snprintf(root, sizeof(root), "%s/root", tmp);
     cr_assert(mkdir(root, 0755) == 0);
     char path[700];
@@ -75,36 +48,12 @@ static void start_mock(const char *const *extra)
     snprintf(base, sizeof(base), "%s", srv.url);
 }
 
-/* mock_proc_start() only reads an http:// line: spawn the TLS server here. */
 static void start_mock_tls(void)
 {
     make_root();
     cr_assert(test_make_cert(tmp, cert_file, sizeof(cert_file), key_file, sizeof(key_file)) == 0);
-    const char *argv[] = {SF_MOCK_S3_BIN, "--root",  root,        "--port", "0", "--quiet",
-                          "--tls-cert",   cert_file, "--tls-key", key_file, NULL};
-    int fds[2];
-    cr_assert(pipe2(fds, O_CLOEXEC) == 0);
-    pid_t pid = fork();
-    cr_assert(pid >= 0);
-    if (pid == 0) {
-        dup2(fds[1], STDOUT_FILENO);
-        execv(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    close(fds[1]);
-    memset(&srv, 0, sizeof(srv));
-    srv.pid = pid;
-    char line[256];
-    size_t len = 0;
-    struct pollfd pfd = {fds[0], POLLIN, 0};
-    while (len < sizeof(line) - 1 && poll(&pfd, 1, 10000) > 0 && read(fds[0], line + len, 1) == 1 &&
-           line[len] != '\n')
-        len++;
-    line[len] = '\0';
-    close(fds[0]);
-    cr_assert(sscanf(line, "listening on https://127.0.0.1:%u", &srv.port) == 1, "first line: '%s'",
-              line);
-    snprintf(srv.url, sizeof(srv.url), "https://127.0.0.1:%u", srv.port);
+    const char *extra[] = {"--tls-cert", cert_file, "--tls-key", key_file, NULL};
+    cr_assert(mock_proc_start(&srv, root, extra) == 0, "the TLS mock server did not start");
     snprintf(base, sizeof(base), "%s", srv.url);
 }
 
@@ -123,52 +72,17 @@ TestSuite(fetch, .fini = teardown, .timeout = 60);
 
 /* ------------------------------------------------------------ admin requests */
 
-struct body {
-    char *p;
-    size_t n;
-};
-
-static size_t collect(char *d, size_t s, size_t n, void *u)
-{
-    struct body *b = u;
-    char *p = realloc(b->p, b->n + s * n + 1);
-    if (!p)
-        return 0;
-    memcpy(p + b->n, d, s * n);
-    b->p = p;
-    b->n += s * n;
-    b->p[b->n] = '\0';
-    return s * n;
-}
-
-/* One unsigned request to the mock's plain-HTTP admin endpoints. */
+/* One unsigned request to the mock's admin endpoints; the body into *out. */
 static long admin(const char *method, const char *path_query, const char *body, char **out)
 {
-    char url[1024];
-    snprintf(url, sizeof(url), "http://127.0.0.1:%u%s", srv.port, path_query);
-    CURL *h = curl_easy_init();
-    cr_assert(h);
-    struct body b = {NULL, 0};
-    curl_easy_setopt(h, CURLOPT_URL, url);
-    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, collect);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
-    if (body) {
-        curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
-        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
-    } else if (!strcmp(method, "POST")) {
-        curl_easy_setopt(h, CURLOPT_POSTFIELDS, "");
-    }
-    long status = 0;
-    CURLcode rc = curl_easy_perform(h);
-    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
-    curl_easy_cleanup(h);
-    cr_assert_eq(rc, CURLE_OK, "%s %s: %s", method, path_query, curl_easy_strerror(rc));
+    struct s3_call c = {
+        .method = method, .target = path_query, .body = body, .body_len = body ? strlen(body) : 0};
+    struct s3_resp r;
+    cr_assert(s3_call(srv.url, &c, &r) == 0, "%s %s: no answer", method, path_query);
     if (out)
-        *out = b.p;
-    else
-        free(b.p);
-    return status;
+        *out = sf__strbuf_take(&r.body);
+    s3_resp_free(&r);
+    return r.status;
 }
 
 /* Queues fault F for the next count requests under bucket/key prefix. */

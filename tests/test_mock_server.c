@@ -24,7 +24,6 @@
 #include <time.h>
 #include <unistd.h>
 
-
 static const struct s3_creds creds = {"test-ak", "test-secret", NULL, NULL};
 
 static char *root; /* server root */
@@ -1407,41 +1406,15 @@ Test(mock_server, credential_counters_are_exact_and_reset)
 static char cert_file[700], key_file[700];
 static char tls_url[64]; /* "https://127.0.0.1:PORT" */
 
-/* Starts the server over TLS with a fresh certificate (in tmp, outside the
- * root). mock_proc_start() wants an http:// line, so this spawns it itself;
- * mock_proc_stop() works on the result. */
+/* Starts the server over TLS with a fresh certificate (in tmp, outside the root). */
 static void start_tls(void)
 {
     make_root();
-    cr_assert(test_make_cert(tmp, cert_file, sizeof(cert_file), key_file, sizeof(key_file)) ==
-              0);
-    const char *argv[] = {
-        SF_MOCK_S3_BIN, "--root",       root,        "--port",       "0",
-        "--quiet",      "--access-key", "test-ak",   "--secret-key", "test-secret",
-        "--tls-cert",   cert_file,      "--tls-key", key_file,       NULL};
-    int fds[2];
-    cr_assert(pipe2(fds, O_CLOEXEC) == 0);
-    pid_t pid = fork();
-    cr_assert(pid >= 0);
-    if (pid == 0) {
-        dup2(fds[1], STDOUT_FILENO);
-        execv(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    close(fds[1]);
-    memset(&srv, 0, sizeof(srv));
-    srv.pid = pid;
-    char line[256];
-    size_t len = 0;
-    struct pollfd pfd = {fds[0], POLLIN, 0};
-    while (len < sizeof(line) - 1 && poll(&pfd, 1, 10000) > 0 && read(fds[0], line + len, 1) == 1 &&
-           line[len] != '\n')
-        len++;
-    line[len] = '\0';
-    close(fds[0]);
-    cr_assert(sscanf(line, "listening on https://127.0.0.1:%u", &srv.port) == 1, "first line: '%s'",
-              line);
-    snprintf(tls_url, sizeof(tls_url), "https://127.0.0.1:%u", srv.port);
+    cr_assert(test_make_cert(tmp, cert_file, sizeof(cert_file), key_file, sizeof(key_file)) == 0);
+    const char *extra[] = {"--access-key", "test-ak",   "--secret-key", "test-secret", "--tls-cert",
+                           cert_file,      "--tls-key", key_file,       NULL};
+    cr_assert(mock_proc_start(&srv, root, extra) == 0, "the TLS mock server did not start");
+    snprintf(tls_url, sizeof(tls_url), "%s", srv.url);
 }
 
 TestSuite(mock_server_tls, .init = start_tls, .fini = teardown, .timeout = 60);

@@ -3,10 +3,10 @@
  * fresh root and stops it; the mock's statistics count the requests. */
 #include "shardfeed.h"
 #include "support/mock_proc.h"
+#include "support/s3_client.h"
 
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
-#include <curl/curl.h>
 #include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,36 +21,11 @@ static struct sf_s3 *s3;
 
 /* ------------------------------------------------------------ environment */
 
-static void clean_env(void)
-{
-    static const char *const vars[] = {"AWS_PROFILE",
-                                       "AWS_REGION",
-                                       "AWS_DEFAULT_REGION",
-                                       "AWS_ENDPOINT_URL",
-                                       "AWS_ENDPOINT_URL_S3",
-                                       "AWS_ACCESS_KEY_ID",
-                                       "AWS_SECRET_ACCESS_KEY",
-                                       "AWS_SESSION_TOKEN",
-                                       "AWS_CA_BUNDLE",
-                                       "AWS_CONTAINER_CREDENTIALS_FULL_URI",
-                                       "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
-                                       "AWS_WEB_IDENTITY_TOKEN_FILE",
-                                       "AWS_ROLE_ARN"};
-    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
-        unsetenv(vars[i]);
-    setenv("AWS_EC2_METADATA_DISABLED", "true", 1);
-    char path[700];
-    snprintf(path, sizeof(path), "%s/no-aws-config", tmp);
-    setenv("AWS_CONFIG_FILE", path, 1);
-    snprintf(path, sizeof(path), "%s/no-aws-credentials", tmp);
-    setenv("AWS_SHARED_CREDENTIALS_FILE", path, 1);
-}
-
 static void make_root(void)
 {
     tmp = test_tmpdir();
     cr_assert(tmp);
-    clean_env();
+    test_isolate_aws_env(tmp);
     snprintf(root, sizeof(root), "%s/root", tmp);
     cr_assert(mkdir(root, 0755) == 0);
     char path[700];
@@ -79,47 +54,16 @@ TestSuite(s3, .fini = teardown, .timeout = 60);
 
 /* ------------------------------------------------------------ mock admin */
 
-struct body {
-    char *p;
-    size_t n;
-};
-
-static size_t collect(char *d, size_t s, size_t n, void *u)
-{
-    struct body *b = u;
-    char *p = realloc(b->p, b->n + s * n + 1);
-    if (!p)
-        return 0;
-    memcpy(p + b->n, d, s * n);
-    b->p = p;
-    b->n += s * n;
-    b->p[b->n] = '\0';
-    return s * n;
-}
-
+/* One unsigned request to the mock's admin endpoints; the body into *out. */
 static long admin(const char *method, const char *path_query, char **out)
 {
-    char url[1024];
-    snprintf(url, sizeof(url), "%s%s", srv.url, path_query);
-    CURL *h = curl_easy_init();
-    cr_assert(h);
-    struct body b = {NULL, 0};
-    curl_easy_setopt(h, CURLOPT_URL, url);
-    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, collect);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
-    if (!strcmp(method, "POST"))
-        curl_easy_setopt(h, CURLOPT_POSTFIELDS, "");
-    long status = 0;
-    CURLcode rc = curl_easy_perform(h);
-    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
-    curl_easy_cleanup(h);
-    cr_assert_eq(rc, CURLE_OK, "%s %s: %s", method, path_query, curl_easy_strerror(rc));
+    struct s3_call c = {.method = method, .target = path_query};
+    struct s3_resp r;
+    cr_assert(s3_call(srv.url, &c, &r) == 0, "%s %s: no answer", method, path_query);
     if (out)
-        *out = b.p;
-    else
-        free(b.p);
-    return status;
+        *out = sf__strbuf_take(&r.body);
+    s3_resp_free(&r);
+    return r.status;
 }
 
 static cJSON *mock_stats(void)

@@ -149,3 +149,28 @@ void test_fill(void *buf, size_t n, unsigned seed)
         b[i] = (unsigned char)(x >> 24);
     }
 }
+
+void test_isolate_aws_env(const char *dir)
+{
+    static const char *const vars[] = {"AWS_PROFILE",
+                                       "AWS_REGION",
+                                       "AWS_DEFAULT_REGION",
+                                       "AWS_ENDPOINT_URL",
+                                       "AWS_ENDPOINT_URL_S3",
+                                       "AWS_ACCESS_KEY_ID",
+                                       "AWS_SECRET_ACCESS_KEY",
+                                       "AWS_SESSION_TOKEN",
+                                       "AWS_CA_BUNDLE",
+                                       "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+                                       "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+                                       "AWS_WEB_IDENTITY_TOKEN_FILE",
+                                       "AWS_ROLE_ARN"};
+    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
+        unsetenv(vars[i]);
+    setenv("AWS_EC2_METADATA_DISABLED", "true", 1);
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/no-aws-config", dir);
+    setenv("AWS_CONFIG_FILE", path, 1);
+    snprintf(path, sizeof(path), "%s/no-aws-credentials", dir);
+    setenv("AWS_SHARED_CREDENTIALS_FILE", path, 1);
+}

@@ -29,4 +29,9 @@ int test_write_file(const char *root, const char *rel, const void *data, size_t 
 /* Fills buf with deterministic pseudo-random bytes. */
 void test_fill(void *buf, size_t n, unsigned seed);
 
+/* Unsets the AWS_* variables a developer's shell may carry, disables IMDS and
+ * points the AWS config and credentials files at absent files in dir, so no
+ * ambient configuration leaks into a test. */
+void test_isolate_aws_env(const char *dir);
+
 #endif
