@@ -216,6 +216,28 @@ SF_API sf_status sf_s3_expand(struct sf_s3 *s3, const char *source, size_t max_o
 SF_API sf_status sf_s3_list(struct sf_s3 *s3, const char *url, int flags, size_t max_objects,
                             struct sf_object_list **out);
 
+/* ------------------------------------------------------------------ upload */
+
+/* Largest body sf_s3_put() sends: S3's single-PUT limit, 5 GiB. */
+#define SF_PUT_MAX_BYTES (5ull << 30)
+
+/*
+ * Uploads one object to url ("s3://bucket/key") with a single PUT (S3
+ * PutObject), signed with the body's real SHA-256. The body is either the
+ * whole regular file at path (data must be NULL; it is read twice, to hash
+ * it and while sending, and memory use does not grow with its size) or len
+ * bytes at data (path must be NULL; data may be NULL when len is 0). The
+ * file or buffer must not change until the call returns. Transient failures
+ * (5xx, throttling, resets, stalls) are retried with the client's policy,
+ * each attempt resending the whole body. Bodies over SF_PUT_MAX_BYTES fail
+ * with SF_ERR_LIMIT; multipart upload is not supported. When etag_out is not
+ * NULL it receives the ETag the server returned (quoted, "" when none),
+ * truncated to etag_len. Blocks the caller; any thread. On failure the
+ * detail is in sf_s3_errmsg().
+ */
+SF_API sf_status sf_s3_put(struct sf_s3 *s3, const char *url, const char *path, const void *data,
+                           size_t len, char *etag_out, size_t etag_len);
+
 /* ------------------------------------------------------------------ fetch */
 
 /*
@@ -301,5 +323,8 @@ SF_API void sf_s3_get_stats(struct sf_s3 *s3, struct sf_s3_stats *out);
 #ifdef __cplusplus
 }
 #endif
+
+/* The rest of the public API. */
+#include "shardfeed_cache.h"
 
 #endif /* SHARDFEED_H */

@@ -70,6 +70,7 @@ struct xfer {
     uint64_t last_progress_ns;
     curl_off_t last_dlnow;
     uint64_t attempt_bytes;
+    uint64_t body_pos; /* next request-body byte to send (calls with a body) */
     /* last failure, for the final message */
     char last_msg[512];
 };
@@ -83,6 +84,7 @@ struct call {
     const char *method;
     const char *query;
     const struct sf__locator *loc;
+    const struct sf__body *body; /* NULL = none */
     struct sf__response *resp;
     size_t max_body;
     struct xfer x;
@@ -602,11 +604,12 @@ static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_
 {
     (void)dltotal;
     (void)ultotal;
-    (void)ulnow;
     struct xfer *x = ud;
     uint64_t now = mono_ns();
-    if (dlnow != x->last_dlnow) {
-        x->last_dlnow = dlnow;
+    /* bytes moved either way: an upload progresses while nothing comes back */
+    curl_off_t moved = dlnow + ulnow;
+    if (moved != x->last_dlnow) {
+        x->last_dlnow = moved;
         x->last_progress_ns = now;
         return 0;
     }
@@ -616,6 +619,44 @@ static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_
         return 1;
     }
     return 0;
+}
+
+/* Request body of a call: from memory or pread() from its file. */
+static size_t on_read(char *buf, size_t size, size_t nitems, void *ud)
+{
+    struct xfer *x = ud;
+    const struct sf__body *b = x->call->body;
+    size_t n = size * nitems;
+    if (n > b->len - x->body_pos)
+        n = (size_t)(b->len - x->body_pos);
+    if (n == 0)
+        return 0;
+    if (b->data) {
+        memcpy(buf, (const unsigned char *)b->data + x->body_pos, n);
+    } else {
+        ssize_t r;
+        do
+            r = pread(b->fd, buf, n, (off_t)(b->offset + x->body_pos));
+        while (r < 0 && errno == EINTR);
+        if (r <= 0) {
+            set_abort(x, AB_IO, "reading the request body at offset %" PRIu64 ": %s",
+                      x->body_pos, r < 0 ? strerror(errno) : "the file shrank");
+            return CURL_READFUNC_ABORT;
+        }
+        n = (size_t)r;
+    }
+    x->body_pos += n;
+    return n;
+}
+
+/* curl rewinds the body when it must send it again (redirect, auth). */
+static int on_seek(void *ud, curl_off_t offset, int origin)
+{
+    struct xfer *x = ud;
+    if (origin != SEEK_SET || offset < 0 || (uint64_t)offset > x->call->body->len)
+        return CURL_SEEKFUNC_FAIL;
+    x->body_pos = (uint64_t)offset;
+    return CURL_SEEKFUNC_OK;
 }
 
 /* ------------------------------------------------------------ attempts */
@@ -665,6 +706,7 @@ static sf_status attempt_start(struct sf__engine *e, struct xfer *x)
         .range_last = x->last,
         .if_match = x->f && x->f->etag_expected[0] ? x->f->etag_expected : NULL,
         .sign_time = time(NULL) + (time_t)e->clock_skew_s,
+        .payload_hash = x->call && x->call->body ? x->call->body->sha256_hex : NULL,
     };
     char *url = NULL;
     char err[512] = "";
@@ -675,6 +717,19 @@ static sf_status attempt_start(struct sf__engine *e, struct xfer *x)
         x->hdrs = NULL;
         free(url);
         return st;
+    }
+    const struct sf__body *body = x->call ? x->call->body : NULL;
+    if (body) {
+        /* no "Expect: 100-continue" round trip before the body */
+        struct curl_slist *l = curl_slist_append(x->hdrs, "Expect:");
+        if (!l) {
+            snprintf(x->last_msg, sizeof(x->last_msg), "out of memory");
+            curl_slist_free_all(x->hdrs);
+            x->hdrs = NULL;
+            free(url);
+            return SF_ERR_NO_MEMORY;
+        }
+        x->hdrs = l;
     }
     x->e = e;
     CURL *h = get_easy(e);
@@ -743,6 +798,15 @@ static sf_status attempt_start(struct sf__engine *e, struct xfer *x)
         curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
     else if (strcmp(spec.method, "GET") != 0)
         curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, spec.method);
+    if (body) {
+        x->body_pos = 0;
+        curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
+        curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, (curl_off_t)body->len);
+        curl_easy_setopt(h, CURLOPT_READFUNCTION, on_read);
+        curl_easy_setopt(h, CURLOPT_READDATA, x);
+        curl_easy_setopt(h, CURLOPT_SEEKFUNCTION, on_seek);
+        curl_easy_setopt(h, CURLOPT_SEEKDATA, x);
+    }
     if (curl_multi_add_handle(e->multi, h) != CURLM_OK) {
         put_easy(e, h);
         x->easy = NULL;
@@ -1385,6 +1449,14 @@ void sf__response_free(struct sf__response *r)
 sf_status sf__engine_call(struct sf__engine *e, const char *method, const struct sf__locator *loc,
                           const char *query, size_t max_body, struct sf__response *resp)
 {
+    return sf__engine_call_body(e, method, loc, query, NULL, max_body, resp);
+}
+
+sf_status sf__engine_call_body(struct sf__engine *e, const char *method,
+                               const struct sf__locator *loc, const char *query,
+                               const struct sf__body *body, size_t max_body,
+                               struct sf__response *resp)
+{
     memset(resp, 0, sizeof(*resp));
     sf__strbuf_init(&resp->body, max_body);
     resp->content_length = SF_SIZE_UNKNOWN;
@@ -1395,6 +1467,7 @@ sf_status sf__engine_call(struct sf__engine *e, const char *method, const struct
     c.method = method;
     c.query = query;
     c.loc = loc;
+    c.body = body;
     c.resp = resp;
     c.max_body = max_body;
     c.x.call = &c;

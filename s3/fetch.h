@@ -32,6 +32,7 @@ struct sf__req_spec {
     uint64_t range_last;  /* inclusive */
     const char *if_match; /* NULL = none */
     time_t sign_time;     /* now, corrected by the clock skew the server reported */
+    const char *payload_hash; /* hex SHA-256 of the request body; NULL = empty body */
 };
 
 /* Builds the URL and the (signed) header list of one attempt; called on the
@@ -87,6 +88,24 @@ void sf__response_free(struct sf__response *r);
  * caller. Returns SF_OK on 2xx, else the mapped status with resp->errmsg. */
 sf_status sf__engine_call(struct sf__engine *e, const char *method, const struct sf__locator *loc,
                           const char *query, size_t max_body, struct sf__response *resp);
+
+/* A request body (PUT): `len` bytes from memory, or from fd at `offset` when
+ * data is NULL. It is read with pread() and rewound for every attempt, so a
+ * retried request resends it whole; it must not change until the call
+ * returns. sha256_hex is its hex SHA-256, signed as x-amz-content-sha256. */
+struct sf__body {
+    const void *data;
+    int fd;
+    uint64_t offset;
+    uint64_t len;
+    const char *sha256_hex;
+};
+
+/* sf__engine_call() with a request body (NULL = none, as sf__engine_call). */
+sf_status sf__engine_call_body(struct sf__engine *e, const char *method,
+                               const struct sf__locator *loc, const char *query,
+                               const struct sf__body *body, size_t max_body,
+                               struct sf__response *resp);
 
 /* Starts an object fetch (loc is copied). See sf_fetch_start(). */
 sf_status sf__engine_fetch(struct sf__engine *e, const struct sf__locator *loc,

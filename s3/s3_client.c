@@ -8,6 +8,7 @@
 #include "s3/credentials.h"
 #include "s3/endpoint.h"
 #include "s3/fetch.h"
+#include "s3/s3_client.h"
 #include "s3/sigv4.h"
 #include "s3/strbuf.h"
 #include "s3/uri.h"
@@ -18,6 +19,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <openssl/evp.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -166,7 +168,7 @@ static sf_status prepare(void *user, const struct sf__req_spec *spec, char **url
             .query = spec->query,
             .headers = &host,
             .n_headers = 1,
-            .payload_hash = SF__EMPTY_SHA256,
+            .payload_hash = spec->payload_hash ? spec->payload_hash : SF__EMPTY_SHA256,
         };
         char amz_date[SF__AMZ_DATE_LEN + 1];
         struct sf__header extra[3];
@@ -512,6 +514,114 @@ SF_API sf_status sf_s3_stat(struct sf_s3 *s3, const char *url, struct sf_object_
         }
     }
     sf__response_free(&r);
+    sf__locator_free(&loc);
+    return st;
+}
+
+/* ------------------------------------------------------------ put */
+
+#define HASH_READ_BYTES (1u << 20)
+
+/* Hex SHA-256 of the first len bytes of fd, read with pread(). */
+static sf_status sha256_fd(int fd, uint64_t len, char out[SF__SHA256_HEX_LEN + 1], char *msg,
+                           size_t msg_len)
+{
+    unsigned char *buf = malloc(HASH_READ_BYTES);
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    sf_status st = SF_OK;
+    if (!buf || !ctx || !EVP_DigestInit_ex(ctx, EVP_sha256(), NULL)) {
+        snprintf(msg, msg_len, "cannot set up SHA-256");
+        st = SF_ERR_NO_MEMORY;
+    }
+    uint64_t done = 0;
+    while (st == SF_OK && done < len) {
+        size_t want = len - done < HASH_READ_BYTES ? (size_t)(len - done) : HASH_READ_BYTES;
+        ssize_t r = pread(fd, buf, want, (off_t)done);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            snprintf(msg, msg_len, "read at offset %" PRIu64 ": %s", done,
+                     r < 0 ? strerror(errno) : "the file shrank");
+            st = r < 0 ? SF_ERR_IO : SF_ERR_CHANGED;
+            break;
+        }
+        EVP_DigestUpdate(ctx, buf, (size_t)r);
+        done += (uint64_t)r;
+    }
+    unsigned char md[32];
+    unsigned int md_len = 0;
+    if (st == SF_OK && (!EVP_DigestFinal_ex(ctx, md, &md_len) || md_len != 32)) {
+        snprintf(msg, msg_len, "SHA-256 failed");
+        st = SF_ERR_INTERNAL;
+    }
+    if (st == SF_OK)
+        sf__hex_encode(md, 32, out);
+    EVP_MD_CTX_free(ctx);
+    free(buf);
+    return st;
+}
+
+SF_API sf_status sf_s3_put(struct sf_s3 *s3, const char *url, const char *path, const void *data,
+                           size_t len, char *etag_out, size_t etag_len)
+{
+    if (etag_out && etag_len)
+        etag_out[0] = '\0';
+    if (!s3 || !url)
+        return SF_ERR_INVALID_ARGUMENT;
+    if (path && data)
+        return set_err(s3, SF_ERR_INVALID_ARGUMENT, "%s: a PUT body is a file or memory, not both",
+                       url);
+    if (!path && !data && len)
+        return set_err(s3, SF_ERR_INVALID_ARGUMENT, "%s: %zu body bytes at NULL", url, len);
+    struct sf__locator loc;
+    char err[512];
+    sf_status st = sf__locator_parse(url, &loc, err, sizeof(err));
+    if (st != SF_OK)
+        return set_err(s3, st, "%s", err);
+    if (loc.kind != SF__LOC_S3 || !*loc.bucket || !*loc.key) {
+        sf__locator_free(&loc);
+        return set_err(s3, SF_ERR_UNSUPPORTED, "%s: PUT needs s3://bucket/key", url);
+    }
+    char hash[SF__SHA256_HEX_LEN + 1];
+    struct sf__body body = {.data = data, .fd = -1, .len = len, .sha256_hex = hash};
+    if (path) {
+        struct stat sb;
+        body.fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (body.fd < 0 || fstat(body.fd, &sb) != 0) {
+            int e = errno;
+            st = set_err(s3, e == ENOENT ? SF_ERR_NOT_FOUND : SF_ERR_IO, "%s: %s", path,
+                         strerror(e));
+        } else if (!S_ISREG(sb.st_mode)) {
+            st = set_err(s3, SF_ERR_INVALID_ARGUMENT, "%s: not a regular file", path);
+        } else {
+            body.len = (uint64_t)sb.st_size;
+        }
+    }
+    if (st == SF_OK && body.len > SF_PUT_MAX_BYTES)
+        st = set_err(s3, SF_ERR_LIMIT,
+                     "%s: %" PRIu64 " bytes exceed the 5 GiB a single PUT may carry", url,
+                     body.len);
+    if (st == SF_OK && path) {
+        char msg[512];
+        st = sha256_fd(body.fd, body.len, hash, msg, sizeof(msg));
+        if (st != SF_OK)
+            set_err(s3, st, "%s: %s", path, msg);
+    } else if (st == SF_OK) {
+        sf__sha256_hex(data ? data : "", len, hash);
+    }
+    if (st == SF_OK)
+        st = ensure_creds(s3, loc.display);
+    if (st == SF_OK) {
+        struct sf__response r;
+        st = sf__engine_call_body(s3->engine, "PUT", &loc, NULL, &body, 4096, &r);
+        if (st != SF_OK)
+            set_err(s3, st, "%s", r.errmsg);
+        else if (etag_out && etag_len)
+            snprintf(etag_out, etag_len, "%s", r.etag);
+        sf__response_free(&r);
+    }
+    if (body.fd >= 0)
+        close(body.fd);
     sf__locator_free(&loc);
     return st;
 }
@@ -931,4 +1041,31 @@ SF_API sf_status sf_fetch_start(struct sf_s3 *s3, const char *url, const struct 
         set_err(s3, st, "%s", err);
     sf__locator_free(&loc);
     return st;
+}
+
+/* ------------------------------------------------------------ identity */
+
+sf_status sf__s3_identity(struct sf_s3 *s3, const char *url, char *endpoint, size_t endpoint_len,
+                          char *bucket, size_t bucket_len, char *key, size_t key_len)
+{
+    struct sf__locator loc;
+    char err[256];
+    sf_status st = sf__locator_parse(url, &loc, err, sizeof(err));
+    if (st != SF_OK)
+        return set_err(s3, st, "%s", err);
+    int n1, n2, n3;
+    if (loc.kind == SF__LOC_S3) {
+        n1 = snprintf(endpoint, endpoint_len, "%s://%s%s", s3->ep.scheme, s3->ep.authority,
+                      s3->ep.base_path ? s3->ep.base_path : "");
+        n2 = snprintf(bucket, bucket_len, "%s", loc.bucket);
+        n3 = snprintf(key, key_len, "%s", loc.key);
+    } else {
+        n1 = snprintf(endpoint, endpoint_len, "%s", loc.kind == SF__LOC_HTTP ? "url" : "file");
+        n2 = snprintf(bucket, bucket_len, "%s", "");
+        n3 = snprintf(key, key_len, "%s", loc.kind == SF__LOC_HTTP ? loc.url : loc.key);
+    }
+    sf__locator_free(&loc);
+    if (n1 >= (int)endpoint_len || n2 >= (int)bucket_len || n3 >= (int)key_len)
+        return set_err(s3, SF_ERR_LIMIT, "%s: name too long for a cache identity", url);
+    return SF_OK;
 }

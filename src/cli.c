@@ -1,5 +1,5 @@
 /* shardfeed command-line tool. Uses the public API only. */
-#include "shardfeed.h"
+#include "cli.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -15,7 +15,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define EXIT_USAGE       2
 #define MAX_OPEN_FETCHES 64
 
 static void usage(FILE *f)
@@ -26,6 +25,12 @@ static void usage(FILE *f)
           "  ls URL        list objects and prefixes (s3://bucket/prefix, s3:// for buckets)\n"
           "  get URL...    download objects to a file, a directory or stdout\n"
           "  stat URL      size, ETag and modification time of one object\n"
+          "  warm-cache URL...   download shards into the local cache before a job\n"
+          "                (also installed as the program `warm-cache`)\n"
+          "  cache ls|stats|verify|clear   look after the local cache\n"
+          "  pack SRC DEST pack a folder (ImageFolder or flat) into tar or record shards\n"
+          "                plus index.json, in a folder or under s3://bucket/prefix\n"
+          "  inspect URL   list the samples of one shard with their fields and sizes\n"
           "  version       print the library version and what this build supports\n"
           "  help          this text\n"
           "\n"
@@ -53,6 +58,30 @@ static void usage(FILE *f)
           "ls:  -r, --recursive     every key, no grouping at '/'\n"
           "get: -o, --output PATH   file, directory (with several objects, or ending in\n"
           "                         '/'), or '-' for stdout (the default for one object)\n"
+          "pack: --format tar|record           shard format (default tar)\n"
+          "      --shard-size SIZE             close a shard before it would pass SIZE\n"
+          "                                    (default 256M)\n"
+          "      --zstd[=LEVEL]                compress records with zstd (record format;\n"
+          "                                    level 1-22, default 3)\n"
+          "      --layout auto|imagefolder|flat   class folders -> 'cls' labels, or\n"
+          "                                    WebDataset-style keys (default auto)\n"
+          "      --name-pattern PAT            shard names, one %u (default shard-%06u.tar)\n"
+          "      --follow-symlinks             follow links (default: a link is an error)\n"
+          "      --tmp-dir DIR                 staging folder for s3:// uploads (TMPDIR)\n"
+          "      --no-progress                 no progress bar or lines on stderr\n"
+          "inspect: --json                     one JSON object with every sample\n"
+          "\n"
+          "warm-cache, cache:\n"
+          "  --cache-dir DIR        cache directory (default $XDG_CACHE_HOME/shardfeed,\n"
+          "                         else ~/.cache/shardfeed)\n"
+          "  --cache-limit SIZE     evict least recently used entries above this (50G;\n"
+          "                         0 = no limit); warm-cache refuses data that cannot fit\n"
+          "  --verify               hash cached entries before skipping them\n"
+          "  --dry-run              say what would be fetched, fetch nothing\n"
+          "  --max-objects N        shards downloading at once (default 8)\n"
+          "  --revalidate trust|head   trust cached copies (default) or HEAD each one\n"
+          "  --fsync                fsync each entry when it is published\n"
+          "  --progress auto|bar|lines|off   progress on stderr (auto: bar on a TTY)\n"
           "\n"
           "Exit status: 0 on success, 1 when an operation failed (the reason is on\n"
           "stderr), 2 on bad usage.\n"
@@ -62,7 +91,7 @@ static void usage(FILE *f)
           f);
 }
 
-__attribute__((format(printf, 1, 2))) static void errorf(const char *fmt, ...)
+void cli_errorf(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -72,14 +101,14 @@ __attribute__((format(printf, 1, 2))) static void errorf(const char *fmt, ...)
     va_end(ap);
 }
 
-static double now_s(void)
+double cli_now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static void log_stderr(void *user, enum sf_log_level level, const char *message)
+void cli_log_stderr(void *user, enum sf_log_level level, const char *message)
 {
     (void)user;
     static const char *names[] = {"error", "warning", "info", "debug"};
@@ -88,16 +117,6 @@ static void log_stderr(void *user, enum sf_log_level level, const char *message)
 }
 
 /* ------------------------------------------------------------ options */
-
-struct cli {
-    struct sf_s3_options s3o;
-    int json;
-    int recursive;
-    const char *output;
-    int verbose;
-    char **args;
-    int n_args;
-};
 
 enum {
     O_ENDPOINT = 1000,
@@ -115,13 +134,13 @@ enum {
     O_JSON,
 };
 
-static int parse_uint(const char *flag, const char *v, unsigned lo, unsigned hi, unsigned *out)
+int cli_parse_uint(const char *flag, const char *v, unsigned lo, unsigned hi, unsigned *out)
 {
     char *end;
     errno = 0;
     unsigned long x = strtoul(v, &end, 10);
     if (!*v || *end || errno || v[0] == '-' || x < lo || x > hi) {
-        errorf("%s: expected an integer in %u..%u, got '%s'", flag, lo, hi, v);
+        cli_errorf("%s: expected an integer in %u..%u, got '%s'", flag, lo, hi, v);
         return -1;
     }
     *out = (unsigned)x;
@@ -129,9 +148,10 @@ static int parse_uint(const char *flag, const char *v, unsigned lo, unsigned hi,
 }
 
 /* Parses argv after the command name. Returns 0, or EXIT_USAGE. */
-static int parse_options(int argc, char **argv, struct cli *c, const char *cmd)
+int cli_parse_options(int argc, char **argv, struct cli *c, const char *cmd,
+                      const struct cli_extra *extra)
 {
-    static const struct option longopts[] = {
+    static const struct option common[] = {
         {"endpoint-url", required_argument, NULL, O_ENDPOINT},
         {"region", required_argument, NULL, O_REGION},
         {"profile", required_argument, NULL, O_PROFILE},
@@ -151,6 +171,17 @@ static int parse_options(int argc, char **argv, struct cli *c, const char *cmd)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
+    /* Common options first, then the command's own; getopt needs one table. */
+    struct option longopts[64];
+    size_t n = 0;
+    for (; common[n].name; n++)
+        longopts[n] = common[n];
+    for (size_t i = 0; extra && extra->longopts && extra->longopts[i].name; i++) {
+        if (n + 1 >= sizeof(longopts) / sizeof(longopts[0]))
+            abort(); /* a programming error, not user input */
+        longopts[n++] = extra->longopts[i];
+    }
+    memset(&longopts[n], 0, sizeof(longopts[n]));
     memset(c, 0, sizeof(*c));
     sf_s3_options_init_default(&c->s3o);
     optind = 1;
@@ -171,7 +202,7 @@ static int parse_options(int argc, char **argv, struct cli *c, const char *cmd)
             else if (!strcmp(optarg, "auto"))
                 c->s3o.addressing = SF_ADDRESSING_AUTO;
             else {
-                errorf("--addressing: expected path, virtual or auto, got '%s'", optarg);
+                cli_errorf("--addressing: expected path, virtual or auto, got '%s'", optarg);
                 return EXIT_USAGE;
             }
             break;
@@ -179,28 +210,28 @@ static int parse_options(int argc, char **argv, struct cli *c, const char *cmd)
         case O_INSECURE: c->s3o.insecure = 1; break;
         case O_HTTP2: c->s3o.http2 = 1; break;
         case O_CONCURRENCY:
-            if (parse_uint("--concurrency", optarg, 1, 1024, &u))
+            if (cli_parse_uint("--concurrency", optarg, 1, 1024, &u))
                 return EXIT_USAGE;
             c->s3o.concurrency = u;
             break;
         case O_CHUNK: {
             unsigned long long b;
             if (sf_parse_bytes(optarg, &b) != SF_OK || b < 1024 || b > (5ull << 30)) {
-                errorf("--chunk-size: expected a size from 1K to 5G such as 8M or 8MiB, got "
-                       "'%s'",
-                       optarg);
+                cli_errorf("--chunk-size: expected a size from 1K to 5G such as 8M or 8MiB, got "
+                           "'%s'",
+                           optarg);
                 return EXIT_USAGE;
             }
             c->s3o.chunk_bytes = b;
             break;
         }
         case O_MAX_ATTEMPTS:
-            if (parse_uint("--max-attempts", optarg, 1, 100, &u))
+            if (cli_parse_uint("--max-attempts", optarg, 1, 100, &u))
                 return EXIT_USAGE;
             c->s3o.max_attempts = u;
             break;
         case O_STALL:
-            if (parse_uint("--stall-timeout-ms", optarg, 1, 3600000, &u))
+            if (cli_parse_uint("--stall-timeout-ms", optarg, 1, 3600000, &u))
                 return EXIT_USAGE;
             c->s3o.stall_timeout_ms = u;
             break;
@@ -210,41 +241,47 @@ static int parse_options(int argc, char **argv, struct cli *c, const char *cmd)
         case 'v': c->verbose++; break;
         case 'h': usage(stdout); exit(0);
         default:
+            if (ch >= CLI_OPT_EXTRA && extra && extra->on_option) {
+                int rc = extra->on_option(extra->ctx, ch, optarg);
+                if (rc)
+                    return rc;
+                break;
+            }
             if (optopt)
-                errorf("%s: unknown option '-%c'", cmd, optopt);
+                cli_errorf("%s: unknown option '-%c'", cmd, optopt);
             else
-                errorf("%s: unknown option '%s'", cmd, argv[optind - 1]);
+                cli_errorf("%s: unknown option '%s'", cmd, argv[optind - 1]);
             return EXIT_USAGE;
         }
     }
     c->args = argv + optind;
     c->n_args = argc - optind;
-    c->s3o.log = log_stderr;
+    c->s3o.log = cli_log_stderr;
     c->s3o.log_level = c->verbose >= 2 ? SF_LOG_DEBUG : c->verbose ? SF_LOG_INFO : SF_LOG_ERROR;
     if (c->verbose == 0)
         c->s3o.log = NULL;
     return 0;
 }
 
-static int open_client(struct cli *c, struct sf_s3 **s3)
+int cli_open_client(struct cli *c, struct sf_s3 **s3)
 {
     char err[512] = "";
     sf_status st = sf_s3_new(&c->s3o, s3, err, sizeof(err));
     if (st != SF_OK) {
-        errorf("%s (%s)", err[0] ? err : sf_status_str(st), sf_status_name(st));
+        cli_errorf("%s (%s)", err[0] ? err : sf_status_str(st), sf_status_name(st));
         return 1;
     }
     return 0;
 }
 
-static void report(struct sf_s3 *s3, sf_status st)
+void cli_report(struct sf_s3 *s3, sf_status st)
 {
     char msg[1024];
     sf_s3_errmsg(s3, msg, sizeof(msg));
-    errorf("%s (%s)", msg[0] ? msg : sf_status_str(st), sf_status_name(st));
+    cli_errorf("%s (%s)", msg[0] ? msg : sf_status_str(st), sf_status_name(st));
 }
 
-static void print_json(cJSON *j)
+void cli_print_json(cJSON *j)
 {
     char *s = cJSON_PrintUnformatted(j);
     if (s) {
@@ -291,16 +328,16 @@ static cJSON *info_json(const struct sf_object_info *in)
 static int cmd_ls(struct cli *c)
 {
     if (c->n_args != 1) {
-        errorf("ls: expected one URL, got %d", c->n_args);
+        cli_errorf("ls: expected one URL, got %d", c->n_args);
         return EXIT_USAGE;
     }
     struct sf_s3 *s3;
-    if (open_client(c, &s3))
+    if (cli_open_client(c, &s3))
         return 1;
     struct sf_object_list *l = NULL;
     sf_status st = sf_s3_list(s3, c->args[0], c->recursive ? SF_LIST_RECURSIVE : 0, 0, &l);
     if (st != SF_OK) {
-        report(s3, st);
+        cli_report(s3, st);
         sf_s3_destroy(s3);
         return 1;
     }
@@ -309,7 +346,7 @@ static int cmd_ls(struct cli *c)
         cJSON *arr = cJSON_CreateArray();
         for (size_t i = 0; i < n; i++)
             cJSON_AddItemToArray(arr, info_json(sf_object_list_get(l, i)));
-        print_json(arr);
+        cli_print_json(arr);
         cJSON_Delete(arr);
     } else {
         for (size_t i = 0; i < n; i++) {
@@ -331,22 +368,22 @@ static int cmd_ls(struct cli *c)
 static int cmd_stat(struct cli *c)
 {
     if (c->n_args != 1) {
-        errorf("stat: expected one URL, got %d", c->n_args);
+        cli_errorf("stat: expected one URL, got %d", c->n_args);
         return EXIT_USAGE;
     }
     struct sf_s3 *s3;
-    if (open_client(c, &s3))
+    if (cli_open_client(c, &s3))
         return 1;
     struct sf_object_info in;
     sf_status st = sf_s3_stat(s3, c->args[0], &in);
     if (st != SF_OK) {
-        report(s3, st);
+        cli_report(s3, st);
         sf_s3_destroy(s3);
         return 1;
     }
     if (c->json) {
         cJSON *o = info_json(&in);
-        print_json(o);
+        cli_print_json(o);
         cJSON_Delete(o);
     } else {
         char t[32];
@@ -399,7 +436,7 @@ static int job_open(struct job *j)
     snprintf(j->tmp, n, "%s.sfpart-%ld", j->dest, (long)getpid());
     j->fd = open(j->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (j->fd < 0) {
-        errorf("%s: cannot create: %s", j->tmp, strerror(errno));
+        cli_errorf("%s: cannot create: %s", j->tmp, strerror(errno));
         return -1;
     }
     return 0;
@@ -415,11 +452,11 @@ static int job_start(struct sf_s3 *s3, struct job *j)
     fo.size = j->in->size;
     if (j->in->etag[0])
         fo.etag = j->in->etag;
-    j->t0 = now_s();
+    j->t0 = cli_now_s();
     sf_status st = sf_fetch_start(s3, j->in->url, &fo, &j->f);
     if (st != SF_OK) {
         j->st = st;
-        report(s3, st);
+        cli_report(s3, st);
         return -1;
     }
     return 0;
@@ -429,22 +466,22 @@ static int job_finish(struct job *j)
 {
     struct sf_fetch_progress p;
     j->st = sf_fetch_wait(j->f, ~0ull, -1, &p);
-    j->t1 = now_s();
+    j->t1 = cli_now_s();
     j->bytes = p.total == SF_SIZE_UNKNOWN ? 0 : p.total;
     snprintf(j->etag, sizeof(j->etag), "%s", sf_fetch_etag(j->f));
     int rc = 0;
     if (j->st != SF_OK) {
-        errorf("%s (%s)", sf_fetch_errmsg(j->f), sf_status_name(j->st));
+        cli_errorf("%s (%s)", sf_fetch_errmsg(j->f), sf_status_name(j->st));
         rc = -1;
     } else if (ftruncate(j->fd, (off_t)j->bytes) != 0 || close(j->fd) != 0) {
-        errorf("%s: %s", j->tmp, strerror(errno));
+        cli_errorf("%s: %s", j->tmp, strerror(errno));
         j->fd = -1;
         j->st = SF_ERR_IO;
         rc = -1;
     } else {
         j->fd = -1;
         if (rename(j->tmp, j->dest) != 0) {
-            errorf("%s: cannot rename into place: %s", j->dest, strerror(errno));
+            cli_errorf("%s: cannot rename into place: %s", j->dest, strerror(errno));
             j->st = SF_ERR_IO;
             rc = -1;
         }
@@ -476,7 +513,7 @@ static int start_window(struct sf_s3 *s3, const char *url, unsigned char *buf,
     fo.etag = etag && etag[0] ? etag : NULL;
     sf_status st = sf_fetch_start(s3, url, &fo, f);
     if (st != SF_OK)
-        report(s3, st);
+        cli_report(s3, st);
     return st == SF_OK ? 0 : -1;
 }
 
@@ -493,7 +530,7 @@ static int get_to_pipe(struct sf_s3 *s3, struct cli *c, const struct sf_object_i
     snprintf(etag, sizeof(etag), "%s", in->etag);
     int rc = 0, cur = 0;
     if (!buf[0] || !buf[1]) {
-        errorf("cannot allocate the %llu-byte stream window", window);
+        cli_errorf("cannot allocate the %llu-byte stream window", window);
         rc = -1;
     } else {
         rc = start_window(s3, in->url, buf[0], window, 0, size, etag, &f[0]);
@@ -502,7 +539,7 @@ static int get_to_pipe(struct sf_s3 *s3, struct cli *c, const struct sf_object_i
         struct sf_fetch_progress p;
         sf_status st = sf_fetch_wait(f[cur], ~0ull, -1, &p);
         if (st != SF_OK) {
-            errorf("%s (%s)", sf_fetch_errmsg(f[cur]), sf_status_name(st));
+            cli_errorf("%s (%s)", sf_fetch_errmsg(f[cur]), sf_status_name(st));
             rc = -1;
             break;
         }
@@ -516,7 +553,7 @@ static int get_to_pipe(struct sf_s3 *s3, struct cli *c, const struct sf_object_i
             start_window(s3, in->url, buf[cur ^ 1], window, next_off, size, etag, &f[cur ^ 1]) != 0)
             rc = -1;
         if (p.total && fwrite(buf[cur], 1, p.total, stdout) != p.total) {
-            errorf("stdout: %s", strerror(errno));
+            cli_errorf("stdout: %s", strerror(errno));
             rc = -1;
         }
         sf_fetch_destroy(f[cur]);
@@ -531,7 +568,7 @@ static int get_to_pipe(struct sf_s3 *s3, struct cli *c, const struct sf_object_i
     free(buf[0]);
     free(buf[1]);
     if (fflush(stdout) != 0 && rc == 0) {
-        errorf("stdout: %s", strerror(errno));
+        cli_errorf("stdout: %s", strerror(errno));
         rc = -1;
     }
     *bytes_out = off;
@@ -541,13 +578,13 @@ static int get_to_pipe(struct sf_s3 *s3, struct cli *c, const struct sf_object_i
 static int cmd_get(struct cli *c)
 {
     if (c->n_args < 1) {
-        errorf("get: expected at least one URL");
+        cli_errorf("get: expected at least one URL");
         return EXIT_USAGE;
     }
     struct sf_s3 *s3;
-    if (open_client(c, &s3))
+    if (cli_open_client(c, &s3))
         return 1;
-    double t0 = now_s();
+    double t0 = cli_now_s();
     int rc = 0;
     size_t n_lists = (size_t)c->n_args;
     struct sf_object_list **lists = calloc(n_lists, sizeof(*lists));
@@ -555,7 +592,7 @@ static int cmd_get(struct cli *c)
     for (size_t i = 0; lists && i < n_lists; i++) {
         sf_status st = sf_s3_expand(s3, c->args[i], 0, &lists[i]);
         if (st != SF_OK) {
-            report(s3, st);
+            cli_report(s3, st);
             rc = 1;
             break;
         }
@@ -569,10 +606,10 @@ static int cmd_get(struct cli *c)
         size_t ol = out ? strlen(out) : 0;
         to_dir = !to_stdout && (total_objects > 1 || out[ol - 1] == '/' || is_dir(out));
         if (total_objects > 1 && to_stdout) {
-            errorf("get: %zu objects: name a directory with -o DIR", total_objects);
+            cli_errorf("get: %zu objects: name a directory with -o DIR", total_objects);
             rc = EXIT_USAGE;
         } else if (to_dir && mkdir(out, 0755) != 0 && errno != EEXIST) {
-            errorf("%s: cannot create directory: %s", out, strerror(errno));
+            cli_errorf("%s: cannot create directory: %s", out, strerror(errno));
             rc = 1;
         }
     }
@@ -594,7 +631,7 @@ static int cmd_get(struct cli *c)
                     snprintf(j->dest, len, "%s%s%s", out, out[strlen(out) - 1] == '/' ? "" : "/",
                              b);
                 if (!*b) {
-                    errorf("%s: no file name in the key", j->in->url);
+                    cli_errorf("%s: no file name in the key", j->in->url);
                     rc = 1;
                 }
             } else {
@@ -606,8 +643,8 @@ static int cmd_get(struct cli *c)
     for (size_t i = 0; rc == 0 && to_dir && i < n_jobs; i++)
         for (size_t k = i + 1; k < n_jobs; k++)
             if (jobs[i].dest && jobs[k].dest && !strcmp(jobs[i].dest, jobs[k].dest)) {
-                errorf("get: %s and %s would both be written to %s", jobs[i].in->url,
-                       jobs[k].in->url, jobs[i].dest);
+                cli_errorf("get: %s and %s would both be written to %s", jobs[i].in->url,
+                           jobs[k].in->url, jobs[i].dest);
                 rc = 1;
                 break;
             }
@@ -624,13 +661,13 @@ static int cmd_get(struct cli *c)
             struct sf_fetch *f;
             sf_status st = sf_fetch_start(s3, jobs[0].in->url, &fo, &f);
             if (st != SF_OK) {
-                report(s3, st);
+                cli_report(s3, st);
                 rc = 1;
             } else {
                 struct sf_fetch_progress p;
                 st = sf_fetch_wait(f, ~0ull, -1, &p);
                 if (st != SF_OK) {
-                    errorf("%s (%s)", sf_fetch_errmsg(f), sf_status_name(st));
+                    cli_errorf("%s (%s)", sf_fetch_errmsg(f), sf_status_name(st));
                     rc = 1;
                 } else {
                     bytes = p.total;
@@ -666,7 +703,7 @@ static int cmd_get(struct cli *c)
         }
         rc = failed ? 1 : 0;
     }
-    double secs = now_s() - t0;
+    double secs = cli_now_s() - t0;
     if (c->json && rc != EXIT_USAGE) {
         struct sf_s3_stats ss;
         sf_s3_get_stats(s3, &ss);
@@ -689,7 +726,7 @@ static int cmd_get(struct cli *c)
         cJSON_AddNumberToObject(o, "retries", (double)ss.retries);
         cJSON_AddNumberToObject(o, "throttled", (double)ss.throttled);
         cJSON_AddNumberToObject(o, "connections", (double)ss.connections);
-        print_json(o);
+        cli_print_json(o);
         cJSON_Delete(o);
     }
     for (size_t i = 0; jobs && i < n_jobs; i++) {
@@ -722,7 +759,19 @@ int main(int argc, char **argv)
         usage(stderr);
         return EXIT_USAGE;
     }
+    /* Installed also as `warm-cache`: the program name selects the command. */
+    const char *prog = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
+    if (!strcmp(prog, "warm-cache"))
+        return cli_cmd_warm_cache(argc, argv);
     const char *cmd = argv[1];
+    if (!strcmp(cmd, "warm-cache"))
+        return cli_cmd_warm_cache(argc - 1, argv + 1);
+    if (!strcmp(cmd, "cache"))
+        return cli_cmd_cache(argc - 1, argv + 1);
+    if (!strcmp(cmd, "pack"))
+        return cli_cmd_pack(argc - 1, argv + 1);
+    if (!strcmp(cmd, "inspect"))
+        return cli_cmd_inspect(argc - 1, argv + 1);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0)
         return cmd_version();
     if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
@@ -737,12 +786,12 @@ int main(int argc, char **argv)
     else if (!strcmp(cmd, "stat"))
         fn = cmd_stat;
     if (!fn) {
-        errorf("unknown command '%s'", cmd);
+        cli_errorf("unknown command '%s'", cmd);
         usage(stderr);
         return EXIT_USAGE;
     }
     struct cli c;
-    int rc = parse_options(argc - 1, argv + 1, &c, cmd);
+    int rc = cli_parse_options(argc - 1, argv + 1, &c, cmd, NULL);
     if (rc)
         return rc;
     return fn(&c);

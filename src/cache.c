@@ -1,0 +1,943 @@
+/*
+ * The cache glue: ties the fetch engine (s3/) to the RAM and disk tiers
+ * (cache/). Opening an object is a small state machine driven by
+ * sf_cache_object_wait(); sf_cache_warm() drives many of them at once.
+ */
+#include "cache/disk_cache.h"
+#include "cache/ram_cache.h"
+#include "s3/s3_client.h"
+#include "shardfeed.h"
+#include "shardfeed_cache.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define FOLLOW_POLL_MS   10
+#define PROGRESS_EVERY_S 0.05
+
+struct sf_cache {
+    struct sf_cache_options o;
+    char dir[PATH_MAX];
+    struct sf__disk_cache *dc;
+    struct sf__ram_cache *ram;
+    struct sf_cache_stats n; /* the per-handle counters */
+    char errmsg[1024];
+};
+
+enum obj_state {
+    ST_LOOKUP = 0, /* look in the tiers */
+    ST_BEGIN,      /* try to become the downloader */
+    ST_FETCH,      /* our download runs */
+    ST_FOLLOW,     /* another process downloads */
+    ST_READY,      /* complete and verified */
+    ST_FAILED,
+};
+
+struct sf_cache_object {
+    struct sf_cache *c;
+    struct sf_s3 *s3;
+    struct sf_object_info info; /* url points at url_copy; key unused (NULL) */
+    char *url_copy;
+    char endpoint[512], bucket[256], key[1100];
+    struct sf__cache_id id;
+    enum obj_state state;
+    enum sf_cache_source source;
+    int want_data; /* map the bytes for the caller (warm does not) */
+    int verify;    /* hash disk entries before use */
+    int looked_up;
+    /* Data: a mapping of the entry or the download, or a RAM tier entry. */
+    const unsigned char *data;
+    size_t map_len; /* our own mapping, 0 when none */
+    struct sf__ram_entry *ram;
+    int fd; /* the file mapped or followed */
+    uint64_t contiguous;
+    struct sf__dc_writer *w;
+    struct sf_fetch *f;
+    uint64_t fetch_base; /* object offset the fetch starts at (resume point) */
+    double last_progress;
+    int peer_wait_counted;
+    sf_status status;
+    char errmsg[1024];
+};
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+__attribute__((format(printf, 4, 5))) static void logf_(struct sf_cache *c, enum sf_log_level lv,
+                                                        int unused, const char *fmt, ...)
+{
+    (void)unused;
+    if (!c->o.log || lv > c->o.log_level)
+        return;
+    char msg[1536];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    c->o.log(c->o.log_user, lv, msg);
+}
+
+__attribute__((format(printf, 3, 4))) static sf_status obj_fail(struct sf_cache_object *o,
+                                                                sf_status st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(o->errmsg, sizeof(o->errmsg), fmt, ap);
+    va_end(ap);
+    o->status = st;
+    o->state = ST_FAILED;
+    return st;
+}
+
+/* ------------------------------------------------------------ handle */
+
+void sf_cache_options_init_default(struct sf_cache_options *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->revalidate = SF_REVALIDATE_TRUST;
+    o->verify_on_open = 1;
+    o->log_level = SF_LOG_WARN;
+}
+
+sf_status sf_cache_new(const struct sf_cache_options *o, struct sf_cache **out, char *err,
+                       size_t err_len)
+{
+    *out = NULL;
+    if (err && err_len)
+        err[0] = 0;
+    struct sf_cache *c = calloc(1, sizeof(*c));
+    if (!c)
+        return SF_ERR_NO_MEMORY;
+    if (o)
+        c->o = *o;
+    else
+        sf_cache_options_init_default(&c->o);
+    sf_status st = SF_OK;
+    if (c->o.dir && c->o.dir[0]) {
+        if (snprintf(c->dir, sizeof(c->dir), "%s", c->o.dir) >= (int)sizeof(c->dir))
+            st = SF_ERR_LIMIT;
+    } else {
+        st = sf__dc_default_dir(c->dir, sizeof(c->dir));
+        if (st != SF_OK && err)
+            snprintf(err, err_len, "no cache_dir given and neither XDG_CACHE_HOME nor HOME is set");
+    }
+    c->o.dir = c->dir;
+    if (st == SF_OK) {
+        struct sf__disk_cache_options dco = {
+            .dir = c->dir, .limit_bytes = c->o.limit_bytes, .fsync = c->o.fsync};
+        st = sf__disk_cache_open(&dco, &c->dc, err, err_len);
+    }
+    if (st == SF_OK)
+        st = sf__ram_cache_new(c->o.ram_limit_bytes, &c->ram);
+    if (st != SF_OK) {
+        sf_cache_destroy(c);
+        return st;
+    }
+    c->n.limit_bytes = c->o.limit_bytes;
+    c->n.ram_limit_bytes = c->o.ram_limit_bytes;
+    *out = c;
+    return SF_OK;
+}
+
+void sf_cache_destroy(struct sf_cache *c)
+{
+    if (!c)
+        return;
+    sf__ram_cache_destroy(c->ram);
+    sf__disk_cache_close(c->dc);
+    free(c);
+}
+
+const char *sf_cache_dir(const struct sf_cache *c)
+{
+    return c->dir;
+}
+
+void sf_cache_errmsg(const struct sf_cache *c, char *buf, size_t len)
+{
+    if (len)
+        snprintf(buf, len, "%s", c->errmsg);
+}
+
+/* ------------------------------------------------------------ objects */
+
+static void unmap_release(void *user, void *data, size_t size)
+{
+    (void)user;
+    if (data && size)
+        munmap(data, size);
+}
+
+static void drop_data(struct sf_cache_object *o)
+{
+    if (o->ram) {
+        sf__ram_cache_release(o->c->ram, o->ram);
+        o->ram = NULL;
+    } else if (o->map_len) {
+        munmap((void *)o->data, o->map_len);
+    }
+    o->data = NULL;
+    o->map_len = 0;
+    if (o->fd >= 0)
+        close(o->fd);
+    o->fd = -1;
+}
+
+static int map_fd(struct sf_cache_object *o, int fd, uint64_t size, int populate)
+{
+    if (size == 0)
+        return 0;
+    void *p =
+        mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED | (populate ? MAP_POPULATE : 0), fd, 0);
+    if (p == MAP_FAILED)
+        return -1;
+    o->data = p;
+    o->map_len = (size_t)size;
+    return 0;
+}
+
+/* A verified disk hit: map it (through the RAM tier when enabled). */
+static sf_status open_hit(struct sf_cache_object *o, int fd, struct sf__dc_meta *m)
+{
+    struct sf_cache *c = o->c;
+    o->info.size = m->size;
+    if (!o->info.etag[0])
+        snprintf(o->info.etag, sizeof(o->info.etag), "%s", m->etag);
+    if (!o->want_data) {
+        close(fd);
+        o->contiguous = m->size;
+        o->state = ST_READY;
+        o->source = SF_CACHE_FROM_DISK;
+        c->n.disk_hits++;
+        return SF_OK;
+    }
+    o->fd = fd;
+    if (map_fd(o, fd, m->size, 1) != 0) {
+        drop_data(o);
+        return obj_fail(o, SF_ERR_IO, "%s: cannot map cache entry %s: %s", o->info.url, m->name,
+                        strerror(errno));
+    }
+    if (o->verify && m->size) {
+        char why[256];
+        if (sf__dc_verify_mem(o->data, m, why, sizeof(why)) != SF_OK) {
+            drop_data(o);
+            sf__dc_remove(c->dc, m->name);
+            c->n.corrupt++;
+            logf_(c, SF_LOG_WARN, 0,
+                  "%s: cache entry %s failed verification (%s); deleted, fetching again",
+                  o->info.url, m->name, why);
+            return SF_ERR_CORRUPT; /* the caller goes on as for a miss */
+        }
+    }
+    if (c->o.ram_limit_bytes && o->map_len) {
+        struct sf__ram_entry *e;
+        if (sf__ram_cache_insert(c->ram, m->name, (void *)o->data, o->map_len, unmap_release, NULL,
+                                 &e) == SF_OK) {
+            o->ram = e;
+            o->data = sf__ram_entry_data(e); /* another open may have won the insert */
+            o->map_len = 0;
+        }
+    }
+    o->contiguous = m->size;
+    o->state = ST_READY;
+    o->source = SF_CACHE_FROM_DISK;
+    c->n.disk_hits++;
+    return SF_OK;
+}
+
+static sf_status step_lookup(struct sf_cache_object *o)
+{
+    struct sf_cache *c = o->c;
+    char err[1024];
+    if (!o->info.etag[0] && c->o.revalidate == SF_REVALIDATE_HEAD && !o->looked_up) {
+        struct sf_object_info fresh;
+        sf_status st = sf_s3_stat(o->s3, o->info.url, &fresh);
+        if (st != SF_OK) {
+            char m[1024];
+            sf_s3_errmsg(o->s3, m, sizeof(m));
+            return obj_fail(o, st, "%s", m);
+        }
+        o->info.size = fresh.size;
+        snprintf(o->info.etag, sizeof(o->info.etag), "%s", fresh.etag);
+        sf_object_info_clear(&fresh);
+    }
+    o->looked_up = 1;
+    int fd = -1;
+    struct sf__dc_meta m;
+    unsigned flags = (!o->want_data && o->verify) ? SF__DC_VERIFY_DATA : 0;
+    sf_status st = sf__dc_lookup(c->dc, &o->id, o->info.etag, flags, &fd, &m, err, sizeof(err));
+    if (st == SF_OK) {
+        /* RAM tier: its entries were verified when they came in. */
+        if (c->o.ram_limit_bytes && o->want_data) {
+            struct sf__ram_entry *e = sf__ram_cache_get(c->ram, m.name);
+            if (e) {
+                close(fd);
+                o->ram = e;
+                o->data = sf__ram_entry_data(e);
+                o->contiguous = o->info.size = m.size;
+                if (!o->info.etag[0])
+                    snprintf(o->info.etag, sizeof(o->info.etag), "%s", m.etag);
+                o->state = ST_READY;
+                o->source = SF_CACHE_FROM_RAM;
+                c->n.ram_hits++;
+                sf__dc_meta_clear(&m);
+                return SF_OK;
+            }
+        }
+        st = open_hit(o, fd, &m);
+        sf__dc_meta_clear(&m);
+        if (st == SF_OK || o->state == ST_FAILED)
+            return st;
+    } else if (st == SF_ERR_CORRUPT) {
+        c->n.corrupt++;
+        logf_(c, SF_LOG_WARN, 0, "%s", err);
+    } else if (st != SF_ERR_NOT_FOUND) {
+        return obj_fail(o, st, "%s: %s", o->info.url, err);
+    }
+    c->n.misses++;
+    /* A miss: the download needs the size and the ETag. */
+    if (!o->info.etag[0] || o->info.size == SF_SIZE_UNKNOWN) {
+        struct sf_object_info fresh;
+        st = sf_s3_stat(o->s3, o->info.url, &fresh);
+        if (st != SF_OK) {
+            char m2[1024];
+            sf_s3_errmsg(o->s3, m2, sizeof(m2));
+            return obj_fail(o, st, "%s", m2);
+        }
+        if (o->info.etag[0] && strcmp(o->info.etag, fresh.etag) != 0) {
+            st = obj_fail(o, SF_ERR_CHANGED, "%s: object changed: listed with ETag %s, now %s",
+                          o->info.url, o->info.etag, fresh.etag);
+            sf_object_info_clear(&fresh);
+            return st;
+        }
+        o->info.size = fresh.size;
+        snprintf(o->info.etag, sizeof(o->info.etag), "%s", fresh.etag);
+        sf_object_info_clear(&fresh);
+        if (!o->info.etag[0])
+            return obj_fail(o, SF_ERR_UNSUPPORTED,
+                            "%s: the server sent no ETag, so the object cannot be cached",
+                            o->info.url);
+    }
+    o->state = ST_BEGIN;
+    return SF_OK;
+}
+
+static sf_status step_begin(struct sf_cache_object *o)
+{
+    struct sf_cache *c = o->c;
+    char err[1024];
+    enum sf__dc_begin_result r;
+    sf_status st =
+        sf__dc_begin(c->dc, &o->id, o->info.etag, o->info.size, &r, &o->w, err, sizeof(err));
+    if (st != SF_OK)
+        return obj_fail(o, st, "%s: %s", o->info.url, err);
+    if (r == SF__DC_PUBLISHED) {
+        o->state = ST_LOOKUP;
+        return SF_OK;
+    }
+    if (r == SF__DC_BUSY) {
+        if (!o->peer_wait_counted) {
+            c->n.peer_waits++;
+            o->peer_wait_counted = 1;
+        }
+        o->state = ST_FOLLOW;
+        o->source = SF_CACHE_FROM_PEER;
+        return SF_OK;
+    }
+    /* We download. Map the file so the caller reads bytes as they land. */
+    o->fetch_base = sf__dc_writer_resume(o->w);
+    if (o->fetch_base)
+        c->n.resumed++;
+    o->source = SF_CACHE_FROM_FETCH;
+    o->contiguous = o->fetch_base;
+    if (o->want_data && map_fd(o, sf__dc_writer_fd(o->w), o->info.size, 0) != 0) {
+        sf__dc_writer_abort(o->w, 1);
+        o->w = NULL;
+        return obj_fail(o, SF_ERR_IO, "%s: cannot map the download: %s", o->info.url,
+                        strerror(errno));
+    }
+    if (o->fetch_base < o->info.size) {
+        struct sf_fetch_options fo;
+        sf_fetch_options_init_default(&fo);
+        fo.fd = sf__dc_writer_fd(o->w);
+        fo.file_offset = o->fetch_base;
+        fo.offset = o->fetch_base;
+        fo.length = o->info.size - o->fetch_base;
+        fo.size = o->info.size;
+        fo.etag = o->info.etag;
+        st = sf_fetch_start(o->s3, o->info.url, &fo, &o->f);
+        if (st != SF_OK) {
+            char m[1024];
+            sf_s3_errmsg(o->s3, m, sizeof(m));
+            sf__dc_writer_abort(o->w, 1);
+            o->w = NULL;
+            return obj_fail(o, st, "%s", m);
+        }
+    }
+    o->state = ST_FETCH;
+    o->last_progress = mono_s();
+    return SF_OK;
+}
+
+static sf_status publish(struct sf_cache_object *o)
+{
+    struct sf_cache *c = o->c;
+    char err[1024];
+    struct sf__dc_meta m;
+    sf_status st = sf__dc_writer_publish(o->w, o->info.url, &m, err, sizeof(err));
+    o->w = NULL;
+    if (st != SF_OK)
+        return obj_fail(o, st, "%s", err);
+    sf__dc_meta_clear(&m);
+    c->n.fetched_objects++;
+    o->contiguous = o->info.size;
+    o->state = ST_READY;
+    return SF_OK;
+}
+
+/* Our download: wait on the engine for up to timeout_ms. */
+static sf_status step_fetch(struct sf_cache_object *o, uint64_t want, int timeout_ms)
+{
+    struct sf_cache *c = o->c;
+    if (!o->f)
+        return publish(o); /* nothing left to fetch: resumed at the end */
+    struct sf_fetch_progress p;
+    uint64_t rel = want > o->fetch_base ? want - o->fetch_base : 0;
+    sf_status st = sf_fetch_wait(o->f, rel, timeout_ms, &p);
+    uint64_t before = o->contiguous;
+    o->contiguous = o->fetch_base + p.contiguous;
+    if (o->contiguous > before)
+        c->n.fetched_bytes += o->contiguous - before;
+    double now = mono_s();
+    if (now - o->last_progress >= PROGRESS_EVERY_S || p.done) {
+        sf__dc_writer_progress(o->w, o->contiguous);
+        o->last_progress = now;
+    }
+    if (!p.done)
+        return st == SF_ERR_TIMEOUT ? SF_ERR_TIMEOUT : SF_OK;
+    if (p.status != SF_OK) {
+        char m[1024];
+        snprintf(m, sizeof(m), "%s", sf_fetch_errmsg(o->f));
+        sf_fetch_destroy(o->f);
+        o->f = NULL;
+        /* Keep what arrived: a later run resumes from it. */
+        sf__dc_writer_progress(o->w, o->contiguous);
+        sf__dc_writer_abort(o->w, 1);
+        o->w = NULL;
+        return obj_fail(o, p.status, "%s", m[0] ? m : sf_status_str(p.status));
+    }
+    sf_fetch_destroy(o->f);
+    o->f = NULL;
+    return publish(o);
+}
+
+/* Another process downloads: read its progress record. */
+static sf_status step_follow(struct sf_cache_object *o, uint64_t want, int timeout_ms)
+{
+    struct sf_cache *c = o->c;
+    double deadline = timeout_ms < 0 ? 1e300 : mono_s() + timeout_ms / 1000.0;
+    for (;;) {
+        struct sf__dc_record rec;
+        int alive = 0;
+        sf_status st = sf__dc_peek(c->dc, &o->id, &rec, &alive);
+        if (!alive || (st == SF_OK && rec.state == SF__DC_ST_PUBLISHED)) {
+            /* Finished or died: look again; we may take over. */
+            drop_data(o);
+            o->state = ST_LOOKUP;
+            return SF_OK;
+        }
+        if (st == SF_OK && rec.state == SF__DC_ST_DOWNLOADING && !strcmp(rec.etag, o->info.etag) &&
+            rec.size == o->info.size) {
+            if (o->want_data && o->fd < 0) {
+                int fd = sf__dc_open_part(c->dc, &o->id);
+                struct stat sb;
+                if (fd >= 0 && fstat(fd, &sb) == 0 && (uint64_t)sb.st_size >= o->info.size) {
+                    o->fd = fd;
+                    if (map_fd(o, fd, o->info.size, 0) != 0)
+                        drop_data(o);
+                } else if (fd >= 0) {
+                    close(fd);
+                }
+            }
+            if (o->fd >= 0 || !o->want_data)
+                o->contiguous = rec.contiguous;
+            if (o->want_data && o->contiguous >= want && o->fd >= 0 && want < o->info.size)
+                return SF_OK;
+        }
+        if (mono_s() >= deadline)
+            return SF_ERR_TIMEOUT;
+        sleep_ms(timeout_ms < 0 || timeout_ms > FOLLOW_POLL_MS ? FOLLOW_POLL_MS : timeout_ms);
+    }
+}
+
+static void fill_progress(const struct sf_cache_object *o, struct sf_cache_object_progress *p)
+{
+    if (!p)
+        return;
+    p->size = o->info.size;
+    p->contiguous = o->contiguous;
+    p->done = o->state == ST_READY || o->state == ST_FAILED;
+    p->source = o->source;
+    p->status = o->status;
+}
+
+/* Advances o until want bytes are there, it is done, or timeout_ms passes. */
+static sf_status drive(struct sf_cache_object *o, uint64_t want, int timeout_ms)
+{
+    double deadline = timeout_ms < 0 ? 1e300 : mono_s() + timeout_ms / 1000.0;
+    for (int guard = 0;; guard++) {
+        sf_status st = SF_OK;
+        double left_s = deadline - mono_s();
+        int left = timeout_ms < 0 ? -1 : left_s <= 0 ? 0 : (int)(left_s * 1000.0 + 0.5);
+        switch (o->state) {
+        case ST_READY: return SF_OK;
+        case ST_FAILED: return o->status;
+        case ST_LOOKUP:
+            if (guard > 1000)
+                return obj_fail(o, SF_ERR_INTERNAL, "%s: cache lookups do not settle", o->info.url);
+            st = step_lookup(o);
+            break;
+        case ST_BEGIN: st = step_begin(o); break;
+        case ST_FETCH: {
+            /* Wake up now and then to publish progress for followers. */
+            int slice = left < 0 || left > 50 ? 50 : left;
+            st = step_fetch(o, want, slice);
+            if (st == SF_ERR_TIMEOUT) {
+                if (timeout_ms >= 0 && mono_s() >= deadline)
+                    return st;
+                st = SF_OK;
+                continue;
+            }
+            /* All of it was asked for: also wait for the publish. */
+            if (o->state == ST_FETCH && o->contiguous >= want && o->want_data &&
+                want < o->info.size)
+                return SF_OK;
+            break;
+        }
+        case ST_FOLLOW:
+            st = step_follow(o, want, left);
+            if (st == SF_ERR_TIMEOUT)
+                return st;
+            if (o->state == ST_FOLLOW)
+                return SF_OK;
+            break;
+        }
+        if (o->state == ST_FAILED)
+            return o->status;
+        if (st != SF_OK && st != SF_ERR_CORRUPT)
+            return st;
+        if (timeout_ms >= 0 && mono_s() >= deadline && o->state != ST_READY)
+            return SF_ERR_TIMEOUT;
+    }
+}
+
+static sf_status obj_new(struct sf_cache *c, struct sf_s3 *s3, const struct sf_object_info *obj,
+                         int want_data, int verify, struct sf_cache_object **out)
+{
+    *out = NULL;
+    if (!obj || !obj->url[0] || obj->is_prefix)
+        return SF_ERR_INVALID_ARGUMENT;
+    struct sf_cache_object *o = calloc(1, sizeof(*o));
+    if (!o)
+        return SF_ERR_NO_MEMORY;
+    o->c = c;
+    o->s3 = s3;
+    o->info = *obj;
+    o->url_copy = strdup(obj->url);
+    o->info.url = o->url_copy;
+    o->info.key = NULL;
+    o->fd = -1;
+    if (!o->url_copy) {
+        free(o);
+        return SF_ERR_NO_MEMORY;
+    }
+    o->want_data = want_data;
+    o->verify = verify;
+    sf_status st = sf__s3_identity(s3, obj->url, o->endpoint, sizeof(o->endpoint), o->bucket,
+                                   sizeof(o->bucket), o->key, sizeof(o->key));
+    if (st != SF_OK) {
+        sf_s3_errmsg(s3, c->errmsg, sizeof(c->errmsg));
+        free(o->url_copy);
+        free(o);
+        return st;
+    }
+    o->id.endpoint = o->endpoint;
+    o->id.bucket = o->bucket;
+    o->id.key = o->key;
+    *out = o;
+    return SF_OK;
+}
+
+sf_status sf_cache_open(struct sf_cache *c, struct sf_s3 *s3, const struct sf_object_info *obj,
+                        struct sf_cache_object **out)
+{
+    sf_status st = obj_new(c, s3, obj, 1, c->o.verify_on_open, out);
+    if (st != SF_OK)
+        return st;
+    struct sf_cache_object *o = *out;
+    st = drive(o, 0, 0);
+    if (st == SF_ERR_TIMEOUT)
+        st = SF_OK;
+    if (st != SF_OK) {
+        snprintf(c->errmsg, sizeof(c->errmsg), "%s", o->errmsg);
+        sf_cache_object_close(o);
+        *out = NULL;
+    }
+    return st;
+}
+
+sf_status sf_cache_object_wait(struct sf_cache_object *o, unsigned long long min_contiguous,
+                               int timeout_ms, struct sf_cache_object_progress *p)
+{
+    uint64_t want = min_contiguous;
+    if (o->info.size != SF_SIZE_UNKNOWN && want > o->info.size)
+        want = o->info.size;
+    sf_status st = drive(o, want, timeout_ms);
+    fill_progress(o, p);
+    return st;
+}
+
+const void *sf_cache_object_data(const struct sf_cache_object *o)
+{
+    return o->data;
+}
+
+unsigned long long sf_cache_object_size(const struct sf_cache_object *o)
+{
+    return o->info.size;
+}
+
+const char *sf_cache_object_errmsg(const struct sf_cache_object *o)
+{
+    return o->errmsg;
+}
+
+void sf_cache_object_close(struct sf_cache_object *o)
+{
+    if (!o)
+        return;
+    if (o->f) {
+        struct sf_fetch_progress p;
+        sf_fetch_progress(o->f, &p);
+        sf_fetch_destroy(o->f);
+        o->contiguous = o->fetch_base + p.contiguous;
+    }
+    if (o->w) {
+        sf__dc_writer_progress(o->w, o->contiguous);
+        sf__dc_writer_abort(o->w, 1);
+    }
+    drop_data(o);
+    free(o->url_copy);
+    free(o);
+}
+
+/* ------------------------------------------------------------ warm */
+
+void sf_warm_options_init_default(struct sf_warm_options *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->max_objects = 8;
+    o->progress_interval_ms = 200;
+}
+
+struct warm_item {
+    struct sf_cache_object *o;
+    size_t index;
+    uint64_t counted; /* bytes of this object already added to bytes_fetched */
+};
+
+static void warm_report(const struct sf_warm_options *wo, const struct sf_object_info *obj,
+                        enum sf_warm_outcome out, sf_status st, const char *msg)
+{
+    if (wo->on_object)
+        wo->on_object(wo->user, obj, out, st, msg ? msg : "");
+}
+
+sf_status sf_cache_warm(struct sf_cache *c, struct sf_s3 *s3, const struct sf_object_info *list,
+                        size_t n, const struct sf_warm_options *opts,
+                        struct sf_warm_stats *stats_out)
+{
+    struct sf_warm_options wo;
+    if (opts)
+        wo = *opts;
+    else
+        sf_warm_options_init_default(&wo);
+    if (!wo.max_objects)
+        wo.max_objects = 8;
+    if (!wo.progress_interval_ms)
+        wo.progress_interval_ms = 200;
+    struct sf_warm_stats s;
+    memset(&s, 0, sizeof(s));
+    double t0 = mono_s();
+    s.objects_total = n;
+    sf_status first = SF_OK;
+    c->errmsg[0] = 0;
+
+    /* Pass 1: what is cached, and the sizes of the rest (HEAD when unknown). */
+    struct sf_object_info *objs = calloc(n ? n : 1, sizeof(*objs));
+    unsigned char *todo = calloc(n ? n : 1, 1);
+    if (!objs || !todo) {
+        free(objs);
+        free(todo);
+        return SF_ERR_NO_MEMORY;
+    }
+    for (size_t i = 0; i < n; i++) {
+        objs[i] = list[i];
+        if (objs[i].is_prefix) {
+            todo[i] = 2; /* not an object */
+            s.objects_total--;
+            continue;
+        }
+        struct sf_cache_object *o;
+        sf_status st = obj_new(c, s3, &objs[i], 0, wo.verify, &o);
+        if (st == SF_OK) {
+            st = step_lookup(o);
+            objs[i].size = o->info.size;
+            snprintf(objs[i].etag, sizeof(objs[i].etag), "%s", o->info.etag);
+        }
+        if (st != SF_OK || (o && o->state == ST_FAILED)) {
+            char msg[1024];
+            snprintf(msg, sizeof(msg), "%s", o ? o->errmsg : c->errmsg);
+            sf_status fst = o ? o->status : st;
+            warm_report(&wo, &objs[i], SF_WARM_FAILED, fst, msg);
+            s.failed++;
+            s.objects_done++;
+            if (first == SF_OK) {
+                first = fst;
+                snprintf(c->errmsg, sizeof(c->errmsg), "%s", msg);
+            }
+            todo[i] = 2;
+        } else if (o->state == ST_READY) {
+            s.bytes_total += o->info.size;
+            s.cached++;
+            s.objects_done++;
+            warm_report(&wo, &objs[i], SF_WARM_CACHED, SF_OK, "");
+        } else {
+            s.bytes_total += o->info.size;
+            s.bytes_to_fetch += o->info.size;
+            todo[i] = 1;
+        }
+        sf_cache_object_close(o);
+    }
+    /* Everything must fit at once, or warming evicts what it just fetched. */
+    if (c->o.limit_bytes && s.bytes_total > c->o.limit_bytes) {
+        snprintf(c->errmsg, sizeof(c->errmsg),
+                 "the %llu objects need %llu bytes but cache_limit is %llu bytes: raise "
+                 "--cache-limit or warm fewer shards",
+                 s.objects_total, s.bytes_total, c->o.limit_bytes);
+        free(objs);
+        free(todo);
+        s.elapsed_s = mono_s() - t0;
+        if (stats_out)
+            *stats_out = s;
+        return SF_ERR_LIMIT;
+    }
+    if (wo.dry_run) {
+        for (size_t i = 0; i < n; i++)
+            if (todo[i] == 1)
+                warm_report(&wo, &objs[i], SF_WARM_WOULD_FETCH, SF_OK, "");
+        free(objs);
+        free(todo);
+        s.elapsed_s = mono_s() - t0;
+        if (wo.progress)
+            wo.progress(wo.user, &s);
+        if (stats_out)
+            *stats_out = s;
+        return first;
+    }
+
+    /* Pass 2: download, max_objects at a time. */
+    struct warm_item *act = calloc(wo.max_objects, sizeof(*act));
+    if (!act) {
+        free(objs);
+        free(todo);
+        return SF_ERR_NO_MEMORY;
+    }
+    size_t next = 0, n_act = 0;
+    double last_report = 0;
+    for (;;) {
+        while (n_act < wo.max_objects && next < n) {
+            size_t i = next++;
+            if (todo[i] != 1)
+                continue;
+            struct sf_cache_object *o;
+            sf_status st = obj_new(c, s3, &objs[i], 0, wo.verify, &o);
+            if (st != SF_OK) {
+                warm_report(&wo, &objs[i], SF_WARM_FAILED, st, c->errmsg);
+                s.failed++;
+                s.objects_done++;
+                if (first == SF_OK)
+                    first = st;
+                continue;
+            }
+            act[n_act].o = o;
+            act[n_act].index = i;
+            act[n_act].counted = 0;
+            n_act++;
+        }
+        if (n_act == 0)
+            break;
+        /* Block on the oldest for a moment; poll the others. */
+        for (size_t k = 0; k < n_act; k++) {
+            struct sf_cache_object *o = act[k].o;
+            drive(o, o->info.size == SF_SIZE_UNKNOWN ? 0 : o->info.size, k == 0 ? 20 : 0);
+            if (o->source == SF_CACHE_FROM_FETCH && o->contiguous > act[k].counted) {
+                uint64_t base = act[k].counted ? act[k].counted : o->fetch_base;
+                if (o->contiguous > base)
+                    s.bytes_fetched += o->contiguous - base;
+                act[k].counted = o->contiguous;
+            }
+        }
+        for (size_t k = 0; k < n_act;) {
+            struct sf_cache_object *o = act[k].o;
+            if (o->state != ST_READY && o->state != ST_FAILED) {
+                k++;
+                continue;
+            }
+            struct sf_object_info *info = &objs[act[k].index];
+            if (o->state == ST_READY) {
+                enum sf_warm_outcome out =
+                    o->source == SF_CACHE_FROM_FETCH ? SF_WARM_FETCHED : SF_WARM_PEER;
+                if (out == SF_WARM_FETCHED)
+                    s.fetched++;
+                else
+                    s.peer++;
+                warm_report(&wo, info, out, SF_OK, "");
+            } else {
+                s.failed++;
+                warm_report(&wo, info, SF_WARM_FAILED, o->status, o->errmsg);
+                if (first == SF_OK) {
+                    first = o->status;
+                    snprintf(c->errmsg, sizeof(c->errmsg), "%s", o->errmsg);
+                }
+            }
+            s.objects_done++;
+            sf_cache_object_close(o);
+            act[k] = act[--n_act];
+        }
+        double now = mono_s();
+        if (wo.progress && (now - last_report) * 1000.0 >= wo.progress_interval_ms) {
+            s.elapsed_s = now - t0;
+            wo.progress(wo.user, &s);
+            last_report = now;
+        }
+    }
+    free(act);
+    free(objs);
+    free(todo);
+    s.elapsed_s = mono_s() - t0;
+    if (wo.progress)
+        wo.progress(wo.user, &s);
+    if (stats_out)
+        *stats_out = s;
+    return first;
+}
+
+/* ------------------------------------------------------------ inspection */
+
+sf_status sf_cache_stats(struct sf_cache *c, struct sf_cache_stats *out)
+{
+    *out = c->n;
+    struct sf__ram_stats rs;
+    sf__ram_cache_stats(c->ram, &rs);
+    out->ram_bytes = rs.bytes;
+    out->ram_limit_bytes = rs.limit_bytes;
+    struct sf__dc_counters dn;
+    sf__dc_counters(c->dc, &dn);
+    out->evictions = dn.evictions;
+    out->evicted_bytes = dn.evicted_bytes;
+    struct sf__dc_usage u;
+    sf_status st = sf__dc_usage(c->dc, 0, &u, c->errmsg, sizeof(c->errmsg));
+    if (st != SF_OK)
+        return st;
+    out->entries = u.entries;
+    out->entry_bytes = u.entry_bytes;
+    out->downloads = u.parts;
+    out->download_bytes = u.part_bytes;
+    out->abandoned_downloads = u.abandoned_parts;
+    out->limit_bytes = c->o.limit_bytes;
+    return SF_OK;
+}
+
+struct list_ctx {
+    struct sf_cache *c;
+    int verify;
+    int (*fn)(void *user, const struct sf_cache_entry_info *e);
+    void *user;
+    unsigned long long bad;
+};
+
+static int list_one(void *user, const char *path, const struct sf__dc_meta *m, sf_status st,
+                    const char *why)
+{
+    struct list_ctx *x = user;
+    char problem[512];
+    snprintf(problem, sizeof(problem), "%s", st == SF_OK ? "" : why);
+    if (st == SF_OK && x->verify) {
+        int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0) {
+            st = SF_ERR_IO;
+            snprintf(problem, sizeof(problem), "cannot open: %s", strerror(errno));
+        } else {
+            st = sf__dc_verify_fd(fd, m, problem, sizeof(problem));
+            close(fd);
+        }
+    }
+    if (st == SF_ERR_CORRUPT && x->verify) {
+        sf__dc_remove(x->c->dc, m->name);
+        x->c->n.corrupt++;
+    }
+    if (st != SF_OK)
+        x->bad++;
+    struct sf_cache_entry_info e = {
+        .name = m->name,
+        .url = m->url,
+        .etag = m->etag,
+        .size = m->size,
+        .created = m->created,
+        .last_used = m->last_used,
+        .status = st,
+        .problem = problem,
+    };
+    return x->fn ? x->fn(x->user, &e) : 0;
+}
+
+sf_status sf_cache_list(struct sf_cache *c, int verify,
+                        int (*fn)(void *user, const struct sf_cache_entry_info *e), void *user,
+                        unsigned long long *bad)
+{
+    struct list_ctx x = {c, verify, fn, user, 0};
+    sf_status st = sf__dc_foreach(c->dc, list_one, &x, c->errmsg, sizeof(c->errmsg));
+    if (bad)
+        *bad = x.bad;
+    return st;
+}
+
+sf_status sf_cache_clear(struct sf_cache *c, unsigned long long *removed)
+{
+    uint64_t r = 0;
+    sf_status st = sf__dc_clear(c->dc, &r, c->errmsg, sizeof(c->errmsg));
+    if (removed)
+        *removed = r;
+    return st;
+}

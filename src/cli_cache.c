@@ -1,0 +1,442 @@
+/* shardfeed warm-cache and shardfeed cache ls|stats|verify|clear. */
+#include "cli.h"
+#include "progress.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum {
+    O_CACHE_DIR = CLI_OPT_EXTRA,
+    O_CACHE_LIMIT,
+    O_VERIFY,
+    O_DRY_RUN,
+    O_MAX_OBJECTS,
+    O_FSYNC,
+    O_REVALIDATE,
+    O_PROGRESS,
+};
+
+struct cache_flags {
+    struct sf_cache_options co;
+    int verify;
+    int dry_run;
+    unsigned max_objects;
+    enum cli_progress_mode progress;
+};
+
+static const struct option cache_longopts[] = {
+    {"cache-dir", required_argument, NULL, O_CACHE_DIR},
+    {"cache-limit", required_argument, NULL, O_CACHE_LIMIT},
+    {"verify", no_argument, NULL, O_VERIFY},
+    {"dry-run", no_argument, NULL, O_DRY_RUN},
+    {"max-objects", required_argument, NULL, O_MAX_OBJECTS},
+    {"fsync", no_argument, NULL, O_FSYNC},
+    {"revalidate", required_argument, NULL, O_REVALIDATE},
+    {"progress", required_argument, NULL, O_PROGRESS},
+    {NULL, 0, NULL, 0},
+};
+
+static int on_cache_option(void *ctx, int val, const char *arg)
+{
+    struct cache_flags *f = ctx;
+    switch (val) {
+    case O_CACHE_DIR:
+        if (!arg[0]) {
+            cli_errorf("--cache-dir: expected a directory");
+            return EXIT_USAGE;
+        }
+        f->co.dir = arg;
+        return 0;
+    case O_CACHE_LIMIT: {
+        unsigned long long b;
+        if (sf_parse_bytes(arg, &b) != SF_OK) {
+            cli_errorf("--cache-limit: expected a size such as 50G or 500MiB (0 = no limit), got "
+                       "'%s'",
+                       arg);
+            return EXIT_USAGE;
+        }
+        f->co.limit_bytes = b;
+        return 0;
+    }
+    case O_VERIFY: f->verify = 1; return 0;
+    case O_DRY_RUN: f->dry_run = 1; return 0;
+    case O_FSYNC: f->co.fsync = 1; return 0;
+    case O_MAX_OBJECTS: return cli_parse_uint("--max-objects", arg, 1, 256, &f->max_objects);
+    case O_REVALIDATE:
+        if (!strcmp(arg, "trust"))
+            f->co.revalidate = SF_REVALIDATE_TRUST;
+        else if (!strcmp(arg, "head"))
+            f->co.revalidate = SF_REVALIDATE_HEAD;
+        else {
+            cli_errorf("--revalidate: expected trust or head, got '%s'", arg);
+            return EXIT_USAGE;
+        }
+        return 0;
+    case O_PROGRESS:
+        if (!strcmp(arg, "auto"))
+            f->progress = CLI_PROGRESS_AUTO;
+        else if (!strcmp(arg, "bar"))
+            f->progress = CLI_PROGRESS_BAR;
+        else if (!strcmp(arg, "lines"))
+            f->progress = CLI_PROGRESS_LINES;
+        else if (!strcmp(arg, "off"))
+            f->progress = CLI_PROGRESS_OFF;
+        else {
+            cli_errorf("--progress: expected auto, bar, lines or off, got '%s'", arg);
+            return EXIT_USAGE;
+        }
+        return 0;
+    }
+    return EXIT_USAGE;
+}
+
+static int parse(int argc, char **argv, const char *cmd, struct cli *c, struct cache_flags *f)
+{
+    memset(f, 0, sizeof(*f));
+    sf_cache_options_init_default(&f->co);
+    f->progress = CLI_PROGRESS_AUTO;
+    struct cli_extra extra = {cache_longopts, on_cache_option, f};
+    int rc = cli_parse_options(argc, argv, c, cmd, &extra);
+    if (rc)
+        return rc;
+    if (c->verbose) {
+        f->co.log = cli_log_stderr;
+        f->co.log_level = c->verbose >= 2 ? SF_LOG_DEBUG : SF_LOG_INFO;
+    }
+    return 0;
+}
+
+static int open_cache(struct cache_flags *f, struct sf_cache **cache)
+{
+    char err[1024] = "";
+    sf_status st = sf_cache_new(&f->co, cache, err, sizeof(err));
+    if (st != SF_OK) {
+        cli_errorf("cache: %s (%s)", err[0] ? err : sf_status_str(st), sf_status_name(st));
+        return 1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------ warm-cache */
+
+struct warm_ui {
+    struct cli_progress *bar;
+    int json;
+    cJSON *failed; /* [{url, status, error}] */
+    cJSON *planned;
+    unsigned long long n_failed;
+};
+
+static void warm_progress(void *user, const struct sf_warm_stats *s)
+{
+    struct warm_ui *ui = user;
+    /* Bytes: what was cached plus what arrived, out of everything. */
+    unsigned long long have = s->bytes_total - s->bytes_to_fetch + s->bytes_fetched;
+    cli_progress_update(ui->bar, have, s->bytes_total, s->objects_done, s->objects_total);
+}
+
+static void warm_object(void *user, const struct sf_object_info *obj, enum sf_warm_outcome out,
+                        sf_status st, const char *msg)
+{
+    struct warm_ui *ui = user;
+    if (out == SF_WARM_FAILED) {
+        ui->n_failed++;
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "url", obj->url);
+        cJSON_AddStringToObject(e, "status", sf_status_name(st));
+        cJSON_AddStringToObject(e, "error", msg);
+        cJSON_AddItemToArray(ui->failed, e);
+    } else if (out == SF_WARM_WOULD_FETCH) {
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "url", obj->url);
+        cJSON_AddNumberToObject(e, "size", (double)obj->size);
+        cJSON_AddItemToArray(ui->planned, e);
+    }
+}
+
+int cli_cmd_warm_cache(int argc, char **argv)
+{
+    struct cli c;
+    struct cache_flags f;
+    int rc = parse(argc, argv, "warm-cache", &c, &f);
+    if (rc)
+        return rc;
+    if (c.n_args < 1) {
+        cli_errorf("warm-cache: expected one or more URLs (s3://bucket/prefix/, brace patterns)");
+        return EXIT_USAGE;
+    }
+    struct sf_s3 *s3;
+    if (cli_open_client(&c, &s3))
+        return 1;
+    struct sf_cache *cache;
+    if (open_cache(&f, &cache)) {
+        sf_s3_destroy(s3);
+        return 1;
+    }
+
+    /* Expand every URL into one list of objects. */
+    struct sf_object_info *objs = NULL;
+    size_t n = 0, cap = 0;
+    rc = 0;
+    for (int a = 0; a < c.n_args && !rc; a++) {
+        struct sf_object_list *l = NULL;
+        sf_status st = sf_s3_expand(s3, c.args[a], 0, &l);
+        if (st != SF_OK) {
+            cli_report(s3, st);
+            rc = 1;
+            break;
+        }
+        size_t k = sf_object_list_count(l);
+        if (n + k > cap) {
+            size_t nc = (n + k) * 2;
+            struct sf_object_info *v = realloc(objs, nc * sizeof(*v));
+            if (!v) {
+                cli_errorf("warm-cache: out of memory");
+                rc = 1;
+            } else {
+                objs = v;
+                cap = nc;
+            }
+        }
+        for (size_t i = 0; !rc && i < k; i++) {
+            const struct sf_object_info *in = sf_object_list_get(l, i);
+            if (in->is_prefix)
+                continue;
+            objs[n] = *in;
+            objs[n].url = strdup(in->url);
+            objs[n].key = strdup(in->key ? in->key : "");
+            if (!objs[n].url || !objs[n].key) {
+                cli_errorf("warm-cache: out of memory");
+                sf_object_info_clear(&objs[n]);
+                rc = 1;
+                break;
+            }
+            n++;
+        }
+        sf_object_list_destroy(l);
+    }
+    if (!rc && n == 0) {
+        cli_errorf("warm-cache: no objects match %s", c.args[0]);
+        rc = 1;
+    }
+    if (rc) {
+        for (size_t i = 0; i < n; i++)
+            sf_object_info_clear(&objs[i]);
+        free(objs);
+        sf_cache_destroy(cache);
+        sf_s3_destroy(s3);
+        return rc;
+    }
+
+    struct warm_ui ui = {0};
+    ui.json = c.json;
+    ui.failed = cJSON_CreateArray();
+    ui.planned = cJSON_CreateArray();
+    ui.bar = f.dry_run ? NULL : cli_progress_new(stderr, f.progress, "warm-cache", "shards", 5.0);
+    struct sf_warm_options wo;
+    sf_warm_options_init_default(&wo);
+    if (f.max_objects)
+        wo.max_objects = f.max_objects;
+    wo.verify = f.verify;
+    wo.dry_run = f.dry_run;
+    wo.progress = warm_progress;
+    wo.on_object = warm_object;
+    wo.user = &ui;
+    struct sf_warm_stats s;
+    sf_status st = sf_cache_warm(cache, s3, objs, n, &wo, &s);
+    cli_progress_finish(ui.bar);
+    if (st == SF_ERR_LIMIT && s.objects_done + s.failed < s.objects_total) {
+        char msg[1024];
+        sf_cache_errmsg(cache, msg, sizeof(msg));
+        cli_errorf("warm-cache: %s", msg);
+        rc = 1;
+    } else {
+        double rate = s.elapsed_s > 0 ? (double)s.bytes_fetched / s.elapsed_s : 0;
+        if (c.json) {
+            cJSON *j = cJSON_CreateObject();
+            cJSON_AddStringToObject(j, "cache_dir", sf_cache_dir(cache));
+            cJSON_AddNumberToObject(j, "objects", (double)s.objects_total);
+            cJSON_AddNumberToObject(j, "fetched", (double)s.fetched);
+            cJSON_AddNumberToObject(j, "skipped", (double)(s.cached + s.peer));
+            cJSON_AddNumberToObject(j, "cached", (double)s.cached);
+            cJSON_AddNumberToObject(j, "by_other_process", (double)s.peer);
+            cJSON_AddNumberToObject(j, "failed", (double)s.failed);
+            cJSON_AddNumberToObject(j, "bytes_total", (double)s.bytes_total);
+            cJSON_AddNumberToObject(j, "bytes_fetched", (double)s.bytes_fetched);
+            cJSON_AddNumberToObject(j, "seconds", s.elapsed_s);
+            cJSON_AddNumberToObject(j, "bytes_per_second", rate);
+            cJSON_AddBoolToObject(j, "dry_run", f.dry_run);
+            if (f.dry_run) {
+                cJSON_AddItemToObject(j, "would_fetch", ui.planned);
+                ui.planned = NULL;
+            }
+            cJSON_AddItemToObject(j, "failures", ui.failed);
+            ui.failed = NULL;
+            cli_print_json(j);
+            cJSON_Delete(j);
+        } else {
+            char b1[32], b2[32], r[32];
+            if (f.dry_run) {
+                cli_format_bytes((double)s.bytes_to_fetch, b1, sizeof(b1));
+                printf("dry run: %llu of %llu shards would be fetched (%s), %llu are cached\n",
+                       s.objects_total - s.cached - s.failed, s.objects_total, b1, s.cached);
+                const cJSON *e;
+                cJSON_ArrayForEach(e, ui.planned)
+                {
+                    printf("  would fetch %s (%.0f bytes)\n",
+                           cJSON_GetObjectItem(e, "url")->valuestring,
+                           cJSON_GetObjectItem(e, "size")->valuedouble);
+                }
+            } else {
+                cli_format_bytes((double)s.bytes_fetched, b1, sizeof(b1));
+                cli_format_bytes((double)s.bytes_total, b2, sizeof(b2));
+                cli_format_bytes(rate, r, sizeof(r));
+                printf("warm-cache: %llu shards: %llu fetched, %llu skipped (%llu cached, %llu "
+                       "by another process), %llu failed; %s fetched of %s in %.1fs (%s/s)\n",
+                       s.objects_total, s.fetched, s.cached + s.peer, s.cached, s.peer, s.failed,
+                       b1, b2, s.elapsed_s, r);
+            }
+            const cJSON *e;
+            cJSON_ArrayForEach(e, ui.failed)
+            {
+                cli_errorf("failed: %s: %s (%s)", cJSON_GetObjectItem(e, "url")->valuestring,
+                           cJSON_GetObjectItem(e, "error")->valuestring,
+                           cJSON_GetObjectItem(e, "status")->valuestring);
+            }
+        }
+        rc = s.failed || st != SF_OK ? 1 : 0;
+    }
+    cJSON_Delete(ui.failed);
+    cJSON_Delete(ui.planned);
+    for (size_t i = 0; i < n; i++)
+        sf_object_info_clear(&objs[i]);
+    free(objs);
+    sf_cache_destroy(cache);
+    sf_s3_destroy(s3);
+    return rc;
+}
+
+/* ------------------------------------------------------------ cache ls|stats|verify|clear */
+
+struct ls_ctx {
+    int json;
+    cJSON *arr;
+};
+
+static int ls_one(void *user, const struct sf_cache_entry_info *e)
+{
+    struct ls_ctx *x = user;
+    if (x->json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "name", e->name);
+        cJSON_AddStringToObject(o, "url", e->url);
+        cJSON_AddStringToObject(o, "etag", e->etag);
+        cJSON_AddNumberToObject(o, "size", (double)e->size);
+        cJSON_AddNumberToObject(o, "created", (double)e->created);
+        cJSON_AddNumberToObject(o, "last_used", (double)e->last_used);
+        cJSON_AddStringToObject(o, "status", sf_status_name(e->status));
+        if (e->problem[0])
+            cJSON_AddStringToObject(o, "problem", e->problem);
+        cJSON_AddItemToArray(x->arr, o);
+        return 0;
+    }
+    char when[32] = "-";
+    time_t t = (time_t)e->last_used;
+    struct tm tm;
+    if (t > 0 && gmtime_r(&t, &tm))
+        strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", &tm);
+    if (e->status == SF_OK)
+        printf("%19s %14llu  %s\n", when, e->size, e->url);
+    else
+        printf("%19s %14s  %s: %s (%s)\n", when, "BAD", e->url[0] ? e->url : e->name, e->problem,
+               sf_status_name(e->status));
+    return 0;
+}
+
+int cli_cmd_cache(int argc, char **argv)
+{
+    if (argc < 2) {
+        cli_errorf("cache: expected ls, stats, verify or clear");
+        return EXIT_USAGE;
+    }
+    const char *sub = argv[1];
+    if (strcmp(sub, "ls") && strcmp(sub, "stats") && strcmp(sub, "verify") &&
+        strcmp(sub, "clear")) {
+        cli_errorf("cache: unknown subcommand '%s' (expected ls, stats, verify or clear)", sub);
+        return EXIT_USAGE;
+    }
+    char cmd[32];
+    snprintf(cmd, sizeof(cmd), "cache %s", sub);
+    struct cli c;
+    struct cache_flags f;
+    int rc = parse(argc - 1, argv + 1, cmd, &c, &f);
+    if (rc)
+        return rc;
+    if (c.n_args) {
+        cli_errorf("%s: unexpected argument '%s'", cmd, c.args[0]);
+        return EXIT_USAGE;
+    }
+    struct sf_cache *cache;
+    if (open_cache(&f, &cache))
+        return 1;
+    sf_status st = SF_OK;
+    char msg[1024];
+    if (!strcmp(sub, "ls") || !strcmp(sub, "verify")) {
+        int verify = !strcmp(sub, "verify");
+        struct ls_ctx x = {c.json, c.json ? cJSON_CreateArray() : NULL};
+        unsigned long long bad = 0;
+        st = sf_cache_list(cache, verify, ls_one, &x, &bad);
+        if (c.json) {
+            cli_print_json(x.arr);
+            cJSON_Delete(x.arr);
+        }
+        if (st == SF_OK && bad) {
+            cli_errorf("%s: %llu bad entr%s%s", cmd, bad, bad == 1 ? "y" : "ies",
+                       verify ? " (deleted; they will be fetched again)" : "");
+            rc = 1;
+        }
+    } else if (!strcmp(sub, "stats")) {
+        struct sf_cache_stats s;
+        st = sf_cache_stats(cache, &s);
+        if (st == SF_OK && c.json) {
+            cJSON *j = cJSON_CreateObject();
+            cJSON_AddStringToObject(j, "cache_dir", sf_cache_dir(cache));
+            cJSON_AddNumberToObject(j, "entries", (double)s.entries);
+            cJSON_AddNumberToObject(j, "entry_bytes", (double)s.entry_bytes);
+            cJSON_AddNumberToObject(j, "downloads", (double)s.downloads);
+            cJSON_AddNumberToObject(j, "download_bytes", (double)s.download_bytes);
+            cJSON_AddNumberToObject(j, "abandoned_downloads", (double)s.abandoned_downloads);
+            cJSON_AddNumberToObject(j, "limit_bytes", (double)s.limit_bytes);
+            cli_print_json(j);
+            cJSON_Delete(j);
+        } else if (st == SF_OK) {
+            char b1[32], b2[32];
+            cli_format_bytes((double)s.entry_bytes, b1, sizeof(b1));
+            cli_format_bytes((double)s.download_bytes, b2, sizeof(b2));
+            printf("cache_dir: %s\nentries: %llu (%s)\ndownloads in progress or interrupted: %llu "
+                   "(%s, %llu abandoned)\n",
+                   sf_cache_dir(cache), s.entries, b1, s.downloads, b2, s.abandoned_downloads);
+        }
+    } else {
+        unsigned long long removed = 0;
+        st = sf_cache_clear(cache, &removed);
+        if (st == SF_OK && c.json) {
+            cJSON *j = cJSON_CreateObject();
+            cJSON_AddNumberToObject(j, "removed", (double)removed);
+            cli_print_json(j);
+            cJSON_Delete(j);
+        } else if (st == SF_OK) {
+            printf("removed %llu file%s from %s\n", removed, removed == 1 ? "" : "s",
+                   sf_cache_dir(cache));
+        }
+    }
+    if (st != SF_OK) {
+        sf_cache_errmsg(cache, msg, sizeof(msg));
+        cli_errorf("%s: %s (%s)", cmd, msg[0] ? msg : sf_status_str(st), sf_status_name(st));
+        rc = 1;
+    }
+    sf_cache_destroy(cache);
+    return rc;
+}

@@ -1,0 +1,414 @@
+/* shardfeed pack and shardfeed inspect. Public API only. */
+#include "cli.h"
+#include "progress.h"
+#include "shardfeed_pack.h"
+#include "shardfeed_shard.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_ZSTD_LEVEL 3
+
+/* ------------------------------------------------------------ pack */
+
+enum {
+    O_FORMAT = CLI_OPT_EXTRA,
+    O_SHARD_SIZE,
+    O_ZSTD,
+    O_LAYOUT,
+    O_NAME_PATTERN,
+    O_FOLLOW,
+    O_TMP_DIR,
+    O_NO_PROGRESS,
+};
+
+struct pack_args {
+    struct sf_pack_options o;
+    int zstd_flag;
+    int no_progress;
+};
+
+static int pack_option(void *ctx, int val, const char *arg)
+{
+    struct pack_args *a = ctx;
+    switch (val) {
+    case O_FORMAT:
+        if (!strcmp(arg, "tar"))
+            a->o.format = SF_PACK_FORMAT_TAR;
+        else if (!strcmp(arg, "record"))
+            a->o.format = SF_PACK_FORMAT_RECORD;
+        else {
+            cli_errorf("pack: --format: expected tar or record, got '%s'", arg);
+            return EXIT_USAGE;
+        }
+        return 0;
+    case O_SHARD_SIZE: {
+        unsigned long long b;
+        if (sf_parse_bytes(arg, &b) != SF_OK || b < 1024) {
+            cli_errorf("pack: --shard-size: expected a size of at least 1K such as 256M, got "
+                       "'%s'",
+                       arg);
+            return EXIT_USAGE;
+        }
+        a->o.shard_bytes = b;
+        return 0;
+    }
+    case O_ZSTD: {
+        unsigned level = DEFAULT_ZSTD_LEVEL;
+        if (arg && cli_parse_uint("--zstd", arg, 1, 22, &level))
+            return EXIT_USAGE;
+        a->o.zstd_level = (int)level;
+        a->zstd_flag = 1;
+        return 0;
+    }
+    case O_LAYOUT:
+        if (!strcmp(arg, "auto"))
+            a->o.layout = SF_PACK_LAYOUT_AUTO;
+        else if (!strcmp(arg, "imagefolder"))
+            a->o.layout = SF_PACK_LAYOUT_IMAGEFOLDER;
+        else if (!strcmp(arg, "flat"))
+            a->o.layout = SF_PACK_LAYOUT_FLAT;
+        else {
+            cli_errorf("pack: --layout: expected auto, imagefolder or flat, got '%s'", arg);
+            return EXIT_USAGE;
+        }
+        return 0;
+    case O_NAME_PATTERN: a->o.name_pattern = arg; return 0;
+    case O_FOLLOW: a->o.follow_symlinks = 1; return 0;
+    case O_TMP_DIR: a->o.tmp_dir = arg; return 0;
+    case O_NO_PROGRESS: a->no_progress = 1; return 0;
+    }
+    return EXIT_USAGE;
+}
+
+struct pack_progress {
+    struct cli_progress *bar;
+};
+
+static int on_pack_progress(void *user, const struct sf_pack_progress *p)
+{
+    struct pack_progress *pp = user;
+    cli_progress_update(pp->bar, p->bytes_done, p->bytes_total, p->files_done, p->files_total);
+    return 0;
+}
+
+int cli_cmd_pack(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"format", required_argument, NULL, O_FORMAT},
+        {"shard-size", required_argument, NULL, O_SHARD_SIZE},
+        {"zstd", optional_argument, NULL, O_ZSTD},
+        {"layout", required_argument, NULL, O_LAYOUT},
+        {"name-pattern", required_argument, NULL, O_NAME_PATTERN},
+        {"follow-symlinks", no_argument, NULL, O_FOLLOW},
+        {"tmp-dir", required_argument, NULL, O_TMP_DIR},
+        {"no-progress", no_argument, NULL, O_NO_PROGRESS},
+        {NULL, 0, NULL, 0},
+    };
+    struct pack_args a;
+    memset(&a, 0, sizeof(a));
+    sf_pack_options_init_default(&a.o);
+    struct cli_extra extra = {longopts, pack_option, &a};
+    struct cli c;
+    int rc = cli_parse_options(argc, argv, &c, "pack", &extra);
+    if (rc)
+        return rc;
+    if (c.n_args != 2) {
+        cli_errorf("pack: expected SRC and DEST, got %d operand(s)", c.n_args);
+        return EXIT_USAGE;
+    }
+    if (a.zstd_flag && a.o.format == SF_PACK_FORMAT_TAR) {
+        cli_errorf("pack: --zstd compresses record shards only (readers stream plain tar): add "
+                   "--format record");
+        return EXIT_USAGE;
+    }
+    char name[NAME_MAX + 1];
+    if (a.o.name_pattern &&
+        sf_pack_shard_name(a.o.name_pattern, a.o.format, 0, name, sizeof(name)) != SF_OK) {
+        cli_errorf("pack: --name-pattern '%s': expected one %%u (or %%06u, %%d) for the shard "
+                   "number, %%%% for '%%', no '/', not starting with '.'",
+                   a.o.name_pattern);
+        return EXIT_USAGE;
+    }
+    const char *src = c.args[0], *dest = c.args[1];
+    struct sf_s3 *s3 = NULL;
+    if (!strncmp(dest, "s3://", 5)) {
+        if (cli_open_client(&c, &s3))
+            return 1;
+        a.o.s3 = s3;
+    }
+    struct pack_progress pp = {NULL};
+    if (!a.no_progress) {
+        pp.bar = cli_progress_new(stderr, CLI_PROGRESS_AUTO, "pack", "files", 5.0);
+        if (pp.bar) {
+            a.o.progress = on_pack_progress;
+            a.o.progress_user = &pp;
+        }
+    }
+    struct sf_pack_result res;
+    char err[1024] = "";
+    double t0 = cli_now_s();
+    sf_status st = sf_pack(src, dest, &a.o, &res, err, sizeof(err));
+    double secs = cli_now_s() - t0;
+    cli_progress_finish(pp.bar); /* and frees it */
+    sf_s3_destroy(s3);
+    if (st != SF_OK) {
+        cli_errorf("pack: %s (%s)", err[0] ? err : sf_status_str(st), sf_status_name(st));
+        return 1;
+    }
+    double mib_s = secs > 0 ? (double)res.source_bytes / 1048576.0 / secs : 0;
+    if (c.json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "source", src);
+        cJSON_AddStringToObject(o, "dest", dest);
+        cJSON_AddStringToObject(o, "format", sf_pack_format_name(res.format));
+        cJSON_AddStringToObject(o, "layout", sf_pack_layout_name(res.layout));
+        cJSON_AddNumberToObject(o, "zstd_level", a.o.zstd_level);
+        cJSON_AddNumberToObject(o, "shards", (double)res.shards);
+        cJSON_AddNumberToObject(o, "samples", (double)res.samples);
+        cJSON_AddNumberToObject(o, "files", (double)res.files);
+        cJSON_AddNumberToObject(o, "classes", (double)res.classes);
+        cJSON_AddNumberToObject(o, "ignored", (double)res.ignored);
+        cJSON_AddNumberToObject(o, "source_bytes", (double)res.source_bytes);
+        cJSON_AddNumberToObject(o, "bytes", (double)res.shard_bytes);
+        cJSON_AddNumberToObject(o, "seconds", secs);
+        cJSON_AddNumberToObject(o, "mib_per_s", mib_s);
+        cli_print_json(o);
+        cJSON_Delete(o);
+    } else {
+        char in[32], out[32];
+        cli_format_bytes((double)res.source_bytes, in, sizeof(in));
+        cli_format_bytes((double)res.shard_bytes, out, sizeof(out));
+        printf("packed %llu files (%s) into %llu %s shard%s: %llu samples, %s, %.2f s, "
+               "%.1f MiB/s\n",
+               res.files, in, res.shards, sf_pack_format_name(res.format),
+               res.shards == 1 ? "" : "s", res.samples, out, secs, mib_s);
+        if (res.layout == SF_PACK_LAYOUT_IMAGEFOLDER)
+            printf("layout imagefolder: %llu classes, labels in the 'cls' field\n", res.classes);
+        else
+            printf("layout flat\n");
+        if (res.ignored)
+            printf("ignored %llu hidden entr%s (names starting with '.')\n", res.ignored,
+                   res.ignored == 1 ? "y" : "ies");
+        printf("index: %s%sindex.json\n", dest, dest[strlen(dest) - 1] == '/' ? "" : "/");
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------ inspect */
+
+/* Small printable values (labels, short text) are shown, not only sized. */
+static int printable(const unsigned char *d, size_t n)
+{
+    if (n == 0 || n > 24)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (d[i] < 0x20 || d[i] > 0x7e || d[i] == '"' || d[i] == '\\')
+            return 0;
+    return 1;
+}
+
+struct field_count {
+    char *name;
+    unsigned long long n;
+};
+
+static int count_field(struct field_count **v, size_t *n, const char *name)
+{
+    for (size_t i = 0; i < *n; i++)
+        if (!strcmp((*v)[i].name, name)) {
+            (*v)[i].n++;
+            return 0;
+        }
+    struct field_count *w = realloc(*v, (*n + 1) * sizeof(**v));
+    if (!w)
+        return -1;
+    *v = w;
+    w[*n].name = strdup(name);
+    w[*n].n = 1;
+    if (!w[*n].name)
+        return -1;
+    (*n)++;
+    return 0;
+}
+
+static const char *format_name(enum sf_shard_format f)
+{
+    return f == SF_SHARD_FORMAT_TAR ? "tar" : f == SF_SHARD_FORMAT_RECORD ? "record" : "unknown";
+}
+
+int cli_cmd_inspect(int argc, char **argv)
+{
+    struct cli c;
+    int rc = cli_parse_options(argc, argv, &c, "inspect", NULL);
+    if (rc)
+        return rc;
+    if (c.n_args != 1) {
+        cli_errorf("inspect: expected one SHARD_URL, got %d", c.n_args);
+        return EXIT_USAGE;
+    }
+    const char *url = c.args[0];
+    struct sf_s3 *s3;
+    if (cli_open_client(&c, &s3))
+        return 1;
+    struct sf_fetch *f = NULL;
+    sf_status st = sf_fetch_start(s3, url, NULL, &f);
+    if (st != SF_OK) {
+        cli_report(s3, st);
+        sf_s3_destroy(s3);
+        return 1;
+    }
+    struct sf_shard_reader_options ro;
+    sf_shard_reader_options_init_default(&ro);
+    ro.name = url;
+    struct sf_shard_reader *r = NULL;
+    char err[512] = "";
+    st = sf_shard_reader_new(&ro, &r, err, sizeof(err));
+    if (st != SF_OK) {
+        cli_errorf("inspect: %s (%s)", err[0] ? err : sf_status_str(st), sf_status_name(st));
+        sf_fetch_destroy(f);
+        sf_s3_destroy(s3);
+        return 1;
+    }
+    cJSON *out = c.json ? cJSON_CreateObject() : NULL;
+    cJSON *jsamples = out ? cJSON_AddArrayToObject(out, "samples") : NULL;
+    struct field_count *fields = NULL;
+    size_t n_fields = 0;
+    unsigned long long samples = 0, total = SF_SIZE_UNKNOWN, fed = 0;
+    int fetch_failed = 0, fed_once = 0;
+    rc = 0;
+    /* parse as the bytes arrive: the reader says how many it needs next */
+    for (;;) {
+        struct sf_sample smp;
+        enum sf_shard_event ev;
+        st = sf_shard_reader_next(r, &smp, &ev);
+        if (st != SF_OK) {
+            rc = 1;
+            break;
+        }
+        if (ev == SF_SHARD_END)
+            break;
+        if (ev == SF_SHARD_NEED_MORE) {
+            struct sf_fetch_progress pg;
+            unsigned long long want = sf_shard_reader_wanted(r);
+            sf_status fst = sf_fetch_wait(f, want, -1, &pg);
+            if (fst != SF_OK) {
+                cli_errorf("inspect: %s (%s)", sf_fetch_errmsg(f), sf_status_name(fst));
+                fetch_failed = 1;
+                rc = 1;
+                break;
+            }
+            if (fed_once && pg.contiguous == fed && pg.done) {
+                /* nothing more will come; a reader that still waits is a bug */
+                cli_errorf("inspect: %s: the reader waits for byte %llu of %llu", url, want,
+                           pg.total);
+                fetch_failed = 1;
+                rc = 1;
+                break;
+            }
+            total = pg.total;
+            fed = pg.contiguous;
+            fed_once = 1;
+            st = sf_shard_reader_feed(r, sf_fetch_data(f), pg.contiguous, pg.total);
+            if (st != SF_OK) {
+                rc = 1;
+                break;
+            }
+            continue;
+        }
+        samples++;
+        cJSON *js = NULL, *jf = NULL;
+        if (out) {
+            js = cJSON_CreateObject();
+            cJSON_AddStringToObject(js, "key", smp.key);
+            cJSON_AddNumberToObject(js, "offset", (double)smp.offset);
+            jf = cJSON_AddArrayToObject(js, "fields");
+            cJSON_AddItemToArray(jsamples, js);
+        } else {
+            printf("%s", smp.key);
+        }
+        for (size_t i = 0; i < smp.field_count; i++) {
+            const struct sf_sample_field *fl = &smp.fields[i];
+            int show = printable(fl->data, fl->size);
+            if (count_field(&fields, &n_fields, fl->name) != 0) {
+                cli_errorf("inspect: out of memory");
+                rc = 1;
+                break;
+            }
+            if (jf) {
+                cJSON *x = cJSON_CreateObject();
+                cJSON_AddStringToObject(x, "name", fl->name);
+                cJSON_AddNumberToObject(x, "size", (double)fl->size);
+                if (show) {
+                    char v[32];
+                    snprintf(v, sizeof(v), "%.*s", (int)fl->size, (const char *)fl->data);
+                    cJSON_AddStringToObject(x, "value", v);
+                }
+                cJSON_AddItemToArray(jf, x);
+            } else if (show) {
+                printf("  %s=\"%.*s\"", fl->name, (int)fl->size, (const char *)fl->data);
+            } else {
+                printf("  %s:%zu", fl->name, fl->size);
+            }
+        }
+        if (!out)
+            putchar('\n');
+        if (rc)
+            break;
+    }
+    int corrupt = rc && !fetch_failed && st != SF_OK;
+    if (corrupt) {
+        unsigned long long off = sf_shard_reader_error_offset(r);
+        cli_errorf("inspect: %s (%s)", sf_shard_reader_errmsg(r), sf_status_name(st));
+        if (out) {
+            cJSON_AddStringToObject(out, "error", sf_shard_reader_errmsg(r));
+            cJSON_AddStringToObject(out, "status", sf_status_name(st));
+            if (off != SF_SIZE_UNKNOWN)
+                cJSON_AddNumberToObject(out, "error_offset", (double)off);
+        }
+    }
+    struct sf_shard_stats ss;
+    sf_shard_reader_stats(r, &ss);
+    const char *fmt = format_name(sf_shard_reader_format(r));
+    if (out) {
+        cJSON_AddStringToObject(out, "url", url);
+        cJSON_AddStringToObject(out, "format", fmt);
+        if (total != SF_SIZE_UNKNOWN)
+            cJSON_AddNumberToObject(out, "bytes", (double)total);
+        cJSON_AddNumberToObject(out, "sample_count", (double)samples);
+        cJSON *jc = cJSON_AddObjectToObject(out, "fields");
+        for (size_t i = 0; jc && i < n_fields; i++)
+            cJSON_AddNumberToObject(jc, fields[i].name, (double)fields[i].n);
+        unsigned long long skipped = ss.skipped_dirs + ss.skipped_links + ss.skipped_other +
+                                     ss.skipped_unnamed;
+        cJSON_AddNumberToObject(out, "skipped_members", (double)skipped);
+        cli_print_json(out);
+        cJSON_Delete(out);
+    } else if (!fetch_failed) {
+        printf("-- %s: %s, ", url, fmt);
+        if (total != SF_SIZE_UNKNOWN)
+            printf("%llu bytes, ", total);
+        printf("%llu samples%s", samples, corrupt ? " before the error" : "");
+        for (size_t i = 0; i < n_fields; i++)
+            printf("%s%s (%llu)", i ? ", " : "; fields: ", fields[i].name, fields[i].n);
+        putchar('\n');
+        unsigned long long skipped = ss.skipped_dirs + ss.skipped_links + ss.skipped_other +
+                                     ss.skipped_unnamed;
+        if (skipped)
+            printf("-- %llu tar members skipped (folders, links, special files, or names "
+                   "without key or extension)\n",
+                   skipped);
+    }
+    for (size_t i = 0; i < n_fields; i++)
+        free(fields[i].name);
+    free(fields);
+    sf_shard_reader_destroy(r);
+    sf_fetch_destroy(f);
+    sf_s3_destroy(s3);
+    return rc;
+}

@@ -1,0 +1,981 @@
+/* Record shards: writer, streaming reader, index and random access.
+ * The layout is specified in docs/FORMAT.md. */
+#define ZSTD_STATIC_LINKING_ONLY /* ZSTD_getFrameHeader: window size of a frame */
+#include "src/record.h"
+
+#include "s3/strbuf.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <xxhash.h>
+#include <zstd.h>
+
+#define DEFAULT_MAX_RECORD (1ull << 30)
+#define DEFAULT_MAX_MEMORY ((size_t)4 << 30)
+
+static const unsigned char TAG_RECORD[4] = {'S', 'F', 'R', 'D'};
+static const unsigned char TAG_INDEX[4] = {'S', 'F', 'R', 'X'};
+
+static void put32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static void put64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint32_t get32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static uint64_t get64(const unsigned char *p)
+{
+    return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
+}
+
+/* Grows *buf to at least need bytes (doubling). 0 on success. */
+static int reserve(unsigned char **buf, size_t *cap, size_t need)
+{
+    if (need <= *cap)
+        return 0;
+    size_t c = *cap ? *cap : 4096;
+    while (c < need)
+        c = c > SIZE_MAX / 2 ? need : c * 2;
+    unsigned char *p = realloc(*buf, c);
+    if (!p)
+        return -1;
+    *buf = p;
+    *cap = c;
+    return 0;
+}
+
+struct entry {
+    uint64_t off, bytes;
+};
+
+static int push_entry(struct entry **v, size_t *n, size_t *cap, uint64_t off, uint64_t bytes)
+{
+    if (*n == *cap) {
+        size_t c = *cap ? *cap * 2 : 64;
+        struct entry *p = realloc(*v, c * sizeof *p);
+        if (!p)
+            return -1;
+        *v = p;
+        *cap = c;
+    }
+    (*v)[*n].off = off;
+    (*v)[*n].bytes = bytes;
+    (*n)++;
+    return 0;
+}
+
+/* ============================================================ writer */
+
+enum dest { DEST_MEMORY, DEST_FD, DEST_FILE };
+
+struct sf__record_writer {
+    struct sf__record_writer_options o;
+    enum dest dest;
+    unsigned char *mem;
+    size_t mem_len, mem_cap;
+    uint64_t written;
+    struct entry *ent;
+    size_t n, cap;
+    unsigned char *pre; /* body without the field data */
+    size_t pre_cap;
+    unsigned char *raw; /* whole body, when compressing */
+    size_t raw_cap;
+    unsigned char *z;
+    size_t z_cap;
+    ZSTD_CCtx *cctx;
+    XXH3_state_t *xxh;
+    int finished;
+    sf_status err_status;
+    char err[256];
+};
+
+void sf__record_writer_options_init_default(struct sf__record_writer_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->fd = -1;
+    o->max_memory_bytes = DEFAULT_MAX_MEMORY;
+    o->max_record_bytes = DEFAULT_MAX_RECORD;
+}
+
+static sf_status wfail(struct sf__record_writer *w, sf_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static sf_status wfail(struct sf__record_writer *w, sf_status st, const char *fmt, ...)
+{
+    if (w->err_status != SF_OK)
+        return w->err_status;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(w->err, sizeof w->err, fmt, ap);
+    va_end(ap);
+    w->err_status = st;
+    return st;
+}
+
+static sf_status emit_bytes(struct sf__record_writer *w, const void *data, size_t n)
+{
+    if (n == 0)
+        return SF_OK;
+    switch (w->dest) {
+    case DEST_MEMORY:
+        if (n > w->o.max_memory_bytes - w->mem_len)
+            return wfail(w, SF_ERR_LIMIT, "record shard exceeds max_memory_bytes %zu",
+                         w->o.max_memory_bytes);
+        if (reserve(&w->mem, &w->mem_cap, w->mem_len + n) != 0)
+            return wfail(w, SF_ERR_NO_MEMORY, "out of memory growing the shard to %zu bytes",
+                         w->mem_len + n);
+        memcpy(w->mem + w->mem_len, data, n);
+        w->mem_len += n;
+        break;
+    case DEST_FD: {
+        const unsigned char *p = data;
+        size_t left = n;
+        while (left) {
+            ssize_t k = write(w->o.fd, p, left);
+            if (k < 0 && errno == EINTR)
+                continue;
+            if (k <= 0)
+                return wfail(w, SF_ERR_IO, "write at offset %llu: %s",
+                             (unsigned long long)(w->written + (n - left)),
+                             k < 0 ? strerror(errno) : "no progress");
+            p += k;
+            left -= (size_t)k;
+        }
+        break;
+    }
+    case DEST_FILE:
+        if (fwrite(data, 1, n, w->o.file) != n)
+            return wfail(w, SF_ERR_IO, "fwrite at offset %llu: %s", (unsigned long long)w->written,
+                         strerror(errno));
+        break;
+    }
+    w->written += n;
+    return SF_OK;
+}
+
+sf_status sf__record_writer_new(const struct sf__record_writer_options *o,
+                                struct sf__record_writer **out, char *err, size_t err_len)
+{
+    *out = NULL;
+    struct sf__record_writer *w = calloc(1, sizeof *w);
+    if (!w)
+        return sf__fail(err, err_len, SF_ERR_NO_MEMORY, "out of memory");
+    if (o)
+        w->o = *o;
+    else
+        sf__record_writer_options_init_default(&w->o);
+    if (!w->o.max_memory_bytes)
+        w->o.max_memory_bytes = DEFAULT_MAX_MEMORY;
+    if (!w->o.max_record_bytes)
+        w->o.max_record_bytes = DEFAULT_MAX_RECORD;
+    if (w->o.zstd_level < 0 || w->o.zstd_level > ZSTD_maxCLevel()) {
+        int lvl = w->o.zstd_level;
+        free(w);
+        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "zstd_level %d not in 0..%d", lvl,
+                        ZSTD_maxCLevel());
+    }
+    w->dest = w->o.fd >= 0 ? DEST_FD : w->o.file ? DEST_FILE : DEST_MEMORY;
+    w->xxh = XXH3_createState();
+    if (w->o.zstd_level > 0)
+        w->cctx = ZSTD_createCCtx();
+    if (!w->xxh || (w->o.zstd_level > 0 && !w->cctx)) {
+        sf__record_writer_destroy(w);
+        return sf__fail(err, err_len, SF_ERR_NO_MEMORY, "out of memory");
+    }
+    if (w->cctx) {
+        ZSTD_CCtx_setParameter(w->cctx, ZSTD_c_compressionLevel, w->o.zstd_level);
+        ZSTD_CCtx_setParameter(w->cctx, ZSTD_c_checksumFlag, 0); /* ours covers it */
+    }
+    unsigned char hdr[SF__RECORD_HEADER_BYTES];
+    memcpy(hdr, SF__RECORD_MAGIC, 8);
+    put32(hdr + 8, SF__RECORD_VERSION);
+    put32(hdr + 12, 0);
+    sf_status st = emit_bytes(w, hdr, sizeof hdr);
+    if (st != SF_OK) {
+        sf__fail(err, err_len, st, "%s", w->err);
+        sf__record_writer_destroy(w);
+        return st;
+    }
+    *out = w;
+    return SF_OK;
+}
+
+static int cmp_names(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* 1 when two fields share a name. */
+static int has_duplicate(const struct sf__record_field_in *f, size_t n)
+{
+    if (n <= 32) {
+        for (size_t i = 0; i < n; i++)
+            for (size_t j = i + 1; j < n; j++)
+                if (strcmp(f[i].name, f[j].name) == 0)
+                    return 1;
+        return 0;
+    }
+    const char **v = malloc(n * sizeof *v);
+    if (!v)
+        return -1;
+    for (size_t i = 0; i < n; i++)
+        v[i] = f[i].name;
+    qsort(v, n, sizeof *v, cmp_names);
+    int dup = 0;
+    for (size_t i = 1; i < n && !dup; i++)
+        dup = strcmp(v[i - 1], v[i]) == 0;
+    free(v);
+    return dup;
+}
+
+sf_status sf__record_writer_add(struct sf__record_writer *w, const char *key,
+                                const struct sf__record_field_in *fields, size_t n)
+{
+    if (w->err_status != SF_OK)
+        return w->err_status;
+    if (w->finished)
+        return wfail(w, SF_ERR_INVALID_ARGUMENT, "add after finish");
+    size_t klen = key ? strlen(key) : 0;
+    if (klen == 0 || klen > SF__RECORD_MAX_KEY_BYTES)
+        return wfail(w, SF_ERR_INVALID_ARGUMENT, "record %llu: key must be 1..%u bytes",
+                     (unsigned long long)w->n, SF__RECORD_MAX_KEY_BYTES);
+    if (n > SF__RECORD_MAX_FIELDS || (n && !fields))
+        return wfail(w, SF_ERR_INVALID_ARGUMENT, "record '%s': %zu fields (max %u)", key, n,
+                     SF__RECORD_MAX_FIELDS);
+    uint64_t pre_len = 8 + (uint64_t)SF__RECORD_FIELD_DESC_BYTES * n + klen;
+    uint64_t raw_len = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t nl = fields[i].name ? strlen(fields[i].name) : 0;
+        if (nl == 0 || nl > SF__RECORD_MAX_NAME_BYTES)
+            return wfail(w, SF_ERR_INVALID_ARGUMENT,
+                         "record '%s': field %zu name must be 1..%u bytes", key, i,
+                         SF__RECORD_MAX_NAME_BYTES);
+        if (!fields[i].data && fields[i].size)
+            return wfail(w, SF_ERR_INVALID_ARGUMENT, "record '%s': field '%s' has no data", key,
+                         fields[i].name);
+        pre_len += nl;
+        if (__builtin_add_overflow(raw_len, (uint64_t)fields[i].size, &raw_len))
+            return wfail(w, SF_ERR_LIMIT, "record '%s': size overflows", key);
+    }
+    int dup = has_duplicate(fields, n);
+    if (dup < 0)
+        return wfail(w, SF_ERR_NO_MEMORY, "out of memory");
+    if (dup)
+        return wfail(w, SF_ERR_INVALID_ARGUMENT, "record '%s': two fields share a name", key);
+    if (__builtin_add_overflow(raw_len, pre_len, &raw_len) || raw_len > w->o.max_record_bytes)
+        return wfail(w, SF_ERR_LIMIT, "record '%s': body of %llu bytes exceeds %llu", key,
+                     (unsigned long long)raw_len, (unsigned long long)w->o.max_record_bytes);
+
+    /* The body without the data: counts, descriptors, key, names. */
+    if (reserve(&w->pre, &w->pre_cap, (size_t)pre_len) != 0)
+        return wfail(w, SF_ERR_NO_MEMORY, "out of memory");
+    unsigned char *p = w->pre;
+    put32(p, (uint32_t)klen);
+    put32(p + 4, (uint32_t)n);
+    p += 8;
+    for (size_t i = 0; i < n; i++, p += SF__RECORD_FIELD_DESC_BYTES) {
+        put32(p, (uint32_t)strlen(fields[i].name));
+        put32(p + 4, 0);
+        put64(p + 8, fields[i].size);
+    }
+    memcpy(p, key, klen);
+    p += klen;
+    for (size_t i = 0; i < n; i++) {
+        size_t nl = strlen(fields[i].name);
+        memcpy(p, fields[i].name, nl);
+        p += nl;
+    }
+
+    uint32_t flags = 0;
+    size_t stored = (size_t)raw_len;
+    if (w->cctx) {
+        if (reserve(&w->raw, &w->raw_cap, (size_t)raw_len) != 0)
+            return wfail(w, SF_ERR_NO_MEMORY, "out of memory");
+        memcpy(w->raw, w->pre, (size_t)pre_len);
+        size_t at = (size_t)pre_len;
+        for (size_t i = 0; i < n; i++) {
+            if (fields[i].size)
+                memcpy(w->raw + at, fields[i].data, fields[i].size);
+            at += fields[i].size;
+        }
+        size_t bound = ZSTD_compressBound((size_t)raw_len);
+        if (reserve(&w->z, &w->z_cap, bound) != 0)
+            return wfail(w, SF_ERR_NO_MEMORY, "out of memory");
+        size_t c = ZSTD_compress2(w->cctx, w->z, bound, w->raw, (size_t)raw_len);
+        if (ZSTD_isError(c))
+            return wfail(w, SF_ERR_INTERNAL, "record '%s': zstd: %s", key, ZSTD_getErrorName(c));
+        if (c < raw_len) {
+            flags = SF__RECORD_FLAG_ZSTD;
+            stored = c;
+        }
+    }
+
+    unsigned char hdr[SF__RECORD_REC_HEADER_BYTES];
+    memcpy(hdr, TAG_RECORD, 4);
+    put32(hdr + 4, flags);
+    put64(hdr + 8, w->n);
+    put64(hdr + 16, stored);
+    put64(hdr + 24, raw_len);
+    XXH3_64bits_reset(w->xxh);
+    XXH3_64bits_update(w->xxh, hdr, 32);
+    if (flags & SF__RECORD_FLAG_ZSTD) {
+        XXH3_64bits_update(w->xxh, w->z, stored);
+    } else {
+        XXH3_64bits_update(w->xxh, w->pre, (size_t)pre_len);
+        for (size_t i = 0; i < n; i++)
+            if (fields[i].size)
+                XXH3_64bits_update(w->xxh, fields[i].data, fields[i].size);
+    }
+    put64(hdr + 32, XXH3_64bits_digest(w->xxh));
+
+    uint64_t off = w->written;
+    sf_status st = emit_bytes(w, hdr, sizeof hdr);
+    if (st == SF_OK && (flags & SF__RECORD_FLAG_ZSTD)) {
+        st = emit_bytes(w, w->z, stored);
+    } else if (st == SF_OK) {
+        st = emit_bytes(w, w->pre, (size_t)pre_len);
+        for (size_t i = 0; i < n && st == SF_OK; i++)
+            st = emit_bytes(w, fields[i].data, fields[i].size);
+    }
+    if (st != SF_OK)
+        return st;
+    if (push_entry(&w->ent, &w->n, &w->cap, off, SF__RECORD_REC_HEADER_BYTES + (uint64_t)stored))
+        return wfail(w, SF_ERR_NO_MEMORY, "out of memory");
+    return SF_OK;
+}
+
+sf_status sf__record_writer_finish(struct sf__record_writer *w)
+{
+    if (w->err_status != SF_OK)
+        return w->err_status;
+    if (w->finished)
+        return wfail(w, SF_ERR_INVALID_ARGUMENT, "finish called twice");
+    uint64_t index_off = w->written;
+    size_t ibytes = SF__RECORD_INDEX_FIXED_BYTES + SF__RECORD_INDEX_ENTRY_BYTES * w->n;
+    unsigned char *ix = malloc(ibytes);
+    if (!ix)
+        return wfail(w, SF_ERR_NO_MEMORY, "out of memory for the index");
+    memcpy(ix, TAG_INDEX, 4);
+    put32(ix + 4, 0);
+    put64(ix + 8, w->n);
+    for (size_t i = 0; i < w->n; i++) {
+        put64(ix + 16 + 16 * i, w->ent[i].off);
+        put64(ix + 24 + 16 * i, w->ent[i].bytes);
+    }
+    put64(ix + ibytes - 8, XXH3_64bits(ix, ibytes - 8));
+    sf_status st = emit_bytes(w, ix, ibytes);
+    free(ix);
+    if (st != SF_OK)
+        return st;
+    unsigned char ft[SF__RECORD_FOOTER_BYTES];
+    put64(ft, index_off);
+    put64(ft + 8, ibytes);
+    put64(ft + 16, w->n);
+    put64(ft + 24, XXH3_64bits(ft, 24));
+    memcpy(ft + 32, SF__RECORD_FOOTER_MAGIC, 8);
+    st = emit_bytes(w, ft, sizeof ft);
+    if (st != SF_OK)
+        return st;
+    w->finished = 1;
+    return SF_OK;
+}
+
+void *sf__record_writer_take(struct sf__record_writer *w, size_t *size)
+{
+    if (w->dest != DEST_MEMORY || !w->finished || w->err_status != SF_OK || !w->mem) {
+        if (size)
+            *size = 0;
+        return NULL;
+    }
+    void *p = w->mem;
+    if (size)
+        *size = w->mem_len;
+    w->mem = NULL;
+    w->mem_len = w->mem_cap = 0;
+    return p;
+}
+
+uint64_t sf__record_writer_count(const struct sf__record_writer *w)
+{
+    return w->n;
+}
+
+uint64_t sf__record_writer_bytes(const struct sf__record_writer *w)
+{
+    return w->written;
+}
+
+const char *sf__record_writer_errmsg(const struct sf__record_writer *w)
+{
+    return w->err;
+}
+
+void sf__record_writer_destroy(struct sf__record_writer *w)
+{
+    if (!w)
+        return;
+    free(w->mem);
+    free(w->ent);
+    free(w->pre);
+    free(w->raw);
+    free(w->z);
+    ZSTD_freeCCtx(w->cctx);
+    XXH3_freeState(w->xxh);
+    free(w);
+}
+
+/* ============================================================ reader */
+
+enum rstate { RS_HEADER, RS_RECORDS, RS_TAIL, RS_END };
+
+struct sf__record_reader {
+    struct sf__shard_common c;
+    char *name;
+    struct sf__record_reader_options o;
+    enum rstate state;
+    uint64_t pos;
+    uint64_t nrec;
+    struct entry *seen;
+    size_t seen_n, seen_cap;
+    ZSTD_DCtx *dctx;
+    unsigned char *dbuf;
+    size_t dbuf_cap;
+    XXH3_state_t *xxh;
+    struct sf__sample_builder sb;
+};
+
+sf_status sf__record_reader_new(const struct sf__record_reader_options *o, const char *name,
+                                struct sf__record_reader **out)
+{
+    *out = NULL;
+    struct sf__record_reader *rr = calloc(1, sizeof *rr);
+    if (!rr)
+        return SF_ERR_NO_MEMORY;
+    if (o)
+        rr->o = *o;
+    if (!rr->o.max_record_bytes)
+        rr->o.max_record_bytes = DEFAULT_MAX_RECORD;
+    if (!rr->o.max_key_bytes)
+        rr->o.max_key_bytes = SF__RECORD_MAX_KEY_BYTES;
+    if (!rr->o.max_fields)
+        rr->o.max_fields = 1024;
+    if (!rr->o.zstd_window_log_max)
+        rr->o.zstd_window_log_max = 27;
+    rr->name = strdup(name ? name : "shard");
+    rr->xxh = XXH3_createState();
+    if (!rr->name || !rr->xxh) {
+        sf__record_reader_destroy(rr);
+        return SF_ERR_NO_MEMORY;
+    }
+    sf__shard_common_init(&rr->c, rr->name);
+    *out = rr;
+    return SF_OK;
+}
+
+void sf__record_reader_destroy(struct sf__record_reader *rr)
+{
+    if (!rr)
+        return;
+    sf__sample_builder_free(&rr->sb);
+    free(rr->seen);
+    free(rr->dbuf);
+    ZSTD_freeDCtx(rr->dctx);
+    XXH3_freeState(rr->xxh);
+    free(rr->name);
+    free(rr);
+}
+
+const struct sf__shard_common *sf__record_reader_common(const struct sf__record_reader *rr)
+{
+    return &rr->c;
+}
+
+const char *sf__record_reader_errmsg(const struct sf__record_reader *rr)
+{
+    return rr->c.err;
+}
+
+/* Checks a record header at offset; fills *stored and *raw. */
+static sf_status check_rec_header(struct sf__record_reader *rr, const unsigned char *h,
+                                  uint64_t offset, uint64_t ordinal, uint64_t *stored,
+                                  uint64_t *raw)
+{
+    unsigned long long ord = (unsigned long long)ordinal;
+    if (memcmp(h, TAG_RECORD, 4) != 0)
+        return sf__shard_fail(&rr->c, SF_ERR_CORRUPT, offset, "record %llu: bad record tag", ord);
+    uint32_t flags = get32(h + 4);
+    if (flags & ~SF__RECORD_FLAG_ZSTD)
+        return sf__shard_fail(&rr->c, SF_ERR_CORRUPT, offset, "record %llu: unknown flags 0x%x",
+                              ord, flags);
+    if (get64(h + 8) != ordinal)
+        return sf__shard_fail(&rr->c, SF_ERR_CORRUPT, offset,
+                              "record %llu: header says it is record %llu", ord,
+                              (unsigned long long)get64(h + 8));
+    *stored = get64(h + 16);
+    *raw = get64(h + 24);
+    if (*stored > rr->o.max_record_bytes || *raw > rr->o.max_record_bytes)
+        return sf__shard_fail(&rr->c, SF_ERR_LIMIT, offset,
+                              "record %llu: body of %llu bytes (%llu stored) exceeds "
+                              "max_record_bytes %llu",
+                              ord, (unsigned long long)*raw, (unsigned long long)*stored,
+                              (unsigned long long)rr->o.max_record_bytes);
+    if (!(flags & SF__RECORD_FLAG_ZSTD) && *stored != *raw)
+        return sf__shard_fail(&rr->c, SF_ERR_CORRUPT, offset,
+                              "record %llu: uncompressed but stored %llu != raw %llu bytes", ord,
+                              (unsigned long long)*stored, (unsigned long long)*raw);
+    if (*raw < 8)
+        return sf__shard_fail(&rr->c, SF_ERR_CORRUPT, offset,
+                              "record %llu: body of %llu bytes is too short", ord,
+                              (unsigned long long)*raw);
+    return SF_OK;
+}
+
+/* Decodes a complete record (header checked by check_rec_header) into out. */
+static sf_status decode(struct sf__record_reader *rr, const unsigned char *rec, uint64_t offset,
+                        uint64_t ordinal, uint64_t stored, uint64_t raw, struct sf_sample *out)
+{
+    unsigned long long ord = (unsigned long long)ordinal;
+    const unsigned char *src = rec + SF__RECORD_REC_HEADER_BYTES;
+    if (!rr->o.skip_checksums) {
+        XXH3_64bits_reset(rr->xxh);
+        XXH3_64bits_update(rr->xxh, rec, 32);
+        XXH3_64bits_update(rr->xxh, src, (size_t)stored);
+        uint64_t sum = XXH3_64bits_digest(rr->xxh);
+        if (sum != get64(rec + 32))
+            return sf__shard_fail(&rr->c, SF_ERR_CORRUPT, offset,
+                                  "record %llu: checksum mismatch (stored %016llx, computed "
+                                  "%016llx)",
+                                  ord, (unsigned long long)get64(rec + 32),
+                                  (unsigned long long)sum);
+    }
+    const unsigned char *body = src;
+    int owned = 0;
+    if (get32(rec + 4) & SF__RECORD_FLAG_ZSTD) {
+        ZSTD_frameHeader zfh;
+        size_t r = ZSTD_getFrameHeader(&zfh, src, (size_t)stored);
+        if (ZSTD_isError(r) || r != 0 || zfh.frameType != ZSTD_frame)
+            return sf__shard_fail(&rr->c, SF_ERR_CORRUPT, offset,
+                                  "record %llu: body is not a zstd frame", ord);
+        if (zfh.windowSize > (1ull << rr->o.zstd_window_log_max))
+            return sf__shard_fail(&rr->c, SF_ERR_LIMIT, offset,
+                                  "record %llu: zstd window of %llu bytes exceeds 2^%u", ord,
+                                  (unsigned long long)zfh.windowSize, rr->o.zstd_window_log_max);
+        if (zfh.frameContentSize != ZSTD_CONTENTSIZE_UNKNOWN && zfh.frameContentSize != raw)
+            return sf__shard_fail(&rr->c, SF_ERR_CORRUPT, offset,
+                                  "record %llu: zstd frame holds %llu bytes, header says %llu", ord,
+                                  (unsigned long long)zfh.frameContentSize,
+                                  (unsigned long long)raw);
+        size_t fsz = ZSTD_findFrameCompressedSize(src, (size_t)stored);
+        if (ZSTD_isError(fsz) || fsz != stored)
+            return sf__shard_fail(&rr->c, SF_ERR_CORRUPT, offset,
+                                  "record %llu: the zstd frame does not span the body", ord);
+        if (!rr->dctx && !(rr->dctx = ZSTD_createDCtx()))
+            return sf__shard_fail(&rr->c, SF_ERR_NO_MEMORY, offset, "out of memory");
+        if (reserve(&rr->dbuf, &rr->dbuf_cap, (size_t)raw) != 0)
+            return sf__shard_fail(&rr->c, SF_ERR_NO_MEMORY, offset,
+                                  "record %llu: out of memory for %llu decompressed bytes", ord,
+                                  (unsigned long long)raw);
+        size_t d = ZSTD_decompressDCtx(rr->dctx, rr->dbuf, (size_t)raw, src, (size_t)stored);
+        if (ZSTD_isError(d) || d != raw)
+            return sf__shard_fail(&rr->c, SF_ERR_CORRUPT, offset, "record %llu: zstd: %s", ord,
+                                  ZSTD_isError(d) ? ZSTD_getErrorName(d) : "short output");
+        rr->c.stats.decompressed_bytes += raw;
+        body = rr->dbuf;
+        owned = 1;
+    }
+
+    /* Body layout: counts, descriptors, key, names, data; sizes must add up. */
+    uint32_t klen = get32(body), fc = get32(body + 4);
+    if (fc > rr->o.max_fields)
+        return sf__shard_fail(&rr->c, SF_ERR_LIMIT, offset,
+                              "record %llu: %u fields exceed max_fields %zu", ord, fc,
+                              rr->o.max_fields);
+    if (klen > rr->o.max_key_bytes)
+        return sf__shard_fail(&rr->c, SF_ERR_LIMIT, offset,
+                              "record %llu: key of %u bytes exceeds %zu", ord, klen,
+                              rr->o.max_key_bytes);
+    uint64_t at = 8 + (uint64_t)SF__RECORD_FIELD_DESC_BYTES * fc;
+    if (klen == 0 || at > raw || klen > raw - at)
+        return sf__shard_fail(&rr->c, SF_ERR_CORRUPT, offset,
+                              "record %llu: bad body layout (key or field table)", ord);
+    uint64_t names_at = at + klen, sum = names_at;
+    for (uint32_t i = 0; i < fc; i++) {
+        const unsigned char *d = body + 8 + (size_t)SF__RECORD_FIELD_DESC_BYTES * i;
+        uint32_t nl = get32(d);
+        uint64_t dl = get64(d + 8);
+        if (nl == 0 || nl > SF__RECORD_MAX_NAME_BYTES || get32(d + 4) != 0 ||
+            __builtin_add_overflow(sum, (uint64_t)nl, &sum) ||
+            __builtin_add_overflow(sum, dl, &sum) || sum > raw)
+            return sf__shard_fail(&rr->c, SF_ERR_CORRUPT, offset,
+                                  "record %llu: bad descriptor of field %u", ord, i);
+    }
+    if (sum != raw)
+        return sf__shard_fail(&rr->c, SF_ERR_CORRUPT, offset,
+                              "record %llu: fields take %llu of %llu body bytes", ord,
+                              (unsigned long long)sum, (unsigned long long)raw);
+    const char *key = (const char *)body + at;
+    if (memchr(key, '\0', klen))
+        return sf__shard_fail(&rr->c, SF_ERR_CORRUPT, offset, "record %llu: NUL in key", ord);
+    if (sf__sample_builder_start(&rr->sb, key, klen) != SF_OK)
+        return sf__shard_fail(&rr->c, SF_ERR_NO_MEMORY, offset, "out of memory");
+    uint64_t name_at = names_at;
+    uint64_t data_at = names_at;
+    for (uint32_t i = 0; i < fc; i++)
+        data_at += get32(body + 8 + (size_t)SF__RECORD_FIELD_DESC_BYTES * i);
+    for (uint32_t i = 0; i < fc; i++) {
+        const unsigned char *d = body + 8 + (size_t)SF__RECORD_FIELD_DESC_BYTES * i;
+        uint32_t nl = get32(d);
+        uint64_t dl = get64(d + 8);
+        const char *nm = (const char *)body + name_at;
+        if (memchr(nm, '\0', nl))
+            return sf__shard_fail(&rr->c, SF_ERR_CORRUPT, offset,
+                                  "record %llu: NUL in the name of field %u", ord, i);
+        if (sf__sample_builder_has(&rr->sb, nm, nl, 0))
+            return sf__shard_fail(&rr->c, SF_ERR_CORRUPT, offset,
+                                  "record %llu: field '%.*s' appears twice", ord, (int)nl, nm);
+        uint64_t foff = owned ? offset : offset + SF__RECORD_REC_HEADER_BYTES + data_at;
+        if (sf__sample_builder_add(&rr->sb, nm, nl, 0, data_at, (size_t)dl, foff) != SF_OK)
+            return sf__shard_fail(&rr->c, SF_ERR_NO_MEMORY, offset, "out of memory");
+        name_at += nl;
+        data_at += dl;
+    }
+    memset(out, 0, sizeof *out);
+    sf__sample_builder_emit(&rr->sb, body, out);
+    out->index = ordinal;
+    out->offset = offset;
+    out->end = offset + SF__RECORD_REC_HEADER_BYTES + stored;
+    out->reader_owned = owned;
+    rr->c.stats.records++;
+    rr->c.stats.samples++;
+    rr->c.stats.fields += fc;
+    return SF_OK;
+}
+
+sf_status sf__record_reader_decode(struct sf__record_reader *rr, const void *rec, size_t rec_bytes,
+                                   uint64_t offset, uint64_t ordinal, struct sf_sample *out)
+{
+    /* Random access: each call reports its own failure. */
+    rr->c.err_status = SF_OK;
+    rr->c.err[0] = '\0';
+    rr->c.err_offset = SF_SIZE_UNKNOWN;
+    const unsigned char *h = rec;
+    if (!rec || rec_bytes < SF__RECORD_REC_HEADER_BYTES)
+        return sf__shard_fail(&rr->c, SF_ERR_CORRUPT, offset,
+                              "record %llu: %zu bytes, shorter than a record header",
+                              (unsigned long long)ordinal, rec_bytes);
+    uint64_t stored, raw;
+    sf_status st = check_rec_header(rr, h, offset, ordinal, &stored, &raw);
+    if (st != SF_OK)
+        return st;
+    if (stored != rec_bytes - SF__RECORD_REC_HEADER_BYTES)
+        return sf__shard_fail(&rr->c, SF_ERR_CORRUPT, offset,
+                              "record %llu: header says %llu body bytes, the index %llu",
+                              (unsigned long long)ordinal, (unsigned long long)stored,
+                              (unsigned long long)(rec_bytes - SF__RECORD_REC_HEADER_BYTES));
+    return decode(rr, h, offset, ordinal, stored, raw, out);
+}
+
+/* ------------------------------------------------------------ streaming */
+
+enum need { HAVE, NEED, PAST_END };
+
+static enum need rneed(struct sf__record_reader *rr, const struct sf__shard_input *in,
+                       uint64_t start, uint64_t len)
+{
+    uint64_t end;
+    if (__builtin_add_overflow(start, len, &end))
+        return PAST_END;
+    if (end <= in->avail)
+        return HAVE;
+    if (in->total != SF_SIZE_UNKNOWN && end > in->total)
+        return PAST_END;
+    rr->c.wanted = end;
+    return NEED;
+}
+
+/* Checks a footer against the index it should describe. */
+static sf_status check_footer(struct sf__shard_common *c, const unsigned char *ft, uint64_t at,
+                              uint64_t *index_off, uint64_t *index_bytes, uint64_t *count)
+{
+    if (memcmp(ft + 32, SF__RECORD_FOOTER_MAGIC, 8) != 0)
+        return sf__shard_fail(c, SF_ERR_CORRUPT, at, "bad record shard footer magic");
+    if (XXH3_64bits(ft, 24) != get64(ft + 24))
+        return sf__shard_fail(c, SF_ERR_CORRUPT, at, "record shard footer checksum mismatch");
+    *index_off = get64(ft);
+    *index_bytes = get64(ft + 8);
+    *count = get64(ft + 16);
+    if (*count > (UINT64_MAX - SF__RECORD_INDEX_FIXED_BYTES) / SF__RECORD_INDEX_ENTRY_BYTES ||
+        *index_bytes != SF__RECORD_INDEX_FIXED_BYTES + SF__RECORD_INDEX_ENTRY_BYTES * *count)
+        return sf__shard_fail(c, SF_ERR_CORRUPT, at,
+                              "footer: index of %llu bytes cannot hold %llu records",
+                              (unsigned long long)*index_bytes, (unsigned long long)*count);
+    return SF_OK;
+}
+
+/* Checks an index block's tag, count and checksum (ix holds ibytes bytes). */
+static sf_status check_index(struct sf__shard_common *c, const unsigned char *ix, uint64_t ibytes,
+                             uint64_t at, uint64_t count)
+{
+    if (memcmp(ix, TAG_INDEX, 4) != 0 || get32(ix + 4) != 0)
+        return sf__shard_fail(c, SF_ERR_CORRUPT, at, "bad index block tag");
+    if (get64(ix + 8) != count)
+        return sf__shard_fail(c, SF_ERR_CORRUPT, at,
+                              "index block lists %llu records, the footer %llu",
+                              (unsigned long long)get64(ix + 8), (unsigned long long)count);
+    if (XXH3_64bits(ix, (size_t)ibytes - 8) != get64(ix + ibytes - 8))
+        return sf__shard_fail(c, SF_ERR_CORRUPT, at, "index block checksum mismatch");
+    return SF_OK;
+}
+
+sf_status sf__record_reader_next(struct sf__record_reader *rr, const struct sf__shard_input *in,
+                                 struct sf_sample *out, enum sf_shard_event *event)
+{
+    *event = SF_SHARD_NEED_MORE;
+    if (rr->c.err_status != SF_OK)
+        return rr->c.err_status;
+    const unsigned char *b = in->base;
+    enum need nd;
+    if (rr->state == RS_HEADER) {
+        nd = rneed(rr, in, 0, SF__RECORD_HEADER_BYTES);
+        if (nd == NEED)
+            return SF_OK;
+        if (nd == PAST_END)
+            return sf__shard_fail(&rr->c, SF_ERR_CORRUPT, 0,
+                                  "truncated: %llu bytes, shorter than the 16-byte record shard "
+                                  "header",
+                                  (unsigned long long)in->total);
+        if (memcmp(b, SF__RECORD_MAGIC, 8) != 0)
+            return sf__shard_fail(&rr->c, SF_ERR_PARSE, 0, "not a record shard (bad magic)");
+        if (get32(b + 8) != SF__RECORD_VERSION)
+            return sf__shard_fail(&rr->c, SF_ERR_PARSE, 8, "unsupported record shard version %u",
+                                  get32(b + 8));
+        if (get32(b + 12) != 0)
+            return sf__shard_fail(&rr->c, SF_ERR_PARSE, 12, "unknown record shard flags 0x%x",
+                                  get32(b + 12));
+        rr->pos = SF__RECORD_HEADER_BYTES;
+        rr->state = RS_RECORDS;
+    }
+    if (rr->state == RS_RECORDS) {
+        const uint64_t at = rr->pos;
+        unsigned long long n = (unsigned long long)rr->nrec;
+        nd = rneed(rr, in, at, 4);
+        if (nd == NEED)
+            return SF_OK;
+        if (nd == PAST_END)
+            return sf__shard_fail(&rr->c, SF_ERR_CORRUPT, at,
+                                  "truncated: the shard ends (%llu bytes) before record %llu or "
+                                  "the index",
+                                  (unsigned long long)in->total, n);
+        if (memcmp(b + at, TAG_RECORD, 4) == 0) {
+            nd = rneed(rr, in, at, SF__RECORD_REC_HEADER_BYTES);
+            if (nd == NEED)
+                return SF_OK;
+            if (nd == PAST_END)
+                return sf__shard_fail(&rr->c, SF_ERR_CORRUPT, at,
+                                      "truncated: record %llu header runs past the end of the "
+                                      "shard (%llu bytes)",
+                                      n, (unsigned long long)in->total);
+            uint64_t stored, raw;
+            sf_status st = check_rec_header(rr, b + at, at, rr->nrec, &stored, &raw);
+            if (st != SF_OK)
+                return st;
+            nd = rneed(rr, in, at, SF__RECORD_REC_HEADER_BYTES + stored);
+            if (nd == NEED)
+                return SF_OK;
+            if (nd == PAST_END)
+                return sf__shard_fail(&rr->c, SF_ERR_CORRUPT, at,
+                                      "truncated: record %llu of %llu bytes runs past the end of "
+                                      "the shard (%llu bytes)",
+                                      n, (unsigned long long)(SF__RECORD_REC_HEADER_BYTES + stored),
+                                      (unsigned long long)in->total);
+            st = decode(rr, b + at, at, rr->nrec, stored, raw, out);
+            if (st != SF_OK)
+                return st;
+            if (push_entry(&rr->seen, &rr->seen_n, &rr->seen_cap, at,
+                           SF__RECORD_REC_HEADER_BYTES + stored))
+                return sf__shard_fail(&rr->c, SF_ERR_NO_MEMORY, at, "out of memory");
+            rr->pos = at + SF__RECORD_REC_HEADER_BYTES + stored;
+            rr->nrec++;
+            *event = SF_SHARD_SAMPLE;
+            return SF_OK;
+        }
+        if (memcmp(b + at, TAG_INDEX, 4) != 0)
+            return sf__shard_fail(&rr->c, SF_ERR_CORRUPT, at,
+                                  "expected record %llu or the index block, found neither", n);
+        /* The index, then the footer: both must match what was read. */
+        uint64_t ibytes = SF__RECORD_INDEX_FIXED_BYTES + SF__RECORD_INDEX_ENTRY_BYTES * rr->nrec;
+        nd = rneed(rr, in, at, ibytes + SF__RECORD_FOOTER_BYTES);
+        if (nd == NEED)
+            return SF_OK;
+        if (nd == PAST_END)
+            return sf__shard_fail(&rr->c, SF_ERR_CORRUPT, at,
+                                  "truncated: the index of %llu records and the footer run past "
+                                  "the end of the shard (%llu bytes)",
+                                  n, (unsigned long long)in->total);
+        const unsigned char *ix = b + at;
+        sf_status st = check_index(&rr->c, ix, ibytes, at, rr->nrec);
+        if (st != SF_OK)
+            return st;
+        for (size_t i = 0; i < rr->seen_n; i++)
+            if (get64(ix + 16 + 16 * i) != rr->seen[i].off ||
+                get64(ix + 24 + 16 * i) != rr->seen[i].bytes)
+                return sf__shard_fail(&rr->c, SF_ERR_CORRUPT, at + 16 + 16 * i,
+                                      "index entry %zu does not match record %zu", i, i);
+        uint64_t fat = at + ibytes, io, ib, cnt;
+        st = check_footer(&rr->c, b + fat, fat, &io, &ib, &cnt);
+        if (st != SF_OK)
+            return st;
+        if (io != at || cnt != rr->nrec)
+            return sf__shard_fail(&rr->c, SF_ERR_CORRUPT, fat,
+                                  "footer points at an index at %llu of %llu records; it is at "
+                                  "%llu with %llu",
+                                  (unsigned long long)io, (unsigned long long)cnt,
+                                  (unsigned long long)at, n);
+        rr->pos = fat + SF__RECORD_FOOTER_BYTES;
+        rr->state = RS_TAIL;
+    }
+    if (rr->state == RS_TAIL) {
+        /* The footer ends the file: wait until the size is known. */
+        if (in->avail > rr->pos)
+            return sf__shard_fail(&rr->c, SF_ERR_CORRUPT, rr->pos,
+                                  "data after the record shard footer");
+        if (in->total == SF_SIZE_UNKNOWN) {
+            rr->c.wanted = rr->pos + 1;
+            return SF_OK;
+        }
+        if (in->total != rr->pos)
+            return sf__shard_fail(&rr->c, SF_ERR_CORRUPT, rr->pos,
+                                  "data after the record shard footer (%llu bytes in all)",
+                                  (unsigned long long)in->total);
+        rr->state = RS_END;
+        rr->c.wanted = rr->pos;
+    }
+    *event = SF_SHARD_END;
+    return SF_OK;
+}
+
+/* ------------------------------------------------------------ index */
+
+struct sf__record_index {
+    uint64_t count;
+    struct entry *e;
+};
+
+sf_status sf__record_index_from_tail(const void *tail, size_t tail_bytes, uint64_t file_size,
+                                     const char *name, struct sf__record_index **out,
+                                     uint64_t *need_tail_bytes, char *err, size_t err_len)
+{
+    *out = NULL;
+    if (need_tail_bytes)
+        *need_tail_bytes = 0;
+    struct sf__shard_common c;
+    sf__shard_common_init(&c, name);
+    sf_status st;
+    const uint64_t min_file =
+        SF__RECORD_HEADER_BYTES + SF__RECORD_INDEX_FIXED_BYTES + SF__RECORD_FOOTER_BYTES;
+    if (!tail || tail_bytes > file_size) {
+        st = sf__shard_fail(&c, SF_ERR_INVALID_ARGUMENT, 0, "tail of %zu bytes, file of %llu",
+                            tail_bytes, (unsigned long long)file_size);
+        goto fail;
+    }
+    if (file_size < min_file) {
+        st = sf__shard_fail(&c, SF_ERR_CORRUPT, 0,
+                            "truncated: %llu bytes cannot hold a record shard (min %llu)",
+                            (unsigned long long)file_size, (unsigned long long)min_file);
+        goto fail;
+    }
+    if (tail_bytes < SF__RECORD_FOOTER_BYTES) {
+        if (need_tail_bytes)
+            *need_tail_bytes = SF__RECORD_FOOTER_BYTES;
+        st = sf__shard_fail(&c, SF_ERR_RANGE, file_size - tail_bytes,
+                            "the tail must hold the %u-byte footer", SF__RECORD_FOOTER_BYTES);
+        goto fail;
+    }
+    const unsigned char *t = tail;
+    const unsigned char *end = t + tail_bytes;
+    const uint64_t fat = file_size - SF__RECORD_FOOTER_BYTES;
+    uint64_t io, ib, cnt;
+    st = check_footer(&c, end - SF__RECORD_FOOTER_BYTES, fat, &io, &ib, &cnt);
+    if (st != SF_OK)
+        goto fail;
+    if (io < SF__RECORD_HEADER_BYTES || io > fat || fat - io != ib) {
+        st = sf__shard_fail(&c, SF_ERR_CORRUPT, fat,
+                            "footer: index at %llu of %llu bytes does not end at the footer",
+                            (unsigned long long)io, (unsigned long long)ib);
+        goto fail;
+    }
+    if (tail_bytes < ib + SF__RECORD_FOOTER_BYTES) {
+        if (need_tail_bytes)
+            *need_tail_bytes = ib + SF__RECORD_FOOTER_BYTES;
+        st = sf__shard_fail(&c, SF_ERR_RANGE, io, "the index needs a tail of %llu bytes",
+                            (unsigned long long)(ib + SF__RECORD_FOOTER_BYTES));
+        goto fail;
+    }
+    const unsigned char *ix = end - SF__RECORD_FOOTER_BYTES - ib;
+    st = check_index(&c, ix, ib, io, cnt);
+    if (st != SF_OK)
+        goto fail;
+    struct sf__record_index *idx = calloc(1, sizeof *idx);
+    if (!idx || (cnt && !(idx->e = malloc((size_t)cnt * sizeof *idx->e)))) {
+        free(idx);
+        st = sf__shard_fail(&c, SF_ERR_NO_MEMORY, io, "out of memory for the index");
+        goto fail;
+    }
+    idx->count = cnt;
+    uint64_t prev_end = SF__RECORD_HEADER_BYTES;
+    for (uint64_t i = 0; i < cnt; i++) {
+        uint64_t off = get64(ix + 16 + 16 * i), bytes = get64(ix + 24 + 16 * i);
+        if (off < prev_end || bytes < SF__RECORD_REC_HEADER_BYTES || off > io || bytes > io - off) {
+            sf__record_index_destroy(idx);
+            st = sf__shard_fail(&c, SF_ERR_CORRUPT, io + 16 + 16 * i,
+                                "index entry %llu (offset %llu, %llu bytes) is out of order or "
+                                "outside the records",
+                                (unsigned long long)i, (unsigned long long)off,
+                                (unsigned long long)bytes);
+            goto fail;
+        }
+        idx->e[i].off = off;
+        idx->e[i].bytes = bytes;
+        prev_end = off + bytes;
+    }
+    *out = idx;
+    return SF_OK;
+fail:
+    return sf__fail(err, err_len, st, "%s", c.err);
+}
+
+uint64_t sf__record_index_count(const struct sf__record_index *idx)
+{
+    return idx->count;
+}
+
+sf_status sf__record_index_entry(const struct sf__record_index *idx, uint64_t i, uint64_t *offset,
+                                 uint64_t *bytes)
+{
+    if (i >= idx->count)
+        return SF_ERR_INVALID_ARGUMENT;
+    *offset = idx->e[i].off;
+    *bytes = idx->e[i].bytes;
+    return SF_OK;
+}
+
+void sf__record_index_destroy(struct sf__record_index *idx)
+{
+    if (!idx)
+        return;
+    free(idx->e);
+    free(idx);
+}

@@ -1,0 +1,74 @@
+/* Shard readers, internal side: what the tar and record readers share, and
+ * the dispatcher behind the public sf_shard_reader (include/shardfeed_shard.h). */
+#ifndef SF_SRC_SHARD_READER_H
+#define SF_SRC_SHARD_READER_H
+
+#include "shardfeed.h"
+#include "shardfeed_shard.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The bytes a reader may look at during one call: [0, avail) of base are
+ * final; total is the shard size or SF_SIZE_UNKNOWN. */
+struct sf__shard_input {
+    const unsigned char *base;
+    uint64_t avail;
+    uint64_t total;
+};
+
+/* Error, progress and counters every reader keeps. */
+struct sf__shard_common {
+    const char *name;    /* shard name for messages; owned by whoever made the reader */
+    char err[512];       /* "" while no failure */
+    uint64_t err_offset; /* SF_SIZE_UNKNOWN while no failure */
+    sf_status err_status;
+    uint64_t wanted; /* contiguous bytes needed for the next step */
+    struct sf_shard_stats stats;
+};
+
+void sf__shard_common_init(struct sf__shard_common *c, const char *name);
+/* Records a failure once (the first one sticks) as "<name>: offset N: <msg>"
+ * and returns the sticky status. */
+sf_status sf__shard_fail(struct sf__shard_common *c, sf_status st, uint64_t offset, const char *fmt,
+                         ...) __attribute__((format(printf, 4, 5)));
+
+/* Builds one sample's field table and its strings (key, field names) in
+ * memory that is reused from sample to sample. Field data is kept as an
+ * offset from a base given at emit time, because the shard buffer may move
+ * between feeds while a sample is being collected. */
+struct sf__sample_builder {
+    struct sf_sample_field *fields;
+    size_t *name_at;    /* offset of each field's name in strings */
+    uint64_t *data_rel; /* offset of each field's data from the emit base */
+    size_t count, cap;
+    char *strings;
+    size_t str_len, str_cap;
+    size_t key_len; /* the key is at strings[0] */
+};
+
+void sf__sample_builder_free(struct sf__sample_builder *b);
+/* Starts a sample; key is copied (key_len bytes, no NUL needed). */
+sf_status sf__sample_builder_start(struct sf__sample_builder *b, const char *key, size_t key_len);
+/* 1 when the current key is key[0, key_len). */
+int sf__sample_builder_key_is(const struct sf__sample_builder *b, const char *key, size_t key_len);
+/* Appends a field; its name is copied, lower-cased when lower is 1. The data
+ * will be base + data_rel at emit time; offset is its place in the shard.
+ * Returns SF_ERR_NO_MEMORY only; limits are the caller's. */
+sf_status sf__sample_builder_add(struct sf__sample_builder *b, const char *name, size_t name_len,
+                                 int lower, uint64_t data_rel, size_t size, uint64_t offset);
+/* 1 when a field named name (lower-cased first when lower is 1) exists. */
+int sf__sample_builder_has(const struct sf__sample_builder *b, const char *name, size_t name_len,
+                           int lower);
+/* Fills out's key and fields (pointers into b valid until the next start;
+ * data = base + data_rel). Leaves index, offset, end and reader_owned alone. */
+void sf__sample_builder_emit(struct sf__sample_builder *b, const unsigned char *base,
+                             struct sf_sample *out);
+
+/* Decides the format from the first bytes (n of them, total the shard size or
+ * SF_SIZE_UNKNOWN) and the name. Returns SF_SHARD_FORMAT_AUTO while more
+ * bytes are needed. */
+enum sf_shard_format sf__shard_detect(const unsigned char *p, uint64_t n, uint64_t total,
+                                      const char *name);
+
+#endif

@@ -1,0 +1,835 @@
+/* The RAM and disk tiers, sf_cache_open/warm, and the warm-cache and cache
+ * commands, against the mock S3 server (each test starts its own). */
+#include "cache/disk_cache.h"
+#include "cache/ram_cache.h"
+#include "shardfeed.h"
+#include "support/mock_proc.h"
+#include "support/s3_client.h"
+
+#include <cjson/cJSON.h>
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static struct mock_proc srv;
+static char *tmp;
+static char root[600]; /* the mock's root, bucket "bucket" in it */
+static char cdir[600]; /* the cache directory */
+static struct sf_s3 *s3;
+static struct sf_cache *cache;
+
+static void make_dirs(void)
+{
+    tmp = test_tmpdir();
+    cr_assert(tmp);
+    test_isolate_aws_env(tmp);
+    setenv("AWS_ACCESS_KEY_ID", "mock-access-key", 1);
+    setenv("AWS_SECRET_ACCESS_KEY", "mock-secret-key", 1);
+    snprintf(root, sizeof(root), "%s/root", tmp);
+    snprintf(cdir, sizeof(cdir), "%s/cache", tmp);
+    cr_assert(mkdir(root, 0755) == 0);
+    char path[700];
+    snprintf(path, sizeof(path), "%s/bucket", root);
+    cr_assert(mkdir(path, 0755) == 0);
+}
+
+static void start_mock(const char *const *extra)
+{
+    make_dirs();
+    cr_assert(mock_proc_start(&srv, root, extra) == 0, "the mock server did not start");
+}
+
+static void teardown(void)
+{
+    sf_cache_destroy(cache);
+    cache = NULL;
+    sf_s3_destroy(s3);
+    s3 = NULL;
+    if (srv.pid > 0)
+        mock_proc_stop(&srv);
+    srv.pid = 0;
+    if (tmp) {
+        test_rmtree(tmp);
+        free(tmp);
+        tmp = NULL;
+    }
+}
+
+TestSuite(cache, .fini = teardown, .timeout = 120);
+
+/* ------------------------------------------------------------ helpers */
+
+static long admin(const char *method, const char *path_query, char **out)
+{
+    struct s3_call c = {.method = method, .target = path_query};
+    struct s3_resp r;
+    cr_assert(s3_call(srv.url, &c, &r) == 0, "%s %s: no answer", method, path_query);
+    if (out)
+        *out = sf__strbuf_take(&r.body);
+    s3_resp_free(&r);
+    return r.status;
+}
+
+/* GET requests the mock answered for bucket/key (every status). */
+static double key_gets(const char *key)
+{
+    char *body = NULL;
+    cr_assert_eq(admin("GET", "/_mock/stats", &body), 200);
+    cJSON *j = cJSON_Parse(body);
+    free(body);
+    cr_assert(j);
+    char k[300];
+    snprintf(k, sizeof(k), "bucket/%s", key);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "keys");
+    v = v ? cJSON_GetObjectItemCaseSensitive(v, k) : NULL;
+    v = v ? cJSON_GetObjectItemCaseSensitive(v, "operations") : NULL;
+    v = v ? cJSON_GetObjectItemCaseSensitive(v, "GetObject") : NULL;
+    double n = cJSON_IsNumber(v) ? v->valuedouble : 0;
+    cJSON_Delete(j);
+    return n;
+}
+
+static unsigned char *put_object(const char *key, size_t n, unsigned seed)
+{
+    unsigned char *data = malloc(n ? n : 1);
+    cr_assert(data);
+    test_fill(data, n, seed);
+    char rel[700];
+    snprintf(rel, sizeof(rel), "bucket/%s", key);
+    cr_assert(test_write_file(root, rel, data, n) == 0, "%s", rel);
+    return data;
+}
+
+static void client_c(unsigned long long chunk, unsigned concurrency)
+{
+    struct sf_s3_options o;
+    sf_s3_options_init_default(&o);
+    o.endpoint_url = srv.url;
+    o.concurrency = concurrency;
+    o.chunk_bytes = chunk;
+    o.retry_base_ms = 5;
+    o.throttle_base_ms = 5;
+    o.retry_cap_ms = 200;
+    char err[512] = "";
+    cr_assert(sf_s3_new(&o, &s3, err, sizeof(err)) == SF_OK, "%s", err);
+}
+
+static void client(unsigned long long chunk)
+{
+    client_c(chunk, 4);
+}
+
+static void open_cache(unsigned long long limit, enum sf_cache_revalidate rv)
+{
+    struct sf_cache_options co;
+    sf_cache_options_init_default(&co);
+    co.dir = cdir;
+    co.limit_bytes = limit;
+    co.revalidate = rv;
+    char err[512] = "";
+    cr_assert(sf_cache_new(&co, &cache, err, sizeof(err)) == SF_OK, "%s", err);
+}
+
+static struct sf_object_info info_of(const char *key)
+{
+    struct sf_object_info in;
+    memset(&in, 0, sizeof(in));
+    static char url[8][600];
+    static int slot;
+    char *u = url[slot++ % 8];
+    snprintf(u, 600, "s3://bucket/%s", key);
+    in.url = u;
+    in.key = (char *)key;
+    in.size = SF_SIZE_UNKNOWN;
+    return in;
+}
+
+/* Opens key through the cache, waits for all of it, compares with want. */
+static enum sf_cache_source read_through(const char *key, const unsigned char *want, size_t n)
+{
+    struct sf_object_info in = info_of(key);
+    struct sf_cache_object *o = NULL;
+    sf_status st = sf_cache_open(cache, s3, &in, &o);
+    char msg[1024];
+    sf_cache_errmsg(cache, msg, sizeof(msg));
+    cr_assert_eq(st, SF_OK, "open %s: %s", key, msg);
+    struct sf_cache_object_progress p;
+    st = sf_cache_object_wait(o, n, 30000, &p);
+    cr_assert_eq(st, SF_OK, "wait %s: %s", key, sf_cache_object_errmsg(o));
+    cr_assert_eq(p.contiguous, n);
+    cr_assert_eq(sf_cache_object_size(o), n);
+    cr_assert(n == 0 || memcmp(sf_cache_object_data(o), want, n) == 0, "%s: bytes differ", key);
+    /* Complete: the object ends up published, whatever the source. */
+    st = sf_cache_object_wait(o, n, 30000, &p);
+    cr_assert_eq(st, SF_OK);
+    cr_assert(p.done);
+    enum sf_cache_source src = p.source;
+    sf_cache_object_close(o);
+    return src;
+}
+
+/* Sum of the sizes of entries and downloads in the cache directory. */
+static unsigned long long cache_bytes(int *n_entries)
+{
+    unsigned long long total = 0;
+    int n = 0;
+    char v1[700];
+    snprintf(v1, sizeof(v1), "%s/v1", cdir);
+    DIR *d = opendir(v1);
+    if (!d) { /* not created yet */
+        if (n_entries)
+            *n_entries = 0;
+        return 0;
+    }
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (strlen(de->d_name) != 2)
+            continue;
+        char sub[800];
+        snprintf(sub, sizeof(sub), "%s/%s", v1, de->d_name);
+        DIR *s = opendir(sub);
+        struct dirent *e;
+        while (s && (e = readdir(s))) {
+            size_t l = strlen(e->d_name);
+            int entry = l > 3 && !strcmp(e->d_name + l - 3, ".sf");
+            int part = l > 5 && !strcmp(e->d_name + l - 5, ".part");
+            if (!entry && !part)
+                continue;
+            struct stat st;
+            cr_assert(fstatat(dirfd(s), e->d_name, &st, 0) == 0);
+            total += (unsigned long long)st.st_size;
+            n += entry;
+        }
+        if (s)
+            closedir(s);
+    }
+    closedir(d);
+    if (n_entries)
+        *n_entries = n;
+    return total;
+}
+
+/* Path of the single entry file in the cache, into out. */
+static void only_entry(char *out, size_t n)
+{
+    char v1[700];
+    snprintf(v1, sizeof(v1), "%s/v1", cdir);
+    DIR *d = opendir(v1);
+    cr_assert(d);
+    struct dirent *de;
+    int found = 0;
+    while ((de = readdir(d))) {
+        if (strlen(de->d_name) != 2)
+            continue;
+        char sub[800];
+        snprintf(sub, sizeof(sub), "%s/%s", v1, de->d_name);
+        DIR *s = opendir(sub);
+        struct dirent *e;
+        while (s && (e = readdir(s))) {
+            size_t l = strlen(e->d_name);
+            if (l > 3 && !strcmp(e->d_name + l - 3, ".sf")) {
+                snprintf(out, n, "%s/%s", sub, e->d_name);
+                found++;
+            }
+        }
+        if (s)
+            closedir(s);
+    }
+    closedir(d);
+    cr_assert_eq(found, 1, "expected one entry, found %d", found);
+}
+
+/* Runs the shardfeed CLI with argv (NULL-terminated, without the program);
+ * stdout and stderr into files under tmp; returns the exit status. */
+static pid_t cli_spawn(const char *const *args, const char *tag)
+{
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        char out[800], err[800];
+        snprintf(out, sizeof(out), "%s/%s.out", tmp, tag);
+        snprintf(err, sizeof(err), "%s/%s.err", tmp, tag);
+        int fo = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        int fe = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        dup2(fo, 1);
+        dup2(fe, 2);
+        const char *argv[32];
+        int n = 0;
+        argv[n++] = SF_CLI_BIN;
+        for (int i = 0; args[i] && n < 31; i++)
+            argv[n++] = args[i];
+        argv[n] = NULL;
+        execv(SF_CLI_BIN, (char *const *)argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+static int cli_wait(pid_t pid)
+{
+    int status;
+    cr_assert(waitpid(pid, &status, 0) == pid);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static int cli_run(const char *const *args, const char *tag)
+{
+    return cli_wait(cli_spawn(args, tag));
+}
+
+static char *slurp_tag(const char *tag, const char *ext)
+{
+    char path[800];
+    snprintf(path, sizeof(path), "%s/%s.%s", tmp, tag, ext);
+    FILE *f = fopen(path, "rb");
+    cr_assert(f, "%s", path);
+    static char buf[65536];
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    return buf;
+}
+
+/* ------------------------------------------------------------ RAM tier */
+
+static void count_release(void *user, void *data, size_t size)
+{
+    (void)size;
+    (*(int *)user)++;
+    free(data);
+}
+
+Test(cache, ram_limit_holds_and_counts)
+{
+    struct sf__ram_cache *rc;
+    cr_assert_eq(sf__ram_cache_new(1000, &rc), SF_OK);
+    int freed = 0;
+    for (int i = 0; i < 10; i++) {
+        char k[16];
+        snprintf(k, sizeof(k), "k%d", i);
+        struct sf__ram_entry *e;
+        cr_assert_eq(sf__ram_cache_insert(rc, k, malloc(300), 300, count_release, &freed, &e),
+                     SF_OK);
+        struct sf__ram_stats s;
+        sf__ram_cache_stats(rc, &s);
+        cr_assert_leq(s.bytes, 1000, "bytes %llu over the limit", (unsigned long long)s.bytes);
+        sf__ram_cache_release(rc, e);
+    }
+    struct sf__ram_stats s;
+    sf__ram_cache_stats(rc, &s);
+    cr_assert_eq(s.entries, 3);
+    cr_assert_eq(s.evictions, 7);
+    cr_assert_eq(freed, 7);
+    cr_assert_null(sf__ram_cache_get(rc, "k0"));
+    struct sf__ram_entry *e = sf__ram_cache_get(rc, "k9");
+    cr_assert_not_null(e);
+    cr_assert_eq(sf__ram_entry_size(e), 300);
+    sf__ram_cache_release(rc, e);
+    sf__ram_cache_stats(rc, &s);
+    cr_assert_eq(s.hits, 1);
+    cr_assert_eq(s.misses, 1);
+    sf__ram_cache_destroy(rc);
+    cr_assert_eq(freed, 10);
+}
+
+Test(cache, ram_entries_in_use_are_never_evicted)
+{
+    struct sf__ram_cache *rc;
+    cr_assert_eq(sf__ram_cache_new(1000, &rc), SF_OK);
+    int freed = 0;
+    struct sf__ram_entry *a, *b;
+    char *pa = malloc(600);
+    memset(pa, 'A', 600);
+    cr_assert_eq(sf__ram_cache_insert(rc, "a", pa, 600, count_release, &freed, &a), SF_OK);
+    char *pb = malloc(600);
+    /* a is in use: b cannot fit, the insertion is refused and b stays ours. */
+    cr_assert_eq(sf__ram_cache_insert(rc, "b", pb, 600, count_release, &freed, &b), SF_ERR_LIMIT);
+    cr_assert_eq(freed, 0);
+    cr_assert_eq(((const char *)sf__ram_entry_data(a))[599], 'A');
+    sf__ram_cache_release(rc, a);
+    cr_assert_eq(sf__ram_cache_insert(rc, "b", pb, 600, count_release, &freed, &b), SF_OK);
+    cr_assert_eq(freed, 1, "a was not evicted once unused");
+    struct sf__ram_stats s;
+    sf__ram_cache_stats(rc, &s);
+    cr_assert_eq(s.refused, 1);
+    cr_assert_eq(s.bytes_in_use, 600);
+    sf__ram_cache_release(rc, b);
+    sf__ram_cache_destroy(rc);
+}
+
+Test(cache, ram_evicts_least_recently_used)
+{
+    struct sf__ram_cache *rc;
+    cr_assert_eq(sf__ram_cache_new(1000, &rc), SF_OK);
+    int freed = 0;
+    const char *keys[] = {"a", "b", "c"};
+    for (int i = 0; i < 3; i++) {
+        struct sf__ram_entry *e;
+        cr_assert_eq(sf__ram_cache_insert(rc, keys[i], malloc(300), 300, count_release, &freed, &e),
+                     SF_OK);
+        sf__ram_cache_release(rc, e);
+    }
+    sf__ram_cache_release(rc, sf__ram_cache_get(rc, "a")); /* a is now the most recent */
+    struct sf__ram_entry *d;
+    cr_assert_eq(sf__ram_cache_insert(rc, "d", malloc(300), 300, count_release, &freed, &d), SF_OK);
+    sf__ram_cache_release(rc, d);
+    struct sf__ram_entry *x = sf__ram_cache_get(rc, "b");
+    cr_assert_null(x, "b, the least recently used, should have been evicted");
+    x = sf__ram_cache_get(rc, "a");
+    cr_assert_not_null(x);
+    sf__ram_cache_release(rc, x);
+    sf__ram_cache_destroy(rc);
+}
+
+/* ------------------------------------------------------------ disk tier */
+
+Test(cache, hit_after_fetch_no_network_and_private_modes)
+{
+    start_mock(NULL);
+    size_t n = 3 * 1024 * 1024 + 17;
+    unsigned char *data = put_object("shard-a.tar", n, 1);
+    client(512 * 1024);
+    open_cache(0, SF_REVALIDATE_TRUST);
+    cr_assert_eq(read_through("shard-a.tar", data, n), SF_CACHE_FROM_FETCH);
+    double gets = key_gets("shard-a.tar");
+    cr_assert_eq(gets, 7, "expected 7 ranged GETs of 512 KiB, got %.0f", gets);
+    cr_assert_eq(read_through("shard-a.tar", data, n), SF_CACHE_FROM_DISK);
+    cr_assert_eq(key_gets("shard-a.tar"), gets, "a hit touched the network");
+
+    char path[900];
+    only_entry(path, sizeof(path));
+    cr_assert_null(strstr(path, "shard-a"), "entry names must not contain key text: %s", path);
+    struct stat st;
+    cr_assert(stat(path, &st) == 0);
+    cr_assert_eq(st.st_mode & 0777, 0600);
+    cr_assert(stat(cdir, &st) == 0);
+    cr_assert_eq(st.st_mode & 0777, 0700);
+    char v1[700];
+    snprintf(v1, sizeof(v1), "%s/v1", cdir);
+    cr_assert(stat(v1, &st) == 0);
+    cr_assert_eq(st.st_mode & 0777, 0700);
+    struct sf_cache_stats cs;
+    cr_assert_eq(sf_cache_stats(cache, &cs), SF_OK);
+    cr_assert_eq(cs.entries, 1);
+    cr_assert_eq(cs.disk_hits, 1);
+    cr_assert_eq(cs.fetched_objects, 1);
+    free(data);
+}
+
+Test(cache, flipped_byte_is_detected_deleted_and_fetched_again)
+{
+    start_mock(NULL);
+    size_t n = 9 * 1024 * 1024;
+    unsigned char *data = put_object("flip.tar", n, 2);
+    client(1024 * 1024);
+    open_cache(0, SF_REVALIDATE_TRUST);
+    cr_assert_eq(read_through("flip.tar", data, n), SF_CACHE_FROM_FETCH);
+    double gets = key_gets("flip.tar");
+    char path[900];
+    only_entry(path, sizeof(path));
+    int fd = open(path, O_RDWR);
+    cr_assert(fd >= 0);
+    unsigned char b;
+    cr_assert(pread(fd, &b, 1, 5 * 1024 * 1024 + 3) == 1);
+    b ^= 0x40;
+    cr_assert(pwrite(fd, &b, 1, 5 * 1024 * 1024 + 3) == 1);
+    close(fd);
+    /* Never served: verified on open, deleted, downloaded again. */
+    cr_assert_eq(read_through("flip.tar", data, n), SF_CACHE_FROM_FETCH);
+    cr_assert_eq(key_gets("flip.tar"), gets + 9);
+    struct sf_cache_stats cs;
+    cr_assert_eq(sf_cache_stats(cache, &cs), SF_OK);
+    cr_assert_eq(cs.corrupt, 1);
+    cr_assert_eq(cs.entries, 1);
+    cr_assert_eq(read_through("flip.tar", data, n), SF_CACHE_FROM_DISK);
+    free(data);
+}
+
+Test(cache, corrupt_trailer_found_by_verify_command)
+{
+    start_mock(NULL);
+    size_t n = 1024 * 1024;
+    unsigned char *data = put_object("t.tar", n, 3);
+    client(256 * 1024);
+    open_cache(0, SF_REVALIDATE_TRUST);
+    read_through("t.tar", data, n);
+    char path[900];
+    only_entry(path, sizeof(path));
+    int fd = open(path, O_RDWR);
+    unsigned char b = 0xff;
+    cr_assert(pwrite(fd, &b, 1, 1000) == 1); /* in the data */
+    close(fd);
+    const char *args[] = {"cache", "verify", "--cache-dir", cdir, NULL};
+    cr_assert_eq(cli_run(args, "verify"), 1);
+    char *err = slurp_tag("verify", "err");
+    cr_assert(strstr(err, "1 bad entry"), "stderr: %s", err);
+    char *out = slurp_tag("verify", "out");
+    cr_assert(strstr(out, "s3://bucket/t.tar") && strstr(out, "bytes 0..4194303") == NULL &&
+                  strstr(out, "bytes 0..1048575"),
+              "the report must name the object and the bad range: %s", out);
+    cr_assert_eq(access(path, F_OK), -1, "the bad entry must be deleted");
+    cr_assert_eq(cli_run(args, "verify2"), 0);
+    free(data);
+}
+
+Test(cache, keys_with_dot_dot_stay_inside_the_cache)
+{
+    make_dirs();
+    struct sf__disk_cache_options o = {.dir = cdir};
+    struct sf__disk_cache *dc;
+    char err[512];
+    cr_assert_eq(sf__disk_cache_open(&o, &dc, err, sizeof(err)), SF_OK, "%s", err);
+    struct sf__cache_id id = {"http://h", "bucket", "../../../../../../tmp/escape/../x"};
+    enum sf__dc_begin_result r;
+    struct sf__dc_writer *w;
+    cr_assert_eq(sf__dc_begin(dc, &id, "\"e1\"", 10, &r, &w, err, sizeof(err)), SF_OK, "%s", err);
+    cr_assert_eq(r, SF__DC_OWNER);
+    cr_assert(pwrite(sf__dc_writer_fd(w), "0123456789", 10, 0) == 10);
+    struct sf__dc_meta m;
+    cr_assert_eq(sf__dc_writer_publish(w, "s3://bucket/../../x", &m, err, sizeof(err)), SF_OK);
+    cr_assert_null(strstr(m.name, ".."));
+    sf__dc_meta_clear(&m);
+    int fd;
+    cr_assert_eq(sf__dc_lookup(dc, &id, "\"e1\"", SF__DC_VERIFY_DATA, &fd, &m, err, sizeof(err)),
+                 SF_OK, "%s", err);
+    close(fd);
+    /* The entry lies inside the cache directory. */
+    char path[1024], real[4096], realc[4096];
+    snprintf(path, sizeof(path), "%s/v1/%s", cdir, m.name);
+    cr_assert(realpath(path, real) && realpath(cdir, realc));
+    cr_assert(strncmp(real, realc, strlen(realc)) == 0, "%s is outside %s", real, realc);
+    sf__dc_meta_clear(&m);
+    cr_assert_eq(access("/tmp/escape", F_OK), -1);
+    sf__disk_cache_close(dc);
+}
+
+Test(cache, limit_holds_under_eviction)
+{
+    start_mock(NULL);
+    size_t n = 1024 * 1024;
+    unsigned char *d[6];
+    for (int i = 0; i < 6; i++) {
+        char k[32];
+        snprintf(k, sizeof(k), "e%d.tar", i);
+        d[i] = put_object(k, n, 10 + (unsigned)i);
+    }
+    client(256 * 1024);
+    unsigned long long limit = 3 * n + n / 2;
+    open_cache(limit, SF_REVALIDATE_TRUST);
+    for (int i = 0; i < 6; i++) {
+        char k[32];
+        snprintf(k, sizeof(k), "e%d.tar", i);
+        cr_assert_eq(read_through(k, d[i], n), SF_CACHE_FROM_FETCH);
+        int entries;
+        unsigned long long b = cache_bytes(&entries);
+        cr_assert_leq(b, limit, "cache holds %llu bytes over the %llu limit", b, limit);
+    }
+    struct sf_cache_stats cs;
+    cr_assert_eq(sf_cache_stats(cache, &cs), SF_OK);
+    cr_assert_eq(cs.evictions, 3);
+    cr_assert_eq(cs.entries, 3);
+    /* The three most recent stay; the oldest went. */
+    cr_assert_eq(read_through("e5.tar", d[5], n), SF_CACHE_FROM_DISK);
+    cr_assert_eq(read_through("e3.tar", d[3], n), SF_CACHE_FROM_DISK);
+    cr_assert_eq(read_through("e0.tar", d[0], n), SF_CACHE_FROM_FETCH);
+    for (int i = 0; i < 6; i++)
+        free(d[i]);
+}
+
+Test(cache, revalidation_trust_versus_head)
+{
+    start_mock(NULL);
+    size_t n = 300 * 1024;
+    unsigned char *v1 = put_object("r.tar", n, 20);
+    client(128 * 1024);
+    open_cache(0, SF_REVALIDATE_TRUST);
+    read_through("r.tar", v1, n);
+    unsigned char *v2 = put_object("r.tar", n, 21); /* overwritten: new ETag */
+    /* trust: the cached copy is used, no request at all. */
+    double gets = key_gets("r.tar");
+    cr_assert_eq(read_through("r.tar", v1, n), SF_CACHE_FROM_DISK);
+    cr_assert_eq(key_gets("r.tar"), gets);
+    sf_cache_destroy(cache);
+    cache = NULL;
+    /* head: the ETag changed, so the new version is fetched. */
+    open_cache(0, SF_REVALIDATE_HEAD);
+    cr_assert_eq(read_through("r.tar", v2, n), SF_CACHE_FROM_FETCH);
+    cr_assert_eq(read_through("r.tar", v2, n), SF_CACHE_FROM_DISK);
+    int entries;
+    cache_bytes(&entries);
+    cr_assert_eq(entries, 1, "the old version must be removed when the new one is published");
+    free(v1);
+    free(v2);
+}
+
+/* A second process downloads (slowly); this one follows and reads the bytes
+ * as they land. */
+Test(cache, stream_an_entry_while_another_process_downloads_it)
+{
+    const char *faults[] = {"--fault", "prefix=bucket/slow,bandwidth=1M", NULL};
+    start_mock(faults);
+    size_t n = 2 * 1024 * 1024;
+    unsigned char *data = put_object("slow.tar", n, 30);
+    pid_t child = fork();
+    cr_assert(child >= 0);
+    if (child == 0) {
+        client_c(256 * 1024, 1); /* one range at a time: the prefix grows steadily */
+        open_cache(0, SF_REVALIDATE_TRUST);
+        struct sf_object_info in = info_of("slow.tar");
+        struct sf_cache_object *o;
+        if (sf_cache_open(cache, s3, &in, &o) != SF_OK)
+            _exit(2);
+        struct sf_cache_object_progress p;
+        sf_status st = sf_cache_object_wait(o, n, 60000, &p);
+        while (st == SF_OK && !p.done)
+            st = sf_cache_object_wait(o, n, 60000, &p);
+        int bad = st != SF_OK || p.source != SF_CACHE_FROM_FETCH ||
+                  memcmp(sf_cache_object_data(o), data, n) != 0;
+        sf_cache_object_close(o);
+        sf_cache_destroy(cache);
+        sf_s3_destroy(s3);
+        _exit(bad ? 1 : 0);
+    }
+    client(512 * 1024);
+    open_cache(0, SF_REVALIDATE_TRUST);
+    /* Wait for the child's download to be under way. */
+    char part_seen = 0;
+    for (int i = 0; i < 500 && !part_seen; i++) {
+        char v1[700];
+        snprintf(v1, sizeof(v1), "%s/v1", cdir);
+        DIR *d = opendir(v1);
+        struct dirent *de;
+        while (d && (de = readdir(d))) {
+            if (strlen(de->d_name) != 2)
+                continue;
+            char sub[800];
+            snprintf(sub, sizeof(sub), "%s/%s", v1, de->d_name);
+            DIR *s = opendir(sub);
+            struct dirent *e;
+            while (s && (e = readdir(s)))
+                if (strstr(e->d_name, ".part"))
+                    part_seen = 1;
+            if (s)
+                closedir(s);
+        }
+        if (d)
+            closedir(d);
+        usleep(10000);
+    }
+    cr_assert(part_seen, "the child never started downloading");
+    struct sf_object_info in = info_of("slow.tar");
+    struct sf_cache_object *o;
+    cr_assert_eq(sf_cache_open(cache, s3, &in, &o), SF_OK);
+    struct sf_cache_object_progress p;
+    int partial_reads = 0;
+    unsigned long long have = 0;
+    for (;;) {
+        sf_status st = sf_cache_object_wait(o, have + 1, 60000, &p);
+        cr_assert_eq(st, SF_OK, "%s", sf_cache_object_errmsg(o));
+        if (p.contiguous > have && p.contiguous < n) {
+            partial_reads++;
+            cr_assert_eq(p.source, SF_CACHE_FROM_PEER);
+            /* Every byte offered so far is already right. */
+            cr_assert(memcmp(sf_cache_object_data(o), data, (size_t)p.contiguous) == 0);
+        }
+        have = p.contiguous;
+        if (p.done && have == n)
+            break;
+    }
+    cr_assert_gt(partial_reads, 0, "never read a prefix while it downloaded");
+    cr_assert(memcmp(sf_cache_object_data(o), data, n) == 0);
+    sf_cache_object_close(o);
+    int status;
+    cr_assert(waitpid(child, &status, 0) == child);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the downloading child failed");
+    cr_assert_eq(key_gets("slow.tar"), 8, "downloaded more than once");
+    free(data);
+}
+
+/* ------------------------------------------------------------ warm-cache */
+
+Test(cache, four_processes_warm_the_same_shards_each_fetched_once)
+{
+    const char *faults[] = {"--fault", "prefix=bucket/w,latency_ms=20", NULL};
+    start_mock(faults);
+    size_t n = 1024 * 1024;
+    for (int i = 0; i < 12; i++) {
+        char k[32];
+        snprintf(k, sizeof(k), "w-%03d.tar", i);
+        free(put_object(k, n, 40 + (unsigned)i));
+    }
+    char pattern[700];
+    snprintf(pattern, sizeof(pattern), "s3://bucket/w-{000..011}.tar");
+    const char *args[] = {"warm-cache", "--endpoint-url", srv.url, "--cache-dir",
+                          cdir,         "--chunk-size",   "256K",  "--concurrency",
+                          "4",          "--json",         pattern, NULL};
+    pid_t pids[4];
+    char tags[4][8];
+    for (int i = 0; i < 4; i++) {
+        snprintf(tags[i], sizeof(tags[i]), "w%d", i);
+        pids[i] = cli_spawn(args, tags[i]);
+    }
+    unsigned long long fetched = 0, peer = 0, cached = 0;
+    for (int i = 0; i < 4; i++) {
+        int rc = cli_wait(pids[i]);
+        cr_assert_eq(rc, 0, "warm-cache %d exited %d: %s", i, rc, slurp_tag(tags[i], "err"));
+        cJSON *j = cJSON_Parse(slurp_tag(tags[i], "out"));
+        cr_assert(j, "not JSON: %s", slurp_tag(tags[i], "out"));
+        fetched += (unsigned long long)cJSON_GetObjectItem(j, "fetched")->valuedouble;
+        peer += (unsigned long long)cJSON_GetObjectItem(j, "by_other_process")->valuedouble;
+        cached += (unsigned long long)cJSON_GetObjectItem(j, "cached")->valuedouble;
+        cr_assert_eq(cJSON_GetObjectItem(j, "failed")->valuedouble, 0);
+        cJSON_Delete(j);
+    }
+    cr_assert_eq(fetched, 12, "each shard is fetched by exactly one process");
+    cr_assert_eq(fetched + peer + cached, 48);
+    for (int i = 0; i < 12; i++) {
+        char k[32];
+        snprintf(k, sizeof(k), "w-%03d.tar", i);
+        cr_assert_eq(key_gets(k), 4, "%s: GETs %.0f, expected 4 ranges once", k, key_gets(k));
+    }
+    client(256 * 1024);
+    open_cache(0, SF_REVALIDATE_TRUST);
+    unsigned long long bad = 99;
+    cr_assert_eq(sf_cache_list(cache, 1, NULL, NULL, &bad), SF_OK);
+    cr_assert_eq(bad, 0);
+    int entries;
+    cache_bytes(&entries);
+    cr_assert_eq(entries, 12);
+}
+
+Test(cache, kill_during_warm_then_rerun_resumes_and_verifies)
+{
+    const char *faults[] = {"--fault", "prefix=bucket/k,bandwidth=1M", NULL};
+    start_mock(faults);
+    size_t n = 2 * 1024 * 1024;
+    for (int i = 0; i < 6; i++) {
+        char k[32];
+        snprintf(k, sizeof(k), "k-%d.tar", i);
+        free(put_object(k, n, 60 + (unsigned)i));
+    }
+    const char *args[] = {"warm-cache",
+                          "--endpoint-url",
+                          srv.url,
+                          "--cache-dir",
+                          cdir,
+                          "--chunk-size",
+                          "512K",
+                          "--concurrency",
+                          "4",
+                          "--max-objects",
+                          "2",
+                          "--json",
+                          "s3://bucket/k-{0..5}.tar",
+                          NULL};
+    pid_t pid = cli_spawn(args, "first");
+    /* Let it publish at least one shard and be in the middle of others. */
+    int entries = 0;
+    for (int i = 0; i < 3000 && entries < 1; i++) {
+        usleep(10000);
+        cache_bytes(&entries);
+    }
+    cr_assert_geq(entries, 1, "nothing was published before the kill");
+    usleep(300000);
+    kill(pid, SIGKILL);
+    cr_assert_eq(cli_wait(pid), 128 + SIGKILL);
+    cache_bytes(&entries);
+    cr_assert_lt(entries, 6, "the kill came too late to test anything");
+
+    cr_assert_eq(cli_run(args, "second"), 0, "%s", slurp_tag("second", "err"));
+    cJSON *j = cJSON_Parse(slurp_tag("second", "out"));
+    cr_assert(j);
+    double fetched_bytes = cJSON_GetObjectItem(j, "bytes_fetched")->valuedouble;
+    double cached = cJSON_GetObjectItem(j, "cached")->valuedouble;
+    cJSON_Delete(j);
+    cr_assert_geq(cached, 1);
+    cr_assert_lt(fetched_bytes, 6.0 * n - cached * n + 1, "the re-run fetched more than needed");
+    client(512 * 1024);
+    open_cache(0, SF_REVALIDATE_TRUST);
+    unsigned long long bad = 99;
+    cr_assert_eq(sf_cache_list(cache, 1, NULL, NULL, &bad), SF_OK);
+    cr_assert_eq(bad, 0);
+    cache_bytes(&entries);
+    cr_assert_eq(entries, 6);
+    /* A third run has nothing left to do. */
+    cr_assert_eq(cli_run(args, "third"), 0);
+    j = cJSON_Parse(slurp_tag("third", "out"));
+    cr_assert_eq(cJSON_GetObjectItem(j, "cached")->valuedouble, 6);
+    cr_assert_eq(cJSON_GetObjectItem(j, "bytes_fetched")->valuedouble, 0);
+    cJSON_Delete(j);
+}
+
+Test(cache, warm_refuses_data_over_the_limit_before_fetching)
+{
+    start_mock(NULL);
+    for (int i = 0; i < 4; i++) {
+        char k[32];
+        snprintf(k, sizeof(k), "big-%d.tar", i);
+        free(put_object(k, 512 * 1024, 70 + (unsigned)i));
+    }
+    const char *args[] = {"warm-cache", "--endpoint-url", srv.url, "--cache-dir",
+                          cdir,         "--cache-limit",  "1M",    "s3://bucket/big-{0..3}.tar",
+                          NULL};
+    cr_assert_eq(cli_run(args, "limit"), 1);
+    char *err = slurp_tag("limit", "err");
+    cr_assert(strstr(err, "cache_limit"), "stderr: %s", err);
+    for (int i = 0; i < 4; i++) {
+        char k[32];
+        snprintf(k, sizeof(k), "big-%d.tar", i);
+        cr_assert_eq(key_gets(k), 0, "%s was fetched", k);
+    }
+}
+
+Test(cache, warm_names_every_failed_shard_and_keeps_the_rest)
+{
+    start_mock(NULL);
+    free(put_object("m-0.tar", 100000, 80));
+    free(put_object("m-2.tar", 100000, 82));
+    const char *args[] = {"warm-cache", "--endpoint-url",           srv.url, "--cache-dir",
+                          cdir,         "s3://bucket/m-{0..3}.tar", NULL};
+    cr_assert_eq(cli_run(args, "missing"), 1);
+    char *err = slurp_tag("missing", "err");
+    cr_assert(strstr(err, "s3://bucket/m-1.tar") && strstr(err, "s3://bucket/m-3.tar"),
+              "every missing shard must be named: %s", err);
+    char *out = slurp_tag("missing", "out");
+    cr_assert(strstr(out, "2 fetched") && strstr(out, "2 failed"), "summary: %s", out);
+    int entries;
+    cache_bytes(&entries);
+    cr_assert_eq(entries, 2);
+}
+
+Test(cache, dry_run_fetches_nothing_and_clear_empties)
+{
+    start_mock(NULL);
+    free(put_object("d-0.tar", 200000, 90));
+    free(put_object("d-1.tar", 200000, 91));
+    const char *dry[] = {"warm-cache", "--endpoint-url",           srv.url, "--cache-dir", cdir,
+                         "--dry-run",  "s3://bucket/d-{0..1}.tar", NULL};
+    cr_assert_eq(cli_run(dry, "dry"), 0);
+    cr_assert(strstr(slurp_tag("dry", "out"), "2 of 2 shards would be fetched"), "%s",
+              slurp_tag("dry", "out"));
+    cr_assert_eq(key_gets("d-0.tar") + key_gets("d-1.tar"), 0);
+    const char *warm[] = {"warm-cache", "--endpoint-url",           srv.url, "--cache-dir",
+                          cdir,         "s3://bucket/d-{0..1}.tar", NULL};
+    cr_assert_eq(cli_run(warm, "warm"), 0);
+    const char *ls[] = {"cache", "ls", "--cache-dir", cdir, NULL};
+    cr_assert_eq(cli_run(ls, "ls"), 0);
+    char *out = slurp_tag("ls", "out");
+    cr_assert(strstr(out, "s3://bucket/d-0.tar") && strstr(out, "s3://bucket/d-1.tar"), "%s", out);
+    const char *clear[] = {"cache", "clear", "--cache-dir", cdir, NULL};
+    cr_assert_eq(cli_run(clear, "clear"), 0);
+    int entries;
+    cache_bytes(&entries);
+    cr_assert_eq(entries, 0);
+    const char *bad[] = {"warm-cache", "--cache-limit", "lots", "s3://bucket/x", NULL};
+    cr_assert_eq(cli_run(bad, "bad"), 2);
+    cr_assert(strstr(slurp_tag("bad", "err"), "--cache-limit"));
+}
