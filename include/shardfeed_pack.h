@@ -130,9 +130,8 @@ struct sf_pack_result {
  * a shard written), SF_ERR_CHANGED (a file changed size while being packed),
  * SF_ERR_LIMIT, SF_ERR_CANCELLED, or a status of sf_s3_put().
  */
-SF_API sf_status sf_pack(const char *src_dir, const char *dest_url,
-                         const struct sf_pack_options *o, struct sf_pack_result *result,
-                         char *err, size_t err_len);
+SF_API sf_status sf_pack(const char *src_dir, const char *dest_url, const struct sf_pack_options *o,
+                         struct sf_pack_result *result, char *err, size_t err_len);
 
 /*
  * The name of shard number index under pattern (as name_pattern; NULL = the

@@ -639,8 +639,8 @@ static size_t on_read(char *buf, size_t size, size_t nitems, void *ud)
             r = pread(b->fd, buf, n, (off_t)(b->offset + x->body_pos));
         while (r < 0 && errno == EINTR);
         if (r <= 0) {
-            set_abort(x, AB_IO, "reading the request body at offset %" PRIu64 ": %s",
-                      x->body_pos, r < 0 ? strerror(errno) : "the file shrank");
+            set_abort(x, AB_IO, "reading the request body at offset %" PRIu64 ": %s", x->body_pos,
+                      r < 0 ? strerror(errno) : "the file shrank");
             return CURL_READFUNC_ABORT;
         }
         n = (size_t)r;

@@ -32,7 +32,8 @@ struct sf__req_spec {
     uint64_t range_last;  /* inclusive */
     const char *if_match; /* NULL = none */
     time_t sign_time;     /* now, corrected by the clock skew the server reported */
-    const char *payload_hash; /* hex SHA-256 of the request body; NULL = empty body */
+    /* hex SHA-256 of the request body, signed as x-amz-content-sha256; NULL = empty body */
+    const char *payload_hash;
 };
 
 /* Builds the URL and the (signed) header list of one attempt; called on the

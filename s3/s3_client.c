@@ -598,8 +598,7 @@ SF_API sf_status sf_s3_put(struct sf_s3 *s3, const char *url, const char *path, 
         }
     }
     if (st == SF_OK && body.len > SF_PUT_MAX_BYTES)
-        st = set_err(s3, SF_ERR_LIMIT,
-                     "%s: %" PRIu64 " bytes exceed the 5 GiB a single PUT may carry", url,
+        st = set_err(s3, SF_ERR_LIMIT, "%s: %" PRIu64 " bytes, over the 5 GiB of one PUT", url,
                      body.len);
     if (st == SF_OK && path) {
         char msg[512];

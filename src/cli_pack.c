@@ -384,8 +384,8 @@ int cli_cmd_inspect(int argc, char **argv)
         cJSON *jc = cJSON_AddObjectToObject(out, "fields");
         for (size_t i = 0; jc && i < n_fields; i++)
             cJSON_AddNumberToObject(jc, fields[i].name, (double)fields[i].n);
-        unsigned long long skipped = ss.skipped_dirs + ss.skipped_links + ss.skipped_other +
-                                     ss.skipped_unnamed;
+        unsigned long long skipped =
+            ss.skipped_dirs + ss.skipped_links + ss.skipped_other + ss.skipped_unnamed;
         cJSON_AddNumberToObject(out, "skipped_members", (double)skipped);
         cli_print_json(out);
         cJSON_Delete(out);
@@ -397,8 +397,8 @@ int cli_cmd_inspect(int argc, char **argv)
         for (size_t i = 0; i < n_fields; i++)
             printf("%s%s (%llu)", i ? ", " : "; fields: ", fields[i].name, fields[i].n);
         putchar('\n');
-        unsigned long long skipped = ss.skipped_dirs + ss.skipped_links + ss.skipped_other +
-                                     ss.skipped_unnamed;
+        unsigned long long skipped =
+            ss.skipped_dirs + ss.skipped_links + ss.skipped_other + ss.skipped_unnamed;
         if (skipped)
             printf("-- %llu tar members skipped (folders, links, special files, or names "
                    "without key or extension)\n",

@@ -42,10 +42,10 @@
 
 /* One source file. */
 struct entry {
-    char *rel;       /* path relative to the source, '/'-separated */
-    size_t key_len;  /* rel[0..key_len) is the sample key, rel[key_len] is the '.' */
-    long cls;        /* ImageFolder label, -1 for FLAT */
-    uint64_t size;   /* at scan time */
+    char *rel;      /* path relative to the source, '/'-separated */
+    size_t key_len; /* rel[0..key_len) is the sample key, rel[key_len] is the '.' */
+    long cls;       /* ImageFolder label, -1 for FLAT */
+    uint64_t size;  /* at scan time */
 };
 
 /* One sample: entries [first, first + n) of the sorted array. */
@@ -84,8 +84,8 @@ struct packer {
 
     /* destination */
     int to_s3;
-    char *dest_dir;  /* local folder */
-    char *dest_url;  /* s3://bucket/prefix without a trailing '/' */
+    char *dest_dir; /* local folder */
+    char *dest_url; /* s3://bucket/prefix without a trailing '/' */
     const char *tmp_dir;
 
     /* scan */
@@ -105,7 +105,7 @@ struct packer {
     size_t n_shards, cap_shards;
     unsigned long long files_done;
     uint64_t bytes_done;
-    unsigned char *out;  /* tar output buffer */
+    unsigned char *out; /* tar output buffer */
     size_t out_len;
     unsigned char *sample_buf; /* record: the current sample's files */
     size_t sample_cap;
@@ -331,8 +331,8 @@ static sf_status add_entry(struct packer *p, const char *rel, uint64_t size, lon
         return fail(p, SF_ERR_LIMIT, "%s/%s: the sample key is longer than %u bytes", p->src, rel,
                     SF__RECORD_MAX_KEY_BYTES);
     if (strlen(dot + 1) > SF__RECORD_MAX_NAME_BYTES)
-        return fail(p, SF_ERR_LIMIT, "%s/%s: the field name is longer than %u bytes", p->src,
-                    rel, SF__RECORD_MAX_NAME_BYTES);
+        return fail(p, SF_ERR_LIMIT, "%s/%s: the field name is longer than %u bytes", p->src, rel,
+                    SF__RECORD_MAX_NAME_BYTES);
     if (p->n_entries == p->cap_entries) {
         size_t cap = p->cap_entries ? p->cap_entries * 2 : 1024;
         struct entry *e = realloc(p->entries, cap * sizeof(*e));
@@ -377,8 +377,7 @@ static sf_status walk(struct packer *p, const char *abs, const char *rel, int de
                     MAX_DEPTH);
     DIR *d = opendir(abs);
     if (!d)
-        return fail(p, errno_status(errno), "%s: cannot read the folder: %s", abs,
-                    strerror(errno));
+        return fail(p, errno_status(errno), "%s: cannot read the folder: %s", abs, strerror(errno));
     sf_status st = SF_OK;
     struct dirent *de;
     errno = 0;
@@ -775,7 +774,7 @@ struct shard {
     char name[NAME_MAX + 1];
     char *tmp_path;
     int fd;
-    uint64_t bytes;   /* bytes so far (tar: flushed + buffered) */
+    uint64_t bytes; /* bytes so far (tar: flushed + buffered) */
     uint64_t samples;
     XXH3_state_t *xx; /* tar: hashed as written */
     struct sf__record_writer *rw;
@@ -847,8 +846,7 @@ static sf_status shard_open(struct packer *p, struct shard *s, size_t index)
     s->fd = -1;
     if (sf_pack_shard_name(p->o->name_pattern, p->o->format, index, s->name, sizeof(s->name)) !=
         SF_OK)
-        return fail(p, SF_ERR_INVALID_ARGUMENT, "shard %zu: no valid name from the pattern",
-                    index);
+        return fail(p, SF_ERR_INVALID_ARGUMENT, "shard %zu: no valid name from the pattern", index);
     if (p->to_s3) {
         size_t n = strlen(p->tmp_dir) + 64;
         s->tmp_path = malloc(n);
@@ -867,8 +865,7 @@ static sf_status shard_open(struct packer *p, struct shard *s, size_t index)
         s->fd = open(s->tmp_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     }
     if (s->fd < 0)
-        return fail(p, errno_status(errno), "%s: cannot create: %s", s->tmp_path,
-                    strerror(errno));
+        return fail(p, errno_status(errno), "%s: cannot create: %s", s->tmp_path, strerror(errno));
     if (p->o->format == SF_PACK_FORMAT_TAR) {
         s->xx = XXH3_createState();
         if (!s->xx || XXH3_64bits_reset(s->xx) != XXH_OK)
@@ -929,8 +926,8 @@ static sf_status hash_file(struct packer *p, struct shard *s, uint64_t *out)
         off += (uint64_t)r;
     }
     if (st == SF_OK && off != s->bytes)
-        st = fail(p, SF_ERR_IO, "%s: %" PRIu64 " bytes on disk, %" PRIu64 " written",
-                  s->tmp_path, off, s->bytes);
+        st = fail(p, SF_ERR_IO, "%s: %" PRIu64 " bytes on disk, %" PRIu64 " written", s->tmp_path,
+                  off, s->bytes);
     *out = XXH3_64bits_digest(xx);
     XXH3_freeState(xx);
     return st;
@@ -1017,8 +1014,8 @@ static void octal(char *field, size_t width, uint64_t v)
     }
 }
 
-static void tar_header(unsigned char h[TAR_BLOCK], const char *name, size_t name_len,
-                       uint64_t size, char type)
+static void tar_header(unsigned char h[TAR_BLOCK], const char *name, size_t name_len, uint64_t size,
+                       char type)
 {
     memset(h, 0, TAR_BLOCK);
     size_t prefix_len;
@@ -1120,8 +1117,8 @@ static sf_status open_source(struct packer *p, const struct entry *e, char **abs
     return SF_OK;
 }
 
-static sf_status read_exact(struct packer *p, int fd, const char *abs, unsigned char *dst,
-                            size_t n, uint64_t at)
+static sf_status read_exact(struct packer *p, int fd, const char *abs, unsigned char *dst, size_t n,
+                            uint64_t at)
 {
     size_t got = 0;
     while (got < n) {
@@ -1132,8 +1129,8 @@ static sf_status read_exact(struct packer *p, int fd, const char *abs, unsigned 
             return fail(p, SF_ERR_IO, "%s: read at offset %" PRIu64 ": %s", abs, at + got,
                         strerror(errno));
         if (r == 0)
-            return fail(p, SF_ERR_CHANGED, "%s: shrank while packing (at offset %" PRIu64 ")",
-                        abs, at + got);
+            return fail(p, SF_ERR_CHANGED, "%s: shrank while packing (at offset %" PRIu64 ")", abs,
+                        at + got);
         got += (size_t)r;
     }
     return SF_OK;
@@ -1262,8 +1259,7 @@ static sf_status record_sample(struct packer *p, struct shard *s, const struct s
     if (st == SF_OK) {
         st = sf__record_writer_add(s->rw, key, fields, n);
         if (st != SF_OK)
-            fail(p, st, "%s: sample '%s': %s", s->tmp_path, key,
-                 sf__record_writer_errmsg(s->rw));
+            fail(p, st, "%s: sample '%s': %s", s->tmp_path, key, sf__record_writer_errmsg(s->rw));
         else
             s->bytes = sf__record_writer_bytes(s->rw);
     }
@@ -1375,12 +1371,12 @@ static sf_status write_index(struct packer *p, uint64_t total_bytes)
         free(url);
     } else {
         char *final = path_join(p->dest_dir, INDEX_NAME);
-        size_t n = final ? strlen(final) + 32 : 0;
+        size_t n = final ? strlen(final) + 64 : 0;
         char *tmp = final ? malloc(n) : NULL;
         if (!tmp) {
             st = SF_ERR_NO_MEMORY;
         } else {
-            snprintf(tmp, n, "%s.sfpack-%ld", final, (long)getpid());
+            snprintf(tmp, n, "%s/." INDEX_NAME ".sfpack-%ld", p->dest_dir, (long)getpid());
             struct shard s = {.fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644),
                               .tmp_path = tmp};
             if (s.fd < 0)
@@ -1390,8 +1386,7 @@ static sf_status write_index(struct packer *p, uint64_t total_bytes)
             if (s.fd >= 0 && close(s.fd) != 0 && st == SF_OK)
                 st = fail(p, SF_ERR_IO, "%s: close: %s", tmp, strerror(errno));
             if (st == SF_OK && rename(tmp, final) != 0)
-                st = fail(p, SF_ERR_IO, "%s: cannot rename into place: %s", final,
-                          strerror(errno));
+                st = fail(p, SF_ERR_IO, "%s: cannot rename into place: %s", final, strerror(errno));
             if (st != SF_OK)
                 unlink(tmp);
         }
@@ -1414,10 +1409,10 @@ static sf_status write_shards(struct packer *p)
     s.fd = -1;
     int open_shard = 0;
     /* what a shard costs besides its samples: tar end blocks, or record header + index + footer */
-    uint64_t overhead = p->o->format == SF_PACK_FORMAT_TAR
-                            ? 2 * TAR_BLOCK
-                            : SF__RECORD_HEADER_BYTES + SF__RECORD_INDEX_FIXED_BYTES +
-                                  SF__RECORD_FOOTER_BYTES;
+    uint64_t overhead =
+        p->o->format == SF_PACK_FORMAT_TAR
+            ? 2 * TAR_BLOCK
+            : SF__RECORD_HEADER_BYTES + SF__RECORD_INDEX_FIXED_BYTES + SF__RECORD_FOOTER_BYTES;
     uint64_t planned = 0;
     sf_status st = report(p);
     for (size_t i = 0; st == SF_OK && i < p->n_samples; i++) {
@@ -1438,8 +1433,8 @@ static sf_status write_shards(struct packer *p)
             open_shard = 1;
             planned = 0;
         }
-        st = p->o->format == SF_PACK_FORMAT_TAR ? tar_sample(p, &s, smp)
-                                                : record_sample(p, &s, smp);
+        st =
+            p->o->format == SF_PACK_FORMAT_TAR ? tar_sample(p, &s, smp) : record_sample(p, &s, smp);
         planned += smp->bytes;
         s.samples++;
         if (st == SF_OK)
@@ -1461,8 +1456,8 @@ static sf_status resolve_dest(struct packer *p, const char *dest_url)
     if (st != SF_OK)
         return fail(p, st, "%s", err);
     if (loc.kind == SF__LOC_HTTP) {
-        st = fail(p, SF_ERR_UNSUPPORTED, "%s: pack writes to a folder or an s3:// prefix",
-                  dest_url);
+        st =
+            fail(p, SF_ERR_UNSUPPORTED, "%s: pack writes to a folder or an s3:// prefix", dest_url);
     } else if (loc.kind == SF__LOC_S3) {
         p->to_s3 = 1;
         if (!*loc.bucket)
@@ -1540,9 +1535,8 @@ static void packer_free(struct packer *p)
     free(p->dest_url);
 }
 
-SF_API sf_status sf_pack(const char *src_dir, const char *dest_url,
-                         const struct sf_pack_options *o, struct sf_pack_result *result,
-                         char *err, size_t err_len)
+SF_API sf_status sf_pack(const char *src_dir, const char *dest_url, const struct sf_pack_options *o,
+                         struct sf_pack_result *result, char *err, size_t err_len)
 {
     if (err && err_len)
         err[0] = '\0';

@@ -9,6 +9,8 @@
 #define MAX_SIZE_VALUE ((uint64_t)INT64_MAX)
 
 enum magic_kind { MAGIC_POSIX, MAGIC_GNU, MAGIC_V7 };
+/* "ustar", NUL, version "00" (a string literal cannot say NUL then '0'). */
+static const char USTAR_MAGIC[8] = {'u', 's', 't', 'a', 'r', '\0', '0', '0'};
 enum tar_state { ST_RUN, ST_END };
 
 struct sf__tar_reader {
@@ -409,10 +411,7 @@ sf_status sf__tar_reader_next(struct sf__tar_reader *t, const struct sf__shard_i
                                   (unsigned long long)stored, (unsigned long long)usum);
 
         enum magic_kind mk;
-        if (memcmp(h + 257,
-                   "ustar\0"
-                   "00",
-                   8) == 0)
+        if (memcmp(h + 257, USTAR_MAGIC, 8) == 0)
             mk = MAGIC_POSIX;
         else if (memcmp(h + 257, "ustar  \0", 8) == 0)
             mk = MAGIC_GNU;
@@ -527,12 +526,6 @@ sf_status sf__tar_reader_next(struct sf__tar_reader *t, const struct sf__shard_i
         uint64_t next = hdr + BLOCK + padded(size);
         if (next < hdr)
             return sf__shard_fail(&t->c, SF_ERR_CORRUPT, hdr, "member size overflows offsets");
-        if (in->total != SF_SIZE_UNKNOWN && next > in->total)
-            return sf__shard_fail(&t->c, SF_ERR_CORRUPT, hdr,
-                                  "truncated: member data of %llu bytes (padded to %llu) runs "
-                                  "past the end of the shard (%llu bytes)",
-                                  (unsigned long long)size, (unsigned long long)padded(size),
-                                  (unsigned long long)in->total);
 #if SIZE_MAX < UINT64_MAX
         if (size > SIZE_MAX)
             return sf__shard_fail(&t->c, SF_ERR_LIMIT, hdr, "member too large for this machine");
@@ -589,6 +582,14 @@ sf_status sf__tar_reader_next(struct sf__tar_reader *t, const struct sf__shard_i
         t->sample_end = next;
 
     consumed:
+        /* Checked here, not earlier, so that the sample before this member
+         * comes out whether or not the shard size is known yet. */
+        if (in->total != SF_SIZE_UNKNOWN && next > in->total)
+            return sf__shard_fail(&t->c, SF_ERR_CORRUPT, hdr,
+                                  "truncated: member data of %llu bytes (padded to %llu) runs "
+                                  "past the end of the shard (%llu bytes)",
+                                  (unsigned long long)size, (unsigned long long)padded(size),
+                                  (unsigned long long)in->total);
         t->last_hdr = hdr;
         t->last_size = size;
         t->c.stats.members++;

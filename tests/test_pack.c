@@ -222,8 +222,8 @@ struct read_stats {
  * field against the source files; with labels, every sample carries a cls
  * field equal to its class's index in classes[].
  */
-static struct read_stats check_shard(const char *name, const unsigned char *b, size_t n,
-                                     int labels, enum sf_shard_format want_format)
+static struct read_stats check_shard(const char *name, const unsigned char *b, size_t n, int labels,
+                                     enum sf_shard_format want_format)
 {
     struct sf_shard_reader_options ro;
     sf_shard_reader_options_init_default(&ro);
@@ -267,8 +267,8 @@ static struct read_stats check_shard(const char *name, const unsigned char *b, s
             cr_assert_eq(f->seen, 0, "%s/%s read twice", smp.key, fl->name);
             f->seen = 1;
             cr_assert_eq(fl->size, f->size, "%s: size", f->rel);
-            cr_assert(f->size == 0 || memcmp(fl->data, f->data, f->size) == 0,
-                      "%s: bytes differ", f->rel);
+            cr_assert(f->size == 0 || memcmp(fl->data, f->data, f->size) == 0, "%s: bytes differ",
+                      f->rel);
         }
         if (labels)
             cr_expect_eq(cls_fields, 1, "sample %s: %d cls fields", smp.key, cls_fields);
@@ -362,9 +362,9 @@ static size_t check_pack(const char *dest, const char *format, int labels,
         char hex[17];
         snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)XXH3_64bits(b, len));
         cr_expect_str_eq(jstr(s, "xxh3_64"), hex, "%s checksum", names[i]);
-        struct read_stats rs = check_shard(names[i], b, len, labels,
-                                           !strcmp(format, "tar") ? SF_SHARD_FORMAT_TAR
-                                                                  : SF_SHARD_FORMAT_RECORD);
+        struct read_stats rs =
+            check_shard(names[i], b, len, labels,
+                        !strcmp(format, "tar") ? SF_SHARD_FORMAT_TAR : SF_SHARD_FORMAT_RECORD);
         cr_expect_eq(jnum(s, "samples"), rs.samples, "%s sample count", names[i]);
         if (rs.samples > 1)
             cr_expect_leq(len, shard_bytes, "%s: %zu bytes over the %llu limit", names[i], len,
@@ -881,9 +881,9 @@ Test(pack, names_that_cannot_be_samples_are_errors)
     remove_last_file();
 
     /* an ImageFolder file may not be called .cls */
-    cr_assert_eq(sh("mkdir -p '%s/c1' && mv '%s/s1.jpg' '%s/c1/' && : > '%s/c1/s1.cls'", src, src,
-                    src, src),
-                 0);
+    cr_assert_eq(
+        sh("mkdir -p '%s/c1' && mv '%s/s1.jpg' '%s/c1/' && : > '%s/c1/s1.cls'", src, src, src, src),
+        0);
     o.layout = SF_PACK_LAYOUT_AUTO;
     st = do_pack(dest, &o, NULL, err, sizeof(err));
     cr_expect_eq(st, SF_ERR_INVALID_ARGUMENT, "%s", sf_status_name(st));
@@ -1103,8 +1103,8 @@ Test(pack, a_failed_upload_fails_the_pack)
     /* a bucket that does not exist: 404 NoSuchBucket, not retried */
     sf_status st = do_pack("s3://nobucket/ds", &o, NULL, err, sizeof(err));
     cr_expect_eq(st, SF_ERR_NOT_FOUND, "%s: %s", sf_status_name(st), err);
-    cr_expect(strstr(err, "s3://nobucket/ds/shard-000000.tar") && strstr(err, "404"),
-              "message: %s", err);
+    cr_expect(strstr(err, "s3://nobucket/ds/shard-000000.tar") && strstr(err, "404"), "message: %s",
+              err);
     cr_expect_eq(mock_count("PutObject", NULL), 1, "stopped at the first failure");
 }
 
@@ -1151,10 +1151,8 @@ Test(pack, s3_put_from_memory_and_from_a_file)
     cr_expect_eq(sf_s3_put(s3, "s3://bucket/a/x", path, NULL, 0, NULL, 0), SF_ERR_NOT_FOUND);
     cr_expect(strstr(sf_s3_errmsg(s3, msg, sizeof(msg)), "missing.bin"), "message: %s", msg);
     cr_expect_eq(sf_s3_put(s3, "/tmp/local", NULL, data, 1, NULL, 0), SF_ERR_UNSUPPORTED);
-    cr_expect_eq(sf_s3_put(s3, "s3://bucket/a/x", path, data, 1, NULL, 0),
-                 SF_ERR_INVALID_ARGUMENT);
-    cr_expect_eq(sf_s3_put(s3, "s3://bucket/a/x", NULL, NULL, 5, NULL, 0),
-                 SF_ERR_INVALID_ARGUMENT);
+    cr_expect_eq(sf_s3_put(s3, "s3://bucket/a/x", path, data, 1, NULL, 0), SF_ERR_INVALID_ARGUMENT);
+    cr_expect_eq(sf_s3_put(s3, "s3://bucket/a/x", NULL, NULL, 5, NULL, 0), SF_ERR_INVALID_ARGUMENT);
 
     /* a wrong secret: the signature is refused, not retried */
     struct sf_s3_options so;
@@ -1260,8 +1258,13 @@ Test(pack, cli_bad_flags_exit_2)
     char dest[800];
     dest_path(dest, sizeof(dest), "out");
     const char *bad[] = {
-        "--format zip",           "--shard-size 12X", "--shard-size 100", "--zstd",
-        "--format record --zstd=0", "--layout trees",  "--name-pattern x.tar",
+        "--format zip",
+        "--shard-size 12X",
+        "--shard-size 100",
+        "--zstd",
+        "--format record --zstd=0",
+        "--layout trees",
+        "--name-pattern x.tar",
         "--no-such-flag",
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -1306,8 +1309,7 @@ Test(pack, cli_inspect_names_shard_and_offset_of_corruption)
     char *err = slurp(err_path);
     char off[64];
     snprintf(off, sizeof(off), "%zu", second);
-    cr_expect(strstr(err, "shard-000000.tar") && strstr(err, off) &&
-                  strstr(err, "SF_ERR_CORRUPT"),
+    cr_expect(strstr(err, "shard-000000.tar") && strstr(err, off) && strstr(err, "SF_ERR_CORRUPT"),
               "stderr: %s", err);
     free(err);
     snprintf(args, sizeof(args), "inspect --json '%s'", shard);
@@ -1341,8 +1343,8 @@ Test(pack, cli_pack_to_s3)
     cJSON_Delete(j);
     cr_expect_gt(shards, 2);
     cr_expect_eq(mock_count("PutObject", NULL), shards + 1);
-    snprintf(args, sizeof(args), "inspect s3://bucket/cli/shard-000001.sfr --endpoint-url %s --json",
-             srv.url);
+    snprintf(args, sizeof(args),
+             "inspect s3://bucket/cli/shard-000001.sfr --endpoint-url %s --json", srv.url);
     cr_assert_eq(cli(args), 0);
     j = load_json(out_path);
     cr_expect_str_eq(jstr(j, "format"), "record");
