@@ -326,5 +326,8 @@ SF_API void sf_s3_get_stats(struct sf_s3 *s3, struct sf_s3_stats *out);
 
 /* The rest of the public API. */
 #include "shardfeed_cache.h"
+#include "shardfeed_pack.h"
+#include "shardfeed_sampling.h"
+#include "shardfeed_shard.h"
 
 #endif /* SHARDFEED_H */
