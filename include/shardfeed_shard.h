@@ -12,7 +12,8 @@
  *
  * Thread safety: a reader belongs to one thread at a time (no internal
  * locking); different readers are independent. Functions without a handle
- * may be called from any thread.
+ * may be called from any thread. The reader handle may not be NULL, except
+ * for sf_shard_reader_destroy().
  */
 #ifndef SHARDFEED_SHARD_H
 #define SHARDFEED_SHARD_H

@@ -428,7 +428,7 @@ sf_status sf__tar_reader_next(struct sf__tar_reader *t, const struct sf__shard_i
 
         /* ---- meta headers: they describe the next member */
         if (type == 'L' || type == 'K') {
-            if (hsize > (uint64_t)t->o.max_name_bytes + 1)
+            if (hsize > 0 && hsize - 1 > t->o.max_name_bytes) /* + its NUL */
                 return sf__shard_fail(&t->c, SF_ERR_LIMIT, hdr,
                                       "GNU long %s of %llu bytes exceeds max_name_bytes %zu",
                                       type == 'L' ? "name" : "link name", (unsigned long long)hsize,
@@ -520,6 +520,11 @@ sf_status sf__tar_reader_next(struct sf__tar_reader *t, const struct sf__shard_i
             }
             path = b;
         }
+
+        if (plen > t->o.max_name_bytes) /* only a ustar path can get here */
+            return sf__shard_fail(&t->c, SF_ERR_LIMIT, hdr,
+                                  "member path of %zu bytes exceeds max_name_bytes %zu", plen,
+                                  t->o.max_name_bytes);
 
         int no_data = type >= '1' && type <= '6';
         uint64_t size = no_data ? 0 : (t->have_psize ? t->psize : hsize);

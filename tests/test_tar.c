@@ -841,6 +841,20 @@ Test(tar, long_name_without_member_and_over_cap)
     tb_end(&b);
     expect_error(b.p, b.len, SF_ERR_PARSE, at, "empty");
     bytes_free(&b);
+    /* the cap holds for plain ustar names too */
+    char un[100];
+    memset(un, 'u', 99);
+    un[95] = '.';
+    un[99] = '\0';
+    tb_file(&b, "a.txt", "a", 1);
+    at = tb_file(&b, un, "x", 1);
+    tb_end(&b);
+    o.max_name_bytes = 64;
+    parse_with(b.p, b.len, &o, FEED_ALL, 0, 0, &r);
+    cr_expect_eq(r.st, SF_ERR_LIMIT, "%s", r.err);
+    cr_expect_eq(r.err_offset, at);
+    parse_result_free(&r);
+    bytes_free(&b);
 }
 
 Test(tar, nul_inside_names)
