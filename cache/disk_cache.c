@@ -988,13 +988,17 @@ sf_status sf__dc_begin(struct sf__disk_cache *dc, const struct sf__cache_id *id,
         goto fail;
     }
     w->reserved = size + meta_reserve(size);
-    st = make_room(dc, w->resume ? meta_reserve(size) : w->reserved, w->kh, err, err_len);
+    uint64_t need = w->resume ? meta_reserve(size) : w->reserved;
+    st = make_room(dc, need, w->kh, err, err_len);
     if (st == SF_OK) {
         w->fd = open(part_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
         if (w->fd < 0 || (!w->resume && ftruncate(w->fd, 0) != 0) ||
             ftruncate(w->fd, (off_t)size) != 0) {
             st = fail(err, err_len, SF_ERR_IO, "cannot create %s: %s", part_path, strerror(errno));
-            usage_write(dc, usage_read(dc) - w->reserved);
+            /* Give the reservation back (evict.lock is still held here). */
+            uint64_t u = usage_read(dc);
+            if (u != UINT64_MAX)
+                usage_write(dc, u > need ? u - need : 0);
         } else {
             fchmod(w->fd, 0600);
         }

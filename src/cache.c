@@ -83,10 +83,9 @@ static void sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
-__attribute__((format(printf, 4, 5))) static void logf_(struct sf_cache *c, enum sf_log_level lv,
-                                                        int unused, const char *fmt, ...)
+__attribute__((format(printf, 3, 4))) static void logf_(struct sf_cache *c, enum sf_log_level lv,
+                                                        const char *fmt, ...)
 {
-    (void)unused;
     if (!c->o.log || lv > c->o.log_level)
         return;
     char msg[1536];
@@ -243,7 +242,7 @@ static sf_status open_hit(struct sf_cache_object *o, int fd, struct sf__dc_meta 
             drop_data(o);
             sf__dc_remove(c->dc, m->name);
             c->n.corrupt++;
-            logf_(c, SF_LOG_WARN, 0,
+            logf_(c, SF_LOG_WARN,
                   "%s: cache entry %s failed verification (%s); deleted, fetching again",
                   o->info.url, m->name, why);
             return SF_ERR_CORRUPT; /* the caller goes on as for a miss */
@@ -310,7 +309,7 @@ static sf_status step_lookup(struct sf_cache_object *o)
             return st;
     } else if (st == SF_ERR_CORRUPT) {
         c->n.corrupt++;
-        logf_(c, SF_LOG_WARN, 0, "%s", err);
+        logf_(c, SF_LOG_WARN, "%s", err);
     } else if (st != SF_ERR_NOT_FOUND) {
         return obj_fail(o, st, "%s: %s", o->info.url, err);
     }
