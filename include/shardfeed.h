@@ -329,5 +329,10 @@ SF_API void sf_s3_get_stats(struct sf_s3 *s3, struct sf_s3_stats *out);
 #include "shardfeed_pack.h"
 #include "shardfeed_sampling.h"
 #include "shardfeed_shard.h"
+/* The loader needs the complete cache and sampling types: it is left out while
+ * one of those headers is itself being read (each includes this one first). */
+#if defined(SHARDFEED_CACHE_H_COMPLETE) && defined(SHARDFEED_SAMPLING_H_COMPLETE)
+#include "shardfeed_loader.h"
+#endif
 
 #endif /* SHARDFEED_H */

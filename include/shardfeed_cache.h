@@ -215,4 +215,7 @@ SF_API sf_status sf_cache_clear(struct sf_cache *c, unsigned long long *removed)
 }
 #endif
 
+/* Lets shardfeed.h include shardfeed_loader.h once these types are complete. */
+#define SHARDFEED_CACHE_H_COMPLETE
+
 #endif

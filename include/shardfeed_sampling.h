@@ -293,4 +293,7 @@ SF_API const char *sf_sampler_errmsg(const struct sf_sampler *s);
 }
 #endif
 
+/* Lets shardfeed.h include shardfeed_loader.h once these types are complete. */
+#define SHARDFEED_SAMPLING_H_COMPLETE
+
 #endif /* SHARDFEED_SAMPLING_H */

@@ -772,6 +772,8 @@ int main(int argc, char **argv)
         return cli_cmd_pack(argc - 1, argv + 1);
     if (!strcmp(cmd, "inspect"))
         return cli_cmd_inspect(argc - 1, argv + 1);
+    if (!strcmp(cmd, "load"))
+        return cli_cmd_load(argc - 1, argv + 1);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0)
         return cmd_version();
     if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {

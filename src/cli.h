@@ -57,5 +57,6 @@ int cli_cmd_warm_cache(int argc, char **argv);
 int cli_cmd_cache(int argc, char **argv);
 int cli_cmd_pack(int argc, char **argv);
 int cli_cmd_inspect(int argc, char **argv);
+int cli_cmd_load(int argc, char **argv);
 
 #endif

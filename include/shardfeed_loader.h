@@ -1,0 +1,327 @@
+/*
+ * shardfeed — the loader: shards in a bucket to decoded batches on the GPU.
+ *
+ * A loader expands its sources, learns how many samples each shard holds,
+ * and then runs the whole pipeline on its own threads:
+ *
+ *   sampler (epoch order) -> fetch/cache (parallel ranged GETs, prefetch_shards
+ *   ahead) -> shard reader (parses as bytes arrive) -> decode workers
+ *   (decode_threads, each with its own JPEG decompressor and zstd context,
+ *   writing into their slot of a batch) -> ring of prefetch_batches host
+ *   batches (pinned when CUDA and a GPU are present) -> GPU prefetcher (copy
+ *   stream, events, device ring, uint8 -> float normalisation kernel) -> user.
+ *
+ * The consumer calls sf_loader_next() and sf_loader_release(). Batches come in
+ * a fixed order: sample k of the stream's epoch order (see
+ * shardfeed_sampling.h) goes to slot k % batch_size of batch k / batch_size,
+ * whatever the thread timing. Memory is bounded by the options (shards in
+ * flight, batch ring, shuffle buffer), never by the dataset size.
+ *
+ * Thread safety: a loader's functions are called from one consumer thread at
+ * a time (no two calls on the same loader at once); the loader's own threads
+ * never call back into user code except the log callback, which may be
+ * called from any of them.
+ *
+ * Configuration by struct, JSON file (sf_loader_options_from_json) and CLI
+ * flags use the same names: docs/loader.md.
+ */
+#ifndef SHARDFEED_LOADER_H
+#define SHARDFEED_LOADER_H
+
+#include "shardfeed.h"
+#include "shardfeed_cache.h"
+#include "shardfeed_sampling.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------ image transform */
+
+/* How the output window is cut from each image. */
+enum sf_crop {
+    /* torchvision RandomResizedCrop: a random area fraction in [scale_min,
+     * scale_max] and aspect ratio (log-uniform) in [ratio_min, ratio_max],
+     * 10 tries then the centre crop fallback, resized to width x height. Only
+     * the crop region is decoded, at the smallest DCT scale that still covers
+     * the output. Training. The default. */
+    SF_CROP_RANDOM_RESIZED = 0,
+    /* Resize (shorter side to the output's / center_fraction) then the
+     * centre width x height: torchvision Resize + CenterCrop. Evaluation. */
+    SF_CROP_CENTER = 1,
+    /* The whole image resized to width x height (aspect not kept); with
+     * width and height 0 the image keeps its own size (then batch_size must
+     * be 1 or every image the same size). */
+    SF_CROP_NONE = 2,
+};
+
+/* Pixel layout of one image in a batch. */
+enum sf_layout {
+    SF_LAYOUT_CHW = 0, /* planar, channel-major (PyTorch). The default. */
+    SF_LAYOUT_HWC = 1, /* interleaved RGB */
+};
+
+/* Element type of host batches. */
+enum sf_dtype {
+    /* 0..255 (the default): 4x fewer bytes over PCIe; normalise on the GPU. */
+    SF_DTYPE_UINT8 = 0,
+    /* (x / 255 - mean[c]) / std[c], computed on the CPU by the decode worker. */
+    SF_DTYPE_FLOAT32 = 1,
+};
+
+/* What a sample that cannot be decoded (corrupt JPEG, bad label, image over
+ * the limits) does to the loader. */
+enum sf_on_error {
+    /* The loader fails: sf_loader_next() returns the error, naming the shard,
+     * the sample key and the byte offset. The default. */
+    SF_ON_ERROR_FAIL = 0,
+    /* The sample is left out of its batch (later samples of that batch move
+     * up, so the batch is shorter) and counted in stats.samples_skipped; the
+     * first few are logged at SF_LOG_WARN with shard, key and offset. */
+    SF_ON_ERROR_SKIP = 1,
+};
+
+/* Where batches are delivered. */
+enum sf_device_mode {
+    SF_DEVICE_AUTO = 0, /* the GPU when built with CUDA and a device exists, else host */
+    SF_DEVICE_HOST = 1, /* host batches only (no CUDA calls at all) */
+    SF_DEVICE_CUDA = 2, /* the GPU or fail at open */
+};
+
+struct sf_image_options {
+    unsigned width, height; /* output size; default 224 x 224 */
+    enum sf_crop crop;      /* default SF_CROP_RANDOM_RESIZED */
+    float scale_min, scale_max; /* RandomResizedCrop area fraction; default 0.08, 1 */
+    float ratio_min, ratio_max; /* RandomResizedCrop aspect ratio; default 3/4, 4/3 */
+    float center_fraction;      /* SF_CROP_CENTER: crop / resize; default 0.875 (224 of 256) */
+    float hflip;                /* probability of a horizontal flip, 0..1; default 0.5
+                                   (set 0 for evaluation) */
+    enum sf_layout layout;      /* default SF_LAYOUT_CHW */
+    enum sf_dtype dtype;        /* host batch type; default SF_DTYPE_UINT8 */
+    float mean[3], std[3];      /* normalisation, on 0..1 values; default ImageNet's */
+    /* Untrusted input limits: an image beyond them is an error (on_error). */
+    unsigned max_side;      /* pixels per side; default 16384 */
+    uint64_t max_pixels;    /* width x height; default 64 Mi */
+    unsigned max_scans;     /* progressive JPEG scans; default 64 */
+};
+
+/* ------------------------------------------------------------------ loader options */
+
+struct sf_loader_options {
+    /* Sources: s3:// URLs, brace patterns, prefixes ending in '/', local paths
+     * (sf_s3_expand). Borrowed during sf_loader_open() only. */
+    const char *const *sources;
+    size_t source_count;
+
+    struct sf_s3_options s3;       /* the loader's own client; strings borrowed during open */
+    struct sf_cache_options cache; /* disk tier when cache.dir is set or ram_only is 0 */
+    /* 1: no disk cache; shards are fetched into memory only (each shard's
+     * buffer is freed once its samples are decoded). Default 0. */
+    int ram_only;
+    unsigned prefetch_shards; /* shards fetched ahead of the one being read; default 4 */
+    /* Shards larger than this are refused (memory bound in ram_only mode);
+     * default 4 GiB. */
+    unsigned long long max_shard_bytes;
+
+    struct sf_sampler_options sampler; /* seed, epoch, rank, world size, shuffle buffer, policy */
+
+    unsigned batch_size;       /* samples per batch; default 256 */
+    int drop_last;             /* 1: the epoch's last short batch is not delivered; default 0 */
+    unsigned prefetch_batches; /* host batch ring depth; default 4 (at least 2) */
+    unsigned decode_threads;   /* 0 (default): the cores this process may run on */
+
+    struct sf_image_options image;
+    /* Field names, ';'-separated, first present wins. Defaults:
+     * image "jpg;jpeg", label "cls;json;txt" (json: a number, or the
+     * member "label" of an object). NULL keeps the default; "" for label
+     * means no label (labels are then -1). */
+    const char *image_fields;
+    const char *label_fields;
+    /* Extra fields passed through as bytes (e.g. "npy;txt"), ';'-separated;
+     * a name ending in ".zst" is decompressed by the decode worker. NULL or ""
+     * (default): none. A sample missing one is an error (on_error). */
+    const char *extra_fields;
+    unsigned long long max_extra_bytes; /* per field per sample; default 16 MiB */
+    enum sf_on_error on_error;          /* default SF_ON_ERROR_FAIL */
+
+    enum sf_device_mode device; /* default SF_DEVICE_AUTO */
+    int cuda_device;            /* -1 (default): LOCAL_RANK, else 0 */
+    /* 1 (default): with a GPU, uint8 batches are also converted on the device
+     * to float32 (x / 255 - mean) / std in the same layout. */
+    int normalize_on_device;
+    /* 1: sf_loader_next() waits for the device copy on the host (event
+     * synchronise). 0 (default): it returns as soon as the copy is queued and
+     * the caller makes its stream wait on batch->cuda_event. */
+    int sync_device;
+
+    sf_log_fn log; /* NULL: silent; called from any loader thread */
+    void *log_user;
+    enum sf_log_level log_level; /* default SF_LOG_WARN */
+};
+
+/* Fills o with the defaults above (s3, cache and sampler defaults included).
+ * o may not be NULL. */
+SF_API void sf_loader_options_init_default(struct sf_loader_options *o);
+
+/*
+ * Reads options from a JSON object (text, NUL-terminated), over what o
+ * already holds. Keys are the option names of docs/loader.md (batch_size,
+ * decode_threads, prefetch_batches, prefetch_shards, shuffle_buffer, seed,
+ * cache_dir, cache_limit, concurrency, chunk_size, width, height, crop, ...);
+ * sizes accept "8M" strings. An unknown key, a wrong type or a bad value fails
+ * with SF_ERR_INVALID_ARGUMENT and a message naming the key. Strings (sources,
+ * cache_dir, field lists, endpoint...) point into storage owned by *keep,
+ * which the caller frees with sf_loader_options_free_json() after
+ * sf_loader_open(). o, json and keep may not be NULL.
+ */
+SF_API sf_status sf_loader_options_from_json(struct sf_loader_options *o, const char *json,
+                                             void **keep, char *err, size_t err_len);
+SF_API void sf_loader_options_free_json(void *keep);
+
+/* ------------------------------------------------------------------ batches */
+
+/* One pass-through field of a batch: sample i's bytes are
+ * data[offsets[i] .. offsets[i+1]). */
+struct sf_batch_field {
+    const char *name;
+    const unsigned char *data;
+    const uint64_t *offsets; /* size + 1 entries */
+};
+
+/*
+ * A delivered batch. Everything it points to is owned by the loader and valid
+ * until sf_loader_release() of this batch (host and device memory).
+ */
+struct sf_batch {
+    uint64_t epoch;
+    uint64_t index;    /* batch number within the epoch, from 0 */
+    uint64_t position; /* epoch position of its first sample */
+    size_t size;       /* samples in the batch (batch_size, or fewer: the last, skips) */
+    unsigned width, height, channels; /* channels is 3 */
+    enum sf_layout layout;
+    enum sf_dtype dtype;
+    size_t image_bytes; /* bytes of one image in images */
+    /* size images back to back: host memory (pinned when CUDA is in use). */
+    const void *images;
+    const int64_t *labels; /* size entries; -1 where a sample has no label */
+    const uint32_t *flags; /* size entries: SF_SAMPLE_PAD for padding repeats */
+    const char *const *keys; /* size sample keys */
+    const uint64_t *shards;  /* size shard indices (into sf_loader_shard_url) */
+    size_t field_count;
+    const struct sf_batch_field *fields; /* extra_fields, in option order */
+
+    /* GPU (NULL on host delivery): images copied to the device, and float32
+     * normalised ones (dtype uint8 with normalize_on_device). cuda_event is a
+     * cudaEvent_t recorded on the loader's copy stream after both: make the
+     * compute stream wait on it (cudaStreamWaitEvent) unless sync_device. */
+    void *device_images;
+    void *device_normalized;
+    void *cuda_event;
+    int cuda_device;
+};
+
+/* ------------------------------------------------------------------ loader */
+
+struct sf_loader;
+
+/*
+ * Opens a loader: expands the sources, reads the shards' sample counts
+ * (index.json beside the shards when it lists them all, else the record
+ * shards' index, else a counting pass over tar shards, which also fills the
+ * cache), creates the client, cache, sampler, batch ring, GPU ring and starts
+ * the threads. Returns at once after that; the first batch follows.
+ *
+ * Fails with SF_ERR_INVALID_ARGUMENT (a bad option, naming it), the status of
+ * a source that cannot be listed or counted, SF_ERR_UNSUPPORTED
+ * (SF_DEVICE_CUDA without CUDA or a device) or SF_ERR_NO_MEMORY; *out is then
+ * NULL and err (may be NULL) gets the message.
+ */
+SF_API sf_status sf_loader_open(const struct sf_loader_options *o, struct sf_loader **out,
+                                char *err, size_t err_len);
+
+/*
+ * Delivers the next batch of the epoch into *out (SF_OK), or SF_ERR_NOT_FOUND
+ * -- no batch: the epoch is over (then call sf_loader_set_epoch() for the
+ * next one), or an error of the pipeline (sticky: later calls return it too;
+ * sf_loader_errmsg() names the shard, key and offset). Blocks while the batch
+ * is not ready; the time spent blocked is stats.consumer_wait_s.
+ * At most prefetch_batches - 1 batches may be held (not released) at once;
+ * asking for more is SF_ERR_LIMIT. l and out may not be NULL.
+ */
+SF_API sf_status sf_loader_next(struct sf_loader *l, struct sf_batch *out);
+
+/* Hands a batch back: its buffers return to the ring. Batches may be released
+ * in any order. A batch not from this loader or released twice is ignored. */
+SF_API void sf_loader_release(struct sf_loader *l, const struct sf_batch *b);
+
+/*
+ * Starts epoch `epoch` from its beginning. Batches of the old epoch still held
+ * stay valid until released; those not yet delivered are dropped. Fails with
+ * the sticky error if the loader has failed.
+ */
+SF_API sf_status sf_loader_set_epoch(struct sf_loader *l, uint64_t epoch);
+
+/* Size of a saved loader state. */
+#define SF_LOADER_STATE_BYTES 160
+
+/*
+ * Saves the consumer's position: the epoch and the samples of every batch
+ * delivered by sf_loader_next() so far (not what the threads read ahead), as
+ * SF_LOADER_STATE_BYTES bytes (a sampler state plus the batch size and a
+ * checksum). Restore with sf_loader_state_restore() on a loader opened with
+ * the same sources and options: the next batch is then the first one not
+ * delivered before the save, with the same contents.
+ */
+SF_API sf_status sf_loader_state_save(struct sf_loader *l, void *buf, size_t len);
+SF_API sf_status sf_loader_state_restore(struct sf_loader *l, const void *state, size_t len);
+
+/* Counters since sf_loader_open(). Rates are per second of wall time since
+ * open. */
+struct sf_loader_stats {
+    double elapsed_s;
+    uint64_t batches_delivered, samples_delivered, samples_skipped, pad_samples;
+    uint64_t samples_read;    /* parsed out of shards */
+    uint64_t samples_decoded; /* by the workers */
+    uint64_t shards_opened;
+    uint64_t bytes_fetched; /* from the network (cache misses) */
+    uint64_t bytes_read;    /* shard bytes parsed (hits and misses) */
+    uint64_t cache_hits, cache_misses;
+    uint64_t requests, retries;
+    double consumer_wait_s; /* total time sf_loader_next() blocked */
+    double decode_busy_s;   /* summed over decode threads */
+    double read_busy_s;     /* the reader thread, parsing and scheduling */
+    double gpu_copy_s;      /* copy + normalise, measured by events (0 on host) */
+    double images_per_s;    /* samples_delivered / elapsed_s */
+    double decode_per_s;    /* samples_decoded / elapsed_s */
+    double read_per_s;      /* samples_read / elapsed_s */
+    double fetch_mib_per_s; /* bytes_fetched / elapsed_s */
+    unsigned decode_queue, decode_queue_cap; /* samples waiting for a decode worker */
+    unsigned ready_batches, batch_ring;      /* batches done and not delivered; ring size */
+    unsigned shards_in_flight;               /* open (fetching or held) shards */
+    unsigned decode_threads;
+    int on_device; /* 1 when batches are delivered on the GPU */
+    uint64_t epoch;
+};
+SF_API void sf_loader_get_stats(struct sf_loader *l, struct sf_loader_stats *out);
+
+/* Shards of the loader (after expansion), by index. */
+SF_API size_t sf_loader_shard_count(const struct sf_loader *l);
+SF_API const char *sf_loader_shard_url(const struct sf_loader *l, size_t i);
+/* Samples and batches this rank delivers in the current epoch. */
+SF_API uint64_t sf_loader_epoch_samples(const struct sf_loader *l);
+SF_API uint64_t sf_loader_epoch_batches(const struct sf_loader *l);
+
+/* The detail of the loader's error ("" when none), valid until the next call. */
+SF_API const char *sf_loader_errmsg(const struct sf_loader *l);
+
+/* Stops the threads, frees everything (held batches included). NULL is a no-op. */
+SF_API void sf_loader_close(struct sf_loader *l);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SHARDFEED_LOADER_H */
