@@ -265,7 +265,7 @@ SF_API void sf_loader_release(struct sf_loader *l, const struct sf_batch *b);
 SF_API sf_status sf_loader_set_epoch(struct sf_loader *l, uint64_t epoch);
 
 /* Size of a saved loader state. */
-#define SF_LOADER_STATE_BYTES 160
+#define SF_LOADER_STATE_BYTES 168
 
 /*
  * Saves the consumer's position: the epoch and the samples of every batch

@@ -31,6 +31,8 @@ static void usage(FILE *f)
           "  pack SRC DEST pack a folder (ImageFolder or flat) into tar or record shards\n"
           "                plus index.json, in a folder or under s3://bucket/prefix\n"
           "  inspect URL   list the samples of one shard with their fields and sizes\n"
+          "  load URL...   run epochs through the loader (fetch, decode, batch, GPU) and\n"
+          "                report images/s and where time goes (`shardfeed load --help`)\n"
           "  version       print the library version and what this build supports\n"
           "  help          this text\n"
           "\n"
@@ -172,7 +174,7 @@ int cli_parse_options(int argc, char **argv, struct cli *c, const char *cmd,
         {NULL, 0, NULL, 0},
     };
     /* Common options first, then the command's own; getopt needs one table. */
-    struct option longopts[64];
+    struct option longopts[160];
     size_t n = 0;
     for (; common[n].name; n++)
         longopts[n] = common[n];

@@ -1,9 +1,454 @@
-/* shardfeed load: placeholder until the loader lands. */
+/* shardfeed load: runs epochs through the loader and reports its speed.
+ *
+ * Every loader option has a flag of the same name (`--batch-size` for
+ * batch_size); the flags are turned into a JSON object and applied with
+ * sf_loader_options_from_json(), so the CLI, the JSON file (--config) and
+ * the C struct cannot drift apart. */
 #include "cli.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+enum kind { K_UINT, K_SIZE, K_FLOAT, K_BOOL, K_STR, K_FLOAT3, K_INT };
+
+struct load_flag {
+    const char *flag; /* long option */
+    const char *key;  /* loader option (JSON key) */
+    enum kind kind;
+};
+
+/* Loader options as flags. Enum values are checked by the library. */
+static const struct load_flag load_flags[] = {
+    {"batch-size", "batch_size", K_UINT},
+    {"decode-threads", "decode_threads", K_UINT},
+    {"prefetch-batches", "prefetch_batches", K_UINT},
+    {"prefetch-shards", "prefetch_shards", K_UINT},
+    {"shuffle-buffer", "shuffle_buffer", K_UINT},
+    {"initial-fill", "initial_fill", K_UINT},
+    {"seed", "seed", K_UINT},
+    {"epoch", "epoch", K_UINT},
+    {"rank", "rank", K_INT},
+    {"world-size", "world_size", K_INT},
+    {"epoch-policy", "epoch_policy", K_STR},
+    {"partition", "partition", K_STR},
+    {"drop-last", "drop_last", K_BOOL},
+    {"ram-only", "ram_only", K_BOOL},
+    {"cache-dir", "cache_dir", K_STR},
+    {"cache-limit", "cache_limit", K_SIZE},
+    {"ram-cache-limit", "ram_cache_limit", K_SIZE},
+    {"max-shard-bytes", "max_shard_bytes", K_SIZE},
+    {"size", "size", K_UINT},
+    {"width", "width", K_UINT},
+    {"height", "height", K_UINT},
+    {"crop", "crop", K_STR},
+    {"scale-min", "scale_min", K_FLOAT},
+    {"scale-max", "scale_max", K_FLOAT},
+    {"ratio-min", "ratio_min", K_FLOAT},
+    {"ratio-max", "ratio_max", K_FLOAT},
+    {"center-fraction", "center_fraction", K_FLOAT},
+    {"hflip", "hflip", K_FLOAT},
+    {"layout", "layout", K_STR},
+    {"dtype", "dtype", K_STR},
+    {"mean", "mean", K_FLOAT3},
+    {"std", "std", K_FLOAT3},
+    {"max-side", "max_side", K_UINT},
+    {"max-pixels", "max_pixels", K_UINT},
+    {"max-scans", "max_scans", K_UINT},
+    {"image-fields", "image_fields", K_STR},
+    {"label-fields", "label_fields", K_STR},
+    {"extra-fields", "extra_fields", K_STR},
+    {"max-extra-bytes", "max_extra_bytes", K_SIZE},
+    {"on-error", "on_error", K_STR},
+    {"device", "device", K_STR},
+    {"cuda-device", "cuda_device", K_INT},
+    {"normalize-on-device", "normalize_on_device", K_BOOL},
+    {"sync-device", "sync_device", K_BOOL},
+};
+#define N_LOAD_FLAGS (sizeof(load_flags) / sizeof(load_flags[0]))
+
+enum {
+    O_EPOCHS = CLI_OPT_EXTRA + 500,
+    O_CONFIG,
+    O_MAX_BATCHES,
+    O_STEP_MS,
+    O_DIGEST,
+    O_NO_FLAG, /* --no-<bool> */
+};
+
+struct load_ctx {
+    cJSON *set; /* flags given, as loader JSON */
+    unsigned epochs;
+    const char *config;
+    unsigned long long max_batches;
+    double step_ms;
+    int digest;
+};
+
+static int on_load_option(void *ctx, int val, const char *arg)
+{
+    struct load_ctx *lc = ctx;
+    switch (val) {
+    case O_EPOCHS: return cli_parse_uint("--epochs", arg, 1, 1000000, &lc->epochs);
+    case O_CONFIG: lc->config = arg; return 0;
+    case O_MAX_BATCHES: {
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(arg, &end, 10);
+        if (!arg[0] || *end || errno || arg[0] == '-') {
+            cli_errorf("--max-batches: expected a count, got '%s'", arg);
+            return EXIT_USAGE;
+        }
+        lc->max_batches = v;
+        return 0;
+    }
+    case O_STEP_MS: {
+        char *end;
+        double v = strtod(arg, &end);
+        if (!arg[0] || *end || !(v >= 0 && v <= 60000)) {
+            cli_errorf("--step-ms: expected milliseconds 0..60000, got '%s'", arg);
+            return EXIT_USAGE;
+        }
+        lc->step_ms = v;
+        return 0;
+    }
+    case O_DIGEST: lc->digest = 1; return 0;
+    }
+    int neg = val >= O_NO_FLAG + 1000;
+    size_t i = (size_t)(val - (neg ? O_NO_FLAG + 1000 : CLI_OPT_EXTRA));
+    if (i >= N_LOAD_FLAGS)
+        return EXIT_USAGE;
+    const struct load_flag *f = &load_flags[i];
+    cJSON *v = NULL;
+    char *end;
+    switch (f->kind) {
+    case K_BOOL: v = cJSON_CreateBool(!neg); break;
+    case K_STR:
+    case K_SIZE: v = cJSON_CreateString(arg); break;
+    case K_UINT:
+    case K_INT: {
+        errno = 0;
+        long long n = strtoll(arg, &end, 10);
+        if (!arg[0] || *end || errno || (f->kind == K_UINT && (n < 0 || arg[0] == '-'))) {
+            cli_errorf("--%s: expected %s integer, got '%s'", f->flag,
+                       f->kind == K_UINT ? "a non-negative" : "an", arg);
+            return EXIT_USAGE;
+        }
+        v = cJSON_CreateNumber((double)n);
+        break;
+    }
+    case K_FLOAT: {
+        double d = strtod(arg, &end);
+        if (!arg[0] || *end) {
+            cli_errorf("--%s: expected a number, got '%s'", f->flag, arg);
+            return EXIT_USAGE;
+        }
+        v = cJSON_CreateNumber(d);
+        break;
+    }
+    case K_FLOAT3: {
+        double d[3];
+        const char *p = arg;
+        for (int k = 0; k < 3; k++) {
+            d[k] = strtod(p, &end);
+            if (end == p || (k < 2 && *end != ',') || (k == 2 && *end)) {
+                cli_errorf("--%s: expected three numbers a,b,c, got '%s'", f->flag, arg);
+                return EXIT_USAGE;
+            }
+            p = end + 1;
+        }
+        v = cJSON_CreateDoubleArray(d, 3);
+        break;
+    }
+    }
+    if (!v)
+        return EXIT_USAGE;
+    cJSON_DeleteItemFromObjectCaseSensitive(lc->set, f->key);
+    cJSON_AddItemToObject(lc->set, f->key, v);
+    return 0;
+}
+
+static void load_usage(void)
+{
+    fputs("usage: shardfeed load URL... [options]\n"
+          "Runs epochs through the loader (fetch, cache, parse, decode, batch, GPU copy)\n"
+          "and prints images/s, images delivered, the consumer's wait share and the\n"
+          "per-stage rates. Options carry the loader's option names (docs/loader.md):\n"
+          "  --batch-size N (256)  --epochs N (1)  --decode-threads N (cores)\n"
+          "  --prefetch-batches N (4)  --prefetch-shards N (4)  --shuffle-buffer N (1000)\n"
+          "  --seed N  --epoch N  --rank N  --world-size N  --epoch-policy pad|drop|uneven\n"
+          "  --partition shards|samples  --drop-last  --ram-only  --cache-dir DIR\n"
+          "  --cache-limit SIZE  --size N | --width N --height N  --crop random_resized|center|none\n"
+          "  --scale-min F --scale-max F --ratio-min F --ratio-max F --center-fraction F\n"
+          "  --hflip P  --layout chw|hwc  --dtype uint8|float32  --mean a,b,c --std a,b,c\n"
+          "  --image-fields 'jpg;jpeg'  --label-fields 'cls;json;txt'  --extra-fields LIST\n"
+          "  --on-error fail|skip  --device auto|host|cuda  --cuda-device N\n"
+          "  --no-normalize-on-device  --sync-device  --max-side N --max-pixels N --max-scans N\n"
+          "  --config FILE          loader options as a JSON object (flags win)\n"
+          "  --max-batches N        stop after N batches in all\n"
+          "  --step-ms MS           simulate a training step of MS per batch (wait share)\n"
+          "  --digest               print a digest of every batch's pixels and labels\n"
+          "  --json                 one JSON object on stdout\n"
+          "  plus the S3 options of `shardfeed help` (--endpoint-url, --concurrency,\n"
+          "  --chunk-size, ...).\n"
+          "Exit status: 0 done, 1 the loader failed (the message names the shard, key\n"
+          "and offset), 2 bad usage.\n",
+          stderr);
+}
+
+static char *read_file(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    size_t cap = 65536, n = 0;
+    char *buf = malloc(cap + 1);
+    while (buf) {
+        size_t r = fread(buf + n, 1, cap - n, f);
+        n += r;
+        if (r == 0)
+            break;
+        if (n == cap) {
+            char *nb = cap < (16u << 20) ? realloc(buf, cap * 2 + 1) : NULL;
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+    }
+    fclose(f);
+    if (buf)
+        buf[n] = 0;
+    return buf;
+}
+
+/* FNV-1a 64 over a batch's pixels, labels and flags (--digest). */
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) {
+        h ^= b[i];
+        h *= 0x100000001b3ULL;
+    }
+    return h;
+}
+
+static void sleep_ms(double ms)
+{
+    if (ms <= 0)
+        return;
+    struct timespec ts = {(time_t)(ms / 1000), (long)((ms - (double)(time_t)(ms / 1000) * 1000) * 1e6)};
+    nanosleep(&ts, NULL);
+}
 
 int cli_cmd_load(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    return 2;
+    struct option longopts[N_LOAD_FLAGS * 2 + 8];
+    char names[N_LOAD_FLAGS][48];
+    size_t n = 0;
+    for (size_t i = 0; i < N_LOAD_FLAGS; i++) {
+        int has_arg = load_flags[i].kind == K_BOOL ? no_argument : required_argument;
+        longopts[n++] = (struct option){load_flags[i].flag, has_arg, NULL, CLI_OPT_EXTRA + (int)i};
+        if (load_flags[i].kind == K_BOOL) {
+            snprintf(names[i], sizeof(names[i]), "no-%s", load_flags[i].flag);
+            longopts[n++] =
+                (struct option){names[i], no_argument, NULL, O_NO_FLAG + 1000 + (int)i};
+        }
+    }
+    longopts[n++] = (struct option){"epochs", required_argument, NULL, O_EPOCHS};
+    longopts[n++] = (struct option){"config", required_argument, NULL, O_CONFIG};
+    longopts[n++] = (struct option){"max-batches", required_argument, NULL, O_MAX_BATCHES};
+    longopts[n++] = (struct option){"step-ms", required_argument, NULL, O_STEP_MS};
+    longopts[n++] = (struct option){"digest", no_argument, NULL, O_DIGEST};
+    longopts[n++] = (struct option){NULL, 0, NULL, 0};
+
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            load_usage();
+            return 0;
+        }
+    struct load_ctx lc = {.set = cJSON_CreateObject(), .epochs = 1};
+    if (!lc.set)
+        return 1;
+    struct cli c;
+    struct cli_extra extra = {longopts, on_load_option, &lc};
+    int rc = cli_parse_options(argc, argv, &c, "load", &extra);
+    if (rc) {
+        cJSON_Delete(lc.set);
+        return rc;
+    }
+    if (c.n_args < 1) {
+        cli_errorf("load: expected at least one shard URL, pattern or prefix");
+        load_usage();
+        cJSON_Delete(lc.set);
+        return EXIT_USAGE;
+    }
+
+    struct sf_loader_options o;
+    sf_loader_options_init_default(&o);
+    o.s3 = c.s3o;
+    if (c.verbose) {
+        o.log = cli_log_stderr;
+        o.log_level = c.verbose >= 2 ? SF_LOG_DEBUG : SF_LOG_INFO;
+        o.cache.log = cli_log_stderr;
+        o.cache.log_level = o.log_level;
+    } else {
+        o.log = cli_log_stderr;
+        o.log_level = SF_LOG_WARN;
+    }
+    char err[2048] = "";
+    void *keep_cfg = NULL, *keep_flags = NULL;
+    if (lc.config) {
+        char *text = read_file(lc.config);
+        if (!text) {
+            cli_errorf("--config %s: %s", lc.config, strerror(errno ? errno : EIO));
+            cJSON_Delete(lc.set);
+            return EXIT_USAGE;
+        }
+        sf_status st = sf_loader_options_from_json(&o, text, &keep_cfg, err, sizeof(err));
+        free(text);
+        if (st != SF_OK) {
+            cli_errorf("--config %s: %s", lc.config, err);
+            cJSON_Delete(lc.set);
+            return EXIT_USAGE;
+        }
+    }
+    char *flags_json = cJSON_PrintUnformatted(lc.set);
+    cJSON_Delete(lc.set);
+    sf_status st =
+        flags_json ? sf_loader_options_from_json(&o, flags_json, &keep_flags, err, sizeof(err))
+                   : SF_ERR_NO_MEMORY;
+    free(flags_json);
+    if (st != SF_OK) {
+        /* "option 'batch_size': bad value" -> name the flag */
+        cli_errorf("load: %s (flags use the option names with '-' for '_')", err);
+        sf_loader_options_free_json(keep_cfg);
+        return EXIT_USAGE;
+    }
+    o.sources = (const char *const *)c.args;
+    o.source_count = (size_t)c.n_args;
+
+    double t_open = cli_now_s();
+    struct sf_loader *l = NULL;
+    st = sf_loader_open(&o, &l, err, sizeof(err));
+    sf_loader_options_free_json(keep_cfg);
+    sf_loader_options_free_json(keep_flags);
+    if (st != SF_OK) {
+        cli_errorf("load: %s (%s)", err[0] ? err : sf_status_str(st), sf_status_name(st));
+        return st == SF_ERR_INVALID_ARGUMENT ? EXIT_USAGE : 1;
+    }
+    uint64_t digest = 0xcbf29ce484222325ULL;
+    unsigned long long batches = 0, images = 0, pads = 0;
+    double first_batch_s = -1;
+    sf_status fail_st = SF_OK;
+    uint64_t first_epoch = o.sampler.epoch;
+    for (unsigned e = 0; e < lc.epochs && fail_st == SF_OK; e++) {
+        if (e > 0 && (st = sf_loader_set_epoch(l, first_epoch + e)) != SF_OK) {
+            fail_st = st;
+            break;
+        }
+        for (;;) {
+            if (lc.max_batches && batches >= lc.max_batches)
+                break;
+            struct sf_batch b;
+            st = sf_loader_next(l, &b);
+            if (st == SF_ERR_NOT_FOUND)
+                break;
+            if (st != SF_OK) {
+                fail_st = st;
+                break;
+            }
+            if (first_batch_s < 0)
+                first_batch_s = cli_now_s() - t_open;
+            batches++;
+            images += b.size;
+            for (size_t i = 0; i < b.size; i++)
+                pads += (b.flags[i] & SF_SAMPLE_PAD) != 0;
+            if (lc.digest) {
+                digest = fnv(digest, b.images, b.size * b.image_bytes);
+                digest = fnv(digest, b.labels, b.size * sizeof(*b.labels));
+                digest = fnv(digest, b.flags, b.size * sizeof(*b.flags));
+            }
+            sleep_ms(lc.step_ms);
+            sf_loader_release(l, &b);
+        }
+        if (lc.max_batches && batches >= lc.max_batches)
+            break;
+    }
+    double seconds = cli_now_s() - t_open;
+    struct sf_loader_stats s;
+    sf_loader_get_stats(l, &s);
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    unsigned long long rss = (unsigned long long)ru.ru_maxrss * 1024ULL;
+    double wait_share = seconds > 0 ? s.consumer_wait_s / seconds : 0;
+    if (fail_st != SF_OK) {
+        cli_errorf("load: %s (%s)", sf_loader_errmsg(l), sf_status_name(fail_st));
+    }
+    if (c.json) {
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddBoolToObject(j, "ok", fail_st == SF_OK);
+        if (fail_st != SF_OK) {
+            cJSON_AddStringToObject(j, "error", sf_loader_errmsg(l));
+            cJSON_AddStringToObject(j, "status", sf_status_name(fail_st));
+        }
+        cJSON_AddNumberToObject(j, "epochs", lc.epochs);
+        cJSON_AddNumberToObject(j, "shards", (double)sf_loader_shard_count(l));
+        cJSON_AddNumberToObject(j, "images", (double)images);
+        cJSON_AddNumberToObject(j, "batches", (double)batches);
+        cJSON_AddNumberToObject(j, "pads", (double)pads);
+        cJSON_AddNumberToObject(j, "skipped", (double)s.samples_skipped);
+        cJSON_AddNumberToObject(j, "seconds", seconds);
+        cJSON_AddNumberToObject(j, "first_batch_s", first_batch_s);
+        cJSON_AddNumberToObject(j, "images_per_s", seconds > 0 ? (double)images / seconds : 0);
+        cJSON_AddNumberToObject(j, "consumer_wait_s", s.consumer_wait_s);
+        cJSON_AddNumberToObject(j, "consumer_wait_share", wait_share);
+        cJSON_AddNumberToObject(j, "read_per_s", s.read_per_s);
+        cJSON_AddNumberToObject(j, "decode_per_s", s.decode_per_s);
+        cJSON_AddNumberToObject(j, "decode_busy_s", s.decode_busy_s);
+        cJSON_AddNumberToObject(j, "read_busy_s", s.read_busy_s);
+        cJSON_AddNumberToObject(j, "gpu_copy_s", s.gpu_copy_s);
+        cJSON_AddNumberToObject(j, "fetch_mib_per_s", s.fetch_mib_per_s);
+        cJSON_AddNumberToObject(j, "bytes_fetched", (double)s.bytes_fetched);
+        cJSON_AddNumberToObject(j, "bytes_read", (double)s.bytes_read);
+        cJSON_AddNumberToObject(j, "requests", (double)s.requests);
+        cJSON_AddNumberToObject(j, "retries", (double)s.retries);
+        cJSON_AddNumberToObject(j, "cache_hits", (double)s.cache_hits);
+        cJSON_AddNumberToObject(j, "cache_misses", (double)s.cache_misses);
+        cJSON_AddNumberToObject(j, "decode_threads", s.decode_threads);
+        cJSON_AddBoolToObject(j, "on_device", s.on_device);
+        cJSON_AddNumberToObject(j, "peak_rss_bytes", (double)rss);
+        if (lc.digest) {
+            char hex[17];
+            snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)digest);
+            cJSON_AddStringToObject(j, "digest", hex);
+        }
+        cli_print_json(j);
+        cJSON_Delete(j);
+    } else {
+        printf("load: %llu images in %llu batches, %u epoch(s), %.2f s: %.1f images/s\n", images,
+               batches, lc.epochs, seconds, seconds > 0 ? (double)images / seconds : 0.0);
+        printf("  consumer waited %.2f s (%.1f %% of the run); first batch after %.2f s\n",
+               s.consumer_wait_s, 100.0 * wait_share, first_batch_s);
+        printf("  stages: read %.1f samples/s, decode %.1f images/s on %u threads (busy %.2f "
+               "s), fetch %.1f MiB/s\n",
+               s.read_per_s, s.decode_per_s, s.decode_threads, s.decode_busy_s,
+               s.fetch_mib_per_s);
+        printf("  shards %zu, cache hits %llu, misses %llu, requests %llu, retries %llu; "
+               "skipped %llu, pads %llu; %s; peak RSS %.1f MiB\n",
+               sf_loader_shard_count(l), (unsigned long long)s.cache_hits,
+               (unsigned long long)s.cache_misses, (unsigned long long)s.requests,
+               (unsigned long long)s.retries, (unsigned long long)s.samples_skipped, pads,
+               s.on_device ? "batches on the GPU" : "host batches", (double)rss / 1048576.0);
+        if (lc.digest)
+            printf("  digest %016llx\n", (unsigned long long)digest);
+    }
+    sf_loader_close(l);
+    return fail_st == SF_OK ? 0 : 1;
 }

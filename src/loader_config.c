@@ -1,1 +1,379 @@
-/* placeholder */
+/* Loader options: defaults, checks, and the JSON configuration file
+ * (include/shardfeed_loader.h, docs/loader.md). */
+#include "src/decode.h"
+#include "src/loader.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void sf_loader_options_init_default(struct sf_loader_options *o)
+{
+    memset(o, 0, sizeof(*o));
+    sf_s3_options_init_default(&o->s3);
+    sf_cache_options_init_default(&o->cache);
+    sf_sampler_options_init_default(&o->sampler);
+    o->prefetch_shards = 4;
+    o->max_shard_bytes = 4ULL << 30;
+    o->batch_size = 256;
+    o->prefetch_batches = 4;
+    sf__image_options_default(&o->image);
+    o->max_extra_bytes = 16ULL << 20;
+    o->on_error = SF_ON_ERROR_FAIL;
+    o->device = SF_DEVICE_AUTO;
+    o->cuda_device = -1;
+    o->normalize_on_device = 1;
+    o->log_level = SF_LOG_WARN;
+}
+
+static sf_status bad(char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static sf_status bad(char *err, size_t len, const char *fmt, ...)
+{
+    if (err && len) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, len, fmt, ap);
+        va_end(ap);
+    }
+    return SF_ERR_INVALID_ARGUMENT;
+}
+
+sf_status sf__loader_options_check(const struct sf_loader_options *o, char *err, size_t err_len)
+{
+    if (!o->sources || o->source_count == 0)
+        return bad(err, err_len, "sources: at least one shard URL, pattern or prefix is needed");
+    for (size_t i = 0; i < o->source_count; i++)
+        if (!o->sources[i] || !o->sources[i][0])
+            return bad(err, err_len, "sources[%zu] is empty", i);
+    if (o->batch_size < 1 || o->batch_size > (1u << 20))
+        return bad(err, err_len, "batch_size %u: must be 1..1048576", o->batch_size);
+    if (o->prefetch_batches < 2 || o->prefetch_batches > 1024)
+        return bad(err, err_len, "prefetch_batches %u: must be 2..1024", o->prefetch_batches);
+    if (o->prefetch_shards < 1 || o->prefetch_shards > 4096)
+        return bad(err, err_len, "prefetch_shards %u: must be 1..4096", o->prefetch_shards);
+    if (o->decode_threads > 1024)
+        return bad(err, err_len, "decode_threads %u: must be 0 (the cores) ..1024",
+                   o->decode_threads);
+    if (o->max_shard_bytes < 1024)
+        return bad(err, err_len, "max_shard_bytes %llu: at least 1K", o->max_shard_bytes);
+    if (o->max_extra_bytes < 1)
+        return bad(err, err_len, "max_extra_bytes: at least 1");
+    if (o->on_error != SF_ON_ERROR_FAIL && o->on_error != SF_ON_ERROR_SKIP)
+        return bad(err, err_len, "on_error %d: fail or skip", (int)o->on_error);
+    if (o->device != SF_DEVICE_AUTO && o->device != SF_DEVICE_HOST && o->device != SF_DEVICE_CUDA)
+        return bad(err, err_len, "device %d: auto, host or cuda", (int)o->device);
+    if (o->image_fields && !o->image_fields[0])
+        return bad(err, err_len, "image_fields is empty");
+    sf_status st = sf__image_options_check(&o->image, err, err_len);
+    if (st != SF_OK)
+        return st;
+    if (o->image.width == 0 && o->batch_size != 1)
+        return bad(err, err_len,
+                   "width/height 0 (images keep their size) needs batch_size 1; set width and "
+                   "height");
+    size_t bytes = sf__image_bytes(&o->image);
+    if ((double)bytes * o->batch_size * o->prefetch_batches > 64.0 * (1ULL << 30))
+        return bad(err, err_len,
+                   "batch_size x prefetch_batches x image bytes is over 64 GiB of batch memory");
+    return SF_OK;
+}
+
+/* ------------------------------------------------------------ JSON */
+
+struct keep {
+    cJSON *root;
+    const char **sources;
+};
+
+void sf_loader_options_free_json(void *k)
+{
+    struct keep *kp = k;
+    if (!kp)
+        return;
+    cJSON_Delete(kp->root);
+    free(kp->sources);
+    free(kp);
+}
+
+static int get_uint(const cJSON *v, unsigned long long max, unsigned long long *out)
+{
+    if (cJSON_IsNumber(v)) {
+        double d = v->valuedouble;
+        if (d < 0 || d != floor(d) || d > (double)max)
+            return -1;
+        *out = (unsigned long long)d;
+        return 0;
+    }
+    return -1;
+}
+
+static int get_size(const cJSON *v, unsigned long long *out)
+{
+    if (cJSON_IsString(v))
+        return sf_parse_bytes(v->valuestring, out) == SF_OK ? 0 : -1;
+    return get_uint(v, 1ULL << 53, out);
+}
+
+static int get_float(const cJSON *v, float *out)
+{
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
+        return -1;
+    *out = (float)v->valuedouble;
+    return 0;
+}
+
+static int get_bool(const cJSON *v, int *out)
+{
+    if (!cJSON_IsBool(v))
+        return -1;
+    *out = cJSON_IsTrue(v);
+    return 0;
+}
+
+static int get_str(const cJSON *v, const char **out)
+{
+    if (!cJSON_IsString(v))
+        return -1;
+    *out = v->valuestring;
+    return 0;
+}
+
+static int get_float3(const cJSON *v, float out[3])
+{
+    if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != 3)
+        return -1;
+    for (int i = 0; i < 3; i++)
+        if (get_float(cJSON_GetArrayItem(v, i), &out[i]))
+            return -1;
+    return 0;
+}
+
+/* Applies one option by name (shared by the JSON reader and the CLI's
+ * --set style parsing). */
+static int apply(struct sf_loader_options *o, const char *k, const cJSON *v)
+{
+    unsigned long long u;
+    const char *s;
+    int b;
+#define U(name, field, max)                                                                        \
+    if (!strcmp(k, name)) {                                                                        \
+        if (get_uint(v, max, &u))                                                                  \
+            return -1;                                                                             \
+        field = u;                                                                                 \
+        return 0;                                                                                  \
+    }
+#define SZ(name, field)                                                                            \
+    if (!strcmp(k, name)) {                                                                        \
+        if (get_size(v, &u))                                                                       \
+            return -1;                                                                             \
+        field = u;                                                                                 \
+        return 0;                                                                                  \
+    }
+#define F(name, field)                                                                             \
+    if (!strcmp(k, name))                                                                          \
+        return get_float(v, &field);
+#define B(name, field)                                                                             \
+    if (!strcmp(k, name)) {                                                                        \
+        if (get_bool(v, &b))                                                                       \
+            return -1;                                                                             \
+        field = b;                                                                                 \
+        return 0;                                                                                  \
+    }
+#define S(name, field)                                                                             \
+    if (!strcmp(k, name))                                                                          \
+        return get_str(v, &field);
+    U("batch_size", o->batch_size, 1u << 20)
+    U("prefetch_batches", o->prefetch_batches, 1024)
+    U("prefetch_shards", o->prefetch_shards, 4096)
+    U("decode_threads", o->decode_threads, 1024)
+    B("drop_last", o->drop_last)
+    B("ram_only", o->ram_only)
+    SZ("max_shard_bytes", o->max_shard_bytes)
+    SZ("max_extra_bytes", o->max_extra_bytes)
+    S("image_fields", o->image_fields)
+    S("label_fields", o->label_fields)
+    S("extra_fields", o->extra_fields)
+    B("normalize_on_device", o->normalize_on_device)
+    B("sync_device", o->sync_device)
+    if (!strcmp(k, "cuda_device")) {
+        if (!cJSON_IsNumber(v) || v->valuedouble < -1 || v->valuedouble > 1024 ||
+            v->valuedouble != floor(v->valuedouble))
+            return -1;
+        o->cuda_device = (int)v->valuedouble;
+        return 0;
+    }
+    /* sampler */
+    U("seed", o->sampler.seed, 1ULL << 53)
+    U("epoch", o->sampler.epoch, 1ULL << 53)
+    U("shuffle_buffer", o->sampler.shuffle_buffer, SF_SAMPLER_MAX_SHUFFLE_BUFFER)
+    U("initial_fill", o->sampler.initial_fill, SF_SAMPLER_MAX_SHUFFLE_BUFFER)
+    if (!strcmp(k, "rank") || !strcmp(k, "world_size")) {
+        if (!cJSON_IsNumber(v) || v->valuedouble < -1 || v->valuedouble > 1e6 ||
+            v->valuedouble != floor(v->valuedouble))
+            return -1;
+        *(k[0] == 'r' ? &o->sampler.rank : &o->sampler.world_size) = (int)v->valuedouble;
+        return 0;
+    }
+    if (!strcmp(k, "epoch_policy")) {
+        if (get_str(v, &s))
+            return -1;
+        return sf__loader_parse_enum("epoch_policy", s, (int *)&o->sampler.policy);
+    }
+    if (!strcmp(k, "partition")) {
+        if (get_str(v, &s))
+            return -1;
+        return sf__loader_parse_enum("partition", s, (int *)&o->sampler.partition);
+    }
+    /* image */
+    U("width", o->image.width, 65535)
+    U("height", o->image.height, 65535)
+    if (!strcmp(k, "size")) {
+        if (get_uint(v, 65535, &u))
+            return -1;
+        o->image.width = o->image.height = (unsigned)u;
+        return 0;
+    }
+    F("scale_min", o->image.scale_min)
+    F("scale_max", o->image.scale_max)
+    F("ratio_min", o->image.ratio_min)
+    F("ratio_max", o->image.ratio_max)
+    F("center_fraction", o->image.center_fraction)
+    F("hflip", o->image.hflip)
+    U("max_side", o->image.max_side, 1u << 20)
+    U("max_pixels", o->image.max_pixels, 1ULL << 40)
+    U("max_scans", o->image.max_scans, 100000)
+    if (!strcmp(k, "mean"))
+        return get_float3(v, o->image.mean);
+    if (!strcmp(k, "std"))
+        return get_float3(v, o->image.std);
+    if (!strcmp(k, "crop") || !strcmp(k, "layout") || !strcmp(k, "dtype") ||
+        !strcmp(k, "on_error") || !strcmp(k, "device")) {
+        if (get_str(v, &s))
+            return -1;
+        int *f = !strcmp(k, "crop")       ? (int *)&o->image.crop
+                 : !strcmp(k, "layout")   ? (int *)&o->image.layout
+                 : !strcmp(k, "dtype")    ? (int *)&o->image.dtype
+                 : !strcmp(k, "on_error") ? (int *)&o->on_error
+                                          : (int *)&o->device;
+        return sf__loader_parse_enum(k, s, f);
+    }
+    /* cache and S3 */
+    S("cache_dir", o->cache.dir)
+    SZ("cache_limit", o->cache.limit_bytes)
+    SZ("ram_cache_limit", o->cache.ram_limit_bytes)
+    S("endpoint_url", o->s3.endpoint_url)
+    S("region", o->s3.region)
+    S("profile", o->s3.profile)
+    B("no_sign_request", o->s3.no_sign_request)
+    if (!strcmp(k, "concurrency")) {
+        if (get_uint(v, 1024, &u) || u < 1)
+            return -1;
+        o->s3.concurrency = (unsigned)u;
+        return 0;
+    }
+    SZ("chunk_size", o->s3.chunk_bytes)
+    U("max_attempts", o->s3.max_attempts, 1000)
+#undef U
+#undef SZ
+#undef F
+#undef B
+#undef S
+    return 1; /* unknown */
+}
+
+int sf__loader_parse_enum(const char *what, const char *s, int *out)
+{
+    static const struct {
+        const char *what, *name;
+        int value;
+    } t[] = {
+        {"crop", "random_resized", SF_CROP_RANDOM_RESIZED},
+        {"crop", "center", SF_CROP_CENTER},
+        {"crop", "none", SF_CROP_NONE},
+        {"layout", "chw", SF_LAYOUT_CHW},
+        {"layout", "hwc", SF_LAYOUT_HWC},
+        {"dtype", "uint8", SF_DTYPE_UINT8},
+        {"dtype", "float32", SF_DTYPE_FLOAT32},
+        {"on_error", "fail", SF_ON_ERROR_FAIL},
+        {"on_error", "skip", SF_ON_ERROR_SKIP},
+        {"device", "auto", SF_DEVICE_AUTO},
+        {"device", "host", SF_DEVICE_HOST},
+        {"device", "cuda", SF_DEVICE_CUDA},
+        {"epoch_policy", "pad", SF_EPOCH_PAD},
+        {"epoch_policy", "drop", SF_EPOCH_DROP},
+        {"epoch_policy", "uneven", SF_EPOCH_UNEVEN},
+        {"partition", "shards", SF_PARTITION_SHARDS},
+        {"partition", "samples", SF_PARTITION_SAMPLES},
+    };
+    for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++)
+        if (!strcmp(t[i].what, what) && !strcmp(t[i].name, s)) {
+            *out = t[i].value;
+            return 0;
+        }
+    return -1;
+}
+
+sf_status sf_loader_options_from_json(struct sf_loader_options *o, const char *json, void **keep,
+                                      char *err, size_t err_len)
+{
+    if (!o || !json || !keep)
+        return bad(err, err_len, "NULL argument");
+    *keep = NULL;
+    struct keep *k = calloc(1, sizeof(*k));
+    if (!k)
+        return SF_ERR_NO_MEMORY;
+    k->root = cJSON_Parse(json);
+    if (!k->root || !cJSON_IsObject(k->root)) {
+        const char *at = cJSON_GetErrorPtr();
+        sf_status st = bad(err, err_len, "configuration is not a JSON object%s%.*s%s",
+                           at && k->root == NULL ? " (near '" : "", at && !k->root ? 20 : 0,
+                           at ? at : "", at && !k->root ? "')" : "");
+        sf_loader_options_free_json(k);
+        return st;
+    }
+    struct sf_loader_options tmp = *o;
+    const cJSON *v;
+    cJSON_ArrayForEach(v, k->root)
+    {
+        const char *name = v->string;
+        if (!strcmp(name, "sources")) {
+            if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) < 1) {
+                sf_loader_options_free_json(k);
+                return bad(err, err_len, "sources: an array of URL strings");
+            }
+            size_t n = (size_t)cJSON_GetArraySize(v);
+            free(k->sources);
+            k->sources = calloc(n, sizeof(*k->sources));
+            if (!k->sources) {
+                sf_loader_options_free_json(k);
+                return SF_ERR_NO_MEMORY;
+            }
+            size_t i = 0;
+            const cJSON *e;
+            cJSON_ArrayForEach(e, v)
+            {
+                if (!cJSON_IsString(e)) {
+                    sf_loader_options_free_json(k);
+                    return bad(err, err_len, "sources[%zu]: not a string", i);
+                }
+                k->sources[i++] = e->valuestring;
+            }
+            tmp.sources = k->sources;
+            tmp.source_count = n;
+            continue;
+        }
+        int r = apply(&tmp, name, v);
+        if (r != 0) {
+            sf_status st = r > 0 ? bad(err, err_len, "unknown option '%s'", name)
+                                 : bad(err, err_len, "option '%s': bad value", name);
+            sf_loader_options_free_json(k);
+            return st;
+        }
+    }
+    *o = tmp;
+    *keep = k;
+    return SF_OK;
+}

@@ -1,2 +1,659 @@
+/* The loader end to end: shards packed by sf_pack from generated JPEGs, read
+ * from local paths and from the mock S3 server (cold cache, warm cache, RAM
+ * only, with faults), decoded into batches. Checks order determinism,
+ * exactly-once delivery, labels against pixels, distributed splits, error
+ * policies, state save/restore and the CLI. */
+#include "shardfeed.h"
+#include "src/loader.h"
+#include "support/mock_proc.h"
+#include "support/s3_client.h"
+
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
-Test(loader, placeholder) { cr_assert(1); }
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <turbojpeg.h>
+#include <unistd.h>
+
+static char *tmp;
+static struct mock_proc srv;
+
+static void teardown(void)
+{
+    if (srv.pid > 0)
+        mock_proc_stop(&srv);
+    srv.pid = 0;
+    if (tmp) {
+        test_rmtree(tmp);
+        free(tmp);
+        tmp = NULL;
+    }
+}
+
+TestSuite(loader, .fini = teardown, .timeout = 240);
+
+/* ------------------------------------------------------------ data */
+
+#define N_CLASSES 4
+
+/* Class k's colour: far apart, so a decoded pixel tells the class. */
+static void class_color(int k, unsigned char rgb[3])
+{
+    static const unsigned char c[N_CLASSES][3] = {
+        {220, 40, 40}, {40, 200, 60}, {50, 60, 210}, {230, 220, 50}};
+    memcpy(rgb, c[k], 3);
+}
+
+static int class_of(const unsigned char *px, size_t n_px, enum sf_layout layout)
+{
+    double m[3] = {0, 0, 0};
+    for (size_t i = 0; i < n_px; i++)
+        for (int c = 0; c < 3; c++)
+            m[c] += layout == SF_LAYOUT_HWC ? px[i * 3 + c] : px[c * n_px + i];
+    int best = -1;
+    double bd = 1e30;
+    for (int k = 0; k < N_CLASSES; k++) {
+        unsigned char rgb[3];
+        class_color(k, rgb);
+        double d = 0;
+        for (int c = 0; c < 3; c++) {
+            double x = m[c] / (double)n_px - rgb[c];
+            d += x * x;
+        }
+        if (d < bd) {
+            bd = d;
+            best = k;
+        }
+    }
+    return bd < 30 * 30 ? best : -1;
+}
+
+static unsigned char *make_jpeg(int cls, unsigned w, unsigned h, unsigned seed, unsigned long *len)
+{
+    unsigned char *px = malloc((size_t)w * h * 3);
+    cr_assert(px);
+    unsigned char rgb[3];
+    class_color(cls, rgb);
+    unsigned s = seed * 2654435761u + 1;
+    for (size_t i = 0; i < (size_t)w * h; i++) {
+        s = s * 1103515245u + 12345u;
+        int noise = (int)((s >> 16) % 9) - 4; /* texture, so images differ */
+        for (int c = 0; c < 3; c++) {
+            int v = rgb[c] + noise;
+            px[i * 3 + c] = (unsigned char)(v < 0 ? 0 : v > 255 ? 255 : v);
+        }
+    }
+    tjhandle tj = tjInitCompress();
+    cr_assert(tj);
+    unsigned char *jpeg = NULL;
+    *len = 0;
+    cr_assert(tjCompress2(tj, px, (int)w, 0, (int)h, TJPF_RGB, &jpeg, len, TJSAMP_420, 90, 0) == 0,
+              "%s", tjGetErrorStr2(tj));
+    tjDestroy(tj);
+    free(px);
+    return jpeg;
+}
+
+/* A flat folder of n samples: sNNNNN.jpg, .cls (class), .txt (the key). */
+static void make_flat(const char *dir, unsigned n, int corrupt_index)
+{
+    cr_assert(mkdir(dir, 0755) == 0 || errno == EEXIST, "%s", dir);
+    for (unsigned i = 0; i < n; i++) {
+        int cls = (int)((i * 7 + 3) % N_CLASSES);
+        unsigned long len;
+        unsigned w = 48 + (i * 13) % 80, h = 40 + (i * 29) % 72;
+        unsigned char *j = make_jpeg(cls, w, h, i, &len);
+        char rel[64], txt[64];
+        if ((int)i == corrupt_index)
+            len = len * 6 / 10; /* truncated: the entropy data stops mid-scan */
+        snprintf(rel, sizeof(rel), "s%05u.jpg", i);
+        cr_assert(test_write_file(dir, rel, j, len) == 0);
+        tjFree(j);
+        snprintf(rel, sizeof(rel), "s%05u.cls", i);
+        snprintf(txt, sizeof(txt), "%d", cls);
+        cr_assert(test_write_file(dir, rel, txt, strlen(txt)) == 0);
+        snprintf(rel, sizeof(rel), "s%05u.txt", i);
+        snprintf(txt, sizeof(txt), "key s%05u", i);
+        cr_assert(test_write_file(dir, rel, txt, strlen(txt)) == 0);
+    }
+}
+
+/* Packs src into dest (a folder or s3:// URL) as tar shards of ~shard_bytes. */
+static void pack(const char *src, const char *dest, unsigned long long shard_bytes,
+                 struct sf_s3 *s3)
+{
+    struct sf_pack_options o;
+    sf_pack_options_init_default(&o);
+    o.layout = SF_PACK_LAYOUT_FLAT;
+    o.shard_bytes = shard_bytes;
+    o.s3 = s3;
+    struct sf_pack_result r;
+    char err[1024] = "";
+    cr_assert(sf_pack(src, dest, &o, &r, err, sizeof(err)) == SF_OK, "pack: %s", err);
+}
+
+static char shards[700]; /* local folder of shards, with a trailing '/' */
+static unsigned n_samples;
+
+static void local_dataset(unsigned n, unsigned long long shard_bytes, int corrupt_index)
+{
+    tmp = test_tmpdir();
+    cr_assert(tmp);
+    test_isolate_aws_env(tmp);
+    char src[700];
+    snprintf(src, sizeof(src), "%s/src", tmp);
+    make_flat(src, n, corrupt_index);
+    snprintf(shards, sizeof(shards), "%s/shards/", tmp);
+    pack(src, shards, shard_bytes, NULL);
+    n_samples = n;
+}
+
+static void base_options(struct sf_loader_options *o, const char *const *sources, size_t n)
+{
+    sf_loader_options_init_default(o);
+    o->sources = sources;
+    o->source_count = n;
+    o->batch_size = 16;
+    o->prefetch_batches = 3;
+    o->prefetch_shards = 2;
+    o->decode_threads = 2;
+    o->image.width = 32;
+    o->image.height = 24;
+    o->sampler.shuffle_buffer = 50;
+    o->sampler.seed = 7;
+    o->sampler.rank = 0;
+    o->sampler.world_size = 1;
+    o->extra_fields = "txt";
+    o->device = SF_DEVICE_HOST;
+}
+
+static struct sf_loader *open_loader(const struct sf_loader_options *o)
+{
+    struct sf_loader *l = NULL;
+    char err[1024] = "";
+    sf_status st = sf_loader_open(o, &l, err, sizeof(err));
+    cr_assert_eq(st, SF_OK, "open: %s (%s)", err, sf_status_name(st));
+    return l;
+}
+
+/* Everything one epoch delivered. */
+struct epoch_log {
+    uint64_t digest;
+    unsigned images, batches, pads;
+    unsigned char *seen; /* per sample number (from the key) */
+    int labels_ok;
+};
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 0x100000001b3ULL;
+    return h;
+}
+
+/* Runs batches until the end of the epoch (or max_batches) and checks each
+ * sample: label = class of its pixels, txt field = its key. */
+static sf_status run_epoch(struct sf_loader *l, struct epoch_log *e, unsigned max_batches)
+{
+    memset(e, 0, sizeof(*e));
+    e->digest = 0xcbf29ce484222325ULL;
+    e->seen = calloc(n_samples, 1);
+    e->labels_ok = 1;
+    for (;;) {
+        if (max_batches && e->batches >= max_batches)
+            return SF_OK;
+        struct sf_batch b;
+        sf_status st = sf_loader_next(l, &b);
+        if (st != SF_OK)
+            return st;
+        cr_assert(b.size > 0 && b.size <= 16);
+        cr_assert_eq(b.channels, 3u);
+        e->digest = fnv(e->digest, b.images, b.size * b.image_bytes);
+        e->digest = fnv(e->digest, b.labels, b.size * sizeof(*b.labels));
+        for (size_t i = 0; i < b.size; i++) {
+            const unsigned char *px = (const unsigned char *)b.images + i * b.image_bytes;
+            int cls = class_of(px, (size_t)b.width * b.height, b.layout);
+            if (cls != b.labels[i])
+                e->labels_ok = 0;
+            unsigned k = 0;
+            cr_assert(sscanf(b.keys[i], "s%u", &k) == 1, "key %s", b.keys[i]);
+            cr_assert(k < n_samples);
+            char want[64];
+            snprintf(want, sizeof(want), "key %s", b.keys[i]);
+            cr_assert_eq(b.field_count, 1u);
+            const struct sf_batch_field *f = &b.fields[0];
+            size_t len = f->offsets[i + 1] - f->offsets[i];
+            cr_assert(len == strlen(want) && !memcmp(f->data + f->offsets[i], want, len),
+                      "txt field of %s", b.keys[i]);
+            if (b.flags[i] & SF_SAMPLE_PAD)
+                e->pads++;
+            else
+                e->seen[k]++;
+        }
+        e->images += (unsigned)b.size;
+        e->batches++;
+        sf_loader_release(l, &b);
+    }
+}
+
+/* ------------------------------------------------------------ tests */
+
+Test(loader, one_epoch_delivers_every_sample_once_with_its_label)
+{
+    local_dataset(150, 64 << 10, -1);
+    const char *src[] = {shards};
+    struct sf_loader_options o;
+    base_options(&o, src, 1);
+    struct sf_loader *l = open_loader(&o);
+    cr_assert_gt(sf_loader_shard_count(l), 2u, "the dataset should span several shards");
+    struct epoch_log e;
+    cr_assert_eq(run_epoch(l, &e, 0), SF_ERR_NOT_FOUND);
+    cr_assert_eq(e.images, 150u);
+    cr_assert_eq(e.batches, 10u); /* 9 x 16 + 6 */
+    for (unsigned i = 0; i < n_samples; i++)
+        cr_assert_eq(e.seen[i], 1, "sample %u delivered %d times", i, e.seen[i]);
+    cr_assert(e.labels_ok, "a label does not match its image's class");
+    struct sf_loader_stats s;
+    sf_loader_get_stats(l, &s);
+    cr_assert_eq(s.samples_delivered, 150u);
+    cr_assert_eq(s.samples_decoded, 150u);
+    cr_assert_eq(s.samples_read, 150u);
+    cr_assert_eq(s.samples_skipped, 0u);
+    free(e.seen);
+    /* The next epoch: a different order, same set. */
+    cr_assert_eq(sf_loader_set_epoch(l, 1), SF_OK);
+    struct epoch_log e2;
+    cr_assert_eq(run_epoch(l, &e2, 0), SF_ERR_NOT_FOUND);
+    cr_assert_eq(e2.images, 150u);
+    for (unsigned i = 0; i < n_samples; i++)
+        cr_assert_eq(e2.seen[i], 1);
+    cr_assert_neq(e.digest, e2.digest, "epoch 1 repeated epoch 0's batches");
+    free(e2.seen);
+    sf_loader_close(l);
+}
+
+Test(loader, same_seed_same_batches_different_seed_different)
+{
+    local_dataset(120, 48 << 10, -1);
+    const char *src[] = {shards};
+    uint64_t d[3];
+    for (int run = 0; run < 3; run++) {
+        struct sf_loader_options o;
+        base_options(&o, src, 1);
+        o.decode_threads = run == 1 ? 1 : 3; /* thread count must not matter */
+        o.sampler.seed = run == 2 ? 8 : 7;
+        struct sf_loader *l = open_loader(&o);
+        struct epoch_log e;
+        cr_assert_eq(run_epoch(l, &e, 0), SF_ERR_NOT_FOUND);
+        cr_assert_eq(e.images, 120u);
+        cr_assert(e.labels_ok);
+        d[run] = e.digest;
+        free(e.seen);
+        sf_loader_close(l);
+    }
+    cr_assert_eq(d[0], d[1], "same seed, different batches");
+    cr_assert_neq(d[0], d[2], "a different seed gave the same batches");
+}
+
+Test(loader, drop_last_and_layouts)
+{
+    local_dataset(70, 64 << 10, -1);
+    const char *src[] = {shards};
+    struct sf_loader_options o;
+    base_options(&o, src, 1);
+    o.drop_last = 1;
+    o.image.layout = SF_LAYOUT_HWC;
+    struct sf_loader *l = open_loader(&o);
+    cr_assert_eq(sf_loader_epoch_batches(l), 4u);
+    struct epoch_log e;
+    cr_assert_eq(run_epoch(l, &e, 0), SF_ERR_NOT_FOUND);
+    cr_assert_eq(e.images, 64u);
+    cr_assert_eq(e.batches, 4u);
+    cr_assert(e.labels_ok);
+    free(e.seen);
+    sf_loader_close(l);
+}
+
+Test(loader, ranks_split_the_epoch_without_overlap)
+{
+    local_dataset(101, 24 << 10, -1);
+    const char *src[] = {shards};
+    unsigned char *all = calloc(n_samples, 1);
+    unsigned sizes[3];
+    for (int r = 0; r < 3; r++) {
+        struct sf_loader_options o;
+        base_options(&o, src, 1);
+        o.sampler.rank = r;
+        o.sampler.world_size = 3;
+        struct sf_loader *l = open_loader(&o);
+        struct epoch_log e;
+        cr_assert_eq(run_epoch(l, &e, 0), SF_ERR_NOT_FOUND);
+        cr_assert(e.labels_ok);
+        sizes[r] = e.images;
+        for (unsigned i = 0; i < n_samples; i++)
+            all[i] += e.seen[i];
+        free(e.seen);
+        sf_loader_close(l);
+    }
+    cr_assert(sizes[0] == sizes[1] && sizes[1] == sizes[2], "PAD: equal sizes %u %u %u", sizes[0],
+              sizes[1], sizes[2]);
+    for (unsigned i = 0; i < n_samples; i++)
+        cr_assert_eq(all[i], 1, "sample %u delivered %d times over the ranks", i, all[i]);
+    free(all);
+}
+
+Test(loader, corrupt_jpeg_fails_naming_the_sample_or_is_skipped)
+{
+    local_dataset(60, 1 << 20, 37);
+    const char *src[] = {shards};
+    struct sf_loader_options o;
+    base_options(&o, src, 1);
+    struct sf_loader *l = open_loader(&o);
+    struct epoch_log e;
+    sf_status st = run_epoch(l, &e, 0);
+    cr_assert(st != SF_OK && st != SF_ERR_NOT_FOUND, "a corrupt JPEG went through: %s",
+              sf_status_name(st));
+    const char *m = sf_loader_errmsg(l);
+    cr_assert(strstr(m, "s00037") && strstr(m, "shard-000000.tar") && strstr(m, "offset"),
+              "message: %s", m);
+    /* sticky */
+    struct sf_batch b;
+    cr_assert_eq(sf_loader_next(l, &b), st);
+    free(e.seen);
+    sf_loader_close(l);
+
+    o.on_error = SF_ON_ERROR_SKIP;
+    l = open_loader(&o);
+    cr_assert_eq(run_epoch(l, &e, 0), SF_ERR_NOT_FOUND);
+    cr_assert_eq(e.images, 59u);
+    cr_assert_eq(e.seen[37], 0);
+    cr_assert(e.labels_ok);
+    struct sf_loader_stats s;
+    sf_loader_get_stats(l, &s);
+    cr_assert_eq(s.samples_skipped, 1u);
+    free(e.seen);
+    sf_loader_close(l);
+}
+
+Test(loader, state_restore_gives_the_same_remaining_batches)
+{
+    local_dataset(130, 32 << 10, -1);
+    const char *src[] = {shards};
+    struct sf_loader_options o;
+    base_options(&o, src, 1);
+    o.sampler.epoch = 3;
+    struct sf_loader *l = open_loader(&o);
+    struct epoch_log head, tail;
+    cr_assert_eq(run_epoch(l, &head, 3), SF_OK);
+    unsigned char state[SF_LOADER_STATE_BYTES];
+    cr_assert_eq(sf_loader_state_save(l, state, sizeof(state)), SF_OK);
+    cr_assert_eq(run_epoch(l, &tail, 0), SF_ERR_NOT_FOUND);
+    cr_assert_eq(head.images + tail.images, 130u);
+    sf_loader_close(l);
+
+    /* A new loader, opened at epoch 0, resumes at the saved point. */
+    o.sampler.epoch = 0;
+    l = open_loader(&o);
+    cr_assert_eq(sf_loader_state_restore(l, state, sizeof(state)), SF_OK);
+    struct epoch_log again;
+    cr_assert_eq(run_epoch(l, &again, 0), SF_ERR_NOT_FOUND);
+    cr_assert_eq(again.images, tail.images);
+    cr_assert_eq(again.digest, tail.digest, "resumed batches differ");
+    /* A corrupted state is refused. */
+    state[40] ^= 1;
+    cr_assert_eq(sf_loader_state_restore(l, state, sizeof(state)), SF_ERR_CORRUPT);
+    free(head.seen);
+    free(tail.seen);
+    free(again.seen);
+    sf_loader_close(l);
+
+    /* A different batch size is refused, naming it. */
+    state[40] ^= 1;
+    o.batch_size = 8;
+    l = open_loader(&o);
+    cr_assert_eq(sf_loader_state_restore(l, state, sizeof(state)), SF_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(sf_loader_errmsg(l), "batch_size"), "%s", sf_loader_errmsg(l));
+    sf_loader_close(l);
+}
+
+Test(loader, bad_options_are_refused_naming_them)
+{
+    const char *src[] = {"/nonexistent/shards/"};
+    struct sf_loader_options o;
+    base_options(&o, src, 1);
+    char err[512];
+    struct sf_loader *l = (struct sf_loader *)1;
+    o.batch_size = 0;
+    cr_assert_eq(sf_loader_open(&o, &l, err, sizeof(err)), SF_ERR_INVALID_ARGUMENT);
+    cr_assert_null(l);
+    cr_assert(strstr(err, "batch_size"), "%s", err);
+    base_options(&o, src, 1);
+    o.prefetch_batches = 1;
+    cr_assert_eq(sf_loader_open(&o, &l, err, sizeof(err)), SF_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(err, "prefetch_batches"), "%s", err);
+    base_options(&o, src, 1);
+    o.image.scale_min = 2;
+    cr_assert_eq(sf_loader_open(&o, &l, err, sizeof(err)), SF_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(err, "scale"), "%s", err);
+    base_options(&o, src, 1);
+    cr_assert_neq(sf_loader_open(&o, &l, err, sizeof(err)), SF_OK);
+    cr_assert(strstr(err, "/nonexistent/shards/"), "%s", err);
+    base_options(&o, src, 1);
+    o.device = SF_DEVICE_CUDA;
+    if (sf_cuda_device_count() == 0) {
+        cr_assert_eq(sf_loader_open(&o, &l, err, sizeof(err)), SF_ERR_UNSUPPORTED);
+        cr_assert(strstr(err, "cuda"), "%s", err);
+    }
+    /* JSON configuration: names and errors. */
+    void *keep = NULL;
+    sf_loader_options_init_default(&o);
+    cr_assert_eq(sf_loader_options_from_json(
+                     &o,
+                     "{\"batch_size\": 64, \"chunk_size\": \"4M\", \"crop\": \"center\", "
+                     "\"sources\": [\"s3://b/x.tar\"], \"mean\": [0.5, 0.5, 0.5]}",
+                     &keep, err, sizeof(err)),
+                 SF_OK, "%s", err);
+    cr_assert_eq(o.batch_size, 64u);
+    cr_assert_eq(o.s3.chunk_bytes, 4ull << 20);
+    cr_assert_eq(o.image.crop, SF_CROP_CENTER);
+    cr_assert_eq(o.source_count, 1u);
+    cr_assert_str_eq(o.sources[0], "s3://b/x.tar");
+    cr_assert_float_eq(o.image.mean[1], 0.5f, 1e-6);
+    sf_loader_options_free_json(keep);
+    cr_assert_eq(sf_loader_options_from_json(&o, "{\"batch_sise\": 64}", &keep, err, sizeof(err)),
+                 SF_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(err, "batch_sise"), "%s", err);
+    cr_assert_eq(sf_loader_options_from_json(&o, "{\"crop\": \"diagonal\"}", &keep, err,
+                                             sizeof(err)),
+                 SF_ERR_INVALID_ARGUMENT);
+    cr_assert(strstr(err, "crop"), "%s", err);
+    cr_assert_eq(sf_loader_options_from_json(&o, "[1,2]", &keep, err, sizeof(err)),
+                 SF_ERR_INVALID_ARGUMENT);
+}
+
+/* ------------------------------------------------------------ against the mock */
+
+static char root[700];
+
+static void mock_dataset(unsigned n, unsigned long long shard_bytes)
+{
+    tmp = test_tmpdir();
+    cr_assert(tmp);
+    test_isolate_aws_env(tmp);
+    setenv("AWS_ACCESS_KEY_ID", "mock-access-key", 1);
+    setenv("AWS_SECRET_ACCESS_KEY", "mock-secret-key", 1);
+    snprintf(root, sizeof(root), "%s/root", tmp);
+    char bucket[800];
+    snprintf(bucket, sizeof(bucket), "%s/bucket", root);
+    cr_assert(mkdir(root, 0755) == 0 && mkdir(bucket, 0755) == 0);
+    char src[700];
+    snprintf(src, sizeof(src), "%s/src", tmp);
+    make_flat(src, n, -1);
+    /* pack straight into the bucket's folder: the mock serves it */
+    char dest[900];
+    snprintf(dest, sizeof(dest), "%s/data/", bucket);
+    pack(src, dest, shard_bytes, NULL);
+    n_samples = n;
+    cr_assert(mock_proc_start(&srv, root, NULL) == 0, "the mock server did not start");
+}
+
+static void s3_options(struct sf_loader_options *o, const char *const *src, const char *cache_dir)
+{
+    base_options(o, src, 1);
+    o->s3.endpoint_url = srv.url;
+    o->s3.retry_base_ms = 5;
+    o->s3.retry_cap_ms = 100;
+    o->s3.chunk_bytes = 16 << 10;
+    o->cache.dir = cache_dir;
+    o->ram_only = cache_dir == NULL;
+}
+
+static long admin(const char *method, const char *path_query, const char *body)
+{
+    struct s3_call c = {.method = method, .target = path_query};
+    if (body) {
+        c.body = body;
+        c.body_len = strlen(body);
+    }
+    struct s3_resp r;
+    cr_assert(s3_call(srv.url, &c, &r) == 0, "%s %s: no answer", method, path_query);
+    long st = r.status;
+    s3_resp_free(&r);
+    return st;
+}
+
+Test(loader, from_the_mock_cold_then_warm_cache_with_faults)
+{
+    mock_dataset(140, 40 << 10);
+    char cache_dir[800];
+    snprintf(cache_dir, sizeof(cache_dir), "%s/cache", tmp);
+    /* A quarter of object requests answer 500, a tenth of GET bodies are cut. */
+    cr_assert_eq(admin("POST", "/_mock/faults",
+                       "p500=0.25,reset=0.1\n"),
+                 200);
+    const char *src[] = {"s3://bucket/data/"};
+    struct sf_loader_options o;
+    s3_options(&o, src, cache_dir);
+    struct sf_loader *l = open_loader(&o);
+    struct epoch_log cold;
+    cr_assert_eq(run_epoch(l, &cold, 0), SF_ERR_NOT_FOUND, "%s", sf_loader_errmsg(l));
+    cr_assert_eq(cold.images, 140u);
+    cr_assert(cold.labels_ok);
+    struct sf_loader_stats s;
+    sf_loader_get_stats(l, &s);
+    size_t n_shards = sf_loader_shard_count(l);
+    cr_assert_eq(s.cache_misses, n_shards);
+    cr_assert_gt(s.bytes_fetched, 0u);
+    cr_assert_gt(s.retries, 0u, "the faults should have caused retries");
+    sf_loader_close(l);
+
+    cr_assert_eq(admin("POST", "/_mock/faults", ""), 200);
+    l = open_loader(&o);
+    struct epoch_log warm;
+    cr_assert_eq(run_epoch(l, &warm, 0), SF_ERR_NOT_FOUND, "%s", sf_loader_errmsg(l));
+    sf_loader_get_stats(l, &s);
+    cr_assert_eq(s.cache_hits, n_shards);
+    cr_assert_eq(s.cache_misses, 0u);
+    cr_assert_eq(warm.digest, cold.digest, "the warm run gave other batches");
+    free(cold.seen);
+    free(warm.seen);
+    sf_loader_close(l);
+
+    /* RAM only: no cache directory is written. */
+    char ram_cache[800];
+    snprintf(ram_cache, sizeof(ram_cache), "%s/unused-cache", tmp);
+    s3_options(&o, src, NULL);
+    o.cache.dir = ram_cache;
+    o.ram_only = 1;
+    l = open_loader(&o);
+    struct epoch_log ram;
+    cr_assert_eq(run_epoch(l, &ram, 0), SF_ERR_NOT_FOUND, "%s", sf_loader_errmsg(l));
+    cr_assert_eq(ram.digest, cold.digest);
+    struct stat sb;
+    cr_assert(stat(ram_cache, &sb) != 0, "ram_only wrote a cache directory");
+    free(ram.seen);
+    sf_loader_close(l);
+}
+
+Test(loader, a_missing_shard_is_an_error_naming_it)
+{
+    mock_dataset(40, 16 << 10);
+    const char *src[] = {"s3://bucket/data/shard-{000000..000099}.tar"};
+    struct sf_loader_options o;
+    s3_options(&o, src, NULL);
+    struct sf_loader *l = NULL;
+    char err[1024] = "";
+    sf_status st = sf_loader_open(&o, &l, err, sizeof(err));
+    if (st == SF_OK) {
+        struct epoch_log e;
+        st = run_epoch(l, &e, 0);
+        snprintf(err, sizeof(err), "%s", sf_loader_errmsg(l));
+        free(e.seen);
+        sf_loader_close(l);
+    }
+    cr_assert(st != SF_OK && st != SF_ERR_NOT_FOUND ? 1 : strstr(err, "NoSuchKey") != NULL,
+              "status %s: %s", sf_status_name(st), err);
+    cr_assert(strstr(err, "s3://bucket/data/shard-0000"), "message: %s", err);
+}
+
+/* ------------------------------------------------------------ CLI */
+
+static int run_cli(const char *const *args, char *out, size_t out_len)
+{
+    char path[900];
+    snprintf(path, sizeof(path), "%s/cli.out", tmp);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        FILE *f = freopen(path, "w", stdout);
+        (void)f;
+        execv(SF_CLI_BIN, (char *const *)args);
+        _exit(127);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(out, 1, out_len - 1, f) : 0;
+    out[n] = 0;
+    if (f)
+        fclose(f);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+Test(loader, cli_load_json_and_errors)
+{
+    local_dataset(50, 64 << 10, -1);
+    char out[8192];
+    const char *ok[] = {SF_CLI_BIN, "load", shards, "--batch-size", "8", "--size", "32",
+                        "--epochs", "2", "--device", "host", "--json", "--digest", NULL};
+    cr_assert_eq(run_cli(ok, out, sizeof(out)), 0, "%s", out);
+    cJSON *j = cJSON_Parse(out);
+    cr_assert(j, "%s", out);
+    cr_assert_eq(cJSON_GetObjectItem(j, "images")->valuedouble, 100.0);
+    cr_assert_eq(cJSON_GetObjectItem(j, "batches")->valuedouble, 14.0);
+    cr_assert(cJSON_GetObjectItem(j, "images_per_s")->valuedouble > 0);
+    cr_assert(cJSON_IsNumber(cJSON_GetObjectItem(j, "consumer_wait_share")));
+    char d1[32];
+    snprintf(d1, sizeof(d1), "%s", cJSON_GetObjectItem(j, "digest")->valuestring);
+    cJSON_Delete(j);
+    /* same flags, same digest */
+    cr_assert_eq(run_cli(ok, out, sizeof(out)), 0);
+    j = cJSON_Parse(out);
+    cr_assert_str_eq(cJSON_GetObjectItem(j, "digest")->valuestring, d1);
+    cJSON_Delete(j);
+
+    const char *bad_flag[] = {SF_CLI_BIN, "load", shards, "--batch-size", "x", NULL};
+    cr_assert_eq(run_cli(bad_flag, out, sizeof(out)), 2);
+    const char *bad_val[] = {SF_CLI_BIN, "load", shards, "--crop", "diagonal", NULL};
+    cr_assert_eq(run_cli(bad_val, out, sizeof(out)), 2);
+    char missing[800];
+    snprintf(missing, sizeof(missing), "%sno-such-shard.tar", shards);
+    const char *gone[] = {SF_CLI_BIN, "load", missing, "--json", NULL};
+    cr_assert_eq(run_cli(gone, out, sizeof(out)), 1);
+}
