@@ -1,2 +1,253 @@
-/* placeholder */
-int main(void) { return 0; }
+/*
+ * bench_loader: the loader end to end against the decode limit, in one run.
+ *
+ *   bench_loader [--threads N] [--rounds R] [--batch-size B] [--size S]
+ *                [--cache-dir DIR] [--endpoint-url URL] SHARDS...
+ *
+ * SHARDS are what `shardfeed load` takes (a local folder of tar shards with
+ * index.json, s3:// URLs or patterns with --endpoint-url). The run:
+ *
+ *  1. reads every JPEG of the shards into memory (through the shard reader);
+ *  2. decode limit: one thread decodes every image in full with
+ *     libjpeg-turbo's TurboJPEG (tjDecompress2 to RGB, as PIL and djpeg do),
+ *     best of --rounds, reported as images/s; the limit for N threads is that
+ *     times N (the usual assumption that decode scales with cores);
+ *  3. the loader: one epoch per round (RandomResizedCrop to S x S, uint8 CHW,
+ *     --threads decode threads, host batches), best of --rounds, from the
+ *     cache given (warm it first: a first epoch that is not timed) or local
+ *     files;
+ *  4. prints both and loader / (single-thread decode x N): the issue's
+ *     target is >= 0.8.
+ */
+#include "shardfeed.h"
+#include "shardfeed_shard.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <turbojpeg.h>
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void die(const char *fmt, const char *arg) __attribute__((format(printf, 1, 0)));
+static void die(const char *fmt, const char *arg)
+{
+    fprintf(stderr, "bench_loader: ");
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-nonliteral"
+    fprintf(stderr, fmt, arg);
+#pragma GCC diagnostic pop
+    fprintf(stderr, "\n");
+    exit(1);
+}
+
+struct image {
+    unsigned char *data;
+    size_t size;
+};
+
+static struct image *images;
+static size_t n_images, cap_images;
+
+/* Reads every "jpg"/"jpeg" field of every shard of the sources. */
+static void collect(struct sf_s3 *s3, char **sources, int n_sources)
+{
+    for (int i = 0; i < n_sources; i++) {
+        struct sf_object_list *list;
+        if (sf_s3_expand(s3, sources[i], 0, &list) != SF_OK)
+            die("cannot expand %s", sources[i]);
+        for (size_t k = 0; k < sf_object_list_count(list); k++) {
+            const struct sf_object_info *obj = sf_object_list_get(list, k);
+            size_t len = strlen(obj->url);
+            if (len < 4 || strcmp(obj->url + len - 4, ".tar"))
+                continue;
+            struct sf_fetch_options fo;
+            sf_fetch_options_init_default(&fo);
+            struct sf_fetch *f;
+            struct sf_fetch_progress p;
+            if (sf_fetch_start(s3, obj->url, &fo, &f) != SF_OK ||
+                sf_fetch_wait(f, SF_SIZE_UNKNOWN, -1, &p) != SF_OK || p.status != SF_OK)
+                die("cannot read %s", obj->url);
+            struct sf_shard_reader *r;
+            char err[512];
+            if (sf_shard_reader_new(NULL, &r, err, sizeof(err)) != SF_OK)
+                die("%s", err);
+            sf_shard_reader_feed(r, sf_fetch_data(f), p.total, p.total);
+            struct sf_sample s;
+            enum sf_shard_event ev;
+            while (sf_shard_reader_next(r, &s, &ev) == SF_OK && ev == SF_SHARD_SAMPLE) {
+                for (size_t j = 0; j < s.field_count; j++) {
+                    if (strcmp(s.fields[j].name, "jpg") && strcmp(s.fields[j].name, "jpeg"))
+                        continue;
+                    if (n_images == cap_images) {
+                        cap_images = cap_images ? cap_images * 2 : 1024;
+                        images = realloc(images, cap_images * sizeof(*images));
+                        if (!images)
+                            die("%s", "out of memory");
+                    }
+                    struct image *im = &images[n_images++];
+                    im->size = s.fields[j].size;
+                    im->data = malloc(im->size);
+                    if (!im->data)
+                        die("%s", "out of memory");
+                    memcpy(im->data, s.fields[j].data, im->size);
+                }
+            }
+            sf_shard_reader_destroy(r);
+            sf_fetch_destroy(f);
+        }
+        sf_object_list_destroy(list);
+    }
+    if (!n_images)
+        die("%s", "no JPEG images in the sources");
+}
+
+/* One thread, every image decoded in full: images/s. */
+static double decode_limit(void)
+{
+    tjhandle tj = tjInitDecompress();
+    size_t cap = 0;
+    unsigned char *out = NULL;
+    double t0 = now_s();
+    for (size_t i = 0; i < n_images; i++) {
+        int w, h, sub, cs;
+        if (tjDecompressHeader3(tj, images[i].data, (unsigned long)images[i].size, &w, &h, &sub,
+                                &cs) != 0)
+            die("header: %s", tjGetErrorStr2(tj));
+        size_t need = (size_t)w * (size_t)h * 3;
+        if (need > cap) {
+            free(out);
+            out = malloc(need);
+            cap = need;
+        }
+        if (tjDecompress2(tj, images[i].data, (unsigned long)images[i].size, out, w, 0, h, TJPF_RGB,
+                          0) != 0)
+            die("decode: %s", tjGetErrorStr2(tj));
+    }
+    double s = now_s() - t0;
+    free(out);
+    tjDestroy(tj);
+    return (double)n_images / s;
+}
+
+static double loader_epoch(struct sf_loader_options *o, unsigned long long *n_out)
+{
+    struct sf_loader *l;
+    char err[1024];
+    double t0 = now_s();
+    if (sf_loader_open(o, &l, err, sizeof(err)) != SF_OK)
+        die("loader: %s", err);
+    struct sf_batch b;
+    sf_status st;
+    unsigned long long n = 0;
+    while ((st = sf_loader_next(l, &b)) == SF_OK) {
+        n += b.size;
+        sf_loader_release(l, &b);
+    }
+    if (st != SF_ERR_NOT_FOUND)
+        die("loader: %s", sf_loader_errmsg(l));
+    double s = now_s() - t0;
+    sf_loader_close(l);
+    *n_out = n;
+    return (double)n / s;
+}
+
+int main(int argc, char **argv)
+{
+    unsigned threads = 0, rounds = 3, batch = 256, size = 224;
+    const char *cache_dir = NULL, *endpoint = NULL;
+    char **sources = calloc((size_t)argc, sizeof(*sources));
+    int n_sources = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(argv[i], "--threads") && v)
+            threads = (unsigned)atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--rounds") && v)
+            rounds = (unsigned)atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--batch-size") && v)
+            batch = (unsigned)atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--size") && v)
+            size = (unsigned)atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--cache-dir") && v)
+            cache_dir = argv[++i];
+        else if (!strcmp(argv[i], "--endpoint-url") && v)
+            endpoint = argv[++i];
+        else if (argv[i][0] == '-')
+            die("unknown option %s", argv[i]);
+        else
+            sources[n_sources++] = argv[i];
+    }
+    if (!n_sources || !rounds)
+        die("%s", "usage: bench_loader [--threads N] [--rounds R] [--batch-size B] [--size S] "
+                  "[--cache-dir DIR] [--endpoint-url URL] SHARDS...");
+    struct sf_s3_options so;
+    sf_s3_options_init_default(&so);
+    so.endpoint_url = endpoint;
+    struct sf_s3 *s3;
+    char err[512];
+    if (sf_s3_new(&so, &s3, err, sizeof(err)) != SF_OK)
+        die("%s", err);
+    collect(s3, sources, n_sources);
+    sf_s3_destroy(s3);
+    size_t bytes = 0;
+    for (size_t i = 0; i < n_images; i++)
+        bytes += images[i].size;
+
+    struct sf_loader_options o;
+    sf_loader_options_init_default(&o);
+    o.sources = (const char *const *)sources;
+    o.source_count = (size_t)n_sources;
+    o.s3.endpoint_url = endpoint;
+    o.cache.dir = cache_dir;
+    o.batch_size = batch;
+    o.image.width = o.image.height = size;
+    o.decode_threads = threads;
+    o.device = SF_DEVICE_HOST;
+    unsigned long long n = 0;
+    loader_epoch(&o, &n); /* warms the cache (and the page cache) */
+
+    double best_dec = 0, best_ld = 0;
+    for (unsigned r = 0; r < rounds; r++) {
+        double d = decode_limit();
+        if (d > best_dec)
+            best_dec = d;
+        o.sampler.epoch = r + 1;
+        double x = loader_epoch(&o, &n);
+        if (x > best_ld)
+            best_ld = x;
+        if (n != n_images)
+            fprintf(stderr, "bench_loader: note: the loader delivered %llu of %zu images\n", n,
+                    n_images);
+    }
+    struct sf_loader_stats dummy;
+    (void)dummy;
+    unsigned t = threads;
+    if (!t) {
+        struct sf_loader *l;
+        if (sf_loader_open(&o, &l, err, sizeof(err)) == SF_OK) {
+            struct sf_loader_stats s;
+            sf_loader_get_stats(l, &s);
+            t = s.decode_threads;
+            sf_loader_close(l);
+        }
+    }
+    printf("images: %zu, average %.1f KB, output %ux%u, batch %u, %u decode threads\n", n_images,
+           (double)bytes / (double)n_images / 1000.0, size, size, batch, t);
+    printf("decode limit (1 thread, full tjDecompress2): %.1f images/s; x %u threads = %.1f\n",
+           best_dec, t, best_dec * t);
+    printf("loader, one epoch from %s: %.1f images/s\n", cache_dir ? "a warm cache" : "local files",
+           best_ld);
+    printf("ratio loader / decode limit: %.2f (target >= 0.8)\n", best_ld / (best_dec * t));
+    for (size_t i = 0; i < n_images; i++)
+        free(images[i].data);
+    free(images);
+    free(sources);
+    return 0;
+}

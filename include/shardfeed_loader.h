@@ -52,9 +52,8 @@ enum sf_crop {
     /* Resize (shorter side to the output's / center_fraction) then the
      * centre width x height: torchvision Resize + CenterCrop. Evaluation. */
     SF_CROP_CENTER = 1,
-    /* The whole image resized to width x height (aspect not kept); with
-     * width and height 0 the image keeps its own size (then batch_size must
-     * be 1 or every image the same size). */
+    /* The whole image resized to width x height (aspect not kept); an image
+     * of exactly that size is copied as decoded (libjpeg-turbo's pixels). */
     SF_CROP_NONE = 2,
 };
 
@@ -92,8 +91,8 @@ enum sf_device_mode {
 };
 
 struct sf_image_options {
-    unsigned width, height; /* output size; default 224 x 224 */
-    enum sf_crop crop;      /* default SF_CROP_RANDOM_RESIZED */
+    unsigned width, height;     /* output size; default 224 x 224 */
+    enum sf_crop crop;          /* default SF_CROP_RANDOM_RESIZED */
     float scale_min, scale_max; /* RandomResizedCrop area fraction; default 0.08, 1 */
     float ratio_min, ratio_max; /* RandomResizedCrop aspect ratio; default 3/4, 4/3 */
     float center_fraction;      /* SF_CROP_CENTER: crop / resize; default 0.875 (224 of 256) */
@@ -103,9 +102,9 @@ struct sf_image_options {
     enum sf_dtype dtype;        /* host batch type; default SF_DTYPE_UINT8 */
     float mean[3], std[3];      /* normalisation, on 0..1 values; default ImageNet's */
     /* Untrusted input limits: an image beyond them is an error (on_error). */
-    unsigned max_side;      /* pixels per side; default 16384 */
-    uint64_t max_pixels;    /* width x height; default 64 Mi */
-    unsigned max_scans;     /* progressive JPEG scans; default 64 */
+    unsigned max_side;   /* pixels per side; default 16384 */
+    uint64_t max_pixels; /* width x height; default 64 Mi */
+    unsigned max_scans;  /* progressive JPEG scans; default 64 */
 };
 
 /* ------------------------------------------------------------------ loader options */
@@ -206,8 +205,8 @@ struct sf_batch {
     size_t image_bytes; /* bytes of one image in images */
     /* size images back to back: host memory (pinned when CUDA is in use). */
     const void *images;
-    const int64_t *labels; /* size entries; -1 where a sample has no label */
-    const uint32_t *flags; /* size entries: SF_SAMPLE_PAD for padding repeats */
+    const int64_t *labels;   /* size entries; -1 where a sample has no label */
+    const uint32_t *flags;   /* size entries: SF_SAMPLE_PAD for padding repeats */
     const char *const *keys; /* size sample keys */
     const uint64_t *shards;  /* size shard indices (into sf_loader_shard_url) */
     size_t field_count;
@@ -290,14 +289,14 @@ struct sf_loader_stats {
     uint64_t bytes_read;    /* shard bytes parsed (hits and misses) */
     uint64_t cache_hits, cache_misses;
     uint64_t requests, retries;
-    double consumer_wait_s; /* total time sf_loader_next() blocked */
-    double decode_busy_s;   /* summed over decode threads */
-    double read_busy_s;     /* the reader thread, parsing and scheduling */
-    double gpu_copy_s;      /* copy + normalise, measured by events (0 on host) */
-    double images_per_s;    /* samples_delivered / elapsed_s */
-    double decode_per_s;    /* samples_decoded / elapsed_s */
-    double read_per_s;      /* samples_read / elapsed_s */
-    double fetch_mib_per_s; /* bytes_fetched / elapsed_s */
+    double consumer_wait_s;                  /* total time sf_loader_next() blocked */
+    double decode_busy_s;                    /* summed over decode threads */
+    double read_busy_s;                      /* the reader thread, parsing and scheduling */
+    double gpu_copy_s;                       /* copy + normalise, measured by events (0 on host) */
+    double images_per_s;                     /* samples_delivered / elapsed_s */
+    double decode_per_s;                     /* samples_decoded / elapsed_s */
+    double read_per_s;                       /* samples_read / elapsed_s */
+    double fetch_mib_per_s;                  /* bytes_fetched / elapsed_s */
     unsigned decode_queue, decode_queue_cap; /* samples waiting for a decode worker */
     unsigned ready_batches, batch_ring;      /* batches done and not delivered; ring size */
     unsigned shards_in_flight;               /* open (fetching or held) shards */

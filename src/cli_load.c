@@ -173,30 +173,31 @@ static int on_load_option(void *ctx, int val, const char *arg)
 
 static void load_usage(void)
 {
-    fputs("usage: shardfeed load URL... [options]\n"
-          "Runs epochs through the loader (fetch, cache, parse, decode, batch, GPU copy)\n"
-          "and prints images/s, images delivered, the consumer's wait share and the\n"
-          "per-stage rates. Options carry the loader's option names (docs/loader.md):\n"
-          "  --batch-size N (256)  --epochs N (1)  --decode-threads N (cores)\n"
-          "  --prefetch-batches N (4)  --prefetch-shards N (4)  --shuffle-buffer N (1000)\n"
-          "  --seed N  --epoch N  --rank N  --world-size N  --epoch-policy pad|drop|uneven\n"
-          "  --partition shards|samples  --drop-last  --ram-only  --cache-dir DIR\n"
-          "  --cache-limit SIZE  --size N | --width N --height N  --crop random_resized|center|none\n"
-          "  --scale-min F --scale-max F --ratio-min F --ratio-max F --center-fraction F\n"
-          "  --hflip P  --layout chw|hwc  --dtype uint8|float32  --mean a,b,c --std a,b,c\n"
-          "  --image-fields 'jpg;jpeg'  --label-fields 'cls;json;txt'  --extra-fields LIST\n"
-          "  --on-error fail|skip  --device auto|host|cuda  --cuda-device N\n"
-          "  --no-normalize-on-device  --sync-device  --max-side N --max-pixels N --max-scans N\n"
-          "  --config FILE          loader options as a JSON object (flags win)\n"
-          "  --max-batches N        stop after N batches in all\n"
-          "  --step-ms MS           simulate a training step of MS per batch (wait share)\n"
-          "  --digest               print a digest of every batch's pixels and labels\n"
-          "  --json                 one JSON object on stdout\n"
-          "  plus the S3 options of `shardfeed help` (--endpoint-url, --concurrency,\n"
-          "  --chunk-size, ...).\n"
-          "Exit status: 0 done, 1 the loader failed (the message names the shard, key\n"
-          "and offset), 2 bad usage.\n",
-          stderr);
+    fputs(
+        "usage: shardfeed load URL... [options]\n"
+        "Runs epochs through the loader (fetch, cache, parse, decode, batch, GPU copy)\n"
+        "and prints images/s, images delivered, the consumer's wait share and the\n"
+        "per-stage rates. Options carry the loader's option names (docs/loader.md):\n"
+        "  --batch-size N (256)  --epochs N (1)  --decode-threads N (cores)\n"
+        "  --prefetch-batches N (4)  --prefetch-shards N (4)  --shuffle-buffer N (1000)\n"
+        "  --seed N  --epoch N  --rank N  --world-size N  --epoch-policy pad|drop|uneven\n"
+        "  --partition shards|samples  --drop-last  --ram-only  --cache-dir DIR\n"
+        "  --cache-limit SIZE  --size N | --width N --height N  --crop random_resized|center|none\n"
+        "  --scale-min F --scale-max F --ratio-min F --ratio-max F --center-fraction F\n"
+        "  --hflip P  --layout chw|hwc  --dtype uint8|float32  --mean a,b,c --std a,b,c\n"
+        "  --image-fields 'jpg;jpeg'  --label-fields 'cls;json;txt'  --extra-fields LIST\n"
+        "  --on-error fail|skip  --device auto|host|cuda  --cuda-device N\n"
+        "  --no-normalize-on-device  --sync-device  --max-side N --max-pixels N --max-scans N\n"
+        "  --config FILE          loader options as a JSON object (flags win)\n"
+        "  --max-batches N        stop after N batches in all\n"
+        "  --step-ms MS           simulate a training step of MS per batch (wait share)\n"
+        "  --digest               print a digest of every batch's pixels and labels\n"
+        "  --json                 one JSON object on stdout\n"
+        "  plus the S3 options of `shardfeed help` (--endpoint-url, --concurrency,\n"
+        "  --chunk-size, ...).\n"
+        "Exit status: 0 done, 1 the loader failed (the message names the shard, key\n"
+        "and offset), 2 bad usage.\n",
+        stderr);
 }
 
 static char *read_file(const char *path)
@@ -243,7 +244,8 @@ static void sleep_ms(double ms)
 {
     if (ms <= 0)
         return;
-    struct timespec ts = {(time_t)(ms / 1000), (long)((ms - (double)(time_t)(ms / 1000) * 1000) * 1e6)};
+    struct timespec ts = {(time_t)(ms / 1000),
+                          (long)((ms - (double)(time_t)(ms / 1000) * 1000) * 1e6)};
     nanosleep(&ts, NULL);
 }
 
@@ -257,8 +259,7 @@ int cli_cmd_load(int argc, char **argv)
         longopts[n++] = (struct option){load_flags[i].flag, has_arg, NULL, CLI_OPT_EXTRA + (int)i};
         if (load_flags[i].kind == K_BOOL) {
             snprintf(names[i], sizeof(names[i]), "no-%s", load_flags[i].flag);
-            longopts[n++] =
-                (struct option){names[i], no_argument, NULL, O_NO_FLAG + 1000 + (int)i};
+            longopts[n++] = (struct option){names[i], no_argument, NULL, O_NO_FLAG + 1000 + (int)i};
         }
     }
     longopts[n++] = (struct option){"epochs", required_argument, NULL, O_EPOCHS};
@@ -321,9 +322,9 @@ int cli_cmd_load(int argc, char **argv)
     }
     char *flags_json = cJSON_PrintUnformatted(lc.set);
     cJSON_Delete(lc.set);
-    sf_status st =
-        flags_json ? sf_loader_options_from_json(&o, flags_json, &keep_flags, err, sizeof(err))
-                   : SF_ERR_NO_MEMORY;
+    sf_status st = flags_json
+                       ? sf_loader_options_from_json(&o, flags_json, &keep_flags, err, sizeof(err))
+                       : SF_ERR_NO_MEMORY;
     free(flags_json);
     if (st != SF_OK) {
         /* "option 'batch_size': bad value" -> name the flag */
@@ -438,8 +439,7 @@ int cli_cmd_load(int argc, char **argv)
                s.consumer_wait_s, 100.0 * wait_share, first_batch_s);
         printf("  stages: read %.1f samples/s, decode %.1f images/s on %u threads (busy %.2f "
                "s), fetch %.1f MiB/s\n",
-               s.read_per_s, s.decode_per_s, s.decode_threads, s.decode_busy_s,
-               s.fetch_mib_per_s);
+               s.read_per_s, s.decode_per_s, s.decode_threads, s.decode_busy_s, s.fetch_mib_per_s);
         printf("  shards %zu, cache hits %llu, misses %llu, requests %llu, retries %llu; "
                "skipped %llu, pads %llu; %s; peak RSS %.1f MiB\n",
                sf_loader_shard_count(l), (unsigned long long)s.cache_hits,

@@ -1,1 +1,1268 @@
-/* placeholder */
+/*
+ * Decode workers' machinery (docs/decode.md): per-sample randomness, crop
+ * geometry, region + DCT-scaled JPEG decode through the libjpeg API of
+ * libjpeg-turbo, bilinear resize, flip, layout, normalisation, labels and
+ * zstd fields.
+ *
+ * One struct sf_decoder per thread. It owns a jpeg_decompress_struct (created
+ * once, reset with jpeg_abort_decompress between images), the error, source
+ * and progress managers that point back into it, a ZSTD_DCtx and scratch
+ * buffers that only ever grow, so a worker in its steady state allocates
+ * nothing itself (libjpeg's own per-image pools aside).
+ *
+ * The library is not linked with libm, so the three functions the crop
+ * geometry needs (sqrt, exp, log) are defined here; see crop_sqrt & co.
+ */
+#include "src/decode.h"
+
+#include "s3/strbuf.h"
+#include "src/sampler.h"
+
+#include <cjson/cJSON.h>
+#include <zstd.h>
+#include <zstd_errors.h>
+
+#include <limits.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h> /* before jpeglib.h, which uses FILE */
+#include <stdlib.h>
+#include <string.h>
+
+#include <jpeglib.h>
+#include <jerror.h>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+/* ------------------------------------------------------------------ per-sample randomness */
+
+/* "sf/image" read as a little-endian uint64 (docs/decode.md, docs/sampling.md). */
+#define SF__TAG_IMAGE 0x6567616d692f6673ULL
+
+uint64_t sf__sample_rng_seed(uint64_t seed, uint64_t epoch, uint64_t shard, uint64_t sample)
+{
+    uint64_t h = sf__absorb64(SF__TAG_IMAGE, seed);
+    h = sf__absorb64(h, epoch);
+    h = sf__absorb64(h, shard);
+    return sf__absorb64(h, sample);
+}
+
+/* A double in [0, 1) from the top 53 bits of one draw (Python:
+ * (next() >> 11) * 2.0**-53). */
+static double rng_uniform(struct sf__rng *r)
+{
+    return (double)(sf__rng_next(r) >> 11) * 0x1.0p-53;
+}
+
+/* ------------------------------------------------------------------ math without libm */
+
+static double from_bits(uint64_t b)
+{
+    double x;
+    memcpy(&x, &b, sizeof x);
+    return x;
+}
+
+static uint64_t to_bits(double x)
+{
+    uint64_t b;
+    memcpy(&b, &x, sizeof b);
+    return b;
+}
+
+/* 2^k for -1022 <= k <= 1023, exactly. */
+static double pow2i(int k)
+{
+    return from_bits((uint64_t)(k + 1023) << 52);
+}
+
+/* floor(x) for 0 <= x < 2^63. */
+static double floor_pos(double x)
+{
+    return (double)(uint64_t)x;
+}
+
+/* Python's round(x) for 0 <= x: nearest integer, ties to even. x - floor(x)
+ * is exact for x < 2^52; from 2^52 on every double is an integer. */
+static double round_even(double x)
+{
+    if (!(x < 0x1.0p52))
+        return x;
+    double f = floor_pos(x);
+    double frac = x - f;
+    if (frac > 0.5 || (frac == 0.5 && ((uint64_t)f & 1u)))
+        f += 1.0;
+    return f;
+}
+
+/*
+ * Correctly rounded square root of a positive finite double (what IEEE sqrt
+ * and Python's math.sqrt return): the integer square root of the 53-bit
+ * significand shifted left by 64 has 59 or 60 bits; a non-zero remainder is
+ * folded into its lowest bit (a sticky bit well below the rounding position),
+ * so converting it to double rounds exactly as the real root would.
+ */
+static double crop_sqrt(double x)
+{
+    if (!(x > 0.0) || x > 0x1.0p1000)
+        return x > 0.0 ? x : 0.0; /* not reached with the crop's arguments */
+    uint64_t b = to_bits(x);
+    int be = (int)(b >> 52);
+    uint64_t m = b & ((1ULL << 52) - 1);
+    int e;
+    if (be == 0) { /* subnormal: normalise */
+        e = -1074;
+        while (!(m & (1ULL << 52))) {
+            m <<= 1;
+            e--;
+        }
+    } else {
+        m |= 1ULL << 52;
+        e = be - 1075;
+    }
+    if (e & 1) { /* make the exponent even */
+        m <<= 1;
+        e--;
+    }
+    unsigned __int128 n = (unsigned __int128)m << 64, root = 0;
+    unsigned __int128 bit = (unsigned __int128)1 << 126;
+    while (bit > n)
+        bit >>= 2;
+    while (bit) {
+        if (n >= root + bit) {
+            n -= root + bit;
+            root = (root >> 1) + bit;
+        } else {
+            root >>= 1;
+        }
+        bit >>= 2;
+    }
+    uint64_t r = (uint64_t)root | (n != 0);
+    return (double)r * pow2i((e - 64) / 2);
+}
+
+/* Natural logarithm of a positive normal double, within 1 ulp (fdlibm's
+ * scheme): x = (1 + f) 2^k with 1 + f in [sqrt(1/2), sqrt(2)); s = f / (2 + f);
+ * log(1 + f) = 2 atanh(s) = f - f^2/2 + s (f^2/2 + R), R = sum 2 s^2n / (2n+1)
+ * to n = 12 (|s| < 0.172). */
+static double crop_log(double x)
+{
+    static const double ln2_hi = 6.93147180369123816490e-01; /* ln 2 = hi + lo, */
+    static const double ln2_lo = 1.90821492927058770002e-10; /* k hi exact */
+    uint64_t b = to_bits(x);
+    int k = (int)((b >> 52) & 0x7ff) - 1023;
+    double m = from_bits((b & ((1ULL << 52) - 1)) | 0x3ff0000000000000ULL);
+    if (m > 1.41421356237309504880) {
+        m *= 0.5;
+        k++;
+    }
+    double f = m - 1.0; /* exact */
+    double s = f / (2.0 + f), z = s * s;
+    double R = 0.0;
+    for (int n = 12; n >= 1; n--)
+        R = z * (2.0 / (2 * n + 1) + R);
+    double hfsq = 0.5 * f * f;
+    double dk = (double)k;
+    return dk * ln2_hi - ((hfsq - (s * (hfsq + R) + dk * ln2_lo)) - f);
+}
+
+/* e^x for |x| <= 700, within 1 ulp (fdlibm's scheme): x = k ln2 + r,
+ * |r| <= ln2/2, r = hi - lo; c = r - (r coth(r/2) - 2) by the Bernoulli series
+ * of r coth(r/2) to r^12; e^r = 1 - ((lo - r c / (2 - c)) - hi); times 2^k. */
+static double crop_exp(double x)
+{
+    static const double ln2_hi = 6.93147180369123816490e-01;
+    static const double ln2_lo = 1.90821492927058770002e-10;
+    static const double inv_ln2 = 1.44269504088896338700e+00;
+    /* 2 B_2n / (2n)! for n = 1..6 */
+    static const double P[6] = {1.0 / 6.0,       -1.0 / 360.0,     1.0 / 15120.0,
+                                -1.0 / 604800.0, 1.0 / 23950080.0, -691.0 / 653837184000.0};
+    if (x > 700.0)
+        x = 700.0;
+    if (x < -700.0)
+        x = -700.0;
+    double kd = x * inv_ln2;
+    int k = (int)(kd < 0 ? kd - 0.5 : kd + 0.5);
+    double hi = x - (double)k * ln2_hi, lo = (double)k * ln2_lo;
+    double r = hi - lo, t = r * r;
+    double q = 0.0;
+    for (int n = 5; n >= 0; n--)
+        q = P[n] + t * q;
+    double c = r - t * q;
+    double e = 1.0 - ((lo - (r * c) / (2.0 - c)) - hi);
+    return e * pow2i(k);
+}
+
+/* ------------------------------------------------------------------ options */
+
+void sf__image_options_default(struct sf_image_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->width = 224;
+    o->height = 224;
+    o->crop = SF_CROP_RANDOM_RESIZED;
+    o->scale_min = 0.08f;
+    o->scale_max = 1.0f;
+    o->ratio_min = 3.0f / 4.0f;
+    o->ratio_max = 4.0f / 3.0f;
+    o->center_fraction = 0.875f;
+    o->hflip = 0.5f;
+    o->layout = SF_LAYOUT_CHW;
+    o->dtype = SF_DTYPE_UINT8;
+    o->mean[0] = 0.485f;
+    o->mean[1] = 0.456f;
+    o->mean[2] = 0.406f;
+    o->std[0] = 0.229f;
+    o->std[1] = 0.224f;
+    o->std[2] = 0.225f;
+    o->max_side = 16384;
+    o->max_pixels = 64ULL << 20;
+    o->max_scans = 64;
+}
+
+/* Output sides above this are refused: far beyond any training input, and it
+ * keeps width x height x 12 far from overflowing. */
+#define SF__MAX_OUTPUT_SIDE 65535u
+
+static int finite_f(float v)
+{
+    return v == v && v - v == 0.0f;
+}
+
+sf_status sf__image_options_check(const struct sf_image_options *o, char *err, size_t err_len)
+{
+    const sf_status bad = SF_ERR_INVALID_ARGUMENT;
+    if (!o)
+        return sf__fail(err, err_len, bad, "image options are NULL");
+    if (o->crop != SF_CROP_RANDOM_RESIZED && o->crop != SF_CROP_CENTER && o->crop != SF_CROP_NONE)
+        return sf__fail(err, err_len, bad, "crop %d is not a crop mode", (int)o->crop);
+    if ((o->width == 0) != (o->height == 0))
+        return sf__fail(err, err_len, bad, "width %u and height %u: both or neither must be 0",
+                        o->width, o->height);
+    if (o->width == 0 && o->crop != SF_CROP_NONE)
+        return sf__fail(err, err_len, bad,
+                        "width and height 0 (keep the image size) need crop \"none\"");
+    if (o->width > SF__MAX_OUTPUT_SIDE || o->height > SF__MAX_OUTPUT_SIDE)
+        return sf__fail(err, err_len, bad, "width %u x height %u: each must be at most %u",
+                        o->width, o->height, SF__MAX_OUTPUT_SIDE);
+    if (!finite_f(o->scale_min) || !finite_f(o->scale_max) || !(o->scale_min > 0.0f) ||
+        o->scale_max < o->scale_min || o->scale_max > 1e6f)
+        return sf__fail(err, err_len, bad,
+                        "scale_min %g, scale_max %g: need 0 < scale_min <= scale_max",
+                        (double)o->scale_min, (double)o->scale_max);
+    if (!finite_f(o->ratio_min) || !finite_f(o->ratio_max) || !(o->ratio_min >= 1e-6f) ||
+        o->ratio_max < o->ratio_min || o->ratio_max > 1e6f)
+        return sf__fail(err, err_len, bad,
+                        "ratio_min %g, ratio_max %g: need 1e-6 <= ratio_min <= ratio_max <= 1e6",
+                        (double)o->ratio_min, (double)o->ratio_max);
+    if (!finite_f(o->center_fraction) || !(o->center_fraction > 0.0f) || o->center_fraction > 1.0f)
+        return sf__fail(err, err_len, bad, "center_fraction %g must be in (0, 1]",
+                        (double)o->center_fraction);
+    if (!finite_f(o->hflip) || o->hflip < 0.0f || o->hflip > 1.0f)
+        return sf__fail(err, err_len, bad, "hflip %g must be in [0, 1]", (double)o->hflip);
+    if (o->layout != SF_LAYOUT_CHW && o->layout != SF_LAYOUT_HWC)
+        return sf__fail(err, err_len, bad, "layout %d is not a layout", (int)o->layout);
+    if (o->dtype != SF_DTYPE_UINT8 && o->dtype != SF_DTYPE_FLOAT32)
+        return sf__fail(err, err_len, bad, "dtype %d is not a dtype", (int)o->dtype);
+    for (int c = 0; c < 3; c++) {
+        if (!finite_f(o->mean[c]))
+            return sf__fail(err, err_len, bad, "mean[%d] %g is not finite", c, (double)o->mean[c]);
+        if (!finite_f(o->std[c]) || o->std[c] == 0.0f)
+            return sf__fail(err, err_len, bad, "std[%d] %g must be finite and non-zero", c,
+                            (double)o->std[c]);
+    }
+    if (o->max_side == 0 || o->max_side > JPEG_MAX_DIMENSION)
+        return sf__fail(err, err_len, bad, "max_side %u must be in 1..%u", o->max_side,
+                        (unsigned)JPEG_MAX_DIMENSION);
+    if (o->max_pixels == 0)
+        return sf__fail(err, err_len, bad, "max_pixels must be at least 1");
+    if (o->max_scans == 0)
+        return sf__fail(err, err_len, bad, "max_scans must be at least 1");
+    return SF_OK;
+}
+
+size_t sf__image_bytes(const struct sf_image_options *o)
+{
+    size_t elem = o->dtype == SF_DTYPE_FLOAT32 ? sizeof(float) : 1;
+    return (size_t)o->width * o->height * 3 * elem;
+}
+
+/* ------------------------------------------------------------------ crop geometry */
+
+/* uniform(a, b) = a + (b - a) * u, the float options widened to double. */
+static double uniform(struct sf__rng *r, double a, double b)
+{
+    return a + (b - a) * rng_uniform(r);
+}
+
+static struct sf__crop_box random_resized(const struct sf_image_options *o, unsigned W, unsigned H,
+                                          struct sf__rng *rng)
+{
+    double area = (double)W * (double)H;
+    double lmin = crop_log((double)o->ratio_min), lmax = crop_log((double)o->ratio_max);
+    for (int attempt = 0; attempt < 10; attempt++) {
+        double target = area * uniform(rng, (double)o->scale_min, (double)o->scale_max);
+        double aspect = crop_exp(uniform(rng, lmin, lmax));
+        double w = round_even(crop_sqrt(target * aspect));
+        double h = round_even(crop_sqrt(target / aspect));
+        if (w > 0.0 && w <= (double)W && h > 0.0 && h <= (double)H) {
+            struct sf__crop_box b;
+            b.w = (unsigned)w;
+            b.h = (unsigned)h;
+            b.y = (unsigned)sf__rng_below(rng, (uint64_t)(H - b.h) + 1);
+            b.x = (unsigned)sf__rng_below(rng, (uint64_t)(W - b.w) + 1);
+            return b;
+        }
+    }
+    /* torchvision's fallback: the whole image, cut to the nearest allowed
+     * ratio, centred. */
+    double in_ratio = (double)W / (double)H;
+    double w = W, h = H;
+    if (in_ratio < (double)o->ratio_min)
+        h = round_even((double)W / (double)o->ratio_min);
+    else if (in_ratio > (double)o->ratio_max)
+        w = round_even((double)H * (double)o->ratio_max);
+    if (w < 1.0)
+        w = 1.0;
+    if (h < 1.0)
+        h = 1.0;
+    if (w > (double)W)
+        w = W;
+    if (h > (double)H)
+        h = H;
+    struct sf__crop_box b = {0, 0, (unsigned)w, (unsigned)h};
+    b.x = (W - b.w) / 2;
+    b.y = (H - b.h) / 2;
+    return b;
+}
+
+/* torchvision Resize(S) (shorter side to S = floor(max(width, height) /
+ * center_fraction)) then CenterCrop(height, width), expressed in source
+ * pixels: one resized pixel is short/S source pixels. */
+static struct sf__crop_box center_box(const struct sf_image_options *o, unsigned W, unsigned H)
+{
+    unsigned side = o->width > o->height ? o->width : o->height;
+    double S = floor_pos((double)side / (double)o->center_fraction);
+    if (S < 1.0)
+        S = 1.0;
+    double per = (double)(W < H ? W : H) / S;
+    double bw = round_even((double)o->width * per), bh = round_even((double)o->height * per);
+    if (bw < 1.0)
+        bw = 1.0;
+    if (bh < 1.0)
+        bh = 1.0;
+    if (bw > (double)W)
+        bw = W;
+    if (bh > (double)H)
+        bh = H;
+    struct sf__crop_box b = {0, 0, (unsigned)bw, (unsigned)bh};
+    b.x = (unsigned)round_even((double)(W - b.w) / 2.0);
+    b.y = (unsigned)round_even((double)(H - b.h) / 2.0);
+    return b;
+}
+
+void sf__crop_window(const struct sf_image_options *o, unsigned src_w, unsigned src_h,
+                     uint64_t rng_seed, struct sf__crop_box *box, int *flip)
+{
+    struct sf__rng rng = {rng_seed};
+    struct sf__crop_box b = {0, 0, src_w, src_h};
+    if (src_w > 0 && src_h > 0) {
+        if (o->crop == SF_CROP_RANDOM_RESIZED)
+            b = random_resized(o, src_w, src_h, &rng);
+        else if (o->crop == SF_CROP_CENTER && o->width > 0 && o->height > 0)
+            b = center_box(o, src_w, src_h);
+    }
+    /* Always drawn, so the flip is the same whatever hflip's value decides. */
+    int f = rng_uniform(&rng) < (double)o->hflip;
+    if (box)
+        *box = b;
+    if (flip)
+        *flip = f;
+}
+
+/* ------------------------------------------------------------------ decoder */
+
+/* DCT scales M/8 the region decode may use. Measured (docs/decode.md): the
+ * non-power-of-two scales of libjpeg-turbo 2.1.5 have no SIMD IDCT and are
+ * slower than the next power of two up, so only these are used. */
+static const unsigned scale_choices[] = {1, 2, 4, 8};
+
+/* Bilinear weights in 1/2048ths: 255 * 2048 * 2048 fits in 32 bits. */
+#define W_BITS 11
+#define W_ONE  (1 << W_BITS)
+
+/* Rows/columns decoded beyond the ones the resize reads, so that the pixels
+ * used never sit at the edge of the decoded region, where fancy upsampling
+ * replicates chroma instead of reading the neighbour. */
+#define REGION_MARGIN 2u
+
+struct sf_decoder {
+    struct jpeg_decompress_struct cinfo;
+    struct jpeg_error_mgr jerr;
+    struct jpeg_source_mgr src;
+    struct jpeg_progress_mgr progress;
+    jmp_buf jmp;
+    int cinfo_ready;
+
+    /* The image being decoded. */
+    const unsigned char *data;
+    size_t size;
+    int src_eof;
+    unsigned max_scans;
+    /* Set by raise_() just before the longjmp. */
+    sf_status fail_status;
+    char msg[JMSG_LENGTH_MAX + 160];
+
+    /* Scratch, grown and reused. */
+    unsigned char *win; /* decoded window, RGB, rows back to back */
+    size_t win_cap;
+    unsigned char *line; /* one decoded line (CMYK) + one output row (RGB) */
+    size_t line_cap;
+    int32_t *tab; /* resize tables: x (off0, off1, w) then y (row0, row1, w) */
+    size_t tab_cap;
+
+    /* dtype float32: lut[c][v] = (v / 255 - mean[c]) / std[c], for lut_mean/std. */
+    float lut[3][256];
+    float lut_mean[3], lut_std[3];
+    int lut_ok;
+
+    ZSTD_DCtx *zstd;
+};
+
+static struct sf_decoder *decoder_of(j_common_ptr c)
+{
+    return (struct sf_decoder *)(void *)((char *)c - offsetof(struct sf_decoder, cinfo));
+}
+
+static size_t input_offset(const struct sf_decoder *d)
+{
+    if (d->src_eof || !d->src.next_input_byte)
+        return d->size;
+    return (size_t)(d->src.next_input_byte - d->data);
+}
+
+static _Noreturn void raise_(struct sf_decoder *d, sf_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static _Noreturn void raise_(struct sf_decoder *d, sf_status st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(d->msg, sizeof d->msg, fmt, ap);
+    va_end(ap);
+    d->fail_status = st;
+    longjmp(d->jmp, 1);
+}
+
+static sf_status status_of_jpeg_error(int code)
+{
+    switch (code) {
+    case JERR_OUT_OF_MEMORY: return SF_ERR_NO_MEMORY;
+    case JERR_BAD_PRECISION:
+    case JERR_CONVERSION_NOTIMPL:
+    case JERR_NOT_COMPILED:
+    case JERR_NOTIMPL:
+    case JERR_SOF_UNSUPPORTED:
+    case JERR_ARITH_NOTIMPL:
+    case JERR_NO_SOI: return SF_ERR_UNSUPPORTED;
+    case JERR_NO_BACKING_STORE:
+    case JERR_IMAGE_TOO_BIG:
+    case JERR_WIDTH_OVERFLOW: return SF_ERR_LIMIT;
+    default: return SF_ERR_CORRUPT;
+    }
+}
+
+/* libjpeg's error_exit, and its warnings: both end the decode. */
+static _Noreturn void jpeg_fail(j_common_ptr c, int warning)
+{
+    struct sf_decoder *d = decoder_of(c);
+    char text[JMSG_LENGTH_MAX];
+    (*c->err->format_message)(c, text);
+    sf_status st = warning ? SF_ERR_CORRUPT : status_of_jpeg_error(c->err->msg_code);
+    raise_(d, st, "%s JPEG at byte %zu of %zu: %s%s",
+           st == SF_ERR_UNSUPPORTED ? "unsupported" : "bad", input_offset(d), d->size, text,
+           warning ? " (a libjpeg warning, treated as an error)" : "");
+}
+
+static void on_error_exit(j_common_ptr c)
+{
+    jpeg_fail(c, 0);
+}
+
+static void on_emit_message(j_common_ptr c, int level)
+{
+    if (level < 0) /* a warning: the data is corrupt but libjpeg would go on */
+        jpeg_fail(c, 1);
+    /* level >= 0: trace messages, ignored */
+}
+
+static void on_output_message(j_common_ptr c)
+{
+    (void)c; /* the library never prints */
+}
+
+static void on_progress(j_common_ptr c)
+{
+    struct sf_decoder *d = decoder_of(c);
+    if (d->cinfo.input_scan_number > (int)d->max_scans)
+        raise_(d, SF_ERR_LIMIT, "JPEG at byte %zu of %zu has more than %u scans (max_scans)",
+               input_offset(d), d->size, d->max_scans);
+}
+
+/* Source manager over the image bytes: like jpeg_mem_src, but it knows where
+ * it is (for messages), and running out of data is a libjpeg warning, which
+ * on_emit_message turns into an error. */
+static void src_init(j_decompress_ptr c)
+{
+    (void)c;
+}
+
+static boolean src_fill(j_decompress_ptr c)
+{
+    static const JOCTET fake_eoi[2] = {0xFF, JPEG_EOI};
+    struct sf_decoder *d = decoder_of((j_common_ptr)c);
+    d->src_eof = 1;
+    WARNMS(c, JWRN_JPEG_EOF);
+    /* Not reached (the warning raises); libjpeg's own recovery otherwise. */
+    c->src->next_input_byte = fake_eoi;
+    c->src->bytes_in_buffer = 2;
+    return TRUE;
+}
+
+static void src_skip(j_decompress_ptr c, long n)
+{
+    struct jpeg_source_mgr *s = c->src;
+    if (n <= 0)
+        return;
+    while ((size_t)n > s->bytes_in_buffer) {
+        n -= (long)s->bytes_in_buffer;
+        (void)(*s->fill_input_buffer)(c);
+    }
+    s->next_input_byte += n;
+    s->bytes_in_buffer -= (size_t)n;
+}
+
+static void src_term(j_decompress_ptr c)
+{
+    (void)c;
+}
+
+sf_status sf__decoder_new(struct sf_decoder **out)
+{
+    if (!out)
+        return SF_ERR_INVALID_ARGUMENT;
+    *out = NULL;
+    struct sf_decoder *d = calloc(1, sizeof *d);
+    if (!d)
+        return SF_ERR_NO_MEMORY;
+    d->cinfo.err = jpeg_std_error(&d->jerr);
+    d->jerr.error_exit = on_error_exit;
+    d->jerr.emit_message = on_emit_message;
+    d->jerr.output_message = on_output_message;
+    if (setjmp(d->jmp)) { /* jpeg_create_decompress ran out of memory */
+        free(d);
+        return SF_ERR_NO_MEMORY;
+    }
+    jpeg_create_decompress(&d->cinfo);
+    d->cinfo_ready = 1;
+    d->src.init_source = src_init;
+    d->src.fill_input_buffer = src_fill;
+    d->src.skip_input_data = src_skip;
+    d->src.resync_to_restart = jpeg_resync_to_restart;
+    d->src.term_source = src_term;
+    d->progress.progress_monitor = on_progress;
+    d->zstd = ZSTD_createDCtx();
+    if (!d->zstd) {
+        sf__decoder_destroy(d);
+        return SF_ERR_NO_MEMORY;
+    }
+    *out = d;
+    return SF_OK;
+}
+
+void sf__decoder_destroy(struct sf_decoder *d)
+{
+    if (!d)
+        return;
+    if (d->cinfo_ready)
+        jpeg_destroy_decompress(&d->cinfo);
+    ZSTD_freeDCtx(d->zstd);
+    free(d->win);
+    free(d->line);
+    free(d->tab);
+    free(d);
+}
+
+/* Grows *buf to at least n bytes (raises SF_ERR_NO_MEMORY). */
+static void *grow(struct sf_decoder *d, void **buf, size_t *cap, size_t n)
+{
+    if (n <= *cap)
+        return *buf;
+    size_t want = n + n / 4;
+    void *p = realloc(*buf, want);
+    if (!p)
+        raise_(d, SF_ERR_NO_MEMORY, "out of memory for a %zu-byte decode buffer", want);
+    *buf = p;
+    *cap = want;
+    return p;
+}
+
+static void build_lut(struct sf_decoder *d, const float mean[3], const float std[3])
+{
+    if (d->lut_ok && !memcmp(d->lut_mean, mean, sizeof d->lut_mean) &&
+        !memcmp(d->lut_std, std, sizeof d->lut_std))
+        return;
+    for (int c = 0; c < 3; c++)
+        for (int v = 0; v < 256; v++)
+            d->lut[c][v] = ((float)v / 255.0f - mean[c]) / std[c];
+    memcpy(d->lut_mean, mean, sizeof d->lut_mean);
+    memcpy(d->lut_std, std, sizeof d->lut_std);
+    d->lut_ok = 1;
+}
+
+/* Where finished output rows go: one RGB row (width x 3) at a time. */
+struct emitter {
+    unsigned char *out;
+    unsigned width, height;
+    enum sf_layout layout;
+    enum sf_dtype dtype;
+    const float (*lut)[256];
+};
+
+static void put_f32(unsigned char *out, size_t index, float v)
+{
+    memcpy(out + index * sizeof v, &v, sizeof v); /* out has any alignment */
+}
+
+/* Writes RGB row `rgb` (width pixels) as output row y; reverse mirrors it. */
+static void emit_row(const struct emitter *e, unsigned y, const unsigned char *rgb, int reverse)
+{
+    const unsigned W = e->width;
+    const size_t plane = (size_t)W * e->height;
+    const size_t row = (size_t)y * W;
+    if (e->dtype == SF_DTYPE_UINT8 && e->layout == SF_LAYOUT_HWC) {
+        unsigned char *dst = e->out + row * 3;
+        if (!reverse) {
+            memcpy(dst, rgb, (size_t)W * 3);
+            return;
+        }
+        for (unsigned x = 0; x < W; x++) {
+            const unsigned char *s = rgb + (size_t)(W - 1 - x) * 3;
+            dst[3 * x] = s[0];
+            dst[3 * x + 1] = s[1];
+            dst[3 * x + 2] = s[2];
+        }
+        return;
+    }
+    if (e->dtype == SF_DTYPE_UINT8) {
+        unsigned char *r = e->out + row, *g = r + plane, *b = g + plane;
+        for (unsigned x = 0; x < W; x++) {
+            const unsigned char *s = rgb + (size_t)(reverse ? W - 1 - x : x) * 3;
+            r[x] = s[0];
+            g[x] = s[1];
+            b[x] = s[2];
+        }
+        return;
+    }
+    for (unsigned x = 0; x < W; x++) {
+        const unsigned char *s = rgb + (size_t)(reverse ? W - 1 - x : x) * 3;
+        for (unsigned c = 0; c < 3; c++) {
+            size_t at = e->layout == SF_LAYOUT_HWC ? (row + x) * 3 + c : c * plane + row + x;
+            put_f32(e->out, at, e->lut[c][s[c]]);
+        }
+    }
+}
+
+/* CMYK (4 bytes a pixel) to RGB. Adobe files (the usual CMYK JPEG, from
+ * Photoshop) store the inks inverted; as PIL does, R = C' K' / 255 there and
+ * (255 - C)(255 - K) / 255 otherwise. */
+static void cmyk_to_rgb(const unsigned char *src, unsigned char *dst, unsigned n, int inverted)
+{
+    for (unsigned i = 0; i < n; i++, src += 4, dst += 3) {
+        unsigned k = inverted ? src[3] : 255u - src[3];
+        for (int c = 0; c < 3; c++) {
+            unsigned v = inverted ? src[c] : 255u - src[c];
+            dst[c] = (unsigned char)((v * k + 127) / 255);
+        }
+    }
+}
+
+/* Reads the next scanline (cw pixels) as RGB into dst. */
+static void read_line(struct sf_decoder *d, unsigned char *dst, unsigned cw)
+{
+    struct jpeg_decompress_struct *ci = &d->cinfo;
+    int cmyk = ci->out_color_space == JCS_CMYK;
+    JSAMPROW p = cmyk ? d->line : dst;
+    if (jpeg_read_scanlines(ci, &p, 1) != 1)
+        raise_(d, SF_ERR_INTERNAL, "libjpeg returned no scanline at row %u of %u",
+               ci->output_scanline, ci->output_height);
+    if (cmyk)
+        cmyk_to_rgb(d->line, dst, cw, ci->saw_Adobe_marker);
+}
+
+/* Restricts decoding to columns [c0, c1] and moves to row r0: returns the
+ * first decoded column (jpeg_crop_scanline widens left to an iMCU boundary)
+ * and the decoded width in *cw. */
+static unsigned set_region(struct sf_decoder *d, unsigned c0, unsigned c1, unsigned r0,
+                           unsigned *cw)
+{
+    struct jpeg_decompress_struct *ci = &d->cinfo;
+    JDIMENSION xoff = c0, width = c1 - c0 + 1;
+    if (width < ci->output_width)
+        jpeg_crop_scanline(ci, &xoff, &width);
+    if (r0 > 0 && jpeg_skip_scanlines(ci, r0) != r0)
+        raise_(d, SF_ERR_INTERNAL, "libjpeg skipped fewer than %u rows", r0);
+    *cw = width;
+    return xoff;
+}
+
+static unsigned umin(unsigned a, unsigned b)
+{
+    return a < b ? a : b;
+}
+
+/*
+ * Sample positions for one axis: output pixel i of n reads scaled pixels
+ * i0, i1 (relative to the decoded region's first pixel, region_lo) with
+ * weight w/2048 for i1. Box [lo, lo + len) in full-resolution pixels, s =
+ * M/8: src = lo s + (i + 0.5) len s / n - 0.5, clamped to [lo s, (lo + len) s
+ * - 1] (the pixel centres inside the box), like a crop then
+ * upsample_bilinear2d(align_corners=False).
+ */
+static void axis_table(int32_t *t, unsigned n, unsigned lo, unsigned len, unsigned M,
+                       unsigned limit, int reverse)
+{
+    double s = (double)M / 8.0;
+    double step = (double)len * s / (double)n;
+    double first = (double)lo * s, last = (double)(lo + len) * s - 1.0;
+    if (last < first)
+        last = first;
+    for (unsigned i = 0; i < n; i++) {
+        double f = first + ((double)i + 0.5) * step - 0.5;
+        if (f < first)
+            f = first;
+        if (f > last)
+            f = last;
+        double fl = floor_pos(f);
+        unsigned i0 = (unsigned)fl;
+        int w = (int)((f - fl) * W_ONE + 0.5);
+        if (w >= W_ONE) {
+            i0++;
+            w = 0;
+        }
+        if (i0 > limit)
+            i0 = limit;
+        unsigned i1 = i0 + 1 <= limit ? i0 + 1 : i0;
+        int32_t *e = t + 3 * (size_t)(reverse ? n - 1 - i : i);
+        e[0] = (int32_t)i0;
+        e[1] = (int32_t)i1;
+        e[2] = w;
+    }
+}
+
+static uint32_t load_u32(const unsigned char *p)
+{
+    uint32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/*
+ * One output row of the bilinear resize. Per channel, exactly (the SSE2 and
+ * the portable code give the same bytes):
+ *   h_k = (row_k[a] (2048 - wx) + row_k[b] wx + 8) >> 4      (k = 0, 1; 1/128ths)
+ *   out = (h_0 (2048 - wy) + h_1 wy + 2^17) >> 18
+ * xt holds per output pixel the byte offsets a, b of its two source pixels
+ * and its weights packed as (2048 - wx) | wx << 16. The rows are read 4
+ * bytes at a time: the window has padding after its last row.
+ */
+static void resize_row(unsigned char *dst, const unsigned char *r0, const unsigned char *r1,
+                       const int32_t *xt, unsigned W, uint32_t wy)
+{
+#if defined(__SSE2__)
+    const __m128i zero = _mm_setzero_si128();
+    const __m128i wyv = _mm_set1_epi32((int)((W_ONE - wy) | (wy << 16)));
+    const __m128i rnd_h = _mm_set1_epi32(8), rnd_v = _mm_set1_epi32(1 << 17);
+    for (unsigned x = 0; x < W; x++, xt += 3) {
+        const __m128i wxv = _mm_set1_epi32(xt[2]);
+        __m128i a0 = _mm_cvtsi32_si128((int)load_u32(r0 + xt[0]));
+        __m128i b0 = _mm_cvtsi32_si128((int)load_u32(r0 + xt[1]));
+        __m128i a1 = _mm_cvtsi32_si128((int)load_u32(r1 + xt[0]));
+        __m128i b1 = _mm_cvtsi32_si128((int)load_u32(r1 + xt[1]));
+        /* 16-bit lanes [Ra Rb Ga Gb Ba Bb -- --], then Ra wa + Rb wb per channel */
+        __m128i p0 = _mm_unpacklo_epi8(_mm_unpacklo_epi8(a0, b0), zero);
+        __m128i p1 = _mm_unpacklo_epi8(_mm_unpacklo_epi8(a1, b1), zero);
+        __m128i h0 = _mm_srai_epi32(_mm_add_epi32(_mm_madd_epi16(p0, wxv), rnd_h), 4);
+        __m128i h1 = _mm_srai_epi32(_mm_add_epi32(_mm_madd_epi16(p1, wxv), rnd_h), 4);
+        __m128i hh = _mm_packs_epi32(h0, h1); /* [R0 G0 B0 -- R1 G1 B1 --] */
+        __m128i q = _mm_unpacklo_epi16(hh, _mm_srli_si128(hh, 8));
+        __m128i v = _mm_srai_epi32(_mm_add_epi32(_mm_madd_epi16(q, wyv), rnd_v), 18);
+        v = _mm_packs_epi32(v, v);
+        v = _mm_packus_epi16(v, v);
+        uint32_t px = (uint32_t)_mm_cvtsi128_si32(v);
+        memcpy(dst + 3 * (size_t)x, &px, 3);
+    }
+#else
+    const uint32_t wy0 = W_ONE - wy;
+    for (unsigned x = 0; x < W; x++, xt += 3) {
+        const unsigned char *a0 = r0 + xt[0], *b0 = r0 + xt[1];
+        const unsigned char *a1 = r1 + xt[0], *b1 = r1 + xt[1];
+        const uint32_t wa = (uint32_t)xt[2] & 0xffff, wb = (uint32_t)xt[2] >> 16;
+        for (unsigned c = 0; c < 3; c++) {
+            uint32_t h0 = (a0[c] * wa + b0[c] * wb + 8) >> 4;
+            uint32_t h1 = (a1[c] * wa + b1[c] * wb + 8) >> 4;
+            dst[3 * (size_t)x + c] = (unsigned char)((h0 * wy0 + h1 * wy + (1u << 17)) >> 18);
+        }
+    }
+#endif
+}
+
+/* Bilinear resize of the decoded window into e (flip already in xt). */
+static void resize(const struct emitter *e, const unsigned char *win, size_t stride,
+                   const int32_t *xt, const int32_t *yt, unsigned char *rowbuf)
+{
+    const int direct = e->dtype == SF_DTYPE_UINT8 && e->layout == SF_LAYOUT_HWC;
+    for (unsigned y = 0; y < e->height; y++) {
+        const unsigned char *r0 = win + (size_t)yt[3 * y] * stride;
+        const unsigned char *r1 = win + (size_t)yt[3 * y + 1] * stride;
+        unsigned char *dst = direct ? e->out + (size_t)y * e->width * 3 : rowbuf;
+        resize_row(dst, r0, r1, xt, e->width, (uint32_t)yt[3 * y + 2]);
+        if (!direct)
+            emit_row(e, y, rowbuf, 0);
+    }
+}
+
+/* When the last row was read, the rest of the stream is read up to EOI, so
+ * that trailing damage (extraneous bytes, a missing EOI) is an error too.
+ * Otherwise the caller aborts: rows after the window are never decoded. */
+static void finish_if_complete(struct sf_decoder *d)
+{
+    if (d->cinfo.output_scanline == d->cinfo.output_height)
+        jpeg_finish_decompress(&d->cinfo);
+}
+
+static unsigned choose_scale(const struct sf__crop_box *b, unsigned ow, unsigned oh)
+{
+    for (size_t i = 0; i < sizeof scale_choices / sizeof scale_choices[0]; i++) {
+        unsigned M = scale_choices[i];
+        if ((uint64_t)b->w * M >= 8ull * ow && (uint64_t)b->h * M >= 8ull * oh)
+            return M;
+    }
+    return 8;
+}
+
+/* Everything between jpeg_read_header and the last row; errors raise. */
+static void decode_body(struct sf_decoder *d, const struct sf_image_options *o, uint64_t rng_seed,
+                        unsigned char *out, struct sf__decode_info *info)
+{
+    struct jpeg_decompress_struct *ci = &d->cinfo;
+    jpeg_read_header(ci, TRUE);
+    const unsigned W = ci->image_width, H = ci->image_height;
+    info->src_width = W;
+    info->src_height = H;
+    info->progressive = ci->progressive_mode ? 1 : 0;
+    if (W > o->max_side || H > o->max_side)
+        raise_(d, SF_ERR_LIMIT, "JPEG is %ux%u, a side over max_side %u", W, H, o->max_side);
+    if ((uint64_t)W * H > o->max_pixels)
+        raise_(d, SF_ERR_LIMIT, "JPEG is %ux%u = %llu pixels, over max_pixels %llu", W, H,
+               (unsigned long long)W * H, (unsigned long long)o->max_pixels);
+
+    int cmyk = ci->jpeg_color_space == JCS_CMYK || ci->jpeg_color_space == JCS_YCCK;
+    ci->out_color_space = cmyk ? JCS_CMYK : JCS_EXT_RGB;
+    /* djpeg's defaults, so a full-size decode is byte-identical to it. */
+    ci->dct_method = JDCT_ISLOW;
+    ci->do_fancy_upsampling = TRUE;
+    ci->do_block_smoothing = TRUE;
+    ci->quantize_colors = FALSE;
+
+    struct sf__crop_box box;
+    int flip;
+    sf__crop_window(o, W, H, rng_seed, &box, &flip);
+    const unsigned ow = o->width ? o->width : box.w, oh = o->height ? o->height : box.h;
+    const unsigned M = choose_scale(&box, ow, oh);
+    info->box = box;
+    info->flipped = flip;
+    info->scale_num = M;
+    ci->scale_num = M;
+    ci->scale_denom = 8;
+
+    jpeg_start_decompress(ci); /* multi-scan files are entropy-decoded here */
+    const unsigned sw = ci->output_width, sh = ci->output_height;
+    const unsigned nch = cmyk ? 4 : 3;
+    if ((unsigned)ci->output_components != nch)
+        raise_(d, SF_ERR_INTERNAL, "libjpeg gives %d components, expected %u",
+               ci->output_components, nch);
+
+    struct emitter e = {out, ow, oh, o->layout, o->dtype, NULL};
+    if (o->dtype == SF_DTYPE_FLOAT32) {
+        build_lut(d, o->mean, o->std);
+        e.lut = (const float(*)[256])d->lut;
+    }
+
+    if (M == 8 && box.w == ow && box.h == oh) {
+        /* No resize: the decoded pixels themselves (djpeg's, for the whole
+         * image), mirrored when flipped. */
+        unsigned c0 = box.x > REGION_MARGIN ? box.x - REGION_MARGIN : 0;
+        unsigned c1 = umin(box.x + box.w - 1 + REGION_MARGIN, sw - 1);
+        unsigned r0 = box.y > REGION_MARGIN ? box.y - REGION_MARGIN : 0;
+        unsigned cw;
+        unsigned xoff = set_region(d, c0, c1, r0, &cw);
+        grow(d, (void **)&d->line, &d->line_cap, (size_t)cw * (nch + 3));
+        unsigned char *rgb = d->line + (size_t)cw * nch;
+        const int straight = o->dtype == SF_DTYPE_UINT8 && o->layout == SF_LAYOUT_HWC && !flip &&
+                             xoff == box.x && cw == box.w;
+        for (unsigned y = r0; y < box.y + box.h; y++) {
+            if (y < box.y) {
+                read_line(d, rgb, cw);
+                continue;
+            }
+            if (straight) {
+                read_line(d, out + (size_t)(y - box.y) * ow * 3, cw);
+                continue;
+            }
+            read_line(d, rgb, cw);
+            emit_row(&e, y - box.y, rgb + (size_t)(box.x - xoff) * 3, flip);
+        }
+        finish_if_complete(d);
+        return;
+    }
+
+    /* Resize: sample positions first (they say which region to decode),
+     * then the region, then one pass of bilinear interpolation. */
+    int32_t *t = grow(d, (void **)&d->tab, &d->tab_cap, sizeof(int32_t) * 3 * ((size_t)ow + oh));
+    int32_t *xt = t, *yt = t + 3 * (size_t)ow;
+    axis_table(xt, ow, box.x, box.w, M, sw - 1, flip);
+    axis_table(yt, oh, box.y, box.h, M, sh - 1, 0);
+    const int32_t *xfirst = flip ? xt + 3 * (size_t)(ow - 1) : xt;
+    const int32_t *xlast = flip ? xt : xt + 3 * (size_t)(ow - 1);
+    unsigned c0 = (unsigned)xfirst[0], c1 = (unsigned)xlast[1];
+    unsigned r0 = (unsigned)yt[0], r1 = (unsigned)yt[3 * (size_t)(oh - 1) + 1];
+    c0 = c0 > REGION_MARGIN ? c0 - REGION_MARGIN : 0;
+    c1 = umin(c1 + REGION_MARGIN, sw - 1);
+    r0 = r0 > REGION_MARGIN ? r0 - REGION_MARGIN : 0;
+    unsigned cw;
+    unsigned xoff = set_region(d, c0, c1, r0, &cw);
+    for (unsigned i = 0; i < ow; i++) { /* byte offsets within a decoded row, packed weights */
+        xt[3 * i] = (xt[3 * i] - (int32_t)xoff) * 3;
+        xt[3 * i + 1] = (xt[3 * i + 1] - (int32_t)xoff) * 3;
+        xt[3 * i + 2] =
+            (int32_t)((uint32_t)(W_ONE - xt[3 * i + 2]) | (uint32_t)xt[3 * i + 2] << 16);
+    }
+    for (unsigned i = 0; i < oh; i++) {
+        yt[3 * i] -= (int32_t)r0;
+        yt[3 * i + 1] -= (int32_t)r0;
+    }
+    const size_t stride = (size_t)cw * 3;
+    const unsigned rows = r1 - r0 + 1;
+    /* + 4: resize_row reads each source pixel as 4 bytes */
+    unsigned char *win = grow(d, (void **)&d->win, &d->win_cap, stride * rows + 4);
+    memset(win + stride * rows, 0, 4);
+    grow(d, (void **)&d->line, &d->line_cap, (size_t)cw * nch + (size_t)ow * 3);
+    for (unsigned y = 0; y < rows; y++)
+        read_line(d, win + (size_t)y * stride, cw);
+    finish_if_complete(d);
+    resize(&e, win, stride, xt, yt, d->line + (size_t)cw * nch);
+}
+
+/* The setjmp frame: nothing here changes between setjmp and a longjmp. */
+static sf_status run_decode(struct sf_decoder *d, const struct sf_image_options *o,
+                            uint64_t rng_seed, unsigned char *out, struct sf__decode_info *info,
+                            char *err, size_t err_len)
+{
+    if (setjmp(d->jmp)) {
+        jpeg_abort_decompress(&d->cinfo);
+        return sf__fail(err, err_len, d->fail_status, "%s", d->msg);
+    }
+    decode_body(d, o, rng_seed, out, info);
+    /* Rows after the window are never decoded: abort, not finish. */
+    jpeg_abort_decompress(&d->cinfo);
+    return SF_OK;
+}
+
+/* What the first bytes look like, for the message about a non-JPEG. */
+static const char *sniff(const unsigned char *p, size_t n)
+{
+    if (n >= 8 && !memcmp(p, "\x89PNG\r\n\x1a\n", 8))
+        return "PNG";
+    if (n >= 6 && (!memcmp(p, "GIF87a", 6) || !memcmp(p, "GIF89a", 6)))
+        return "GIF";
+    if (n >= 12 && !memcmp(p, "RIFF", 4) && !memcmp(p + 8, "WEBP", 4))
+        return "WebP";
+    if (n >= 2 && p[0] == 'B' && p[1] == 'M')
+        return "BMP";
+    if (n >= 4 && (!memcmp(p, "II*\0", 4) || !memcmp(p, "MM\0*", 4)))
+        return "TIFF";
+    if (n >= 12 && !memcmp(p + 4, "ftyp", 4))
+        return "ISO media (HEIF/AVIF/MP4)";
+    if (n >= 4 && !memcmp(p, "\x28\xb5\x2f\xfd", 4))
+        return "zstd";
+    return "unknown";
+}
+
+sf_status sf__decode_jpeg(struct sf_decoder *d, const struct sf_image_options *o, const void *data,
+                          size_t size, uint64_t rng_seed, void *out, struct sf__decode_info *info,
+                          char *err, size_t err_len)
+{
+    struct sf__decode_info scratch_info;
+    if (!info)
+        info = &scratch_info;
+    memset(info, 0, sizeof *info);
+    if (!d || !o || (!data && size) || !out)
+        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT,
+                        "sf__decode_jpeg: decoder, options, data or out is NULL");
+    sf_status st = sf__image_options_check(o, err, err_len);
+    if (st != SF_OK)
+        return st;
+    const unsigned char *p = data;
+    if (size == 0)
+        return sf__fail(err, err_len, SF_ERR_CORRUPT, "image data is empty (0 bytes)");
+    if (size < 2 || p[0] != 0xFF || p[1] != 0xD8)
+        return sf__fail(err, err_len, SF_ERR_UNSUPPORTED,
+                        "not a JPEG (no SOI marker; first bytes %02x %02x, looks like %s), %zu "
+                        "bytes",
+                        p[0], size > 1 ? p[1] : 0u, sniff(p, size), size);
+
+    d->data = p;
+    d->size = size;
+    d->src_eof = 0;
+    d->max_scans = o->max_scans;
+    d->src.next_input_byte = p;
+    d->src.bytes_in_buffer = size;
+    d->cinfo.src = &d->src;
+    d->cinfo.progress = &d->progress;
+    d->fail_status = SF_OK;
+    return run_decode(d, o, rng_seed, out, info, err, err_len);
+}
+
+/* ------------------------------------------------------------------ normalisation */
+
+void sf__normalize_u8(const uint8_t *src, float *dst, size_t n_images, unsigned width,
+                      unsigned height, enum sf_layout layout, const float mean[3],
+                      const float std[3])
+{
+    float lut[3][256];
+    for (int c = 0; c < 3; c++)
+        for (int v = 0; v < 256; v++)
+            lut[c][v] = ((float)v / 255.0f - mean[c]) / std[c];
+    const size_t plane = (size_t)width * height;
+    for (size_t img = 0; img < n_images; img++) {
+        const uint8_t *s = src + img * plane * 3;
+        float *o = dst + img * plane * 3;
+        if (layout == SF_LAYOUT_HWC) {
+            for (size_t i = 0; i < plane; i++)
+                for (int c = 0; c < 3; c++)
+                    o[3 * i + c] = lut[c][s[3 * i + c]];
+        } else {
+            for (int c = 0; c < 3; c++)
+                for (size_t i = 0; i < plane; i++)
+                    o[c * plane + i] = lut[c][s[c * plane + i]];
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ labels */
+
+/* The field's text for a message: at most 24 bytes, non-printables as '.'. */
+static void preview(const unsigned char *p, size_t n, char *buf, size_t cap)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n && k + 4 < cap && i < 24; i++)
+        buf[k++] = (p[i] >= 0x20 && p[i] < 0x7f && p[i] != '"') ? (char)p[i] : '.';
+    if (n > 24 && k + 4 < cap) {
+        memcpy(buf + k, "...", 3);
+        k += 3;
+    }
+    buf[k] = '\0';
+}
+
+static int is_space(unsigned char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
+
+/* [spaces] ['-'] digits [whitespace]; 0 when not that or out of int64. */
+static int parse_decimal(const unsigned char *p, size_t n, int64_t *out)
+{
+    size_t i = 0;
+    while (i < n && is_space(p[i]))
+        i++;
+    int neg = 0;
+    if (i < n && p[i] == '-') {
+        neg = 1;
+        i++;
+    }
+    size_t start = i;
+    uint64_t v = 0;
+    const uint64_t lim = neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX;
+    while (i < n && p[i] >= '0' && p[i] <= '9') {
+        uint64_t digit = (uint64_t)(p[i] - '0');
+        if (v > (lim - digit) / 10)
+            return 0;
+        v = v * 10 + digit;
+        i++;
+    }
+    if (i == start)
+        return 0;
+    while (i < n && is_space(p[i]))
+        i++;
+    if (i != n)
+        return 0;
+    *out = neg ? (v == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)v) : (int64_t)v;
+    return 1;
+}
+
+/* An integral JSON number (exact in a double: |v| <= 2^53). */
+static int json_integer(const cJSON *item, int64_t *out)
+{
+    if (!cJSON_IsNumber(item))
+        return 0;
+    double v = item->valuedouble;
+    if (!(v >= -0x1.0p53 && v <= 0x1.0p53))
+        return 0;
+    int64_t i = (int64_t)v;
+    if ((double)i != v)
+        return 0;
+    *out = i;
+    return 1;
+}
+
+/* The syntax comes from the name's last dot-separated part: "json" is JSON,
+ * anything else ("cls", "txt", "cls2", ...) a decimal integer. */
+static int name_is_json(const char *name)
+{
+    const char *dot = strrchr(name, '.');
+    return strcmp(dot ? dot + 1 : name, "json") == 0;
+}
+
+sf_status sf__parse_label(const char *name, const void *data, size_t size, int64_t *out, char *err,
+                          size_t err_len)
+{
+    if (!name || (!data && size) || !out)
+        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT,
+                        "sf__parse_label: name, data or out is NULL");
+    const unsigned char *p = data;
+    char shown[40];
+    preview(p, size, shown, sizeof shown);
+    if (memchr(p, '\0', size))
+        return sf__fail(err, err_len, SF_ERR_PARSE, "label field \"%s\" contains a NUL byte", name);
+    if (!name_is_json(name)) {
+        if (parse_decimal(p, size, out))
+            return SF_OK;
+        return sf__fail(err, err_len, SF_ERR_PARSE,
+                        "label field \"%s\" (\"%s\", %zu bytes) is not a decimal integer", name,
+                        shown, size);
+    }
+    /* A bare number, the common case, without a parse tree. */
+    if (parse_decimal(p, size, out))
+        return SF_OK;
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts((const char *)p, size, &end, 0);
+    if (!root)
+        return sf__fail(err, err_len, SF_ERR_PARSE,
+                        "label field \"%s\" (\"%s\", %zu bytes) is not valid JSON", name, shown,
+                        size);
+    size_t rest = end ? (size_t)(end - (const char *)p) : size;
+    while (rest < size && is_space(p[rest]))
+        rest++;
+    int64_t v = 0;
+    int ok = rest == size;
+    if (ok) {
+        if (cJSON_IsObject(root))
+            ok = json_integer(cJSON_GetObjectItemCaseSensitive(root, "label"), &v);
+        else
+            ok = json_integer(root, &v);
+    }
+    cJSON_Delete(root);
+    if (!ok)
+        return sf__fail(err, err_len, SF_ERR_PARSE,
+                        "label field \"%s\" (\"%s\", %zu bytes) is neither an integer nor an "
+                        "object with an integer member \"label\"",
+                        name, shown, size);
+    *out = v;
+    return SF_OK;
+}
+
+/* ------------------------------------------------------------------ zstd */
+
+/* The largest window a zstd field may ask for: 2^27 (128 MiB), zstd's own
+ * default limit, set explicitly so it does not depend on the version. */
+#define SF__ZSTD_WINDOW_LOG_MAX 27
+
+sf_status sf__decode_zstd(struct sf_decoder *d, const void *src, size_t size,
+                          unsigned long long max_bytes, unsigned char **out, size_t *cap,
+                          size_t *out_len, char *err, size_t err_len)
+{
+    if (!d || (!src && size) || !out || !cap || !out_len)
+        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT,
+                        "sf__decode_zstd: decoder, src, out, cap or out_len is NULL");
+    *out_len = 0;
+    if (size == 0)
+        return sf__fail(err, err_len, SF_ERR_CORRUPT, "zstd field is empty (0 bytes)");
+    /* Room for one byte more than allowed: producing it proves the limit is
+     * exceeded, whatever zstd still holds back. */
+    size_t limit = max_bytes >= SIZE_MAX - 1 ? SIZE_MAX - 1 : (size_t)max_bytes;
+    size_t hard_cap = limit + 1;
+
+    unsigned long long declared = ZSTD_getFrameContentSize(src, size);
+    if (declared == ZSTD_CONTENTSIZE_ERROR)
+        return sf__fail(err, err_len, SF_ERR_CORRUPT, "not a zstd frame (%zu bytes)", size);
+    if (declared != ZSTD_CONTENTSIZE_UNKNOWN && declared > limit)
+        return sf__fail(err, err_len, SF_ERR_LIMIT,
+                        "zstd frame declares %llu bytes, over the limit of %llu", declared,
+                        max_bytes);
+
+    size_t want = declared != ZSTD_CONTENTSIZE_UNKNOWN ? (size_t)declared
+                  : size <= hard_cap / 4               ? size * 4
+                                                       : hard_cap;
+    if (want == 0)
+        want = 1;
+    if (want > hard_cap)
+        want = hard_cap;
+
+    ZSTD_DCtx_reset(d->zstd, ZSTD_reset_session_only);
+    ZSTD_DCtx_setParameter(d->zstd, ZSTD_d_windowLogMax, SF__ZSTD_WINDOW_LOG_MAX);
+    ZSTD_inBuffer in = {src, size, 0};
+    size_t len = 0;
+    for (;;) {
+        if (*cap < want || !*out) {
+            unsigned char *p = realloc(*out, want);
+            if (!p)
+                return sf__fail(err, err_len, SF_ERR_NO_MEMORY,
+                                "out of memory for %zu bytes of zstd output", want);
+            *out = p;
+            *cap = want;
+        }
+        ZSTD_outBuffer ob = {*out, *cap, len};
+        size_t in_before = in.pos;
+        size_t ret = ZSTD_decompressStream(d->zstd, &ob, &in);
+        if (ZSTD_isError(ret)) {
+            ZSTD_ErrorCode code = ZSTD_getErrorCode(ret);
+            sf_status st = code == ZSTD_error_frameParameter_windowTooLarge ? SF_ERR_LIMIT
+                           : code == ZSTD_error_memory_allocation           ? SF_ERR_NO_MEMORY
+                                                                            : SF_ERR_CORRUPT;
+            return sf__fail(err, err_len, st, "zstd: %s (input byte %zu of %zu)",
+                            ZSTD_getErrorName(ret), in.pos, size);
+        }
+        int progress = ob.pos != len || in.pos != in_before;
+        len = ob.pos;
+        if (len > limit)
+            return sf__fail(err, err_len, SF_ERR_LIMIT,
+                            "zstd field decompresses to more than %llu bytes", max_bytes);
+        if (ret == 0 && in.pos == in.size)
+            break;
+        if (len == *cap) { /* full: grow, up to one byte past the limit */
+            want = *cap > hard_cap / 2 ? hard_cap : *cap * 2;
+            continue;
+        }
+        if (!progress)
+            return sf__fail(err, err_len, SF_ERR_CORRUPT,
+                            "zstd frame is truncated (%zu bytes of input, %zu bytes out)", size,
+                            len);
+    }
+    *out_len = len;
+    return SF_OK;
+}

@@ -1,5 +1,5 @@
-/* Decode workers' per-thread machinery: JPEG (TurboJPEG for whole images,
- * the libjpeg API of libjpeg-turbo for region and DCT-scaled decode), crop
+/* Decode workers' per-thread machinery: JPEG (the libjpeg API of
+ * libjpeg-turbo for every path: whole, region and DCT-scaled decode), crop
  * geometry, bilinear resize, flip, layout, CPU normalisation, labels and
  * zstd pass-through fields. One struct sf_decoder per thread; nothing here
  * locks. Internal (sf__ prefix). */
@@ -29,7 +29,7 @@ struct sf__decode_info {
 /*
  * Per-sample random state: a splitmix64 hash of (seed, epoch, shard, sample),
  * so the same sample in the same epoch gets the same crop and flip on every
- * run, whatever thread decodes it. Defined exactly in docs/loader.md.
+ * run, whatever thread decodes it. Defined exactly in docs/decode.md.
  */
 uint64_t sf__sample_rng_seed(uint64_t seed, uint64_t epoch, uint64_t shard, uint64_t sample);
 

@@ -40,9 +40,9 @@ void sf__gpu_close(struct sf_gpu *g);
 
 /* What to copy into a slot and how to convert it. */
 struct sf__gpu_job {
-    const void *host;  /* the host batch images (pinned for a real async copy) */
-    size_t bytes;      /* bytes to copy (<= u8_bytes) */
-    int normalize;     /* 1: also write float32 (x/255-mean)/std into the slot's f32 buffer */
+    const void *host; /* the host batch images (pinned for a real async copy) */
+    size_t bytes;     /* bytes to copy (<= u8_bytes) */
+    int normalize;    /* 1: also write float32 (x/255-mean)/std into the slot's f32 buffer */
     size_t n_images;
     unsigned width, height;
     enum sf_layout layout;
@@ -62,6 +62,10 @@ int sf__gpu_query(struct sf_gpu *g, unsigned slot);
 void *sf__gpu_u8(struct sf_gpu *g, unsigned slot);
 void *sf__gpu_f32(struct sf_gpu *g, unsigned slot);
 void *sf__gpu_event(struct sf_gpu *g, unsigned slot); /* cudaEvent_t */
+/* Test readback: copies the first `bytes` of slot's u8 (f32 = 0) or f32
+ * (f32 = 1) buffer to host dst, ordered after the slot's queued work on the
+ * copy stream (the default stream would not wait for it); waits. */
+sf_status sf__gpu_read(struct sf_gpu *g, unsigned slot, int f32, void *dst, size_t bytes);
 int sf__gpu_device(const struct sf_gpu *g);
 
 /* NVTX ranges (nsys shows the stages); no-ops without CUDA. Thread-local

@@ -75,10 +75,10 @@ struct batch {
     size_t key_len, key_cap;
     size_t *key_off;
     const char **keys;
-    struct slot_extra *extra;     /* batch_size x n_extra */
-    unsigned char *field_data;    /* built at finish */
+    struct slot_extra *extra;  /* batch_size x n_extra */
+    unsigned char *field_data; /* built at finish */
     size_t field_cap;
-    uint64_t *field_offsets;      /* n_extra x (batch_size + 1) */
+    uint64_t *field_offsets; /* n_extra x (batch_size + 1) */
     struct sf_batch_field *fields;
     double gpu_s;
 };
@@ -97,7 +97,7 @@ struct sample_loc {
     struct {
         const unsigned char *p;
         size_t n;
-    } *extra;
+    } * extra;
     int present; /* parsed */
 };
 
@@ -172,18 +172,18 @@ struct sf_loader {
     int stop;
     sf_status error;
     char errmsg[ERR_LEN];
-    uint64_t gen;           /* bumped by set_epoch / restore */
-    int reset_req;          /* consumer asks the reader to restart the epoch */
+    uint64_t gen;  /* bumped by set_epoch / restore */
+    int reset_req; /* consumer asks the reader to restart the epoch */
     uint64_t reset_epoch;
     int have_restore;
     unsigned char restore_state[SF_SAMPLER_STATE_BYTES];
     uint64_t restore_position;
     int reset_done;
     uint64_t epoch;
-    uint64_t epoch_positions; /* sampler epoch size */
-    uint64_t epoch_batches;   /* batches this epoch */
-    uint64_t next_deliver;    /* batch index the consumer gets next */
-    uint64_t next_gpu;        /* batch index the gpu thread copies next */
+    uint64_t epoch_positions;     /* sampler epoch size */
+    uint64_t epoch_batches;       /* batches this epoch */
+    uint64_t next_deliver;        /* batch index the consumer gets next */
+    uint64_t next_gpu;            /* batch index the gpu thread copies next */
     uint64_t delivered_positions; /* consumer position (state save) */
     unsigned held;
     unsigned active_decodes;
@@ -774,11 +774,11 @@ static sf_status decode_one(struct sf_loader *l, struct sf_decoder *d, const str
         return SF_ERR_NOT_FOUND;
     }
     char m[512];
-    sf_status st = sf__decode_jpeg(d, &l->o.image, loc->img, loc->img_size, w->rng, dst, NULL, m,
-                                   sizeof(m));
+    sf_status st =
+        sf__decode_jpeg(d, &l->o.image, loc->img, loc->img_size, w->rng, dst, NULL, m, sizeof(m));
     if (st != SF_OK) {
-        snprintf(err, err_len, "%s: sample '%s', image at offset %llu: %s", url, key,
-                 loc->img_off, m);
+        snprintf(err, err_len, "%s: sample '%s', image at offset %llu: %s", url, key, loc->img_off,
+                 m);
         return st;
     }
     b->labels[w->slot] = -1;
@@ -903,9 +903,9 @@ struct reader {
     size_t next_open;  /* plan entries opened */
     size_t next_parse; /* plan entry being parsed */
     uint64_t samples_read;
-    uint64_t position; /* epoch positions assigned */
-    uint64_t stop_at;  /* positions to assign (drop_last) */
-    uint64_t window;   /* effective shuffle buffer */
+    uint64_t position;       /* epoch positions assigned */
+    uint64_t stop_at;        /* positions to assign (drop_last) */
+    uint64_t window;         /* effective shuffle buffer */
     struct shard_slot *open; /* list */
     struct sf_sample_ref pending;
     int have_pending, sampler_done;
@@ -1024,7 +1024,8 @@ static int reader_assign(struct sf_loader *l, struct reader *rd, const struct sf
     }
     struct batch *b = rd->cur;
     struct shard_slot *sh = l->slot_of[r->shard];
-    if (!sh || r->sample < sh->begin || r->sample >= sh->end || !sh->locs[r->sample - sh->begin].present) {
+    if (!sh || r->sample < sh->begin || r->sample >= sh->end ||
+        !sh->locs[r->sample - sh->begin].present) {
         fail(l, SF_ERR_INTERNAL, "loader: sample %llu of shard %llu is not held",
              (unsigned long long)r->sample, (unsigned long long)r->shard);
         return -1;
@@ -2066,8 +2067,20 @@ sf_status sf_loader_open(const struct sf_loader_options *opts, struct sf_loader 
     if (st != SF_OK)
         goto fail_out;
 
-    l->image_bytes = sf__image_bytes(&l->o.image);
     l->ring = opts->prefetch_batches;
+    if (l->on_device) {
+        size_t u8 = (size_t)opts->batch_size * sf__image_bytes(&l->o.image);
+        size_t f32 = opts->normalize_on_device && opts->image.dtype == SF_DTYPE_UINT8
+                         ? (size_t)opts->batch_size * opts->image.width * opts->image.height * 3 *
+                               sizeof(float)
+                         : 0;
+        /* First: it makes `dev` current, so the pinned batches below belong
+         * to its context and no context is created on device 0. */
+        st = sf__gpu_open(dev, l->ring, u8, f32, &l->gpu, err, err_len);
+        if (st != SF_OK)
+            goto fail_out;
+    }
+    l->image_bytes = sf__image_bytes(&l->o.image);
     l->batches = calloc(l->ring, sizeof(*l->batches));
     if (!l->batches)
         goto oom;
@@ -2075,16 +2088,6 @@ sf_status sf_loader_open(const struct sf_loader_options *opts, struct sf_loader 
         l->batches[i].index = UINT64_MAX;
         if (batch_alloc(l, &l->batches[i]) != SF_OK)
             goto oom;
-    }
-    if (l->on_device) {
-        size_t u8 = (size_t)opts->batch_size * l->image_bytes;
-        size_t f32 = opts->normalize_on_device && opts->image.dtype == SF_DTYPE_UINT8
-                         ? (size_t)opts->batch_size * opts->image.width * opts->image.height * 3 *
-                               sizeof(float)
-                         : 0;
-        st = sf__gpu_open(dev, l->ring, u8, f32, &l->gpu, err, err_len);
-        if (st != SF_OK)
-            goto fail_out;
     }
     l->q_cap = (size_t)l->ring * opts->batch_size;
     l->q = calloc(l->q_cap, sizeof(*l->q));

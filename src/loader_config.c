@@ -29,7 +29,8 @@ void sf_loader_options_init_default(struct sf_loader_options *o)
     o->log_level = SF_LOG_WARN;
 }
 
-static sf_status bad(char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static sf_status bad(char *err, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static sf_status bad(char *err, size_t len, const char *fmt, ...)
 {
     if (err && len) {
@@ -70,10 +71,8 @@ sf_status sf__loader_options_check(const struct sf_loader_options *o, char *err,
     sf_status st = sf__image_options_check(&o->image, err, err_len);
     if (st != SF_OK)
         return st;
-    if (o->image.width == 0 && o->batch_size != 1)
-        return bad(err, err_len,
-                   "width/height 0 (images keep their size) needs batch_size 1; set width and "
-                   "height");
+    if (o->image.width == 0 || o->image.height == 0)
+        return bad(err, err_len, "width and height: the loader needs an output size (1..65535)");
     size_t bytes = sf__image_bytes(&o->image);
     if ((double)bytes * o->batch_size * o->prefetch_batches > 64.0 * (1ULL << 30))
         return bad(err, err_len,

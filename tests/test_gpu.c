@@ -1,2 +1,445 @@
 #include <criterion/criterion.h>
-Test(gpu, placeholder) { cr_assert(1); }
+
+#include "shardfeed.h"
+#include "src/gpu.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const float imagenet_mean[3] = {0.485f, 0.456f, 0.406f};
+static const float imagenet_std[3] = {0.229f, 0.224f, 0.225f};
+
+static void need_device(void)
+{
+    if (!sf__gpu_usable(-1))
+        cr_skip_test("no CUDA device");
+}
+
+static void fill_random(unsigned char *p, size_t n, uint64_t seed)
+{
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (size_t i = 0; i < n; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        p[i] = (unsigned char)(x >> 32);
+    }
+}
+
+/* ------------------------------------------------------------------ everywhere */
+
+Test(gpu, host_alloc_without_pinning_is_page_aligned_and_writable)
+{
+    const size_t sizes[] = {0, 1, 4095, 4097, 1u << 20, (3u << 20) + 7};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        int pinned = 7;
+        unsigned char *p = sf__host_alloc(sizes[k], 0, &pinned);
+        cr_assert_not_null(p, "%zu bytes", sizes[k]);
+        cr_expect_eq(pinned, 0, "not asked for pinned memory, got pinned for %zu bytes", sizes[k]);
+        cr_expect_eq((uintptr_t)p % 4096, 0, "%zu bytes at %p", sizes[k], (void *)p);
+        if (sizes[k] > 0) {
+            memset(p, 0xA5, sizes[k]);
+            cr_expect_eq(p[0], 0xA5);
+            cr_expect_eq(p[sizes[k] - 1], 0xA5);
+        }
+        sf__host_free(p, pinned);
+    }
+}
+
+Test(gpu, host_alloc_falls_back_to_aligned_memory_without_a_device)
+{
+    if (sf__gpu_usable(-1))
+        cr_skip_test("a CUDA device is present (see host_alloc_pinned_on_a_device)");
+    int pinned = 7;
+    unsigned char *p = sf__host_alloc(1u << 20, 1, &pinned);
+    cr_assert_not_null(p);
+    cr_expect_eq(pinned, 0);
+    cr_expect_eq((uintptr_t)p % 4096, 0);
+    memset(p, 0x5A, 1u << 20);
+    cr_expect_eq(p[(1u << 20) - 1], 0x5A);
+    sf__host_free(p, pinned);
+}
+
+Test(gpu, host_free_accepts_null)
+{
+    sf__host_free(NULL, 0);
+    sf__host_free(NULL, 1);
+}
+
+Test(gpu, usable_matches_device_count)
+{
+    int n = sf_cuda_device_count();
+    cr_expect_eq(sf__gpu_usable(-1), n > 0);
+    for (int d = 0; d < n; d++)
+        cr_expect_eq(sf__gpu_usable(d), 1, "device %d of %d", d, n);
+    cr_expect_eq(sf__gpu_usable(n), 0, "device %d of %d", n, n);
+    cr_expect_eq(sf__gpu_usable(-2), 0);
+    if (!sf_cuda_compiled())
+        cr_expect_eq(sf__gpu_usable(0), 0);
+}
+
+Test(gpu, open_without_a_device_is_unsupported)
+{
+    if (sf__gpu_usable(-1))
+        cr_skip_test("a CUDA device is present");
+    struct sf_gpu *g = (struct sf_gpu *)&g; /* must be overwritten */
+    char err[256] = "";
+    sf_status st = sf__gpu_open(0, 2, 1024, 4096, &g, err, sizeof err);
+    cr_expect_eq(st, SF_ERR_UNSUPPORTED, "status %d (%s)", (int)st, err);
+    cr_expect_null(g);
+    cr_expect_neq(err[0], '\0', "no message");
+    if (!sf_cuda_compiled())
+        cr_expect_not_null(strstr(err, "built without CUDA"), "message: %s", err);
+    /* err may be NULL */
+    cr_expect_eq(sf__gpu_open(0, 2, 1024, 0, &g, NULL, 0), SF_ERR_UNSUPPORTED);
+}
+
+Test(gpu, calls_without_a_handle_fail_cleanly)
+{
+    char err[256] = "";
+    struct sf__gpu_job job;
+    memset(&job, 0, sizeof job);
+    sf__gpu_close(NULL);
+    cr_expect_eq(sf__gpu_query(NULL, 0), -1);
+    cr_expect_null(sf__gpu_u8(NULL, 0));
+    cr_expect_null(sf__gpu_f32(NULL, 0));
+    cr_expect_null(sf__gpu_event(NULL, 0));
+    cr_expect_eq(sf__gpu_device(NULL), -1);
+    cr_expect_neq(sf__gpu_submit(NULL, 0, &job, err, sizeof err), SF_OK);
+    cr_expect_neq(err[0], '\0');
+    double t = 99.0;
+    err[0] = '\0';
+    cr_expect_neq(sf__gpu_wait(NULL, 0, &t, err, sizeof err), SF_OK);
+    cr_expect_neq(err[0], '\0');
+    cr_expect_eq(t, 0.0);
+    unsigned char b[4];
+    cr_expect_neq(sf__gpu_read(NULL, 0, 0, b, sizeof b), SF_OK);
+}
+
+Test(gpu, nvtx_calls_are_harmless)
+{
+    sf__nvtx_name_thread("test-gpu");
+    sf__nvtx_name_thread(NULL);
+    sf__nvtx_push("outer");
+    sf__nvtx_push("inner");
+    sf__nvtx_pop();
+    sf__nvtx_push(NULL);
+    sf__nvtx_pop();
+    sf__nvtx_pop();
+    cr_expect(1); /* reaching here is the test: no crash, no output */
+}
+
+/* ------------------------------------------------------------------ with a device */
+
+Test(gpu, host_alloc_pinned_on_a_device)
+{
+    need_device();
+    int pinned = 0;
+    unsigned char *p = sf__host_alloc(1u << 20, 1, &pinned);
+    cr_assert_not_null(p);
+    cr_expect_eq(pinned, 1);
+    memset(p, 0x3C, 1u << 20);
+    cr_expect_eq(p[12345], 0x3C);
+    sf__host_free(p, pinned);
+}
+
+Test(gpu, open_gives_buffers_and_events)
+{
+    need_device();
+    struct sf_gpu *g = NULL;
+    char err[256] = "";
+    cr_assert_eq(sf__gpu_open(0, 3, 4096, 0, &g, err, sizeof err), SF_OK, "%s", err);
+    cr_assert_not_null(g);
+    cr_expect_eq(sf__gpu_device(g), 0);
+    for (unsigned s = 0; s < 3; s++) {
+        cr_expect_not_null(sf__gpu_u8(g, s));
+        cr_expect_null(sf__gpu_f32(g, s), "f32_bytes 0 gives no float buffer");
+        cr_expect_not_null(sf__gpu_event(g, s));
+    }
+    cr_expect_neq(sf__gpu_u8(g, 0), sf__gpu_u8(g, 1));
+    cr_expect_neq(sf__gpu_event(g, 0), sf__gpu_event(g, 1));
+    cr_expect_null(sf__gpu_u8(g, 3));
+    cr_expect_null(sf__gpu_event(g, 3));
+    cr_expect_eq(sf__gpu_query(g, 3), -1);
+    /* A slot without a job is complete and has no time. */
+    double t = 99.0;
+    cr_expect_eq(sf__gpu_query(g, 1), 1);
+    cr_expect_eq(sf__gpu_wait(g, 1, &t, err, sizeof err), SF_OK, "%s", err);
+    cr_expect_eq(t, 0.0);
+    sf__gpu_close(g);
+}
+
+Test(gpu, open_rejects_a_missing_device_and_bad_sizes)
+{
+    need_device();
+    struct sf_gpu *g = (struct sf_gpu *)&g;
+    char err[256] = "";
+    int n = sf_cuda_device_count();
+    cr_expect_eq(sf__gpu_open(n, 2, 4096, 0, &g, err, sizeof err), SF_ERR_INVALID_ARGUMENT);
+    cr_expect_null(g);
+    cr_expect_neq(err[0], '\0');
+    cr_expect_eq(sf__gpu_open(0, 0, 4096, 0, &g, err, sizeof err), SF_ERR_INVALID_ARGUMENT);
+    cr_expect_eq(sf__gpu_open(0, 2, 0, 0, &g, err, sizeof err), SF_ERR_INVALID_ARGUMENT);
+    /* More device memory than exists: a clean failure naming cudaMalloc. */
+    err[0] = '\0';
+    sf_status st = sf__gpu_open(0, 2, (size_t)1 << 50, 0, &g, err, sizeof err);
+    cr_expect_eq(st, SF_ERR_NO_MEMORY, "status %d (%s)", (int)st, err);
+    cr_expect_null(g);
+    cr_expect_not_null(strstr(err, "cudaMalloc"), "message: %s", err);
+}
+
+Test(gpu, submit_rejects_jobs_that_do_not_fit)
+{
+    need_device();
+    struct sf_gpu *g = NULL;
+    char err[256] = "";
+    const unsigned w = 8, h = 4;
+    const size_t bytes = 2 * w * h * 3;
+    cr_assert_eq(sf__gpu_open(0, 2, bytes, bytes * sizeof(float), &g, err, sizeof err), SF_OK, "%s",
+                 err);
+    unsigned char host[2 * 8 * 4 * 3];
+    fill_random(host, sizeof host, 1);
+    struct sf__gpu_job ok = {.host = host,
+                             .bytes = bytes,
+                             .normalize = 1,
+                             .n_images = 2,
+                             .width = w,
+                             .height = h,
+                             .layout = SF_LAYOUT_CHW,
+                             .mean = {0.5f, 0.5f, 0.5f},
+                             .std = {0.25f, 0.25f, 0.25f}};
+    cr_expect_eq(sf__gpu_submit(g, 0, &ok, err, sizeof err), SF_OK, "%s", err);
+
+    struct sf__gpu_job j = ok;
+    cr_expect_eq(sf__gpu_submit(g, 2, &j, err, sizeof err), SF_ERR_INVALID_ARGUMENT);
+    cr_expect_eq(sf__gpu_submit(g, 0, NULL, err, sizeof err), SF_ERR_INVALID_ARGUMENT);
+    j.bytes = bytes + 1;
+    cr_expect_eq(sf__gpu_submit(g, 0, &j, err, sizeof err), SF_ERR_INVALID_ARGUMENT);
+    j = ok;
+    j.n_images = 3; /* more pixels than the job copies */
+    cr_expect_eq(sf__gpu_submit(g, 0, &j, err, sizeof err), SF_ERR_INVALID_ARGUMENT);
+    j = ok;
+    j.std[1] = 0.0f;
+    cr_expect_eq(sf__gpu_submit(g, 0, &j, err, sizeof err), SF_ERR_INVALID_ARGUMENT);
+    j = ok;
+    j.layout = (enum sf_layout)7;
+    cr_expect_eq(sf__gpu_submit(g, 0, &j, err, sizeof err), SF_ERR_INVALID_ARGUMENT);
+    j = ok;
+    j.width = 0x10000;
+    j.height = 0x10000; /* 2^32 pixels: one image's index would not fit 32 bits */
+    cr_expect_eq(sf__gpu_submit(g, 0, &j, err, sizeof err), SF_ERR_LIMIT);
+    cr_expect_neq(err[0], '\0');
+    cr_expect_eq(sf__gpu_wait(g, 0, NULL, err, sizeof err), SF_OK, "%s", err);
+    sf__gpu_close(g);
+
+    /* No float buffer: copying works, normalising does not fit. */
+    cr_assert_eq(sf__gpu_open(0, 1, bytes, 0, &g, err, sizeof err), SF_OK, "%s", err);
+    cr_expect_eq(sf__gpu_submit(g, 0, &ok, err, sizeof err), SF_ERR_INVALID_ARGUMENT);
+    j = ok;
+    j.normalize = 0;
+    cr_expect_eq(sf__gpu_submit(g, 0, &j, err, sizeof err), SF_OK, "%s", err);
+    cr_expect_eq(sf__gpu_wait(g, 0, NULL, err, sizeof err), SF_OK, "%s", err);
+    sf__gpu_close(g);
+}
+
+Test(gpu, copy_round_trips_random_bytes_per_slot)
+{
+    need_device();
+    const size_t bytes = (5u << 20) + 3; /* not a multiple of anything useful */
+    struct sf_gpu *g = NULL;
+    char err[256] = "";
+    cr_assert_eq(sf__gpu_open(0, 3, bytes, 0, &g, err, sizeof err), SF_OK, "%s", err);
+    int pinned[3];
+    unsigned char *host[3];
+    for (unsigned s = 0; s < 3; s++) {
+        host[s] = sf__host_alloc(bytes, 1, &pinned[s]);
+        cr_assert_not_null(host[s]);
+        fill_random(host[s], bytes, 100 + s);
+        struct sf__gpu_job job = {.host = host[s], .bytes = bytes};
+        cr_assert_eq(sf__gpu_submit(g, s, &job, err, sizeof err), SF_OK, "%s", err);
+    }
+    unsigned char *back = malloc(bytes);
+    cr_assert_not_null(back);
+    for (unsigned s = 0; s < 3; s++) {
+        double t = -1.0;
+        cr_assert_eq(sf__gpu_wait(g, s, &t, err, sizeof err), SF_OK, "%s", err);
+        cr_expect_gt(t, 0.0, "slot %u: GPU time %g s", s, t);
+        cr_expect_lt(t, 10.0, "slot %u: GPU time %g s", s, t);
+        cr_expect_eq(sf__gpu_query(g, s), 1);
+        memset(back, 0, bytes);
+        cr_assert_eq(sf__gpu_read(g, s, 0, back, bytes), SF_OK);
+        cr_expect(memcmp(back, host[s], bytes) == 0, "slot %u differs after the round trip", s);
+    }
+    cr_expect_neq(sf__gpu_read(g, 0, 0, back, bytes + 1), SF_OK);
+    cr_expect_neq(sf__gpu_read(g, 0, 1, back, 4), SF_OK, "no float buffer to read");
+    free(back);
+    sf__gpu_close(g);
+    for (unsigned s = 0; s < 3; s++)
+        sf__host_free(host[s], pinned[s]);
+}
+
+Test(gpu, query_reports_progress_and_wait_completes)
+{
+    need_device();
+    const size_t bytes = 256u << 20;
+    struct sf_gpu *g = NULL;
+    char err[256] = "";
+    cr_assert_eq(sf__gpu_open(0, 2, bytes, 0, &g, err, sizeof err), SF_OK, "%s", err);
+    int pinned = 0;
+    unsigned char *host = sf__host_alloc(bytes, 1, &pinned);
+    cr_assert_not_null(host);
+    memset(host, 1, bytes);
+    struct sf__gpu_job job = {.host = host, .bytes = bytes};
+    cr_assert_eq(sf__gpu_submit(g, 0, &job, err, sizeof err), SF_OK, "%s", err);
+    int q = sf__gpu_query(g, 0);
+    cr_expect(q == 0 || q == 1, "query %d", q);
+    double t = 0.0;
+    cr_assert_eq(sf__gpu_wait(g, 0, &t, err, sizeof err), SF_OK, "%s", err);
+    cr_expect_eq(sf__gpu_query(g, 0), 1);
+    cr_expect_gt(t, 0.0);
+    /* A second job on the same slot replaces the first one's timing. */
+    job.bytes = 4096;
+    cr_assert_eq(sf__gpu_submit(g, 0, &job, err, sizeof err), SF_OK, "%s", err);
+    double t2 = 0.0;
+    cr_assert_eq(sf__gpu_wait(g, 0, &t2, err, sizeof err), SF_OK, "%s", err);
+    cr_expect_lt(t2, t, "4 KiB took %g s, 256 MiB %g s", t2, t);
+    sf__gpu_close(g);
+    sf__host_free(host, pinned);
+}
+
+/* Normalises n images of w x h on slot 1 and compares with the CPU formula,
+ * the channel taken from the flat index as the layout defines it. */
+static void check_normalize(enum sf_layout layout, size_t n, unsigned w, unsigned h)
+{
+    const size_t plane = (size_t)w * h, count = n * plane * 3;
+    struct sf_gpu *g = NULL;
+    char err[256] = "";
+    cr_assert_eq(sf__gpu_open(0, 2, count, count * sizeof(float), &g, err, sizeof err), SF_OK, "%s",
+                 err);
+    int pinned = 0;
+    unsigned char *host = sf__host_alloc(count, 1, &pinned);
+    float *got = malloc(count * sizeof(float));
+    unsigned char *back = malloc(count);
+    cr_assert(host != NULL && got != NULL && back != NULL);
+    fill_random(host, count, count ^ (size_t)layout);
+    for (size_t i = 0; i < count && i < 768; i++)
+        host[i] = (unsigned char)(i % 256); /* every value in every channel */
+
+    struct sf__gpu_job job = {.host = host,
+                              .bytes = count,
+                              .normalize = 1,
+                              .n_images = n,
+                              .width = w,
+                              .height = h,
+                              .layout = layout};
+    memcpy(job.mean, imagenet_mean, sizeof job.mean);
+    memcpy(job.std, imagenet_std, sizeof job.std);
+    cr_assert_eq(sf__gpu_submit(g, 1, &job, err, sizeof err), SF_OK, "%s", err);
+    cr_assert_eq(sf__gpu_wait(g, 1, NULL, err, sizeof err), SF_OK, "%s", err);
+    cr_assert_eq(sf__gpu_read(g, 1, 1, got, count * sizeof(float)), SF_OK);
+    cr_assert_eq(sf__gpu_read(g, 1, 0, back, count), SF_OK);
+    cr_expect(memcmp(back, host, count) == 0, "u8 copy differs");
+
+    size_t bad = 0, first = 0;
+    float first_want = 0.0f;
+    for (size_t i = 0; i < count; i++) {
+        size_t c = layout == SF_LAYOUT_CHW ? (i / plane) % 3 : i % 3;
+        float want = ((float)host[i] / 255.0f - imagenet_mean[c]) / imagenet_std[c];
+        if (!(fabsf(got[i] - want) <= 1e-6f * fabsf(want))) {
+            if (bad++ == 0) {
+                first = i;
+                first_want = want;
+            }
+        }
+    }
+    cr_expect_eq(bad, 0, "%s %zux%ux%u: %zu of %zu wrong, first at %zu: %.9g, want %.9g",
+                 layout == SF_LAYOUT_CHW ? "CHW" : "HWC", n, w, h, bad, count, first,
+                 bad ? (double)got[first] : 0.0, (double)first_want);
+    free(back);
+    free(got);
+    sf__host_free(host, pinned);
+    sf__gpu_close(g);
+}
+
+/* 37 x 29 x 3 is odd: images 1 and 2 start off a 4-byte boundary, so the
+ * per-image head and tail paths run. */
+Test(gpu, normalize_chw_odd_sizes)
+{
+    need_device();
+    check_normalize(SF_LAYOUT_CHW, 3, 37, 29);
+    check_normalize(SF_LAYOUT_CHW, 5, 5, 3);
+    check_normalize(SF_LAYOUT_CHW, 1, 1, 1);
+}
+
+Test(gpu, normalize_hwc_odd_sizes)
+{
+    need_device();
+    check_normalize(SF_LAYOUT_HWC, 3, 37, 29);
+    check_normalize(SF_LAYOUT_HWC, 5, 5, 3);
+    check_normalize(SF_LAYOUT_HWC, 1, 1, 1);
+}
+
+Test(gpu, normalize_aligned_sizes)
+{
+    need_device();
+    check_normalize(SF_LAYOUT_CHW, 4, 32, 24);
+    check_normalize(SF_LAYOUT_HWC, 4, 32, 24);
+    check_normalize(SF_LAYOUT_CHW, 8, 224, 224);
+    check_normalize(SF_LAYOUT_HWC, 8, 224, 224);
+}
+
+/* More images than resident blocks (grid-stride over images) and one image
+ * larger than the whole grid (grid-stride within an image). */
+Test(gpu, normalize_beyond_one_grid)
+{
+    need_device();
+    check_normalize(SF_LAYOUT_CHW, 3000, 5, 3);
+    check_normalize(SF_LAYOUT_HWC, 3000, 4, 3);
+    check_normalize(SF_LAYOUT_CHW, 1, 1283, 1021);
+    check_normalize(SF_LAYOUT_HWC, 1, 1283, 1021);
+}
+
+Test(gpu, normalize_writes_only_the_jobs_images)
+{
+    need_device();
+    const unsigned w = 7, h = 5;
+    const size_t img = (size_t)w * h * 3;
+    struct sf_gpu *g = NULL;
+    char err[256] = "";
+    cr_assert_eq(sf__gpu_open(0, 1, 2 * img, 2 * img * sizeof(float), &g, err, sizeof err), SF_OK,
+                 "%s", err);
+    unsigned char host[2 * 7 * 5 * 3];
+    fill_random(host, sizeof host, 7);
+    struct sf__gpu_job job = {.host = host,
+                              .bytes = 2 * img,
+                              .normalize = 1,
+                              .n_images = 2,
+                              .width = w,
+                              .height = h,
+                              .layout = SF_LAYOUT_HWC,
+                              .mean = {0.5f, 0.25f, 0.125f},
+                              .std = {2.0f, 0.5f, 0.25f}};
+    cr_assert_eq(sf__gpu_submit(g, 0, &job, err, sizeof err), SF_OK, "%s", err);
+    float first[2 * 7 * 5 * 3], second[2 * 7 * 5 * 3];
+    cr_assert_eq(sf__gpu_wait(g, 0, NULL, err, sizeof err), SF_OK, "%s", err);
+    cr_assert_eq(sf__gpu_read(g, 0, 1, first, sizeof first), SF_OK);
+
+    /* One shorter batch: image 0 is rewritten, image 1's floats stay. */
+    for (size_t i = 0; i < img; i++)
+        host[i] = (unsigned char)(255 - host[i]);
+    job.bytes = img;
+    job.n_images = 1;
+    cr_assert_eq(sf__gpu_submit(g, 0, &job, err, sizeof err), SF_OK, "%s", err);
+    cr_assert_eq(sf__gpu_wait(g, 0, NULL, err, sizeof err), SF_OK, "%s", err);
+    cr_assert_eq(sf__gpu_read(g, 0, 1, second, sizeof second), SF_OK);
+    cr_expect(memcmp(first + img, second + img, img * sizeof(float)) == 0,
+              "image 1 was overwritten by a one-image job");
+    for (size_t i = 0; i < img; i++) {
+        float want = ((float)host[i] / 255.0f - job.mean[i % 3]) / job.std[i % 3];
+        cr_expect_eq(second[i], want, "element %zu: %.9g, want %.9g", i, (double)second[i],
+                     (double)want);
+    }
+    sf__gpu_close(g);
+}

@@ -469,9 +469,9 @@ Test(loader, bad_options_are_refused_naming_them)
     cr_assert_eq(sf_loader_options_from_json(&o, "{\"batch_sise\": 64}", &keep, err, sizeof(err)),
                  SF_ERR_INVALID_ARGUMENT);
     cr_assert(strstr(err, "batch_sise"), "%s", err);
-    cr_assert_eq(sf_loader_options_from_json(&o, "{\"crop\": \"diagonal\"}", &keep, err,
-                                             sizeof(err)),
-                 SF_ERR_INVALID_ARGUMENT);
+    cr_assert_eq(
+        sf_loader_options_from_json(&o, "{\"crop\": \"diagonal\"}", &keep, err, sizeof(err)),
+        SF_ERR_INVALID_ARGUMENT);
     cr_assert(strstr(err, "crop"), "%s", err);
     cr_assert_eq(sf_loader_options_from_json(&o, "[1,2]", &keep, err, sizeof(err)),
                  SF_ERR_INVALID_ARGUMENT);
@@ -534,9 +534,7 @@ Test(loader, from_the_mock_cold_then_warm_cache_with_faults)
     char cache_dir[800];
     snprintf(cache_dir, sizeof(cache_dir), "%s/cache", tmp);
     /* A quarter of object requests answer 500, a tenth of GET bodies are cut. */
-    cr_assert_eq(admin("POST", "/_mock/faults",
-                       "p500=0.25,reset=0.1\n"),
-                 200);
+    cr_assert_eq(admin("POST", "/_mock/faults", "p500=0.25,reset=0.1\n"), 200);
     const char *src[] = {"s3://bucket/data/"};
     struct sf_loader_options o;
     s3_options(&o, src, cache_dir);
@@ -630,8 +628,8 @@ Test(loader, cli_load_json_and_errors)
 {
     local_dataset(50, 64 << 10, -1);
     char out[8192];
-    const char *ok[] = {SF_CLI_BIN, "load", shards, "--batch-size", "8", "--size", "32",
-                        "--epochs", "2", "--device", "host", "--json", "--digest", NULL};
+    const char *ok[] = {SF_CLI_BIN, "load", shards,     "--batch-size", "8",      "--size",   "32",
+                        "--epochs", "2",    "--device", "host",         "--json", "--digest", NULL};
     cr_assert_eq(run_cli(ok, out, sizeof(out)), 0, "%s", out);
     cJSON *j = cJSON_Parse(out);
     cr_assert(j, "%s", out);
