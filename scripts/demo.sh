@@ -1,10 +1,30 @@
 #!/usr/bin/env bash
-# The shardfeed demo, as far as the project goes today: build, generate a
-# sample bucket, start the local S3 server on it and show it answering signed
-# requests (from aws-cli and curl, two signers nobody here wrote), refusing
-# bad ones, injecting a fault on demand and counting everything.
+# The shardfeed demo: the main job on a sample dataset of real photographs.
+#
+#  1. builds everything;
+#  2. cuts ImageNet-like JPEGs (about 100 KB each, 12 classes) from the
+#     photographs of Debian's mate-backgrounds package
+#     (scripts/make-sample-dataset.sh);
+#  3. starts the local S3 server (shardfeed-mock-s3) and packs the photos
+#     into WebDataset tar shards in a bucket with `shardfeed pack ... s3://`;
+#  4. warms the local cache with `warm-cache`;
+#  5. runs examples/train_loop: the loader decodes RandomResizedCrop 224x224
+#     batches (GPU copy + normalise kernel when there is a GPU, host batches
+#     otherwise) and a tiny classifier learns the classes from them;
+#  6. `shardfeed load` reports images/s, the consumer's wait share and the
+#     per-stage rates of the same job.
+#
+# Usage: scripts/demo.sh [--per-photo N]     (default 100: 1,200 images)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+PER_PHOTO=100
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --per-photo) PER_PHOTO=$2; shift 2 ;;
+    *) sed -n '18p' "$0" >&2; exit 2 ;;
+  esac
+done
 
 jobs=$(nproc 2>/dev/null || echo 2)
 echo "== building"
@@ -19,83 +39,39 @@ cleanup() {
 }
 trap cleanup EXIT
 
-echo "== generating the sample bucket 'sample' (8 shards x 4 MiB)"
-mkdir -p "$work/root/sample/train"
-for i in $(seq -f '%06g' 0 7); do
-  head -c $((4 << 20)) /dev/urandom > "$work/root/sample/train/shard-$i.bin"
-done
+echo "== making the sample dataset from Debian's mate-backgrounds photographs"
+./scripts/make-sample-dataset.sh "$work/photos" --per-photo "$PER_PHOTO" --build-dir build
 
 AK=demo-access-key
 SK=demo-secret-key
+mkdir -p "$work/root/demo"
 ./build/shardfeed-mock-s3 --root "$work/root" --port 0 --access-key "$AK" --secret-key "$SK" \
-  --quiet > "$work/server.out" &
+  --quiet >"$work/server.out" &
 server_pid=$!
 for _ in $(seq 100); do grep -q listening "$work/server.out" 2>/dev/null && break; sleep 0.05; done
 url=$(sed -n 's/^listening on //p' "$work/server.out")
 echo "== shardfeed-mock-s3 $(head -n1 "$work/server.out")"
-
-# aws-cli with an empty private config, so nothing of the user's leaks in.
-export AWS_ACCESS_KEY_ID=$AK AWS_SECRET_ACCESS_KEY=$SK AWS_DEFAULT_REGION=us-east-1
-export AWS_CONFIG_FILE=$work/aws-config AWS_SHARED_CREDENTIALS_FILE=$work/aws-creds
-printf '[default]\ns3 =\n    addressing_style = path\n' > "$AWS_CONFIG_FILE"
-: > "$AWS_SHARED_CREDENTIALS_FILE"
-
-echo
-echo "== aws s3 ls s3://sample/train/   (aws-cli signs with SigV4)"
-aws --endpoint-url "$url" s3 ls s3://sample/train/
+export AWS_ACCESS_KEY_ID=$AK AWS_SECRET_ACCESS_KEY=$SK AWS_REGION=us-east-1
+export AWS_ENDPOINT_URL=$url AWS_CONFIG_FILE=$work/aws-config
+export AWS_SHARED_CREDENTIALS_FILE=$work/aws-credentials
+: >"$AWS_CONFIG_FILE"
+: >"$AWS_SHARED_CREDENTIALS_FILE"
+cache=$work/cache
 
 echo
-echo "== curl --aws-sigv4, Range: bytes=0-15 of shard-000003.bin"
-curl -sS -D "$work/headers" -o "$work/range.bin" --aws-sigv4 "aws:amz:us-east-1:s3" \
-  --user "$AK:$SK" -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" -H "Range: bytes=0-15" \
-  "$url/sample/train/shard-000003.bin"
-grep -iE '^(HTTP|content-range|etag)' "$work/headers"
-cmp <(head -c 16 "$work/root/sample/train/shard-000003.bin") "$work/range.bin" &&
-  echo "   16 bytes, identical to the file on disk"
+echo "== shardfeed pack $work/photos s3://demo/train/ --shard-size 16M"
+./build/shardfeed pack "$work/photos" s3://demo/train/ --shard-size 16M --no-progress
+./build/shardfeed ls s3://demo/train/
 
 echo
-echo "== an unsigned request"
-curl -sS "$url/sample/train/shard-000000.bin" | grep -o '<Code>[^<]*</Code>'
-echo "== a request signed with the wrong secret"
-curl -sS --aws-sigv4 "aws:amz:us-east-1:s3" --user "$AK:wrong-secret" \
-  -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" "$url/sample/train/shard-000000.bin" |
-  grep -o '<Code>[^<]*</Code>'
-echo "== a forced fault (x-sfmock-fault: 503)"
-curl -sS --aws-sigv4 "aws:amz:us-east-1:s3" --user "$AK:$SK" \
-  -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" -H "x-sfmock-fault: 503" \
-  -o /dev/null -w '   HTTP %{http_code}\n' "$url/sample/train/shard-000001.bin"
+echo "== warm-cache s3://demo/train/ (parallel ranged GETs into $cache)"
+./build/warm-cache s3://demo/train/ --cache-dir "$cache" --progress off
 
 echo
-echo "== shardfeed ls s3://sample/train/"
-export AWS_EC2_METADATA_DISABLED=true
-./build/shardfeed ls --endpoint-url "$url" s3://sample/train/
-echo "== shardfeed get 's3://sample/train/shard-{000000..000007}.bin' -o shards/  (2 MiB ranges, 8 in flight)"
-curl -sS -X POST "$url/_mock/fault?prefix=sample/train/shard-000002&fault=reset=1000000&count=1" >/dev/null
-curl -sS -X POST "$url/_mock/fault?prefix=sample/train/shard-000005&fault=503&count=2" >/dev/null
-echo "   (a connection reset queued for shard 2, two 503s for shard 5)"
-./build/shardfeed get -v --endpoint-url "$url" --concurrency 8 --chunk-size 2M --json \
-  's3://sample/train/shard-{000000..000007}.bin' -o "$work/shards/" 2> "$work/get.err" |
-  python3 -c '
-import json, sys
-d = json.load(sys.stdin)
-print("   %d objects, %d bytes, %d requests, %d retries, %.0f MiB/s" % (len(d["objects"]), d["bytes"], d["requests"], d["retries"], d["mib_per_s"]))'
-sed 's/^/   /' "$work/get.err"
-if cmp -s "$work/shards/shard-000002.bin" "$work/root/sample/train/shard-000002.bin" &&
-   cmp -s "$work/shards/shard-000005.bin" "$work/root/sample/train/shard-000005.bin"; then
-  echo "   byte-identical to the files on disk despite the faults"
-else
-  echo "   MISMATCH"; exit 1
-fi
-echo "== shardfeed stat of a missing key (exit status 1, the reason on stderr)"
-./build/shardfeed stat --endpoint-url "$url" s3://sample/train/nope.bin 2>&1 | sed 's/^/   /' || true
+echo "== train_loop: 3 epochs of RandomResizedCrop 224 batches of 64 from the warm cache"
+./build/train_loop --epochs 3 --batch-size 64 --cache-dir "$cache" s3://demo/train/
 
 echo
-echo "== /_mock/stats"
-curl -sS "$url/_mock/stats" | python3 -c '
-import json, sys
-s = json.load(sys.stdin)
-print("   requests:", s["requests"], " operations:", s["operations"], " status:", s["status"])'
-
-kill "$server_pid"
-wait "$server_pid" && echo "== server stopped cleanly (exit 0)"
-server_pid=""
+echo "== shardfeed load: the same pipeline, measured (2 epochs, a 20 ms training step per batch)"
+./build/shardfeed load s3://demo/train/ --cache-dir "$cache" --batch-size 64 --epochs 2 \
+  --step-ms 20
