@@ -91,7 +91,7 @@ struct sample_loc {
     const unsigned char *lbl;
     size_t lbl_size;
     char lbl_name[8];
-    size_t key_off; /* into the shard's key arena */
+    char *key; /* owned; never moves while the shard is open (workers read it) */
     unsigned long long offset;
     unsigned char *owned; /* fields copied out of a reader-owned (zstd) record */
     struct {
@@ -113,10 +113,8 @@ struct shard_slot {
     int done_fetch, parsed, hit_counted;
     struct sf_shard_reader *r;
     struct sample_loc *locs; /* end - begin */
-    char *keys;
-    size_t keys_len, keys_cap;
-    uint64_t next_sample; /* samples parsed so far (index in shard) */
-    atomic_ullong refs;   /* deliveries left + decodes in flight */
+    uint64_t next_sample;    /* samples parsed so far (index in shard) */
+    atomic_ullong refs;      /* deliveries left + decodes in flight */
     unsigned long long bytes_counted;
     struct shard_slot *next; /* open list */
 };
@@ -195,7 +193,7 @@ struct sf_loader {
     double consumer_wait_s, read_busy_s, gpu_copy_s;
     _Atomic double decode_busy_s_unused;
     atomic_ullong decode_busy_ns;
-    unsigned shards_open;
+    atomic_uint shards_open;
     int warned_skips;
 };
 
@@ -227,20 +225,24 @@ static void fail(struct sf_loader *l, sf_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static void fail(struct sf_loader *l, sf_status st, const char *fmt, ...)
 {
+    char msg[ERR_LEN];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
     pthread_mutex_lock(&l->mu);
-    if (l->error == SF_OK) {
+    int first = l->error == SF_OK;
+    if (first) {
         l->error = st;
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(l->errmsg, sizeof(l->errmsg), fmt, ap);
-        va_end(ap);
+        snprintf(l->errmsg, sizeof(l->errmsg), "%s", msg);
     }
     pthread_cond_broadcast(&l->cv_consumer);
     pthread_cond_broadcast(&l->cv_reader);
     pthread_cond_broadcast(&l->cv_work);
     pthread_cond_broadcast(&l->cv_gpu);
     pthread_mutex_unlock(&l->mu);
-    logf_(l, SF_LOG_ERROR, "%s", l->errmsg);
+    if (first)
+        logf_(l, SF_LOG_ERROR, "%s", msg);
 }
 
 static void cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int ms)
@@ -253,7 +255,10 @@ static void cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int ms)
     pthread_cond_timedwait(cv, mu, &ts);
 }
 
-/* Splits "a;b;c" into a NULL-terminated array of owned strings. */
+static void free_names(char **v, size_t n);
+
+/* Splits "a;b;c" into a NULL-terminated array of owned strings (NULL when
+ * out of memory). */
 static char **split_names(const char *s, size_t *n)
 {
     *n = 0;
@@ -269,8 +274,11 @@ static char **split_names(const char *s, size_t *n)
         size_t len = e ? (size_t)(e - p) : strlen(p);
         if (len) {
             v[*n] = strndup(p, len);
-            if (!v[*n])
-                break;
+            if (!v[*n]) {
+                free_names(v, *n);
+                *n = 0;
+                return NULL;
+            }
             (*n)++;
         }
         p += len + (e ? 1 : 0);
@@ -309,8 +317,10 @@ static void shard_close(struct sf_loader *l, struct shard_slot *sh)
 {
     if (!sh)
         return;
-    if (l->slot_of && l->slot_of[sh->shard] == sh)
+    if (l->slot_of && l->slot_of[sh->shard] == sh) {
         l->slot_of[sh->shard] = NULL;
+        atomic_fetch_sub(&l->shards_open, 1);
+    }
     sf_shard_reader_destroy(sh->r);
     if (sh->co)
         sf_cache_object_close(sh->co);
@@ -325,10 +335,10 @@ static void shard_close(struct sf_loader *l, struct shard_slot *sh)
         for (uint64_t i = 0; i < sh->end - sh->begin; i++) {
             free(sh->locs[i].owned);
             free(sh->locs[i].extra);
+            free(sh->locs[i].key);
         }
         free(sh->locs);
     }
-    free(sh->keys);
     free(sh);
 }
 
@@ -426,6 +436,7 @@ static sf_status shard_open(struct sf_loader *l, uint64_t shard, uint64_t begin,
     }
     atomic_store(&sh->refs, l->deliveries[shard]);
     l->slot_of[shard] = sh;
+    atomic_fetch_add(&l->shards_open, 1);
     atomic_fetch_add(&l->n_shards_opened, 1);
     *out = sh;
     return SF_OK;
@@ -499,21 +510,9 @@ static sf_status record_sample(struct sf_loader *l, struct shard_slot *sh,
         img = find_field(s, l->img_names[i]);
     for (size_t i = 0; i < l->n_lbl && !lbl; i++)
         lbl = find_field(s, l->lbl_names[i]);
-    /* key */
-    size_t klen = s->key_len + 1;
-    if (sh->keys_len + klen > sh->keys_cap) {
-        size_t cap = sh->keys_cap ? sh->keys_cap * 2 : 4096;
-        while (cap < sh->keys_len + klen)
-            cap *= 2;
-        char *k = realloc(sh->keys, cap);
-        if (!k)
-            return SF_ERR_NO_MEMORY;
-        sh->keys = k;
-        sh->keys_cap = cap;
-    }
-    memcpy(sh->keys + sh->keys_len, s->key, klen);
-    loc->key_off = sh->keys_len;
-    sh->keys_len += klen;
+    loc->key = strndup(s->key, s->key_len);
+    if (!loc->key)
+        return SF_ERR_NO_MEMORY;
     loc->offset = s->offset;
     loc->present = 1;
     if (!img) {
@@ -766,7 +765,7 @@ static sf_status decode_one(struct sf_loader *l, struct sf_decoder *d, const str
     struct batch *b = w->b;
     const struct sample_loc *loc = w->loc;
     const char *url = l->objs[w->sh->shard]->url;
-    const char *key = w->sh->keys + loc->key_off;
+    const char *key = loc->key;
     unsigned char *dst = b->images + (size_t)w->slot * l->image_bytes;
     if (!loc->img) {
         snprintf(err, err_len, "%s: sample '%s' at offset %llu has no image field (%s)", url, key,
@@ -915,7 +914,7 @@ struct reader {
 
 /* Counts this epoch's deliveries per shard with the counter sampler,
  * positioned like the main one. */
-static void count_deliveries(struct sf_loader *l)
+static void count_deliveries(struct sf_loader *l, uint64_t stop_at)
 {
     unsigned char st[SF_SAMPLER_STATE_BYTES];
     memset(l->deliveries, 0, l->n_shards * sizeof(*l->deliveries));
@@ -924,7 +923,8 @@ static void count_deliveries(struct sf_loader *l)
         return;
     struct sf_sample_ref r;
     while (sf_sampler_next(l->counter, &r))
-        l->deliveries[r.shard]++;
+        if (r.position < stop_at) /* drop_last: the short tail is not delivered */
+            l->deliveries[r.shard]++;
 }
 
 static void reader_close_all(struct sf_loader *l, struct reader *rd)
@@ -942,7 +942,6 @@ static void reader_begin(struct sf_loader *l, struct reader *rd, uint64_t positi
     reader_close_all(l, rd);
     memset(rd, 0, sizeof(*rd));
     rd->plan = sf_sampler_plan(l->sampler, &rd->n_plan);
-    count_deliveries(l);
     struct sf_sampler_info info;
     sf_sampler_get_info(l->sampler, &info);
     rd->position = position;
@@ -950,14 +949,15 @@ static void reader_begin(struct sf_loader *l, struct reader *rd, uint64_t positi
     uint64_t size = info.epoch_size;
     uint64_t B = l->o.batch_size;
     rd->stop_at = l->o.drop_last ? size / B * B : size;
+    count_deliveries(l, rd->stop_at);
     /* Replayed positions were consumed already: the shards hold fewer
      * deliveries, and samples read before `position` are counted. */
     pthread_mutex_lock(&l->mu);
     l->epoch = info.epoch;
     l->epoch_positions = size;
     l->epoch_batches = l->o.drop_last ? size / B : (size + B - 1) / B;
-    l->next_deliver = position / B;
-    l->next_gpu = position / B;
+    l->next_deliver = (position + B - 1) / B; /* position / B, but a short epoch end */
+    l->next_gpu = l->next_deliver;
     l->delivered_positions = position;
     rd->gen = l->gen;
     pthread_mutex_unlock(&l->mu);
@@ -969,21 +969,44 @@ static void reader_begin(struct sf_loader *l, struct reader *rd, uint64_t positi
  * Simple approach: nothing is skipped; reading starts at the plan's start,
  * and samples with no deliveries left are dropped as soon as parsed. */
 
+/* A free ring slot (not held, not read by a device copy), or NULL. mu held. */
+static struct batch *free_slot(struct sf_loader *l)
+{
+    for (unsigned i = 0; i < l->ring; i++)
+        if (l->batches[i].state == B_FREE && !l->batches[i].gpu_busy)
+            return &l->batches[i];
+    return NULL;
+}
+
+/* The ring slot holding batch `index` of the current generation, or NULL. */
+static struct batch *find_batch(struct sf_loader *l, uint64_t index)
+{
+    for (unsigned i = 0; i < l->ring; i++) {
+        struct batch *b = &l->batches[i];
+        if (b->index == index && b->gen == l->gen && b->state != B_FREE)
+            return b;
+    }
+    return NULL;
+}
+
+/* Takes any free slot for batch `bindex`: batches are not tied to a slot, so
+ * a batch the consumer keeps never blocks the ring while it holds at most
+ * prefetch_batches - 1. */
 static int reader_wait_slot(struct sf_loader *l, struct reader *rd, uint64_t bindex)
 {
-    struct batch *b = &l->batches[bindex % l->ring];
+    struct batch *b = NULL;
     pthread_mutex_lock(&l->mu);
-    while (!l->stop && l->error == SF_OK && !l->reset_req && (b->state != B_FREE || b->gpu_busy)) {
+    while (!l->stop && l->error == SF_OK && !l->reset_req && !(b = free_slot(l))) {
         /* Keep downloads moving while we wait for the consumer. */
         pthread_mutex_unlock(&l->mu);
         for (struct shard_slot *s = rd->open; s; s = s->next)
             if (shard_pump(l, s, 0, 0) != SF_OK)
                 return -1;
         pthread_mutex_lock(&l->mu);
-        if ((b->state != B_FREE || b->gpu_busy) && !l->stop && !l->reset_req)
+        if (!free_slot(l) && !l->stop && !l->reset_req)
             cond_wait_ms(&l->cv_reader, &l->mu, 20);
     }
-    int ok = !l->stop && l->error == SF_OK && !l->reset_req;
+    int ok = !l->stop && l->error == SF_OK && !l->reset_req && b;
     if (ok) {
         b->state = B_FILLING;
         b->gen = l->gen;
@@ -996,6 +1019,7 @@ static int reader_wait_slot(struct sf_loader *l, struct reader *rd, uint64_t bin
         b->gpu_s = 0;
         atomic_store(&b->pending, 1);
         memset(b->skipped, 0, l->o.batch_size);
+        rd->cur = b;
     }
     pthread_mutex_unlock(&l->mu);
     return ok ? 0 : -1;
@@ -1020,7 +1044,6 @@ static int reader_assign(struct sf_loader *l, struct reader *rd, const struct sf
     if (!rd->cur) {
         if (reader_wait_slot(l, rd, bindex) != 0)
             return -1;
-        rd->cur = &l->batches[bindex % l->ring];
     }
     struct batch *b = rd->cur;
     struct shard_slot *sh = l->slot_of[r->shard];
@@ -1031,7 +1054,7 @@ static int reader_assign(struct sf_loader *l, struct reader *rd, const struct sf
         return -1;
     }
     const struct sample_loc *loc = &sh->locs[r->sample - sh->begin];
-    const char *key = sh->keys + loc->key_off;
+    const char *key = loc->key;
     size_t klen = strlen(key) + 1;
     if (b->key_len + klen > b->key_cap) {
         size_t cap = b->key_cap ? b->key_cap * 2 : 8192;
@@ -1081,7 +1104,9 @@ static void reader_sweep(struct sf_loader *l, struct reader *rd)
     struct shard_slot **pp = &rd->open;
     while (*pp) {
         struct shard_slot *s = *pp;
-        if (atomic_load(&s->refs) == 0 && (s->parsed || s->begin == s->end)) {
+        /* Not before it is parsed while the epoch is read: the read count
+         * of the plan walks through it. */
+        if (atomic_load(&s->refs) == 0 && (s->parsed || s->begin == s->end || rd->sampler_done)) {
             *pp = s->next;
             shard_close(l, s);
             continue;
@@ -1240,20 +1265,11 @@ static void *reader_main(void *arg)
         if (rd.position >= rd.stop_at && !rd.sampler_done) {
             /* drop_last: the rest of the epoch is not delivered; its shards'
              * deliveries are released. */
+            /* The tail was not counted in the deliveries (count_deliveries). */
             struct sf_sample_ref r;
-            if (rd.have_pending) {
-                struct shard_slot *s = l->slot_of[rd.pending.shard];
-                if (s)
-                    atomic_fetch_sub(&s->refs, 1);
-                rd.have_pending = 0;
-            }
-            while (sf_sampler_next(l->sampler, &r)) {
-                struct shard_slot *s = l->slot_of[r.shard];
-                if (s)
-                    atomic_fetch_sub(&s->refs, 1);
-                else
-                    l->deliveries[r.shard]--; /* not opened yet: opened with fewer */
-            }
+            rd.have_pending = 0;
+            while (sf_sampler_next(l->sampler, &r))
+                ;
             rd.sampler_done = 1;
         }
         if (rd.sampler_done)
@@ -1299,16 +1315,16 @@ static void *gpu_main(void *arg)
     sf__nvtx_name_thread("sf gpu copy");
     pthread_mutex_lock(&l->mu);
     for (;;) {
+        struct batch *b = NULL;
         while (!l->stop) {
-            struct batch *b = &l->batches[l->next_gpu % l->ring];
-            if (b->state == B_READY && b->index == l->next_gpu && b->gen == l->gen)
+            b = find_batch(l, l->next_gpu);
+            if (b && b->state == B_READY)
                 break;
             cond_wait_ms(&l->cv_gpu, &l->mu, 50);
         }
         if (l->stop)
             break;
-        unsigned idx = (unsigned)(l->next_gpu % l->ring);
-        struct batch *b = &l->batches[idx];
+        unsigned idx = (unsigned)(b - l->batches); /* device slot = host slot */
         b->gpu_busy = 1;
         pthread_mutex_unlock(&l->mu);
 
@@ -1391,13 +1407,14 @@ sf_status sf_loader_next(struct sf_loader *l, struct sf_batch *out)
                      l->held, l->ring);
             break;
         }
-        struct batch *b = &l->batches[l->next_deliver % l->ring];
-        if (b->index == l->next_deliver && b->gen == l->gen && deliverable(l, b)) {
+        struct batch *b = find_batch(l, l->next_deliver);
+        if (b && deliverable(l, b)) {
             if (b->size == 0 && (!l->on_device || !b->gpu_busy)) {
                 /* every sample of it was skipped */
                 b->state = B_FREE;
                 l->next_deliver++;
-                l->delivered_positions += l->o.batch_size;
+                uint64_t end = b->position + l->o.batch_size;
+                l->delivered_positions = end < l->epoch_positions ? end : l->epoch_positions;
                 pthread_cond_broadcast(&l->cv_reader);
                 continue;
             }
@@ -1428,7 +1445,7 @@ sf_status sf_loader_next(struct sf_loader *l, struct sf_batch *out)
             out->fields = l->n_extra ? b->fields : NULL;
             out->cuda_device = -1;
             if (l->on_device) {
-                unsigned idx = (unsigned)(b->index % l->ring);
+                unsigned idx = (unsigned)(b - l->batches);
                 out->device_images = sf__gpu_u8(l->gpu, idx);
                 if (l->o.normalize_on_device && l->o.image.dtype == SF_DTYPE_UINT8)
                     out->device_normalized = sf__gpu_f32(l->gpu, idx);
@@ -1625,6 +1642,7 @@ void sf_loader_get_stats(struct sf_loader *l, struct sf_loader_stats *out)
     out->epoch = l->epoch;
     pthread_mutex_unlock(&l->mu);
     out->decode_threads = l->n_workers;
+    out->shards_in_flight = atomic_load(&l->shards_open);
     out->on_device = l->on_device;
     double e = out->elapsed_s > 0 ? out->elapsed_s : 1e-9;
     out->images_per_s = (double)out->samples_delivered / e;
@@ -2125,6 +2143,7 @@ sf_status sf_loader_open(const struct sf_loader_options *opts, struct sf_loader 
      * empty: reader_begin sets epoch_batches under mu; set it here too. */
     pthread_mutex_lock(&l->mu);
     if (l->epoch_batches == 0) {
+        l->epoch = opts->sampler.epoch;
         uint64_t n = sf_sampler_epoch_size(l->state_smp), B = opts->batch_size;
         l->epoch_batches = opts->drop_last ? n / B : (n + B - 1) / B;
         l->epoch_positions = n;

@@ -655,3 +655,81 @@ Test(loader, cli_load_json_and_errors)
     const char *gone[] = {SF_CLI_BIN, "load", missing, "--json", NULL};
     cr_assert_eq(run_cli(gone, out, sizeof(out)), 1);
 }
+
+/* ------------------------------------------------------------ holding batches */
+
+Test(loader, a_held_batch_never_blocks_the_ring)
+{
+    local_dataset(300, 64 << 10, -1);
+    const char *src[] = {shards};
+    struct sf_loader_options o;
+    base_options(&o, src, 1);
+    o.prefetch_batches = 3;
+    struct sf_loader *l = open_loader(&o);
+    /* Keep batch 0 for the whole epoch, release every later one. */
+    struct sf_batch first, b;
+    cr_assert_eq(sf_loader_next(l, &first), SF_OK);
+    unsigned n = (unsigned)first.size, batches = 1;
+    sf_status st;
+    while ((st = sf_loader_next(l, &b)) == SF_OK) {
+        n += (unsigned)b.size;
+        batches++;
+        sf_loader_release(l, &b);
+    }
+    cr_assert_eq(st, SF_ERR_NOT_FOUND, "%s", sf_loader_errmsg(l));
+    cr_assert_eq(n, 300u);
+    cr_assert_eq(batches, 19u);
+    sf_loader_release(l, &first);
+    /* Get the next, then release the previous (double buffering), across an
+     * epoch boundary: the last batch of epoch 1 is still held when epoch 2
+     * starts. */
+    struct sf_batch prev;
+    int have_prev = 0;
+    for (uint64_t epoch = 1; epoch <= 2; epoch++) {
+        cr_assert_eq(sf_loader_set_epoch(l, epoch), SF_OK);
+        n = 0;
+        while ((st = sf_loader_next(l, &b)) == SF_OK) {
+            n += (unsigned)b.size;
+            if (have_prev)
+                sf_loader_release(l, &prev);
+            prev = b;
+            have_prev = 1;
+        }
+        cr_assert_eq(st, SF_ERR_NOT_FOUND, "%s", sf_loader_errmsg(l));
+        cr_assert_eq(n, 300u);
+        if (epoch == 2)
+            sf_loader_release(l, &prev);
+    }
+    /* Holding prefetch_batches - 1 is the limit. */
+    cr_assert_eq(sf_loader_set_epoch(l, 3), SF_OK);
+    struct sf_batch h[2];
+    cr_assert_eq(sf_loader_next(l, &h[0]), SF_OK);
+    cr_assert_eq(sf_loader_next(l, &h[1]), SF_OK);
+    cr_assert_eq(sf_loader_next(l, &b), SF_ERR_LIMIT);
+    sf_loader_release(l, &h[0]);
+    cr_assert_eq(sf_loader_next(l, &b), SF_OK);
+    sf_loader_close(l); /* with batches still held */
+}
+
+Test(loader, state_saved_at_the_end_of_an_epoch_restores_to_its_end)
+{
+    local_dataset(40, 64 << 10, 37); /* the last sample is corrupt: 40 = 2 x 16 + 8 */
+    const char *src[] = {shards};
+    struct sf_loader_options o;
+    base_options(&o, src, 1);
+    o.on_error = SF_ON_ERROR_SKIP;
+    struct sf_loader *l = open_loader(&o);
+    struct epoch_log e;
+    cr_assert_eq(run_epoch(l, &e, 0), SF_ERR_NOT_FOUND, "%s", sf_loader_errmsg(l));
+    cr_assert_eq(e.images, 39u);
+    free(e.seen);
+    unsigned char state[SF_LOADER_STATE_BYTES];
+    cr_assert_eq(sf_loader_state_save(l, state, sizeof(state)), SF_OK, "%s", sf_loader_errmsg(l));
+    sf_loader_close(l);
+    l = open_loader(&o);
+    cr_assert_eq(sf_loader_state_restore(l, state, sizeof(state)), SF_OK, "%s",
+                 sf_loader_errmsg(l));
+    struct sf_batch b;
+    cr_assert_eq(sf_loader_next(l, &b), SF_ERR_NOT_FOUND, "the restored epoch should be over");
+    sf_loader_close(l);
+}
