@@ -905,6 +905,7 @@ struct reader {
     uint64_t position;       /* epoch positions assigned */
     uint64_t stop_at;        /* positions to assign (drop_last) */
     uint64_t window;         /* effective shuffle buffer */
+    double blocked_s;        /* this round, waiting for a free batch slot (not busy) */
     struct shard_slot *open; /* list */
     struct sf_sample_ref pending;
     int have_pending, sampler_done;
@@ -996,6 +997,7 @@ static int reader_wait_slot(struct sf_loader *l, struct reader *rd, uint64_t bin
 {
     struct batch *b = NULL;
     pthread_mutex_lock(&l->mu);
+    double t_wait = now_s();
     while (!l->stop && l->error == SF_OK && !l->reset_req && !(b = free_slot(l))) {
         /* Keep downloads moving while we wait for the consumer. */
         pthread_mutex_unlock(&l->mu);
@@ -1021,6 +1023,7 @@ static int reader_wait_slot(struct sf_loader *l, struct reader *rd, uint64_t bin
         memset(b->skipped, 0, l->o.batch_size);
         rd->cur = b;
     }
+    rd->blocked_s += now_s() - t_wait;
     pthread_mutex_unlock(&l->mu);
     return ok ? 0 : -1;
 }
@@ -1208,8 +1211,12 @@ static void *reader_main(void *arg)
             struct shard_slot *sh;
             if (shard_open(l, pr->shard, pr->begin, pr->end, &sh) != SF_OK)
                 break;
-            sh->next = rd.open;
-            rd.open = sh;
+            /* Appended: downloads are driven (and so started) in read order,
+             * so the shard read first gets its bytes first. */
+            struct shard_slot **tail = &rd.open;
+            while (*tail)
+                tail = &(*tail)->next;
+            *tail = sh;
             rd.next_open++;
         }
         /* 2. Keep every download moving; parse the head of the read order. */
@@ -1276,7 +1283,8 @@ static void *reader_main(void *arg)
             reader_close_batch(l, &rd);
         reader_sweep(l, &rd);
         sf__nvtx_pop();
-        busy += now_s() - t0;
+        busy += now_s() - t0 - rd.blocked_s;
+        rd.blocked_s = 0;
         pthread_mutex_lock(&l->mu);
         l->read_busy_s = busy;
         pthread_mutex_unlock(&l->mu);
@@ -2077,11 +2085,17 @@ sf_status sf_loader_open(const struct sf_loader_options *opts, struct sf_loader 
         if (st != SF_OK)
             goto fail_out;
     }
-    st = sf_sampler_new(&opts->sampler, l->counts, l->n_shards, &l->sampler, err, err_len);
+    /* initial_fill defaults to 100 (WebDataset's); a smaller shuffle buffer
+     * caps it. */
+    struct sf_sampler_options so = opts->sampler;
+    uint64_t buf = so.shuffle_buffer ? so.shuffle_buffer : 1;
+    if (so.initial_fill > buf)
+        so.initial_fill = buf;
+    st = sf_sampler_new(&so, l->counts, l->n_shards, &l->sampler, err, err_len);
     if (st == SF_OK)
-        st = sf_sampler_new(&opts->sampler, l->counts, l->n_shards, &l->counter, err, err_len);
+        st = sf_sampler_new(&so, l->counts, l->n_shards, &l->counter, err, err_len);
     if (st == SF_OK)
-        st = sf_sampler_new(&opts->sampler, l->counts, l->n_shards, &l->state_smp, err, err_len);
+        st = sf_sampler_new(&so, l->counts, l->n_shards, &l->state_smp, err, err_len);
     if (st != SF_OK)
         goto fail_out;
 

@@ -16,6 +16,10 @@ void sf_loader_options_init_default(struct sf_loader_options *o)
     sf_s3_options_init_default(&o->s3);
     sf_cache_options_init_default(&o->cache);
     sf_sampler_options_init_default(&o->sampler);
+    /* As WebDataset's shuffle(1000, initial=100): the first batch does not
+     * wait for a full buffer (a whole shard or two over the network); the
+     * buffer then grows to shuffle_buffer (docs/sampling.md). */
+    o->sampler.initial_fill = 100;
     o->prefetch_shards = 4;
     o->max_shard_bytes = 4ULL << 30;
     o->batch_size = 256;
