@@ -1102,14 +1102,16 @@ static int reader_assign(struct sf_loader *l, struct reader *rd, const struct sf
 }
 
 /* Closes shards nobody needs any more. */
-static void reader_sweep(struct sf_loader *l, struct reader *rd)
+static void reader_sweep(struct sf_loader *l, struct reader *rd, int failed)
 {
     struct shard_slot **pp = &rd->open;
     while (*pp) {
         struct shard_slot *s = *pp;
         /* Not before it is parsed while the epoch is read: the read count
-         * of the plan walks through it. */
-        if (atomic_load(&s->refs) == 0 && (s->parsed || s->begin == s->end || rd->sampler_done)) {
+         * of the plan walks through it. A cache download is let finish, so
+         * it is published (verified, renamed) and the next epoch hits. */
+        if (atomic_load(&s->refs) == 0 && (s->parsed || s->begin == s->end || rd->sampler_done) &&
+            (s->done_fetch || !s->co || failed)) {
             *pp = s->next;
             shard_close(l, s);
             continue;
@@ -1188,8 +1190,13 @@ static void *reader_main(void *arg)
         int failed = l->error != SF_OK;
         pthread_mutex_unlock(&l->mu);
         if (failed || (rd.sampler_done && !rd.cur)) {
-            /* Idle: the epoch is assigned (or failed); close what is done. */
-            reader_sweep(l, &rd);
+            /* Idle: the epoch is assigned (or failed); finish the downloads
+             * still running and close what is done. */
+            if (!failed)
+                for (struct shard_slot *s = rd.open; s; s = s->next)
+                    if (shard_pump(l, s, 0, 0) != SF_OK)
+                        break;
+            reader_sweep(l, &rd, failed);
             pthread_mutex_lock(&l->mu);
             if (!l->stop && !(l->reset_req && !l->reset_done))
                 cond_wait_ms(&l->cv_reader, &l->mu, 50);
@@ -1281,7 +1288,7 @@ static void *reader_main(void *arg)
         }
         if (rd.sampler_done)
             reader_close_batch(l, &rd);
-        reader_sweep(l, &rd);
+        reader_sweep(l, &rd, 0);
         sf__nvtx_pop();
         busy += now_s() - t0 - rd.blocked_s;
         rd.blocked_s = 0;
@@ -1311,6 +1318,11 @@ static void *reader_main(void *arg)
     while (l->active_decodes)
         cond_wait_ms(&l->cv_reader, &l->mu, 5);
     pthread_mutex_unlock(&l->mu);
+    /* A shard whose bytes have all arrived is published (hashed, renamed)
+     * rather than left as a partial download: that is local work only. */
+    for (struct shard_slot *s = rd.open; s; s = s->next)
+        if (s->co && !s->done_fetch && s->size != SF_SIZE_UNKNOWN && s->contiguous >= s->size)
+            shard_pump(l, s, s->size, 10000);
     reader_close_all(l, &rd);
     return NULL;
 }
