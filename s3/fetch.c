@@ -123,6 +123,10 @@ struct sf_fetch {
     pthread_mutex_t lock;
     pthread_cond_t cond;
     uint64_t s_total, s_size, s_contiguous, s_received;
+    /* Waiters in sf_fetch_wait() and the least contiguous count one of them
+     * needs: progress below it wakes nobody (0: wake on any progress). */
+    unsigned s_waiters;
+    uint64_t s_wait_min;
     unsigned s_requests, s_retries;
     int s_done;
     int released; /* the I/O thread will never touch this fetch again */
@@ -293,7 +297,9 @@ static void publish_progress(struct sf_fetch *f)
     pthread_mutex_lock(&f->lock);
     int changed = contiguous != f->s_contiguous;
     f->s_contiguous = contiguous;
-    if (changed)
+    /* A reader waiting for the next sample is woken once, not for every
+     * 16 KiB callback of curl. */
+    if (changed && f->s_waiters && contiguous >= f->s_wait_min)
         pthread_cond_broadcast(&f->cond);
     pthread_mutex_unlock(&f->lock);
 }
@@ -1665,12 +1671,20 @@ SF_API sf_status sf_fetch_wait(struct sf_fetch *f, unsigned long long min_contig
     }
     sf_status st = SF_OK;
     pthread_mutex_lock(&f->lock);
-    while (!f->s_done && f->s_contiguous < min_contiguous) {
-        if (timeout_ms < 0) {
-            pthread_cond_wait(&f->cond, &f->lock);
-        } else if (pthread_cond_timedwait(&f->cond, &f->lock, &deadline) == ETIMEDOUT) {
-            break;
+    if (!f->s_done && f->s_contiguous < min_contiguous) {
+        f->s_waiters++;
+        if (f->s_waiters == 1 || min_contiguous < f->s_wait_min)
+            f->s_wait_min = min_contiguous;
+        while (!f->s_done && f->s_contiguous < min_contiguous) {
+            if (timeout_ms < 0) {
+                pthread_cond_wait(&f->cond, &f->lock);
+            } else if (pthread_cond_timedwait(&f->cond, &f->lock, &deadline) == ETIMEDOUT) {
+                break;
+            }
         }
+        f->s_waiters--;
+        /* The others' thresholds are not known: wake them on any progress. */
+        f->s_wait_min = 0;
     }
     if (f->s_done)
         st = f->s_status;
