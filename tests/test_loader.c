@@ -733,3 +733,58 @@ Test(loader, state_saved_at_the_end_of_an_epoch_restores_to_its_end)
     cr_assert_eq(sf_loader_next(l, &b), SF_ERR_NOT_FOUND, "the restored epoch should be over");
     sf_loader_close(l);
 }
+
+/* ------------------------------------------------------------ GPU delivery */
+
+#ifdef SF_TEST_CUDA
+#include <cuda_runtime_api.h>
+#include "src/decode.h"
+#endif
+
+Test(loader, gpu_batches_match_the_host_batches)
+{
+#ifndef SF_TEST_CUDA
+    cr_skip_test("built without CUDA");
+#else
+    if (sf_cuda_device_count() == 0)
+        cr_skip_test("no CUDA device");
+    local_dataset(80, 64 << 10, -1);
+    const char *src[] = {shards};
+    struct sf_loader_options o;
+    base_options(&o, src, 1);
+    o.device = SF_DEVICE_CUDA;
+    o.sync_device = 1;
+    struct sf_loader *l = open_loader(&o);
+    struct sf_batch b;
+    unsigned n = 0;
+    sf_status st;
+    while ((st = sf_loader_next(l, &b)) == SF_OK) {
+        cr_assert_not_null(b.device_images);
+        cr_assert_not_null(b.device_normalized);
+        cr_assert_not_null(b.cuda_event);
+        size_t bytes = b.size * b.image_bytes;
+        unsigned char *u8 = malloc(bytes);
+        float *f = malloc(bytes * sizeof(float)), *want = malloc(bytes * sizeof(float));
+        cr_assert_eq(cudaMemcpy(u8, b.device_images, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+        cr_assert(!memcmp(u8, b.images, bytes), "device uint8 batch differs from the host one");
+        cr_assert_eq(
+            cudaMemcpy(f, b.device_normalized, bytes * sizeof(float), cudaMemcpyDeviceToHost),
+            cudaSuccess);
+        sf__normalize_u8(b.images, want, b.size, b.width, b.height, b.layout, o.image.mean,
+                         o.image.std);
+        for (size_t i = 0; i < bytes; i++)
+            cr_assert_float_eq(f[i], want[i], 1e-5f, "element %zu", i);
+        n += (unsigned)b.size;
+        free(u8);
+        free(f);
+        free(want);
+        sf_loader_release(l, &b);
+    }
+    cr_assert_eq(st, SF_ERR_NOT_FOUND, "%s", sf_loader_errmsg(l));
+    cr_assert_eq(n, 80u);
+    struct sf_loader_stats s;
+    sf_loader_get_stats(l, &s);
+    cr_assert_eq(s.on_device, 1);
+    sf_loader_close(l);
+#endif
+}
