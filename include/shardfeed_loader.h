@@ -252,8 +252,9 @@ SF_API sf_status sf_loader_open(const struct sf_loader_options *o, struct sf_loa
  */
 SF_API sf_status sf_loader_next(struct sf_loader *l, struct sf_batch *out);
 
-/* Hands a batch back: its buffers return to the ring. Batches may be released
- * in any order. A batch not from this loader or released twice is ignored. */
+/* Hands a batch back: its buffers (host and device) return to the ring and may
+ * be overwritten from then on. Batches may be released in any order. A batch
+ * not from this loader, released twice, or NULL (l or b) is ignored. */
 SF_API void sf_loader_release(struct sf_loader *l, const struct sf_batch *b);
 
 /*
@@ -278,7 +279,8 @@ SF_API sf_status sf_loader_state_save(struct sf_loader *l, void *buf, size_t len
 SF_API sf_status sf_loader_state_restore(struct sf_loader *l, const void *state, size_t len);
 
 /* Counters since sf_loader_open(). Rates are per second of wall time since
- * open. */
+ * open. sf_loader_get_stats() may be called from any thread, also while
+ * another calls sf_loader_next(); l NULL fills zeros. out may not be NULL. */
 struct sf_loader_stats {
     double elapsed_s;
     uint64_t batches_delivered, samples_delivered, samples_skipped, pad_samples;
@@ -306,17 +308,25 @@ struct sf_loader_stats {
 };
 SF_API void sf_loader_get_stats(struct sf_loader *l, struct sf_loader_stats *out);
 
-/* Shards of the loader (after expansion), by index. */
+/* Shards of the loader (after expansion), by index: the URL is owned by the
+ * loader, valid until sf_loader_close(); NULL when i is out of range or l is
+ * NULL (count 0). */
 SF_API size_t sf_loader_shard_count(const struct sf_loader *l);
 SF_API const char *sf_loader_shard_url(const struct sf_loader *l, size_t i);
-/* Samples and batches this rank delivers in the current epoch. */
+/* Samples and batches this rank delivers in the epoch the loader was opened
+ * at or last set to (pads included, drop_last applied); 0 for NULL. */
 SF_API uint64_t sf_loader_epoch_samples(const struct sf_loader *l);
 SF_API uint64_t sf_loader_epoch_batches(const struct sf_loader *l);
 
-/* The detail of the loader's error ("" when none), valid until the next call. */
+/* The detail of the loader's last error ("" when none): the shard, key and
+ * offset for pipeline errors. Owned by the loader, valid until the next call
+ * on it; "" for NULL. */
 SF_API const char *sf_loader_errmsg(const struct sf_loader *l);
 
-/* Stops the threads, frees everything (held batches included). NULL is a no-op. */
+/* Stops the threads, frees everything (held batches included: their memory
+ * is gone after this). A shard whose bytes have all arrived is published to
+ * the cache first; an unfinished download is kept for a later resume. NULL is
+ * a no-op. */
 SF_API void sf_loader_close(struct sf_loader *l);
 
 #ifdef __cplusplus

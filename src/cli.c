@@ -607,6 +607,20 @@ static int cmd_get(struct cli *c)
     if (rc == 0) {
         size_t ol = out ? strlen(out) : 0;
         to_dir = !to_stdout && (total_objects > 1 || out[ol - 1] == '/' || is_dir(out));
+        struct stat osb;
+        if (!to_stdout && !to_dir && stat(out, &osb) == 0 && !S_ISREG(osb.st_mode) &&
+            total_objects == 1) {
+            /* A device or FIFO (/dev/null, a named pipe) is written in place,
+             * as stdout is: never replaced by a renamed temporary file. */
+            int fd = open(out, O_WRONLY | O_CLOEXEC);
+            if (fd < 0 || dup2(fd, STDOUT_FILENO) < 0) {
+                cli_errorf("%s: cannot open for writing: %s", out, strerror(errno));
+                rc = 1;
+            }
+            if (fd > STDOUT_FILENO)
+                close(fd);
+            to_stdout = 1;
+        }
         if (total_objects > 1 && to_stdout) {
             cli_errorf("get: %zu objects: name a directory with -o DIR", total_objects);
             rc = EXIT_USAGE;

@@ -826,3 +826,41 @@ Test(cache, dry_run_fetches_nothing_and_clear_empties)
     cr_assert_eq(cli_run(bad, "bad"), 2);
     cr_assert(strstr(slurp_tag("bad", "err"), "--cache-limit"));
 }
+
+/* `get -o` onto a FIFO (or /dev/null) writes into it; it must never be
+ * replaced by a renamed regular file. */
+Test(cache, get_into_a_fifo_writes_through_it)
+{
+    start_mock(NULL);
+    unsigned char *want = put_object("fifo-src.bin", 700000, 91);
+    char fifo[800], copy[800];
+    snprintf(fifo, sizeof(fifo), "%s/pipe", tmp);
+    snprintf(copy, sizeof(copy), "%s/copy.bin", tmp);
+    cr_assert(mkfifo(fifo, 0600) == 0);
+    pid_t reader = fork();
+    cr_assert(reader >= 0);
+    if (reader == 0) {
+        int in = open(fifo, O_RDONLY), out = open(copy, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        char buf[65536];
+        ssize_t n;
+        while ((n = read(in, buf, sizeof(buf))) > 0)
+            if (write(out, buf, (size_t)n) != n)
+                _exit(1);
+        _exit(n == 0 ? 0 : 1);
+    }
+    const char *args[] = {"get", "--endpoint-url", srv.url, "s3://bucket/fifo-src.bin", "-o", fifo,
+                          NULL};
+    cr_assert_eq(cli_run(args, "fifo"), 0, "%s", slurp_tag("fifo", "err"));
+    cr_assert_eq(cli_wait(reader), 0);
+    struct stat sb;
+    cr_assert(lstat(fifo, &sb) == 0 && S_ISFIFO(sb.st_mode), "the FIFO was replaced");
+    FILE *f = fopen(copy, "rb");
+    cr_assert(f);
+    unsigned char *got = malloc(700001);
+    size_t n = fread(got, 1, 700001, f);
+    fclose(f);
+    cr_assert_eq(n, 700000u);
+    cr_assert(!memcmp(got, want, n));
+    free(got);
+    free(want);
+}
