@@ -646,6 +646,35 @@ Test(loader, cli_load_json_and_errors)
     cr_assert_str_eq(cJSON_GetObjectItem(j, "digest")->valuestring, d1);
     cJSON_Delete(j);
 
+    /* --config FILE, with flags winning over it */
+    char cfg[800];
+    snprintf(cfg, sizeof(cfg), "%s/load.json", tmp);
+    FILE *cf = fopen(cfg, "w");
+    cr_assert(cf);
+    fputs("{\"batch_size\": 5, \"size\": 16, \"device\": \"host\", \"drop_last\": true}", cf);
+    fclose(cf);
+    const char *with_cfg[] = {SF_CLI_BIN, "load", shards, "--config", cfg, "--json", NULL};
+    cr_assert_eq(run_cli(with_cfg, out, sizeof(out)), 0, "%s", out);
+    j = cJSON_Parse(out);
+    cr_assert(j, "%s", out);
+    cr_assert_eq(cJSON_GetObjectItem(j, "batches")->valuedouble, 10.0); /* 50 / 5 */
+    cJSON_Delete(j);
+    const char *cfg_flag[] = {SF_CLI_BIN,     "load", shards,           "--config", cfg,
+                              "--batch-size", "8",    "--no-drop-last", "--json",   NULL};
+    cr_assert_eq(run_cli(cfg_flag, out, sizeof(out)), 0, "%s", out);
+    j = cJSON_Parse(out);
+    cr_assert(j, "%s", out);
+    cr_assert_eq(cJSON_GetObjectItem(j, "batches")->valuedouble, 7.0); /* 6 x 8 + 2 */
+    cr_assert_eq(cJSON_GetObjectItem(j, "images")->valuedouble, 50.0);
+    cJSON_Delete(j);
+    snprintf(cfg, sizeof(cfg), "%s/bad.json", tmp);
+    cf = fopen(cfg, "w");
+    cr_assert(cf);
+    fputs("{\"batch_size\": \"many\"}", cf);
+    fclose(cf);
+    const char *bad_cfg[] = {SF_CLI_BIN, "load", shards, "--config", cfg, NULL};
+    cr_assert_eq(run_cli(bad_cfg, out, sizeof(out)), 2);
+
     const char *bad_flag[] = {SF_CLI_BIN, "load", shards, "--batch-size", "x", NULL};
     cr_assert_eq(run_cli(bad_flag, out, sizeof(out)), 2);
     const char *bad_val[] = {SF_CLI_BIN, "load", shards, "--crop", "diagonal", NULL};
