@@ -137,7 +137,8 @@ static double decode_limit(void)
     return (double)n_images / s;
 }
 
-static double loader_epoch(struct sf_loader_options *o, unsigned long long *n_out)
+static double loader_epoch(struct sf_loader_options *o, unsigned long long *n_out,
+                           unsigned *threads_out)
 {
     struct sf_loader *l;
     char err[1024];
@@ -154,6 +155,9 @@ static double loader_epoch(struct sf_loader_options *o, unsigned long long *n_ou
     if (st != SF_ERR_NOT_FOUND)
         die("loader: %s", sf_loader_errmsg(l));
     double s = now_s() - t0;
+    struct sf_loader_stats stats;
+    sf_loader_get_stats(l, &stats);
+    *threads_out = stats.decode_threads;
     sf_loader_close(l);
     *n_out = n;
     return (double)n / s;
@@ -211,7 +215,8 @@ int main(int argc, char **argv)
     o.decode_threads = threads;
     o.device = SF_DEVICE_HOST;
     unsigned long long n = 0;
-    loader_epoch(&o, &n); /* warms the cache (and the page cache) */
+    unsigned t = 0;
+    loader_epoch(&o, &n, &t); /* warms the cache (and the page cache) */
 
     double best_dec = 0, best_ld = 0;
     for (unsigned r = 0; r < rounds; r++) {
@@ -219,24 +224,12 @@ int main(int argc, char **argv)
         if (d > best_dec)
             best_dec = d;
         o.sampler.epoch = r + 1;
-        double x = loader_epoch(&o, &n);
+        double x = loader_epoch(&o, &n, &t);
         if (x > best_ld)
             best_ld = x;
         if (n != n_images)
             fprintf(stderr, "bench_loader: note: the loader delivered %llu of %zu images\n", n,
                     n_images);
-    }
-    struct sf_loader_stats dummy;
-    (void)dummy;
-    unsigned t = threads;
-    if (!t) {
-        struct sf_loader *l;
-        if (sf_loader_open(&o, &l, err, sizeof(err)) == SF_OK) {
-            struct sf_loader_stats s;
-            sf_loader_get_stats(l, &s);
-            t = s.decode_threads;
-            sf_loader_close(l);
-        }
     }
     printf("images: %zu, average %.1f KB, output %ux%u, batch %u, %u decode threads\n", n_images,
            (double)bytes / (double)n_images / 1000.0, size, size, batch, t);

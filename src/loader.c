@@ -63,8 +63,7 @@ struct batch {
     uint64_t epoch, index, position;
     unsigned assigned;
     atomic_uint pending; /* slots not decoded yet + 1 while the reader may still assign */
-    atomic_uint skipped_n;
-    size_t size; /* after compaction */
+    size_t size;         /* after compaction */
     unsigned char *images;
     int pinned;
     int64_t *labels;
@@ -125,7 +124,6 @@ struct work {
     struct shard_slot *sh;
     const struct sample_loc *loc;
     uint64_t rng;
-    uint64_t sample;
 };
 
 struct sf_loader {
@@ -191,10 +189,8 @@ struct sf_loader {
     atomic_ullong n_delivered, n_batches, n_skipped, n_pads, n_read, n_decoded, n_shards_opened,
         bytes_read, cache_hits, cache_misses;
     double consumer_wait_s, read_busy_s, gpu_copy_s;
-    _Atomic double decode_busy_s_unused;
     atomic_ullong decode_busy_ns;
     atomic_uint shards_open;
-    int warned_skips;
 };
 
 /* ------------------------------------------------------------ helpers */
@@ -324,11 +320,7 @@ static void shard_close(struct sf_loader *l, struct shard_slot *sh)
     sf_shard_reader_destroy(sh->r);
     if (sh->co)
         sf_cache_object_close(sh->co);
-    if (sh->f) {
-        void *d = sf_fetch_data(sh->f);
-        (void)d; /* engine-owned, freed with the fetch */
-        sf_fetch_destroy(sh->f);
-    }
+    sf_fetch_destroy(sh->f); /* frees the engine-owned buffer; NULL is a no-op */
     if (sh->map && sh->map_len)
         munmap(sh->map, sh->map_len);
     if (sh->locs) {
@@ -504,7 +496,6 @@ static sf_status record_sample(struct sf_loader *l, struct shard_slot *sh,
                                const struct sf_sample *s)
 {
     struct sample_loc *loc = &sh->locs[s->index - sh->begin];
-    const char *url = l->objs[sh->shard]->url;
     const struct sf_sample_field *img = NULL, *lbl = NULL;
     for (size_t i = 0; i < l->n_img && !img; i++)
         img = find_field(s, l->img_names[i]);
@@ -514,11 +505,7 @@ static sf_status record_sample(struct sf_loader *l, struct shard_slot *sh,
     if (!loc->key)
         return SF_ERR_NO_MEMORY;
     loc->offset = s->offset;
-    loc->present = 1;
-    if (!img) {
-        /* Reported by the decode worker, under the on_error policy. */
-        loc->img = NULL;
-    }
+    loc->present = 1; /* a missing image stays NULL: the worker reports it (on_error) */
     if (l->n_extra) {
         loc->extra = calloc(l->n_extra, sizeof(*loc->extra));
         if (!loc->extra)
@@ -566,7 +553,6 @@ static sf_status record_sample(struct sf_loader *l, struct shard_slot *sh,
         }
     }
 #undef TAKE
-    (void)url;
     return SF_OK;
 }
 
@@ -843,14 +829,13 @@ static void *worker_main(void *arg)
         return NULL;
     }
     char err[ERR_LEN];
+    /* One lock round per sample: the end of one and the start of the next. */
+    pthread_mutex_lock(&l->mu);
     for (;;) {
-        pthread_mutex_lock(&l->mu);
         while (!l->stop && l->q_len == 0)
             pthread_cond_wait(&l->cv_work, &l->mu);
-        if (l->stop) {
-            pthread_mutex_unlock(&l->mu);
+        if (l->stop)
             break;
-        }
         struct work w = l->q[l->q_head];
         l->q_head = (l->q_head + 1) % l->q_cap;
         l->q_len--;
@@ -888,8 +873,8 @@ static void *worker_main(void *arg)
         l->active_decodes--;
         if (l->active_decodes == 0 && l->q_len == 0)
             pthread_cond_broadcast(&l->cv_reader);
-        pthread_mutex_unlock(&l->mu);
     }
+    pthread_mutex_unlock(&l->mu);
     sf__decoder_destroy(d);
     return NULL;
 }
@@ -1087,7 +1072,6 @@ static int reader_assign(struct sf_loader *l, struct reader *rd, const struct sf
         .sh = sh,
         .loc = loc,
         .rng = sf__sample_rng_seed(l->o.sampler.seed, l->epoch, r->shard, r->sample),
-        .sample = r->sample,
     };
     pthread_mutex_lock(&l->mu);
     /* The queue holds at most every slot of the ring: never full. */
