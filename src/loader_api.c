@@ -1,0 +1,317 @@
+/*
+ * The loader's consumer API: next/release, set_epoch, state save/restore,
+ * stats and the epoch size accessors. Run by the consumer thread (the one
+ * that calls next); get_stats and errmsg may be called from any thread.
+ */
+#include "src/loader_internal.h"
+
+#include "src/decode.h"
+#include "src/gpu.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+/* ------------------------------------------------------------ consumer API */
+
+static int deliverable(const struct sf_loader *l, const struct batch *b)
+{
+    if (!l->on_device)
+        return b->state == B_READY;
+    if (b->state == B_GPU_DONE)
+        return 1;
+    return b->state == B_ON_GPU && !l->o.sync_device;
+}
+
+sf_status sf_loader_next(struct sf_loader *l, struct sf_batch *out)
+{
+    if (!l || !out)
+        return SF_ERR_INVALID_ARGUMENT;
+    double t0 = sf__loader_now_s();
+    sf__nvtx_push("wait batch");
+    pthread_mutex_lock(&l->mu);
+    sf_status st = SF_OK;
+    for (;;) {
+        if (l->error != SF_OK) {
+            st = l->error;
+            break;
+        }
+        if (l->reset_req && !l->reset_done) {
+            sf__loader_cond_wait_ms(&l->cv_consumer, &l->mu, 50);
+            continue;
+        }
+        if (l->next_deliver >= l->epoch_batches) {
+            st = SF_ERR_NOT_FOUND;
+            break;
+        }
+        if (l->held + 1 >= l->ring) {
+            st = SF_ERR_LIMIT;
+            snprintf(l->errmsg, sizeof(l->errmsg),
+                     "%u batches held: release one before asking for the next (prefetch_batches "
+                     "%u)",
+                     l->held, l->ring);
+            break;
+        }
+        struct batch *b = sf__loader_find_batch(l, l->next_deliver);
+        if (b && deliverable(l, b)) {
+            if (b->size == 0 && (!l->on_device || !b->gpu_busy)) {
+                /* every sample of it was skipped */
+                b->state = B_FREE;
+                l->next_deliver++;
+                uint64_t end = b->position + l->o.batch_size;
+                l->delivered_positions = end < l->epoch_positions ? end : l->epoch_positions;
+                pthread_cond_broadcast(&l->cv_reader);
+                continue;
+            }
+            if (b->size == 0)
+                goto wait;
+            b->state = B_HELD;
+            l->held++;
+            l->next_deliver++;
+            uint64_t end = b->position + l->o.batch_size;
+            l->delivered_positions = end < l->epoch_positions ? end : l->epoch_positions;
+            memset(out, 0, sizeof(*out));
+            out->epoch = b->epoch;
+            out->index = b->index;
+            out->position = b->position;
+            out->size = b->size;
+            out->width = l->o.image.width;
+            out->height = l->o.image.height;
+            out->channels = 3;
+            out->layout = l->o.image.layout;
+            out->dtype = l->o.image.dtype;
+            out->image_bytes = l->image_bytes;
+            out->images = b->images;
+            out->labels = b->labels;
+            out->flags = b->flags;
+            out->keys = b->keys;
+            out->shards = b->shards;
+            out->field_count = l->n_extra;
+            out->fields = l->n_extra ? b->fields : NULL;
+            out->cuda_device = -1;
+            if (l->on_device) {
+                unsigned idx = (unsigned)(b - l->batches);
+                out->device_images = sf__gpu_u8(l->gpu, idx);
+                if (l->o.normalize_on_device && l->o.image.dtype == SF_DTYPE_UINT8)
+                    out->device_normalized = sf__gpu_f32(l->gpu, idx);
+                out->cuda_event = sf__gpu_event(l->gpu, idx);
+                out->cuda_device = sf__gpu_device(l->gpu);
+            }
+            atomic_fetch_add(&l->n_delivered, b->size);
+            atomic_fetch_add(&l->n_batches, 1);
+            break;
+        }
+    wait:
+        sf__loader_cond_wait_ms(&l->cv_consumer, &l->mu, 50);
+    }
+    l->consumer_wait_s += sf__loader_now_s() - t0;
+    pthread_mutex_unlock(&l->mu);
+    sf__nvtx_pop();
+    return st;
+}
+
+void sf_loader_release(struct sf_loader *l, const struct sf_batch *b)
+{
+    if (!l || !b)
+        return;
+    pthread_mutex_lock(&l->mu);
+    for (unsigned i = 0; i < l->ring; i++) {
+        struct batch *x = &l->batches[i];
+        if (x->state == B_HELD && x->images == b->images && x->index == b->index &&
+            x->epoch == b->epoch) {
+            x->state = B_FREE;
+            l->held--;
+            pthread_cond_broadcast(&l->cv_reader);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&l->mu);
+}
+
+static sf_status request_reset(struct sf_loader *l, uint64_t epoch, const void *state,
+                               uint64_t position)
+{
+    pthread_mutex_lock(&l->mu);
+    if (l->error != SF_OK) {
+        sf_status st = l->error;
+        pthread_mutex_unlock(&l->mu);
+        return st;
+    }
+    l->reset_req = 1;
+    l->reset_done = 0;
+    l->reset_epoch = epoch;
+    l->have_restore = state != NULL;
+    if (state)
+        memcpy(l->restore_state, state, SF_SAMPLER_STATE_BYTES);
+    l->restore_position = position;
+    pthread_cond_broadcast(&l->cv_reader);
+    pthread_cond_broadcast(&l->cv_work);
+    while (!l->reset_done && !l->stop)
+        sf__loader_cond_wait_ms(&l->cv_consumer, &l->mu, 50);
+    l->reset_req = 0;
+    sf_status st = l->error;
+    pthread_mutex_unlock(&l->mu);
+    return st;
+}
+
+sf_status sf_loader_set_epoch(struct sf_loader *l, uint64_t epoch)
+{
+    if (!l)
+        return SF_ERR_INVALID_ARGUMENT;
+    sf_sampler_set_epoch(l->state_smp, epoch);
+    return request_reset(l, epoch, NULL, 0);
+}
+
+/* State: "SFLD" v1, batch size, position, epoch, sampler state, checksum. */
+#define STATE_MAGIC 0x444c4653u
+_Static_assert(SF_LOADER_STATE_BYTES == 32 + SF_SAMPLER_STATE_BYTES + 8, "loader state layout");
+
+static void put64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint64_t get64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+static uint64_t state_sum(const unsigned char *p, size_t n)
+{
+    uint64_t h = 0x6c6f616465727631ULL; /* "loaderv1" */
+    for (size_t i = 0; i < n; i += 8) {
+        uint64_t w = 0;
+        for (size_t k = 0; k < 8 && i + k < n; k++)
+            w |= (uint64_t)p[i + k] << (8 * k);
+        h = sf__sample_rng_seed(h, w, 0x5354415445ULL, i);
+    }
+    return h;
+}
+
+sf_status sf_loader_state_save(struct sf_loader *l, void *buf, size_t len)
+{
+    if (!l || !buf || len < SF_LOADER_STATE_BYTES)
+        return SF_ERR_INVALID_ARGUMENT;
+    unsigned char *p = buf;
+    memset(p, 0, SF_LOADER_STATE_BYTES);
+    pthread_mutex_lock(&l->mu);
+    uint64_t position = l->delivered_positions;
+    uint64_t epoch = l->epoch;
+    pthread_mutex_unlock(&l->mu);
+    put64(p, STATE_MAGIC | (1ULL << 32));
+    put64(p + 8, l->o.batch_size);
+    put64(p + 16, position);
+    put64(p + 24, epoch);
+    sf_sampler_set_epoch(l->state_smp, epoch);
+    sf_status st = sf_sampler_state_save_at(l->state_smp, position, p + 32, SF_SAMPLER_STATE_BYTES);
+    if (st != SF_OK)
+        return st;
+    put64(p + 32 + SF_SAMPLER_STATE_BYTES, state_sum(p, 32 + SF_SAMPLER_STATE_BYTES));
+    return SF_OK;
+}
+
+sf_status sf_loader_state_restore(struct sf_loader *l, const void *state, size_t len)
+{
+    if (!l || !state)
+        return SF_ERR_INVALID_ARGUMENT;
+    const unsigned char *p = state;
+    if (len != SF_LOADER_STATE_BYTES || get64(p) != (STATE_MAGIC | (1ULL << 32)) ||
+        get64(p + 32 + SF_SAMPLER_STATE_BYTES) != state_sum(p, 32 + SF_SAMPLER_STATE_BYTES)) {
+        pthread_mutex_lock(&l->mu);
+        snprintf(l->errmsg, sizeof(l->errmsg), "not a loader state (bad magic or checksum)");
+        pthread_mutex_unlock(&l->mu);
+        return SF_ERR_CORRUPT;
+    }
+    if (get64(p + 8) != l->o.batch_size) {
+        pthread_mutex_lock(&l->mu);
+        snprintf(l->errmsg, sizeof(l->errmsg),
+                 "the state was saved with batch_size %llu, this loader has %u",
+                 (unsigned long long)get64(p + 8), l->o.batch_size);
+        pthread_mutex_unlock(&l->mu);
+        return SF_ERR_INVALID_ARGUMENT;
+    }
+    /* Check the sampler part on the consumer's own sampler first, so a
+     * mismatch is reported without disturbing the pipeline. */
+    sf_status st = sf_sampler_state_restore(l->state_smp, p + 32, SF_SAMPLER_STATE_BYTES);
+    if (st != SF_OK) {
+        pthread_mutex_lock(&l->mu);
+        snprintf(l->errmsg, sizeof(l->errmsg), "%s", sf_sampler_errmsg(l->state_smp));
+        pthread_mutex_unlock(&l->mu);
+        return st;
+    }
+    return request_reset(l, get64(p + 24), p + 32, get64(p + 16));
+}
+
+void sf_loader_get_stats(struct sf_loader *l, struct sf_loader_stats *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (!l)
+        return;
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    out->elapsed_s = (double)(t.tv_sec - l->t0.tv_sec) + (double)(t.tv_nsec - l->t0.tv_nsec) * 1e-9;
+    out->samples_delivered = atomic_load(&l->n_delivered);
+    out->batches_delivered = atomic_load(&l->n_batches);
+    out->samples_skipped = atomic_load(&l->n_skipped);
+    out->pad_samples = atomic_load(&l->n_pads);
+    out->samples_read = atomic_load(&l->n_read);
+    out->samples_decoded = atomic_load(&l->n_decoded);
+    out->shards_opened = atomic_load(&l->n_shards_opened);
+    out->bytes_read = atomic_load(&l->bytes_read);
+    out->cache_hits = atomic_load(&l->cache_hits);
+    out->cache_misses = atomic_load(&l->cache_misses);
+    out->decode_busy_s = (double)atomic_load(&l->decode_busy_ns) * 1e-9;
+    if (l->s3) {
+        struct sf_s3_stats ss;
+        sf_s3_get_stats(l->s3, &ss);
+        out->bytes_fetched = ss.bytes_received;
+        out->requests = ss.requests;
+        out->retries = ss.retries;
+    }
+    pthread_mutex_lock(&l->mu);
+    out->consumer_wait_s = l->consumer_wait_s;
+    out->read_busy_s = l->read_busy_s;
+    out->gpu_copy_s = l->gpu_copy_s;
+    out->decode_queue = (unsigned)l->q_len;
+    out->decode_queue_cap = (unsigned)l->q_cap;
+    unsigned ready = 0;
+    for (unsigned i = 0; i < l->ring; i++)
+        ready += l->batches[i].state == B_READY || l->batches[i].state == B_ON_GPU ||
+                 l->batches[i].state == B_GPU_DONE;
+    out->ready_batches = ready;
+    out->batch_ring = l->ring;
+    out->epoch = l->epoch;
+    pthread_mutex_unlock(&l->mu);
+    out->decode_threads = l->n_workers;
+    out->shards_in_flight = atomic_load(&l->shards_open);
+    out->on_device = l->on_device;
+    double e = out->elapsed_s > 0 ? out->elapsed_s : 1e-9;
+    out->images_per_s = (double)out->samples_delivered / e;
+    out->decode_per_s = (double)out->samples_decoded / e;
+    out->read_per_s = (double)out->samples_read / e;
+    out->fetch_mib_per_s = (double)out->bytes_fetched / e / 1048576.0;
+}
+
+uint64_t sf_loader_epoch_samples(const struct sf_loader *l)
+{
+    return l ? sf_sampler_epoch_size(l->state_smp) : 0;
+}
+
+uint64_t sf_loader_epoch_batches(const struct sf_loader *l)
+{
+    if (!l)
+        return 0;
+    uint64_t n = sf_sampler_epoch_size(l->state_smp), B = l->o.batch_size;
+    return l->o.drop_last ? n / B : (n + B - 1) / B;
+}
+
+const char *sf_loader_errmsg(const struct sf_loader *l)
+{
+    return l ? l->errmsg : "";
+}

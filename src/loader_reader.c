@@ -1,0 +1,436 @@
+/*
+ * The loader's reader thread: plans the epoch with the sampler, opens shards
+ * ahead in plan order, parses them and assigns each sample to its batch slot
+ * on the decode queue; handles epoch resets and restores. Everything here
+ * runs on the reader thread.
+ */
+#include "src/loader_internal.h"
+
+#include "src/decode.h"
+#include "src/gpu.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------ reader thread */
+
+struct reader {
+    const struct sf_shard_range *plan;
+    size_t n_plan;
+    size_t next_open;  /* plan entries opened */
+    size_t next_parse; /* plan entry being parsed */
+    uint64_t samples_read;
+    uint64_t position;       /* epoch positions assigned */
+    uint64_t stop_at;        /* positions to assign (drop_last) */
+    uint64_t window;         /* effective shuffle buffer */
+    double blocked_s;        /* this round, waiting for a free batch slot (not busy) */
+    struct shard_slot *open; /* list */
+    struct sf_sample_ref pending;
+    int have_pending, sampler_done;
+    struct batch *cur;
+    uint64_t gen;
+};
+
+/* Counts this epoch's deliveries per shard with the counter sampler,
+ * positioned like the main one. */
+static void count_deliveries(struct sf_loader *l, uint64_t stop_at)
+{
+    unsigned char st[SF_SAMPLER_STATE_BYTES];
+    memset(l->deliveries, 0, l->n_shards * sizeof(*l->deliveries));
+    if (sf_sampler_state_save(l->sampler, st, sizeof(st)) != SF_OK ||
+        sf_sampler_state_restore(l->counter, st, sizeof(st)) != SF_OK)
+        return;
+    struct sf_sample_ref r;
+    while (sf_sampler_next(l->counter, &r))
+        if (r.position < stop_at) /* drop_last: the short tail is not delivered */
+            l->deliveries[r.shard]++;
+}
+
+static void reader_close_all(struct sf_loader *l, struct reader *rd)
+{
+    while (rd->open) {
+        struct shard_slot *n = rd->open->next;
+        sf__loader_shard_close(l, rd->open);
+        rd->open = n;
+    }
+}
+
+/* Starts the reader's epoch at the sampler's current position. */
+static void reader_begin(struct sf_loader *l, struct reader *rd, uint64_t position)
+{
+    reader_close_all(l, rd);
+    memset(rd, 0, sizeof(*rd));
+    rd->plan = sf_sampler_plan(l->sampler, &rd->n_plan);
+    struct sf_sampler_info info;
+    sf_sampler_get_info(l->sampler, &info);
+    rd->position = position;
+    rd->window = info.shuffle_buffer;
+    uint64_t size = info.epoch_size;
+    uint64_t B = l->o.batch_size;
+    rd->stop_at = l->o.drop_last ? size / B * B : size;
+    count_deliveries(l, rd->stop_at);
+    /* Replayed positions were consumed already: the shards hold fewer
+     * deliveries, and samples read before `position` are counted. */
+    pthread_mutex_lock(&l->mu);
+    l->epoch = info.epoch;
+    l->epoch_positions = size;
+    l->epoch_batches = l->o.drop_last ? size / B : (size + B - 1) / B;
+    l->next_deliver = (position + B - 1) / B; /* position / B, but a short epoch end */
+    l->next_gpu = l->next_deliver;
+    l->delivered_positions = position;
+    rd->gen = l->gen;
+    pthread_mutex_unlock(&l->mu);
+}
+
+/* Samples read before the restore point: a restored sampler needs them to be
+ * counted as read. The plan is walked to the read index the sampler's
+ * pending items need; shards wholly before it are skipped without reading.
+ * Simple approach: nothing is skipped; reading starts at the plan's start,
+ * and samples with no deliveries left are dropped as soon as parsed. */
+
+/* A free ring slot (not held, not read by a device copy), or NULL. mu held. */
+static struct batch *free_slot(struct sf_loader *l)
+{
+    for (unsigned i = 0; i < l->ring; i++)
+        if (l->batches[i].state == B_FREE && !l->batches[i].gpu_busy)
+            return &l->batches[i];
+    return NULL;
+}
+
+/* Takes any free slot for batch `bindex`: batches are not tied to a slot, so
+ * a batch the consumer keeps never blocks the ring while it holds at most
+ * prefetch_batches - 1. */
+static int reader_wait_slot(struct sf_loader *l, struct reader *rd, uint64_t bindex)
+{
+    struct batch *b = NULL;
+    pthread_mutex_lock(&l->mu);
+    double t_wait = sf__loader_now_s();
+    while (!l->stop && l->error == SF_OK && !l->reset_req && !(b = free_slot(l))) {
+        /* Keep downloads moving while we wait for the consumer. */
+        pthread_mutex_unlock(&l->mu);
+        for (struct shard_slot *s = rd->open; s; s = s->next)
+            if (sf__loader_shard_pump(l, s, 0, 0) != SF_OK)
+                return -1;
+        pthread_mutex_lock(&l->mu);
+        if (!free_slot(l) && !l->stop && !l->reset_req)
+            sf__loader_cond_wait_ms(&l->cv_reader, &l->mu, 20);
+    }
+    int ok = !l->stop && l->error == SF_OK && !l->reset_req && b;
+    if (ok) {
+        b->state = B_FILLING;
+        b->gen = l->gen;
+        b->epoch = l->epoch;
+        b->index = bindex;
+        b->position = bindex * l->o.batch_size;
+        b->assigned = 0;
+        b->size = 0;
+        b->key_len = 0;
+        b->gpu_s = 0;
+        atomic_store(&b->pending, 1);
+        memset(b->skipped, 0, l->o.batch_size);
+        rd->cur = b;
+    }
+    rd->blocked_s += sf__loader_now_s() - t_wait;
+    pthread_mutex_unlock(&l->mu);
+    return ok ? 0 : -1;
+}
+
+/* Closes the batch being filled: the reader's token goes. */
+static void reader_close_batch(struct sf_loader *l, struct reader *rd)
+{
+    if (!rd->cur)
+        return;
+    struct batch *b = rd->cur;
+    rd->cur = NULL;
+    sf__loader_batch_unpend(l, b);
+}
+
+/* Puts one delivered ref into its slot. Returns 0, or -1 to stop. */
+static int reader_assign(struct sf_loader *l, struct reader *rd, const struct sf_sample_ref *r)
+{
+    uint64_t B = l->o.batch_size;
+    uint64_t bindex = rd->position / B;
+    unsigned slot = (unsigned)(rd->position % B);
+    if (!rd->cur) {
+        if (reader_wait_slot(l, rd, bindex) != 0)
+            return -1;
+    }
+    struct batch *b = rd->cur;
+    struct shard_slot *sh = l->slot_of[r->shard];
+    if (!sh || r->sample < sh->begin || r->sample >= sh->end ||
+        !sh->locs[r->sample - sh->begin].present) {
+        sf__loader_fail(l, SF_ERR_INTERNAL, "loader: sample %llu of shard %llu is not held",
+                        (unsigned long long)r->sample, (unsigned long long)r->shard);
+        return -1;
+    }
+    const struct sample_loc *loc = &sh->locs[r->sample - sh->begin];
+    const char *key = loc->key;
+    size_t klen = strlen(key) + 1;
+    if (b->key_len + klen > b->key_cap) {
+        size_t cap = b->key_cap ? b->key_cap * 2 : 8192;
+        while (cap < b->key_len + klen)
+            cap *= 2;
+        char *k = realloc(b->key_arena, cap);
+        if (!k) {
+            sf__loader_fail(l, SF_ERR_NO_MEMORY, "loader: out of memory");
+            return -1;
+        }
+        b->key_arena = k;
+        b->key_cap = cap;
+    }
+    memcpy(b->key_arena + b->key_len, key, klen);
+    b->key_off[slot] = b->key_len;
+    b->key_len += klen;
+    b->flags[slot] = r->flags & SF_SAMPLE_PAD;
+    b->shards[slot] = r->shard;
+    b->labels[slot] = -1;
+    b->assigned = slot + 1;
+    if (r->flags & SF_SAMPLE_PAD)
+        atomic_fetch_add(&l->n_pads, 1);
+    atomic_fetch_add(&b->pending, 1);
+    struct work w = {
+        .b = b,
+        .slot = slot,
+        .sh = sh,
+        .loc = loc,
+        .rng = sf__sample_rng_seed(l->o.sampler.seed, l->epoch, r->shard, r->sample),
+    };
+    pthread_mutex_lock(&l->mu);
+    /* The queue holds at most every slot of the ring: never full. */
+    l->q[(l->q_head + l->q_len) % l->q_cap] = w;
+    l->q_len++;
+    pthread_cond_signal(&l->cv_work);
+    pthread_mutex_unlock(&l->mu);
+    rd->position++;
+    if (rd->position % B == 0)
+        reader_close_batch(l, rd);
+    return 0;
+}
+
+/* Closes shards nobody needs any more. */
+static void reader_sweep(struct sf_loader *l, struct reader *rd, int failed)
+{
+    struct shard_slot **pp = &rd->open;
+    while (*pp) {
+        struct shard_slot *s = *pp;
+        /* Not before it is parsed while the epoch is read: the read count
+         * of the plan walks through it. A cache download is let finish, so
+         * it is published (verified, renamed) and the next epoch hits. */
+        if (atomic_load(&s->refs) == 0 && (s->parsed || s->begin == s->end || rd->sampler_done) &&
+            (s->done_fetch || !s->co || failed)) {
+            *pp = s->next;
+            sf__loader_shard_close(l, s);
+            continue;
+        }
+        pp = &s->next;
+    }
+}
+
+static unsigned count_unparsed(const struct reader *rd)
+{
+    unsigned n = 0;
+    for (const struct shard_slot *s = rd->open; s; s = s->next)
+        n += !s->parsed;
+    return n;
+}
+
+/* Drains the pipeline for a reset: waits until no decode is queued or
+ * running, then frees batches not held by the consumer. */
+static void reader_drain(struct sf_loader *l, struct reader *rd)
+{
+    reader_close_batch(l, rd);
+    pthread_mutex_lock(&l->mu);
+    while (l->q_len || l->active_decodes)
+        sf__loader_cond_wait_ms(&l->cv_reader, &l->mu, 20);
+    /* The gpu thread may be copying one: wait for it to settle. */
+    for (unsigned i = 0; i < l->ring; i++) {
+        struct batch *b = &l->batches[i];
+        while (b->gpu_busy)
+            sf__loader_cond_wait_ms(&l->cv_reader, &l->mu, 5);
+        if (b->state != B_HELD)
+            b->state = B_FREE;
+    }
+    pthread_mutex_unlock(&l->mu);
+    reader_close_all(l, rd);
+}
+
+void *sf__loader_reader_main(void *arg)
+{
+    struct sf_loader *l = arg;
+    sf__nvtx_name_thread("sf reader");
+    struct reader rd;
+    memset(&rd, 0, sizeof(rd));
+    reader_begin(l, &rd, 0);
+    double busy = 0;
+    for (;;) {
+        pthread_mutex_lock(&l->mu);
+        int stop = l->stop;
+        int reset = l->reset_req && !l->reset_done;
+        pthread_mutex_unlock(&l->mu);
+        if (stop)
+            break;
+        if (reset) {
+            reader_drain(l, &rd);
+            pthread_mutex_lock(&l->mu);
+            sf_status st = SF_OK;
+            uint64_t position = 0;
+            if (l->have_restore) {
+                st = sf_sampler_state_restore(l->sampler, l->restore_state,
+                                              sizeof(l->restore_state));
+                position = l->restore_position;
+            } else {
+                sf_sampler_set_epoch(l->sampler, l->reset_epoch);
+            }
+            l->gen++;
+            pthread_mutex_unlock(&l->mu);
+            if (st != SF_OK)
+                sf__loader_fail(l, st, "%s", sf_sampler_errmsg(l->sampler));
+            reader_begin(l, &rd, position);
+            pthread_mutex_lock(&l->mu);
+            l->reset_done = 1;
+            pthread_cond_broadcast(&l->cv_consumer);
+            pthread_mutex_unlock(&l->mu);
+            continue;
+        }
+        pthread_mutex_lock(&l->mu);
+        int failed = l->error != SF_OK;
+        pthread_mutex_unlock(&l->mu);
+        if (failed || (rd.sampler_done && !rd.cur)) {
+            /* Idle: the epoch is assigned (or failed); finish the downloads
+             * still running and close what is done. */
+            if (!failed)
+                for (struct shard_slot *s = rd.open; s; s = s->next)
+                    if (sf__loader_shard_pump(l, s, 0, 0) != SF_OK)
+                        break;
+            reader_sweep(l, &rd, failed);
+            pthread_mutex_lock(&l->mu);
+            if (!l->stop && !(l->reset_req && !l->reset_done))
+                sf__loader_cond_wait_ms(&l->cv_reader, &l->mu, 50);
+            pthread_mutex_unlock(&l->mu);
+            continue;
+        }
+        double t0 = sf__loader_now_s();
+        sf__nvtx_push("read");
+        /* 1. Open shards ahead, in plan order, while the read position is
+         * within the shuffle window of what has been assigned (so memory
+         * stays bounded when the consumer is slower than the bucket). */
+        while (rd.next_open < rd.n_plan && count_unparsed(&rd) < l->o.prefetch_shards + 1 &&
+               rd.samples_read <= rd.position + rd.window) {
+            const struct sf_shard_range *pr = &rd.plan[rd.next_open];
+            if (l->deliveries[pr->shard] == 0) {
+                rd.next_open++; /* nothing of it is delivered (resumed, drop_last) */
+                continue;
+            }
+            struct shard_slot *sh;
+            if (sf__loader_shard_open(l, pr->shard, pr->begin, pr->end, &sh) != SF_OK)
+                break;
+            /* Appended: downloads are driven (and so started) in read order,
+             * so the shard read first gets its bytes first. */
+            struct shard_slot **tail = &rd.open;
+            while (*tail)
+                tail = &(*tail)->next;
+            *tail = sh;
+            rd.next_open++;
+        }
+        /* 2. Keep every download moving; parse the head of the read order. */
+        int progressed = 0;
+        for (struct shard_slot *s = rd.open; s; s = s->next)
+            if (sf__loader_shard_pump(l, s, 0, 0) != SF_OK)
+                break;
+        while (rd.next_parse < rd.n_plan) {
+            const struct sf_shard_range *pr = &rd.plan[rd.next_parse];
+            struct shard_slot *sh = l->slot_of[pr->shard];
+            if (!sh) {
+                if (rd.next_parse < rd.next_open && l->deliveries[pr->shard] == 0) {
+                    /* skipped unopened: its samples count as read */
+                    rd.samples_read += pr->end - pr->begin;
+                    rd.next_parse++;
+                    progressed = 1;
+                    continue;
+                }
+                break;
+            }
+            long got = sf__loader_shard_parse(l, sh);
+            if (got < 0)
+                break;
+            rd.samples_read += (uint64_t)got;
+            atomic_fetch_add(&l->n_read, (unsigned long long)got);
+            if (got)
+                progressed = 1;
+            if (sh->parsed) {
+                rd.next_parse++;
+                progressed = 1;
+                continue;
+            }
+            break;
+        }
+        /* 3. Deliver what the sampler can now place. */
+        while (rd.position < rd.stop_at) {
+            if (!rd.have_pending) {
+                if (!sf_sampler_next(l->sampler, &rd.pending)) {
+                    rd.sampler_done = 1;
+                    break;
+                }
+                rd.have_pending = 1;
+            }
+            if (rd.pending.read_index >= rd.samples_read && !(rd.pending.flags & SF_SAMPLE_PAD))
+                break;
+            if ((rd.pending.flags & SF_SAMPLE_PAD) && rd.next_parse < rd.n_plan)
+                break; /* pads repeat samples of a fully read stream */
+            if (reader_assign(l, &rd, &rd.pending) != 0)
+                break;
+            rd.have_pending = 0;
+            progressed = 1;
+        }
+        if (rd.position >= rd.stop_at && !rd.sampler_done) {
+            /* drop_last: the rest of the epoch is not delivered; its shards'
+             * deliveries are released. */
+            /* The tail was not counted in the deliveries (count_deliveries). */
+            struct sf_sample_ref r;
+            rd.have_pending = 0;
+            while (sf_sampler_next(l->sampler, &r))
+                ;
+            rd.sampler_done = 1;
+        }
+        if (rd.sampler_done)
+            reader_close_batch(l, &rd);
+        reader_sweep(l, &rd, 0);
+        sf__nvtx_pop();
+        busy += sf__loader_now_s() - t0 - rd.blocked_s;
+        rd.blocked_s = 0;
+        pthread_mutex_lock(&l->mu);
+        l->read_busy_s = busy;
+        pthread_mutex_unlock(&l->mu);
+        if (!progressed) {
+            /* Wait for bytes of the head shard (the engine works meanwhile). */
+            struct shard_slot *head =
+                rd.next_parse < rd.n_plan ? l->slot_of[rd.plan[rd.next_parse].shard] : NULL;
+            if (head && !head->done_fetch) {
+                unsigned long long want = sf_shard_reader_wanted(head->r);
+                if (want <= head->contiguous)
+                    want = head->contiguous + 1;
+                sf__loader_shard_pump(l, head, want, 20);
+            } else {
+                pthread_mutex_lock(&l->mu);
+                if (!l->stop && !l->reset_req)
+                    sf__loader_cond_wait_ms(&l->cv_reader, &l->mu, 5);
+                pthread_mutex_unlock(&l->mu);
+            }
+        }
+    }
+    reader_close_batch(l, &rd);
+    /* Wait for the workers to finish with the shards before closing them. */
+    pthread_mutex_lock(&l->mu);
+    while (l->active_decodes)
+        sf__loader_cond_wait_ms(&l->cv_reader, &l->mu, 5);
+    pthread_mutex_unlock(&l->mu);
+    /* A shard whose bytes have all arrived is published (hashed, renamed)
+     * rather than left as a partial download: that is local work only. */
+    for (struct shard_slot *s = rd.open; s; s = s->next)
+        if (s->co && !s->done_fetch && s->size != SF_SIZE_UNKNOWN && s->contiguous >= s->size)
+            sf__loader_shard_pump(l, s, s->size, 10000);
+    reader_close_all(l, &rd);
+    return NULL;
+}

@@ -1,0 +1,337 @@
+/*
+ * Loader shard slots: opening a shard (mmap, cache or direct fetch), pumping
+ * its download, parsing it as bytes arrive and recording where each sample's
+ * fields are. Run by the reader thread (and by sf_loader_open's counting
+ * pass, before any thread starts).
+ */
+#include "src/loader_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const struct sf_sample_field *find_field(const struct sf_sample *s, const char *name)
+{
+    for (size_t i = 0; i < s->field_count; i++)
+        if (!strcmp(s->fields[i].name, name))
+            return &s->fields[i];
+    return NULL;
+}
+
+static const char *local_path(const struct sf_object_info *obj)
+{
+    return !strncmp(obj->url, "file://", 7) ? obj->url + 7 : obj->url;
+}
+
+/* ------------------------------------------------------------ shards */
+
+void sf__loader_shard_close(struct sf_loader *l, struct shard_slot *sh)
+{
+    if (!sh)
+        return;
+    if (l->slot_of && l->slot_of[sh->shard] == sh) {
+        l->slot_of[sh->shard] = NULL;
+        atomic_fetch_sub(&l->shards_open, 1);
+    }
+    sf_shard_reader_destroy(sh->r);
+    if (sh->co)
+        sf_cache_object_close(sh->co);
+    sf_fetch_destroy(sh->f); /* frees the engine-owned buffer; NULL is a no-op */
+    if (sh->map && sh->map_len)
+        munmap(sh->map, sh->map_len);
+    if (sh->locs) {
+        for (uint64_t i = 0; i < sh->end - sh->begin; i++) {
+            free(sh->locs[i].owned);
+            free(sh->locs[i].extra);
+            free(sh->locs[i].key);
+        }
+        free(sh->locs);
+    }
+    free(sh);
+}
+
+/* Opens shard `shard` for its plan range. Reader thread. */
+sf_status sf__loader_shard_open(struct sf_loader *l, uint64_t shard, uint64_t begin, uint64_t end,
+                                struct shard_slot **out)
+{
+    const struct sf_object_info *obj = l->objs[shard];
+    struct shard_slot *sh = calloc(1, sizeof(*sh));
+    if (!sh)
+        return SF_ERR_NO_MEMORY;
+    sh->shard = shard;
+    sh->begin = begin;
+    sh->end = end;
+    sh->size = obj->size;
+    sh->locs = calloc(end - begin ? end - begin : 1, sizeof(*sh->locs));
+    if (!sh->locs) {
+        free(sh);
+        return SF_ERR_NO_MEMORY;
+    }
+    struct sf_shard_reader_options ro;
+    sf_shard_reader_options_init_default(&ro);
+    ro.name = obj->url;
+    char err[ERR_LEN];
+    sf_status st = sf_shard_reader_new(&ro, &sh->r, err, sizeof(err));
+    if (st != SF_OK) {
+        sf__loader_shard_close(l, sh);
+        sf__loader_fail(l, st, "%s", err);
+        return st;
+    }
+    if (sf__loader_is_local(obj->url)) {
+        const char *path = local_path(obj);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        struct stat sb;
+        if (fd < 0 || fstat(fd, &sb) != 0) {
+            int e = errno;
+            if (fd >= 0)
+                close(fd);
+            sf__loader_shard_close(l, sh);
+            sf__loader_fail(l, e == ENOENT ? SF_ERR_NOT_FOUND : SF_ERR_IO, "%s: %s", path,
+                            strerror(e));
+            return e == ENOENT ? SF_ERR_NOT_FOUND : SF_ERR_IO;
+        }
+        sh->size = (unsigned long long)sb.st_size;
+        if (sh->size > l->o.max_shard_bytes) {
+            close(fd);
+            sf__loader_shard_close(l, sh);
+            sf__loader_fail(l, SF_ERR_LIMIT, "%s: %llu bytes is over max_shard_bytes (%llu)", path,
+                            sh->size, l->o.max_shard_bytes);
+            return SF_ERR_LIMIT;
+        }
+        if (sh->size) {
+            sh->map = mmap(NULL, (size_t)sh->size, PROT_READ, MAP_PRIVATE, fd, 0);
+            if (sh->map == MAP_FAILED) {
+                int e = errno;
+                sh->map = NULL;
+                close(fd);
+                sf__loader_shard_close(l, sh);
+                sf__loader_fail(l, SF_ERR_IO, "%s: mmap: %s", path, strerror(e));
+                return SF_ERR_IO;
+            }
+            sh->map_len = (size_t)sh->size;
+            madvise(sh->map, sh->map_len, MADV_SEQUENTIAL | MADV_WILLNEED);
+        }
+        close(fd);
+        sh->base = sh->map;
+        sh->contiguous = sh->size;
+        sh->done_fetch = 1;
+        atomic_fetch_add(&l->cache_hits, 1);
+        sh->hit_counted = 1;
+    } else if (l->cache) {
+        st = sf_cache_open(l->cache, l->s3, obj, &sh->co);
+        if (st != SF_OK) {
+            char m[ERR_LEN];
+            sf_cache_errmsg(l->cache, m, sizeof(m));
+            sf__loader_shard_close(l, sh);
+            sf__loader_fail(l, st, "%s", m[0] ? m : sf_status_str(st));
+            return st;
+        }
+    } else {
+        struct sf_fetch_options fo;
+        sf_fetch_options_init_default(&fo);
+        fo.size = obj->size;
+        if (obj->etag[0])
+            fo.etag = obj->etag;
+        st = sf_fetch_start(l->s3, obj->url, &fo, &sh->f);
+        if (st != SF_OK) {
+            char m[ERR_LEN];
+            sf_s3_errmsg(l->s3, m, sizeof(m));
+            sf__loader_shard_close(l, sh);
+            sf__loader_fail(l, st, "%s", m[0] ? m : sf_status_str(st));
+            return st;
+        }
+        atomic_fetch_add(&l->cache_misses, 1);
+        sh->hit_counted = 1;
+    }
+    atomic_store(&sh->refs, l->deliveries[shard]);
+    l->slot_of[shard] = sh;
+    atomic_fetch_add(&l->shards_open, 1);
+    atomic_fetch_add(&l->n_shards_opened, 1);
+    *out = sh;
+    return SF_OK;
+}
+
+/* Advances the shard's download without blocking longer than timeout_ms.
+ * Returns SF_OK (maybe with new bytes) or an error (already recorded). */
+sf_status sf__loader_shard_pump(struct sf_loader *l, struct shard_slot *sh, unsigned long long want,
+                                int timeout_ms)
+{
+    if (sh->done_fetch)
+        return SF_OK;
+    if (sh->co) {
+        struct sf_cache_object_progress p;
+        sf_status st = sf_cache_object_wait(sh->co, want, timeout_ms, &p);
+        if (st != SF_OK && st != SF_ERR_TIMEOUT) {
+            const char *m = sf_cache_object_errmsg(sh->co);
+            sf__loader_fail(l, st, "%s", m && m[0] ? m : sf_status_str(st));
+            return st;
+        }
+        if (!sh->hit_counted && p.size != SF_SIZE_UNKNOWN) {
+            int hit = p.source == SF_CACHE_FROM_RAM || p.source == SF_CACHE_FROM_DISK;
+            atomic_fetch_add(hit ? &l->cache_hits : &l->cache_misses, 1);
+            sh->hit_counted = 1;
+        }
+        sh->size = p.size;
+        /* A peer's download is read only once published: its mapping may be
+         * replaced when it finishes, and decode workers hold pointers. */
+        if (p.source == SF_CACHE_FROM_PEER && !p.done)
+            return SF_OK;
+        if (p.size != SF_SIZE_UNKNOWN && p.size > l->o.max_shard_bytes) {
+            sf__loader_fail(l, SF_ERR_LIMIT, "%s: %llu bytes is over max_shard_bytes (%llu)",
+                            l->objs[sh->shard]->url, p.size, l->o.max_shard_bytes);
+            return SF_ERR_LIMIT;
+        }
+        sh->base = sf_cache_object_data(sh->co);
+        sh->contiguous = p.contiguous;
+        if (p.done)
+            sh->done_fetch = 1;
+        return SF_OK;
+    }
+    struct sf_fetch_progress p;
+    sf_status st = sf_fetch_wait(sh->f, want, timeout_ms, &p);
+    if (p.done && p.status != SF_OK) {
+        const char *m = sf_fetch_errmsg(sh->f);
+        sf__loader_fail(l, p.status, "%s", m && m[0] ? m : sf_status_str(p.status));
+        return p.status;
+    }
+    (void)st;
+    if (p.object_size != SF_SIZE_UNKNOWN && p.object_size > l->o.max_shard_bytes) {
+        sf__loader_fail(l, SF_ERR_LIMIT, "%s: %llu bytes is over max_shard_bytes (%llu)",
+                        l->objs[sh->shard]->url, p.object_size, l->o.max_shard_bytes);
+        return SF_ERR_LIMIT;
+    }
+    sh->size = p.total;
+    sh->base = sf_fetch_data(sh->f);
+    sh->contiguous = sh->base ? p.contiguous : 0;
+    if (p.done)
+        sh->done_fetch = 1;
+    return SF_OK;
+}
+
+/* Copies what a sample needs into its loc. Reader thread. */
+static sf_status record_sample(struct sf_loader *l, struct shard_slot *sh,
+                               const struct sf_sample *s)
+{
+    struct sample_loc *loc = &sh->locs[s->index - sh->begin];
+    const struct sf_sample_field *img = NULL, *lbl = NULL;
+    for (size_t i = 0; i < l->n_img && !img; i++)
+        img = find_field(s, l->img_names[i]);
+    for (size_t i = 0; i < l->n_lbl && !lbl; i++)
+        lbl = find_field(s, l->lbl_names[i]);
+    loc->key = strndup(s->key, s->key_len);
+    if (!loc->key)
+        return SF_ERR_NO_MEMORY;
+    loc->offset = s->offset;
+    loc->present = 1; /* a missing image stays NULL: the worker reports it (on_error) */
+    if (l->n_extra) {
+        loc->extra = calloc(l->n_extra, sizeof(*loc->extra));
+        if (!loc->extra)
+            return SF_ERR_NO_MEMORY;
+    }
+    /* Reader-owned bytes (zstd records) are copied out. */
+    size_t own = 0;
+    if (s->reader_owned) {
+        own += img ? img->size : 0;
+        own += lbl ? lbl->size : 0;
+        for (size_t e = 0; e < l->n_extra; e++) {
+            const struct sf_sample_field *f = find_field(s, l->extra_names[e]);
+            own += f ? f->size : 0;
+        }
+        loc->owned = malloc(own ? own : 1);
+        if (!loc->owned)
+            return SF_ERR_NO_MEMORY;
+    }
+    size_t at = 0;
+#define TAKE(dst, f)                                                                               \
+    do {                                                                                           \
+        if (s->reader_owned) {                                                                     \
+            memcpy(loc->owned + at, (f)->data, (f)->size);                                         \
+            (dst) = loc->owned + at;                                                               \
+            at += (f)->size;                                                                       \
+        } else {                                                                                   \
+            (dst) = (const unsigned char *)(f)->data;                                              \
+        }                                                                                          \
+    } while (0)
+    if (img) {
+        TAKE(loc->img, img);
+        loc->img_size = img->size;
+        loc->img_off = img->offset;
+    }
+    if (lbl) {
+        TAKE(loc->lbl, lbl);
+        loc->lbl_size = lbl->size;
+        snprintf(loc->lbl_name, sizeof(loc->lbl_name), "%s", lbl->name);
+    }
+    for (size_t e = 0; e < l->n_extra; e++) {
+        const struct sf_sample_field *f = find_field(s, l->extra_names[e]);
+        if (f) {
+            TAKE(loc->extra[e].p, f);
+            loc->extra[e].n = f->size;
+        }
+    }
+#undef TAKE
+    return SF_OK;
+}
+
+/* Parses what arrived of the shard at the head of the read order. Returns
+ * the number of samples newly read, or -1 on error. Reader thread. */
+long sf__loader_shard_parse(struct sf_loader *l, struct shard_slot *sh)
+{
+    if (sh->parsed)
+        return 0;
+    long got = 0;
+    if (sh->contiguous == 0 && !sh->done_fetch)
+        return 0;
+    sf_status st = sf_shard_reader_feed(sh->r, sh->base, sh->contiguous,
+                                        sh->done_fetch ? sh->size : SF_SIZE_UNKNOWN);
+    if (st != SF_OK) {
+        sf__loader_fail(l, st, "%s", sf_shard_reader_errmsg(sh->r));
+        return -1;
+    }
+    if (sh->contiguous > sh->bytes_counted) {
+        atomic_fetch_add(&l->bytes_read, sh->contiguous - sh->bytes_counted);
+        sh->bytes_counted = sh->contiguous;
+    }
+    for (;;) {
+        struct sf_sample s;
+        enum sf_shard_event ev;
+        st = sf_shard_reader_next(sh->r, &s, &ev);
+        if (st != SF_OK) {
+            sf__loader_fail(l, st, "%s", sf_shard_reader_errmsg(sh->r));
+            return -1;
+        }
+        if (ev == SF_SHARD_NEED_MORE)
+            break;
+        if (ev == SF_SHARD_END) {
+            if (sh->next_sample < sh->end) {
+                sf__loader_fail(l, SF_ERR_CORRUPT,
+                                "%s: %llu samples, but the index said at least %llu (offset %llu)",
+                                l->objs[sh->shard]->url, (unsigned long long)sh->next_sample,
+                                (unsigned long long)sh->end, sh->size);
+                return -1;
+            }
+            sh->parsed = 1;
+            break;
+        }
+        sh->next_sample = s.index + 1;
+        if (s.index < sh->begin)
+            continue; /* before this stream's part of a split shard */
+        st = record_sample(l, sh, &s);
+        if (st != SF_OK) {
+            sf__loader_fail(l, st, "%s: out of memory", l->objs[sh->shard]->url);
+            return -1;
+        }
+        got++;
+        if (sh->next_sample >= sh->end) {
+            sh->parsed = 1; /* the rest belongs to another stream, or nobody */
+            break;
+        }
+    }
+    return got;
+}
