@@ -122,6 +122,21 @@ struct sf_sampler_options {
     uint64_t initial_fill;
     enum sf_epoch_policy policy; /* default SF_EPOCH_PAD */
     enum sf_partition partition; /* default SF_PARTITION_SHARDS */
+    /*
+     * 0 (default): counts are exact. 1: counts are estimates (shards with no
+     * index, docs/sampling.md "Without counts"). The shards are dealt on the
+     * estimates as usual, so every stream computes the same deal alone, and:
+     *  - with several streams and SF_EPOCH_PAD or SF_EPOCH_DROP, the epoch
+     *    size is fixed from the estimates (the largest or smallest estimated
+     *    share), the same on every stream; the reader makes its real samples
+     *    fit it (pads or drops, counted by the reader);
+     *  - with one stream, or SF_EPOCH_UNEVEN, the epoch is the stream's real
+     *    length, which the reader tells with sf_sampler_feed() as it reads.
+     * Items then carry only read indices (shard is SF_SAMPLE_UNRESOLVED): the
+     * reader maps read index k to the k-th sample it reads. Needs
+     * SF_PARTITION_SHARDS.
+     */
+    int estimated_counts;
 };
 
 /* The largest shuffle_buffer accepted (2^26 samples: 512 MiB of indices). */
@@ -139,6 +154,12 @@ struct sf_sampler;
 
 /* Flags of a struct sf_sample_ref. */
 #define SF_SAMPLE_PAD 1u /* a repeat added by SF_EPOCH_PAD; its data is a real sample's */
+/* struct sf_sample_ref.shard of a sampler on estimated counts: the item is
+ * named by its read_index only. */
+#define SF_SAMPLE_UNRESOLVED UINT64_MAX
+/* sf_sampler_next(): an open-ended stream needs to know whether its next read
+ * index exists (sf_sampler_feed()). */
+#define SF_SAMPLER_WAIT (-1)
 
 /* One sample of the epoch order. */
 struct sf_sample_ref {
@@ -188,8 +209,22 @@ SF_API void sf_sampler_destroy(struct sf_sampler *s);
  * 0 at the end of the epoch (then *out is untouched and later calls keep
  * returning 0 until sf_sampler_set_epoch() or a restore). Never fails and
  * never allocates; s and out may not be NULL (0 is returned if they are).
+ * An open-ended sampler on estimated counts returns SF_SAMPLER_WAIT (-1)
+ * when its next step needs to know whether read index k exists, k being the
+ * number of reads it has taken so far: call sf_sampler_feed() and retry.
+ * The order is the same whatever the timing of the feeds.
  */
 SF_API int sf_sampler_next(struct sf_sampler *s, struct sf_sample_ref *out);
+
+/*
+ * Tells an open-ended sampler (estimated counts, one stream or
+ * SF_EPOCH_UNEVEN) that its stream has at least `reads` samples in read
+ * order, or, with final 1, exactly `reads` (the reader reached the end of
+ * its plan). Then the epoch size is `reads`. A no-op for other samplers.
+ * Fails with SF_ERR_INVALID_ARGUMENT when a final length contradicts what
+ * the sampler was told or has already taken as read. s may not be NULL.
+ */
+SF_API sf_status sf_sampler_feed(struct sf_sampler *s, uint64_t reads, int final);
 
 /*
  * Starts epoch `epoch` from its beginning (the configuration is kept). The
@@ -202,7 +237,9 @@ SF_API void sf_sampler_set_epoch(struct sf_sampler *s, uint64_t epoch);
 /*
  * Number of samples this stream delivers in the current epoch, pads
  * included. With SF_EPOCH_PAD and SF_EPOCH_DROP it is the same on every
- * rank and worker of the job. s may not be NULL.
+ * rank and worker of the job. For an open-ended sampler (estimated counts)
+ * it is the estimate until sf_sampler_feed() gives the final length
+ * (sf_sampler_info.size_known). s may not be NULL.
  */
 SF_API uint64_t sf_sampler_epoch_size(const struct sf_sampler *s);
 
@@ -210,6 +247,8 @@ SF_API uint64_t sf_sampler_epoch_size(const struct sf_sampler *s);
 struct sf_sampler_info {
     uint64_t epoch;
     uint64_t epoch_size; /* as sf_sampler_epoch_size() */
+    int size_known;      /* 0: epoch_size is an estimate (open-ended, not fed yet) */
+    int estimated;       /* estimated_counts */
     uint64_t position;   /* samples delivered so far this epoch */
     uint64_t pad_count;  /* how many of epoch_size are SF_SAMPLE_PAD repeats */
     /* Samples of this stream's share not delivered this epoch (SF_EPOCH_DROP). */
@@ -238,7 +277,9 @@ SF_API const struct sf_shard_range *sf_sampler_plan(const struct sf_sampler *s, 
 
 /* ------------------------------------------------------------------ state */
 
-/* Size of a saved state, in bytes. Fixed for state version 1. */
+/* Size of a saved state, in bytes. Fixed for state versions 1 (exact counts)
+ * and 2 (estimated counts: also the flag and, once known, the open-ended
+ * stream's length). */
 #define SF_SAMPLER_STATE_BYTES 128
 
 /*
@@ -247,6 +288,8 @@ SF_API const struct sf_shard_range *sf_sampler_plan(const struct sf_sampler *s, 
  * policy, partition), the epoch and the number of samples delivered, as
  * SF_SAMPLER_STATE_BYTES bytes of a versioned little-endian format with a
  * checksum (docs/sampling.md). Portable across machines and processes.
+ * A sampler on estimated counts also saves its stream length when it was
+ * fed a final one (version 2 of the format).
  *
  * Writes exactly SF_SAMPLER_STATE_BYTES bytes to buf. Fails with
  * SF_ERR_INVALID_ARGUMENT when buf_len is smaller. s and buf may not be NULL.
@@ -257,7 +300,8 @@ SF_API sf_status sf_sampler_state_save(const struct sf_sampler *s, void *buf, si
  * As sf_sampler_state_save(), but records `position` samples delivered
  * instead of the sampler's own count: for a loader that runs ahead of what
  * its user has consumed and saves the user's position. position may not
- * exceed sf_sampler_epoch_size() (else SF_ERR_INVALID_ARGUMENT).
+ * exceed sf_sampler_epoch_size() (else SF_ERR_INVALID_ARGUMENT), unless the
+ * sampler is open-ended and its length not known yet.
  */
 SF_API sf_status sf_sampler_state_save_at(const struct sf_sampler *s, uint64_t position, void *buf,
                                           size_t buf_len);

@@ -170,6 +170,12 @@ struct sf_sampler {
     size_t n_shards;
     uint64_t total; /* sum of counts */
     uint64_t counts_hash;
+    /* Counts are estimates (docs/sampling.md, "Without counts"): items carry
+     * read indices only. open_ended: the epoch is the stream's real length,
+     * learned through sf_sampler_feed(); else the size is fixed from the
+     * estimates (equalised streams). */
+    int estimated;
+    int open_ended;
 
     /* Scratch and plan, sized once. */
     size_t *perm;            /* n_shards */
@@ -185,6 +191,8 @@ struct sf_sampler {
     uint64_t pads;    /* size - real */
     uint64_t size;    /* samples delivered this epoch */
     uint64_t dropped; /* share - real */
+    uint64_t known;   /* open_ended: read indices known to exist */
+    int final;        /* open_ended: the stream's length is known (size) */
 
     /* Shuffle buffer over read indices. */
     uint64_t *buf; /* buffer_slots entries */
@@ -320,6 +328,18 @@ static void start_epoch(struct sf_sampler *s, uint64_t epoch)
     case SF_EPOCH_DROP: s->size = min_load; break;
     case SF_EPOCH_UNEVEN: s->size = s->share; break;
     }
+    s->known = 0;
+    s->final = 0;
+    if (s->estimated) {
+        /* The plan keeps whole shards (the reader reads each to its real end);
+         * what is real, padded or dropped is the reader's to count. An
+         * open-ended stream's size is the estimate until fed. */
+        for (size_t i = 0; i < s->plan_len; i++)
+            s->plan_first[i] = i;
+        s->plan_first[s->plan_len] = s->plan_len;
+        s->real = s->pads = s->dropped = 0;
+        goto rng;
+    }
     s->real = s->share < s->size ? s->share : s->size;
     s->pads = s->size - s->real;
     s->dropped = s->share - s->real;
@@ -340,6 +360,7 @@ static void start_epoch(struct sf_sampler *s, uint64_t epoch)
     s->plan_len = kept;
     s->plan_first[kept] = first;
 
+rng:
     s->rng.state = sf__absorb64(SF__TAG_BUFFER, s->seed);
     s->rng.state = sf__absorb64(s->rng.state, epoch);
     s->rng.state = sf__absorb64(s->rng.state, (uint64_t)s->world_size);
@@ -357,8 +378,17 @@ static void start_epoch(struct sf_sampler *s, uint64_t epoch)
  * end of the epoch. The rules are those of docs/sampling.md, step for step. */
 static int step(struct sf_sampler *s, uint64_t *read_index)
 {
-    while (s->delivered < s->size) {
-        if (s->read < s->size) {
+    for (;;) {
+        /* An open-ended stream's size is unknown until fed: unbounded. */
+        int unknown = s->open_ended && !s->final;
+        uint64_t size = unknown ? UINT64_MAX : s->size;
+        if (s->delivered >= size)
+            return 0;
+        if (s->read < size) {
+            /* Re-entering here after a wait is the same as going on: the
+             * state between pushes is complete. */
+            if (unknown && s->read >= s->known)
+                return SF_SAMPLER_WAIT; /* does read index `read` exist? */
             s->buf[s->buf_len++] = s->read++;
             if (!s->started) {
                 if (s->buf_len < s->initial_fill)
@@ -378,7 +408,6 @@ static int step(struct sf_sampler *s, uint64_t *read_index)
         s->delivered++;
         return 1;
     }
-    return 0;
 }
 
 /* Which sample a read index stands for. */
@@ -386,6 +415,12 @@ static void resolve(const struct sf_sampler *s, uint64_t read_index, struct sf_s
 {
     uint64_t k = read_index;
     out->flags = 0;
+    if (s->estimated) {
+        out->shard = SF_SAMPLE_UNRESOLVED;
+        out->sample = read_index;
+        out->read_index = read_index;
+        return;
+    }
     if (k >= s->real) {
         /* Pad j repeats read index ((real - pads % real) + j) % real: the last
          * `pads` real samples read, in order, cycling when pads > real. */
@@ -429,6 +464,10 @@ static sf_status check_options(const struct sf_sampler_options *o, char *err, si
     if (o->partition != SF_PARTITION_SHARDS && o->partition != SF_PARTITION_SAMPLES)
         return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "unknown partition %d",
                         (int)o->partition);
+    if (o->estimated_counts && o->partition == SF_PARTITION_SAMPLES)
+        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT,
+                        "partition by samples needs exact sample counts (an index.json beside "
+                        "the shards: `shardfeed index`), not estimates");
     return SF_OK;
 }
 
@@ -499,6 +538,8 @@ sf_status sf_sampler_new(const struct sf_sampler_options *opts, const uint64_t *
     s->n_shards = n_shards;
     s->total = total;
     s->counts_hash = sf__counts_hash(counts, n_shards);
+    s->estimated = o->estimated_counts != 0;
+    s->open_ended = s->estimated && (streams == 1 || o->policy == SF_EPOCH_UNEVEN);
 
     /* n_shards <= 2^28 and streams <= nonempty <= n_shards when dealing
      * shards, so none of these sizes overflows. */
@@ -540,11 +581,47 @@ int sf_sampler_next(struct sf_sampler *s, struct sf_sample_ref *out)
     if (!s || !out)
         return 0;
     uint64_t read_index;
-    if (!step(s, &read_index))
-        return 0;
+    int r = step(s, &read_index);
+    if (r != 1)
+        return r;
     resolve(s, read_index, out);
     out->position = s->delivered - 1;
     return 1;
+}
+
+void sf__sampler_window(const struct sf_sampler *s, uint64_t *read, const uint64_t **buf,
+                        uint64_t *buf_len)
+{
+    *read = s->read;
+    *buf = s->buf;
+    *buf_len = s->buf_len;
+}
+
+sf_status sf_sampler_feed(struct sf_sampler *s, uint64_t reads, int final)
+{
+    if (!s)
+        return SF_ERR_INVALID_ARGUMENT;
+    if (!s->open_ended)
+        return SF_OK; /* the size is fixed: nothing to learn */
+    if (s->final) {
+        if (reads != s->size)
+            return sf__fail(s->errmsg, sizeof s->errmsg, SF_ERR_INVALID_ARGUMENT,
+                            "the stream's length was given as %llu, now %llu",
+                            (unsigned long long)s->size, (unsigned long long)reads);
+        return SF_OK;
+    }
+    if (final && reads < s->read)
+        return sf__fail(s->errmsg, sizeof s->errmsg, SF_ERR_INVALID_ARGUMENT,
+                        "a stream of %llu samples, but %llu were already taken as read",
+                        (unsigned long long)reads, (unsigned long long)s->read);
+    if (reads > s->known)
+        s->known = reads;
+    if (final) {
+        s->final = 1;
+        s->size = reads;
+        s->known = reads;
+    }
+    return SF_OK;
 }
 
 void sf_sampler_set_epoch(struct sf_sampler *s, uint64_t epoch)
@@ -565,6 +642,8 @@ void sf_sampler_get_info(const struct sf_sampler *s, struct sf_sampler_info *out
     memset(out, 0, sizeof *out);
     out->epoch = s->epoch;
     out->epoch_size = s->size;
+    out->size_known = !s->open_ended || s->final;
+    out->estimated = s->estimated;
     out->position = s->delivered;
     out->pad_count = s->pads;
     out->dropped_count = s->dropped;
@@ -610,10 +689,15 @@ enum {
     ST_INITIAL_FILL = 88,
     ST_POLICY = 96,
     ST_PARTITION = 100,
+    ST_FLAGS = 104,  /* version 2: bit 0 estimated counts */
+    ST_LENGTH = 112, /* version 2: open-ended stream length + 1, 0 when unknown */
     ST_CHECKSUM = 120,
 };
 #define STATE_MAGIC   0x524c504d41534653ULL /* "SFSAMPLR" */
 #define STATE_VERSION 1u
+/* Version 2: a sampler on estimated counts (the layout of version 1 plus
+ * ST_FLAGS and ST_LENGTH). Exact samplers keep writing version 1. */
+#define STATE_VERSION_EST 2u
 
 _Static_assert(ST_CHECKSUM + 8 == SF_SAMPLER_STATE_BYTES, "state layout");
 
@@ -656,12 +740,13 @@ static uint64_t state_checksum(const unsigned char *b)
 sf_status sf_sampler_state_save_at(const struct sf_sampler *s, uint64_t position, void *buf,
                                    size_t buf_len)
 {
-    if (!s || !buf || buf_len < SF_SAMPLER_STATE_BYTES || position > s->size)
+    if (!s || !buf || buf_len < SF_SAMPLER_STATE_BYTES ||
+        (position > s->size && !(s->open_ended && !s->final)))
         return SF_ERR_INVALID_ARGUMENT;
     unsigned char *b = buf;
     memset(b, 0, SF_SAMPLER_STATE_BYTES);
     put_u64(b + ST_MAGIC, STATE_MAGIC);
-    put_u32(b + ST_VERSION, STATE_VERSION);
+    put_u32(b + ST_VERSION, s->estimated ? STATE_VERSION_EST : STATE_VERSION);
     put_u32(b + ST_SIZE, SF_SAMPLER_STATE_BYTES);
     put_u64(b + ST_SEED, s->seed);
     put_u64(b + ST_EPOCH, s->epoch);
@@ -677,6 +762,10 @@ sf_status sf_sampler_state_save_at(const struct sf_sampler *s, uint64_t position
     put_u64(b + ST_INITIAL_FILL, s->initial_fill);
     put_u32(b + ST_POLICY, (uint32_t)s->policy);
     put_u32(b + ST_PARTITION, (uint32_t)s->partition);
+    if (s->estimated) {
+        put_u32(b + ST_FLAGS, 1);
+        put_u64(b + ST_LENGTH, s->open_ended && s->final ? s->size + 1 : 0);
+    }
     put_u64(b + ST_CHECKSUM, state_checksum(b));
     return SF_OK;
 }
@@ -688,13 +777,24 @@ sf_status sf_sampler_state_save(const struct sf_sampler *s, void *buf, size_t bu
     return sf_sampler_state_save_at(s, s->delivered, buf, buf_len);
 }
 
-/* Moves s to `position` of `epoch` by replaying the buffer. */
-static void seek(struct sf_sampler *s, uint64_t epoch, uint64_t position)
+/* Moves s to `position` of `epoch` by replaying the buffer. length1: an
+ * open-ended stream's length + 1, 0 when unknown. */
+static void seek(struct sf_sampler *s, uint64_t epoch, uint64_t position, uint64_t length1)
 {
     uint64_t ignored;
     start_epoch(s, epoch);
-    while (s->delivered < position && step(s, &ignored)) {
+    if (s->open_ended && length1) {
+        s->final = 1;
+        s->size = length1 - 1;
+        s->known = s->size;
+    } else if (s->open_ended) {
+        /* Saved before the length was known: every read it pushed existed. */
+        s->known = UINT64_MAX;
     }
+    while (s->delivered < position && step(s, &ignored) == 1) {
+    }
+    if (s->open_ended && !s->final)
+        s->known = s->read;
 }
 
 #define CHECK_FIELD(name, saved, mine)                                                             \
@@ -720,7 +820,7 @@ sf_status sf_sampler_state_restore(struct sf_sampler *s, const void *state, size
         return sf__fail(s->errmsg, sizeof s->errmsg, SF_ERR_CORRUPT,
                         "not a sampler state (bad magic)");
     uint32_t version = get_u32(b + ST_VERSION);
-    if (version != STATE_VERSION)
+    if (version != STATE_VERSION && version != STATE_VERSION_EST)
         return sf__fail(s->errmsg, sizeof s->errmsg, SF_ERR_UNSUPPORTED,
                         "sampler state version %u is not supported (this library reads %u)",
                         version, STATE_VERSION);
@@ -740,23 +840,34 @@ sf_status sf_sampler_state_restore(struct sf_sampler *s, const void *state, size
     CHECK_FIELD("initial_fill", get_u64(b + ST_INITIAL_FILL), s->initial_fill);
     CHECK_FIELD("policy", get_u32(b + ST_POLICY), (uint32_t)s->policy);
     CHECK_FIELD("partition", get_u32(b + ST_PARTITION), (uint32_t)s->partition);
+    CHECK_FIELD("estimated counts", version == STATE_VERSION_EST && (get_u32(b + ST_FLAGS) & 1),
+                s->estimated);
 
     uint64_t epoch = get_u64(b + ST_EPOCH);
     uint64_t position = get_u64(b + ST_POSITION);
     uint64_t size = get_u64(b + ST_EPOCH_SIZE);
+    uint64_t length = version == STATE_VERSION_EST ? get_u64(b + ST_LENGTH) : 0;
     uint64_t old_epoch = s->epoch, old_position = s->delivered;
+    int old_final = s->final;
+    uint64_t old_size = s->size;
     start_epoch(s, epoch);
+    if (s->open_ended && length) {
+        s->final = 1;
+        s->size = length - 1;
+    }
+    if (s->open_ended && !length)
+        size = s->size; /* the estimate; the real length was not known yet */
     if (size != s->size || position > size) {
         /* Same configuration yet another epoch length: a state written by
          * a library with a different algorithm under the same version. */
         uint64_t mine = s->size;
-        seek(s, old_epoch, old_position);
+        seek(s, old_epoch, old_position, old_final ? old_size + 1 : 0);
         return sf__fail(s->errmsg, sizeof s->errmsg, SF_ERR_CORRUPT,
                         "sampler state says epoch %llu has %llu samples (position %llu); "
                         "this sampler computes %llu",
                         (unsigned long long)epoch, (unsigned long long)size,
                         (unsigned long long)position, (unsigned long long)mine);
     }
-    seek(s, epoch, position);
+    seek(s, epoch, position, s->open_ended ? length : 0);
     return SF_OK;
 }

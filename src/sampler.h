@@ -47,4 +47,11 @@ void sf__shard_order(uint64_t seed, uint64_t epoch, size_t *perm, size_t n);
  * h = absorb(TAG_COUNTS, n), then h = absorb(h, counts[i]) for each i. */
 uint64_t sf__counts_hash(const uint64_t *counts, size_t n);
 
+/* The shuffle buffer of s: read indices [0, *read) have entered it, and
+ * buf[0..*buf_len) of them are still in it (not delivered). For a loader
+ * resuming an epoch on estimated counts: read index k < *read was delivered
+ * before the restore point unless it is in buf. */
+void sf__sampler_window(const struct sf_sampler *s, uint64_t *read, const uint64_t **buf,
+                        uint64_t *buf_len);
+
 #endif
