@@ -172,12 +172,31 @@ class TreeMemory(threading.Thread):
 
 # ------------------------------------------------------------------ the pipeline
 
+def make_loader(shards, batch_size, workers, shuffle, seed, pin):
+    """The DataLoader over shards (paths, or WebDataset URLs such as
+    "pipe:curl -s http://..."); also used by bench/first_batch_helper.py."""
+    import torch
+    import torchvision.transforms as T
+    import webdataset as wds
+
+    transform = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.PILToTensor()])
+    ds = (wds.WebDataset(shards, shardshuffle=len(shards), detshuffle=True, seed=seed,
+                         nodesplitter=wds.single_node_only,
+                         workersplitter=wds.split_by_worker)
+          .shuffle(shuffle)
+          .decode("pil")
+          .to_tuple("jpg", "cls")
+          .map_tuple(transform, int))
+    return torch.utils.data.DataLoader(ds, batch_size=batch_size, num_workers=workers,
+                                       pin_memory=pin, persistent_workers=True,
+                                       prefetch_factor=4)
+
+
 def main():
     args = parse_args()
     shards, expect = find_shards(args)
 
     import torch
-    import torchvision.transforms as T
     import webdataset as wds
 
     cuda = torch.cuda.is_available()
@@ -194,17 +213,7 @@ def main():
               % (workers, len(shards), len(shards)), file=sys.stderr)
         workers = len(shards)
 
-    transform = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.PILToTensor()])
-    ds = (wds.WebDataset(shards, shardshuffle=len(shards), detshuffle=True, seed=args.seed,
-                         nodesplitter=wds.single_node_only,
-                         workersplitter=wds.split_by_worker)
-          .shuffle(args.shuffle)
-          .decode("pil")
-          .to_tuple("jpg", "cls")
-          .map_tuple(transform, int))
-    loader = torch.utils.data.DataLoader(ds, batch_size=args.batch_size, num_workers=workers,
-                                         pin_memory=pin, persistent_workers=True,
-                                         prefetch_factor=4)
+    loader = make_loader(shards, args.batch_size, workers, args.shuffle, args.seed, pin)
     if device == "cuda":
         mean = torch.tensor([0.485, 0.456, 0.406], device=device).view(1, 3, 1, 1) * 255
         std = torch.tensor([0.229, 0.224, 0.225], device=device).view(1, 3, 1, 1) * 255

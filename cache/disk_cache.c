@@ -22,6 +22,8 @@
 #define RECORD_BYTES   256
 #define META_MAX_BYTES (64u << 20) /* 16M blocks of 4 MiB: a 64 TiB object */
 #define ENTRY_SUFFIX   ".sf"
+#define FEED_GAPS      8           /* written-ahead runs tracked per block */
+#define SCRATCH_BYTES  (256u * 1024)
 
 static const char TRAILER_MAGIC[8] = {'S', 'F', 'C', 'A', 'C', 'H', 'E', '1'};
 static const char TRAILER_END[8] = {'S', 'F', 'C', 'E', 'N', 'D', '0', '1'};
@@ -33,6 +35,20 @@ struct sf__disk_cache {
     struct sf__dc_counters n;
 };
 
+/* One 4 MiB block of a download, hashed as its bytes arrive. */
+enum feed_state { FB_OPEN = 0, FB_DONE, FB_FILE /* hashed from the file at publish */ };
+struct feed_run {
+    uint32_t lo, hi; /* block-relative bytes written but not hashed yet */
+};
+struct feed_block {
+    XXH3_state_t *st;     /* while partly hashed */
+    struct feed_run *run; /* FEED_GAPS entries, while some bytes wait */
+    uint64_t digest;      /* FB_DONE */
+    uint32_t hashed;      /* bytes [0, hashed) of the block are in st */
+    uint8_t state;        /* enum feed_state */
+    uint8_t n_run;
+};
+
 struct sf__dc_writer {
     struct sf__disk_cache *dc;
     char kh[65];
@@ -41,6 +57,13 @@ struct sf__dc_writer {
     uint64_t size, resume, reserved;
     int fd;      /* the .part file */
     int lock_fd; /* flock()ed <kh>.lock */
+    /* In-stream checksums (sf__dc_writer_feed; the feeding thread only
+     * while the download runs). fb is NULL when it could not be allocated:
+     * every block is then hashed from the file. */
+    struct feed_block *fb;
+    size_t n_fb;
+    unsigned char *scratch; /* catch-up reads */
+    uint64_t catch_up_bytes;
 };
 
 /* ------------------------------------------------------------ helpers */
@@ -961,6 +984,8 @@ sf_status sf__dc_begin(struct sf__disk_cache *dc, const struct sf__cache_id *id,
     snprintf(w->key, sizeof(w->key), "%s", id->key ? id->key : "");
     snprintf(w->etag, sizeof(w->etag), "%s", etag);
     w->size = size;
+    w->n_fb = n_blocks_for(size);
+    w->fb = w->n_fb ? calloc(w->n_fb, sizeof(*w->fb)) : NULL; /* NULL: hash at publish */
 
     char sub[PATH_MAX], lock_path[PATH_MAX], part_path[PATH_MAX];
     sf_status st = SF_OK;
@@ -1050,6 +1075,7 @@ sf_status sf__dc_begin(struct sf__disk_cache *dc, const struct sf__cache_id *id,
 none:
     if (w->lock_fd >= 0)
         close(w->lock_fd);
+    free(w->fb);
     free(w);
     return SF_OK;
 fail:
@@ -1057,6 +1083,7 @@ fail:
         close(w->fd);
     if (w->lock_fd >= 0)
         close(w->lock_fd);
+    free(w->fb);
     free(w);
     return st;
 }
@@ -1083,12 +1110,193 @@ void sf__dc_writer_progress(struct sf__dc_writer *w, uint64_t contiguous)
     record_write(w->lock_fd, &rec);
 }
 
+/* ------------------------------------------------------------ in-stream checksums */
+
+static uint32_t block_len(const struct sf__dc_writer *w, size_t b)
+{
+    uint64_t off = (uint64_t)b * SF__DC_BLOCK_BYTES;
+    return (uint32_t)(w->size - off < SF__DC_BLOCK_BYTES ? w->size - off : SF__DC_BLOCK_BYTES);
+}
+
+static void fb_release(struct feed_block *fb)
+{
+    if (fb->st)
+        XXH3_freeState(fb->st);
+    fb->st = NULL;
+    free(fb->run);
+    fb->run = NULL;
+    fb->n_run = 0;
+}
+
+/* Gives up on hashing the block in-stream: publish reads it from the file. */
+static void fb_to_file(struct feed_block *fb)
+{
+    fb_release(fb);
+    fb->state = FB_FILE;
+}
+
+static void fb_finish(struct sf__dc_writer *w, size_t b)
+{
+    struct feed_block *fb = &w->fb[b];
+    if (fb->hashed != block_len(w, b))
+        return;
+    fb->digest = XXH3_64bits_digest(fb->st);
+    fb_release(fb);
+    fb->state = FB_DONE;
+}
+
+/* Hashes bytes [lo, hi) of block b from the file: they were written ahead
+ * of a gap that is now filled. */
+static int fb_hash_file(struct sf__dc_writer *w, size_t b, uint32_t lo, uint32_t hi)
+{
+    if (!w->scratch && !(w->scratch = malloc(SCRATCH_BYTES)))
+        return -1;
+    uint64_t base = (uint64_t)b * SF__DC_BLOCK_BYTES;
+    while (lo < hi) {
+        size_t want = hi - lo < SCRATCH_BYTES ? hi - lo : SCRATCH_BYTES;
+        ssize_t r = pread(w->fd, w->scratch, want, (off_t)(base + lo));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return -1;
+        XXH3_64bits_update(w->fb[b].st, w->scratch, (size_t)r);
+        lo += (uint32_t)r;
+        w->catch_up_bytes += (uint64_t)r;
+    }
+    return 0;
+}
+
+static void fb_feed(struct sf__dc_writer *w, size_t b, uint32_t rel, const unsigned char *p,
+                    uint32_t k)
+{
+    struct feed_block *fb = &w->fb[b];
+    if (fb->state == FB_FILE)
+        return;
+    /* Bytes given twice may differ on disk from what was hashed. */
+    if (fb->state == FB_DONE || rel < fb->hashed) {
+        fb_to_file(fb);
+        return;
+    }
+    for (unsigned i = 0; i < fb->n_run; i++) {
+        if (rel < fb->run[i].hi && fb->run[i].lo < rel + k) {
+            fb_to_file(fb);
+            return;
+        }
+    }
+    if (rel > fb->hashed) {
+        /* Ahead of a gap: the bytes wait in the file. */
+        for (unsigned i = 0; i < fb->n_run; i++) {
+            if (fb->run[i].hi == rel) {
+                fb->run[i].hi = rel + k;
+                return;
+            }
+        }
+        if (!fb->run && !(fb->run = malloc(FEED_GAPS * sizeof(*fb->run)))) {
+            fb_to_file(fb);
+            return;
+        }
+        if (fb->n_run == FEED_GAPS) {
+            fb_to_file(fb);
+            return;
+        }
+        fb->run[fb->n_run].lo = rel;
+        fb->run[fb->n_run].hi = rel + k;
+        fb->n_run++;
+        return;
+    }
+    if (rel == 0 && k == block_len(w, b)) { /* the whole block at once */
+        fb->digest = XXH3_64bits(p, k);
+        fb->hashed = k;
+        fb->state = FB_DONE;
+        return;
+    }
+    if (!fb->st) {
+        fb->st = XXH3_createState();
+        if (!fb->st || XXH3_64bits_reset(fb->st) != XXH_OK) {
+            fb_to_file(fb);
+            return;
+        }
+    }
+    XXH3_64bits_update(fb->st, p, k);
+    fb->hashed += k;
+    /* Runs that were waiting on this gap follow from the file. */
+    for (unsigned i = 0; i < fb->n_run;) {
+        if (fb->run[i].lo != fb->hashed) {
+            i++;
+            continue;
+        }
+        uint32_t lo = fb->run[i].lo, hi = fb->run[i].hi;
+        fb->run[i] = fb->run[--fb->n_run];
+        if (fb_hash_file(w, b, lo, hi) != 0) {
+            fb_to_file(fb);
+            return;
+        }
+        fb->hashed = hi;
+        i = 0;
+    }
+    fb_finish(w, b);
+}
+
+void sf__dc_writer_feed(struct sf__dc_writer *w, uint64_t offset, const void *data, size_t n)
+{
+    if (!w->fb)
+        return;
+    const unsigned char *p = data;
+    while (n > 0 && offset < w->size) {
+        size_t b = (size_t)(offset / SF__DC_BLOCK_BYTES);
+        uint32_t rel = (uint32_t)(offset - (uint64_t)b * SF__DC_BLOCK_BYTES);
+        uint32_t room = block_len(w, b) - rel;
+        uint32_t k = n < room ? (uint32_t)n : room;
+        fb_feed(w, b, rel, p, k);
+        offset += k;
+        p += k;
+        n -= k;
+    }
+}
+
+/* Hashes block b of the file (publish, for blocks not hashed in-stream). */
+static sf_status hash_block_fd(int fd, uint64_t size, size_t b, uint64_t *out, char *err,
+                               size_t err_len)
+{
+    uint64_t off = (uint64_t)b * SF__DC_BLOCK_BYTES;
+    size_t n = (size_t)(size - off < SF__DC_BLOCK_BYTES ? size - off : SF__DC_BLOCK_BYTES);
+    void *m = mmap(NULL, n, PROT_READ, MAP_SHARED, fd, (off_t)off);
+    if (m != MAP_FAILED) {
+        *out = XXH3_64bits(m, n);
+        munmap(m, n);
+        return SF_OK;
+    }
+    unsigned char *buf = malloc(n);
+    if (!buf)
+        return SF_ERR_NO_MEMORY;
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = pread(fd, buf + got, n - got, (off_t)(off + got));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            free(buf);
+            return fail(err, err_len, r == 0 ? SF_ERR_CORRUPT : SF_ERR_IO,
+                        "short read at offset %" PRIu64 "%s%s", off + got, r ? ": " : "",
+                        r ? strerror(errno) : "");
+        }
+        got += (size_t)r;
+    }
+    *out = XXH3_64bits(buf, n);
+    free(buf);
+    return SF_OK;
+}
+
 static void writer_free(struct sf__dc_writer *w)
 {
     if (w->fd >= 0)
         close(w->fd);
     if (w->lock_fd >= 0)
         close(w->lock_fd); /* drops the key lock */
+    for (size_t i = 0; w->fb && i < w->n_fb; i++)
+        fb_release(&w->fb[i]);
+    free(w->fb);
+    free(w->scratch);
     free(w);
 }
 
@@ -1172,11 +1380,21 @@ sf_status sf__dc_writer_publish(struct sf__dc_writer *w, const char *url,
         st = SF_ERR_NO_MEMORY;
         goto fail;
     }
+    /* Blocks hashed as they arrived need no read back; the others (a
+     * resumed prefix, bytes written twice, no observer) are read now. */
     char why[256];
-    st = hash_fd(w->fd, w->size, blocks, NULL, why, sizeof(why));
-    if (st != SF_OK) {
-        st = fail(err, err_len, st, "cannot read back %s for its checksum: %s", url, why);
-        goto fail;
+    uint64_t from_file = 0;
+    for (size_t i = 0; i < nb; i++) {
+        if (w->fb && w->fb[i].state == FB_DONE) {
+            blocks[i] = w->fb[i].digest;
+            continue;
+        }
+        st = hash_block_fd(w->fd, w->size, i, &blocks[i], why, sizeof(why));
+        if (st != SF_OK) {
+            st = fail(err, err_len, st, "cannot read back %s for its checksum: %s", url, why);
+            goto fail;
+        }
+        from_file++;
     }
     int64_t created = now_unix();
     j = cJSON_CreateObject();
@@ -1259,6 +1477,9 @@ sf_status sf__dc_writer_publish(struct sf__dc_writer *w, const char *url,
     snprintf(rec.etag, sizeof(rec.etag), "%s", w->etag);
     record_write(w->lock_fd, &rec);
     dc->n.published++;
+    dc->n.file_hashed_blocks += from_file;
+    dc->n.stream_hashed_blocks += nb - from_file;
+    dc->n.catch_up_bytes += w->catch_up_bytes;
     if (meta_out) {
         memset(meta_out, 0, sizeof(*meta_out));
         meta_out->size = w->size;

@@ -127,10 +127,24 @@ sf_status sf__dc_begin(struct sf__disk_cache *dc, const struct sf__cache_id *id,
                        char *err, size_t err_len);
 int sf__dc_writer_fd(const struct sf__dc_writer *w);
 uint64_t sf__dc_writer_resume(const struct sf__dc_writer *w);
+/*
+ * In-stream checksums: the downloader calls this right after it wrote n bytes
+ * at object offset `offset` of sf__dc_writer_fd(), with the bytes it wrote.
+ * Each 4 MiB block is hashed as its bytes come in, from memory. Bytes that
+ * arrive ahead of a gap in their block wait in the file and are hashed from
+ * it (page cache) as soon as the gap is filled; bytes given twice, or more
+ * gaps than it tracks, leave the block to be hashed from the file at publish
+ * (counted). It may run on another thread than the writer's other calls,
+ * but never at the same time as sf__dc_writer_publish/abort (the caller
+ * stops the download first).
+ */
+void sf__dc_writer_feed(struct sf__dc_writer *w, uint64_t offset, const void *data, size_t n);
 /* Publishes progress for processes following this download. */
 void sf__dc_writer_progress(struct sf__dc_writer *w, uint64_t contiguous);
 /*
- * All size bytes are written: hashes them, appends metadata and trailer,
+ * All size bytes are written: takes the blocks' checksums from what
+ * sf__dc_writer_feed() saw (hashing from the file only the blocks it could
+ * not finish: a resumed prefix, bytes written twice), appends metadata and trailer,
  * renames the file into place (atomic publish), removes other ETags of the
  * key, unlocks and frees w. On failure w is aborted and freed too. *meta,
  * when not NULL, receives the published entry.
@@ -166,6 +180,10 @@ sf_status sf__dc_clear(struct sf__disk_cache *dc, uint64_t *removed, char *err, 
 /* Counters of this handle. */
 struct sf__dc_counters {
     uint64_t hits, misses, corrupt, evictions, evicted_bytes, published, resumed, swept;
+    /* published blocks hashed as their bytes arrived / read back from the
+     * file at publish; bytes hashed from the file during a download because
+     * they landed before the bytes in front of them */
+    uint64_t stream_hashed_blocks, file_hashed_blocks, catch_up_bytes;
 };
 void sf__dc_counters(const struct sf__disk_cache *dc, struct sf__dc_counters *out);
 

@@ -191,8 +191,8 @@ int main(int argc, char **argv)
             images += b.size;
             sf_loader_release(l, &b);
         }
-        if (st == SF_ERR_NOT_FOUND)
-            st = SF_OK; /* end of the epoch */
+        if (st == SF_END_OF_EPOCH)
+            st = SF_OK; /* the end of the epoch; any other status is an error */
         if (!json && st == SF_OK)
             printf("epoch %u: %llu images so far, running accuracy %.1f %%\n", e, images,
                    m->seen ? 100.0 * (double)m->correct / (double)m->seen : 0.0);

@@ -48,6 +48,9 @@ typedef enum sf_status {
     SF_ERR_THROTTLED = 16,       /* the server asked us to slow down */
     SF_ERR_CANCELLED = 17,       /* the operation was cancelled */
     SF_ERR_INTERNAL = 18,        /* a bug: an invariant did not hold */
+    /* Not an error: sf_loader_next() has no more batches in this epoch. No
+     * other call returns it, and no failure is ever reported with it. */
+    SF_END_OF_EPOCH = 19,
     SF_STATUS_COUNT_             /* not a status; keep last */
 } sf_status;
 
@@ -197,7 +200,8 @@ SF_API void sf_object_list_destroy(struct sf_object_list *l);
 /*
  * Turns a source into the objects it names, in order:
  *  - brace patterns "s3://b/train-{000000..001023}.tar", "{a,b}", several braces
- *    (expanded without network access; sizes unknown),
+ *    (expanded without network access; sizes unknown, existence not checked:
+ *    sf_s3_expand_stat() checks both),
  *  - "s3://b/prefix/" (trailing slash: every object under it, all pages),
  *  - "s3://b/key", "https://host/path" (one object, not checked),
  *  - "file:///dir/x.tar", "dir/x.tar", "dir/" (local files; "dir/" lists the
@@ -206,6 +210,43 @@ SF_API void sf_object_list_destroy(struct sf_object_list *l);
  */
 SF_API sf_status sf_s3_expand(struct sf_s3 *s3, const char *source, size_t max_objects,
                               struct sf_object_list **out);
+
+/* Named s3:// keys of one bucket up to this many are checked with one HEAD
+ * each by sf_s3_expand_stat(); more are checked by listing. */
+#define SF_EXPAND_HEAD_MAX 4
+
+/*
+ * sf_s3_expand() that checks what it names: the same sources give the same
+ * objects in the same order, and every object is known to exist and has its
+ * size, ETag (not for local files) and last_modified filled in.
+ *  - s3:// keys named by a brace pattern, per bucket: up to SF_EXPAND_HEAD_MAX
+ *    keys get one HEAD each; more are found by ListObjectsV2 under
+ *    the longest common prefix of the keys, starting just before the
+ *    smallest key and, after each page, resuming just before the next key
+ *    not yet seen (or after the page's last key, whichever is later), until
+ *    the largest key is passed or the listing ends. The cost is the pages of
+ *    the listed range (1000 keys a page: a contiguous pattern of N shards
+ *    takes about N/1000 requests, keys far apart about one request each);
+ *    it needs s3:ListBucket permission.
+ *  - one s3:// or http(s):// key, and http(s):// URLs of a pattern: one HEAD
+ *    each, one after the other.
+ *  - "s3://b/prefix/" (also as an item of a pattern): the listing, as
+ *    sf_s3_expand().
+ *  - local paths and file:// (also in patterns): stat(); a directory given
+ *    alone is listed as sf_s3_expand() does, a directory in a pattern is an
+ *    error (SF_ERR_INVALID_ARGUMENT).
+ * An object that does not exist fails the call with SF_ERR_NOT_FOUND, and
+ * sf_s3_errmsg() names the first missing URL in pattern order and how many
+ * of the pattern's objects are missing (all are checked first). A prefix
+ * with nothing under it is SF_ERR_NOT_FOUND too: never an empty success.
+ * At most max_objects (0 = 10 million) results, else SF_ERR_LIMIT.
+ * s3, source and out may not be NULL (SF_ERR_INVALID_ARGUMENT). On failure
+ * *out is NULL and the detail is in sf_s3_errmsg(). Blocks the caller; any
+ * thread, several at once on one client. Free the list with
+ * sf_object_list_destroy().
+ */
+SF_API sf_status sf_s3_expand_stat(struct sf_s3 *s3, const char *source, size_t max_objects,
+                                   struct sf_object_list **out);
 
 #define SF_LIST_RECURSIVE 1
 /*
@@ -257,7 +298,28 @@ struct sf_fetch_options {
     unsigned long long length; /* bytes from offset; SF_SIZE_UNKNOWN = to the end */
     unsigned long long size;   /* object size when known (listing), else SF_SIZE_UNKNOWN */
     const char *etag;          /* expected ETag (listing), sent as If-Match; NULL = learn it */
+    /* Bytes of the first range, kept small so a reader parses the start of the
+     * object at once; 0 = SF_FETCH_FIRST_RANGE_DEFAULT; never more than the
+     * client's chunk_bytes. The next range ends at the first multiple of
+     * chunk_bytes (object offsets), the others are chunk_bytes long. */
+    unsigned long long first_range_bytes;
+    /* 1: this fetch is the one being read now: its ranges are started before
+     * those of fetches without priority (see sf_fetch_set_priority()). */
+    int priority;
+    /*
+     * Optional observer, called on the I/O thread each time bytes have been
+     * written to the destination: offset is the object offset of data[0].
+     * The bytes of one range come in order and no byte comes twice (a retried
+     * range goes on where its written bytes stop); ranges interleave. It must
+     * be quick, must not block and must not call sf_fetch_* on this fetch.
+     * It is never called after sf_fetch_wait() reported done, nor once
+     * sf_fetch_destroy() has returned. Local files are read without it.
+     */
+    void (*on_data)(void *user, unsigned long long offset, const void *data, size_t len);
+    void *on_data_user;
 };
+/* Default first range: 256 KiB (about two ImageNet-sized samples of a tar shard). */
+#define SF_FETCH_FIRST_RANGE_DEFAULT (256ull * 1024)
 SF_API void sf_fetch_options_init_default(struct sf_fetch_options *o);
 
 /* One object being fetched as parallel ranged GETs. */
@@ -291,6 +353,16 @@ SF_API sf_status sf_fetch_start(struct sf_s3 *s3, const char *url, const struct 
 SF_API sf_status sf_fetch_wait(struct sf_fetch *f, unsigned long long min_contiguous,
                                int timeout_ms, struct sf_fetch_progress *p);
 SF_API void sf_fetch_progress(struct sf_fetch *f, struct sf_fetch_progress *p);
+
+/*
+ * Says whether f is the fetch being read now (priority 1) or a prefetch (0).
+ * The engine starts the ranges (and retries) of fetches with priority before
+ * those of the others, oldest fetch first within each group; requests
+ * already running are not interrupted. A loader sets it on the shard it
+ * parses and clears it when it moves on. Any thread; no effect on a finished
+ * fetch. f may not be NULL.
+ */
+SF_API void sf_fetch_set_priority(struct sf_fetch *f, int priority);
 
 /* The engine-allocated buffer (NULL with a caller destination or before the
  * size is known) and the ETag the object was read at ("" until known; read it

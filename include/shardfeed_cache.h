@@ -123,6 +123,17 @@ SF_API const char *sf_cache_object_errmsg(const struct sf_cache_object *o);
  * a later open resumes it. NULL is fine. */
 SF_API void sf_cache_object_close(struct sf_cache_object *o);
 
+/*
+ * Marks o as the object being read now (priority 1) or a prefetch (0).
+ * While this handle downloads it, its ranges are started before those of the
+ * S3 client's other fetches (sf_fetch_set_priority()); a download that starts
+ * later (after the lookup, or when a peer that was downloading it died)
+ * starts with it. No effect on hits or on downloads followed in another
+ * process. A loader sets it on the shard it is parsing and clears it when it
+ * moves on. Same thread rules as sf_cache_object_wait(); o may not be NULL.
+ */
+SF_API void sf_cache_object_set_priority(struct sf_cache_object *o, int priority);
+
 /* ------------------------------------------------------------ warm-cache */
 
 /* What happened to one object during sf_cache_warm(). */
@@ -183,6 +194,11 @@ struct sf_cache_stats {
     /* The directory, scanned now. */
     unsigned long long entries, entry_bytes, downloads, download_bytes, abandoned_downloads;
     unsigned long long limit_bytes;
+    /* This handle: checksum blocks of the entries it published, hashed as
+     * their bytes arrived or read back from the file at publish (resumed
+     * downloads, bytes written twice); bytes hashed from the file during a
+     * download because they landed ahead of a gap in their 4 MiB block. */
+    unsigned long long stream_hashed_blocks, file_hashed_blocks, catch_up_bytes;
 };
 /* Fills *out; scans the directory. */
 SF_API sf_status sf_cache_stats(struct sf_cache *c, struct sf_cache_stats *out);

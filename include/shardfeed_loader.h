@@ -124,6 +124,12 @@ struct sf_loader_options {
     /* Shards larger than this are refused (memory bound in ram_only mode);
      * default 4 GiB. */
     unsigned long long max_shard_bytes;
+    /* Whether sample counts learned in earlier epochs or runs (kept in the
+     * cache directory) may make an epoch exact when no index.json lists the
+     * shards: -1 (default) auto: when every rank sees the same store (one
+     * rank, or WORLD_SIZE == LOCAL_WORLD_SIZE); 0 never; 1 always (a cache
+     * directory shared by every node). docs/sampling.md "Without counts". */
+    int learned_counts;
 
     struct sf_sampler_options sampler; /* seed, epoch, rank, world size, shuffle buffer, policy */
 
@@ -227,11 +233,14 @@ struct sf_batch {
 struct sf_loader;
 
 /*
- * Opens a loader: expands the sources, reads the shards' sample counts
- * (index.json beside the shards when it lists them all, else the record
- * shards' index, else a counting pass over tar shards, which also fills the
- * cache), creates the client, cache, sampler, batch ring, GPU ring and starts
- * the threads. Returns at once after that; the first batch follows.
+ * Opens a loader: expands the sources (checking every named object exists,
+ * with its size and ETag: sf_s3_expand_stat()), takes the shards' sample
+ * counts from index.json beside the shards, else from counts learned in
+ * earlier runs (learned_counts), else estimates them from the sizes and the
+ * head of the first shard (docs/sampling.md "Without counts": no shard is
+ * read before the first batch), creates the client, cache, sampler, batch
+ * ring, GPU ring and starts the threads. Returns at once after that; the
+ * first batch follows the head shard's first bytes.
  *
  * Fails with SF_ERR_INVALID_ARGUMENT (a bad option, naming it), the status of
  * a source that cannot be listed or counted, SF_ERR_UNSUPPORTED
@@ -242,11 +251,14 @@ SF_API sf_status sf_loader_open(const struct sf_loader_options *o, struct sf_loa
                                 char *err, size_t err_len);
 
 /*
- * Delivers the next batch of the epoch into *out (SF_OK), or SF_ERR_NOT_FOUND
- * -- no batch: the epoch is over (then call sf_loader_set_epoch() for the
- * next one), or an error of the pipeline (sticky: later calls return it too;
- * sf_loader_errmsg() names the shard, key and offset). Blocks while the batch
- * is not ready; the time spent blocked is stats.consumer_wait_s.
+ * Delivers the next batch of the epoch into *out (SF_OK); or returns
+ * SF_END_OF_EPOCH: the epoch is over, every batch of it was delivered (call
+ * sf_loader_set_epoch() for the next one); or an error of the pipeline (any
+ * other status, never SF_END_OF_EPOCH: a missing, truncated, changed or
+ * corrupt shard, a sample that cannot be decoded under on_error fail...;
+ * sticky: later calls return it too; sf_loader_errmsg() names the shard,
+ * key and offset). Blocks while the batch is not ready; the time spent
+ * blocked is stats.consumer_wait_s.
  * At most prefetch_batches - 1 batches may be held (not released) at once;
  * asking for more is SF_ERR_LIMIT. l and out may not be NULL.
  */
@@ -284,6 +296,9 @@ SF_API sf_status sf_loader_state_restore(struct sf_loader *l, const void *state,
 struct sf_loader_stats {
     double elapsed_s;
     uint64_t batches_delivered, samples_delivered, samples_skipped, pad_samples;
+    /* Real samples not delivered so that every rank delivers the same number
+     * (SF_EPOCH_DROP, or estimated counts: docs/sampling.md). */
+    uint64_t dropped_samples;
     uint64_t samples_read;    /* parsed out of shards */
     uint64_t samples_decoded; /* by the workers */
     uint64_t shards_opened;
@@ -314,9 +329,13 @@ SF_API void sf_loader_get_stats(struct sf_loader *l, struct sf_loader_stats *out
 SF_API size_t sf_loader_shard_count(const struct sf_loader *l);
 SF_API const char *sf_loader_shard_url(const struct sf_loader *l, size_t i);
 /* Samples and batches this rank delivers in the epoch the loader was opened
- * at or last set to (pads included, drop_last applied); 0 for NULL. */
+ * at or last set to (pads included, drop_last applied); 0 for NULL. With
+ * estimated counts and one rank (docs/sampling.md "Without counts") these
+ * are estimates until the reader reaches the end of the data:
+ * sf_loader_epoch_size_known() says 1 once they are exact. */
 SF_API uint64_t sf_loader_epoch_samples(const struct sf_loader *l);
 SF_API uint64_t sf_loader_epoch_batches(const struct sf_loader *l);
+SF_API int sf_loader_epoch_size_known(struct sf_loader *l);
 
 /* The detail of the loader's last error ("" when none): the shard, key and
  * offset for pipeline errors. Owned by the loader, valid until the next call

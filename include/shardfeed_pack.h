@@ -6,10 +6,12 @@
  * local folder or under an s3:// prefix, and writes an index.json that lists
  * the shards with their sizes, sample counts and XXH3-64 checksums. The same
  * input always gives byte-identical shards and index. docs/pack.md has the
- * rules (layouts, keys, determinism, the index schema).
+ * rules (layouts, keys, determinism, the index schema). sf_index_shards()
+ * builds that index.json for shards that exist already (made by other tools).
  *
- * Thread safety: sf_pack() may be called from any thread; it blocks until the
- * whole pack is done. Calls on different sources are independent.
+ * Thread safety: sf_pack() and sf_index_shards() may be called from any
+ * thread; they block until the whole job is done. Calls on different sources
+ * are independent.
  */
 #ifndef SHARDFEED_PACK_H
 #define SHARDFEED_PACK_H
@@ -146,6 +148,106 @@ SF_API sf_status sf_pack_shard_name(const char *pattern, enum sf_pack_format for
 SF_API const char *sf_pack_format_name(enum sf_pack_format format);
 /* "auto" / "imagefolder" / "flat"; "unknown" for other values. Static storage. */
 SF_API const char *sf_pack_layout_name(enum sf_pack_layout layout);
+
+/* ------------------------------------------------------------ index of existing shards */
+
+/*
+ * sf_index_shards() reads shards that were not made by sf_pack() (GNU tar
+ * WebDataset shards, record shards) and builds the index.json sf_pack()
+ * would have written for them: shard names, sizes, sample counts and XXH3-64
+ * checksums (docs/pack.md, "shardfeed index"), so the loader takes its
+ * counts from it instead of reading every shard first.
+ */
+
+/* Progress of a running index, passed to the progress callback. */
+struct sf_index_progress {
+    unsigned long long shards_done;  /* shards read and counted */
+    unsigned long long shards_total; /* shards to read */
+    unsigned long long bytes_done;   /* shard bytes read and hashed so far */
+    unsigned long long bytes_total;  /* sum of the shard sizes known so far (sizes of brace
+                                        patterns are learned from each shard's first reply,
+                                        so this grows) */
+};
+
+/*
+ * Progress callback: called on the thread that runs sf_index_shards(), about
+ * ten times a second while shards are read, when a shard is done, and once
+ * more at the end. Return 0 to go on; anything else stops the index with
+ * SF_ERR_CANCELLED.
+ */
+typedef int (*sf_index_progress_fn)(void *user, const struct sf_index_progress *progress);
+
+/* Options of sf_index_shards(). Strings are borrowed for the duration of the call. */
+struct sf_index_options {
+    unsigned parallel;               /* shards read at once; default 8, at most 1024 */
+    unsigned long long window_bytes; /* bytes of each shard in flight held in memory: the shard
+                                        streams through this window in ranged GETs of
+                                        min(chunk_bytes, window_bytes / 4); default 8 MiB, at
+                                        least 64 KiB (SF_ERR_INVALID_ARGUMENT below) */
+    const char *index_url;           /* where the index will be written: shard names are made
+                                        relative to its folder. NULL = "index.json" in the
+                                        folder of the first shard (see sf_index_result) */
+    size_t max_shards;               /* cap on shards; 0 = 10 million; SF_ERR_LIMIT beyond */
+    sf_index_progress_fn progress;   /* NULL = none */
+    void *progress_user;
+};
+
+/* Fills o with the defaults. o may not be NULL. */
+SF_API void sf_index_options_init_default(struct sf_index_options *o);
+
+/* What sf_index_shards() found. Owned strings: release with sf_index_result_clear(). */
+struct sf_index_result {
+    char *json;                    /* the index.json text (pretty-printed, ends with '\n'); owned */
+    size_t json_len;               /* strlen(json) */
+    char *index_url;               /* where it belongs: o->index_url or the default; owned */
+    unsigned long long shards;     /* shards listed */
+    unsigned long long samples;    /* samples in all of them */
+    unsigned long long bytes;      /* bytes of all shards */
+    unsigned long long tar_shards; /* shards read as tar */
+    unsigned long long record_shards;  /* shards read as record shards */
+    unsigned long long counted_by_index; /* record shards whose count came from their own index
+                                            (a record or index larger than the window) */
+};
+
+/* Frees the strings of r and zeroes it. NULL is a no-op. */
+SF_API void sf_index_result_clear(struct sf_index_result *r);
+
+/*
+ * Reads every shard the sources name once and returns the index.json that
+ * lists them. sources: n_sources strings as sf_s3_expand() takes them (s3://
+ * keys, brace patterns, prefixes ending in '/', http(s)://, file:// and
+ * local paths); a prefix or local folder keeps its *.tar and *.sfr objects
+ * only. Shards are listed in source order.
+ *
+ * o->parallel shards are read at a time, each by its own thread, as ranged
+ * GETs through the client's fetch engine (s3's concurrency caps the
+ * requests in flight). Each shard streams through a window of
+ * o->window_bytes: its bytes are hashed (XXH3-64, seed 0) and parsed with the
+ * shard readers as they arrive, and dropped once both are done, so memory
+ * is about o->parallel x o->window_bytes whatever the shard sizes and count
+ * (plus a copy of at most one window for a header or record that crosses the
+ * window's end, and 16 bytes per record of a record shard). A record shard
+ * whose record or index does not fit the window is still hashed whole; its
+ * count then comes from its own index (counted_by_index) and the checksums
+ * of its records from there on are not verified. Tar member data may be of
+ * any size.
+ *
+ * o may be NULL (defaults). s3 and result may not be NULL, nor sources when
+ * n_sources > 0. On success *result holds the JSON; on failure it is
+ * zeroed and err (when not NULL) receives a message naming the shard and,
+ * for a corrupt or truncated shard, the byte offset (the reader's message),
+ * truncated to err_len. When several shards fail, the first in source order
+ * among those that failed is reported. Returns SF_ERR_NOT_FOUND (no shards,
+ * or a missing object), SF_ERR_CORRUPT / SF_ERR_PARSE / SF_ERR_LIMIT /
+ * SF_ERR_UNSUPPORTED (a shard the readers refuse, as sf_shard_reader_next()),
+ * SF_ERR_INVALID_ARGUMENT (options; two shards with the same base name: the
+ * loader matches index entries by base name), SF_ERR_CANCELLED, or a status
+ * of the fetch (SF_ERR_CHANGED when a shard changed while it was read, ...).
+ * Writes nothing. Blocks the caller; any thread.
+ */
+SF_API sf_status sf_index_shards(struct sf_s3 *s3, const char *const *sources, size_t n_sources,
+                                 const struct sf_index_options *o, struct sf_index_result *result,
+                                 char *err, size_t err_len);
 
 #ifdef __cplusplus
 }

@@ -23,6 +23,11 @@
 #define RATE_BETA          0.7  /* new send rate = beta * measured rate, on throttling */
 #define RATE_UNLIMITED_RPS 5000.0
 #define RATE_ENGAGE_NS     (5ull * 1000 * 1000 * 1000)
+/* File destinations: a range gathers what curl hands over (often 16-64 KiB a
+ * callback) and writes it with one pwrite() per STAGE_BYTES; the range that
+ * readers wait on (the contiguous frontier) writes from FRONTIER_BYTES on. */
+#define STAGE_BYTES    (1u << 20)
+#define FRONTIER_BYTES (256u * 1024)
 
 enum xfer_state { X_IDLE = 0, X_WAITING, X_RUNNING, X_DONE };
 enum abort_reason {
@@ -44,6 +49,8 @@ struct xfer {
     struct call *call;
     uint64_t first, last; /* object offsets, inclusive; SF__NO_RANGE for calls */
     uint64_t got;         /* bytes written from `first`, kept across attempts */
+    unsigned char *stage; /* file destinations: bytes received, not yet written */
+    size_t staged;
     unsigned attempts;
     unsigned tokens_held; /* retry quota taken by this request's retries */
     uint64_t due_ns;
@@ -103,7 +110,10 @@ struct sf_fetch {
     uint64_t offset;
     uint64_t length; /* requested, SF_SIZE_UNKNOWN = to the end */
     uint64_t size;   /* object size, SF_SIZE_UNKNOWN until known */
+    uint64_t first_bytes; /* size of the first range */
     char etag_expected[128];
+    void (*on_data)(void *user, unsigned long long offset, const void *data, size_t len);
+    void *on_data_user;
 
     /* I/O thread */
     struct xfer head; /* the first range (the probe when the size is unknown) */
@@ -116,6 +126,7 @@ struct sf_fetch {
     unsigned running;
     uint64_t total;
     int finished;
+    int prio; /* copied from prio_req when the engine's prio_pending is seen */
     struct sf_fetch *next_active;
     struct sf_fetch *next_incoming;
 
@@ -133,7 +144,8 @@ struct sf_fetch {
     sf_status s_status;
     char s_etag[128];
     char errmsg[1024];
-    int cancel; /* under e->lock */
+    int cancel;   /* under e->lock */
+    int prio_req; /* under e->lock */
 };
 
 struct sf__engine {
@@ -149,6 +161,7 @@ struct sf__engine {
     struct call *incoming_calls;
     int shutdown;
     int cancel_pending;
+    int prio_pending; /* some fetch's prio_req changed */
     struct sf_s3_stats stats;
 
     /* I/O thread */
@@ -166,6 +179,8 @@ struct sf__engine {
     unsigned tokens;
     CURL **idle;
     size_t n_idle;
+    unsigned char **stages; /* free STAGE_BYTES buffers, at most cfg.concurrency */
+    size_t n_stages;
     uint64_t rng;
     int64_t clock_skew_s;
 };
@@ -342,8 +357,25 @@ static sf_status fetch_layout(struct sf__engine *e, struct sf_fetch *f, uint64_t
             f->buf_bytes = total;
         }
     }
+    /*
+     * The head is small (first bytes first); the next range ends at the first
+     * multiple of chunk_bytes in object offsets and the others follow on
+     * those multiples, so a cache's 4 MiB checksum blocks each fall in one
+     * range when chunk_bytes is a multiple of 4 MiB (hashed as they arrive).
+     */
     uint64_t chunk = e->cfg.chunk_bytes;
-    size_t n = total == 0 ? 0 : (size_t)((total + chunk - 1) / chunk);
+    uint64_t end = f->offset + total;
+    uint64_t head_end = f->offset + (total < f->first_bytes ? total : f->first_bytes);
+    size_t n = 0;
+    if (total > 0) {
+        n = 1;
+        if (head_end < end) {
+            uint64_t next = (head_end / chunk + 1) * chunk; /* first boundary after head_end */
+            n += 1;
+            if (next < end)
+                n += (size_t)((end - next + chunk - 1) / chunk);
+        }
+    }
     if (n > 1) {
         f->rest = calloc(n - 1, sizeof(*f->rest));
         if (!f->rest) {
@@ -355,15 +387,16 @@ static sf_status fetch_layout(struct sf__engine *e, struct sf_fetch *f, uint64_t
     /* the head keeps whatever bytes it already has */
     if (total > 0) {
         f->head.first = f->offset;
-        f->head.last = f->offset + (total < chunk ? total : chunk) - 1;
+        f->head.last = head_end - 1;
     }
+    uint64_t at = head_end;
     for (size_t i = 1; i < n; i++) {
         struct xfer *x = &f->rest[i - 1];
+        uint64_t stop = (at / chunk + 1) * chunk;
         x->f = f;
-        x->first = f->offset + i * chunk;
-        x->last = x->first + chunk - 1;
-        if (x->last >= f->offset + total)
-            x->last = f->offset + total - 1;
+        x->first = at;
+        x->last = (stop < end ? stop : end) - 1;
+        at = x->last + 1;
     }
     f->n_ranges = n;
     pthread_mutex_lock(&f->lock);
@@ -546,6 +579,83 @@ static size_t on_header(char *buf, size_t size, size_t nitems, void *ud)
     return n;
 }
 
+/* ------------------------------------------------------------ destination */
+
+static unsigned char *stage_get(struct sf__engine *e)
+{
+    if (e->n_stages > 0)
+        return e->stages[--e->n_stages];
+    return malloc(STAGE_BYTES);
+}
+
+static void stage_put(struct sf__engine *e, unsigned char *b)
+{
+    if (!b)
+        return;
+    if (e->n_stages < e->cfg.concurrency)
+        e->stages[e->n_stages++] = b;
+    else
+        free(b);
+}
+
+/* Readers wait on this range: it holds the end of the contiguous prefix. */
+static int is_frontier(const struct xfer *x)
+{
+    const struct sf_fetch *f = x->f;
+    if (f->n_ranges == 0)
+        return x == &f->head;
+    return f->contig_idx < f->n_ranges && range_at((struct sf_fetch *)f, f->contig_idx) == x;
+}
+
+/*
+ * Puts n bytes at the range's write position in the destination, then tells
+ * the observer and publishes progress. Returns -1 (abort set) when a file
+ * write fails.
+ */
+static int dest_put(struct xfer *x, const unsigned char *data, size_t n)
+{
+    struct sf_fetch *f = x->f;
+    uint64_t at = x->first + x->got; /* object offset */
+    uint64_t dest = at - f->offset;
+    const unsigned char *placed = data;
+    if (f->fd >= 0) {
+        size_t done = 0;
+        while (done < n) {
+            ssize_t w = pwrite(f->fd, data + done, n - done, (off_t)(f->file_offset + dest + done));
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w <= 0) {
+                set_abort(x, AB_IO, "write at file offset %" PRIu64 ": %s",
+                          f->file_offset + dest + done, w < 0 ? strerror(errno) : "no progress");
+                return -1;
+            }
+            done += (size_t)w;
+        }
+    } else {
+        memcpy(f->buf + dest, data, n);
+        placed = f->buf + dest;
+    }
+    x->got += n;
+    pthread_mutex_lock(&f->lock);
+    f->s_received += n;
+    pthread_mutex_unlock(&f->lock);
+    if (f->on_data)
+        f->on_data(f->on_data_user, at, placed, n);
+    if (is_frontier(x))
+        publish_progress(f);
+    return 0;
+}
+
+/* Writes what the range has gathered. */
+static int stage_flush(struct xfer *x)
+{
+    if (!x->staged)
+        return 0;
+    size_t n = x->staged;
+    x->staged = 0;
+    return dest_put(x, x->stage, n);
+}
+
 static size_t on_write(char *data, size_t size, size_t nmemb, void *ud)
 {
     struct xfer *x = ud;
@@ -572,36 +682,34 @@ static size_t on_write(char *data, size_t size, size_t nmemb, void *ud)
     }
     struct sf_fetch *f = x->f;
     uint64_t len = xfer_len(x);
-    if (n > len - x->got) {
+    if (n > len - x->got - x->staged) {
         set_abort(x, AB_OVERFLOW, "server sent more than the %" PRIu64 " bytes asked", len);
         return CURL_WRITEFUNC_ERROR;
     }
-    uint64_t dest = x->first + x->got - f->offset;
-    if (f->fd >= 0) {
-        size_t done = 0;
-        while (done < n) {
-            ssize_t w = pwrite(f->fd, data + done, n - done, (off_t)(f->file_offset + dest + done));
-            if (w < 0 && errno == EINTR)
-                continue;
-            if (w <= 0) {
-                set_abort(x, AB_IO, "write at file offset %" PRIu64 ": %s",
-                          f->file_offset + dest + done, w < 0 ? strerror(errno) : "no progress");
-                return CURL_WRITEFUNC_ERROR;
-            }
-            done += (size_t)w;
-        }
-    } else {
-        memcpy(f->buf + dest, data, n);
-    }
-    x->got += n;
     x->attempt_bytes += n;
-    pthread_mutex_lock(&f->lock);
-    f->s_received += n;
-    pthread_mutex_unlock(&f->lock);
-    if (f->contig_idx < f->n_ranges && range_at(f, f->contig_idx) == x)
-        publish_progress(f);
-    else if (f->n_ranges == 0)
-        publish_progress(f);
+    const unsigned char *d = (const unsigned char *)data;
+    if (f->fd < 0) {
+        dest_put(x, d, n);
+        return n;
+    }
+    if (!x->stage && n < STAGE_BYTES)
+        x->stage = stage_get(x->e);
+    if (!x->stage)
+        return dest_put(x, d, n) == 0 ? n : CURL_WRITEFUNC_ERROR;
+    size_t done = 0;
+    while (done < n) {
+        size_t k = n - done;
+        if (k > STAGE_BYTES - x->staged)
+            k = STAGE_BYTES - x->staged;
+        memcpy(x->stage + x->staged, d + done, k);
+        x->staged += k;
+        done += k;
+        if ((x->staged == STAGE_BYTES || x->got + x->staged == len) && stage_flush(x) != 0)
+            return CURL_WRITEFUNC_ERROR;
+    }
+    /* Readers wait on the frontier range: hand them its bytes sooner. */
+    if (x->staged >= FRONTIER_BYTES && is_frontier(x) && stage_flush(x) != 0)
+        return CURL_WRITEFUNC_ERROR;
     return n;
 }
 
@@ -697,6 +805,11 @@ static void attempt_release(struct sf__engine *e, struct xfer *x)
     curl_slist_free_all(x->hdrs);
     x->hdrs = NULL;
     sf__strbuf_free(&x->errbody);
+    /* Bytes still gathered here were never written: they do not count in
+     * got, so a later attempt asks for them again. */
+    stage_put(e, x->stage);
+    x->stage = NULL;
+    x->staged = 0;
 }
 
 /* Starts one attempt of x. On a local failure (signing, no memory) the
@@ -1094,6 +1207,10 @@ static void fill_response(struct xfer *x, struct sf__response *r)
 
 static void attempt_done(struct sf__engine *e, struct xfer *x, CURLcode code)
 {
+    /* What arrived before the end (or the failure) of this attempt is good:
+     * write it, so a retry resumes after it. */
+    if (x->f && x->staged)
+        stage_flush(x);
     long conns = 0;
     curl_easy_getinfo(x->easy, CURLINFO_NUM_CONNECTS, &conns);
     pthread_mutex_lock(&e->lock);
@@ -1228,18 +1345,25 @@ static void start_or_fail(struct sf__engine *e, struct xfer *x)
     }
 }
 
-static void schedule(struct sf__engine *e)
+/* Does x belong to the group being scheduled (calls go with the priority one)? */
+static int in_group(const struct xfer *x, int prio)
 {
-    uint64_t now = mono_ns();
-    unsigned limit = (unsigned)e->cwnd;
-    if (limit < 1)
-        limit = 1;
-    /* due retries and calls first */
+    return x->call ? prio : x->f->prio == prio;
+}
+
+/*
+ * Starts what may start now, in this order: due retries and calls of
+ * priority fetches, their new ranges, then the same for the other fetches;
+ * within a group oldest fetch first, lowest offset first. Returns 0 when the
+ * rate limiter says stop.
+ */
+static int schedule_group(struct sf__engine *e, uint64_t now, unsigned limit, int prio)
+{
     for (struct xfer **pp = &e->waiting; *pp && e->in_flight < limit;) {
         struct xfer *x = *pp;
-        if (x->due_ns <= now) {
+        if (x->due_ns <= now && in_group(x, prio)) {
             if (!rate_allows(e, now))
-                return;
+                return 0;
             *pp = x->next_wait;
             x->next_wait = NULL;
             start_or_fail(e, x);
@@ -1249,20 +1373,23 @@ static void schedule(struct sf__engine *e)
             pp = &x->next_wait;
         }
     }
-    /* then new ranges, oldest fetch first */
     for (struct sf_fetch *f = e->active; f && e->in_flight < limit;) {
         struct sf_fetch *next = f->next_active;
+        if (f->prio != prio) {
+            f = next;
+            continue;
+        }
         if (f->n_ranges == 0) {
             if (f->next_start == 0) {
                 if (!rate_allows(e, now))
-                    return;
+                    return 0;
                 f->next_start = 1;
                 start_or_fail(e, &f->head);
             }
         } else {
             while (f->next_start < f->n_ranges && e->in_flight < limit && !f->finished) {
                 if (!rate_allows(e, now))
-                    return;
+                    return 0;
                 struct xfer *x = range_at(f, f->next_start++);
                 if (x->state == X_IDLE && x->got < xfer_len(x))
                     start_or_fail(e, x);
@@ -1270,6 +1397,17 @@ static void schedule(struct sf__engine *e)
         }
         f = next;
     }
+    return 1;
+}
+
+static void schedule(struct sf__engine *e)
+{
+    uint64_t now = mono_ns();
+    unsigned limit = (unsigned)e->cwnd;
+    if (limit < 1)
+        limit = 1;
+    if (schedule_group(e, now, limit, 1))
+        schedule_group(e, now, limit, 0);
 }
 
 static int next_timeout_ms(struct sf__engine *e)
@@ -1301,6 +1439,8 @@ static void take_incoming(struct sf__engine *e, int *shutdown)
     e->incoming_calls = NULL;
     int cancels = e->cancel_pending;
     e->cancel_pending = 0;
+    int prios = e->prio_pending;
+    e->prio_pending = 0;
     pthread_mutex_unlock(&e->lock);
 
     /* keep submission order: the lists were built by pushing at the head */
@@ -1324,6 +1464,12 @@ static void take_incoming(struct sf__engine *e, int *shutdown)
         cl->x.state = X_WAITING;
         cl->x.next_wait = e->waiting;
         e->waiting = &cl->x;
+    }
+    if (prios) {
+        pthread_mutex_lock(&e->lock);
+        for (struct sf_fetch *f = e->active; f; f = f->next_active)
+            f->prio = f->prio_req;
+        pthread_mutex_unlock(&e->lock);
     }
     if (cancels) {
         for (struct sf_fetch *f = e->active; f;) {
@@ -1403,9 +1549,10 @@ sf_status sf__engine_new(const struct sf__engine_config *c, struct sf__engine **
         e->rng = 0x9E3779B97F4A7C15ull;
     e->idle = calloc((size_t)e->cfg.concurrency * 2 + 4, sizeof(CURL *));
     e->successes = calloc(SUCCESS_RING, sizeof(*e->successes));
+    e->stages = calloc(e->cfg.concurrency, sizeof(*e->stages));
     pthread_mutex_init(&e->lock, NULL);
     e->multi = curl_multi_init();
-    if (!e->idle || !e->multi || !e->successes) {
+    if (!e->idle || !e->multi || !e->successes || !e->stages) {
         sf__engine_destroy(e);
         return SF_ERR_NO_MEMORY;
     }
@@ -1439,6 +1586,9 @@ void sf__engine_destroy(struct sf__engine *e)
         curl_easy_cleanup(e->idle[i]);
     free(e->idle);
     free(e->successes);
+    for (size_t i = 0; i < e->n_stages; i++)
+        free(e->stages[i]);
+    free(e->stages);
     if (e->multi)
         curl_multi_cleanup(e->multi);
     pthread_mutex_destroy(&e->lock);
@@ -1519,6 +1669,10 @@ static struct sf_fetch *fetch_alloc(const struct sf_fetch_options *o)
     f->s_size = o->size;
     f->total = SF_SIZE_UNKNOWN;
     f->head.f = f;
+    f->first_bytes = o->first_range_bytes ? o->first_range_bytes : SF_FETCH_FIRST_RANGE_DEFAULT;
+    f->on_data = o->on_data;
+    f->on_data_user = o->on_data_user;
+    f->prio = f->prio_req = o->priority != 0;
     if (o->etag)
         snprintf(f->etag_expected, sizeof(f->etag_expected), "%s", o->etag);
     snprintf(f->s_etag, sizeof(f->s_etag), "%s", f->etag_expected);
@@ -1538,6 +1692,8 @@ sf_status sf__engine_fetch(struct sf__engine *e, const struct sf__locator *loc,
     if (!f)
         return SF_ERR_NO_MEMORY;
     f->e = e;
+    if (f->first_bytes > e->cfg.chunk_bytes)
+        f->first_bytes = e->cfg.chunk_bytes;
     if (sf__locator_copy(loc, &f->loc) != SF_OK) {
         sf_fetch_destroy(f);
         return SF_ERR_NO_MEMORY;
@@ -1568,8 +1724,9 @@ sf_status sf__engine_fetch(struct sf__engine *e, const struct sf__locator *loc,
             return SF_OK;
         }
     } else {
-        uint64_t chunk = e->cfg.chunk_bytes;
-        uint64_t len = o->length != SF_SIZE_UNKNOWN && o->length < chunk ? o->length : chunk;
+        /* the probe is the head range of the layout to come */
+        uint64_t first = f->first_bytes;
+        uint64_t len = o->length != SF_SIZE_UNKNOWN && o->length < first ? o->length : first;
         f->head.first = o->offset;
         f->head.last = o->offset + len - 1;
     }
@@ -1694,6 +1851,18 @@ SF_API sf_status sf_fetch_wait(struct sf_fetch *f, unsigned long long min_contig
         fill_progress(f, p);
     pthread_mutex_unlock(&f->lock);
     return st;
+}
+
+SF_API void sf_fetch_set_priority(struct sf_fetch *f, int priority)
+{
+    struct sf__engine *e = f->e;
+    if (!e)
+        return; /* finished when it was created (local file, empty range) */
+    pthread_mutex_lock(&e->lock);
+    f->prio_req = priority != 0;
+    e->prio_pending = 1;
+    pthread_mutex_unlock(&e->lock);
+    curl_multi_wakeup(e->multi);
 }
 
 SF_API void *sf_fetch_data(struct sf_fetch *f)

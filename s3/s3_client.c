@@ -475,6 +475,28 @@ static sf_status stat_local(struct sf_s3 *s3, const char *path, const char *disp
     return SF_OK;
 }
 
+/* HEAD of an s3:// or http(s):// object: fills size, etag and
+ * last_modified of *out (nothing else). Only s3:// requests need
+ * credentials. */
+static sf_status head_object(struct sf_s3 *s3, const struct sf__locator *loc,
+                             struct sf_object_info *out)
+{
+    sf_status st = SF_OK;
+    if (loc->kind == SF__LOC_S3 && (st = ensure_creds(s3, loc->display)) != SF_OK)
+        return st;
+    struct sf__response r;
+    st = sf__engine_call(s3->engine, "HEAD", loc, NULL, 1024, &r);
+    if (st != SF_OK) {
+        set_err(s3, st, "%s", r.errmsg);
+    } else {
+        out->size = r.content_length;
+        snprintf(out->etag, sizeof(out->etag), "%s", r.etag);
+        out->last_modified = r.last_modified;
+    }
+    sf__response_free(&r);
+    return st;
+}
+
 SF_API sf_status sf_s3_stat(struct sf_s3 *s3, const char *url, struct sf_object_info *out)
 {
     if (!s3 || !url || !out)
@@ -494,26 +516,15 @@ SF_API sf_status sf_s3_stat(struct sf_s3 *s3, const char *url, struct sf_object_
         sf__locator_free(&loc);
         return set_err(s3, SF_ERR_INVALID_ARGUMENT, "%s: stat needs s3://bucket/key", url);
     }
-    if ((st = ensure_creds(s3, loc.display)) != SF_OK) {
-        sf__locator_free(&loc);
-        return st;
-    }
-    struct sf__response r;
-    st = sf__engine_call(s3->engine, "HEAD", &loc, NULL, 1024, &r);
-    if (st != SF_OK) {
-        set_err(s3, st, "%s", r.errmsg);
-    } else {
+    st = head_object(s3, &loc, out);
+    if (st == SF_OK) {
         out->url = strdup(loc.display);
         out->key = strdup(loc.key);
-        out->size = r.content_length;
-        snprintf(out->etag, sizeof(out->etag), "%s", r.etag);
-        out->last_modified = r.last_modified;
         if (!out->url || !out->key) {
             sf_object_info_clear(out);
             st = SF_ERR_NO_MEMORY;
         }
     }
-    sf__response_free(&r);
     sf__locator_free(&loc);
     return st;
 }
@@ -906,6 +917,316 @@ SF_API sf_status sf_s3_expand(struct sf_s3 *s3, const char *source, size_t max_o
     } else {
         st = expand_one(s3, source, max_objects, l);
     }
+    if (st != SF_OK) {
+        sf_object_list_destroy(l);
+        return st;
+    }
+    *out = l;
+    return SF_OK;
+}
+
+/* ------------------------------------------------------------ checked expansion */
+
+/* One object a source names, waiting to be checked. */
+struct pending {
+    size_t slot; /* index of its entry in the result list */
+    enum sf__loc_kind kind;
+    char *bucket;    /* s3: owned; NULL otherwise */
+    const char *key; /* the entry's key (owned by the list, which outlives this) */
+    int found;
+};
+
+struct pending_set {
+    struct pending *v;
+    size_t n, cap;
+};
+
+static void pending_free(struct pending_set *ps)
+{
+    for (size_t i = 0; i < ps->n; i++)
+        free(ps->v[i].bucket);
+    free(ps->v);
+}
+
+/* Appends the object named by url (parsed as loc) to l, size unknown, and
+ * remembers to check it. */
+static sf_status pending_add(struct pending_set *ps, struct sf_object_list *l, size_t max,
+                             const char *url, const struct sf__locator *loc)
+{
+    if (ps->n == ps->cap) {
+        size_t cap = ps->cap ? ps->cap * 2 : 64;
+        struct pending *p = realloc(ps->v, cap * sizeof(*p));
+        if (!p)
+            return SF_ERR_NO_MEMORY;
+        ps->v = p;
+        ps->cap = cap;
+    }
+    char *bucket = NULL;
+    if (loc->kind == SF__LOC_S3 && !(bucket = strdup(loc->bucket)))
+        return SF_ERR_NO_MEMORY;
+    sf_status st = list_push(l, max, strdup(url), strdup(loc->key), SF_SIZE_UNKNOWN, "", 0, 0);
+    if (st != SF_OK) {
+        free(bucket);
+        return st;
+    }
+    struct pending *p = &ps->v[ps->n++];
+    p->slot = l->n - 1;
+    p->kind = loc->kind;
+    p->bucket = bucket;
+    p->key = l->items[p->slot].key;
+    p->found = 0;
+    return SF_OK;
+}
+
+/* Length of s without its last UTF-8 character: the longest proper prefix
+ * that ends on a character boundary, so it sorts just before s. */
+static size_t cut_last_char(const char *s, size_t n)
+{
+    if (n == 0)
+        return 0;
+    n--;
+    while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80)
+        n--;
+    return n;
+}
+
+static int cmp_pending_s3(const void *a, const void *b)
+{
+    const struct pending *x = *(const struct pending *const *)a;
+    const struct pending *y = *(const struct pending *const *)b;
+    int c = strcmp(x->bucket, y->bucket);
+    return c ? c : strcmp(x->key, y->key);
+}
+
+/* Checks w[0..m) (one bucket, sorted by key, m > 0) with ListObjectsV2,
+ * relying on S3 listing keys in ascending UTF-8 byte order (strcmp order).
+ * Keys a page proves absent stay found = 0. */
+static sf_status list_range(struct sf_s3 *s3, const char *bucket, struct pending **w, size_t m,
+                            struct sf_object_list *l)
+{
+    const char *lo = w[0]->key, *hi = w[m - 1]->key;
+    size_t plen = 0;
+    while (lo[plen] && lo[plen] == hi[plen])
+        plen++;
+    /* a prefix that ends inside a multi-byte character is not valid UTF-8 */
+    while (plen > 0 && ((unsigned char)lo[plen] & 0xC0) == 0x80)
+        plen--;
+    char *prefix = strndup(lo, plen);
+    char *display = prefix ? s3_url(bucket, prefix) : NULL;
+    if (!prefix || !display) {
+        free(prefix);
+        return SF_ERR_NO_MEMORY;
+    }
+    struct sf__locator bucket_loc = {
+        .kind = SF__LOC_S3, .bucket = (char *)bucket, .key = (char *)"", .display = display};
+    char *after = NULL; /* the last key listed so far */
+    sf_status st = SF_OK;
+    size_t p = 0;
+    while (st == SF_OK && p < m) {
+        /* skip ahead: start just before the next key not yet seen, unless the
+         * last page already went further */
+        char *start = strndup(w[p]->key, cut_last_char(w[p]->key, strlen(w[p]->key)));
+        if (!start) {
+            st = SF_ERR_NO_MEMORY;
+            break;
+        }
+        const char *sa = after && strcmp(after, start) > 0 ? after : start;
+        struct sf__strbuf q;
+        sf__strbuf_init(&q, 8192);
+        append_query(&q, "encoding-type", "url");
+        append_query(&q, "list-type", "2");
+        if (*prefix)
+            append_query(&q, "prefix", prefix);
+        if (*sa)
+            append_query(&q, "start-after", sa);
+        free(start);
+        if (q.err) {
+            st = set_err(s3, q.err, "%s: listing query too long", display);
+            sf__strbuf_free(&q);
+            break;
+        }
+        struct sf__response r;
+        st = sf__engine_call(s3->engine, "GET", &bucket_loc, sf__strbuf_str(&q), MAX_LIST_BODY, &r);
+        sf__strbuf_free(&q);
+        if (st != SF_OK) {
+            set_err(s3, st, "%s", r.errmsg);
+            sf__response_free(&r);
+            break;
+        }
+        struct sf__list_page page;
+        memset(&page, 0, sizeof(page));
+        char err[256] = "";
+        st = sf__xml_parse_list_v2(r.body.data ? r.body.data : "", r.body.len, 0, &page, err,
+                                   sizeof(err));
+        sf__response_free(&r);
+        if (st != SF_OK) {
+            set_err(s3, st, "%s: bad ListObjectsV2 answer: %s", display, err);
+            sf__list_page_free(&page);
+            break;
+        }
+        for (size_t i = 0; i < page.n_entries && p < m; i++) {
+            const struct sf__list_entry *en = &page.entries[i];
+            while (p < m && strcmp(w[p]->key, en->key) < 0)
+                p++; /* listed past it: absent */
+            for (; p < m && !strcmp(w[p]->key, en->key); p++) {
+                struct sf_object_info *it = &l->items[w[p]->slot];
+                it->size = en->size;
+                snprintf(it->etag, sizeof(it->etag), "%s", en->etag);
+                it->last_modified = en->last_modified;
+                w[p]->found = 1;
+            }
+        }
+        if (p < m && page.is_truncated) {
+            if (page.n_entries == 0) {
+                st = set_err(s3, SF_ERR_PARSE, "%s: truncated listing without keys", display);
+            } else {
+                free(after);
+                if (!(after = strdup(page.entries[page.n_entries - 1].key)))
+                    st = SF_ERR_NO_MEMORY;
+            }
+        } else {
+            p = m; /* the listing ended: the keys left do not exist */
+        }
+        sf__list_page_free(&page);
+    }
+    free(after);
+    free(display);
+    free(prefix);
+    return st;
+}
+
+/* Fills and checks every pending entry; absent ones keep found = 0. */
+static sf_status check_pending(struct sf_s3 *s3, struct pending_set *ps, struct sf_object_list *l)
+{
+    sf_status st = SF_OK;
+    size_t n_s3 = 0;
+    for (size_t i = 0; st == SF_OK && i < ps->n; i++) {
+        struct pending *p = &ps->v[i];
+        struct sf_object_info *it = &l->items[p->slot];
+        if (p->kind == SF__LOC_S3) {
+            n_s3++;
+        } else if (p->kind == SF__LOC_FILE) {
+            struct sf_object_info tmp;
+            memset(&tmp, 0, sizeof(tmp));
+            st = stat_local(s3, it->key, it->url, &tmp);
+            if (st == SF_OK) {
+                it->size = tmp.size;
+                it->last_modified = tmp.last_modified;
+                p->found = 1;
+            }
+            sf_object_info_clear(&tmp);
+            if (st == SF_ERR_NOT_FOUND)
+                st = SF_OK;
+        } else {
+            struct sf__locator loc;
+            char err[512];
+            st = sf__locator_parse(it->url, &loc, err, sizeof(err));
+            if (st != SF_OK) {
+                set_err(s3, st, "%s", err);
+                break;
+            }
+            st = head_object(s3, &loc, it);
+            sf__locator_free(&loc);
+            p->found = st == SF_OK;
+            if (st == SF_ERR_NOT_FOUND)
+                st = SF_OK;
+        }
+    }
+    if (st != SF_OK || n_s3 == 0)
+        return st;
+    struct pending **w = malloc(n_s3 * sizeof(*w));
+    if (!w)
+        return SF_ERR_NO_MEMORY;
+    size_t k = 0;
+    for (size_t i = 0; i < ps->n; i++)
+        if (ps->v[i].kind == SF__LOC_S3)
+            w[k++] = &ps->v[i];
+    qsort(w, n_s3, sizeof(*w), cmp_pending_s3);
+    for (size_t a = 0; st == SF_OK && a < n_s3;) {
+        size_t b = a + 1;
+        while (b < n_s3 && !strcmp(w[b]->bucket, w[a]->bucket))
+            b++;
+        st = ensure_creds(s3, l->items[w[a]->slot].url);
+        if (st == SF_OK && b - a > SF_EXPAND_HEAD_MAX) {
+            st = list_range(s3, w[a]->bucket, w + a, b - a, l);
+        } else {
+            for (size_t i = a; st == SF_OK && i < b; i++) {
+                struct sf_object_info *it = &l->items[w[i]->slot];
+                struct sf__locator loc = {.kind = SF__LOC_S3,
+                                          .bucket = w[i]->bucket,
+                                          .key = (char *)w[i]->key,
+                                          .display = it->url};
+                st = head_object(s3, &loc, it);
+                w[i]->found = st == SF_OK;
+                if (st == SF_ERR_NOT_FOUND)
+                    st = SF_OK;
+            }
+        }
+        a = b;
+    }
+    free(w);
+    return st;
+}
+
+SF_API sf_status sf_s3_expand_stat(struct sf_s3 *s3, const char *source, size_t max_objects,
+                                   struct sf_object_list **out)
+{
+    if (!s3 || !source || !out)
+        return SF_ERR_INVALID_ARGUMENT;
+    *out = NULL;
+    if (!max_objects)
+        max_objects = DEFAULT_MAX_OBJECTS;
+    struct sf_object_list *l = list_new();
+    if (!l)
+        return SF_ERR_NO_MEMORY;
+    int braces = sf__has_braces(source);
+    char **v = NULL;
+    size_t n = 0;
+    char err[512] = "";
+    sf_status st = SF_OK;
+    if (braces) {
+        st = sf__brace_expand(source, max_objects, &v, &n, err, sizeof(err));
+        if (st != SF_OK)
+            set_err(s3, st, "%s: %s", source, err);
+    }
+    struct pending_set ps;
+    memset(&ps, 0, sizeof(ps));
+    for (size_t i = 0; st == SF_OK && i < (braces ? n : 1); i++) {
+        const char *item = braces ? v[i] : source;
+        struct sf__locator loc;
+        st = sf__locator_parse(item, &loc, err, sizeof(err));
+        if (st != SF_OK) {
+            set_err(s3, st, "%s", err);
+            break;
+        }
+        size_t kl = strlen(loc.key);
+        struct stat sb;
+        if (loc.kind == SF__LOC_S3 && !*loc.bucket)
+            st = set_err(s3, SF_ERR_INVALID_ARGUMENT, "%s: name a bucket", item);
+        else if ((loc.kind == SF__LOC_S3 && (kl == 0 || loc.key[kl - 1] == '/')) ||
+                 (!braces && loc.kind == SF__LOC_FILE && stat(loc.key, &sb) == 0 &&
+                  S_ISDIR(sb.st_mode)))
+            st = expand_one(s3, item, max_objects, l); /* listings come with sizes */
+        else
+            st = pending_add(&ps, l, max_objects, item, &loc);
+        sf__locator_free(&loc);
+        if (st == SF_ERR_LIMIT)
+            set_err(s3, st, "%s: more than %zu objects", source, max_objects);
+    }
+    if (st == SF_OK)
+        st = check_pending(s3, &ps, l);
+    size_t missing = 0, first = 0;
+    for (size_t i = 0; st == SF_OK && i < ps.n; i++)
+        if (!ps.v[i].found && missing++ == 0)
+            first = i;
+    if (missing && (braces || ps.n > 1))
+        st = set_err(s3, SF_ERR_NOT_FOUND, "%s: no such object (%zu of the %zu objects of %s %s)",
+                     l->items[ps.v[first].slot].url, missing, ps.n, source,
+                     missing == 1 ? "is missing" : "are missing");
+    else if (missing)
+        st = SF_ERR_NOT_FOUND; /* the HEAD or stat() already said why */
+    pending_free(&ps);
+    sf__strv_free(v, n);
     if (st != SF_OK) {
         sf_object_list_destroy(l);
         return st;

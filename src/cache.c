@@ -63,6 +63,7 @@ struct sf_cache_object {
     uint64_t contiguous;
     struct sf__dc_writer *w;
     struct sf_fetch *f;
+    int priority;        /* sf_cache_object_set_priority() */
     uint64_t fetch_base; /* object offset the fetch starts at (resume point) */
     double last_progress;
     int peer_wait_counted;
@@ -341,6 +342,13 @@ static sf_status step_lookup(struct sf_cache_object *o)
     return SF_OK;
 }
 
+/* The fetch engine's observer (I/O thread): bytes just written to the
+ * download, hashed into the entry's block checksums as they arrive. */
+static void feed_writer(void *user, unsigned long long offset, const void *data, size_t len)
+{
+    sf__dc_writer_feed(user, offset, data, len);
+}
+
 static sf_status step_begin(struct sf_cache_object *o)
 {
     struct sf_cache *c = o->c;
@@ -384,6 +392,9 @@ static sf_status step_begin(struct sf_cache_object *o)
         fo.length = o->info.size - o->fetch_base;
         fo.size = o->info.size;
         fo.etag = o->info.etag;
+        fo.priority = o->priority;
+        fo.on_data = feed_writer;
+        fo.on_data_user = o->w;
         st = sf_fetch_start(o->s3, o->info.url, &fo, &o->f);
         if (st != SF_OK) {
             char m[1024];
@@ -614,6 +625,13 @@ sf_status sf_cache_object_wait(struct sf_cache_object *o, unsigned long long min
     sf_status st = drive(o, want, timeout_ms);
     fill_progress(o, p);
     return st;
+}
+
+void sf_cache_object_set_priority(struct sf_cache_object *o, int priority)
+{
+    o->priority = priority != 0;
+    if (o->f)
+        sf_fetch_set_priority(o->f, o->priority);
 }
 
 const void *sf_cache_object_data(const struct sf_cache_object *o)
@@ -865,6 +883,9 @@ sf_status sf_cache_stats(struct sf_cache *c, struct sf_cache_stats *out)
     sf__dc_counters(c->dc, &dn);
     out->evictions = dn.evictions;
     out->evicted_bytes = dn.evicted_bytes;
+    out->stream_hashed_blocks = dn.stream_hashed_blocks;
+    out->file_hashed_blocks = dn.file_hashed_blocks;
+    out->catch_up_bytes = dn.catch_up_bytes;
     struct sf__dc_usage u;
     sf_status st = sf__dc_usage(c->dc, 0, &u, c->errmsg, sizeof(c->errmsg));
     if (st != SF_OK)

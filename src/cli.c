@@ -22,15 +22,19 @@ static void usage(FILE *f)
     fputs("usage: shardfeed COMMAND [options]\n"
           "\n"
           "Commands:\n"
-          "  ls URL        list objects and prefixes (s3://bucket/prefix, s3:// for buckets)\n"
+          "  ls URL        list objects and prefixes (s3://bucket/prefix, s3:// for buckets);\n"
+          "                a brace pattern lists each object it names (all must exist)\n"
           "  get URL...    download objects to a file, a directory or stdout\n"
-          "  stat URL      size, ETag and modification time of one object\n"
+          "  stat URL...   size, ETag and modification time of objects; a brace pattern\n"
+          "                gives every object it names (a missing one is an error)\n"
           "  warm-cache URL...   download shards into the local cache before a job\n"
           "                (also installed as the program `warm-cache`)\n"
           "  cache ls|stats|verify|clear   look after the local cache\n"
           "  pack SRC DEST pack a folder (ImageFolder or flat) into tar or record shards\n"
           "                plus index.json, in a folder or under s3://bucket/prefix\n"
           "  inspect URL   list the samples of one shard with their fields and sizes\n"
+          "  index URL...  read existing tar/record shards once and write the index.json\n"
+          "                pack would have written (counts, sizes, checksums) beside them\n"
           "  load URL...   run epochs through the loader (fetch, decode, batch, GPU) and\n"
           "                report images/s and where time goes (`shardfeed load --help`)\n"
           "  version       print the library version and what this build supports\n"
@@ -57,7 +61,8 @@ static void usage(FILE *f)
           "  --json                 machine-readable output\n"
           "  -v, --verbose          log retries and throttling on stderr (twice: debug)\n"
           "\n"
-          "ls:  -r, --recursive     every key, no grouping at '/'\n"
+          "ls:  -r, --recursive     every key, no grouping at '/' (a pattern lists its keys)\n"
+          "stat: --json             one object for one plain URL, else an array\n"
           "get: -o, --output PATH   file, directory (with several objects, or ending in\n"
           "                         '/'), or '-' for stdout (the default for one object)\n"
           "pack: --format tar|record           shard format (default tar)\n"
@@ -72,6 +77,12 @@ static void usage(FILE *f)
           "      --tmp-dir DIR                 staging folder for s3:// uploads (TMPDIR)\n"
           "      --no-progress                 no progress bar or lines on stderr\n"
           "inspect: --json                     one JSON object with every sample\n"
+          "index: -o, --output FILE|s3://URL   where to write (default: index.json in the\n"
+          "                                    folder of the first shard)\n"
+          "       --dry-run                    print the index on stdout, write nothing\n"
+          "       --parallel N                 shards read at once (default 8)\n"
+          "       --window SIZE                memory per shard being read (default 8M)\n"
+          "       --no-progress                no progress bar (shown on a terminal only)\n"
           "\n"
           "warm-cache, cache:\n"
           "  --cache-dir DIR        cache directory (default $XDG_CACHE_HOME/shardfeed,\n"
@@ -327,6 +338,39 @@ static cJSON *info_json(const struct sf_object_info *in)
 
 /* ------------------------------------------------------------ ls, stat */
 
+/* 1 when url holds a brace pattern ("{a,b}", "{0..9}") or a brace syntax
+ * error, as the library's expansion sees it; "{x}" alone is literal. */
+static int is_pattern(const char *url)
+{
+    for (const char *s = url; *s; s++) {
+        if (*s == '}')
+            return 1; /* a '}' without its '{': an error the library names */
+        if (*s != '{')
+            continue;
+        const char *e = s + 1;
+        while (*e && *e != '}' && *e != '{')
+            e++;
+        if (*e != '}')
+            return 1; /* unbalanced or nested */
+        for (const char *x = s + 1; x < e; x++)
+            if (*x == ',' || (x[0] == '.' && x[1] == '.' && x + 1 < e))
+                return 1;
+        s = e;
+    }
+    return 0;
+}
+
+static void print_ls_line(const struct sf_object_info *in)
+{
+    if (in->is_prefix) {
+        printf("%20s %12s  %s\n", "", "PRE", in->key);
+    } else {
+        char t[32];
+        format_time(in->last_modified, t, sizeof(t));
+        printf("%20s %12llu  %s\n", t, in->size, in->key);
+    }
+}
+
 static int cmd_ls(struct cli *c)
 {
     if (c->n_args != 1) {
@@ -337,7 +381,10 @@ static int cmd_ls(struct cli *c)
     if (cli_open_client(c, &s3))
         return 1;
     struct sf_object_list *l = NULL;
-    sf_status st = sf_s3_list(s3, c->args[0], c->recursive ? SF_LIST_RECURSIVE : 0, 0, &l);
+    /* a pattern lists the objects it names, each checked to exist */
+    sf_status st = is_pattern(c->args[0])
+                       ? sf_s3_expand_stat(s3, c->args[0], 0, &l)
+                       : sf_s3_list(s3, c->args[0], c->recursive ? SF_LIST_RECURSIVE : 0, 0, &l);
     if (st != SF_OK) {
         cli_report(s3, st);
         sf_s3_destroy(s3);
@@ -351,56 +398,78 @@ static int cmd_ls(struct cli *c)
         cli_print_json(arr);
         cJSON_Delete(arr);
     } else {
-        for (size_t i = 0; i < n; i++) {
-            const struct sf_object_info *in = sf_object_list_get(l, i);
-            if (in->is_prefix) {
-                printf("%20s %12s  %s\n", "", "PRE", in->key);
-            } else {
-                char t[32];
-                format_time(in->last_modified, t, sizeof(t));
-                printf("%20s %12llu  %s\n", t, in->size, in->key);
-            }
-        }
+        for (size_t i = 0; i < n; i++)
+            print_ls_line(sf_object_list_get(l, i));
     }
     sf_object_list_destroy(l);
     sf_s3_destroy(s3);
     return 0;
 }
 
+static void print_stat(const struct sf_object_info *in)
+{
+    char t[32];
+    format_time(in->last_modified, t, sizeof(t));
+    printf("url:           %s\n", in->url);
+    if (in->size == SF_SIZE_UNKNOWN)
+        printf("size:          unknown\n");
+    else
+        printf("size:          %llu\n", in->size);
+    printf("etag:          %s\n", in->etag[0] ? in->etag : "-");
+    printf("last-modified: %s\n", t);
+}
+
+/* Every URL in turn (a pattern: each object it names); what could not be
+ * read is reported and makes the exit status 1, the rest is printed. */
 static int cmd_stat(struct cli *c)
 {
-    if (c->n_args != 1) {
-        cli_errorf("stat: expected one URL, got %d", c->n_args);
+    if (c->n_args < 1) {
+        cli_errorf("stat: expected at least one URL");
         return EXIT_USAGE;
     }
     struct sf_s3 *s3;
     if (cli_open_client(c, &s3))
         return 1;
-    struct sf_object_info in;
-    sf_status st = sf_s3_stat(s3, c->args[0], &in);
-    if (st != SF_OK) {
-        cli_report(s3, st);
-        sf_s3_destroy(s3);
-        return 1;
+    /* --json: one object for one plain URL (as it always was), else an array */
+    int single = c->n_args == 1 && !is_pattern(c->args[0]);
+    cJSON *arr = c->json && !single ? cJSON_CreateArray() : NULL;
+    int rc = 0, printed = 0;
+    for (int a = 0; a < c->n_args; a++) {
+        const char *url = c->args[a];
+        struct sf_object_list *l = NULL;
+        struct sf_object_info one;
+        memset(&one, 0, sizeof(one));
+        sf_status st =
+            is_pattern(url) ? sf_s3_expand_stat(s3, url, 0, &l) : sf_s3_stat(s3, url, &one);
+        if (st != SF_OK) {
+            cli_report(s3, st);
+            rc = 1;
+            continue;
+        }
+        size_t n = l ? sf_object_list_count(l) : 1;
+        for (size_t i = 0; i < n; i++) {
+            const struct sf_object_info *in = l ? sf_object_list_get(l, i) : &one;
+            if (arr) {
+                cJSON_AddItemToArray(arr, info_json(in));
+            } else if (c->json) {
+                cJSON *o = info_json(in);
+                cli_print_json(o);
+                cJSON_Delete(o);
+            } else {
+                if (printed++)
+                    putchar('\n');
+                print_stat(in);
+            }
+        }
+        sf_object_list_destroy(l);
+        sf_object_info_clear(&one);
     }
-    if (c->json) {
-        cJSON *o = info_json(&in);
-        cli_print_json(o);
-        cJSON_Delete(o);
-    } else {
-        char t[32];
-        format_time(in.last_modified, t, sizeof(t));
-        printf("url:           %s\n", in.url);
-        if (in.size == SF_SIZE_UNKNOWN)
-            printf("size:          unknown\n");
-        else
-            printf("size:          %llu\n", in.size);
-        printf("etag:          %s\n", in.etag[0] ? in.etag : "-");
-        printf("last-modified: %s\n", t);
+    if (arr) {
+        cli_print_json(arr);
+        cJSON_Delete(arr);
     }
-    sf_object_info_clear(&in);
     sf_s3_destroy(s3);
-    return 0;
+    return rc;
 }
 
 /* ------------------------------------------------------------ get */
@@ -788,6 +857,8 @@ int main(int argc, char **argv)
         return cli_cmd_pack(argc - 1, argv + 1);
     if (!strcmp(cmd, "inspect"))
         return cli_cmd_inspect(argc - 1, argv + 1);
+    if (!strcmp(cmd, "index"))
+        return cli_cmd_index(argc - 1, argv + 1);
     if (!strcmp(cmd, "load"))
         return cli_cmd_load(argc - 1, argv + 1);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0)

@@ -56,6 +56,7 @@ void cli_print_json(cJSON *j);
 int cli_cmd_warm_cache(int argc, char **argv);
 int cli_cmd_cache(int argc, char **argv);
 int cli_cmd_pack(int argc, char **argv);
+int cli_cmd_index(int argc, char **argv);
 int cli_cmd_inspect(int argc, char **argv);
 int cli_cmd_load(int argc, char **argv);
 

@@ -34,6 +34,7 @@ static const struct load_flag load_flags[] = {
     {"rank", "rank", K_INT},
     {"world-size", "world_size", K_INT},
     {"epoch-policy", "epoch_policy", K_STR},
+    {"learned-counts", "learned_counts", K_STR},
     {"partition", "partition", K_STR},
     {"drop-last", "drop_last", K_BOOL},
     {"ram-only", "ram_only", K_BOOL},
@@ -182,6 +183,7 @@ static void load_usage(void)
         "  --prefetch-batches N (4)  --prefetch-shards N (4)  --shuffle-buffer N (1000)\n"
         "  --seed N  --epoch N  --rank N  --world-size N  --epoch-policy pad|drop|uneven\n"
         "  --partition shards|samples  --drop-last  --ram-only  --cache-dir DIR\n"
+        "  --learned-counts auto|never|always (counts learned in earlier runs; docs/sampling.md)\n"
         "  --cache-limit SIZE  --size N | --width N --height N  --crop random_resized|center|none\n"
         "  --scale-min F --scale-max F --ratio-min F --ratio-max F --center-fraction F\n"
         "  --hflip P  --layout chw|hwc  --dtype uint8|float32  --mean a,b,c --std a,b,c\n"
@@ -342,6 +344,14 @@ int cli_cmd_load(int argc, char **argv)
     sf_loader_options_free_json(keep_flags);
     if (st != SF_OK) {
         cli_errorf("load: %s (%s)", err[0] ? err : sf_status_str(st), sf_status_name(st));
+        if (c.json) {
+            cJSON *j = cJSON_CreateObject();
+            cJSON_AddBoolToObject(j, "ok", 0);
+            cJSON_AddStringToObject(j, "error", err[0] ? err : sf_status_str(st));
+            cJSON_AddStringToObject(j, "status", sf_status_name(st));
+            cli_print_json(j);
+            cJSON_Delete(j);
+        }
         return st == SF_ERR_INVALID_ARGUMENT ? EXIT_USAGE : 1;
     }
     uint64_t digest = 0xcbf29ce484222325ULL;
@@ -359,8 +369,8 @@ int cli_cmd_load(int argc, char **argv)
                 break;
             struct sf_batch b;
             st = sf_loader_next(l, &b);
-            if (st == SF_ERR_NOT_FOUND)
-                break;
+            if (st == SF_END_OF_EPOCH)
+                break; /* any other status is a failure, never an end */
             if (st != SF_OK) {
                 fail_st = st;
                 break;
@@ -405,6 +415,7 @@ int cli_cmd_load(int argc, char **argv)
         cJSON_AddNumberToObject(j, "batches", (double)batches);
         cJSON_AddNumberToObject(j, "pads", (double)pads);
         cJSON_AddNumberToObject(j, "skipped", (double)s.samples_skipped);
+        cJSON_AddNumberToObject(j, "dropped", (double)s.dropped_samples);
         cJSON_AddNumberToObject(j, "seconds", seconds);
         cJSON_AddNumberToObject(j, "first_batch_s", first_batch_s);
         cJSON_AddNumberToObject(j, "images_per_s", seconds > 0 ? (double)images / seconds : 0);
@@ -441,11 +452,11 @@ int cli_cmd_load(int argc, char **argv)
                "s), fetch %.1f MiB/s\n",
                s.read_per_s, s.decode_per_s, s.decode_threads, s.decode_busy_s, s.fetch_mib_per_s);
         printf("  shards %zu, cache hits %llu, misses %llu, requests %llu, retries %llu; "
-               "skipped %llu, pads %llu; %s; peak RSS %.1f MiB\n",
+               "skipped %llu, pads %llu, dropped %llu; %s; peak RSS %.1f MiB\n",
                sf_loader_shard_count(l), (unsigned long long)s.cache_hits,
                (unsigned long long)s.cache_misses, (unsigned long long)s.requests,
                (unsigned long long)s.retries, (unsigned long long)s.samples_skipped, pads,
-               s.on_device ? "batches on the GPU" : "host batches", (double)rss / 1048576.0);
+               (unsigned long long)s.dropped_samples, s.on_device ? "batches on the GPU" : "host batches", (double)rss / 1048576.0);
         if (lc.digest)
             printf("  digest %016llx\n", (unsigned long long)digest);
     }

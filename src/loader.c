@@ -27,6 +27,7 @@
  */
 #include "src/loader_internal.h"
 
+#include "src/counts.h"
 #include "src/decode.h"
 #include "src/gpu.h"
 
@@ -172,6 +173,14 @@ void sf_loader_close(struct sf_loader *l)
     sf_sampler_destroy(l->sampler);
     sf_sampler_destroy(l->counter);
     sf_sampler_destroy(l->state_smp);
+    sf_sampler_destroy(l->next_sampler);
+    sf_sampler_destroy(l->next_counter);
+    free(l->est_counts);
+    free(l->known);
+    free(l->stored);
+    free(l->learned);
+    free(l->learned_known);
+    free(l->counts_dir);
     free(l->deliveries);
     free(l->slot_of);
     free(l->counts);
@@ -226,7 +235,7 @@ static sf_status expand_sources(struct sf_loader *l, char *err, size_t err_len)
         return SF_ERR_NO_MEMORY;
     size_t total = 0;
     for (size_t i = 0; i < o->source_count; i++) {
-        sf_status st = sf_s3_expand(l->s3, o->sources[i], 0, &l->lists[i]);
+        sf_status st = sf_s3_expand_stat(l->s3, o->sources[i], 0, &l->lists[i]);
         if (st != SF_OK) {
             char m[ERR_LEN];
             sf_s3_errmsg(l->s3, m, sizeof(m));
@@ -380,62 +389,133 @@ int sf__loader_counts_from_index_json(const char *text, const struct sf_object_i
     return ok;
 }
 
-/* Counting pass: reads every shard once (through the cache when there is
- * one, so it also warms it). */
-static sf_status counts_by_reading(struct sf_loader *l, char *err, size_t err_len)
+/* Whether the learned-count store may be the basis of an epoch: every rank
+ * must see the same store (docs/sampling.md, "When learned counts are used"). */
+static int learned_allowed(const struct sf_loader_options *o)
 {
-    sf__loader_log(
-        l, SF_LOG_WARN,
-        "no index.json lists the %zu shards: counting their samples (reads every shard once; "
-        "`shardfeed pack` writes index.json)",
-        l->n_shards);
+    if (o->learned_counts == 0)
+        return 0;
+    if (o->learned_counts == 1)
+        return 1;
+    struct sf_dist d = {o->sampler.rank, o->sampler.world_size, -1};
+    if (sf_dist_from_env(&d, NULL, 0) != SF_OK)
+        return 0;
+    if (d.world_size == 1)
+        return 1;
+    const char *lws = getenv("LOCAL_WORLD_SIZE");
+    return lws && atoi(lws) == d.world_size && o->sampler.world_size < 0;
+}
+
+int sf__loader_counts_complete(struct sf_loader *l)
+{
+    if (l->from_index)
+        return 1;
+    if (!l->learned_allowed)
+        return 0;
+    int all = 1;
+    pthread_mutex_lock(&l->mu);
     for (size_t i = 0; i < l->n_shards; i++) {
-        l->deliveries[i] = 0;
-        struct shard_slot *sh = NULL;
-        sf_status st = sf__loader_shard_open(l, i, 0, 0, &sh);
-        if (st != SF_OK) {
-            snprintf(err, err_len, "%s", l->errmsg);
-            return st;
+        if (!l->known[i] && l->learned_known[i]) {
+            l->counts[i] = l->learned[i];
+            l->known[i] = 1;
         }
-        uint64_t n = 0;
-        for (;;) {
-            st = sf__loader_shard_pump(l, sh, sh->contiguous + 1, 100);
-            if (st != SF_OK)
-                break;
-            st = sf_shard_reader_feed(sh->r, sh->base, sh->contiguous,
-                                      sh->done_fetch ? sh->size : SF_SIZE_UNKNOWN);
-            enum sf_shard_event ev = SF_SHARD_NEED_MORE;
-            while (st == SF_OK) {
-                struct sf_sample s;
-                st = sf_shard_reader_next(sh->r, &s, &ev);
-                if (st != SF_OK || ev != SF_SHARD_SAMPLE)
-                    break;
-                n++;
-            }
-            if (st != SF_OK) {
-                sf__loader_fail(l, st, "%s", sf_shard_reader_errmsg(sh->r));
-                break;
-            }
-            if (ev == SF_SHARD_END)
-                break;
-            if (sh->done_fetch && ev == SF_SHARD_NEED_MORE && sh->contiguous >= sh->size) {
-                st = SF_ERR_INTERNAL;
-                sf__loader_fail(l, st, "%s: reader wants bytes past the end", l->objs[i]->url);
-                break;
-            }
-        }
-        sf__loader_shard_close(l, sh);
-        if (st != SF_OK) {
-            snprintf(err, err_len, "%s", l->errmsg);
-            return st;
-        }
-        l->counts[i] = n;
+        all &= l->known[i];
     }
-    l->cache_hits = 0;
-    l->cache_misses = 0;
-    l->n_shards_opened = 0;
-    l->bytes_read = 0;
+    pthread_mutex_unlock(&l->mu);
+    if (all || !l->counts_dir)
+        return all;
+    struct sf__count_key *keys = calloc(l->n_shards, sizeof(*keys));
+    if (!keys)
+        return 0;
+    for (size_t i = 0; i < l->n_shards; i++)
+        keys[i] = sf__count_key_of(l->objs[i]->url, l->objs[i]->etag, l->objs[i]->size);
+    sf__counts_lookup(l->counts_dir, keys, l->n_shards, l->counts, l->known);
+    free(keys);
+    all = 1;
+    for (size_t i = 0; i < l->n_shards; i++)
+        all &= l->known[i];
+    return all;
+}
+
+void sf__loader_learn(struct sf_loader *l, uint64_t shard, uint64_t count)
+{
+    pthread_mutex_lock(&l->mu);
+    int first = !l->learned_known[shard];
+    l->learned[shard] = count;
+    l->learned_known[shard] = 1;
+    pthread_mutex_unlock(&l->mu);
+    if (!first || l->stored[shard] || !l->counts_dir)
+        return;
+    const struct sf_object_info *obj = l->objs[shard];
+    if (!obj->etag[0] || obj->size == SF_SIZE_UNKNOWN)
+        return; /* no identity to key it by */
+    sf_status st =
+        sf__counts_append(l->counts_dir, sf__count_key_of(obj->url, obj->etag, obj->size), count);
+    if (st != SF_OK)
+        sf__loader_log(l, SF_LOG_WARN, "cannot save the sample count of %s in %s: %s", obj->url,
+                       l->counts_dir, sf_status_str(st));
+}
+
+/* Estimated counts from the sizes and the probe of the first shard. */
+static sf_status estimate_counts(struct sf_loader *l, char *err, size_t err_len)
+{
+    if (l->bytes_per_sample <= 0) {
+        const struct sf_object_info *probe = NULL;
+        for (size_t i = 0; i < l->n_shards && !probe; i++)
+            if (l->objs[i]->size && l->objs[i]->size != SF_SIZE_UNKNOWN)
+                probe = l->objs[i];
+        double bps = 1;
+        if (probe) {
+            sf_status st = sf__probe_bytes_per_sample(l->s3, probe, &bps, err, err_len);
+            if (st != SF_OK)
+                return st;
+        }
+        l->bytes_per_sample = bps > 0 ? bps : 1;
+        sf__loader_log(l, SF_LOG_INFO,
+                       "no sample counts for every shard: estimating from sizes, %.0f bytes per "
+                       "sample (head of %s); counts are learned while reading",
+                       l->bytes_per_sample, probe ? probe->url : "-");
+    }
+    for (size_t i = 0; i < l->n_shards; i++) {
+        unsigned long long size = l->objs[i]->size;
+        if (size == 0)
+            l->est_counts[i] = 0;
+        else if (size == SF_SIZE_UNKNOWN)
+            l->est_counts[i] = 1;
+        else {
+            double e = (double)size / l->bytes_per_sample + 0.5;
+            l->est_counts[i] = e < 1 ? 1 : (uint64_t)e;
+        }
+    }
     return SF_OK;
+}
+
+sf_status sf__loader_make_samplers(struct sf_loader *l, int estimated, uint64_t epoch,
+                                   struct sf_sampler **sampler, struct sf_sampler **counter,
+                                   struct sf_sampler **state, char *err, size_t err_len)
+{
+    *sampler = *counter = *state = NULL;
+    if (estimated) {
+        sf_status st = estimate_counts(l, err, err_len);
+        if (st != SF_OK)
+            return st;
+    }
+    struct sf_sampler_options so = l->so;
+    so.epoch = epoch;
+    so.estimated_counts = estimated;
+    const uint64_t *c = estimated ? l->est_counts : l->counts;
+    sf_status st = sf_sampler_new(&so, c, l->n_shards, sampler, err, err_len);
+    if (st == SF_OK)
+        st = sf_sampler_new(&so, c, l->n_shards, counter, err, err_len);
+    if (st == SF_OK)
+        st = sf_sampler_new(&so, c, l->n_shards, state, err, err_len);
+    if (st != SF_OK) {
+        sf_sampler_destroy(*sampler);
+        sf_sampler_destroy(*counter);
+        sf_sampler_destroy(*state);
+        *sampler = *counter = *state = NULL;
+    }
+    return st;
 }
 
 sf_status sf_loader_open(const struct sf_loader_options *opts, struct sf_loader **out, char *err,
@@ -531,26 +611,39 @@ sf_status sf_loader_open(const struct sf_loader_options *opts, struct sf_loader 
     l->counts = calloc(l->n_shards, sizeof(*l->counts));
     l->deliveries = calloc(l->n_shards, sizeof(*l->deliveries));
     l->slot_of = calloc(l->n_shards, sizeof(*l->slot_of));
-    if (!l->counts || !l->deliveries || !l->slot_of)
+    l->est_counts = calloc(l->n_shards, sizeof(*l->est_counts));
+    l->known = calloc(l->n_shards, 1);
+    l->stored = calloc(l->n_shards, 1);
+    l->learned = calloc(l->n_shards, sizeof(*l->learned));
+    l->learned_known = calloc(l->n_shards, 1);
+    if (!l->counts || !l->deliveries || !l->slot_of || !l->est_counts || !l->known ||
+        !l->stored || !l->learned || !l->learned_known)
         goto oom;
-    if (!counts_from_index(l)) {
-        st = counts_by_reading(l, err, err_len);
-        if (st != SF_OK)
-            goto fail_out;
-    }
+    /* Sample counts: index.json, else the learned store, else estimates. No
+     * shard is read before the first batch (docs/sampling.md). */
+    l->from_index = counts_from_index(l);
+    if (l->from_index)
+        memset(l->known, 1, l->n_shards);
+    l->learned_allowed = learned_allowed(opts);
+    l->counts_dir = l->cache ? strdup(sf_cache_dir(l->cache)) : NULL;
+    if (l->cache && !l->counts_dir)
+        goto oom;
+    int exact = sf__loader_counts_complete(l);
+    memcpy(l->stored, l->known, l->n_shards);
     /* initial_fill defaults to 100 (WebDataset's); a smaller shuffle buffer
      * caps it. */
-    struct sf_sampler_options so = opts->sampler;
-    uint64_t buf = so.shuffle_buffer ? so.shuffle_buffer : 1;
-    if (so.initial_fill > buf)
-        so.initial_fill = buf;
-    st = sf_sampler_new(&so, l->counts, l->n_shards, &l->sampler, err, err_len);
-    if (st == SF_OK)
-        st = sf_sampler_new(&so, l->counts, l->n_shards, &l->counter, err, err_len);
-    if (st == SF_OK)
-        st = sf_sampler_new(&so, l->counts, l->n_shards, &l->state_smp, err, err_len);
+    l->so = opts->sampler;
+    uint64_t buf = l->so.shuffle_buffer ? l->so.shuffle_buffer : 1;
+    if (l->so.initial_fill > buf)
+        l->so.initial_fill = buf;
+    st = sf__loader_make_samplers(l, !exact, opts->sampler.epoch, &l->sampler, &l->counter,
+                                  &l->state_smp, err, err_len);
     if (st != SF_OK)
         goto fail_out;
+    l->estimated = l->estimated_c = !exact;
+    if (exact && !l->from_index)
+        sf__loader_log(l, SF_LOG_INFO, "sample counts of the %zu shards learned in earlier runs",
+                       l->n_shards);
 
     l->ring = opts->prefetch_batches;
     if (l->on_device) {
@@ -611,9 +704,16 @@ sf_status sf_loader_open(const struct sf_loader_options *opts, struct sf_loader 
     pthread_mutex_lock(&l->mu);
     if (l->epoch_batches == 0) {
         l->epoch = opts->sampler.epoch;
-        uint64_t n = sf_sampler_epoch_size(l->state_smp), B = opts->batch_size;
+        struct sf_sampler_info info;
+        sf_sampler_get_info(l->state_smp, &info);
+        uint64_t n = info.epoch_size, B = opts->batch_size;
         l->epoch_batches = opts->drop_last ? n / B : (n + B - 1) / B;
         l->epoch_positions = n;
+        l->size_known = info.size_known;
+        l->epoch_estimated = info.estimated;
+        l->plan_done = !info.estimated;
+        if (!info.size_known)
+            l->epoch_batches = UINT64_MAX;
     }
     pthread_mutex_unlock(&l->mu);
     *out = l;

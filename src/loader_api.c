@@ -43,7 +43,7 @@ sf_status sf_loader_next(struct sf_loader *l, struct sf_batch *out)
             continue;
         }
         if (l->next_deliver >= l->epoch_batches) {
-            st = SF_ERR_NOT_FOUND;
+            st = SF_END_OF_EPOCH;
             break;
         }
         if (l->held + 1 >= l->ring) {
@@ -54,7 +54,12 @@ sf_status sf_loader_next(struct sf_loader *l, struct sf_batch *out)
                      l->held, l->ring);
             break;
         }
-        struct batch *b = sf__loader_find_batch(l, l->next_deliver);
+        /* Estimated counts: the last batch waits until the plan is read to
+         * its end, so every count of the epoch is saved before any rank can
+         * start the next one (docs/sampling.md). */
+        int last_waits = l->epoch_estimated && !l->plan_done &&
+                         l->next_deliver + 1 >= l->epoch_batches;
+        struct batch *b = last_waits ? NULL : sf__loader_find_batch(l, l->next_deliver);
         if (b && deliverable(l, b)) {
             if (b->size == 0 && (!l->on_device || !b->gpu_busy)) {
                 /* every sample of it was skipped */
@@ -156,10 +161,58 @@ static sf_status request_reset(struct sf_loader *l, uint64_t epoch, const void *
     return st;
 }
 
+/* Moves the loader to exact (estimated 0) or estimated counts: the
+ * consumer's state sampler now, the reader's samplers at the next reset. */
+static sf_status switch_basis(struct sf_loader *l, int estimated, uint64_t epoch,
+                              const void *state)
+{
+    struct sf_sampler *a, *b, *c;
+    char err[ERR_LEN] = "";
+    sf_status st = sf__loader_make_samplers(l, estimated, epoch, &a, &b, &c, err, sizeof(err));
+    if (st != SF_OK) {
+        pthread_mutex_lock(&l->mu);
+        snprintf(l->errmsg, sizeof(l->errmsg), "%s", err);
+        pthread_mutex_unlock(&l->mu);
+        return st;
+    }
+    if (state) {
+        st = sf_sampler_state_restore(c, state, SF_SAMPLER_STATE_BYTES);
+        if (st != SF_OK) {
+            pthread_mutex_lock(&l->mu);
+            snprintf(l->errmsg, sizeof(l->errmsg), "%s", sf_sampler_errmsg(c));
+            pthread_mutex_unlock(&l->mu);
+            sf_sampler_destroy(a);
+            sf_sampler_destroy(b);
+            sf_sampler_destroy(c);
+            return st;
+        }
+    }
+    sf_sampler_destroy(l->state_smp);
+    l->state_smp = c;
+    l->estimated_c = estimated;
+    pthread_mutex_lock(&l->mu);
+    sf_sampler_destroy(l->next_sampler);
+    sf_sampler_destroy(l->next_counter);
+    l->next_sampler = a;
+    l->next_counter = b;
+    l->next_estimated = estimated;
+    pthread_mutex_unlock(&l->mu);
+    return SF_OK;
+}
+
 sf_status sf_loader_set_epoch(struct sf_loader *l, uint64_t epoch)
 {
     if (!l)
         return SF_ERR_INVALID_ARGUMENT;
+    /* Counts learned since (this run or another rank of the node): the new
+     * epoch is exact when every one is known. */
+    if (l->estimated_c && sf__loader_counts_complete(l)) {
+        sf_status st = switch_basis(l, 0, epoch, NULL);
+        if (st != SF_OK)
+            return st;
+        sf__loader_log(l, SF_LOG_INFO, "epoch %llu: every shard's sample count is known: exact",
+                       (unsigned long long)epoch);
+    }
     sf_sampler_set_epoch(l->state_smp, epoch);
     return request_reset(l, epoch, NULL, 0);
 }
@@ -203,12 +256,16 @@ sf_status sf_loader_state_save(struct sf_loader *l, void *buf, size_t len)
     pthread_mutex_lock(&l->mu);
     uint64_t position = l->delivered_positions;
     uint64_t epoch = l->epoch;
+    int length_known = l->epoch_estimated && l->size_known;
+    uint64_t length = l->epoch_positions;
     pthread_mutex_unlock(&l->mu);
     put64(p, STATE_MAGIC | (1ULL << 32));
     put64(p + 8, l->o.batch_size);
     put64(p + 16, position);
     put64(p + 24, epoch);
     sf_sampler_set_epoch(l->state_smp, epoch);
+    if (length_known)
+        sf_sampler_feed(l->state_smp, length, 1); /* open-ended: its real length */
     sf_status st = sf_sampler_state_save_at(l->state_smp, position, p + 32, SF_SAMPLER_STATE_BYTES);
     if (st != SF_OK)
         return st;
@@ -236,6 +293,24 @@ sf_status sf_loader_state_restore(struct sf_loader *l, const void *state, size_t
         pthread_mutex_unlock(&l->mu);
         return SF_ERR_INVALID_ARGUMENT;
     }
+    /* A state saved on estimated counts (sampler state version 2) is
+     * restored on estimates, even if every count is known by now; an exact
+     * one needs every count. */
+    int want_est = p[32 + 8] == 2;
+    if (want_est != l->estimated_c) {
+        if (!want_est && !sf__loader_counts_complete(l)) {
+            pthread_mutex_lock(&l->mu);
+            snprintf(l->errmsg, sizeof(l->errmsg),
+                     "the state was saved with every shard's sample count known; this loader "
+                     "does not know them all (write index.json with `shardfeed index`)");
+            pthread_mutex_unlock(&l->mu);
+            return SF_ERR_INVALID_ARGUMENT;
+        }
+        sf_status st = switch_basis(l, want_est, get64(p + 24), p + 32);
+        if (st != SF_OK)
+            return st;
+        return request_reset(l, get64(p + 24), p + 32, get64(p + 16));
+    }
     /* Check the sampler part on the consumer's own sampler first, so a
      * mismatch is reported without disturbing the pipeline. */
     sf_status st = sf_sampler_state_restore(l->state_smp, p + 32, SF_SAMPLER_STATE_BYTES);
@@ -260,6 +335,7 @@ void sf_loader_get_stats(struct sf_loader *l, struct sf_loader_stats *out)
     out->batches_delivered = atomic_load(&l->n_batches);
     out->samples_skipped = atomic_load(&l->n_skipped);
     out->pad_samples = atomic_load(&l->n_pads);
+    out->dropped_samples = atomic_load(&l->n_dropped);
     out->samples_read = atomic_load(&l->n_read);
     out->samples_decoded = atomic_load(&l->n_decoded);
     out->shards_opened = atomic_load(&l->n_shards_opened);
@@ -298,16 +374,37 @@ void sf_loader_get_stats(struct sf_loader *l, struct sf_loader_stats *out)
     out->fetch_mib_per_s = (double)out->bytes_fetched / e / 1048576.0;
 }
 
+int sf_loader_epoch_size_known(struct sf_loader *l)
+{
+    if (!l)
+        return 0;
+    pthread_mutex_lock(&l->mu);
+    int k = l->size_known;
+    pthread_mutex_unlock(&l->mu);
+    return k;
+}
+
 uint64_t sf_loader_epoch_samples(const struct sf_loader *l)
 {
-    return l ? sf_sampler_epoch_size(l->state_smp) : 0;
+    if (!l)
+        return 0;
+    uint64_t n = sf_sampler_epoch_size(l->state_smp);
+    if (l->estimated_c) {
+        /* The reader learns an open-ended stream's real length. */
+        struct sf_loader *m = (struct sf_loader *)l; /* the mutex only */
+        pthread_mutex_lock(&m->mu);
+        if (m->size_known && m->epoch_estimated)
+            n = m->epoch_positions;
+        pthread_mutex_unlock(&m->mu);
+    }
+    return n;
 }
 
 uint64_t sf_loader_epoch_batches(const struct sf_loader *l)
 {
     if (!l)
         return 0;
-    uint64_t n = sf_sampler_epoch_size(l->state_smp), B = l->o.batch_size;
+    uint64_t n = sf_loader_epoch_samples(l), B = l->o.batch_size;
     return l->o.drop_last ? n / B : (n + B - 1) / B;
 }
 

@@ -22,6 +22,7 @@ void sf_loader_options_init_default(struct sf_loader_options *o)
     o->sampler.initial_fill = 100;
     o->prefetch_shards = 4;
     o->max_shard_bytes = 4ULL << 30;
+    o->learned_counts = -1;
     o->batch_size = 256;
     o->prefetch_batches = 4;
     sf__image_options_default(&o->image);
@@ -64,6 +65,9 @@ sf_status sf__loader_options_check(const struct sf_loader_options *o, char *err,
                    o->decode_threads);
     if (o->max_shard_bytes < 1024)
         return bad(err, err_len, "max_shard_bytes %llu: at least 1K", o->max_shard_bytes);
+    if (o->learned_counts < -1 || o->learned_counts > 1)
+        return bad(err, err_len, "learned_counts %d: -1 (auto), 0 (never) or 1 (always)",
+                   o->learned_counts);
     if (o->max_extra_bytes < 1)
         return bad(err, err_len, "max_extra_bytes: at least 1");
     if (o->on_error != SF_ON_ERROR_FAIL && o->on_error != SF_ON_ERROR_SKIP)
@@ -230,6 +234,11 @@ static int apply(struct sf_loader_options *o, const char *k, const cJSON *v)
             return -1;
         return sf__loader_parse_enum("partition", s, (int *)&o->sampler.partition);
     }
+    if (!strcmp(k, "learned_counts")) {
+        if (get_str(v, &s))
+            return -1;
+        return sf__loader_parse_enum("learned_counts", s, &o->learned_counts);
+    }
     /* image */
     U("width", o->image.width, 65535)
     U("height", o->image.height, 65535)
@@ -310,6 +319,9 @@ int sf__loader_parse_enum(const char *what, const char *s, int *out)
         {"epoch_policy", "uneven", SF_EPOCH_UNEVEN},
         {"partition", "shards", SF_PARTITION_SHARDS},
         {"partition", "samples", SF_PARTITION_SAMPLES},
+        {"learned_counts", "auto", -1},
+        {"learned_counts", "never", 0},
+        {"learned_counts", "always", 1},
     };
     for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++)
         if (!strcmp(t[i].what, what) && !strcmp(t[i].name, s)) {

@@ -72,7 +72,11 @@ struct sample_loc {
         size_t n;
     } * extra;
     int present; /* parsed */
+    int done;    /* delivered before a restore point: not delivered again */
 };
+
+/* Locs live in chunks that never move (decode workers hold pointers). */
+#define SF__LOC_CHUNK 1024
 
 struct shard_slot {
     uint64_t shard;
@@ -85,8 +89,21 @@ struct shard_slot {
     unsigned long long size, contiguous;
     int done_fetch, parsed, hit_counted;
     struct sf_shard_reader *r;
-    struct sample_loc *locs; /* end - begin */
+    struct sample_loc **chunks; /* locs by (sample - begin), SF__LOC_CHUNK each */
+    size_t n_chunks;
     uint64_t next_sample;    /* samples parsed so far (index in shard) */
+    /* Estimated counts (docs/sampling.md "Without counts"): the shard is
+     * read to its real end and its samples numbered in read order. */
+    int opened;          /* counted in shards_open */
+    int stream;          /* 1: read to the real end; refs hold a token until parsed */
+    int pad;             /* a re-read after the stream's end: samples are pads */
+    int started;         /* first_read is set (the slot reached the head) */
+    int learned;         /* its count was recorded */
+    uint64_t vindex;     /* place in the reader's virtual plan (passes x plan) */
+    uint64_t first_read; /* read index of sample 0 */
+    uint64_t read_limit; /* samples with read index >= this are not recorded */
+    uint64_t recorded;   /* samples recorded: read indices first_read .. + recorded */
+    uint64_t beyond;     /* samples parsed at or past read_limit (dropped) */
     atomic_ullong refs;      /* deliveries left + decodes in flight */
     unsigned long long bytes_counted;
     struct shard_slot *next; /* open list */
@@ -113,8 +130,16 @@ struct sf_loader {
     struct sf_object_list **lists;
     size_t n_lists;
     const struct sf_object_info **objs;
-    uint64_t *counts;
+    uint64_t *counts; /* exact counts, where known[i] */
     size_t n_shards;
+    uint64_t *est_counts;       /* estimates from sizes (estimated basis) */
+    unsigned char *known;       /* counts[i] known; consumer thread (or open) */
+    unsigned char *stored;      /* known at open (index or store): not saved again */
+    int from_index;             /* every count came from index.json */
+    int learned_allowed;        /* learned counts may be the basis (learned_counts) */
+    double bytes_per_sample;    /* the probe's estimate; 0 before it ran */
+    char *counts_dir;           /* cache directory of the learned store, or NULL */
+    struct sf_sampler_options so; /* the sampler options in use (estimated_counts aside) */
 
     size_t image_bytes;
     unsigned ring;
@@ -134,6 +159,9 @@ struct sf_loader {
     struct timespec t0;
 
     /* reader thread only */
+    int estimated; /* the current epoch runs on estimated counts */
+    const uint64_t *rs_window; /* restore: read indices still in the buffer, sorted */
+    uint64_t rs_n, rs_read;    /* their number; read indices that entered the buffer */
     struct sf_sampler *sampler;
     struct sf_sampler *counter;  /* deliveries per shard at epoch start */
     uint64_t *deliveries;        /* per shard, this epoch */
@@ -141,6 +169,7 @@ struct sf_loader {
 
     /* consumer thread only */
     struct sf_sampler *state_smp; /* state save */
+    int estimated_c;              /* state_smp runs on estimated counts */
 
     /* under mu */
     size_t q_head, q_len;
@@ -160,11 +189,20 @@ struct sf_loader {
     uint64_t next_deliver;        /* batch index the consumer gets next */
     uint64_t next_gpu;            /* batch index the gpu thread copies next */
     uint64_t delivered_positions; /* consumer position (state save) */
+    int size_known;               /* epoch_positions is exact (not an estimate) */
+    int plan_done;                /* the reader has read its whole plan (estimated) */
+    int epoch_estimated;          /* this epoch runs on estimated counts */
+    /* Samplers for the reader to take at the next reset (basis change). */
+    struct sf_sampler *next_sampler, *next_counter;
+    int next_estimated;
+    uint64_t *learned;            /* counts learned this run, per shard */
+    unsigned char *learned_known;
     unsigned held;
     unsigned active_decodes;
     double consumer_wait_s, read_busy_s, gpu_copy_s;
 
     /* atomics (any thread): statistics */
+    atomic_ullong n_dropped;
     atomic_ullong n_delivered, n_batches, n_skipped, n_pads, n_read, n_decoded, n_shards_opened,
         bytes_read, cache_hits, cache_misses;
     atomic_ullong decode_busy_ns;
@@ -197,6 +235,25 @@ sf_status sf__loader_shard_open(struct sf_loader *l, uint64_t shard, uint64_t be
 sf_status sf__loader_shard_pump(struct sf_loader *l, struct shard_slot *sh, unsigned long long want,
                                 int timeout_ms);
 long sf__loader_shard_parse(struct sf_loader *l, struct shard_slot *sh);
+/* Loc of sample index i - sh->begin (NULL when not allocated). */
+static inline struct sample_loc *sf__loader_loc(const struct shard_slot *sh, uint64_t i)
+{
+    size_t c = (size_t)(i / SF__LOC_CHUNK);
+    return c < sh->n_chunks && sh->chunks[c] ? &sh->chunks[c][i % SF__LOC_CHUNK] : NULL;
+}
+
+/* ---- sample counts (loader.c) */
+
+/* Builds samplers (reader, counter, state) on the exact counts (estimated 0)
+ * or on the estimates (1; probes first when needed). */
+sf_status sf__loader_make_samplers(struct sf_loader *l, int estimated, uint64_t epoch,
+                                   struct sf_sampler **sampler, struct sf_sampler **counter,
+                                   struct sf_sampler **state, char *err, size_t err_len);
+/* Whether every count is known (index, store, or learned this run); fills
+ * l->counts. Consumer thread (or open). */
+int sf__loader_counts_complete(struct sf_loader *l);
+/* Records a count learned by reading a whole shard. Reader thread. */
+void sf__loader_learn(struct sf_loader *l, uint64_t shard, uint64_t count);
 
 /* ---- batch ring, decode workers, gpu thread (loader_workers.c) */
 

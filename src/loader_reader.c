@@ -7,6 +7,7 @@
 #include "src/loader_internal.h"
 
 #include "src/decode.h"
+#include "src/sampler.h"
 #include "src/gpu.h"
 
 #include <pthread.h>
@@ -31,6 +32,14 @@ struct reader {
     int have_pending, sampler_done;
     struct batch *cur;
     uint64_t gen;
+    /* Estimated counts: the plan is read as passes over it (pass 0 real,
+     * later passes pads), slots numbered by virtual index. */
+    int est;
+    int pass0_done;
+    uint64_t target;    /* read indices delivered: T, or UINT64_MAX (open-ended) */
+    uint64_t next_read; /* read indices parsed so far (in order) */
+    uint64_t real;      /* R: the stream's real samples, once pass0_done */
+    uint64_t *rs_buf;   /* restore: sorted copy of the sampler's buffer */
 };
 
 /* Counts this epoch's deliveries per shard with the counter sampler,
@@ -58,25 +67,63 @@ static void reader_close_all(struct sf_loader *l, struct reader *rd)
 }
 
 /* Starts the reader's epoch at the sampler's current position. */
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
 static void reader_begin(struct sf_loader *l, struct reader *rd, uint64_t position)
 {
     reader_close_all(l, rd);
+    free(rd->rs_buf);
     memset(rd, 0, sizeof(*rd));
+    l->rs_window = NULL;
+    l->rs_n = l->rs_read = 0;
     rd->plan = sf_sampler_plan(l->sampler, &rd->n_plan);
     struct sf_sampler_info info;
     sf_sampler_get_info(l->sampler, &info);
     rd->position = position;
     rd->window = info.shuffle_buffer;
+    rd->est = info.estimated;
     uint64_t size = info.epoch_size;
     uint64_t B = l->o.batch_size;
-    rd->stop_at = l->o.drop_last ? size / B * B : size;
-    count_deliveries(l, rd->stop_at);
+    int known = info.size_known;
+    if (rd->est) {
+        rd->target = known ? size : UINT64_MAX;
+        rd->stop_at = known ? (l->o.drop_last ? size / B * B : size) : UINT64_MAX;
+        if (position) {
+            /* Read indices that entered the buffer and left it before the
+             * restore point are parsed but not delivered again. */
+            const uint64_t *buf;
+            uint64_t n, read;
+            sf__sampler_window(l->sampler, &read, &buf, &n);
+            rd->rs_buf = malloc((n ? n : 1) * sizeof(*rd->rs_buf));
+            if (!rd->rs_buf) {
+                sf__loader_fail(l, SF_ERR_NO_MEMORY, "loader: out of memory");
+            } else {
+                memcpy(rd->rs_buf, buf, n * sizeof(*buf));
+                qsort(rd->rs_buf, n, sizeof(*rd->rs_buf), cmp_u64);
+                l->rs_window = rd->rs_buf;
+                l->rs_n = n;
+                l->rs_read = read;
+            }
+        }
+    } else {
+        rd->stop_at = l->o.drop_last ? size / B * B : size;
+        count_deliveries(l, rd->stop_at);
+    }
     /* Replayed positions were consumed already: the shards hold fewer
      * deliveries, and samples read before `position` are counted. */
     pthread_mutex_lock(&l->mu);
     l->epoch = info.epoch;
     l->epoch_positions = size;
     l->epoch_batches = l->o.drop_last ? size / B : (size + B - 1) / B;
+    l->size_known = !rd->est || known;
+    l->epoch_estimated = rd->est;
+    l->plan_done = !rd->est;
+    if (rd->est && !known)
+        l->epoch_batches = UINT64_MAX; /* until the stream's end is read */
     l->next_deliver = (position + B - 1) / B; /* position / B, but a short epoch end */
     l->next_gpu = l->next_deliver;
     l->delivered_positions = position;
@@ -158,14 +205,33 @@ static int reader_assign(struct sf_loader *l, struct reader *rd, const struct sf
             return -1;
     }
     struct batch *b = rd->cur;
-    struct shard_slot *sh = l->slot_of[r->shard];
-    if (!sh || r->sample < sh->begin || r->sample >= sh->end ||
-        !sh->locs[r->sample - sh->begin].present) {
-        sf__loader_fail(l, SF_ERR_INTERNAL, "loader: sample %llu of shard %llu is not held",
-                        (unsigned long long)r->sample, (unsigned long long)r->shard);
+    struct shard_slot *sh = NULL;
+    uint64_t sample = r->sample, shard = r->shard;
+    unsigned flags = r->flags & SF_SAMPLE_PAD;
+    if (rd->est) {
+        /* Which slot read this read index (slots hold consecutive ranges). */
+        for (struct shard_slot *s = rd->open; s && !sh; s = s->next)
+            if (s->started && r->read_index >= s->first_read &&
+                r->read_index < s->first_read + s->recorded)
+                sh = s;
+        if (sh) {
+            sample = r->read_index - sh->first_read;
+            shard = sh->shard;
+            flags = sh->pad ? SF_SAMPLE_PAD : 0;
+        }
+    } else {
+        sh = l->slot_of[r->shard];
+        if (sh && (r->sample < sh->begin || r->sample >= sh->end))
+            sh = NULL;
+    }
+    const struct sample_loc *loc = sh ? sf__loader_loc(sh, sample - sh->begin) : NULL;
+    if (!loc || !loc->present) {
+        sf__loader_fail(l, SF_ERR_INTERNAL,
+                        "loader: sample %llu of shard %llu (read index %llu) is not held",
+                        (unsigned long long)sample, (unsigned long long)shard,
+                        (unsigned long long)r->read_index);
         return -1;
     }
-    const struct sample_loc *loc = &sh->locs[r->sample - sh->begin];
     const char *key = loc->key;
     size_t klen = strlen(key) + 1;
     if (b->key_len + klen > b->key_cap) {
@@ -183,11 +249,11 @@ static int reader_assign(struct sf_loader *l, struct reader *rd, const struct sf
     memcpy(b->key_arena + b->key_len, key, klen);
     b->key_off[slot] = b->key_len;
     b->key_len += klen;
-    b->flags[slot] = r->flags & SF_SAMPLE_PAD;
-    b->shards[slot] = r->shard;
+    b->flags[slot] = flags;
+    b->shards[slot] = shard;
     b->labels[slot] = -1;
     b->assigned = slot + 1;
-    if (r->flags & SF_SAMPLE_PAD)
+    if (flags)
         atomic_fetch_add(&l->n_pads, 1);
     atomic_fetch_add(&b->pending, 1);
     struct work w = {
@@ -195,7 +261,7 @@ static int reader_assign(struct sf_loader *l, struct reader *rd, const struct sf
         .slot = slot,
         .sh = sh,
         .loc = loc,
-        .rng = sf__sample_rng_seed(l->o.sampler.seed, l->epoch, r->shard, r->sample),
+        .rng = sf__sample_rng_seed(l->o.sampler.seed, l->epoch, shard, sample),
     };
     pthread_mutex_lock(&l->mu);
     /* The queue holds at most every slot of the ring: never full. */
@@ -256,6 +322,132 @@ static void reader_drain(struct sf_loader *l, struct reader *rd)
     reader_close_all(l, rd);
 }
 
+
+/* The slot of virtual plan index v, or NULL. */
+static struct shard_slot *slot_at(struct reader *rd, uint64_t v)
+{
+    for (struct shard_slot *s = rd->open; s; s = s->next)
+        if (s->vindex == v)
+            return s;
+    return NULL;
+}
+
+/* The stream's plan is read to its end: R is known. */
+static void est_pass0_done(struct sf_loader *l, struct reader *rd)
+{
+    rd->pass0_done = 1;
+    rd->real = rd->next_read;
+    uint64_t B = l->o.batch_size;
+    if (rd->target == UINT64_MAX) {
+        /* Open-ended: the epoch is exactly the real samples. */
+        sf_status st = sf_sampler_feed(l->sampler, rd->real, 1);
+        if (st != SF_OK) {
+            sf__loader_fail(l, SF_ERR_INTERNAL, "loader: %s", sf_sampler_errmsg(l->sampler));
+            return;
+        }
+        rd->target = rd->real;
+        rd->stop_at = l->o.drop_last ? rd->real / B * B : rd->real;
+    } else if (rd->real > rd->target) {
+        atomic_fetch_add(&l->n_dropped, rd->real - rd->target);
+        sf__loader_log(l, SF_LOG_INFO,
+                       "epoch %llu: %llu of this rank's %llu samples dropped to deliver %llu "
+                       "like every rank (estimated counts)",
+                       (unsigned long long)l->epoch, (unsigned long long)(rd->real - rd->target),
+                       (unsigned long long)rd->real, (unsigned long long)rd->target);
+    } else if (rd->real < rd->target) {
+        if (rd->real == 0) {
+            sf__loader_fail(l, SF_ERR_CORRUPT,
+                            "the %zu shards dealt to this rank hold no samples, so it cannot "
+                            "deliver the %llu every rank delivers in epoch %llu (first: %s)",
+                            rd->n_plan, (unsigned long long)rd->target,
+                            (unsigned long long)l->epoch,
+                            rd->n_plan ? l->objs[rd->plan[0].shard]->url : "-");
+            return;
+        }
+        sf__loader_log(l, SF_LOG_INFO,
+                       "epoch %llu: this rank's shards hold %llu samples; %llu pads make the "
+                       "%llu every rank delivers (estimated counts)",
+                       (unsigned long long)l->epoch, (unsigned long long)rd->real,
+                       (unsigned long long)(rd->target - rd->real),
+                       (unsigned long long)rd->target);
+    }
+    pthread_mutex_lock(&l->mu);
+    l->plan_done = 1;
+    if (!l->size_known) {
+        l->size_known = 1;
+        l->epoch_positions = rd->real;
+        l->epoch_batches = l->o.drop_last ? rd->real / B : (rd->real + B - 1) / B;
+    }
+    pthread_cond_broadcast(&l->cv_consumer);
+    pthread_mutex_unlock(&l->mu);
+}
+
+/* Estimated counts: opens and parses the plan as passes (pass 0 real, later
+ * passes pads up to the target). Returns 1 when something progressed. */
+static int est_read(struct sf_loader *l, struct reader *rd)
+{
+    int progressed = 0;
+    uint64_t n = rd->n_plan;
+    /* 1. Open ahead, in virtual order. Pass 0 always (to its end, so every
+     * count is learned); pad passes once R < T is known, one slot at a time. */
+    for (;;) {
+        uint64_t v = rd->next_open;
+        int in_window = rd->next_read <= rd->position + rd->window || rd->position >= rd->stop_at;
+        if (count_unparsed(rd) >= l->o.prefetch_shards + 1 || !in_window)
+            break;
+        if (v >= n) {
+            if (!rd->pass0_done || rd->real >= rd->target || rd->next_parse < v ||
+                rd->next_read >= rd->target)
+                break;
+        }
+        struct shard_slot *sh;
+        if (sf__loader_shard_open(l, rd->plan[v % n].shard, 0, UINT64_MAX, &sh) != SF_OK)
+            break;
+        sh->vindex = v;
+        sh->pad = v >= n;
+        struct shard_slot **tail = &rd->open;
+        while (*tail)
+            tail = &(*tail)->next;
+        *tail = sh;
+        rd->next_open++;
+    }
+    /* 2. Keep the downloads moving; parse the head. */
+    for (struct shard_slot *s = rd->open; s; s = s->next)
+        if (sf__loader_shard_pump(l, s, 0, 0) != SF_OK)
+            return progressed;
+    while (rd->next_parse < rd->next_open) {
+        struct shard_slot *sh = slot_at(rd, rd->next_parse);
+        if (!sh)
+            break;
+        if (!sh->started) {
+            sh->started = 1;
+            sh->first_read = rd->next_read;
+            sh->read_limit = rd->target;
+        }
+        long got = sf__loader_shard_parse(l, sh);
+        if (got < 0)
+            return progressed;
+        atomic_fetch_add(&l->n_read, (unsigned long long)got);
+        uint64_t read_now = sh->first_read + (sh->pad ? sh->recorded : sh->next_sample);
+        if (read_now != rd->next_read || got)
+            progressed = 1;
+        rd->next_read = read_now;
+        if (!sh->parsed)
+            break;
+        if (!sh->pad && !sh->learned) {
+            sh->learned = 1;
+            sf__loader_learn(l, sh->shard, sh->next_sample);
+        }
+        rd->next_parse++;
+        progressed = 1;
+        if (rd->next_parse == n)
+            est_pass0_done(l, rd);
+    }
+    if (rd->target == UINT64_MAX && !rd->pass0_done)
+        sf_sampler_feed(l->sampler, rd->next_read, 0);
+    return progressed;
+}
+
 void *sf__loader_reader_main(void *arg)
 {
     struct sf_loader *l = arg;
@@ -276,6 +468,15 @@ void *sf__loader_reader_main(void *arg)
             pthread_mutex_lock(&l->mu);
             sf_status st = SF_OK;
             uint64_t position = 0;
+            if (l->next_sampler) {
+                /* A basis change (estimated <-> exact counts) from the consumer. */
+                sf_sampler_destroy(l->sampler);
+                sf_sampler_destroy(l->counter);
+                l->sampler = l->next_sampler;
+                l->counter = l->next_counter;
+                l->estimated = l->next_estimated;
+                l->next_sampler = l->next_counter = NULL;
+            }
             if (l->have_restore) {
                 st = sf_sampler_state_restore(l->sampler, l->restore_state,
                                               sizeof(l->restore_state));
@@ -297,7 +498,7 @@ void *sf__loader_reader_main(void *arg)
         pthread_mutex_lock(&l->mu);
         int failed = l->error != SF_OK;
         pthread_mutex_unlock(&l->mu);
-        if (failed || (rd.sampler_done && !rd.cur)) {
+        if (failed || (rd.sampler_done && !rd.cur && (!rd.est || rd.pass0_done))) {
             /* Idle: the epoch is assigned (or failed); finish the downloads
              * still running and close what is done. */
             if (!failed)
@@ -313,6 +514,11 @@ void *sf__loader_reader_main(void *arg)
         }
         double t0 = sf__loader_now_s();
         sf__nvtx_push("read");
+        int progressed = 0;
+        if (rd.est) {
+            progressed = est_read(l, &rd);
+            goto deliver;
+        }
         /* 1. Open shards ahead, in plan order, while the read position is
          * within the shuffle window of what has been assigned (so memory
          * stays bounded when the consumer is slower than the bucket). */
@@ -335,7 +541,6 @@ void *sf__loader_reader_main(void *arg)
             rd.next_open++;
         }
         /* 2. Keep every download moving; parse the head of the read order. */
-        int progressed = 0;
         for (struct shard_slot *s = rd.open; s; s = s->next)
             if (sf__loader_shard_pump(l, s, 0, 0) != SF_OK)
                 break;
@@ -366,14 +571,27 @@ void *sf__loader_reader_main(void *arg)
             }
             break;
         }
+    deliver:
         /* 3. Deliver what the sampler can now place. */
         while (rd.position < rd.stop_at) {
             if (!rd.have_pending) {
-                if (!sf_sampler_next(l->sampler, &rd.pending)) {
+                int r = sf_sampler_next(l->sampler, &rd.pending);
+                if (r == SF_SAMPLER_WAIT)
+                    break; /* open-ended: fed as the reader parses */
+                if (r == 0) {
                     rd.sampler_done = 1;
                     break;
                 }
                 rd.have_pending = 1;
+            }
+            if (rd.est) {
+                if (rd.pending.read_index >= rd.next_read)
+                    break;
+                if (reader_assign(l, &rd, &rd.pending) != 0)
+                    break;
+                rd.have_pending = 0;
+                progressed = 1;
+                continue;
             }
             if (rd.pending.read_index >= rd.samples_read && !(rd.pending.flags & SF_SAMPLE_PAD))
                 break;
@@ -390,7 +608,7 @@ void *sf__loader_reader_main(void *arg)
             /* The tail was not counted in the deliveries (count_deliveries). */
             struct sf_sample_ref r;
             rd.have_pending = 0;
-            while (sf_sampler_next(l->sampler, &r))
+            while (sf_sampler_next(l->sampler, &r) == 1)
                 ;
             rd.sampler_done = 1;
         }
@@ -406,7 +624,9 @@ void *sf__loader_reader_main(void *arg)
         if (!progressed) {
             /* Wait for bytes of the head shard (the engine works meanwhile). */
             struct shard_slot *head =
-                rd.next_parse < rd.n_plan ? l->slot_of[rd.plan[rd.next_parse].shard] : NULL;
+                rd.est ? slot_at(&rd, rd.next_parse)
+                : rd.next_parse < rd.n_plan ? l->slot_of[rd.plan[rd.next_parse].shard]
+                                            : NULL;
             if (head && !head->done_fetch) {
                 unsigned long long want = sf_shard_reader_wanted(head->r);
                 if (want <= head->contiguous)
@@ -432,5 +652,6 @@ void *sf__loader_reader_main(void *arg)
         if (s->co && !s->done_fetch && s->size != SF_SIZE_UNKNOWN && s->contiguous >= s->size)
             sf__loader_shard_pump(l, s, s->size, 10000);
     reader_close_all(l, &rd);
+    free(rd.rs_buf);
     return NULL;
 }

@@ -35,24 +35,25 @@ void sf__loader_shard_close(struct sf_loader *l, struct shard_slot *sh)
 {
     if (!sh)
         return;
-    if (l->slot_of && l->slot_of[sh->shard] == sh) {
+    if (l->slot_of && l->slot_of[sh->shard] == sh)
         l->slot_of[sh->shard] = NULL;
+    if (sh->opened)
         atomic_fetch_sub(&l->shards_open, 1);
-    }
     sf_shard_reader_destroy(sh->r);
     if (sh->co)
         sf_cache_object_close(sh->co);
     sf_fetch_destroy(sh->f); /* frees the engine-owned buffer; NULL is a no-op */
     if (sh->map && sh->map_len)
         munmap(sh->map, sh->map_len);
-    if (sh->locs) {
-        for (uint64_t i = 0; i < sh->end - sh->begin; i++) {
-            free(sh->locs[i].owned);
-            free(sh->locs[i].extra);
-            free(sh->locs[i].key);
+    for (size_t c = 0; c < sh->n_chunks; c++) {
+        for (size_t i = 0; sh->chunks[c] && i < SF__LOC_CHUNK; i++) {
+            free(sh->chunks[c][i].owned);
+            free(sh->chunks[c][i].extra);
+            free(sh->chunks[c][i].key);
         }
-        free(sh->locs);
+        free(sh->chunks[c]);
     }
+    free(sh->chunks);
     free(sh);
 }
 
@@ -68,11 +69,7 @@ sf_status sf__loader_shard_open(struct sf_loader *l, uint64_t shard, uint64_t be
     sh->begin = begin;
     sh->end = end;
     sh->size = obj->size;
-    sh->locs = calloc(end - begin ? end - begin : 1, sizeof(*sh->locs));
-    if (!sh->locs) {
-        free(sh);
-        return SF_ERR_NO_MEMORY;
-    }
+    sh->stream = end == UINT64_MAX;
     struct sf_shard_reader_options ro;
     sf_shard_reader_options_init_default(&ro);
     ro.name = obj->url;
@@ -149,8 +146,13 @@ sf_status sf__loader_shard_open(struct sf_loader *l, uint64_t shard, uint64_t be
         atomic_fetch_add(&l->cache_misses, 1);
         sh->hit_counted = 1;
     }
-    atomic_store(&sh->refs, l->deliveries[shard]);
-    l->slot_of[shard] = sh;
+    if (sh->stream) {
+        atomic_store(&sh->refs, 1); /* the parse token: dropped once parsed */
+    } else {
+        atomic_store(&sh->refs, l->deliveries[shard]);
+        l->slot_of[shard] = sh;
+    }
+    sh->opened = 1;
     atomic_fetch_add(&l->shards_open, 1);
     atomic_fetch_add(&l->n_shards_opened, 1);
     *out = sh;
@@ -218,7 +220,22 @@ sf_status sf__loader_shard_pump(struct sf_loader *l, struct shard_slot *sh, unsi
 static sf_status record_sample(struct sf_loader *l, struct shard_slot *sh,
                                const struct sf_sample *s)
 {
-    struct sample_loc *loc = &sh->locs[s->index - sh->begin];
+    uint64_t at_i = s->index - sh->begin;
+    size_t c = (size_t)(at_i / SF__LOC_CHUNK);
+    if (c >= sh->n_chunks) {
+        size_t n = sh->n_chunks ? sh->n_chunks * 2 : 4;
+        while (n <= c)
+            n *= 2;
+        struct sample_loc **v = realloc(sh->chunks, n * sizeof(*v));
+        if (!v)
+            return SF_ERR_NO_MEMORY;
+        memset(v + sh->n_chunks, 0, (n - sh->n_chunks) * sizeof(*v));
+        sh->chunks = v;
+        sh->n_chunks = n;
+    }
+    if (!sh->chunks[c] && !(sh->chunks[c] = calloc(SF__LOC_CHUNK, sizeof(**sh->chunks))))
+        return SF_ERR_NO_MEMORY;
+    struct sample_loc *loc = &sh->chunks[c][at_i % SF__LOC_CHUNK];
     const struct sf_sample_field *img = NULL, *lbl = NULL;
     for (size_t i = 0; i < l->n_img && !img; i++)
         img = find_field(s, l->img_names[i]);
@@ -279,6 +296,33 @@ static sf_status record_sample(struct sf_loader *l, struct shard_slot *sh,
     return SF_OK;
 }
 
+/* Marks a slot parsed; a streamed slot gives back its parse token. */
+static void slot_parsed(struct shard_slot *sh)
+{
+    if (sh->parsed)
+        return;
+    sh->parsed = 1;
+    if (sh->stream)
+        atomic_fetch_sub(&sh->refs, 1);
+}
+
+/* Whether read index k was delivered before the restore point: it entered
+ * the shuffle buffer and left it (docs/sampling.md, "Without counts"). */
+static int delivered_before(const struct sf_loader *l, uint64_t k)
+{
+    if (k >= l->rs_read)
+        return 0;
+    uint64_t a = 0, b = l->rs_n;
+    while (a < b) {
+        uint64_t m = a + (b - a) / 2;
+        if (l->rs_window[m] < k)
+            a = m + 1;
+        else
+            b = m;
+    }
+    return !(a < l->rs_n && l->rs_window[a] == k);
+}
+
 /* Parses what arrived of the shard at the head of the read order. Returns
  * the number of samples newly read, or -1 on error. Reader thread. */
 long sf__loader_shard_parse(struct sf_loader *l, struct shard_slot *sh)
@@ -309,17 +353,40 @@ long sf__loader_shard_parse(struct sf_loader *l, struct shard_slot *sh)
         if (ev == SF_SHARD_NEED_MORE)
             break;
         if (ev == SF_SHARD_END) {
-            if (sh->next_sample < sh->end) {
+            if (!sh->stream && sh->next_sample < sh->end) {
                 sf__loader_fail(l, SF_ERR_CORRUPT,
                                 "%s: %llu samples, but the index said at least %llu (offset %llu)",
                                 l->objs[sh->shard]->url, (unsigned long long)sh->next_sample,
                                 (unsigned long long)sh->end, sh->size);
                 return -1;
             }
-            sh->parsed = 1;
+            slot_parsed(sh);
             break;
         }
         sh->next_sample = s.index + 1;
+        if (sh->stream) {
+            uint64_t k = sh->first_read + s.index;
+            if (k >= sh->read_limit) {
+                sh->beyond++; /* dropped: counted, not recorded */
+                if (sh->pad) {
+                    slot_parsed(sh); /* the pads needed are read */
+                    break;
+                }
+                continue;
+            }
+            st = record_sample(l, sh, &s);
+            if (st != SF_OK) {
+                sf__loader_fail(l, st, "%s: out of memory", l->objs[sh->shard]->url);
+                return -1;
+            }
+            sh->recorded = s.index + 1;
+            if (delivered_before(l, k))
+                sf__loader_loc(sh, s.index)->done = 1;
+            else
+                atomic_fetch_add(&sh->refs, 1);
+            got++;
+            continue;
+        }
         if (s.index < sh->begin)
             continue; /* before this stream's part of a split shard */
         st = record_sample(l, sh, &s);
@@ -329,7 +396,7 @@ long sf__loader_shard_parse(struct sf_loader *l, struct shard_slot *sh)
         }
         got++;
         if (sh->next_sample >= sh->end) {
-            sh->parsed = 1; /* the rest belongs to another stream, or nobody */
+            slot_parsed(sh); /* the rest belongs to another stream, or nobody */
             break;
         }
     }

@@ -503,6 +503,11 @@ const struct sf__shard_common *sf__record_reader_common(const struct sf__record_
     return &rr->c;
 }
 
+uint64_t sf__record_reader_keep_from(const struct sf__record_reader *rr)
+{
+    return rr->pos;
+}
+
 const char *sf__record_reader_errmsg(const struct sf__record_reader *rr)
 {
     return rr->c.err;

@@ -118,6 +118,9 @@ sf_status sf__record_reader_new(const struct sf__record_reader_options *o, const
 void sf__record_reader_destroy(struct sf__record_reader *rr);
 /* Error, counters and wanted bytes (see struct sf__shard_common). */
 const struct sf__shard_common *sf__record_reader_common(const struct sf__record_reader *rr);
+/* The lowest shard offset a later sequential call may read: the start of
+ * the next record, of the index, or 0 before the file header. */
+uint64_t sf__record_reader_keep_from(const struct sf__record_reader *rr);
 
 /*
  * Sequential reading over a contiguous prefix: the next sample, or

@@ -380,6 +380,15 @@ unsigned long long sf_shard_reader_wanted(const struct sf_shard_reader *r)
     return active(r)->wanted;
 }
 
+uint64_t sf__shard_reader_keep_from(const struct sf_shard_reader *r)
+{
+    if (r->tar)
+        return sf__tar_reader_keep_from(r->tar);
+    if (r->rec)
+        return sf__record_reader_keep_from(r->rec);
+    return 0;
+}
+
 enum sf_shard_format sf_shard_reader_format(const struct sf_shard_reader *r)
 {
     return (r->tar || r->rec) ? r->format : SF_SHARD_FORMAT_AUTO;

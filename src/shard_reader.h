@@ -65,6 +65,13 @@ int sf__sample_builder_has(const struct sf__sample_builder *b, const char *name,
 void sf__sample_builder_emit(struct sf__sample_builder *b, const unsigned char *base,
                              struct sf_sample *out);
 
+/* The lowest shard offset the reader may read on a later call: bytes before
+ * it can be dropped by a caller that streams the shard through a window
+ * (sf_index_shards()). 0 until the format is known. Tar member data does not
+ * count: the reader only points at it. After SF_SHARD_NEED_MORE, the next
+ * call reads within [keep_from, sf_shard_reader_wanted()). */
+uint64_t sf__shard_reader_keep_from(const struct sf_shard_reader *r);
+
 /* Decides the format from the first bytes (n of them, total the shard size or
  * SF_SIZE_UNKNOWN) and the name. Returns SF_SHARD_FORMAT_AUTO while more
  * bytes are needed. */

@@ -131,6 +131,16 @@ const struct sf__shard_common *sf__tar_reader_common(const struct sf__tar_reader
     return &t->c;
 }
 
+uint64_t sf__tar_reader_keep_from(const struct sf__tar_reader *t)
+{
+    uint64_t k = t->pos;
+    if (t->have_long && t->long_off < k)
+        k = t->long_off;
+    if (t->have_ppath && t->ppath_off < k)
+        k = t->ppath_off;
+    return k;
+}
+
 /* ------------------------------------------------------------ helpers */
 
 static int is_zero_block(const unsigned char *p)

@@ -48,6 +48,11 @@ sf_status sf__tar_reader_next(struct sf__tar_reader *t, const struct sf__shard_i
 /* Error, counters and wanted bytes. */
 const struct sf__shard_common *sf__tar_reader_common(const struct sf__tar_reader *t);
 
+/* The lowest shard offset a later call may read: the next header, or the
+ * data of a GNU long name or pax path still waiting for its member. Member
+ * data is never read (fields only point at it). */
+uint64_t sf__tar_reader_keep_from(const struct sf__tar_reader *t);
+
 /* Parses a tar numeric field (octal, or base-256 when the first byte has its
  * high bit set) of len bytes. SF_ERR_PARSE for bad digits, negative values
  * and values over 2^63-1. Exposed for tests. */

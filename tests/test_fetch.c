@@ -241,7 +241,8 @@ Test(fetch, whole_object_into_engine_memory_with_unknown_size)
     cr_expect_eq(p.object_size, n);
     cr_expect_eq(p.contiguous, n);
     cr_expect_eq(p.received, n);
-    cr_expect_eq(p.requests, 4, "4 ranges of 1 MiB, the first one the probe");
+    cr_expect_eq(p.requests, 5,
+                 "the 256 KiB probe (first range), the rest of the first MiB, three more ranges");
     cr_expect_eq(p.retries, 0);
     cr_expect_eq(p.status, SF_OK);
     expect_same_bytes(sf_fetch_data(f), want, n);
@@ -252,14 +253,14 @@ Test(fetch, whole_object_into_engine_memory_with_unknown_size)
     sf_fetch_destroy(f);
 
     cJSON *j = mock_stats();
-    cr_expect_eq(jnum(j, "keys", "bucket/whole.bin", "operations", "GetObject"), 4);
-    cr_expect_eq(jnum(j, "keys", "bucket/whole.bin", "status", "206"), 4);
+    cr_expect_eq(jnum(j, "keys", "bucket/whole.bin", "operations", "GetObject"), 5);
+    cr_expect_eq(jnum(j, "keys", "bucket/whole.bin", "status", "206"), 5);
     cr_expect_eq(jnum(j, "operations", "HeadObject", NULL, NULL), 0, "the probe is a GET");
     cr_expect_eq(jnum(j, "bytes_sent", NULL, NULL, NULL), n, "every byte sent once");
     cJSON_Delete(j);
     struct sf_s3_stats s;
     sf_s3_get_stats(s3, &s);
-    cr_expect_eq(s.requests, 4);
+    cr_expect_eq(s.requests, 5);
     cr_expect_eq(s.bytes_received, n);
     cr_expect_eq(s.objects_done, 1);
     cr_expect_eq(s.objects_failed, 0);
@@ -569,7 +570,7 @@ Test(fetch, reset_mid_body_resumes_with_the_remaining_bytes)
     start_mock(NULL);
     default_client();
     size_t n = 2 * MiB + 512 * KiB;
-    size_t cut = 300000; /* inside the first 1 MiB range */
+    size_t cut = 100000; /* inside the first range (256 KiB) */
     unsigned char *want = put_object("reset.bin", n, 32);
     char fault[32];
     snprintf(fault, sizeof(fault), "reset=%zu", cut);
@@ -577,7 +578,7 @@ Test(fetch, reset_mid_body_resumes_with_the_remaining_bytes)
     struct sf_fetch_progress p;
     expect_fetch_whole("reset.bin", want, n, &p);
     cr_expect_eq(p.retries, 1);
-    cr_expect_eq(p.requests, 4, "3 ranges and one retry");
+    cr_expect_eq(p.requests, 5, "4 ranges (256 KiB, the rest of 1 MiB, 1 MiB, 512 KiB), one retry");
     cJSON *j = mock_stats();
     cr_expect_eq(jnum(j, "faults", "reset", NULL, NULL), 1);
     double sent = jnum(j, "bytes_sent", NULL, NULL, NULL);
@@ -603,15 +604,15 @@ Test(fetch, stall_mid_body_is_aborted_and_resumed)
     client(&o);
     size_t n = 2 * MiB + 512 * KiB;
     unsigned char *want = put_object("stall.bin", n, 33);
-    queue_fault("bucket/stall.bin", "stall=8000", 1); /* stalls after half of 1 MiB */
+    queue_fault("bucket/stall.bin", "stall=8000", 1); /* stalls after half of 256 KiB */
     struct sf_fetch_progress p;
     expect_fetch_whole("stall.bin", want, n, &p);
     cr_expect_eq(p.retries, 1);
     cJSON *j = mock_stats();
     cr_expect_eq(jnum(j, "faults", "stall", NULL, NULL), 1);
     double sent = jnum(j, "bytes_sent", NULL, NULL, NULL);
-    /* the stalled answer counts its whole 1 MiB; the retry asks for the rest of it */
-    cr_expect(sent >= (double)n && sent < (double)(n + MiB),
+    /* the stalled answer counts its whole 256 KiB; the retry asks for the rest of it */
+    cr_expect(sent >= (double)n && sent < (double)(n + 256 * KiB),
               "mock sent %.0f bytes for a %zu-byte object: the retry re-asked for the whole "
               "range",
               sent, n);
@@ -632,7 +633,7 @@ static void expect_bad_answer_retried(const char *fault)
     struct sf_fetch_progress p;
     expect_fetch_whole("bad.bin", want, n, &p);
     cr_expect_eq(p.retries, 1, "%s", fault);
-    cr_expect_eq(p.requests, 4, "%s", fault);
+    cr_expect_eq(p.requests, 5, "%s: 4 ranges and one retry", fault);
     cJSON *j = mock_stats();
     cr_expect_eq(jnum(j, "faults", fault, NULL, NULL), 1, "%s", fault);
     cJSON_Delete(j);
@@ -1020,7 +1021,7 @@ Test(fetch, unsigned_http_url_from_an_anonymous_server)
     expect_same_bytes(sf_fetch_data(f), want, n);
     sf_fetch_destroy(f);
     cJSON *j = mock_stats();
-    cr_expect_eq(jnum(j, "keys", "bucket/pub/open.bin", "status", "206"), 3);
+    cr_expect_eq(jnum(j, "keys", "bucket/pub/open.bin", "status", "206"), 4);
     cJSON_Delete(j);
     free(want);
 }
@@ -1146,4 +1147,180 @@ Test(fetch, both_a_buffer_and_an_fd_are_refused)
     }
     close(fd);
     free(small);
+}
+
+/* ============================================================ first bytes first, priority */
+
+/* Fetches key (size and ETag known, one request at a time) while the mock
+ * changes the object after its first GET: the fetch delivers exactly its
+ * first range, and the second range's failure names that range's bytes. */
+static void expect_first_range(const char *key, unsigned long long first_range_bytes,
+                               unsigned long long want_first, const char *want_second)
+{
+    size_t n = 3 * MiB;
+    unsigned char *want = put_object(key, n, 90);
+    char etag[35];
+    md5_etag(want, n, etag);
+    struct sf_fetch_options o;
+    sf_fetch_options_init_default(&o);
+    o.size = n;
+    o.etag = etag;
+    o.first_range_bytes = first_range_bytes;
+    char url[300];
+    snprintf(url, sizeof(url), "s3://bucket/%s", key);
+    struct sf_fetch *f = NULL;
+    struct sf_fetch_progress p;
+    sf_status st = fetch_sync(url, &o, &f, &p);
+    cr_expect_eq(st, SF_ERR_CHANGED, "%s: %s: %s", key, sf_status_name(st), sf_fetch_errmsg(f));
+    cr_expect_eq(p.requests, 2, "%s: the first range, then the second one (412)", key);
+    cr_expect_eq(p.contiguous, want_first, "%s: the first range is %llu bytes", key, p.contiguous);
+    cr_expect(strstr(sf_fetch_errmsg(f), want_second), "%s: expected '%s' in: %s", key,
+              want_second, sf_fetch_errmsg(f));
+    unsigned char *d = sf_fetch_data(f);
+    cr_assert(d);
+    cr_expect(memcmp(d, want, want_first) == 0, "%s: the first range's bytes differ", key);
+    sf_fetch_destroy(f);
+    free(want);
+}
+
+Test(fetch, first_range_is_small_and_the_next_ends_on_a_chunk_boundary)
+{
+    start_mock(NULL);
+    struct sf_s3_options so;
+    opts_init(&so);
+    so.concurrency = 1; /* the second range starts after the first one is done */
+    client(&so);        /* chunk 1 MiB */
+    set_rules("prefix=bucket/first-,etag_change_after=1");
+    expect_first_range("first-a.bin", 64 * KiB, 64 * KiB, "bytes 65536-1048575:");
+    expect_first_range("first-b.bin", 0, SF_FETCH_FIRST_RANGE_DEFAULT, "bytes 262144-1048575:");
+    /* never more than a chunk */
+    expect_first_range("first-c.bin", 4 * MiB, MiB, "bytes 1048576-2097151:");
+}
+
+struct pieces {
+    size_t n;
+    unsigned char *count; /* how many times each byte was reported */
+    const unsigned char *want;
+    unsigned long long wrong; /* bytes reported with other content than the object's */
+    unsigned long long calls;
+};
+
+static void on_piece(void *user, unsigned long long offset, const void *data, size_t len)
+{
+    struct pieces *pc = user;
+    pc->calls++;
+    for (size_t i = 0; i < len && offset + i < pc->n; i++) {
+        pc->count[offset + i]++;
+        if (((const unsigned char *)data)[i] != pc->want[offset + i])
+            pc->wrong++;
+    }
+}
+
+/* The observer sees every written byte once, with its content, even when
+ * ranges are cut and resumed; the file destination gets the same bytes. */
+Test(fetch, on_data_reports_each_byte_once_across_resets_and_retries)
+{
+    start_mock(NULL);
+    default_client(); /* 4 in flight, chunk 1 MiB */
+    size_t n = 5 * MiB + 4321;
+    unsigned char *want = put_object("obs.bin", n, 91);
+    queue_fault("bucket/obs.bin", "reset=70000", 2);
+    queue_fault("bucket/obs.bin", "500", 1);
+    char path[700];
+    snprintf(path, sizeof(path), "%s/obs.out", tmp);
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    cr_assert(fd >= 0);
+    struct pieces pc = {.n = n, .count = calloc(1, n), .want = want};
+    cr_assert(pc.count);
+    struct sf_fetch_options o;
+    sf_fetch_options_init_default(&o);
+    o.fd = fd;
+    o.on_data = on_piece;
+    o.on_data_user = &pc;
+    struct sf_fetch *f = NULL;
+    struct sf_fetch_progress p;
+    cr_assert_eq(fetch_sync("s3://bucket/obs.bin", &o, &f, &p), SF_OK, "%s", sf_fetch_errmsg(f));
+    cr_expect_geq(p.retries, 3);
+    sf_fetch_destroy(f);
+    size_t missing = 0, twice = 0;
+    for (size_t i = 0; i < n; i++) {
+        missing += pc.count[i] == 0;
+        twice += pc.count[i] > 1;
+    }
+    cr_expect_eq(missing, 0, "%zu bytes never reported", missing);
+    cr_expect_eq(twice, 0, "%zu bytes reported more than once", twice);
+    cr_expect_eq(pc.wrong, 0, "%llu bytes reported with the wrong content", pc.wrong);
+    /* gathered before writing: far fewer writes than 16 KiB callbacks */
+    cr_expect_lt(pc.calls, n / (64 * KiB), "%llu writes for %zu bytes", pc.calls, n);
+    unsigned char *got = malloc(n);
+    cr_assert(got);
+    cr_assert(pread(fd, got, n, 0) == (ssize_t)n);
+    expect_same_bytes(got, want, n);
+    close(fd);
+    free(got);
+    free(pc.count);
+    free(want);
+}
+
+/* Starts a (size known) and b, both over a slow prefix with one request in
+ * flight; b with priority from the start (mode 1), set after the start
+ * (mode 2) or never (mode 0). Returns a's request count when b is done and
+ * a's count right after b got its priority in *before. */
+static unsigned race_a_and_b(int mode, unsigned *before, unsigned *a_ranges)
+{
+    size_t na = 2 * MiB, nb = 256 * KiB;
+    unsigned char *wa = put_object("prio/a.bin", na, 92);
+    unsigned char *wb = put_object("prio/b.bin", nb, 93);
+    struct sf_fetch_options oa, ob;
+    sf_fetch_options_init_default(&oa);
+    oa.size = na;
+    sf_fetch_options_init_default(&ob);
+    ob.size = nb;
+    ob.priority = mode == 1;
+    struct sf_fetch *a = NULL, *b = NULL;
+    cr_assert_eq(sf_fetch_start(s3, "s3://bucket/prio/a.bin", &oa, &a), SF_OK);
+    cr_assert_eq(sf_fetch_start(s3, "s3://bucket/prio/b.bin", &ob, &b), SF_OK);
+    if (mode == 2)
+        sf_fetch_set_priority(b, 1);
+    struct sf_fetch_progress pa, pb;
+    sf_fetch_progress(a, &pa);
+    *before = pa.requests;
+    cr_assert_eq(sf_fetch_wait(b, ~0ull, -1, &pb), SF_OK, "%s", sf_fetch_errmsg(b));
+    sf_fetch_progress(a, &pa);
+    unsigned during = pa.requests;
+    cr_assert_eq(sf_fetch_wait(a, ~0ull, -1, &pa), SF_OK, "%s", sf_fetch_errmsg(a));
+    *a_ranges = pa.requests;
+    cr_expect_eq(memcmp(sf_fetch_data(a), wa, na), 0);
+    cr_expect_eq(memcmp(sf_fetch_data(b), wb, nb), 0);
+    sf_fetch_set_priority(b, 0); /* a finished fetch: no effect */
+    sf_fetch_destroy(a);
+    sf_fetch_destroy(b);
+    free(wa);
+    free(wb);
+    return during;
+}
+
+Test(fetch, ranges_of_the_priority_fetch_start_before_a_prefetch)
+{
+    start_mock(NULL);
+    struct sf_s3_options so;
+    opts_init(&so);
+    so.concurrency = 1;
+    so.chunk_bytes = 64 * KiB; /* a: 32 ranges, b: 4 */
+    client(&so);
+    set_rules("prefix=bucket/prio/,latency_ms=10");
+    unsigned before, a_ranges;
+    /* Oldest first: every range of a is started before b's first. */
+    unsigned during = race_a_and_b(0, &before, &a_ranges);
+    cr_expect_eq(a_ranges, 32);
+    cr_expect_eq(during, a_ranges, "without priority b waited for all of a's ranges");
+    /* With priority, b's ranges go first: a starts at most the range it was
+     * running, one more before the engine saw b, and one after b ended. */
+    for (int mode = 1; mode <= 2; mode++) {
+        during = race_a_and_b(mode, &before, &a_ranges);
+        cr_expect_eq(a_ranges, 32);
+        cr_expect_leq(during, before + 3, "mode %d: a started %u ranges while b ran (%u before)",
+                      mode, during - before, before);
+        cr_expect_lt(during, a_ranges, "mode %d: b waited for a", mode);
+    }
 }

@@ -253,7 +253,7 @@ Test(loader, one_epoch_delivers_every_sample_once_with_its_label)
     struct sf_loader *l = open_loader(&o);
     cr_assert_gt(sf_loader_shard_count(l), 2u, "the dataset should span several shards");
     struct epoch_log e;
-    cr_assert_eq(run_epoch(l, &e, 0), SF_ERR_NOT_FOUND);
+    cr_assert_eq(run_epoch(l, &e, 0), SF_END_OF_EPOCH);
     cr_assert_eq(e.images, 150u);
     cr_assert_eq(e.batches, 10u); /* 9 x 16 + 6 */
     for (unsigned i = 0; i < n_samples; i++)
@@ -269,7 +269,7 @@ Test(loader, one_epoch_delivers_every_sample_once_with_its_label)
     /* The next epoch: a different order, same set. */
     cr_assert_eq(sf_loader_set_epoch(l, 1), SF_OK);
     struct epoch_log e2;
-    cr_assert_eq(run_epoch(l, &e2, 0), SF_ERR_NOT_FOUND);
+    cr_assert_eq(run_epoch(l, &e2, 0), SF_END_OF_EPOCH);
     cr_assert_eq(e2.images, 150u);
     for (unsigned i = 0; i < n_samples; i++)
         cr_assert_eq(e2.seen[i], 1);
@@ -290,7 +290,7 @@ Test(loader, same_seed_same_batches_different_seed_different)
         o.sampler.seed = run == 2 ? 8 : 7;
         struct sf_loader *l = open_loader(&o);
         struct epoch_log e;
-        cr_assert_eq(run_epoch(l, &e, 0), SF_ERR_NOT_FOUND);
+        cr_assert_eq(run_epoch(l, &e, 0), SF_END_OF_EPOCH);
         cr_assert_eq(e.images, 120u);
         cr_assert(e.labels_ok);
         d[run] = e.digest;
@@ -312,7 +312,7 @@ Test(loader, drop_last_and_layouts)
     struct sf_loader *l = open_loader(&o);
     cr_assert_eq(sf_loader_epoch_batches(l), 4u);
     struct epoch_log e;
-    cr_assert_eq(run_epoch(l, &e, 0), SF_ERR_NOT_FOUND);
+    cr_assert_eq(run_epoch(l, &e, 0), SF_END_OF_EPOCH);
     cr_assert_eq(e.images, 64u);
     cr_assert_eq(e.batches, 4u);
     cr_assert(e.labels_ok);
@@ -333,7 +333,7 @@ Test(loader, ranks_split_the_epoch_without_overlap)
         o.sampler.world_size = 3;
         struct sf_loader *l = open_loader(&o);
         struct epoch_log e;
-        cr_assert_eq(run_epoch(l, &e, 0), SF_ERR_NOT_FOUND);
+        cr_assert_eq(run_epoch(l, &e, 0), SF_END_OF_EPOCH);
         cr_assert(e.labels_ok);
         sizes[r] = e.images;
         for (unsigned i = 0; i < n_samples; i++)
@@ -357,7 +357,7 @@ Test(loader, corrupt_jpeg_fails_naming_the_sample_or_is_skipped)
     struct sf_loader *l = open_loader(&o);
     struct epoch_log e;
     sf_status st = run_epoch(l, &e, 0);
-    cr_assert(st != SF_OK && st != SF_ERR_NOT_FOUND, "a corrupt JPEG went through: %s",
+    cr_assert(st != SF_OK && st != SF_END_OF_EPOCH, "a corrupt JPEG went through: %s",
               sf_status_name(st));
     const char *m = sf_loader_errmsg(l);
     cr_assert(strstr(m, "s00037") && strstr(m, "shard-000000.tar") && strstr(m, "offset"),
@@ -370,7 +370,7 @@ Test(loader, corrupt_jpeg_fails_naming_the_sample_or_is_skipped)
 
     o.on_error = SF_ON_ERROR_SKIP;
     l = open_loader(&o);
-    cr_assert_eq(run_epoch(l, &e, 0), SF_ERR_NOT_FOUND);
+    cr_assert_eq(run_epoch(l, &e, 0), SF_END_OF_EPOCH);
     cr_assert_eq(e.images, 59u);
     cr_assert_eq(e.seen[37], 0);
     cr_assert(e.labels_ok);
@@ -393,7 +393,7 @@ Test(loader, state_restore_gives_the_same_remaining_batches)
     cr_assert_eq(run_epoch(l, &head, 3), SF_OK);
     unsigned char state[SF_LOADER_STATE_BYTES];
     cr_assert_eq(sf_loader_state_save(l, state, sizeof(state)), SF_OK);
-    cr_assert_eq(run_epoch(l, &tail, 0), SF_ERR_NOT_FOUND);
+    cr_assert_eq(run_epoch(l, &tail, 0), SF_END_OF_EPOCH);
     cr_assert_eq(head.images + tail.images, 130u);
     sf_loader_close(l);
 
@@ -402,7 +402,7 @@ Test(loader, state_restore_gives_the_same_remaining_batches)
     l = open_loader(&o);
     cr_assert_eq(sf_loader_state_restore(l, state, sizeof(state)), SF_OK);
     struct epoch_log again;
-    cr_assert_eq(run_epoch(l, &again, 0), SF_ERR_NOT_FOUND);
+    cr_assert_eq(run_epoch(l, &again, 0), SF_END_OF_EPOCH);
     cr_assert_eq(again.images, tail.images);
     cr_assert_eq(again.digest, tail.digest, "resumed batches differ");
     /* A corrupted state is refused. */
@@ -540,7 +540,7 @@ Test(loader, from_the_mock_cold_then_warm_cache_with_faults)
     s3_options(&o, src, cache_dir);
     struct sf_loader *l = open_loader(&o);
     struct epoch_log cold;
-    cr_assert_eq(run_epoch(l, &cold, 0), SF_ERR_NOT_FOUND, "%s", sf_loader_errmsg(l));
+    cr_assert_eq(run_epoch(l, &cold, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
     cr_assert_eq(cold.images, 140u);
     cr_assert(cold.labels_ok);
     struct sf_loader_stats s;
@@ -554,7 +554,7 @@ Test(loader, from_the_mock_cold_then_warm_cache_with_faults)
     cr_assert_eq(admin("POST", "/_mock/faults", ""), 200);
     l = open_loader(&o);
     struct epoch_log warm;
-    cr_assert_eq(run_epoch(l, &warm, 0), SF_ERR_NOT_FOUND, "%s", sf_loader_errmsg(l));
+    cr_assert_eq(run_epoch(l, &warm, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
     sf_loader_get_stats(l, &s);
     cr_assert_eq(s.cache_hits, n_shards);
     cr_assert_eq(s.cache_misses, 0u);
@@ -571,7 +571,7 @@ Test(loader, from_the_mock_cold_then_warm_cache_with_faults)
     o.ram_only = 1;
     l = open_loader(&o);
     struct epoch_log ram;
-    cr_assert_eq(run_epoch(l, &ram, 0), SF_ERR_NOT_FOUND, "%s", sf_loader_errmsg(l));
+    cr_assert_eq(run_epoch(l, &ram, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
     cr_assert_eq(ram.digest, cold.digest);
     struct stat sb;
     cr_assert(stat(ram_cache, &sb) != 0, "ram_only wrote a cache directory");
@@ -595,7 +595,7 @@ Test(loader, a_missing_shard_is_an_error_naming_it)
         free(e.seen);
         sf_loader_close(l);
     }
-    cr_assert(st != SF_OK && st != SF_ERR_NOT_FOUND ? 1 : strstr(err, "NoSuchKey") != NULL,
+    cr_assert(st != SF_OK && st != SF_END_OF_EPOCH ? 1 : strstr(err, "NoSuchKey") != NULL,
               "status %s: %s", sf_status_name(st), err);
     cr_assert(strstr(err, "s3://bucket/data/shard-0000"), "message: %s", err);
 }
@@ -705,7 +705,7 @@ Test(loader, a_held_batch_never_blocks_the_ring)
         batches++;
         sf_loader_release(l, &b);
     }
-    cr_assert_eq(st, SF_ERR_NOT_FOUND, "%s", sf_loader_errmsg(l));
+    cr_assert_eq(st, SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
     cr_assert_eq(n, 300u);
     cr_assert_eq(batches, 19u);
     sf_loader_release(l, &first);
@@ -724,7 +724,7 @@ Test(loader, a_held_batch_never_blocks_the_ring)
             prev = b;
             have_prev = 1;
         }
-        cr_assert_eq(st, SF_ERR_NOT_FOUND, "%s", sf_loader_errmsg(l));
+        cr_assert_eq(st, SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
         cr_assert_eq(n, 300u);
         if (epoch == 2)
             sf_loader_release(l, &prev);
@@ -749,7 +749,7 @@ Test(loader, state_saved_at_the_end_of_an_epoch_restores_to_its_end)
     o.on_error = SF_ON_ERROR_SKIP;
     struct sf_loader *l = open_loader(&o);
     struct epoch_log e;
-    cr_assert_eq(run_epoch(l, &e, 0), SF_ERR_NOT_FOUND, "%s", sf_loader_errmsg(l));
+    cr_assert_eq(run_epoch(l, &e, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
     cr_assert_eq(e.images, 39u);
     free(e.seen);
     unsigned char state[SF_LOADER_STATE_BYTES];
@@ -759,7 +759,7 @@ Test(loader, state_saved_at_the_end_of_an_epoch_restores_to_its_end)
     cr_assert_eq(sf_loader_state_restore(l, state, sizeof(state)), SF_OK, "%s",
                  sf_loader_errmsg(l));
     struct sf_batch b;
-    cr_assert_eq(sf_loader_next(l, &b), SF_ERR_NOT_FOUND, "the restored epoch should be over");
+    cr_assert_eq(sf_loader_next(l, &b), SF_END_OF_EPOCH, "the restored epoch should be over");
     sf_loader_close(l);
 }
 
@@ -809,11 +809,267 @@ Test(loader, gpu_batches_match_the_host_batches)
         free(want);
         sf_loader_release(l, &b);
     }
-    cr_assert_eq(st, SF_ERR_NOT_FOUND, "%s", sf_loader_errmsg(l));
+    cr_assert_eq(st, SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
     cr_assert_eq(n, 80u);
     struct sf_loader_stats s;
     sf_loader_get_stats(l, &s);
     cr_assert_eq(s.on_device, 1);
     sf_loader_close(l);
 #endif
+}
+
+/* ------------------------------------------------------------ no index.json */
+
+static void remove_index(const char *dir)
+{
+    char p[900];
+    snprintf(p, sizeof(p), "%sindex.json", dir);
+    cr_assert(unlink(p) == 0, "no index.json in %s", dir);
+}
+
+Test(loader, unindexed_one_rank_streams_every_sample_once_and_learns_counts)
+{
+    local_dataset(130, 32 << 10, -1);
+    remove_index(shards);
+    const char *src[] = {shards};
+    struct sf_loader_options o;
+    base_options(&o, src, 1);
+    struct sf_loader *l = open_loader(&o);
+    cr_assert_eq(sf_loader_epoch_size_known(l), 0, "no counts: the size is an estimate");
+    struct epoch_log e;
+    cr_assert_eq(run_epoch(l, &e, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
+    cr_assert_eq(e.images, 130u);
+    cr_assert_eq(e.pads, 0u);
+    for (unsigned i = 0; i < 130; i++)
+        cr_assert_eq(e.seen[i], 1, "sample %u seen %u times", i, e.seen[i]);
+    cr_assert(e.labels_ok);
+    cr_assert_eq(sf_loader_epoch_size_known(l), 1);
+    cr_assert_eq(sf_loader_epoch_samples(l), 130u);
+    cr_assert_eq(sf_loader_epoch_batches(l), 9u);
+    /* The counts were learned: the next epoch is exact from its start. */
+    cr_assert_eq(sf_loader_set_epoch(l, 1), SF_OK, "%s", sf_loader_errmsg(l));
+    cr_assert_eq(sf_loader_epoch_size_known(l), 1);
+    cr_assert_eq(sf_loader_epoch_samples(l), 130u);
+    struct epoch_log e1;
+    cr_assert_eq(run_epoch(l, &e1, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
+    for (unsigned i = 0; i < 130; i++)
+        cr_assert_eq(e1.seen[i], 1, "epoch 1: sample %u seen %u times", i, e1.seen[i]);
+    cr_assert_neq(e1.digest, e.digest, "another epoch, another order");
+    struct sf_loader_stats s;
+    sf_loader_get_stats(l, &s);
+    cr_assert_eq(s.pad_samples, 0u);
+    cr_assert_eq(s.dropped_samples, 0u);
+    free(e.seen);
+    free(e1.seen);
+    sf_loader_close(l);
+}
+
+Test(loader, unindexed_ranks_deliver_the_same_number_of_batches)
+{
+    local_dataset(230, 12 << 10, -1);
+    remove_index(shards);
+    const char *src[] = {shards};
+    for (int policy = SF_EPOCH_PAD; policy <= SF_EPOCH_DROP; policy++) {
+        unsigned batches[3], real_total = 0, dropped_total = 0;
+        unsigned char *seen = calloc(230, 1);
+        for (int rank = 0; rank < 3; rank++) {
+            struct sf_loader_options o;
+            base_options(&o, src, 1);
+            o.sampler.rank = rank;
+            o.sampler.world_size = 3;
+            o.sampler.policy = (enum sf_epoch_policy)policy;
+            o.learned_counts = 0;
+            struct sf_loader *l = open_loader(&o);
+            cr_assert_eq(sf_loader_epoch_size_known(l), 1, "equalised ranks know their size");
+            uint64_t want = sf_loader_epoch_batches(l);
+            struct epoch_log e;
+            cr_assert_eq(run_epoch(l, &e, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
+            batches[rank] = e.batches;
+            cr_assert_eq(e.batches, want);
+            struct sf_loader_stats s;
+            sf_loader_get_stats(l, &s);
+            cr_assert_eq(s.pad_samples, e.pads);
+            for (unsigned i = 0; i < 230; i++) {
+                cr_assert(seen[i] + e.seen[i] <= 1, "sample %u delivered twice (policy %d)", i,
+                          policy);
+                seen[i] += e.seen[i];
+                real_total += e.seen[i];
+            }
+            dropped_total += (unsigned)s.dropped_samples;
+            free(e.seen);
+            sf_loader_close(l);
+        }
+        cr_assert_eq(batches[0], batches[1]);
+        cr_assert_eq(batches[1], batches[2]);
+        cr_assert_eq(real_total + dropped_total, 230u,
+                     "every sample is delivered or counted as dropped (policy %d)", policy);
+        free(seen);
+    }
+}
+
+Test(loader, unindexed_state_restore_gives_the_same_remaining_batches)
+{
+    local_dataset(130, 32 << 10, -1);
+    remove_index(shards);
+    const char *src[] = {shards};
+    struct sf_loader_options o;
+    base_options(&o, src, 1);
+    struct sf_loader *l = open_loader(&o);
+    struct epoch_log head, tail;
+    cr_assert_eq(run_epoch(l, &head, 3), SF_OK);
+    unsigned char state[SF_LOADER_STATE_BYTES];
+    cr_assert_eq(sf_loader_state_save(l, state, sizeof(state)), SF_OK);
+    cr_assert_eq(run_epoch(l, &tail, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
+    cr_assert_eq(head.images + tail.images, 130u);
+    sf_loader_close(l);
+    l = open_loader(&o);
+    cr_assert_eq(sf_loader_state_restore(l, state, sizeof(state)), SF_OK, "%s",
+                 sf_loader_errmsg(l));
+    struct epoch_log again;
+    cr_assert_eq(run_epoch(l, &again, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
+    cr_assert_eq(again.images, tail.images);
+    cr_assert_eq(again.digest, tail.digest, "resumed batches differ");
+    for (unsigned i = 0; i < 130; i++)
+        cr_assert_eq(head.seen[i] + again.seen[i], 1, "sample %u", i);
+    free(head.seen);
+    free(tail.seen);
+    free(again.seen);
+    sf_loader_close(l);
+}
+
+/* ------------------------------------------------------------ failures are never an end */
+
+enum damage { DELETE, TRUNCATE, REPLACE };
+
+/* Damages every shard of the bucket not yet seen in a delivered batch. */
+static unsigned damage_unseen(enum damage how, const unsigned char *seen_shard, size_t n)
+{
+    unsigned hit = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (seen_shard[i])
+            continue;
+        char p[1000];
+        snprintf(p, sizeof(p), "%s/bucket/data/shard-%06zu.tar", root, i);
+        if (how == DELETE) {
+            cr_assert(unlink(p) == 0, "%s", p);
+        } else if (how == TRUNCATE) {
+            struct stat sb;
+            cr_assert(stat(p, &sb) == 0);
+            cr_assert(truncate(p, sb.st_size / 2 + 700) == 0);
+        } else {
+            /* Same size, other bytes: a new ETag. */
+            FILE *f = fopen(p, "r+");
+            cr_assert(f);
+            fseek(f, 600, SEEK_SET);
+            fputc('Z', f);
+            fclose(f);
+        }
+        hit++;
+    }
+    return hit;
+}
+
+static void fails_mid_epoch(enum damage how, const char *want)
+{
+    mock_dataset(120, 16 << 10);
+    char idx[900];
+    snprintf(idx, sizeof(idx), "%s/bucket/data/", root);
+    remove_index(idx);
+    const char *src[] = {"s3://bucket/data/"};
+    struct sf_loader_options o;
+    s3_options(&o, src, NULL);
+    o.prefetch_shards = 1;
+    struct sf_loader *l = open_loader(&o);
+    size_t n = sf_loader_shard_count(l);
+    cr_assert(n >= 6, "%zu shards", n);
+    unsigned char *seen_shard = calloc(n, 1);
+    struct sf_batch b;
+    cr_assert_eq(sf_loader_next(l, &b), SF_OK, "%s", sf_loader_errmsg(l));
+    unsigned got = (unsigned)b.size;
+    unsigned char *seen = calloc(n_samples, 1);
+    for (size_t i = 0; i < b.size; i++) {
+        seen_shard[b.shards[i]] = 1;
+        unsigned k;
+        sscanf(b.keys[i], "s%u", &k);
+        seen[k]++;
+    }
+    /* Shards being fetched now may escape; the ones not yet opened cannot. */
+    sf_loader_release(l, &b);
+    cr_assert(damage_unseen(how, seen_shard, n) >= 3);
+    sf_status st;
+    while ((st = sf_loader_next(l, &b)) == SF_OK) {
+        for (size_t i = 0; i < b.size; i++) {
+            unsigned k;
+            sscanf(b.keys[i], "s%u", &k);
+            cr_assert_eq(seen[k], 0, "sample %u delivered twice", k);
+            seen[k]++;
+        }
+        got += (unsigned)b.size;
+        sf_loader_release(l, &b);
+    }
+    cr_assert(st != SF_END_OF_EPOCH, "a damaged bucket ended the epoch after %u images", got);
+    cr_assert(got < n_samples);
+    const char *m = sf_loader_errmsg(l);
+    cr_assert(strstr(m, "s3://bucket/data/shard-"), "the message names the shard: %s", m);
+    cr_assert(strstr(m, want), "%s: %s", want, m);
+    /* Sticky: the next call says the same. */
+    cr_assert_eq(sf_loader_next(l, &b), st);
+    free(seen);
+    free(seen_shard);
+    sf_loader_close(l);
+}
+
+Test(loader, a_shard_deleted_mid_epoch_fails_naming_it)
+{
+    fails_mid_epoch(DELETE, "404");
+}
+
+Test(loader, a_shard_truncated_mid_epoch_fails_naming_it)
+{
+    fails_mid_epoch(TRUNCATE, "shard-");
+}
+
+Test(loader, a_shard_replaced_mid_epoch_fails_naming_it)
+{
+    fails_mid_epoch(REPLACE, "shard-");
+}
+
+Test(loader, missing_objects_and_missing_fields_exit_1_with_json)
+{
+    /* A sample without its image under on_error fail: exit 1, not a short
+     * epoch. */
+    tmp = test_tmpdir();
+    cr_assert(tmp);
+    test_isolate_aws_env(tmp);
+    char src[700];
+    snprintf(src, sizeof(src), "%s/src", tmp);
+    make_flat(src, 60, -1);
+    char jpg[800];
+    snprintf(jpg, sizeof(jpg), "%s/s00031.jpg", src);
+    cr_assert(unlink(jpg) == 0);
+    snprintf(shards, sizeof(shards), "%s/shards/", tmp);
+    pack(src, shards, 16 << 10, NULL);
+    n_samples = 60;
+    char out[8192];
+    const char *bad[] = {SF_CLI_BIN, "load", shards,   "--batch-size", "8",      "--size",
+                         "32",       "--device", "host", "--json", NULL};
+    cr_assert_eq(run_cli(bad, out, sizeof(out)), 1, "%s", out);
+    cJSON *j = cJSON_Parse(out);
+    cr_assert(j, "one JSON object: %s", out);
+    cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(j, "ok")), "%s", out);
+    cr_assert(strstr(cJSON_GetObjectItem(j, "error")->valuestring, "s00031"), "%s", out);
+    cr_assert(strstr(cJSON_GetObjectItem(j, "error")->valuestring, "no image field"), "%s", out);
+    cJSON_Delete(j);
+    /* A list of URLs of which one is missing: exit 1 naming it, before any
+     * batch. */
+    char one[900], two[900];
+    snprintf(one, sizeof(one), "%sshard-000000.tar", shards);
+    snprintf(two, sizeof(two), "%sshard-000077.tar", shards);
+    const char *missing[] = {SF_CLI_BIN, "load", one, two, "--device", "host", "--json", NULL};
+    cr_assert_eq(run_cli(missing, out, sizeof(out)), 1, "%s", out);
+    j = cJSON_Parse(out);
+    cr_assert(j, "one JSON object: %s", out);
+    cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(j, "ok")), "%s", out);
+    cr_assert(strstr(cJSON_GetObjectItem(j, "error")->valuestring, "shard-000077.tar"), "%s", out);
+    cJSON_Delete(j);
 }

@@ -1,5 +1,6 @@
-/* The S3 client (sf_s3_new, stat, list, expand and configuration), against
- * the mock S3 server: every test starts its own server on a free port with a
+/* The S3 client (sf_s3_new, stat, list, expand, expand_stat and
+ * configuration) and the CLI's ls and stat of patterns, against the mock S3
+ * server: every test starts its own server on a free port with a
  * fresh root and stops it; the mock's statistics count the requests. */
 #include "shardfeed.h"
 #include "support/mock_proc.h"
@@ -7,11 +8,13 @@
 
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static struct mock_proc srv;
@@ -564,6 +567,432 @@ Test(s3, expand_a_local_directory_sorted_and_recursive)
     cr_expect_eq(sf_s3_expand(s3, dir, 3, &l), SF_ERR_LIMIT);
     snprintf(dir, sizeof(dir), "%s/nope/", tmp);
     cr_expect_eq(sf_s3_expand(s3, dir, 0, &l), SF_ERR_NOT_FOUND);
+}
+
+/* ============================================================ expand_stat */
+
+/* Puts prefix-NNN.tar for n in [0, count) except those in skip (-1 ends it),
+ * with size 100 + n; their ETags into etags[n] when etags is not NULL. */
+static void put_shards(const char *prefix, int count, const int *skip, char (*etags)[35])
+{
+    for (int i = 0; i < count; i++) {
+        int skipped = 0;
+        for (const int *s = skip; s && *s >= 0; s++)
+            skipped |= *s == i;
+        if (skipped)
+            continue;
+        char key[128];
+        snprintf(key, sizeof(key), "%s%03d.tar", prefix, i);
+        unsigned char *d = put_object(key, 100 + (size_t)i, (unsigned)i);
+        if (etags)
+            md5_etag(d, 100 + (size_t)i, etags[i]);
+        free(d);
+    }
+}
+
+Test(s3, expand_stat_of_a_pattern_gives_sizes_and_etags_in_pattern_order)
+{
+    start_mock(NULL);
+    default_client();
+    char etags[2][12][35];
+    put_shards("ds/a/t-", 12, NULL, etags[0]);
+    put_shards("ds/b/t-", 12, NULL, etags[1]);
+    put_small("ds/a/t-003.idx", 9); /* neighbours that are not named */
+    put_small("ds/a/t-0035.tar", 9);
+    put_small("ds/c/t-000.tar", 9);
+    /* b before a and a falling range: pattern order, not listing order */
+    struct sf_object_list *l = NULL;
+    sf_status st = sf_s3_expand_stat(s3, "s3://bucket/ds/{b,a}/t-{010..002}.tar", 0, &l);
+    cr_assert_eq(st, SF_OK, "%s: %s", sf_status_name(st), errmsg());
+    cr_assert_eq(sf_object_list_count(l), 18);
+    for (size_t i = 0; i < 18; i++) {
+        int dir = i < 9 ? 1 : 0, num = 10 - (int)(i % 9);
+        char key[64], url[96];
+        snprintf(key, sizeof(key), "ds/%c/t-%03d.tar", dir ? 'b' : 'a', num);
+        snprintf(url, sizeof(url), "s3://bucket/%s", key);
+        const struct sf_object_info *it = sf_object_list_get(l, i);
+        cr_expect_str_eq(it->key, key, "entry %zu", i);
+        cr_expect_str_eq(it->url, url, "entry %zu", i);
+        cr_expect_eq(it->size, 100 + (unsigned long long)num, "%s", key);
+        cr_expect_str_eq(it->etag, etags[dir][num], "%s", key);
+        cr_expect_gt(it->last_modified, 1600000000, "%s", key);
+        cr_expect_eq(it->is_prefix, 0);
+    }
+    sf_object_list_destroy(l);
+    cJSON *j = mock_stats();
+    cr_expect_eq(jnum(j, "operations", "HeadObject", NULL), 0, "more than 4 keys are listed");
+    cr_expect_geq(jnum(j, "operations", "ListObjectsV2", NULL), 1);
+    cr_expect_leq(jnum(j, "requests", NULL, NULL), 2, "18 keys in 1000-key pages");
+    cJSON_Delete(j);
+}
+
+Test(s3, expand_stat_of_a_few_keys_heads_each_one)
+{
+    start_mock(NULL);
+    default_client();
+    char etags[12][35];
+    put_shards("few/t-", 12, NULL, etags);
+    struct sf_object_list *l = NULL;
+    sf_status st = sf_s3_expand_stat(s3, "s3://bucket/few/t-{007,001,011}.tar", 0, &l);
+    cr_assert_eq(st, SF_OK, "%s: %s", sf_status_name(st), errmsg());
+    int want[] = {7, 1, 11};
+    cr_assert_eq(sf_object_list_count(l), 3);
+    for (size_t i = 0; i < 3; i++) {
+        const struct sf_object_info *it = sf_object_list_get(l, i);
+        cr_expect_eq(it->size, 100 + (unsigned long long)want[i]);
+        cr_expect_str_eq(it->etag, etags[want[i]]);
+    }
+    sf_object_list_destroy(l);
+    cJSON *j = mock_stats();
+    cr_expect_eq(jnum(j, "operations", "HeadObject", NULL), 3);
+    cr_expect_eq(jnum(j, "operations", "ListObjectsV2", NULL), 0);
+    cJSON_Delete(j);
+
+    /* one key, no braces: one HEAD, size known (sf_s3_expand leaves it unknown) */
+    cr_assert_eq(sf_s3_expand_stat(s3, "s3://bucket/few/t-004.tar", 0, &l), SF_OK, "%s", errmsg());
+    cr_assert_eq(sf_object_list_count(l), 1);
+    cr_expect_eq(sf_object_list_get(l, 0)->size, 104);
+    cr_expect_str_eq(sf_object_list_get(l, 0)->etag, etags[4]);
+    sf_object_list_destroy(l);
+    /* a prefix: the listing, with sizes */
+    cr_assert_eq(sf_s3_expand_stat(s3, "s3://bucket/few/", 0, &l), SF_OK, "%s", errmsg());
+    cr_expect_eq(sf_object_list_count(l), 12);
+    cr_expect_eq(sf_object_list_get(l, 11)->size, 111);
+    sf_object_list_destroy(l);
+}
+
+Test(s3, expand_stat_names_the_first_missing_object)
+{
+    start_mock(NULL);
+    default_client();
+    int skip[] = {2, 7, -1};
+    put_shards("gap/t-", 10, skip, NULL);
+    struct sf_object_list *l = (struct sf_object_list *)&skip; /* must be reset to NULL */
+    /* listed: 2 and 7 absent, 10 and 11 past the last key */
+    sf_status st = sf_s3_expand_stat(s3, "s3://bucket/gap/t-{000..011}.tar", 0, &l);
+    cr_expect_eq(st, SF_ERR_NOT_FOUND, "%s", sf_status_name(st));
+    cr_expect_null(l);
+    cr_expect(strstr(errmsg(), "s3://bucket/gap/t-002.tar"), "message: %s", errmsg());
+    cr_expect(strstr(errmsg(), "4 of the 12"), "message: %s", errmsg());
+    cr_expect(strstr(errmsg(), "s3://bucket/gap/t-{000..011}.tar"), "message: %s", errmsg());
+
+    /* pattern order decides which one is named first */
+    st = sf_s3_expand_stat(s3, "s3://bucket/gap/t-{009..000}.tar", 0, &l);
+    cr_expect_eq(st, SF_ERR_NOT_FOUND);
+    cr_expect(strstr(errmsg(), "s3://bucket/gap/t-007.tar"), "message: %s", errmsg());
+    cr_expect(strstr(errmsg(), "2 of the 10"), "message: %s", errmsg());
+
+    /* HEADed (a few keys) */
+    st = sf_s3_expand_stat(s3, "s3://bucket/gap/t-{000..003}.tar", 0, &l);
+    cr_expect_eq(st, SF_ERR_NOT_FOUND);
+    cr_expect_null(l);
+    cr_expect(strstr(errmsg(), "s3://bucket/gap/t-002.tar"), "message: %s", errmsg());
+    cr_expect(strstr(errmsg(), "1 of the 4"), "message: %s", errmsg());
+
+    /* one key */
+    st = sf_s3_expand_stat(s3, "s3://bucket/gap/t-007.tar", 0, &l);
+    cr_expect_eq(st, SF_ERR_NOT_FOUND);
+    cr_expect(strstr(errmsg(), "s3://bucket/gap/t-007.tar"), "message: %s", errmsg());
+
+    /* every key missing, and a prefix with nothing under it */
+    st = sf_s3_expand_stat(s3, "s3://bucket/none/t-{000..009}.tar", 0, &l);
+    cr_expect_eq(st, SF_ERR_NOT_FOUND);
+    cr_expect(strstr(errmsg(), "10 of the 10"), "message: %s", errmsg());
+    cr_expect_eq(sf_s3_expand_stat(s3, "s3://bucket/none/", 0, &l), SF_ERR_NOT_FOUND);
+    cr_expect_null(l);
+
+    /* a syntax error and a cap are what sf_s3_expand says */
+    cr_expect_eq(sf_s3_expand_stat(s3, "s3://bucket/t-{0..", 0, &l), SF_ERR_INVALID_ARGUMENT);
+    cr_expect_eq(sf_s3_expand_stat(s3, "s3://bucket/gap/t-{000..009}.tar", 5, &l), SF_ERR_LIMIT);
+    cr_expect_null(l);
+    cr_expect_eq(sf_s3_expand_stat(s3, NULL, 0, &l), SF_ERR_INVALID_ARGUMENT);
+}
+
+Test(s3, expand_stat_of_2500_keys_lists_pages_not_objects)
+{
+    start_mock(NULL);
+    default_client();
+    for (int i = 0; i < 2500; i++) {
+        char rel[80];
+        snprintf(rel, sizeof(rel), "bucket/many/k-%05d.bin", i);
+        cr_assert(test_write_file(root, rel, "xxxxxxx", (size_t)(i % 7)) == 0);
+    }
+    struct sf_object_list *l = NULL;
+    sf_status st = sf_s3_expand_stat(s3, "s3://bucket/many/k-{00000..02499}.bin", 0, &l);
+    cr_assert_eq(st, SF_OK, "%s: %s", sf_status_name(st), errmsg());
+    cr_assert_eq(sf_object_list_count(l), 2500);
+    for (int i = 0; i < 2500; i++) {
+        const struct sf_object_info *it = sf_object_list_get(l, (size_t)i);
+        cr_assert_eq(it->size, (unsigned long long)(i % 7), "entry %d", i);
+        cr_assert_eq(strlen(it->etag), 34, "entry %d: etag '%s'", i, it->etag);
+    }
+    sf_object_list_destroy(l);
+    struct sf_s3_stats s;
+    sf_s3_get_stats(s3, &s);
+    cr_expect_leq(s.requests, 3, "%llu requests for 2500 objects in 1000-key pages", s.requests);
+    cr_expect_lt(s.requests * 100, 2500);
+    cJSON *j = mock_stats();
+    cr_expect_eq(jnum(j, "operations", "HeadObject", NULL), 0);
+    cJSON_Delete(j);
+
+    /* a few keys at the start and one at the end: the listing skips ahead
+     * to just before the last key instead of reading the pages between */
+    cr_assert_eq(
+        sf_s3_expand_stat(s3, "s3://bucket/many/k-{00000,00001,00002,00003,02499}.bin", 0, &l),
+        SF_OK, "%s", errmsg());
+    cr_assert_eq(sf_object_list_count(l), 5);
+    cr_expect_str_eq(sf_object_list_get(l, 4)->key, "many/k-02499.bin");
+    cr_expect_eq(sf_object_list_get(l, 4)->size, 2499 % 7);
+    sf_object_list_destroy(l);
+    struct sf_s3_stats s2;
+    sf_s3_get_stats(s3, &s2);
+    cr_expect_eq(s2.requests - s.requests, 2, "%llu listing requests", s2.requests - s.requests);
+
+    /* the same in the middle of a large pattern: one missing key */
+    char path[700];
+    snprintf(path, sizeof(path), "%s/bucket/many/k-01234.bin", root);
+    cr_assert(unlink(path) == 0);
+    st = sf_s3_expand_stat(s3, "s3://bucket/many/k-{00000..02499}.bin", 0, &l);
+    cr_expect_eq(st, SF_ERR_NOT_FOUND);
+    cr_expect(strstr(errmsg(), "s3://bucket/many/k-01234.bin"), "message: %s", errmsg());
+    cr_expect(strstr(errmsg(), "1 of the 2500"), "message: %s", errmsg());
+}
+
+Test(s3, expand_stat_of_a_local_pattern)
+{
+    make_root();
+    struct sf_s3_options o;
+    opts_init(&o);
+    o.endpoint_url = "http://127.0.0.1:1"; /* never contacted */
+    client(&o);
+    for (int i = 0; i < 6; i++) {
+        char rel[64];
+        snprintf(rel, sizeof(rel), "loc/s-%d.bin", i);
+        cr_assert(test_write_file(tmp, rel, "abcdefgh", (size_t)i + 1) == 0);
+    }
+    char pat[800];
+    snprintf(pat, sizeof(pat), "%s/loc/s-{5..0}.bin", tmp);
+    struct sf_object_list *l = NULL;
+    cr_assert_eq(sf_s3_expand_stat(s3, pat, 0, &l), SF_OK, "%s", errmsg());
+    cr_assert_eq(sf_object_list_count(l), 6);
+    for (size_t i = 0; i < 6; i++) {
+        char want[800];
+        snprintf(want, sizeof(want), "%s/loc/s-%zu.bin", tmp, 5 - i);
+        const struct sf_object_info *it = sf_object_list_get(l, i);
+        cr_expect_str_eq(it->key, want);
+        cr_expect_eq(it->size, 6 - i, "%s", want);
+        cr_expect_gt(it->last_modified, 0);
+    }
+    sf_object_list_destroy(l);
+
+    /* file:// too; a missing file is named */
+    snprintf(pat, sizeof(pat), "file://%s/loc/s-{0,1,9,2}.bin", tmp);
+    cr_expect_eq(sf_s3_expand_stat(s3, pat, 0, &l), SF_ERR_NOT_FOUND);
+    cr_expect_null(l);
+    cr_expect(strstr(errmsg(), "/loc/s-9.bin"), "message: %s", errmsg());
+    cr_expect(strstr(errmsg(), "1 of the 4"), "message: %s", errmsg());
+    /* a directory in a pattern is not an object */
+    snprintf(pat, sizeof(pat), "%s/{loc,loc/s-0.bin}", tmp);
+    cr_expect_eq(sf_s3_expand_stat(s3, pat, 0, &l), SF_ERR_INVALID_ARGUMENT);
+    /* a directory alone is listed, as sf_s3_expand does */
+    snprintf(pat, sizeof(pat), "%s/loc", tmp);
+    cr_assert_eq(sf_s3_expand_stat(s3, pat, 0, &l), SF_OK, "%s", errmsg());
+    cr_expect_eq(sf_object_list_count(l), 6);
+    sf_object_list_destroy(l);
+
+    struct sf_s3_stats s;
+    sf_s3_get_stats(s3, &s);
+    cr_expect_eq(s.requests, 0);
+}
+
+Test(s3, expand_stat_of_an_http_pattern_heads_each_url)
+{
+    const char *args[] = {"--anonymous", NULL};
+    start_mock(args);
+    put_small("web/a.bin", 10);
+    put_small("web/b.bin", 20);
+    struct sf_s3_options o;
+    opts_init(&o);
+    o.access_key_id = o.secret_access_key = NULL;
+    o.no_sign_request = 1;
+    client(&o);
+    char pat[200];
+    snprintf(pat, sizeof(pat), "%s/bucket/web/{b,a}.bin", srv.url);
+    struct sf_object_list *l = NULL;
+    cr_assert_eq(sf_s3_expand_stat(s3, pat, 0, &l), SF_OK, "%s", errmsg());
+    cr_assert_eq(sf_object_list_count(l), 2);
+    cr_expect_eq(sf_object_list_get(l, 0)->size, 20);
+    cr_expect_eq(sf_object_list_get(l, 1)->size, 10);
+    cr_expect_eq(strlen(sf_object_list_get(l, 1)->etag), 34);
+    sf_object_list_destroy(l);
+    snprintf(pat, sizeof(pat), "%s/bucket/web/{a,c}.bin", srv.url);
+    cr_expect_eq(sf_s3_expand_stat(s3, pat, 0, &l), SF_ERR_NOT_FOUND);
+    cr_expect(strstr(errmsg(), "/bucket/web/c.bin"), "message: %s", errmsg());
+    cJSON *j = mock_stats();
+    cr_expect_eq(jnum(j, "operations", "HeadObject", NULL), 4);
+    cJSON_Delete(j);
+}
+
+/* ============================================================ CLI: ls and stat of patterns */
+
+/* Runs the shardfeed CLI with --endpoint-url and args (NULL-terminated);
+ * stdout and stderr into tmp/TAG.out and tmp/TAG.err; the exit status. */
+static int cli_run(const char *tag, const char *const *args)
+{
+    setenv("AWS_ACCESS_KEY_ID", "mock-access-key", 1);
+    setenv("AWS_SECRET_ACCESS_KEY", "mock-secret-key", 1);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        char out[800], err[800];
+        snprintf(out, sizeof(out), "%s/%s.out", tmp, tag);
+        snprintf(err, sizeof(err), "%s/%s.err", tmp, tag);
+        int fo = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        int fe = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (fo < 0 || fe < 0 || dup2(fo, 1) < 0 || dup2(fe, 2) < 0)
+            _exit(126);
+        const char *argv[32];
+        int n = 0;
+        argv[n++] = SF_CLI_BIN;
+        argv[n++] = args[0];
+        argv[n++] = "--endpoint-url";
+        argv[n++] = srv.url;
+        for (int i = 1; args[i] && n < 31; i++)
+            argv[n++] = args[i];
+        argv[n] = NULL;
+        execv(SF_CLI_BIN, (char *const *)argv);
+        _exit(127);
+    }
+    int status;
+    cr_assert(waitpid(pid, &status, 0) == pid);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* Contents of tmp/TAG.EXT (static buffer). */
+static const char *cli_output(const char *tag, const char *ext)
+{
+    static char buf[1 << 16];
+    char path[800];
+    snprintf(path, sizeof(path), "%s/%s.%s", tmp, tag, ext);
+    FILE *f = fopen(path, "rb");
+    cr_assert(f, "%s", path);
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+static size_t count_lines(const char *s)
+{
+    size_t n = 0;
+    for (; *s; s++)
+        n += *s == '\n';
+    return n;
+}
+
+Test(s3, cli_ls_of_a_pattern_lists_every_object)
+{
+    start_mock(NULL);
+    put_shards("cli/t-", 6, NULL, NULL);
+    put_small("cli/t-003.idx", 1);
+    const char *ls[] = {"ls", "s3://bucket/cli/t-{005..000}.tar", NULL};
+    cr_assert_eq(cli_run("ls", ls), 0, "%s", cli_output("ls", "err"));
+    const char *out = cli_output("ls", "out");
+    cr_expect_eq(count_lines(out), 6, "%s", out);
+    const char *at = out;
+    for (int i = 5; i >= 0; i--) {
+        char line[64];
+        snprintf(line, sizeof(line), "%12d  cli/t-%03d.tar\n", 100 + i, i);
+        const char *hit = strstr(out, line);
+        cr_expect(hit && hit >= at, "'%s' missing or out of order in:\n%s", line, out);
+        if (hit)
+            at = hit;
+    }
+    cr_expect_null(strstr(out, "t-003.idx"));
+
+    const char *js[] = {"ls", "--json", "s3://bucket/cli/t-{000..005}.tar", NULL};
+    cr_assert_eq(cli_run("lsj", js), 0, "%s", cli_output("lsj", "err"));
+    cJSON *arr = cJSON_Parse(cli_output("lsj", "out"));
+    cr_assert(cJSON_IsArray(arr));
+    cr_assert_eq(cJSON_GetArraySize(arr), 6);
+    for (int i = 0; i < 6; i++) {
+        const cJSON *o = cJSON_GetArrayItem(arr, i);
+        cr_expect_eq(jnum(o, "size", NULL, NULL), 100 + i);
+        const cJSON *e = cJSON_GetObjectItemCaseSensitive(o, "etag");
+        cr_expect(cJSON_IsString(e) && strlen(e->valuestring) == 34);
+    }
+    cJSON_Delete(arr);
+
+    /* a plain prefix is still listed, grouped at '/' */
+    put_small("cli/sub/x.bin", 3);
+    const char *pre[] = {"ls", "s3://bucket/cli/", NULL};
+    cr_assert_eq(cli_run("pre", pre), 0, "%s", cli_output("pre", "err"));
+    out = cli_output("pre", "out");
+    cr_expect_eq(count_lines(out), 8, "%s", out);
+    cr_expect(strstr(out, "PRE  cli/sub/"), "%s", out);
+    cr_expect(strstr(out, "cli/t-003.idx"), "%s", out);
+}
+
+Test(s3, cli_stat_of_a_pattern_and_of_several_urls)
+{
+    start_mock(NULL);
+    char etags[6][35];
+    put_shards("cli/t-", 6, NULL, etags);
+    const char *st[] = {"stat", "s3://bucket/cli/t-{000..005}.tar", NULL};
+    cr_assert_eq(cli_run("stat", st), 0, "%s", cli_output("stat", "err"));
+    const char *out = cli_output("stat", "out");
+    for (int i = 0; i < 6; i++) {
+        char want[400];
+        snprintf(want, sizeof(want),
+                 "url:           s3://bucket/cli/t-%03d.tar\nsize:          %d\n"
+                 "etag:          %s\n",
+                 i, 100 + i, etags[i]);
+        cr_expect(strstr(out, want), "no block for %d in:\n%s", i, out);
+    }
+
+    const char *two[] = {"stat", "--json", "s3://bucket/cli/t-004.tar",
+                         "s3://bucket/cli/t-{001,002}.tar", NULL};
+    cr_assert_eq(cli_run("two", two), 0, "%s", cli_output("two", "err"));
+    cJSON *arr = cJSON_Parse(cli_output("two", "out"));
+    cr_assert(cJSON_IsArray(arr));
+    cr_assert_eq(cJSON_GetArraySize(arr), 3);
+    cr_expect_eq(jnum(cJSON_GetArrayItem(arr, 0), "size", NULL, NULL), 104);
+    cr_expect_eq(jnum(cJSON_GetArrayItem(arr, 1), "size", NULL, NULL), 101);
+    cr_expect_eq(jnum(cJSON_GetArrayItem(arr, 2), "size", NULL, NULL), 102);
+    cJSON_Delete(arr);
+
+    /* one plain URL: one JSON object, as before */
+    const char *one[] = {"stat", "--json", "s3://bucket/cli/t-003.tar", NULL};
+    cr_assert_eq(cli_run("one", one), 0, "%s", cli_output("one", "err"));
+    cJSON *o = cJSON_Parse(cli_output("one", "out"));
+    cr_assert(cJSON_IsObject(o));
+    cr_expect_eq(jnum(o, "size", NULL, NULL), 103);
+    cJSON_Delete(o);
+}
+
+Test(s3, cli_ls_and_stat_of_a_pattern_with_a_missing_object_exit_1)
+{
+    start_mock(NULL);
+    int skip[] = {3, -1};
+    put_shards("cli/t-", 6, skip, NULL);
+    const char *cmds[] = {"ls", "stat"};
+    for (int c = 0; c < 2; c++) {
+        const char *args[] = {cmds[c], "s3://bucket/cli/t-{000..005}.tar", NULL};
+        cr_assert_eq(cli_run(cmds[c], args), 1, "%s", cmds[c]);
+        cr_expect_str_eq(cli_output(cmds[c], "out"), "", "%s printed objects", cmds[c]);
+        const char *err = cli_output(cmds[c], "err");
+        cr_expect(strstr(err, "s3://bucket/cli/t-003.tar"), "%s: %s", cmds[c], err);
+        cr_expect(strstr(err, "SF_ERR_NOT_FOUND"), "%s: %s", cmds[c], err);
+    }
+    /* a plain missing key and a bad pattern */
+    const char *one[] = {"stat", "s3://bucket/cli/t-003.tar", NULL};
+    cr_expect_eq(cli_run("one", one), 1);
+    cr_expect(strstr(cli_output("one", "err"), "s3://bucket/cli/t-003.tar"), "%s",
+              cli_output("one", "err"));
+    const char *bad[] = {"ls", "s3://bucket/cli/t-{000..", NULL};
+    cr_expect_eq(cli_run("bad", bad), 1);
+    cr_expect(strstr(cli_output("bad", "err"), "SF_ERR_INVALID_ARGUMENT"), "%s",
+              cli_output("bad", "err"));
 }
 
 /* ============================================================ configuration */

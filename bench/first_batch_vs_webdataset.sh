@@ -1,0 +1,376 @@
+#!/usr/bin/env bash
+# Cold start of shardfeed's loader on a plain WebDataset bucket (GNU tar
+# shards, no index.json) against PyTorch's DataLoader + WebDataset over HTTP,
+# and what the first epoch costs with a cold cache or without an index.
+#
+# Usage: bash bench/first_batch_vs_webdataset.sh [--per-photo N] [--shards N]
+#          [--rounds R] [--batch-size B] [--threads T] [--data DIR] [--no-torch]
+#          [--build-dir DIR] [--tmpdir DIR] [--cache-tmpdir DIR] [--results FILE]
+#
+# Data (in a temp dir: /dev/shm when it has room, else /tmp):
+#   scripts/make-sample-dataset.sh cuts N images (default 250) from each of the
+#   12 photographs of Debian's mate-backgrounds (3,000 ImageNet-like JPEGs of
+#   ~110 KB; docs/sample-dataset.md), or --data DIR takes an ImageFolder tree.
+#   bench/first_batch_helper.py shuffles the samples (seed 1) and writes the
+#   shards with the system `tar --format=gnu` (not `shardfeed pack`): sample
+#   key = base name, members KEY.jpg and KEY.cls, no index.json
+#   (bench/plain/train-{000000..}.tar). A copy of the same shards gets an
+#   index.json (bench/index/): from `shardfeed index` when this build has it,
+#   else written by the helper in pack's format (docs/pack.md).
+# Servers, both on 127.0.0.1, free ports, serving the same folder:
+#   shardfeed-mock-s3 (signed requests, the mock's default keys) as s3://bench/
+#   nginx (Debian's nginx-light, a user process with its own config)
+# Every run is a fresh process; batch B (64), T decode threads / DataLoader
+# workers (2), RandomResizedCrop 224 + flip, uint8, host batches; seed = round.
+#   sf-cold-plain  shardfeed load s3://bench/plain/train-{..}.tar, empty
+#                  --cache-dir, one epoch, --json (first_batch_s is taken from
+#                  before sf_loader_open, images_per_s over the whole epoch)
+#   sf-cold-index  the same on bench/index/ (with index.json), empty cache dir
+#   sf-warm-index  the same again on the cache the cold run left
+#   sf-ram-plain, sf-ram-index   --ram-only (no disk cache), for reference
+#   torch-first    python3 bench/first_batch_helper.py torch-first: the
+#                  pipeline of bench/torch_loader.py (WebDataset shuffle 1000,
+#                  decode pil, RandomResizedCrop 224 + flip, PILToTensor;
+#                  DataLoader num_workers=T, prefetch_factor 4) over
+#                  "pipe:curl -s -f http://127.0.0.1:PORT/bench/plain/..."
+#                  URLs; seconds from just before iter(loader) (workers start)
+#                  to the first batch. Python imports are not timed, and
+#                  shardfeed's process start is not either.
+# One unmeasured warm-up of each shardfeed kind (the mock's ETag cache) and one
+# full torch epoch over nginx (checks it delivers every image; its images/s is
+# printed for context). R rounds (default 5); the order of the runs rotates by
+# round (a warm run always follows its cold run). Every shardfeed epoch must
+# deliver every image once (images, batches, no skips, no pads).
+#
+# Prints the medians and:
+#   a) first batch, shardfeed cold without index / torch   (target <= 0.35)
+#   b) images/s, cold / warm disk cache, with index.json   (target >= 0.95)
+#   c) images/s, cold: without / with index.json           (target >= 0.95)
+#   and, for reference, --ram-only against the warm cache and without index.
+# Each ratio is the ratio of the medians; beside it, the median and range of
+# the ratios within each round (runs of one round are close in time, so these
+# move less with other load on the machine). CPU ms/img: GNU time's user +
+# system seconds of a shardfeed run over the images it delivered.
+#
+# Settings (flags override the environment):
+#   SF_BENCH_PER_PHOTO    --per-photo     images per photograph        (250)
+#   SF_BENCH_SHARDS       --shards        shards                       (12)
+#   SF_BENCH_ROUNDS       --rounds        measured rounds              (5)
+#   SF_BENCH_BATCH        --batch-size    images per batch             (64)
+#   SF_BENCH_THREADS      --threads       decode threads / workers     (2)
+#   SF_BENCH_DATA         --data          existing ImageFolder tree    (make one)
+#   SF_BENCH_BUILD_DIR    --build-dir     where shardfeed is           (build/)
+#   SF_BENCH_TMPDIR       --tmpdir        parent of the data temp dir  (/dev/shm or /tmp)
+#   SF_BENCH_CACHE_TMPDIR --cache-tmpdir  parent of the cache dirs     ($TMPDIR or /tmp)
+#   --no-torch      shardfeed only (no ratio a)
+#   --results FILE  also keep every run's JSON line (JSON lines) in FILE
+# Exits 0 (a benchmark, not a test) unless setup failed (2) or a tool failed or
+# delivered a wrong image count (1). Needs scripts/install-bench-deps.sh.
+set -euo pipefail
+
+PER_PHOTO=${SF_BENCH_PER_PHOTO:-250}
+NSHARDS=${SF_BENCH_SHARDS:-12}
+ROUNDS=${SF_BENCH_ROUNDS:-5}
+BATCH=${SF_BENCH_BATCH:-64}
+THREADS=${SF_BENCH_THREADS:-2}
+DATA=${SF_BENCH_DATA:-}
+BUILD_DIR=${SF_BENCH_BUILD_DIR:-}
+TMP_PARENT=${SF_BENCH_TMPDIR:-}
+CACHE_PARENT=${SF_BENCH_CACHE_TMPDIR:-${TMPDIR:-/tmp}}
+TORCH=1
+RESULTS_COPY=
+
+usage() { sed -n '5,7p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --per-photo) PER_PHOTO=${2:-}; shift 2 || usage ;;
+    --shards) NSHARDS=${2:-}; shift 2 || usage ;;
+    --rounds) ROUNDS=${2:-}; shift 2 || usage ;;
+    --batch-size) BATCH=${2:-}; shift 2 || usage ;;
+    --threads) THREADS=${2:-}; shift 2 || usage ;;
+    --data) DATA=${2:-}; shift 2 || usage ;;
+    --build-dir) BUILD_DIR=${2:-}; shift 2 || usage ;;
+    --tmpdir) TMP_PARENT=${2:-}; shift 2 || usage ;;
+    --cache-tmpdir) CACHE_PARENT=${2:-}; shift 2 || usage ;;
+    --results) RESULTS_COPY=${2:-}; shift 2 || usage ;;
+    --no-torch) TORCH=0; shift ;;
+    -h|--help) usage ;;
+    *) echo "first_batch_vs_webdataset: unknown argument: $1" >&2; usage ;;
+  esac
+done
+for v in PER_PHOTO NSHARDS ROUNDS BATCH THREADS; do
+  if ! [[ ${!v} =~ ^[1-9][0-9]*$ ]]; then
+    echo "first_batch_vs_webdataset: $v must be a positive integer, not '${!v}'" >&2
+    exit 2
+  fi
+done
+((NSHARDS <= 1000000)) || { echo "first_batch_vs_webdataset: too many shards" >&2; exit 2; }
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+HELPER=$ROOT/bench/first_batch_helper.py
+BUILD_DIR=${BUILD_DIR:-$ROOT/build}
+BUILD_DIR=$(cd "$BUILD_DIR" 2>/dev/null && pwd) ||
+  { echo "first_batch_vs_webdataset: no build dir (cmake --build build first)" >&2; exit 2; }
+SF=$BUILD_DIR/shardfeed
+MOCK=
+for m in "$BUILD_DIR/shardfeed-mock-s3" "$BUILD_DIR/mock_server/shardfeed-mock-s3"; do
+  [[ -x $m ]] && { MOCK=$m; break; }
+done
+for b in "$SF" "$MOCK"; do
+  [[ -n $b && -x $b ]] ||
+    { echo "first_batch_vs_webdataset: shardfeed or shardfeed-mock-s3 not found in $BUILD_DIR:" \
+        "build first (cmake --build $BUILD_DIR)" >&2; exit 2; }
+done
+[[ -n $DATA || -x $BUILD_DIR/sf_make_photos ]] ||
+  { echo "first_batch_vs_webdataset: $BUILD_DIR/sf_make_photos not found (or pass --data)" >&2
+    exit 2; }
+if [[ -n $DATA && ! -d $DATA ]]; then
+  echo "first_batch_vs_webdataset: --data $DATA is not a folder" >&2
+  exit 2
+fi
+"$SF" load --help >/dev/null 2>&1 ||
+  { echo "first_batch_vs_webdataset: '$SF load --help' fails" >&2; exit 2; }
+for t in tar curl timeout python3; do
+  command -v "$t" >/dev/null || { echo "first_batch_vs_webdataset: $t not found" >&2; exit 2; }
+done
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+if ((TORCH)); then
+  [[ -x $NGINX ]] ||
+    { echo "first_batch_vs_webdataset: nginx not found: scripts/install-bench-deps.sh" >&2; exit 2; }
+  python3 -c 'import torch, torchvision, webdataset, PIL' 2>/dev/null ||
+    { echo "first_batch_vs_webdataset: python3 lacks torch, torchvision, webdataset or pillow:" \
+        "run scripts/install-bench-deps.sh (or --no-torch)" >&2; exit 2; }
+fi
+
+# The dataset (~110 KB an image) three times: the tree and two copies of the shards.
+need_kib=$((PER_PHOTO * 12 * 110 * 3 + 65536))
+if [[ -z $TMP_PARENT ]]; then
+  TMP_PARENT=/tmp
+  if [[ -d /dev/shm ]]; then
+    shm_kib=$(df -Pk /dev/shm | awk 'NR == 2 { print $4 }')
+    if [[ ${shm_kib:-0} -gt $need_kib ]]; then TMP_PARENT=/dev/shm; fi
+  fi
+fi
+WORK=$(mktemp -d "$TMP_PARENT/sf-first-batch-XXXXXX")
+CACHES=$(mktemp -d "$CACHE_PARENT/sf-first-batch-cache-XXXXXX")
+NGINX_PID='' MOCK_PID=''
+stop() { # PID: SIGTERM, then SIGKILL after 5 s (never fails: it runs in the EXIT trap)
+  local pid=$1
+  [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null || return 0
+  kill -TERM "$pid" 2>/dev/null || true
+  for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+}
+cleanup() {
+  set +e
+  stop "$NGINX_PID"
+  stop "$MOCK_PID"
+  rm -rf "$WORK" "$CACHES"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+setup_fail() { echo "first_batch_vs_webdataset: $*" >&2; exit 2; }
+
+# ------------------------------------------------------------ data
+if [[ -z $DATA ]]; then
+  DATA=$WORK/photos
+  bash "$ROOT/scripts/make-sample-dataset.sh" "$DATA" --per-photo "$PER_PHOTO" \
+    --build-dir "$BUILD_DIR" >&2 || setup_fail "the sample dataset could not be made"
+fi
+SITE=$WORK/root
+PLAIN=$SITE/bench/plain
+INDEXED=$SITE/bench/index
+python3 "$HELPER" shards "$DATA" "$PLAIN" --counts "$WORK/counts.json" --shards "$NSHARDS" ||
+  setup_fail "writing the shards failed"
+mkdir -p "$INDEXED"
+cp "$PLAIN"/*.tar "$INDEXED/"
+LAST=$(printf '%06d' $((NSHARDS - 1)))
+PATTERN="train-{000000..$LAST}.tar"
+INDEX_BY="shardfeed index"
+# `shardfeed index` (when this build has it) writes index.json beside the shards.
+if ! "$SF" index --help >/dev/null 2>&1 ||
+   ! "$SF" index "$INDEXED/$PATTERN" >"$WORK/index.log" 2>&1; then
+  [[ -s $WORK/index.log ]] && { echo "shardfeed index failed; the helper writes index.json:" >&2
+                                cat "$WORK/index.log" >&2; }
+  INDEX_BY="first_batch_helper.py (pack's format)"
+  python3 "$HELPER" index "$INDEXED" --counts "$WORK/counts.json" ||
+    setup_fail "writing index.json failed"
+fi
+python3 "$HELPER" check-index "$INDEXED" --counts "$WORK/counts.json" ||
+  setup_fail "index.json ($INDEX_BY) does not give the shards' counts"
+[[ ! -e $PLAIN/index.json ]] || setup_fail "$PLAIN/index.json must not exist"
+read -r SAMPLES SHARD_BYTES JPG_BYTES < <(python3 -c '
+import json, sys
+c = json.load(open(sys.argv[1]))
+print(c["sample_count"], sum(s["bytes"] for s in c["shards"]),
+      sum(s["jpg_bytes"] for s in c["shards"]))' "$WORK/counts.json")
+cat "$PLAIN"/*.tar "$INDEXED"/*.tar >/dev/null # page cache (tmpfs: already)
+
+# ------------------------------------------------------------ servers
+start_mock() {
+  "$MOCK" --port 0 --root "$SITE" --quiet </dev/null >"$WORK/mock.out" 2>"$WORK/mock.err" &
+  MOCK_PID=$!
+  local line
+  for _ in $(seq 100); do
+    line=$(head -n 1 "$WORK/mock.out")
+    if [[ $line =~ ^listening\ on\ (http://[0-9.]+:[0-9]+)$ ]]; then
+      MOCK_URL=${BASH_REMATCH[1]}
+      return 0
+    fi
+    kill -0 "$MOCK_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  cat "$WORK/mock.err" >&2
+  setup_fail "shardfeed-mock-s3 did not start"
+}
+
+# Debian's nginx has absolute compiled-in temp and log paths; they are
+# overridden so that it runs as any user, everything under $WORK/nginx.
+start_nginx() {
+  local port user_line=
+  mkdir -p "$WORK/nginx/tmp"
+  # As root, nginx would drop its workers to "nobody", who cannot read $WORK.
+  [[ $(id -u) -eq 0 ]] && user_line="user $(id -un) $(id -gn);"
+  for _ in 1 2 3 4 5 6 7 8; do
+    port=$((20000 + RANDOM % 40000))
+    cat >"$WORK/nginx/nginx.conf" <<EOF
+$user_line
+worker_processes auto;
+pid $WORK/nginx/nginx.pid;
+error_log $WORK/nginx/error.log warn;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  sendfile on;
+  tcp_nopush on;
+  keepalive_timeout 65;
+  default_type application/octet-stream;
+  client_body_temp_path $WORK/nginx/tmp/body;
+  proxy_temp_path $WORK/nginx/tmp/proxy;
+  fastcgi_temp_path $WORK/nginx/tmp/fastcgi;
+  uwsgi_temp_path $WORK/nginx/tmp/uwsgi;
+  scgi_temp_path $WORK/nginx/tmp/scgi;
+  server {
+    listen 127.0.0.1:$port;
+    root $SITE;
+  }
+}
+EOF
+    "$NGINX" -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" -e "$WORK/nginx/error.log" \
+      -g 'daemon off;' </dev/null >/dev/null 2>>"$WORK/nginx/error.log" &
+    NGINX_PID=$!
+    for _ in $(seq 50); do
+      kill -0 "$NGINX_PID" 2>/dev/null || break # exited: port taken or bad config
+      if curl -s -f -o /dev/null --noproxy '*' \
+           "http://127.0.0.1:$port/bench/plain/train-000000.tar"; then
+        NGINX_URL=http://127.0.0.1:$port
+        return 0
+      fi
+      sleep 0.1
+    done
+    stop "$NGINX_PID"
+    NGINX_PID=
+    grep -q 'Address already in use' "$WORK/nginx/error.log" || break
+  done
+  cat "$WORK/nginx/error.log" >&2
+  setup_fail "nginx did not start"
+}
+
+start_mock
+((TORCH)) && start_nginx
+unset AWS_PROFILE AWS_SESSION_TOKEN AWS_ENDPOINT_URL AWS_ENDPOINT_URL_S3 AWS_CA_BUNDLE
+export AWS_ACCESS_KEY_ID=mock-access-key AWS_SECRET_ACCESS_KEY=mock-secret-key
+export AWS_REGION=us-east-1
+export NO_PROXY='*' no_proxy='*'
+TORCH_URLS=()
+for ((i = 0; i < NSHARDS; i++)); do
+  TORCH_URLS+=("pipe:curl -s -f ${NGINX_URL:-}/bench/plain/$(printf 'train-%06d.tar' "$i")")
+done
+
+# ------------------------------------------------------------ runs
+RESULTS=$WORK/results.jsonl
+# GNU time gives each run's CPU seconds (user + system, threads and children).
+HAVE_TIME=1
+/usr/bin/time -f '%e' -o /dev/null true 2>/dev/null || HAVE_TIME=0
+: >"$RESULTS"
+NRUN=0
+# run NAME ROUND CMD...: runs CMD (10 min at most), records its JSON.
+run() {
+  local name=$1 round=$2 log
+  shift 2
+  NRUN=$((NRUN + 1))
+  log=$WORK/run.$NRUN
+  local timer=()
+  ((HAVE_TIME)) && timer=(/usr/bin/time -f '%e %U %S' -o "$log.time")
+  if ! timeout 600 "${timer[@]}" "$@" </dev/null >"$log.out" 2>"$log.err"; then
+    echo "first_batch_vs_webdataset: $name failed (round $((round + 1))): $*" >&2
+    tail -n 20 "$log.err" >&2
+    tail -n 3 "$log.out" >&2
+    exit 1
+  fi
+  python3 "$HELPER" record "$log.out" --run "$name" --round "$round" --expect "$SAMPLES" \
+    --batch-size "$BATCH" --results "$RESULTS" --time "$log.time" ||
+    { tail -n 20 "$log.err" >&2; exit 1; }
+}
+sf_load() { # ROUND DIR(plain|index) EXTRA...
+  local round=$1 dir=$2
+  shift 2
+  SF_CMD=("$SF" load "s3://bench/$dir/$PATTERN" --endpoint-url "$MOCK_URL" --device host
+          --batch-size "$BATCH" --decode-threads "$THREADS" --seed "$((round + 1))" --json "$@")
+}
+g_cold_plain() {
+  rm -rf "$CACHES/c"
+  sf_load "$1" plain --cache-dir "$CACHES/c"
+  run sf-cold-plain "$1" "${SF_CMD[@]}"
+  rm -rf "$CACHES/c"
+}
+g_cold_warm_index() {
+  rm -rf "$CACHES/c"
+  sf_load "$1" index --cache-dir "$CACHES/c"
+  run sf-cold-index "$1" "${SF_CMD[@]}"
+  run sf-warm-index "$1" "${SF_CMD[@]}"
+  rm -rf "$CACHES/c"
+}
+g_ram_plain() { sf_load "$1" plain --ram-only; run sf-ram-plain "$1" "${SF_CMD[@]}"; }
+g_ram_index() { sf_load "$1" index --ram-only; run sf-ram-index "$1" "${SF_CMD[@]}"; }
+g_torch() {
+  run torch-first "$1" python3 "$HELPER" torch-first "${TORCH_URLS[@]}" --batch-size "$BATCH" \
+    --workers "$THREADS" --seed "$(($1 + 1))"
+}
+GROUPS_=(g_cold_plain g_cold_warm_index g_ram_plain g_ram_index)
+((TORCH)) && GROUPS_+=(g_torch)
+
+echo "data: $SAMPLES images in $NSHARDS GNU tar shards" \
+  "($(awk -v b="$SHARD_BYTES" 'BEGIN { printf "%.0f", b / 1048576 }') MiB) in $WORK;" \
+  "index.json by $INDEX_BY; cache dirs in $CACHES; mock $MOCK_URL, nginx ${NGINX_URL:-off}" >&2
+echo "warm-up (unmeasured)" >&2
+WARM_RESULTS=$WORK/warmup.jsonl
+REAL_RESULTS=$RESULTS
+RESULTS=$WARM_RESULTS
+sf_load 0 plain --ram-only
+run sf-ram-plain -1 "${SF_CMD[@]}"
+sf_load 0 index --ram-only
+run sf-ram-index -1 "${SF_CMD[@]}"
+RESULTS=$REAL_RESULTS
+if ((TORCH)); then
+  # One full epoch through nginx: torch delivers every image (and its rate).
+  run torch-epoch -1 python3 "$HELPER" torch-first "${TORCH_URLS[@]}" --batch-size "$BATCH" \
+    --workers "$THREADS" --expect "$SAMPLES"
+fi
+for ((r = 0; r < ROUNDS; r++)); do
+  echo "round $((r + 1))/$ROUNDS" >&2
+  for ((k = 0; k < ${#GROUPS_[@]}; k++)); do
+    "${GROUPS_[$(((k + r) % ${#GROUPS_[@]}))]}" "$r"
+  done
+done
+
+TORCH_SIDE="torch: nginx, curl"
+((TORCH)) || TORCH_SIDE="torch: not run"
+TITLE="first batch and first epoch: $SAMPLES images (mean $(awk -v b="$JPG_BYTES" -v n="$SAMPLES" \
+  'BEGIN { printf "%.0f", b / n / 1000 }') KB) in $NSHARDS GNU tar shards on 127.0.0.1
+(shardfeed: shardfeed-mock-s3, signed; $TORCH_SIDE); batch $BATCH, $THREADS decode threads /
+DataLoader workers, RandomResizedCrop 224 + flip, uint8 host batches; rounds: $ROUNDS; CPUs: $(nproc);
+$("$SF" version 2>/dev/null | head -n 1)"
+python3 "$HELPER" summary "$RESULTS" --title "$TITLE" || exit 1
+if [[ -n $RESULTS_COPY ]]; then cp "$RESULTS" "$RESULTS_COPY"; fi

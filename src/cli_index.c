@@ -1,0 +1,208 @@
+/* shardfeed index: index.json for shards that were not made by pack. Public API only. */
+#include "cli.h"
+#include "progress.h"
+#include "shardfeed_pack.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+enum {
+    O_DRY_RUN = CLI_OPT_EXTRA,
+    O_PARALLEL,
+    O_WINDOW,
+    O_NO_PROGRESS,
+};
+
+struct index_args {
+    struct sf_index_options o;
+    int dry_run;
+    int no_progress;
+};
+
+static int index_option(void *ctx, int val, const char *arg)
+{
+    struct index_args *a = ctx;
+    switch (val) {
+    case O_DRY_RUN: a->dry_run = 1; return 0;
+    case O_PARALLEL:
+        return cli_parse_uint("--parallel", arg, 1, 1024, &a->o.parallel) ? EXIT_USAGE : 0;
+    case O_WINDOW: {
+        unsigned long long b;
+        if (sf_parse_bytes(arg, &b) != SF_OK || b < (64u << 10) || b > (16ull << 30)) {
+            cli_errorf("index: --window: expected a size from 64K to 16G such as 8M, got '%s'",
+                       arg);
+            return EXIT_USAGE;
+        }
+        a->o.window_bytes = b;
+        return 0;
+    }
+    case O_NO_PROGRESS: a->no_progress = 1; return 0;
+    }
+    return EXIT_USAGE;
+}
+
+static int on_index_progress(void *user, const struct sf_index_progress *p)
+{
+    cli_progress_update(user, p->bytes_done, p->bytes_total, p->shards_done, p->shards_total);
+    return 0;
+}
+
+static int is_http(const char *url)
+{
+    return !strncmp(url, "http://", 7) || !strncmp(url, "https://", 8);
+}
+
+/* Writes text to a local path: a temporary file beside it, renamed over it. */
+static int write_local(const char *url, const char *text, size_t len)
+{
+    const char *path = !strncmp(url, "file://", 7) ? url + 7 : url;
+    const char *slash = strrchr(path, '/');
+    size_t dl = slash ? (size_t)(slash - path + 1) : 0;
+    size_t n = strlen(path) + 64;
+    char *tmp = malloc(n);
+    if (!tmp) {
+        cli_errorf("out of memory");
+        return 1;
+    }
+    snprintf(tmp, n, "%.*s.%s.sfindex-%ld", (int)dl, path, path + dl, (long)getpid());
+    int rc = 0;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        cli_errorf("%s: cannot create: %s", tmp, strerror(errno));
+        free(tmp);
+        return 1;
+    }
+    size_t done = 0;
+    while (done < len) {
+        ssize_t w = write(fd, text + done, len - done);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            cli_errorf("%s: write: %s", tmp, w < 0 ? strerror(errno) : "no progress");
+            rc = 1;
+            break;
+        }
+        done += (size_t)w;
+    }
+    if (close(fd) != 0 && rc == 0) {
+        cli_errorf("%s: close: %s", tmp, strerror(errno));
+        rc = 1;
+    }
+    if (rc == 0 && rename(tmp, path) != 0) {
+        cli_errorf("%s: cannot rename into place: %s", path, strerror(errno));
+        rc = 1;
+    }
+    if (rc != 0)
+        unlink(tmp);
+    free(tmp);
+    return rc;
+}
+
+int cli_cmd_index(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"dry-run", no_argument, NULL, O_DRY_RUN},
+        {"parallel", required_argument, NULL, O_PARALLEL},
+        {"window", required_argument, NULL, O_WINDOW},
+        {"no-progress", no_argument, NULL, O_NO_PROGRESS},
+        {NULL, 0, NULL, 0},
+    };
+    struct index_args a;
+    memset(&a, 0, sizeof(a));
+    sf_index_options_init_default(&a.o);
+    struct cli_extra extra = {longopts, index_option, &a};
+    struct cli c;
+    int rc = cli_parse_options(argc, argv, &c, "index", &extra);
+    if (rc)
+        return rc;
+    if (c.n_args < 1) {
+        cli_errorf("index: expected at least one shard URL, pattern or prefix");
+        return EXIT_USAGE;
+    }
+    const char *out = c.output;
+    if (out && (!*out || is_http(out))) {
+        cli_errorf("index: -o: expected a local path or an s3:// URL, got '%s'", out);
+        return EXIT_USAGE;
+    }
+    int to_stdout = a.dry_run || (out && !strcmp(out, "-"));
+    if (out && strcmp(out, "-"))
+        a.o.index_url = out;
+    struct sf_s3 *s3 = NULL;
+    if (cli_open_client(&c, &s3))
+        return 1;
+    struct cli_progress *bar = NULL;
+    if (!a.no_progress && isatty(STDERR_FILENO)) {
+        bar = cli_progress_new(stderr, CLI_PROGRESS_BAR, "index", "shards", 5.0);
+        if (bar) {
+            a.o.progress = on_index_progress;
+            a.o.progress_user = bar;
+        }
+    }
+    struct sf_index_result res;
+    char err[1024] = "";
+    double t0 = cli_now_s();
+    sf_status st = sf_index_shards(s3, (const char *const *)c.args, (size_t)c.n_args, &a.o, &res,
+                                   err, sizeof(err));
+    double secs = cli_now_s() - t0;
+    cli_progress_finish(bar); /* and frees it */
+    if (st != SF_OK) {
+        cli_errorf("index: %s (%s)", err[0] ? err : sf_status_str(st), sf_status_name(st));
+        sf_s3_destroy(s3);
+        return 1;
+    }
+    if (to_stdout) {
+        fwrite(res.json, 1, res.json_len, stdout);
+        if (fflush(stdout) != 0) {
+            cli_errorf("stdout: %s", strerror(errno));
+            rc = 1;
+        }
+    } else if (!strncmp(res.index_url, "s3://", 5)) {
+        st = sf_s3_put(s3, res.index_url, NULL, res.json, res.json_len, NULL, 0);
+        if (st != SF_OK) {
+            cli_report(s3, st);
+            rc = 1;
+        }
+    } else if (is_http(res.index_url)) {
+        cli_errorf("index: %s: cannot write over http(s); name a local path or s3:// URL with "
+                   "-o, or use --dry-run",
+                   res.index_url);
+        rc = 1;
+    } else {
+        rc = write_local(res.index_url, res.json, res.json_len);
+    }
+    sf_s3_destroy(s3);
+    double mib_s = secs > 0 ? (double)res.bytes / 1048576.0 / secs : 0;
+    if (rc == 0 && !to_stdout) {
+        if (c.json) {
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddStringToObject(o, "index", res.index_url);
+            cJSON_AddNumberToObject(o, "shards", (double)res.shards);
+            cJSON_AddNumberToObject(o, "tar_shards", (double)res.tar_shards);
+            cJSON_AddNumberToObject(o, "record_shards", (double)res.record_shards);
+            cJSON_AddNumberToObject(o, "counted_by_index", (double)res.counted_by_index);
+            cJSON_AddNumberToObject(o, "samples", (double)res.samples);
+            cJSON_AddNumberToObject(o, "bytes", (double)res.bytes);
+            cJSON_AddNumberToObject(o, "seconds", secs);
+            cJSON_AddNumberToObject(o, "mib_per_s", mib_s);
+            cli_print_json(o);
+            cJSON_Delete(o);
+        } else {
+            char b[32];
+            cli_format_bytes((double)res.bytes, b, sizeof(b));
+            printf("indexed %llu shard%s (%llu tar, %llu record): %llu samples, %s, %.2f s, "
+                   "%.1f MiB/s\n",
+                   res.shards, res.shards == 1 ? "" : "s", res.tar_shards, res.record_shards,
+                   res.samples, b, secs, mib_s);
+            printf("index: %s\n", res.index_url);
+        }
+    }
+    sf_index_result_clear(&res);
+    return rc;
+}
