@@ -204,7 +204,7 @@ struct sf_index_result {
     unsigned long long samples;    /* samples in all of them */
     unsigned long long bytes;      /* bytes of all shards */
     unsigned long long tar_shards; /* shards read as tar */
-    unsigned long long record_shards;  /* shards read as record shards */
+    unsigned long long record_shards;    /* shards read as record shards */
     unsigned long long counted_by_index; /* record shards whose count came from their own index
                                             (a record or index larger than the window) */
 };

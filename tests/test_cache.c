@@ -960,8 +960,10 @@ Test(cache, writer_hashes_blocks_as_bytes_arrive_in_any_order)
     feed_put(&fc, 8 * MB, 1 * MB, 0);
     feed_put(&fc, 9 * MB, 3 * MB, 0);
     /* block 3: more separate runs ahead of a gap than are tracked */
-    for (int i = 8; i >= 0; i--)
-        feed_put(&fc, 12 * MB + (size_t)i * 256 * 1024 + 1, i == 8 ? 4 * MB - 8 * 256 * 1024 - 1 : 256 * 1024 - 1, 0);
+    for (int i = 8; i >= 0; i--) {
+        size_t at = 12 * MB + (size_t)i * 256 * 1024 + 1;
+        feed_put(&fc, at, i == 8 ? 16 * MB - at : 256 * 1024 - 1, 0);
+    }
     feed_put(&fc, 12 * MB, 1, 0);
     for (int i = 1; i <= 8; i++)
         feed_put(&fc, 12 * MB + (size_t)i * 256 * 1024, 1, 0);
@@ -1093,6 +1095,13 @@ Test(cache, faulted_download_publishes_a_correct_entry_and_corruption_is_still_c
     free(data);
 }
 
+static void find_part(void *user, const char *name, const char *path, const struct stat *st)
+{
+    (void)st;
+    if (has_suffix(name, ".part"))
+        snprintf(user, 1400, "%s", path);
+}
+
 /* What the entry certifies is what came over the network: a byte that
  * changes in the download file after it arrived (a bad disk, another
  * writer) makes the published entry fail its first open, never served. */
@@ -1119,7 +1128,6 @@ Test(cache, byte_changed_in_the_download_file_is_never_served)
     struct tally t = tally_cache();
     cr_assert_eq(t.parts, 1);
     char part[1400] = "";
-    void find_part(void *, const char *, const char *, const struct stat *);
     walk_cache(find_part, part);
     int fd = open(part, O_RDWR);
     cr_assert(fd >= 0, "%s", part);
@@ -1136,11 +1144,4 @@ Test(cache, byte_changed_in_the_download_file_is_never_served)
     cr_expect_eq(stats_now().corrupt, 1);
     cr_assert_eq(read_through("rot.tar", data, n), SF_CACHE_FROM_DISK);
     free(data);
-}
-
-void find_part(void *user, const char *name, const char *path, const struct stat *st)
-{
-    (void)st;
-    if (has_suffix(name, ".part"))
-        snprintf(user, 1400, "%s", path);
 }

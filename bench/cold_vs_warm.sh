@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Cold vs warm epochs through the disk cache, and RAM-only streaming, in one run.
+#
+# Usage: bash bench/cold_vs_warm.sh [--photos DIR | --shards DIR] [--rounds R]
+#          [--build-dir DIR] [--baseline-build-dir DIR] [--shard-size SIZE]
+#          [--cache-parent DIR] [-- LOAD_FLAGS...]
+#   --photos DIR     an ImageFolder of JPEGs, packed into tar shards first
+#                    (default: scripts/make-sample-dataset.sh --per-photo 300)
+#   --shards DIR     tar shards already packed (served as s3://bench/train/)
+#   --baseline-build-dir DIR   a second build (e.g. the code before a change),
+#                    run in the same rounds, interleaved, for a before/after
+#   --cache-parent DIR   where the cache directories go (default /tmp: a disk,
+#                    as on a training node; /dev/shm takes the disk out)
+#   LOAD_FLAGS       extra `shardfeed load` flags for every run
+#
+# Each round, for each build: `shardfeed load --device host --json` with an
+# empty cache directory (cold: every shard fetched from the mock with ranged
+# GETs, written to the cache, parsed and decoded as it arrives), the same run
+# again on the now warm cache, and a RAM-only run (--ram-only: streamed into
+# memory, no cache). Prints per-round images/s and first_batch_s, then the
+# medians and the ratios cold/warm and ram-only/warm (target: cold/warm >=
+# 0.95) per build. Ratios compare runs of the same build in the same rounds.
+set -euo pipefail
+
+PHOTOS= SHARDS= ROUNDS=5 SHARD_SIZE=64M BUILD_DIR= BASE_DIR= CACHE_PARENT=/tmp
+EXTRA=()
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --photos) PHOTOS=$2; shift 2 ;;
+    --shards) SHARDS=$2; shift 2 ;;
+    --rounds) ROUNDS=$2; shift 2 ;;
+    --shard-size) SHARD_SIZE=$2; shift 2 ;;
+    --build-dir) BUILD_DIR=$2; shift 2 ;;
+    --baseline-build-dir) BASE_DIR=$2; shift 2 ;;
+    --cache-parent) CACHE_PARENT=$2; shift 2 ;;
+    --) shift; EXTRA=("$@"); break ;;
+    *) sed -n '4,14p' "$0" >&2; exit 2 ;;
+  esac
+done
+HERE=$(cd "$(dirname "$0")/.." && pwd)
+BUILD_DIR=${BUILD_DIR:-$HERE/build}
+BUILDS=("$BUILD_DIR")
+[[ -n $BASE_DIR ]] && BUILDS+=("$BASE_DIR")
+for b in "${BUILDS[@]}"; do
+  for p in shardfeed shardfeed-mock-s3; do
+    [[ -x $b/$p ]] || { echo "missing $b/$p: build first" >&2; exit 2; }
+  done
+done
+SF=$BUILD_DIR/shardfeed
+
+TMP=$(mktemp -d /tmp/sf-cold-bench.XXXXXX)
+CACHES=$(mktemp -d "$CACHE_PARENT/sf-cold-cache.XXXXXX")
+MOCK_PID=
+cleanup() { [[ -n $MOCK_PID ]] && kill "$MOCK_PID" 2>/dev/null; wait 2>/dev/null; rm -rf "$TMP" "$CACHES"; }
+trap cleanup EXIT
+
+mkdir -p "$TMP/root/bench"
+if [[ -n $SHARDS ]]; then
+  mkdir -p "$TMP/root/bench/train"   # the mock does not follow symlinks: link or copy the files
+  cp -l "$SHARDS"/* "$TMP/root/bench/train/" 2>/dev/null || cp "$SHARDS"/* "$TMP/root/bench/train/"
+else
+  if [[ -z $PHOTOS ]]; then
+    PHOTOS=$TMP/photos
+    bash "$HERE/scripts/make-sample-dataset.sh" "$PHOTOS" --per-photo 300 --build-dir "$BUILD_DIR" >&2
+  fi
+  "$SF" pack "$PHOTOS" "$TMP/root/bench/train/" --shard-size "$SHARD_SIZE" --no-progress >&2
+fi
+
+"$BUILD_DIR/shardfeed-mock-s3" --root "$TMP/root" --port 0 --quiet >"$TMP/mock.out" 2>&1 &
+MOCK_PID=$!
+URL=
+for _ in $(seq 100); do
+  URL=$(sed -n 's/^listening on \(http:\/\/[0-9.:]*\)$/\1/p' "$TMP/mock.out")
+  [[ -n $URL ]] && break
+  sleep 0.1
+done
+[[ -n $URL ]] || { echo "mock did not start" >&2; cat "$TMP/mock.out" >&2; exit 2; }
+unset AWS_PROFILE AWS_SESSION_TOKEN AWS_ENDPOINT_URL AWS_ENDPOINT_URL_S3 AWS_CA_BUNDLE
+export AWS_ACCESS_KEY_ID=mock-access-key AWS_SECRET_ACCESS_KEY=mock-secret-key
+export AWS_REGION=us-east-1
+SRC=s3://bench/train/
+
+load() {  # BUILD CACHE_FLAGS... -> "images_per_s first_batch_s"
+  local b=$1; shift
+  "$b/shardfeed" load "$SRC" --endpoint-url "$URL" --device host --seed 1 --json "$@" \
+    ${EXTRA[@]+"${EXTRA[@]}"} >"$TMP/run.json" ||
+    { echo "shardfeed load failed ($b $*)" >&2; cat "$TMP/run.json" >&2; exit 1; }
+  python3 -c "import json,sys; j=json.load(open('$TMP/run.json')); print(j['images_per_s'], j['first_batch_s'])"
+}
+
+declare -A R
+for ((r = 0; r < ROUNDS; r++)); do
+  for ((k = 0; k < ${#BUILDS[@]}; k++)); do
+    i=$(( (k + r) % ${#BUILDS[@]} ))   # alternate which build goes first
+    b=${BUILDS[$i]}
+    rm -rf "$CACHES/c"
+    read -r c cf < <(load "$b" --cache-dir "$CACHES/c")
+    read -r w wf < <(load "$b" --cache-dir "$CACHES/c")
+    read -r m mf < <(load "$b" --ram-only)
+    rm -rf "$CACHES/c"
+    printf '  round %d %-30s cold %7.1f img/s (first batch %.2f s)  warm %7.1f (%.2f s)  ram-only %7.1f (%.2f s)\n' \
+      "$r" "$(basename "$b")" "$c" "$cf" "$w" "$wf" "$m" "$mf"
+    R[$i,cold]+=" $c" R[$i,warm]+=" $w" R[$i,ram]+=" $m"
+    R[$i,coldf]+=" $cf" R[$i,warmf]+=" $wf" R[$i,ramf]+=" $mf"
+    R[$i,ratio]+=" $(python3 -c "print($c / $w)")" R[$i,rratio]+=" $(python3 -c "print($m / $w)")"
+  done
+done
+median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+echo "cache directories under $CACHE_PARENT, $(nproc) CPUs, $ROUNDS rounds, medians:"
+for ((i = 0; i < ${#BUILDS[@]}; i++)); do
+  # shellcheck disable=SC2086
+  printf '%-30s cold %7.1f img/s  warm %7.1f  ram-only %7.1f | first batch cold %.2f s, warm %.2f s, ram-only %.2f s | cold/warm %.2f  ram-only/warm %.2f (target cold/warm >= 0.95)\n' \
+    "$(basename "${BUILDS[$i]}")" "$(median ${R[$i,cold]})" "$(median ${R[$i,warm]})" \
+    "$(median ${R[$i,ram]})" "$(median ${R[$i,coldf]})" "$(median ${R[$i,warmf]})" \
+    "$(median ${R[$i,ramf]})" "$(median ${R[$i,ratio]})" "$(median ${R[$i,rratio]})"
+done
