@@ -80,12 +80,16 @@ export AWS_ACCESS_KEY_ID=mock-access-key AWS_SECRET_ACCESS_KEY=mock-secret-key
 export AWS_REGION=us-east-1
 SRC=s3://bench/train/
 
-load() {  # BUILD CACHE_FLAGS... -> "images_per_s first_batch_s"
+TIME=$(command -v /usr/bin/time || true)
+load() {  # BUILD CACHE_FLAGS... -> "images_per_s first_batch_s cpu_s"
   local b=$1; shift
-  "$b/shardfeed" load "$SRC" --endpoint-url "$URL" --device host --seed 1 --json "$@" \
-    ${EXTRA[@]+"${EXTRA[@]}"} >"$TMP/run.json" ||
+  local cmd=("$b/shardfeed" load "$SRC" --endpoint-url "$URL" --device host --seed 1 --json "$@"
+             ${EXTRA[@]+"${EXTRA[@]}"})
+  echo 0 0 >"$TMP/cpu"
+  if [[ -n $TIME ]]; then cmd=("$TIME" -f '%U %S' -o "$TMP/cpu" "${cmd[@]}"); fi
+  "${cmd[@]}" >"$TMP/run.json" ||
     { echo "shardfeed load failed ($b $*)" >&2; cat "$TMP/run.json" >&2; exit 1; }
-  python3 -c "import json,sys; j=json.load(open('$TMP/run.json')); print(j['images_per_s'], j['first_batch_s'])"
+  python3 -c "import json; j=json.load(open('$TMP/run.json')); u,s=open('$TMP/cpu').read().split()[:2]; print(j['images_per_s'], j['first_batch_s'], float(u)+float(s))"
 }
 
 declare -A R
@@ -94,14 +98,15 @@ for ((r = 0; r < ROUNDS; r++)); do
     i=$(( (k + r) % ${#BUILDS[@]} ))   # alternate which build goes first
     b=${BUILDS[$i]}
     rm -rf "$CACHES/c"
-    read -r c cf < <(load "$b" --cache-dir "$CACHES/c")
-    read -r w wf < <(load "$b" --cache-dir "$CACHES/c")
-    read -r m mf < <(load "$b" --ram-only)
+    read -r c cf cc < <(load "$b" --cache-dir "$CACHES/c")
+    read -r w wf wc < <(load "$b" --cache-dir "$CACHES/c")
+    read -r m mf mc < <(load "$b" --ram-only)
     rm -rf "$CACHES/c"
-    printf '  round %d %-30s cold %7.1f img/s (first batch %.2f s)  warm %7.1f (%.2f s)  ram-only %7.1f (%.2f s)\n' \
-      "$r" "$(basename "$b")" "$c" "$cf" "$w" "$wf" "$m" "$mf"
+    printf '  round %d %s: cold %6.1f img/s (first batch %.2f s, cpu %.2f s)  warm %6.1f (%.2f s, %.2f s)  ram-only %6.1f (%.2f s, %.2f s)\n' \
+      "$r" "$b" "$c" "$cf" "$cc" "$w" "$wf" "$wc" "$m" "$mf" "$mc"
     R[$i,cold]+=" $c" R[$i,warm]+=" $w" R[$i,ram]+=" $m"
     R[$i,coldf]+=" $cf" R[$i,warmf]+=" $wf" R[$i,ramf]+=" $mf"
+    R[$i,coldc]+=" $cc" R[$i,warmc]+=" $wc" R[$i,ramc]+=" $mc"
     R[$i,ratio]+=" $(python3 -c "print($c / $w)")" R[$i,rratio]+=" $(python3 -c "print($m / $w)")"
   done
 done
@@ -109,8 +114,9 @@ median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(
 echo "cache directories under $CACHE_PARENT, $(nproc) CPUs, $ROUNDS rounds, medians:"
 for ((i = 0; i < ${#BUILDS[@]}; i++)); do
   # shellcheck disable=SC2086
-  printf '%-30s cold %7.1f img/s  warm %7.1f  ram-only %7.1f | first batch cold %.2f s, warm %.2f s, ram-only %.2f s | cold/warm %.2f  ram-only/warm %.2f (target cold/warm >= 0.95)\n' \
-    "$(basename "${BUILDS[$i]}")" "$(median ${R[$i,cold]})" "$(median ${R[$i,warm]})" \
+  printf '%s\n  images/s: cold %.1f, warm %.1f, ram-only %.1f\n  first batch: cold %.2f s, warm %.2f s, ram-only %.2f s\n  loader CPU (user+sys): cold %.2f s, warm %.2f s, ram-only %.2f s\n  cold/warm %.2f, ram-only/warm %.2f (medians of per-round ratios; target cold/warm >= 0.95)\n' \
+    "${BUILDS[$i]}" "$(median ${R[$i,cold]})" "$(median ${R[$i,warm]})" \
     "$(median ${R[$i,ram]})" "$(median ${R[$i,coldf]})" "$(median ${R[$i,warmf]})" \
-    "$(median ${R[$i,ramf]})" "$(median ${R[$i,ratio]})" "$(median ${R[$i,rratio]})"
+    "$(median ${R[$i,ramf]})" "$(median ${R[$i,coldc]})" "$(median ${R[$i,warmc]})" \
+    "$(median ${R[$i,ramc]})" "$(median ${R[$i,ratio]})" "$(median ${R[$i,rratio]})"
 done

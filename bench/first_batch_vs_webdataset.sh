@@ -283,6 +283,8 @@ unset AWS_PROFILE AWS_SESSION_TOKEN AWS_ENDPOINT_URL AWS_ENDPOINT_URL_S3 AWS_CA_
 export AWS_ACCESS_KEY_ID=mock-access-key AWS_SECRET_ACCESS_KEY=mock-secret-key
 export AWS_REGION=us-east-1
 export NO_PROXY='*' no_proxy='*'
+# Nothing of the user's cache is read or written ($XDG_CACHE_HOME/shardfeed).
+export XDG_CACHE_HOME=$CACHES/xdg
 TORCH_URLS=()
 for ((i = 0; i < NSHARDS; i++)); do
   TORCH_URLS+=("pipe:curl -s -f ${NGINX_URL:-}/bench/plain/$(printf 'train-%06d.tar' "$i")")
@@ -332,8 +334,16 @@ g_cold_warm_index() {
   run sf-warm-index "$1" "${SF_CMD[@]}"
   rm -rf "$CACHES/c"
 }
-g_ram_plain() { sf_load "$1" plain --ram-only; run sf-ram-plain "$1" "${SF_CMD[@]}"; }
-g_ram_index() { sf_load "$1" index --ram-only; run sf-ram-index "$1" "${SF_CMD[@]}"; }
+# --ram-only caches no shard, but a loader may keep what it learns (sample
+# counts) in the cache dir: a fresh one each run keeps these runs cold too.
+g_ram() { # ROUND DIR NAME
+  rm -rf "$CACHES/r"
+  sf_load "$1" "$2" --ram-only --cache-dir "$CACHES/r"
+  run "$3" "$1" "${SF_CMD[@]}"
+  rm -rf "$CACHES/r"
+}
+g_ram_plain() { g_ram "$1" plain sf-ram-plain; }
+g_ram_index() { g_ram "$1" index sf-ram-index; }
 g_torch() {
   run torch-first "$1" python3 "$HELPER" torch-first "${TORCH_URLS[@]}" --batch-size "$BATCH" \
     --workers "$THREADS" --seed "$(($1 + 1))"
@@ -348,10 +358,8 @@ echo "warm-up (unmeasured)" >&2
 WARM_RESULTS=$WORK/warmup.jsonl
 REAL_RESULTS=$RESULTS
 RESULTS=$WARM_RESULTS
-sf_load 0 plain --ram-only
-run sf-ram-plain -1 "${SF_CMD[@]}"
-sf_load 0 index --ram-only
-run sf-ram-index -1 "${SF_CMD[@]}"
+g_ram -1 plain sf-ram-plain
+g_ram -1 index sf-ram-index
 RESULTS=$REAL_RESULTS
 if ((TORCH)); then
   # One full epoch through nginx: torch delivers every image (and its rate).

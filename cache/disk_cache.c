@@ -22,7 +22,7 @@
 #define RECORD_BYTES   256
 #define META_MAX_BYTES (64u << 20) /* 16M blocks of 4 MiB: a 64 TiB object */
 #define ENTRY_SUFFIX   ".sf"
-#define FEED_GAPS      8           /* written-ahead runs tracked per block */
+#define FEED_GAPS      8 /* written-ahead runs tracked per block */
 #define SCRATCH_BYTES  (256u * 1024)
 
 static const char TRAILER_MAGIC[8] = {'S', 'F', 'C', 'A', 'C', 'H', 'E', '1'};

@@ -23,7 +23,7 @@
 #define RATE_BETA          0.7  /* new send rate = beta * measured rate, on throttling */
 #define RATE_UNLIMITED_RPS 5000.0
 #define RATE_ENGAGE_NS     (5ull * 1000 * 1000 * 1000)
-/* File destinations: a range gathers what curl hands over (often 16-64 KiB a
+/* File destinations: a range gathers what curl hands over (at most 16 KiB a
  * callback) and writes it with one pwrite() per STAGE_BYTES; the range that
  * readers wait on (the contiguous frontier) writes from FRONTIER_BYTES on. */
 #define STAGE_BYTES    (1u << 20)
@@ -108,8 +108,8 @@ struct sf_fetch {
     int fd;
     uint64_t file_offset;
     uint64_t offset;
-    uint64_t length; /* requested, SF_SIZE_UNKNOWN = to the end */
-    uint64_t size;   /* object size, SF_SIZE_UNKNOWN until known */
+    uint64_t length;      /* requested, SF_SIZE_UNKNOWN = to the end */
+    uint64_t size;        /* object size, SF_SIZE_UNKNOWN until known */
     uint64_t first_bytes; /* size of the first range */
     char etag_expected[128];
     void (*on_data)(void *user, unsigned long long offset, const void *data, size_t len);

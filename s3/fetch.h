@@ -1,10 +1,12 @@
 /*
  * The fetch engine: one I/O thread owns a libcurl multi handle (keep-alive
  * connection pool) and runs every HTTP request of a client, each object as
- * chunk_bytes ranges with at most `concurrency` requests in flight in total.
- * Bytes go straight to their offset in the destination. Retries, backoff,
- * the retry quota, stall detection, If-Match consistency and the throttling
- * window live here; docs/transport.md explains the policy.
+ * ranges (a small first one, then chunk_bytes on chunk multiples) with at most
+ * `concurrency` requests in flight in total, priority fetches first. Bytes go
+ * to their offset in the destination (files: gathered per range, written in
+ * 1 MiB pieces). Retries, backoff, the retry quota, stall detection,
+ * If-Match consistency and the throttling window live here;
+ * docs/transport.md explains the policy.
  *
  * Threads: sf__engine_* functions may be called from any thread except the
  * prepare callback, which runs on the I/O thread.

@@ -903,8 +903,8 @@ static void feed_begin(struct feed_case *fc, struct sf__disk_cache *dc, const ch
     fc->id.key = key;
     enum sf__dc_begin_result r;
     char err[512] = "";
-    cr_assert_eq(sf__dc_begin(dc, &fc->id, "\"e1\"", n, &r, &fc->w, err, sizeof(err)), SF_OK,
-                 "%s", err);
+    cr_assert_eq(sf__dc_begin(dc, &fc->id, "\"e1\"", n, &r, &fc->w, err, sizeof(err)), SF_OK, "%s",
+                 err);
     cr_assert_eq(r, SF__DC_OWNER);
 }
 
@@ -933,9 +933,9 @@ static void feed_publish_and_check(struct feed_case *fc)
     }
     sf__dc_meta_clear(&m);
     int fd = -1;
-    cr_assert_eq(sf__dc_lookup(fc->dc, &fc->id, "\"e1\"", SF__DC_VERIFY_DATA, &fd, &m, err,
-                               sizeof(err)),
-                 SF_OK, "%s", err);
+    cr_assert_eq(
+        sf__dc_lookup(fc->dc, &fc->id, "\"e1\"", SF__DC_VERIFY_DATA, &fd, &m, err, sizeof(err)),
+        SF_OK, "%s", err);
     close(fd);
     sf__dc_meta_clear(&m);
     free(fc->data);

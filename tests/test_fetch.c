@@ -1174,8 +1174,8 @@ static void expect_first_range(const char *key, unsigned long long first_range_b
     cr_expect_eq(st, SF_ERR_CHANGED, "%s: %s: %s", key, sf_status_name(st), sf_fetch_errmsg(f));
     cr_expect_eq(p.requests, 2, "%s: the first range, then the second one (412)", key);
     cr_expect_eq(p.contiguous, want_first, "%s: the first range is %llu bytes", key, p.contiguous);
-    cr_expect(strstr(sf_fetch_errmsg(f), want_second), "%s: expected '%s' in: %s", key,
-              want_second, sf_fetch_errmsg(f));
+    cr_expect(strstr(sf_fetch_errmsg(f), want_second), "%s: expected '%s' in: %s", key, want_second,
+              sf_fetch_errmsg(f));
     unsigned char *d = sf_fetch_data(f);
     cr_assert(d);
     cr_expect(memcmp(d, want, want_first) == 0, "%s: the first range's bytes differ", key);
