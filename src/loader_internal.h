@@ -95,6 +95,7 @@ struct shard_slot {
     /* Estimated counts (docs/sampling.md "Without counts"): the shard is
      * read to its real end and its samples numbered in read order. */
     int opened;          /* counted in shards_open */
+    int priority;        /* its download was marked as the one being read */
     int stream;          /* 1: read to the real end; refs hold a token until parsed */
     int pad;             /* a re-read after the stream's end: samples are pads */
     int started;         /* first_read is set (the slot reached the head) */
@@ -235,6 +236,9 @@ sf_status sf__loader_shard_open(struct sf_loader *l, uint64_t shard, uint64_t be
 sf_status sf__loader_shard_pump(struct sf_loader *l, struct shard_slot *sh, unsigned long long want,
                                 int timeout_ms);
 long sf__loader_shard_parse(struct sf_loader *l, struct shard_slot *sh);
+/* Marks the slot's download as the one being read (1: its ranges go before
+ * the prefetched shards') or not (0). */
+void sf__loader_shard_priority(struct shard_slot *sh, int priority);
 /* Loc of sample index i - sh->begin (NULL when not allocated). */
 static inline struct sample_loc *sf__loader_loc(const struct shard_slot *sh, uint64_t i)
 {

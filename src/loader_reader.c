@@ -424,6 +424,7 @@ static int est_read(struct sf_loader *l, struct reader *rd)
             sh->first_read = rd->next_read;
             sh->read_limit = rd->target;
         }
+        sf__loader_shard_priority(sh, 1);
         long got = sf__loader_shard_parse(l, sh);
         if (got < 0)
             return progressed;
@@ -434,6 +435,7 @@ static int est_read(struct sf_loader *l, struct reader *rd)
         rd->next_read = read_now;
         if (!sh->parsed)
             break;
+        sf__loader_shard_priority(sh, 0);
         if (!sh->pad && !sh->learned) {
             sh->learned = 1;
             sf__loader_learn(l, sh->shard, sh->next_sample);
@@ -557,6 +559,7 @@ void *sf__loader_reader_main(void *arg)
                 }
                 break;
             }
+            sf__loader_shard_priority(sh, 1);
             long got = sf__loader_shard_parse(l, sh);
             if (got < 0)
                 break;
@@ -565,6 +568,7 @@ void *sf__loader_reader_main(void *arg)
             if (got)
                 progressed = 1;
             if (sh->parsed) {
+                sf__loader_shard_priority(sh, 0);
                 rd.next_parse++;
                 progressed = 1;
                 continue;

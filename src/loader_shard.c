@@ -296,6 +296,17 @@ static sf_status record_sample(struct sf_loader *l, struct shard_slot *sh,
     return SF_OK;
 }
 
+void sf__loader_shard_priority(struct shard_slot *sh, int priority)
+{
+    if (sh->priority == priority || sh->done_fetch)
+        return;
+    sh->priority = priority;
+    if (sh->co)
+        sf_cache_object_set_priority(sh->co, priority);
+    else if (sh->f)
+        sf_fetch_set_priority(sh->f, priority);
+}
+
 /* Marks a slot parsed; a streamed slot gives back its parse token. */
 static void slot_parsed(struct shard_slot *sh)
 {
