@@ -1046,8 +1046,13 @@ sf_status sf__dc_begin(struct sf__disk_cache *dc, const struct sf__cache_id *id,
     st = make_room(dc, need, w->kh, err, err_len);
     if (st == SF_OK) {
         w->fd = open(part_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+        /* fallocate: the download's writes find their blocks allocated
+         * (cheaper per page than delayed allocation) and a full disk fails
+         * here rather than halfway; where it is not supported the file stays
+         * sparse, as before. */
         if (w->fd < 0 || (!w->resume && ftruncate(w->fd, 0) != 0) ||
-            ftruncate(w->fd, (off_t)size) != 0) {
+            ftruncate(w->fd, (off_t)size) != 0 ||
+            (size && fallocate(w->fd, 0, 0, (off_t)size) != 0 && errno == ENOSPC)) {
             st = fail(err, err_len, SF_ERR_IO, "cannot create %s: %s", part_path, strerror(errno));
             /* Give the reservation back (evict.lock is still held here). */
             uint64_t u = usage_read(dc);

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# CPU cost of the disk cache's write path, build against build.
+#
+# Usage: bash bench/cache_write_cpu.sh --shards DIR [--rounds R] [--cache-parent DIR]
+#          BUILD_DIR [BUILD_DIR...]
+#
+# Serves the files of DIR (e.g. tar shards) from one shardfeed-mock-s3 and, each
+# round, for each build in turn (the order rotates), runs `shardfeed warm-cache`
+# of all of them into an empty cache directory under --cache-parent (default
+# /tmp, a disk) with the defaults (concurrency 16, chunk 8M), then `sync`.
+# Reports per build the medians of the client's CPU time (user + sys, from
+# /usr/bin/time) and of the wall time; each run's entries are checked with
+# `shardfeed cache verify`. On a shared machine CPU time is the steadier
+# measure: it leaves out the mock server and other jobs, and counts what the
+# write path costs the process that also has to decode.
+set -euo pipefail
+
+SHARDS= ROUNDS=7 CACHE_PARENT=/tmp BUILDS=()
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --shards) SHARDS=$2; shift 2 ;;
+    --rounds) ROUNDS=$2; shift 2 ;;
+    --cache-parent) CACHE_PARENT=$2; shift 2 ;;
+    -*) sed -n '4,5p' "$0" >&2; exit 2 ;;
+    *) BUILDS+=("$1"); shift ;;
+  esac
+done
+[[ -n $SHARDS && ${#BUILDS[@]} -gt 0 ]] || { sed -n '4,5p' "$0" >&2; exit 2; }
+for b in "${BUILDS[@]}"; do
+  [[ -x $b/shardfeed ]] || { echo "missing $b/shardfeed" >&2; exit 2; }
+done
+[[ -x /usr/bin/time ]] || { echo "needs GNU time (/usr/bin/time)" >&2; exit 2; }
+
+TMP=$(mktemp -d /tmp/sf-write-bench.XXXXXX)
+CACHES=$(mktemp -d "$CACHE_PARENT/sf-write-cache.XXXXXX")
+MOCK_PID=
+cleanup() { [[ -n $MOCK_PID ]] && kill "$MOCK_PID" 2>/dev/null; wait 2>/dev/null; rm -rf "$TMP" "$CACHES"; }
+trap cleanup EXIT
+mkdir -p "$TMP/root/bench/d"
+cp -l "$SHARDS"/* "$TMP/root/bench/d/" 2>/dev/null || cp "$SHARDS"/* "$TMP/root/bench/d/"
+"${BUILDS[0]}/shardfeed-mock-s3" --root "$TMP/root" --port 0 --quiet >"$TMP/mock.out" 2>&1 &
+MOCK_PID=$!
+URL=
+for _ in $(seq 100); do
+  URL=$(sed -n 's/^listening on \(http:\/\/[0-9.:]*\)$/\1/p' "$TMP/mock.out")
+  [[ -n $URL ]] && break
+  sleep 0.1
+done
+[[ -n $URL ]] || { echo "mock did not start" >&2; exit 2; }
+unset AWS_PROFILE AWS_SESSION_TOKEN AWS_ENDPOINT_URL AWS_ENDPOINT_URL_S3 AWS_CA_BUNDLE
+export AWS_ACCESS_KEY_ID=mock-access-key AWS_SECRET_ACCESS_KEY=mock-secret-key AWS_REGION=us-east-1
+MIB=$(du -smL "$TMP/root/bench/d" | cut -f1)
+
+declare -A CPU WALL
+for ((r = 0; r < ROUNDS; r++)); do
+  for ((k = 0; k < ${#BUILDS[@]}; k++)); do
+    i=$(( (k + r) % ${#BUILDS[@]} ))
+    b=${BUILDS[$i]}
+    rm -rf "$CACHES/c"; sync
+    t0=$EPOCHREALTIME
+    /usr/bin/time -f '%U %S' -o "$TMP/cpu" "$b/shardfeed" warm-cache s3://bench/d/ \
+      --endpoint-url "$URL" --cache-dir "$CACHES/c" --progress off >"$TMP/warm.log" 2>&1 ||
+      { echo "warm-cache failed ($b)" >&2; cat "$TMP/warm.log" >&2; exit 1; }
+    wall=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.3f", b - a }')
+    cpu=$(awk '{ printf "%.3f", $1 + $2 }' "$TMP/cpu")
+    "$b/shardfeed" cache verify --cache-dir "$CACHES/c" >"$TMP/verify.log" 2>&1 ||
+      { echo "bad entries ($b)" >&2; cat "$TMP/verify.log" >&2; exit 1; }
+    printf '  round %d %s: cpu %s s, wall %s s\n' "$r" "$b" "$cpu" "$wall"
+    CPU[$i]+=" $cpu" WALL[$i]+=" $wall"
+  done
+done
+median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+echo "$MIB MiB into $CACHE_PARENT, $ROUNDS rounds, $(nproc) CPUs, medians:"
+for ((i = 0; i < ${#BUILDS[@]}; i++)); do
+  # shellcheck disable=SC2086
+  c=$(median ${CPU[$i]}) w=$(median ${WALL[$i]})
+  printf '%s: client CPU %.3f s (%.2f ms/MiB), wall %.3f s (%.0f MiB/s)\n' "${BUILDS[$i]}" "$c" \
+    "$(awk -v c="$c" -v m="$MIB" 'BEGIN { print c * 1000 / m }')" "$w" \
+    "$(awk -v w="$w" -v m="$MIB" 'BEGIN { print m / w }')"
+done
