@@ -1015,8 +1015,14 @@ static void call_finish(struct call *c, sf_status st, const char *msg)
 {
     pthread_mutex_lock(&c->lock);
     c->status = st;
-    if (msg)
-        snprintf(c->resp->errmsg, sizeof(c->resp->errmsg), "%s", msg);
+    if (msg) {
+        /* Truncated on purpose: the call's message has a fixed size. */
+        size_t n = strlen(msg);
+        if (n >= sizeof(c->resp->errmsg))
+            n = sizeof(c->resp->errmsg) - 1;
+        memcpy(c->resp->errmsg, msg, n);
+        c->resp->errmsg[n] = 0;
+    }
     c->finished = 1;
     pthread_cond_broadcast(&c->cond);
     pthread_mutex_unlock(&c->lock);

@@ -349,6 +349,14 @@ static int counts_from_index(struct sf_loader *l)
         snprintf(url, sizeof(url), "%.*sindex.json", (int)(slash - first + 1), first);
     else
         snprintf(url, sizeof(url), "index.json");
+    /* Its names are relative to its folder: a shard outside that folder is
+     * not the one it names, even under the same name (a wrong count fails
+     * the shard mid-epoch, or silently cuts it). Such sources run on
+     * estimates. */
+    size_t dir_len = slash ? (size_t)(slash - first + 1) : 0;
+    for (size_t i = 1; i < l->n_shards; i++)
+        if (strncmp(l->objs[i]->url, first, dir_len) != 0)
+            return 0;
     char *text = NULL;
     size_t len = 0;
     if (read_small(l, url, &text, &len) != SF_OK)
@@ -390,20 +398,23 @@ int sf__loader_counts_from_index_json(const char *text, const struct sf_object_i
 }
 
 /* Whether the learned-count store may be the basis of an epoch: every rank
- * must see the same store (docs/sampling.md, "When learned counts are used"). */
+ * must see the same store (docs/sampling.md, "When learned counts are used").
+ * 0: no. 1: one rank: its own counts, saved or not, and the store. 2: several
+ * ranks: the store only, since a count one rank learned but could not save
+ * (no ETag, a full disk) would make that rank alone exact, and DDP hang. */
 static int learned_allowed(const struct sf_loader_options *o)
 {
     if (o->learned_counts == 0)
         return 0;
-    if (o->learned_counts == 1)
-        return 1;
     struct sf_dist d = {o->sampler.rank, o->sampler.world_size, -1};
     if (sf_dist_from_env(&d, NULL, 0) != SF_OK)
-        return 0;
+        return o->learned_counts == 1 ? 2 : 0;
     if (d.world_size == 1)
         return 1;
+    if (o->learned_counts == 1)
+        return 2;
     const char *lws = getenv("LOCAL_WORLD_SIZE");
-    return lws && atoi(lws) == d.world_size && o->sampler.world_size < 0;
+    return lws && atoi(lws) == d.world_size && o->sampler.world_size < 0 ? 2 : 0;
 }
 
 int sf__loader_counts_complete(struct sf_loader *l)
@@ -415,8 +426,14 @@ int sf__loader_counts_complete(struct sf_loader *l)
     int all = 1;
     pthread_mutex_lock(&l->mu);
     for (size_t i = 0; i < l->n_shards; i++) {
-        if (!l->known[i] && l->learned_known[i]) {
+        if (!l->known[i] && l->learned_known[i] && l->learned_allowed == 1) {
             l->counts[i] = l->learned[i];
+            l->known[i] = 1;
+        }
+        if (!l->known[i] && l->objs[i]->size == 0) {
+            /* An empty object holds no sample; nothing of it is ever read,
+             * so its count would never be learned. */
+            l->counts[i] = 0;
             l->known[i] = 1;
         }
         all &= l->known[i];
@@ -669,6 +686,22 @@ sf_status sf_loader_open(const struct sf_loader_options *opts, struct sf_loader 
     }
     l->q_cap = (size_t)l->ring * opts->batch_size;
     l->q = calloc(l->q_cap, sizeof(*l->q));
+    /* Until the reader has planned, the consumer must not see epoch 0 as
+     * empty. Set before the reader starts: reader_begin (and, on estimates,
+     * the end of the stream) update these under mu, and must not be undone. */
+    {
+        l->epoch = opts->sampler.epoch;
+        struct sf_sampler_info info;
+        sf_sampler_get_info(l->state_smp, &info);
+        uint64_t n = info.epoch_size, B = opts->batch_size;
+        l->epoch_batches = opts->drop_last ? n / B : (n + B - 1) / B;
+        l->epoch_positions = n;
+        l->size_known = info.size_known;
+        l->epoch_estimated = info.estimated;
+        l->plan_done = !info.estimated;
+        if (!info.size_known)
+            l->epoch_batches = UINT64_MAX;
+    }
     l->n_workers = opts->decode_threads ? opts->decode_threads : cores_available();
     l->workers = calloc(l->n_workers, sizeof(*l->workers));
     if (!l->q || !l->workers)
@@ -699,23 +732,6 @@ sf_status sf_loader_open(const struct sf_loader_options *opts, struct sf_loader 
         }
         l->gpu_started = 1;
     }
-    /* Until the reader has planned, the consumer must not see epoch 0 as
-     * empty: reader_begin sets epoch_batches under mu; set it here too. */
-    pthread_mutex_lock(&l->mu);
-    if (l->epoch_batches == 0) {
-        l->epoch = opts->sampler.epoch;
-        struct sf_sampler_info info;
-        sf_sampler_get_info(l->state_smp, &info);
-        uint64_t n = info.epoch_size, B = opts->batch_size;
-        l->epoch_batches = opts->drop_last ? n / B : (n + B - 1) / B;
-        l->epoch_positions = n;
-        l->size_known = info.size_known;
-        l->epoch_estimated = info.estimated;
-        l->plan_done = !info.estimated;
-        if (!info.size_known)
-            l->epoch_batches = UINT64_MAX;
-    }
-    pthread_mutex_unlock(&l->mu);
     *out = l;
     return SF_OK;
 oom:

@@ -112,6 +112,9 @@ static void reader_begin(struct sf_loader *l, struct reader *rd, uint64_t positi
     } else {
         rd->stop_at = l->o.drop_last ? size / B * B : size;
         count_deliveries(l, rd->stop_at);
+        /* SF_EPOCH_DROP's truncation, known from the start with exact counts
+         * (on estimates est_pass0_done counts it). */
+        atomic_fetch_add(&l->n_dropped, info.dropped_count);
     }
     /* Replayed positions were consumed already: the shards hold fewer
      * deliveries, and samples read before `position` are counted. */
@@ -194,6 +197,16 @@ static void reader_close_batch(struct sf_loader *l, struct reader *rd)
     sf__loader_batch_unpend(l, b);
 }
 
+/* Estimated counts: the open slot that recorded read index k (slots hold
+ * consecutive ranges), or NULL. */
+static struct shard_slot *slot_of_read(const struct reader *rd, uint64_t k)
+{
+    for (struct shard_slot *s = rd->open; s; s = s->next)
+        if (s->started && k >= s->first_read && k < s->first_read + s->recorded)
+            return s;
+    return NULL;
+}
+
 /* Puts one delivered ref into its slot. Returns 0, or -1 to stop. */
 static int reader_assign(struct sf_loader *l, struct reader *rd, const struct sf_sample_ref *r)
 {
@@ -209,11 +222,7 @@ static int reader_assign(struct sf_loader *l, struct reader *rd, const struct sf
     uint64_t sample = r->sample, shard = r->shard;
     unsigned flags = r->flags & SF_SAMPLE_PAD;
     if (rd->est) {
-        /* Which slot read this read index (slots hold consecutive ranges). */
-        for (struct shard_slot *s = rd->open; s && !sh; s = s->next)
-            if (s->started && r->read_index >= s->first_read &&
-                r->read_index < s->first_read + s->recorded)
-                sh = s;
+        sh = slot_of_read(rd, r->read_index);
         if (sh) {
             sample = r->read_index - sh->first_read;
             shard = sh->shard;
@@ -606,7 +615,28 @@ void *sf__loader_reader_main(void *arg)
             rd.have_pending = 0;
             progressed = 1;
         }
-        if (rd.position >= rd.stop_at && !rd.sampler_done) {
+        if (rd.position >= rd.stop_at && !rd.sampler_done && rd.est) {
+            /* drop_last on estimates: each sample of the short tail took a
+             * ref on its slot when it was recorded; give it back once its
+             * read index is parsed, so the slot can close. */
+            while (!rd.sampler_done) {
+                if (!rd.have_pending) {
+                    int r = sf_sampler_next(l->sampler, &rd.pending);
+                    if (r != 1) {
+                        rd.sampler_done = r == 0;
+                        break;
+                    }
+                    rd.have_pending = 1;
+                }
+                if (rd.pending.read_index >= rd.next_read)
+                    break;
+                struct shard_slot *sh = slot_of_read(&rd, rd.pending.read_index);
+                if (sh)
+                    atomic_fetch_sub(&sh->refs, 1);
+                rd.have_pending = 0;
+                progressed = 1;
+            }
+        } else if (rd.position >= rd.stop_at && !rd.sampler_done) {
             /* drop_last: the rest of the epoch is not delivered; its shards'
              * deliveries are released. */
             /* The tail was not counted in the deliveries (count_deliveries). */

@@ -681,7 +681,7 @@ sf_status sf__record_reader_decode(struct sf__record_reader *rr, const void *rec
         return sf__shard_fail(&rr->c, SF_ERR_CORRUPT, offset,
                               "record %llu: %zu bytes, shorter than a record header",
                               (unsigned long long)ordinal, rec_bytes);
-    uint64_t stored, raw;
+    uint64_t stored = 0, raw = 0;
     sf_status st = check_rec_header(rr, h, offset, ordinal, &stored, &raw);
     if (st != SF_OK)
         return st;
@@ -793,7 +793,7 @@ sf_status sf__record_reader_next(struct sf__record_reader *rr, const struct sf__
                                       "truncated: record %llu header runs past the end of the "
                                       "shard (%llu bytes)",
                                       n, (unsigned long long)in->total);
-            uint64_t stored, raw;
+            uint64_t stored = 0, raw = 0;
             sf_status st = check_rec_header(rr, b + at, at, rr->nrec, &stored, &raw);
             if (st != SF_OK)
                 return st;

@@ -604,16 +604,18 @@ sf_status sf_sampler_feed(struct sf_sampler *s, uint64_t reads, int final)
     if (!s->open_ended)
         return SF_OK; /* the size is fixed: nothing to learn */
     if (s->final) {
-        if (reads != s->size)
+        /* "At least reads" agrees with the length; another length does not. */
+        if (final ? reads != s->size : reads > s->size)
             return sf__fail(s->errmsg, sizeof s->errmsg, SF_ERR_INVALID_ARGUMENT,
                             "the stream's length was given as %llu, now %llu",
                             (unsigned long long)s->size, (unsigned long long)reads);
         return SF_OK;
     }
-    if (final && reads < s->read)
+    if (final && (reads < s->read || reads < s->known))
         return sf__fail(s->errmsg, sizeof s->errmsg, SF_ERR_INVALID_ARGUMENT,
-                        "a stream of %llu samples, but %llu were already taken as read",
-                        (unsigned long long)reads, (unsigned long long)s->read);
+                        "a stream of %llu samples, but %llu were already told to exist",
+                        (unsigned long long)reads,
+                        (unsigned long long)(s->read > s->known ? s->read : s->known));
     if (reads > s->known)
         s->known = reads;
     if (final) {
@@ -855,9 +857,12 @@ sf_status sf_sampler_state_restore(struct sf_sampler *s, const void *state, size
         s->final = 1;
         s->size = length - 1;
     }
-    if (s->open_ended && !length)
-        size = s->size; /* the estimate; the real length was not known yet */
-    if (size != s->size || position > size) {
+    /* Saved before the real length was known: the estimate is no bound on
+     * the position (the stream may be longer). */
+    int unbounded = s->open_ended && !length;
+    if (unbounded)
+        size = s->size;
+    if (size != s->size || (position > size && !unbounded)) {
         /* Same configuration yet another epoch length: a state written by
          * a library with a different algorithm under the same version. */
         uint64_t mine = s->size;

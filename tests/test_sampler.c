@@ -1380,3 +1380,72 @@ Test(sampler, estimated_counts_refuse_sample_partition_and_exact_states)
     sf_sampler_destroy(exact);
     sf_sampler_destroy(estm);
 }
+
+Test(sampler, estimated_resume_past_the_estimate_before_the_length_is_known)
+{
+    clear_dist_env();
+    /* Estimates say 20 samples; the stream has 53. A save at position 30,
+     * before the reader reached the end (no final length), restores: the
+     * estimate is no bound on an open-ended stream's position. */
+    uint64_t est[] = {10, 10};
+    struct sf_sampler_options o = opts_for(0, 1, 0, 1);
+    o.estimated_counts = 1;
+    o.shuffle_buffer = 10;
+    o.seed = 3;
+    const uint64_t length = 53, cut = 30;
+    struct sf_sampler *a = make(&o, est, 2);
+    size_t n = 0;
+    uint64_t *all = drain_fed(a, length, 4, 0, &n);
+    cr_assert_eq(n, length);
+    sf_sampler_destroy(a);
+
+    struct sf_sampler *s = make(&o, est, 2);
+    uint64_t fed = 0;
+    for (uint64_t got = 0; got < cut;) {
+        struct sf_sample_ref it;
+        int r = sf_sampler_next(s, &it);
+        if (r == SF_SAMPLER_WAIT) {
+            fed += 4;
+            cr_assert_lt(fed, length);
+            cr_assert_eq(sf_sampler_feed(s, fed, 0), SF_OK);
+            continue;
+        }
+        cr_assert_eq(r, 1);
+        got++;
+    }
+    struct sf_sampler_info info;
+    sf_sampler_get_info(s, &info);
+    cr_assert_eq(info.size_known, 0);
+    cr_assert_gt(cut, info.epoch_size, "the cut is past the estimate");
+    unsigned char st[SF_SAMPLER_STATE_BYTES];
+    cr_assert_eq(sf_sampler_state_save(s, st, sizeof st), SF_OK);
+    sf_sampler_destroy(s);
+    struct sf_sampler *b = make(&o, est, 2);
+    cr_assert_eq(sf_sampler_state_restore(b, st, sizeof st), SF_OK, "%s", sf_sampler_errmsg(b));
+    size_t m = 0;
+    uint64_t *rest = drain_fed(b, length, 3, fed, &m);
+    cr_assert_eq(m, length - cut);
+    for (size_t i = 0; i < m; i++)
+        cr_assert_eq(rest[i], all[cut + i], "item %zu", i);
+    free(rest);
+    free(all);
+    sf_sampler_destroy(b);
+}
+
+Test(sampler, estimated_feed_after_the_final_length_accepts_what_agrees_with_it)
+{
+    clear_dist_env();
+    uint64_t est[] = {20, 20};
+    struct sf_sampler_options o = opts_for(0, 1, 0, 1);
+    o.estimated_counts = 1;
+    struct sf_sampler *s = make(&o, est, 2);
+    cr_assert_eq(sf_sampler_feed(s, 25, 0), SF_OK);
+    cr_assert_eq(sf_sampler_feed(s, 24, 1), SF_ERR_INVALID_ARGUMENT,
+                 "a final length below what was told to exist is refused");
+    cr_assert_eq(sf_sampler_feed(s, 30, 1), SF_OK);
+    cr_assert_eq(sf_sampler_feed(s, 12, 0), SF_OK, "at least 12 of 30: no contradiction");
+    cr_assert_eq(sf_sampler_feed(s, 30, 0), SF_OK);
+    cr_assert_eq(sf_sampler_feed(s, 31, 0), SF_ERR_INVALID_ARGUMENT, "31 of a stream of 30");
+    cr_assert_eq(sf_sampler_epoch_size(s), 30);
+    sf_sampler_destroy(s);
+}
