@@ -1182,7 +1182,9 @@ Test(loader, unindexed_empty_object_does_not_keep_the_next_epoch_estimated)
     base_options(&o, src, 1);
     keep_log_in(&o);
     struct sf_loader *l = open_loader(&o);
-    cr_assert_eq(sf_loader_epoch_size_known(l), 0);
+    /* (The reader may read all 60 samples before the next line: whether the
+     * size is known yet depends on timing, so it is not asserted here.) */
+    cr_assert(log_has("estimating from sizes"), "epoch 0 runs on estimates: %s", log_text);
     struct epoch_log e;
     cr_assert_eq(run_epoch(l, &e, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
     cr_assert_eq(e.images, 60u);
