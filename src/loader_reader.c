@@ -303,6 +303,27 @@ static void reader_sweep(struct sf_loader *l, struct reader *rd, int failed)
     }
 }
 
+/* Until the first batch is assigned, another shard is opened only while
+ * the ones opened have less than this left to download: the head shard
+ * gets the bandwidth its first batch needs instead of sharing it with the
+ * prefetched ones, and tiny shards still open many at once. */
+#define START_INFLIGHT_BYTES (8ull << 20)
+
+static int may_open_more(const struct sf_loader *l, const struct reader *rd)
+{
+    if (rd->position >= l->o.batch_size || !rd->open)
+        return 1;
+    unsigned long long left = 0;
+    for (const struct shard_slot *s = rd->open; s; s = s->next) {
+        if (s->done_fetch)
+            continue;
+        if (s->size == SF_SIZE_UNKNOWN)
+            return 0;
+        left += s->size > s->contiguous ? s->size - s->contiguous : 0;
+    }
+    return left < START_INFLIGHT_BYTES;
+}
+
 static unsigned count_unparsed(const struct reader *rd)
 {
     unsigned n = 0;
@@ -402,7 +423,8 @@ static int est_read(struct sf_loader *l, struct reader *rd)
     for (;;) {
         uint64_t v = rd->next_open;
         int in_window = rd->next_read <= rd->position + rd->window || rd->position >= rd->stop_at;
-        if (count_unparsed(rd) >= l->o.prefetch_shards + 1 || !in_window)
+        if (count_unparsed(rd) >= l->o.prefetch_shards + 1 || !in_window ||
+            !may_open_more(l, rd))
             break;
         if (v >= n) {
             if (!rd->pass0_done || rd->real >= rd->target || rd->next_parse < v ||
@@ -534,6 +556,7 @@ void *sf__loader_reader_main(void *arg)
          * within the shuffle window of what has been assigned (so memory
          * stays bounded when the consumer is slower than the bucket). */
         while (rd.next_open < rd.n_plan && count_unparsed(&rd) < l->o.prefetch_shards + 1 &&
+               may_open_more(l, &rd) &&
                rd.samples_read <= rd.position + rd.window) {
             const struct sf_shard_range *pr = &rd.plan[rd.next_open];
             if (l->deliveries[pr->shard] == 0) {
