@@ -217,7 +217,9 @@ SF_API void sf_index_result_clear(struct sf_index_result *r);
  * lists them. sources: n_sources strings as sf_s3_expand() takes them (s3://
  * keys, brace patterns, prefixes ending in '/', http(s)://, file:// and
  * local paths); a prefix or local folder keeps its *.tar and *.sfr objects
- * only. Shards are listed in source order.
+ * only. Shards are listed in source order. Every named object is checked
+ * to exist before any is read (sf_s3_expand_stat()): a missing one fails
+ * with SF_ERR_NOT_FOUND naming it, and sizes are known up front.
  *
  * o->parallel shards are read at a time, each by its own thread, as ranged
  * GETs through the client's fetch engine (s3's concurrency caps the

@@ -676,7 +676,7 @@ static sf_status expand(struct sf_s3 *s3, const char *const *sources, size_t n_s
     for (size_t i = 0; i < n_sources; i++) {
         if (!sources[i])
             return put_err(err, err_len, SF_ERR_INVALID_ARGUMENT, "source %zu is NULL", i);
-        sf_status st = sf_s3_expand(s3, sources[i], max, &lists[i]);
+        sf_status st = sf_s3_expand_stat(s3, sources[i], max, &lists[i]);
         if (st != SF_OK) {
             char m[ERR_LEN];
             sf_s3_errmsg(s3, m, sizeof(m));
