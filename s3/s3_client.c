@@ -673,6 +673,33 @@ static sf_status append_query(struct sf__strbuf *q, const char *name, const char
     return sf__uri_encode(q, value, strlen(value), 0);
 }
 
+/* One ListObjectsV2 page: sends the query (freed here), parses the answer
+ * into *page. On failure the client's message is set and *page is empty. */
+static sf_status list_page(struct sf_s3 *s3, const struct sf__locator *bucket_loc,
+                           struct sf__strbuf *q, const char *display, struct sf__list_page *page)
+{
+    memset(page, 0, sizeof(*page));
+    struct sf__response r;
+    sf_status st =
+        sf__engine_call(s3->engine, "GET", bucket_loc, sf__strbuf_str(q), MAX_LIST_BODY, &r);
+    sf__strbuf_free(q);
+    if (st != SF_OK) {
+        set_err(s3, st, "%s", r.errmsg);
+        sf__response_free(&r);
+        return st;
+    }
+    char err[256] = "";
+    st = sf__xml_parse_list_v2(r.body.data ? r.body.data : "", r.body.len, 0, page, err,
+                               sizeof(err));
+    sf__response_free(&r);
+    if (st != SF_OK) {
+        set_err(s3, st, "%s: bad ListObjectsV2 answer: %s", display, err);
+        sf__list_page_free(page);
+        memset(page, 0, sizeof(*page));
+    }
+    return st;
+}
+
 static sf_status list_objects(struct sf_s3 *s3, const struct sf__locator *loc, int recursive,
                               int skip_dir_markers, size_t max, struct sf_object_list *l)
 {
@@ -696,25 +723,10 @@ static sf_status list_objects(struct sf_s3 *s3, const struct sf__locator *loc, i
             sf__strbuf_free(&q);
             break;
         }
-        struct sf__response r;
-        st = sf__engine_call(s3->engine, "GET", &bucket_loc, sf__strbuf_str(&q), MAX_LIST_BODY, &r);
-        sf__strbuf_free(&q);
-        if (st != SF_OK) {
-            set_err(s3, st, "%s", r.errmsg);
-            sf__response_free(&r);
-            break;
-        }
         struct sf__list_page page;
-        memset(&page, 0, sizeof(page));
-        char err[256] = "";
-        st = sf__xml_parse_list_v2(r.body.data ? r.body.data : "", r.body.len, 0, &page, err,
-                                   sizeof(err));
-        sf__response_free(&r);
-        if (st != SF_OK) {
-            set_err(s3, st, "%s: bad ListObjectsV2 answer: %s", loc->display, err);
-            sf__list_page_free(&page);
+        st = list_page(s3, &bucket_loc, &q, loc->display, &page);
+        if (st != SF_OK)
             break;
-        }
         for (size_t i = 0; st == SF_OK && i < page.n_prefixes; i++)
             st = list_push(l, max, s3_url(loc->bucket, page.prefixes[i]), strdup(page.prefixes[i]),
                            0, "", 0, 1);
@@ -1045,25 +1057,10 @@ static sf_status list_range(struct sf_s3 *s3, const char *bucket, struct pending
             sf__strbuf_free(&q);
             break;
         }
-        struct sf__response r;
-        st = sf__engine_call(s3->engine, "GET", &bucket_loc, sf__strbuf_str(&q), MAX_LIST_BODY, &r);
-        sf__strbuf_free(&q);
-        if (st != SF_OK) {
-            set_err(s3, st, "%s", r.errmsg);
-            sf__response_free(&r);
-            break;
-        }
         struct sf__list_page page;
-        memset(&page, 0, sizeof(page));
-        char err[256] = "";
-        st = sf__xml_parse_list_v2(r.body.data ? r.body.data : "", r.body.len, 0, &page, err,
-                                   sizeof(err));
-        sf__response_free(&r);
-        if (st != SF_OK) {
-            set_err(s3, st, "%s: bad ListObjectsV2 answer: %s", display, err);
-            sf__list_page_free(&page);
+        st = list_page(s3, &bucket_loc, &q, display, &page);
+        if (st != SF_OK)
             break;
-        }
         for (size_t i = 0; i < page.n_entries && p < m; i++) {
             const struct sf__list_entry *en = &page.entries[i];
             while (p < m && strcmp(w[p]->key, en->key) < 0)

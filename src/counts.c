@@ -9,26 +9,22 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
 
 #define LOG_NAME "v1/counts.log"
 
 struct sf__count_key sf__count_key_of(const char *url, const char *etag, unsigned long long size)
 {
-    XXH3_state_t *st = XXH3_createState();
-    struct sf__count_key k = {0, 0};
-    if (!st)
-        return k;
+    XXH3_state_t st; /* on the stack: XXH_STATIC_LINKING_ONLY */
     char sz[32];
     int n = snprintf(sz, sizeof sz, "%llu", size);
-    XXH3_128bits_reset(st);
-    XXH3_128bits_update(st, url, strlen(url) + 1);
-    XXH3_128bits_update(st, etag ? etag : "", strlen(etag ? etag : "") + 1);
-    XXH3_128bits_update(st, sz, (size_t)n);
-    XXH128_hash_t h = XXH3_128bits_digest(st);
-    XXH3_freeState(st);
-    k.hi = h.high64;
-    k.lo = h.low64;
+    XXH3_128bits_reset(&st);
+    XXH3_128bits_update(&st, url, strlen(url) + 1);
+    XXH3_128bits_update(&st, etag ? etag : "", strlen(etag ? etag : "") + 1);
+    XXH3_128bits_update(&st, sz, (size_t)n);
+    XXH128_hash_t h = XXH3_128bits_digest(&st);
+    struct sf__count_key k = {h.high64, h.low64};
     return k;
 }
 

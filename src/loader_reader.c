@@ -324,6 +324,17 @@ static int may_open_more(const struct sf_loader *l, const struct reader *rd)
     return left < START_INFLIGHT_BYTES;
 }
 
+/* Appends a newly opened slot: downloads are driven (and so started) in read
+ * order, so the shard read first gets its bytes first. */
+static void reader_append(struct reader *rd, struct shard_slot *sh)
+{
+    struct shard_slot **tail = &rd->open;
+    while (*tail)
+        tail = &(*tail)->next;
+    *tail = sh;
+    rd->next_open++;
+}
+
 static unsigned count_unparsed(const struct reader *rd)
 {
     unsigned n = 0;
@@ -436,11 +447,7 @@ static int est_read(struct sf_loader *l, struct reader *rd)
             break;
         sh->vindex = v;
         sh->pad = v >= n;
-        struct shard_slot **tail = &rd->open;
-        while (*tail)
-            tail = &(*tail)->next;
-        *tail = sh;
-        rd->next_open++;
+        reader_append(rd, sh);
     }
     /* 2. Keep the downloads moving; parse the head. */
     for (struct shard_slot *s = rd->open; s; s = s->next)
@@ -566,13 +573,7 @@ void *sf__loader_reader_main(void *arg)
             struct shard_slot *sh;
             if (sf__loader_shard_open(l, pr->shard, pr->begin, pr->end, &sh) != SF_OK)
                 break;
-            /* Appended: downloads are driven (and so started) in read order,
-             * so the shard read first gets its bytes first. */
-            struct shard_slot **tail = &rd.open;
-            while (*tail)
-                tail = &(*tail)->next;
-            *tail = sh;
-            rd.next_open++;
+            reader_append(&rd, sh);
         }
         /* 2. Keep every download moving; parse the head of the read order. */
         for (struct shard_slot *s = rd.open; s; s = s->next)

@@ -970,7 +970,7 @@ static unsigned damage_unseen(enum damage how, const unsigned char *seen_shard, 
     return hit;
 }
 
-static void fails_mid_epoch(enum damage how, const char *want)
+static void fails_mid_epoch(enum damage how, sf_status want_st, const char *want)
 {
     mock_dataset(120, 16 << 10);
     char idx[900];
@@ -1013,6 +1013,8 @@ static void fails_mid_epoch(enum damage how, const char *want)
     const char *m = sf_loader_errmsg(l);
     cr_assert(strstr(m, "s3://bucket/data/shard-"), "the message names the shard: %s", m);
     cr_assert(strstr(m, want), "%s: %s", want, m);
+    cr_assert_eq(st, want_st, "%s: %s", sf_status_name(st), m);
+    cr_assert(strstr(m, "bytes "), "the message names the byte range: %s", m);
     /* Sticky: the next call says the same. */
     cr_assert_eq(sf_loader_next(l, &b), st);
     free(seen);
@@ -1022,17 +1024,17 @@ static void fails_mid_epoch(enum damage how, const char *want)
 
 Test(loader, a_shard_deleted_mid_epoch_fails_naming_it)
 {
-    fails_mid_epoch(DELETE, "404");
+    fails_mid_epoch(DELETE, SF_ERR_NOT_FOUND, "404 NoSuchKey");
 }
 
 Test(loader, a_shard_truncated_mid_epoch_fails_naming_it)
 {
-    fails_mid_epoch(TRUNCATE, "shard-");
+    fails_mid_epoch(TRUNCATE, SF_ERR_CHANGED, "no longer matches");
 }
 
 Test(loader, a_shard_replaced_mid_epoch_fails_naming_it)
 {
-    fails_mid_epoch(REPLACE, "shard-");
+    fails_mid_epoch(REPLACE, SF_ERR_CHANGED, "no longer matches");
 }
 
 Test(loader, missing_objects_and_missing_fields_exit_1_with_json)
@@ -1565,28 +1567,36 @@ Test(loader, unindexed_ranks_resume_mid_epoch_with_pads_and_drops)
     cr_assert_gt(drops, 0u);
 }
 
+/* Folders <tmp>/a/ (samples 0..19, small) and <tmp>/b/ (20..29, big up to
+ * b_big_to) packed as one shard each, with their index.json; a_dst/b_dst get
+ * the folders (800 bytes), a/b the shard paths (900 bytes). */
+static void two_folders(unsigned b_big_to, char *a_dst, char *b_dst, char *a, char *b)
+{
+    tmp = test_tmpdir();
+    cr_assert(tmp);
+    test_isolate_aws_env(tmp);
+    char a_src[700], b_src[700];
+    snprintf(a_src, sizeof(a_src), "%s/asrc", tmp);
+    snprintf(b_src, sizeof(b_src), "%s/bsrc", tmp);
+    make_sized(a_src, 0, 20, 0, 0);
+    make_sized(b_src, 20, 30, 0, b_big_to);
+    snprintf(a_dst, 800, "%s/a/", tmp);
+    snprintf(b_dst, 800, "%s/b/", tmp);
+    pack(a_src, a_dst, 64 << 20, NULL);
+    pack(b_src, b_dst, 64 << 20, NULL);
+    n_samples = 30;
+    snprintf(a, 900, "%sshard-000000.tar", a_dst);
+    snprintf(b, 900, "%sshard-000000.tar", b_dst);
+}
+
 Test(loader, unindexed_one_shard_per_rank_pads_by_reading_it_again)
 {
     /* Two shards, one per rank. The first (the probe) holds 20 small
      * samples; the second 10 big ones, estimated at many times that. With
      * PAD every rank delivers the big shard's estimate: both read their only
      * shard several times over. With DROP the big shard's rank pads to 20. */
-    tmp = test_tmpdir();
-    cr_assert(tmp);
-    test_isolate_aws_env(tmp);
-    char small_src[700], big_src[700], small_dst[800], big_dst[800];
-    snprintf(small_src, sizeof(small_src), "%s/small", tmp);
-    snprintf(big_src, sizeof(big_src), "%s/big", tmp);
-    make_sized(small_src, 0, 20, 0, 0);
-    make_sized(big_src, 20, 30, 0, 30);
-    snprintf(small_dst, sizeof(small_dst), "%s/a/", tmp);
-    snprintf(big_dst, sizeof(big_dst), "%s/b/", tmp);
-    pack(small_src, small_dst, 64 << 20, NULL);
-    pack(big_src, big_dst, 64 << 20, NULL);
-    n_samples = 30;
-    char a[900], b[900];
-    snprintf(a, sizeof(a), "%sshard-000000.tar", small_dst);
-    snprintf(b, sizeof(b), "%sshard-000000.tar", big_dst);
+    char small_dst[800], big_dst[800], a[900], b[900];
+    two_folders(30, small_dst, big_dst, a, b);
     remove_index(small_dst);
     remove_index(big_dst);
     const char *src[] = {a, b};
@@ -1636,22 +1646,8 @@ Test(loader, an_index_json_counts_only_the_shards_beside_it)
      * name. The first folder's index does not describe the second's shard:
      * taking its count (20 for a shard of 10) would fail mid-epoch, or with
      * a larger real count silently cut the shard. */
-    tmp = test_tmpdir();
-    cr_assert(tmp);
-    test_isolate_aws_env(tmp);
-    char a_src[700], b_src[700], a_dst[800], b_dst[800];
-    snprintf(a_src, sizeof(a_src), "%s/asrc", tmp);
-    snprintf(b_src, sizeof(b_src), "%s/bsrc", tmp);
-    make_sized(a_src, 0, 20, 0, 0);
-    make_sized(b_src, 20, 30, 0, 0);
-    snprintf(a_dst, sizeof(a_dst), "%s/a/", tmp);
-    snprintf(b_dst, sizeof(b_dst), "%s/b/", tmp);
-    pack(a_src, a_dst, 64 << 20, NULL);
-    pack(b_src, b_dst, 64 << 20, NULL);
-    n_samples = 30;
-    char a[900], b[900];
-    snprintf(a, sizeof(a), "%sshard-000000.tar", a_dst);
-    snprintf(b, sizeof(b), "%sshard-000000.tar", b_dst);
+    char a_dst[800], b_dst[800], a[900], b[900];
+    two_folders(0, a_dst, b_dst, a, b);
     const char *src[] = {a, b};
     struct sf_loader_options o;
     base_options(&o, src, 2);
