@@ -1,0 +1,2 @@
+#include "sfpy.h"
+int sfpy_loader_init(PyObject *module) { (void)module; return 0; }

@@ -1,0 +1,56 @@
+/*
+ * `shardfeed._shardfeed`: module definition. The Python package
+ * (python/shardfeed/) wraps these types and functions.
+ */
+#include "sfpy.h"
+
+static PyObject *py_version(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    return PyUnicode_FromString(sf_version());
+}
+
+static PyObject *py_cuda_compiled(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    return PyBool_FromLong(sf_cuda_compiled());
+}
+
+static PyObject *py_drain_log(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    if (sfpy_log_drain() < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"version", py_version, METH_NOARGS, "The C library's version string."},
+    {"cuda_compiled", py_cuda_compiled, METH_NOARGS, "Whether this build has the CUDA path."},
+    {"drain_log", py_drain_log, METH_NOARGS,
+     "Hands queued library log lines to logging.getLogger('shardfeed')."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef moduledef = {
+    PyModuleDef_HEAD_INIT, "_shardfeed",
+    "The C core of shardfeed: loader, batches (DLPack), tools.", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__shardfeed(void);
+PyMODINIT_FUNC PyInit__shardfeed(void)
+{
+    PyObject *m = PyModule_Create(&moduledef);
+    if (!m)
+        return NULL;
+    if (sfpy_errors_init(m) < 0 || sfpy_batch_init(m) < 0 || sfpy_loader_init(m) < 0 ||
+        sfpy_tools_init(m) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
