@@ -51,6 +51,9 @@ typedef enum sf_status {
     /* Not an error: sf_loader_next() has no more batches in this epoch. No
      * other call returns it, and no failure is ever reported with it. */
     SF_END_OF_EPOCH = 19,
+    /* Not an error: sf_loader_next_wait() found no batch ready within its
+     * timeout. No other call returns it. */
+    SF_NOT_READY = 20,
     SF_STATUS_COUNT_             /* not a status; keep last */
 } sf_status;
 

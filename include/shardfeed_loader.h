@@ -264,10 +264,36 @@ SF_API sf_status sf_loader_open(const struct sf_loader_options *o, struct sf_loa
  */
 SF_API sf_status sf_loader_next(struct sf_loader *l, struct sf_batch *out);
 
+/*
+ * sf_loader_next() that waits at most timeout_ms: SF_NOT_READY when no batch
+ * (and no end of epoch, no error) came in that time; *out is then untouched
+ * and the loader is as before: call again. For consumers that must stay
+ * responsive while they wait (signals, cancellation: the Python binding
+ * checks for Ctrl-C between waits).
+ */
+SF_API sf_status sf_loader_next_wait(struct sf_loader *l, struct sf_batch *out,
+                                     unsigned timeout_ms);
+
 /* Hands a batch back: its buffers (host and device) return to the ring and may
- * be overwritten from then on. Batches may be released in any order. A batch
+ * be overwritten from then on. Batches may be released in any order, and from
+ * any thread (also while the consumer thread is in sf_loader_next()). A batch
  * not from this loader, released twice, or NULL (l or b) is ignored. */
 SF_API void sf_loader_release(struct sf_loader *l, const struct sf_batch *b);
+
+/*
+ * GPU delivery, for consumers that pass batches between streams (DLPack's
+ * __dlpack__(stream=s)): sf_batch_wait_stream() makes `stream` (a
+ * cudaStream_t; (void *)1 the legacy default stream, (void *)2 the
+ * per-thread one) wait for the batch's device copy, without blocking the
+ * host. sf_loader_release_after() releases the batch like
+ * sf_loader_release(), and the device slot is overwritten only after the
+ * work queued on `stream` before this call has finished. Host batches: the
+ * first is SF_OK (nothing to wait for), the second a plain release. Without
+ * CUDA, a device batch cannot exist.
+ */
+SF_API sf_status sf_batch_wait_stream(const struct sf_batch *b, void *stream);
+SF_API sf_status sf_loader_release_after(struct sf_loader *l, const struct sf_batch *b,
+                                         void *stream);
 
 /*
  * Starts epoch `epoch` from its beginning. Batches of the old epoch still held

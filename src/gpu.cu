@@ -31,6 +31,10 @@ struct sf_gpu_slot {
     unsigned char *u8;
     float *f32;
     cudaEvent_t start, done;
+    /* Recorded on the consumer's stream when it released the slot
+     * (sf__gpu_release_after); the next copy into the slot waits on it. */
+    cudaEvent_t released;
+    int wait_released;
     int has_job; /* 1 once a job was submitted whole (both events recorded) */
 };
 
@@ -157,6 +161,8 @@ extern "C" void sf__gpu_close(struct sf_gpu *g)
                 (void)cudaEventDestroy(s->start);
             if (s->done != NULL)
                 (void)cudaEventDestroy(s->done);
+            if (s->released != NULL)
+                (void)cudaEventDestroy(s->released);
             if (s->u8 != NULL)
                 (void)cudaFree(s->u8);
             if (s->f32 != NULL)
@@ -264,6 +270,12 @@ extern "C" sf_status sf__gpu_open(int device, unsigned slots, size_t u8_bytes, s
         if ((rc = cudaEventCreate(&s->done)) != cudaSuccess) {
             s->done = NULL;
             snprintf(what, sizeof what, "slot %u done", i);
+            st = cuda_fail(err, err_len, "cudaEventCreate", what, rc);
+            goto fail;
+        }
+        if ((rc = cudaEventCreateWithFlags(&s->released, cudaEventDisableTiming)) != cudaSuccess) {
+            s->released = NULL;
+            snprintf(what, sizeof what, "slot %u released", i);
             st = cuda_fail(err, err_len, "cudaEventCreate", what, rc);
             goto fail;
         }
@@ -483,6 +495,11 @@ extern "C" sf_status sf__gpu_submit(struct sf_gpu *g, unsigned slot, const struc
     cudaError_t rc;
     if ((rc = cudaSetDevice(g->device)) != cudaSuccess)
         return cuda_fail(err, err_len, "cudaSetDevice", NULL, rc);
+    /* Work the consumer queued on its stream before it released the slot
+     * still reads the old contents. */
+    if (s->wait_released && (rc = cudaStreamWaitEvent(g->stream, s->released, 0)) != cudaSuccess)
+        return cuda_fail(err, err_len, "cudaStreamWaitEvent", "consumer release", rc);
+    s->wait_released = 0;
     if ((rc = cudaEventRecord(s->start, g->stream)) != cudaSuccess)
         return cuda_fail(err, err_len, "cudaEventRecord", "start", rc);
     if (job->bytes > 0 && (rc = cudaMemcpyAsync(s->u8, job->host, job->bytes,
@@ -548,6 +565,30 @@ extern "C" void *sf__gpu_f32(struct sf_gpu *g, unsigned slot)
 extern "C" void *sf__gpu_event(struct sf_gpu *g, unsigned slot)
 {
     return g != NULL && slot < g->slots ? (void *)g->slot[slot].done : NULL;
+}
+
+extern "C" sf_status sf__gpu_release_after(struct sf_gpu *g, unsigned slot, void *stream)
+{
+    if (g == NULL || slot >= g->slots)
+        return SF_ERR_INVALID_ARGUMENT;
+    struct sf_gpu_slot *s = &g->slot[slot];
+    if (cudaSetDevice(g->device) != cudaSuccess ||
+        cudaEventRecord(s->released, (cudaStream_t)stream) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return SF_ERR_INTERNAL;
+    }
+    s->wait_released = 1;
+    return SF_OK;
+}
+
+extern "C" sf_status sf__gpu_stream_wait(void *event, void *stream)
+{
+    cudaError_t rc = cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)event, 0);
+    if (rc != cudaSuccess) {
+        (void)cudaGetLastError();
+        return status_of(rc);
+    }
+    return SF_OK;
 }
 
 extern "C" int sf__gpu_device(const struct sf_gpu *g)

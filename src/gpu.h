@@ -67,6 +67,12 @@ void *sf__gpu_event(struct sf_gpu *g, unsigned slot); /* cudaEvent_t */
  * copy stream (the default stream would not wait for it); waits. */
 sf_status sf__gpu_read(struct sf_gpu *g, unsigned slot, int f32, void *dst, size_t bytes);
 int sf__gpu_device(const struct sf_gpu *g);
+/* The consumer released the slot after queueing work on `stream` (a
+ * cudaStream_t) that reads it: records the slot's release event there; the
+ * slot's next sf__gpu_submit makes the copy stream wait on it. */
+sf_status sf__gpu_release_after(struct sf_gpu *g, unsigned slot, void *stream);
+/* cudaStreamWaitEvent(stream, event): no host synchronisation. */
+sf_status sf__gpu_stream_wait(void *event, void *stream);
 
 /* NVTX ranges (nsys shows the stages); no-ops without CUDA. Thread-local
  * push/pop as nvtxRangePushA/nvtxRangePop. */

@@ -102,6 +102,21 @@ void *sf__gpu_event(struct sf_gpu *g, unsigned slot)
     return NULL;
 }
 
+sf_status sf__gpu_release_after(struct sf_gpu *g, unsigned slot, void *stream)
+{
+    (void)g;
+    (void)slot;
+    (void)stream;
+    return SF_ERR_UNSUPPORTED;
+}
+
+sf_status sf__gpu_stream_wait(void *event, void *stream)
+{
+    (void)event;
+    (void)stream;
+    return SF_ERR_UNSUPPORTED;
+}
+
 int sf__gpu_device(const struct sf_gpu *g)
 {
     (void)g;

@@ -25,7 +25,8 @@ static int deliverable(const struct sf_loader *l, const struct batch *b)
     return b->state == B_ON_GPU && !l->o.sync_device;
 }
 
-sf_status sf_loader_next(struct sf_loader *l, struct sf_batch *out)
+/* deadline_s < 0: wait as long as it takes. */
+static sf_status next_batch(struct sf_loader *l, struct sf_batch *out, double timeout_s)
 {
     if (!l || !out)
         return SF_ERR_INVALID_ARGUMENT;
@@ -38,10 +39,8 @@ sf_status sf_loader_next(struct sf_loader *l, struct sf_batch *out)
             st = l->error;
             break;
         }
-        if (l->reset_req && !l->reset_done) {
-            sf__loader_cond_wait_ms(&l->cv_consumer, &l->mu, 50);
-            continue;
-        }
+        if (l->reset_req && !l->reset_done)
+            goto wait;
         if (l->next_deliver >= l->epoch_batches) {
             st = SF_END_OF_EPOCH;
             break;
@@ -109,6 +108,16 @@ sf_status sf_loader_next(struct sf_loader *l, struct sf_batch *out)
             break;
         }
     wait:
+        if (timeout_s >= 0) {
+            double left = t0 + timeout_s - sf__loader_now_s();
+            if (left <= 0) {
+                st = SF_NOT_READY;
+                break;
+            }
+            sf__loader_cond_wait_ms(&l->cv_consumer, &l->mu,
+                                    left < 0.05 ? (unsigned)(left * 1000) + 1 : 50);
+            continue;
+        }
         sf__loader_cond_wait_ms(&l->cv_consumer, &l->mu, 50);
     }
     l->consumer_wait_s += sf__loader_now_s() - t0;
@@ -117,15 +126,19 @@ sf_status sf_loader_next(struct sf_loader *l, struct sf_batch *out)
     return st;
 }
 
-void sf_loader_release(struct sf_loader *l, const struct sf_batch *b)
+static sf_status release(struct sf_loader *l, const struct sf_batch *b, void *stream,
+                         int after_stream)
 {
     if (!l || !b)
-        return;
+        return SF_ERR_INVALID_ARGUMENT;
+    sf_status st = SF_OK;
     pthread_mutex_lock(&l->mu);
     for (unsigned i = 0; i < l->ring; i++) {
         struct batch *x = &l->batches[i];
         if (x->state == B_HELD && x->images == b->images && x->index == b->index &&
             x->epoch == b->epoch) {
+            if (after_stream && l->on_device)
+                st = sf__gpu_release_after(l->gpu, i, stream);
             x->state = B_FREE;
             l->held--;
             pthread_cond_broadcast(&l->cv_reader);
@@ -133,6 +146,36 @@ void sf_loader_release(struct sf_loader *l, const struct sf_batch *b)
         }
     }
     pthread_mutex_unlock(&l->mu);
+    return st;
+}
+
+void sf_loader_release(struct sf_loader *l, const struct sf_batch *b)
+{
+    (void)release(l, b, NULL, 0);
+}
+
+sf_status sf_loader_release_after(struct sf_loader *l, const struct sf_batch *b, void *stream)
+{
+    return release(l, b, stream, 1);
+}
+
+sf_status sf_batch_wait_stream(const struct sf_batch *b, void *stream)
+{
+    if (!b)
+        return SF_ERR_INVALID_ARGUMENT;
+    if (!b->cuda_event)
+        return SF_OK;
+    return sf__gpu_stream_wait(b->cuda_event, stream);
+}
+
+sf_status sf_loader_next(struct sf_loader *l, struct sf_batch *out)
+{
+    return next_batch(l, out, -1);
+}
+
+sf_status sf_loader_next_wait(struct sf_loader *l, struct sf_batch *out, unsigned timeout_ms)
+{
+    return next_batch(l, out, timeout_ms / 1000.0);
 }
 
 static sf_status request_reset(struct sf_loader *l, uint64_t epoch, const void *state,

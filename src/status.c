@@ -29,6 +29,7 @@ static const struct status_text status_texts[] = {
     [SF_ERR_CANCELLED] = {"SF_ERR_CANCELLED", "cancelled"},
     [SF_ERR_INTERNAL] = {"SF_ERR_INTERNAL", "internal error"},
     [SF_END_OF_EPOCH] = {"SF_END_OF_EPOCH", "end of epoch"},
+    [SF_NOT_READY] = {"SF_NOT_READY", "no batch ready yet"},
 };
 
 _Static_assert(sizeof(status_texts) / sizeof(status_texts[0]) == SF_STATUS_COUNT_,

@@ -1,2 +1,399 @@
+/*
+ * shardfeed.Batch: one delivered batch. Its buffers are views (shardfeed.Array)
+ * of the loader's ring slot; keys, shard indices, pad flags and extra fields
+ * are copied into Python objects on first access.
+ */
 #include "sfpy.h"
-int sfpy_batch_init(PyObject *module) { (void)module; return 0; }
+
+#include <string.h>
+
+typedef struct {
+    PyObject_HEAD
+    struct sfpy_slot *slot; /* NULL once released */
+    PyObject *cache_keys, *cache_fields;
+} batch_object;
+
+static PyTypeObject *batch_type;
+
+PyObject *sfpy_batch_new(struct sfpy_slot *slot)
+{
+    batch_object *b = (batch_object *)PyType_GenericAlloc(batch_type, 0);
+    if (!b) {
+        sfpy_slot_decref(slot);
+        return NULL;
+    }
+    b->slot = slot;
+    return (PyObject *)b;
+}
+
+static void batch_dealloc(PyObject *self)
+{
+    batch_object *b = (batch_object *)self;
+    PyTypeObject *tp = Py_TYPE(self);
+    if (b->slot)
+        sfpy_slot_decref(b->slot);
+    Py_XDECREF(b->cache_keys);
+    Py_XDECREF(b->cache_fields);
+    freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+    f(self);
+    Py_DECREF(tp);
+}
+
+static PyObject *batch_new_refused(PyTypeObject *t, PyObject *a, PyObject *k)
+{
+    (void)t;
+    (void)a;
+    (void)k;
+    PyErr_SetString(PyExc_TypeError, "shardfeed.Batch objects come from a Loader");
+    return NULL;
+}
+
+static const struct sf_batch *live(PyObject *self)
+{
+    batch_object *b = (batch_object *)self;
+    if (!b->slot) {
+        sfpy_raise(SF_ERR_INVALID_ARGUMENT,
+                   "the batch was released: take its views (images, labels) before release()");
+        return NULL;
+    }
+    return &b->slot->b;
+}
+
+static PyObject *image_view(PyObject *self, int which) /* 0 host, 1 delivery, 2 normalised */
+{
+    const struct sf_batch *x = live(self);
+    if (!x)
+        return NULL;
+    struct sfpy_slot *slot = ((batch_object *)self)->slot;
+    int64_t shape[4] = {(int64_t)x->size, 0, 0, 0};
+    if (x->layout == SF_LAYOUT_CHW) {
+        shape[1] = x->channels;
+        shape[2] = x->height;
+        shape[3] = x->width;
+    } else {
+        shape[1] = x->height;
+        shape[2] = x->width;
+        shape[3] = x->channels;
+    }
+    if (which == 2 || (which == 1 && x->device_images)) {
+        void *p = which == 2 ? x->device_normalized : x->device_images;
+        if (!p)
+            Py_RETURN_NONE;
+        return sfpy_array_new(slot, p, which == 2 ? SFPY_F32 : (x->dtype == SF_DTYPE_FLOAT32 ? SFPY_F32 : SFPY_U8),
+                              4, shape, SFPY_CUDA, x->cuda_device);
+    }
+    return sfpy_array_new(slot, (void *)x->images,
+                          x->dtype == SF_DTYPE_FLOAT32 ? SFPY_F32 : SFPY_U8, 4, shape, SFPY_CPU,
+                          0);
+}
+
+static PyObject *get_images(PyObject *self, void *c)
+{
+    (void)c;
+    return image_view(self, 1);
+}
+
+static PyObject *get_host_images(PyObject *self, void *c)
+{
+    (void)c;
+    return image_view(self, 0);
+}
+
+static PyObject *get_normalized(PyObject *self, void *c)
+{
+    (void)c;
+    return image_view(self, 2);
+}
+
+static PyObject *get_labels(PyObject *self, void *c)
+{
+    (void)c;
+    const struct sf_batch *x = live(self);
+    if (!x)
+        return NULL;
+    int64_t n = (int64_t)x->size;
+    return sfpy_array_new(((batch_object *)self)->slot, (void *)x->labels, SFPY_I64, 1, &n,
+                          SFPY_CPU, 0);
+}
+
+static PyObject *get_flags(PyObject *self, void *c)
+{
+    (void)c;
+    const struct sf_batch *x = live(self);
+    if (!x)
+        return NULL;
+    int64_t n = (int64_t)x->size;
+    return sfpy_array_new(((batch_object *)self)->slot, (void *)x->flags, SFPY_U32, 1, &n,
+                          SFPY_CPU, 0);
+}
+
+static PyObject *get_pad(PyObject *self, void *c)
+{
+    (void)c;
+    const struct sf_batch *x = live(self);
+    if (!x)
+        return NULL;
+    PyObject *t = PyTuple_New((Py_ssize_t)x->size);
+    for (size_t i = 0; t && i < x->size; i++) {
+        PyObject *v = PyBool_FromLong((x->flags[i] & SF_SAMPLE_PAD) != 0);
+        if (PyTuple_SetItem(t, (Py_ssize_t)i, v) < 0) {
+            Py_DECREF(t);
+            return NULL;
+        }
+    }
+    return t;
+}
+
+static PyObject *get_keys(PyObject *self, void *c)
+{
+    (void)c;
+    batch_object *b = (batch_object *)self;
+    if (b->cache_keys) {
+        Py_INCREF(b->cache_keys);
+        return b->cache_keys;
+    }
+    const struct sf_batch *x = live(self);
+    if (!x)
+        return NULL;
+    PyObject *t = PyTuple_New((Py_ssize_t)x->size);
+    for (size_t i = 0; t && i < x->size; i++) {
+        /* Keys are bytes of tar member names: undecodable bytes survive as
+         * surrogates (as os.fsdecode does). */
+        PyObject *v = PyUnicode_DecodeUTF8(x->keys[i], (Py_ssize_t)strlen(x->keys[i]),
+                                           "surrogateescape");
+        if (!v || PyTuple_SetItem(t, (Py_ssize_t)i, v) < 0) {
+            Py_DECREF(t);
+            return NULL;
+        }
+    }
+    if (t) {
+        Py_INCREF(t);
+        b->cache_keys = t;
+    }
+    return t;
+}
+
+static PyObject *get_shards(PyObject *self, void *c)
+{
+    (void)c;
+    const struct sf_batch *x = live(self);
+    if (!x)
+        return NULL;
+    PyObject *t = PyTuple_New((Py_ssize_t)x->size);
+    for (size_t i = 0; t && i < x->size; i++) {
+        PyObject *v = PyLong_FromUnsignedLongLong(x->shards[i]);
+        if (!v || PyTuple_SetItem(t, (Py_ssize_t)i, v) < 0) {
+            Py_DECREF(t);
+            return NULL;
+        }
+    }
+    return t;
+}
+
+static PyObject *get_shard_urls(PyObject *self, void *c)
+{
+    (void)c;
+    const struct sf_batch *x = live(self);
+    if (!x)
+        return NULL;
+    struct sf_loader *l = ((batch_object *)self)->slot->core->l;
+    PyObject *t = PyTuple_New((Py_ssize_t)x->size);
+    for (size_t i = 0; t && i < x->size; i++) {
+        const char *u = sf_loader_shard_url(l, (size_t)x->shards[i]);
+        PyObject *v = PyUnicode_DecodeUTF8(u ? u : "", u ? (Py_ssize_t)strlen(u) : 0,
+                                           "surrogateescape");
+        if (!v || PyTuple_SetItem(t, (Py_ssize_t)i, v) < 0) {
+            Py_DECREF(t);
+            return NULL;
+        }
+    }
+    return t;
+}
+
+static PyObject *get_fields(PyObject *self, void *c)
+{
+    (void)c;
+    batch_object *b = (batch_object *)self;
+    if (b->cache_fields) {
+        Py_INCREF(b->cache_fields);
+        return b->cache_fields;
+    }
+    const struct sf_batch *x = live(self);
+    if (!x)
+        return NULL;
+    PyObject *d = PyDict_New();
+    for (size_t f = 0; d && f < x->field_count; f++) {
+        const struct sf_batch_field *fd = &x->fields[f];
+        PyObject *t = PyTuple_New((Py_ssize_t)x->size);
+        for (size_t i = 0; t && i < x->size; i++) {
+            PyObject *v = PyBytes_FromStringAndSize((const char *)fd->data + fd->offsets[i],
+                                                    (Py_ssize_t)(fd->offsets[i + 1] -
+                                                                 fd->offsets[i]));
+            if (!v || PyTuple_SetItem(t, (Py_ssize_t)i, v) < 0) {
+                Py_CLEAR(t);
+            }
+        }
+        if (!t || PyDict_SetItemString(d, fd->name, t) < 0) {
+            Py_XDECREF(t);
+            Py_CLEAR(d);
+            break;
+        }
+        Py_DECREF(t);
+    }
+    if (d) {
+        Py_INCREF(d);
+        b->cache_fields = d;
+    }
+    return d;
+}
+
+#define U64_GETTER(name, expr)                                                                   \
+    static PyObject *get_##name(PyObject *self, void *c)                                         \
+    {                                                                                            \
+        (void)c;                                                                                 \
+        const struct sf_batch *x = live(self);                                                   \
+        return x ? PyLong_FromUnsignedLongLong((unsigned long long)(expr)) : NULL;               \
+    }
+U64_GETTER(epoch, x->epoch)
+U64_GETTER(index, x->index)
+U64_GETTER(position, x->position)
+U64_GETTER(size, x->size)
+U64_GETTER(width, x->width)
+U64_GETTER(height, x->height)
+U64_GETTER(channels, x->channels)
+
+static PyObject *get_layout(PyObject *self, void *c)
+{
+    (void)c;
+    const struct sf_batch *x = live(self);
+    return x ? PyUnicode_FromString(x->layout == SF_LAYOUT_CHW ? "chw" : "hwc") : NULL;
+}
+
+static PyObject *get_dtype(PyObject *self, void *c)
+{
+    (void)c;
+    const struct sf_batch *x = live(self);
+    return x ? PyUnicode_FromString(x->dtype == SF_DTYPE_FLOAT32 ? "float32" : "uint8") : NULL;
+}
+
+static PyObject *get_on_device(PyObject *self, void *c)
+{
+    (void)c;
+    const struct sf_batch *x = live(self);
+    return x ? PyBool_FromLong(x->device_images != NULL) : NULL;
+}
+
+static PyObject *get_released(PyObject *self, void *c)
+{
+    (void)c;
+    return PyBool_FromLong(((batch_object *)self)->slot == NULL);
+}
+
+static Py_ssize_t batch_length(PyObject *self)
+{
+    const struct sf_batch *x = live(self);
+    return x ? (Py_ssize_t)x->size : -1;
+}
+
+static PyObject *batch_release(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    batch_object *b = (batch_object *)self;
+    if (b->slot) {
+        struct sfpy_slot *s = b->slot;
+        b->slot = NULL;
+        sfpy_slot_decref(s);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *batch_enter(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    Py_INCREF(self);
+    return self;
+}
+
+static PyObject *batch_exit(PyObject *self, PyObject *args)
+{
+    (void)args;
+    return batch_release(self, NULL);
+}
+
+static PyObject *batch_repr(PyObject *self)
+{
+    batch_object *b = (batch_object *)self;
+    if (!b->slot)
+        return PyUnicode_FromString("shardfeed.Batch(released)");
+    const struct sf_batch *x = &b->slot->b;
+    return PyUnicode_FromFormat("shardfeed.Batch(epoch=%llu, index=%llu, size=%zu, %ux%u %s%s)",
+                                (unsigned long long)x->epoch, (unsigned long long)x->index,
+                                x->size, x->width, x->height,
+                                x->dtype == SF_DTYPE_FLOAT32 ? "float32" : "uint8",
+                                x->device_images ? ", on device" : "");
+}
+
+static PyMethodDef batch_methods[] = {
+    {"release", batch_release, METH_NOARGS,
+     "Hands the ring slot back as soon as no view or tensor of it is alive."},
+    {"__enter__", batch_enter, METH_NOARGS, NULL},
+    {"__exit__", batch_exit, METH_VARARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef batch_getset[] = {
+    {"images", get_images, NULL,
+     "Images (n, 3, H, W) or (n, H, W, 3): on the device when batches are delivered there", NULL},
+    {"host_images", get_host_images, NULL, "The host images", NULL},
+    {"normalized", get_normalized, NULL,
+     "float32 (x / 255 - mean) / std on the device, or None", NULL},
+    {"labels", get_labels, NULL, "int64 (n,): -1 where a sample has no label", NULL},
+    {"flags", get_flags, NULL, "uint32 (n,): SF_SAMPLE_PAD (1) for padding repeats", NULL},
+    {"pad", get_pad, NULL, "tuple of bool: the sample is a padding repeat", NULL},
+    {"keys", get_keys, NULL, "tuple of sample keys", NULL},
+    {"shards", get_shards, NULL, "tuple of shard indices (Loader.shards)", NULL},
+    {"shard_urls", get_shard_urls, NULL, "tuple of the samples' shard URLs", NULL},
+    {"fields", get_fields, NULL, "dict: extra field name -> tuple of bytes", NULL},
+    {"epoch", get_epoch, NULL, NULL, NULL},
+    {"index", get_index, NULL, "batch number within the epoch", NULL},
+    {"position", get_position, NULL, "epoch position of the first sample", NULL},
+    {"size", get_size, NULL, "samples in the batch", NULL},
+    {"width", get_width, NULL, NULL, NULL},
+    {"height", get_height, NULL, NULL, NULL},
+    {"channels", get_channels, NULL, NULL, NULL},
+    {"layout", get_layout, NULL, "'chw' or 'hwc'", NULL},
+    {"dtype", get_dtype, NULL, "'uint8' or 'float32'", NULL},
+    {"on_device", get_on_device, NULL, "delivered on the GPU", NULL},
+    {"released", get_released, NULL, "release() was called", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot batch_slots[] = {
+    {Py_tp_dealloc, batch_dealloc},
+    {Py_tp_new, batch_new_refused},
+    {Py_tp_methods, batch_methods},
+    {Py_tp_getset, batch_getset},
+    {Py_tp_repr, batch_repr},
+    {Py_sq_length, batch_length},
+    {Py_tp_doc, "A batch delivered by a Loader: zero-copy views of a ring slot."},
+    {0, NULL},
+};
+
+static PyType_Spec batch_spec = {
+    "shardfeed.Batch", sizeof(batch_object), 0, Py_TPFLAGS_DEFAULT, batch_slots,
+};
+
+int sfpy_batch_init(PyObject *module)
+{
+    if (sfpy_array_init(module) < 0)
+        return -1;
+    batch_type = (PyTypeObject *)PyType_FromSpec(&batch_spec);
+    if (!batch_type)
+        return -1;
+    Py_INCREF(batch_type);
+    if (PyModule_AddObject(module, "Batch", (PyObject *)batch_type) < 0) {
+        Py_DECREF(batch_type);
+        return -1;
+    }
+    return 0;
+}

@@ -1,2 +1,503 @@
+/*
+ * shardfeed._shardfeed.Loader: the C loader for one consumer thread at a
+ * time, with the GIL released while it works or waits.
+ *
+ * Waits are cut in 100 ms steps (sf_loader_next_wait): between them the
+ * thread takes the GIL back, hands queued log lines to logging and runs
+ * Python's signal handlers, so Ctrl-C stops a blocked next() promptly.
+ */
 #include "sfpy.h"
-int sfpy_loader_init(PyObject *module) { (void)module; return 0; }
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define WAIT_STEP_MS 100
+
+/* ------------------------------------------------------------ core, slots */
+
+void sfpy_core_incref(struct sfpy_core *c)
+{
+    atomic_fetch_add(&c->refs, 1);
+}
+
+int sfpy_core_owned(const struct sfpy_core *c)
+{
+    return c->pid == getpid();
+}
+
+void sfpy_core_decref(struct sfpy_core *c)
+{
+    if (!c || atomic_fetch_sub(&c->refs, 1) != 1)
+        return;
+    /* A forked child has the parent's memory but none of its threads: the
+     * loader's mutexes may be held forever there. Leave it alone. */
+    if (!sfpy_core_owned(c))
+        return;
+    sf_loader_close(c->l);
+    pthread_mutex_destroy(&c->call_mu);
+    free(c);
+}
+
+struct sfpy_slot *sfpy_slot_new(struct sfpy_core *core, const struct sf_batch *b)
+{
+    struct sfpy_slot *s = calloc(1, sizeof(*s));
+    if (!s)
+        return NULL;
+    atomic_init(&s->refs, 1);
+    atomic_init(&s->stream, 0);
+    s->core = core;
+    s->b = *b;
+    return s;
+}
+
+void sfpy_slot_incref(struct sfpy_slot *s)
+{
+    atomic_fetch_add(&s->refs, 1);
+}
+
+void sfpy_slot_note_stream(struct sfpy_slot *s, void *stream)
+{
+    atomic_store(&s->stream, (uintptr_t)stream);
+}
+
+void sfpy_slot_decref(struct sfpy_slot *s)
+{
+    if (!s || atomic_fetch_sub(&s->refs, 1) != 1)
+        return;
+    struct sfpy_core *c = s->core;
+    if (sfpy_core_owned(c)) {
+        uintptr_t stream = atomic_load(&s->stream);
+        if (stream)
+            (void)sf_loader_release_after(c->l, &s->b, (void *)stream);
+        else
+            sf_loader_release(c->l, &s->b);
+    }
+    free(s);
+    sfpy_core_decref(c);
+}
+
+/* ------------------------------------------------------------ Loader type */
+
+typedef struct {
+    PyObject_HEAD
+    struct sfpy_core *core; /* NULL once closed */
+} loader_object;
+
+static PyTypeObject *loader_type;
+
+/* The core of an open loader in this process, or NULL with an exception. */
+static struct sfpy_core *usable(loader_object *self)
+{
+    if (!self->core) {
+        sfpy_raise(SF_ERR_INVALID_ARGUMENT, "the loader is closed");
+        return NULL;
+    }
+    if (!sfpy_core_owned(self->core)) {
+        sfpy_raise(SF_ERR_UNSUPPORTED,
+                   "this loader was opened by the parent process: its threads do not exist "
+                   "after fork(); open a new Loader in the child");
+        return NULL;
+    }
+    return self->core;
+}
+
+/* Loader(sources: list[str] | None, options_json: str) */
+static int loader_init(PyObject *pyself, PyObject *args, PyObject *kw)
+{
+    loader_object *self = (loader_object *)pyself;
+    static char *kwlist[] = {"sources", "options_json", NULL};
+    PyObject *sources = Py_None;
+    const char *json = "{}";
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|Os:Loader", kwlist, &sources, &json))
+        return -1;
+    if (self->core) {
+        PyErr_SetString(PyExc_RuntimeError, "Loader.__init__ called twice");
+        return -1;
+    }
+
+    struct sf_loader_options o;
+    sf_loader_options_init_default(&o);
+    void *keep = NULL;
+    char err[1024] = "";
+    sf_status st = sf_loader_options_from_json(&o, json, &keep, err, sizeof(err));
+    if (st != SF_OK) {
+        sf_loader_options_free_json(keep);
+        sfpy_raise(st, err);
+        return -1;
+    }
+
+    PyObject *seq = NULL;
+    const char **urls = NULL;
+    if (sources != Py_None) {
+        seq = PySequence_List(sources);
+        if (!seq)
+            goto fail_py;
+        Py_ssize_t n = PyList_Size(seq);
+        urls = calloc((size_t)n + 1, sizeof(*urls));
+        if (!urls) {
+            PyErr_NoMemory();
+            goto fail_py;
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *item = PyList_GetItem(seq, i); /* borrowed */
+            if (!PyUnicode_Check(item)) {
+                PyErr_Format(PyExc_TypeError, "sources[%zd] is not a str", i);
+                goto fail_py;
+            }
+            /* The list now holds the UTF-8 bytes that urls[] points into. */
+            PyObject *utf8 = PyUnicode_AsUTF8String(item);
+            if (!utf8 || PyList_SetItem(seq, i, utf8) < 0)
+                goto fail_py;
+            urls[i] = PyBytes_AsString(utf8);
+            if (!urls[i])
+                goto fail_py;
+        }
+        o.sources = urls;
+        o.source_count = (size_t)n;
+    }
+    if (o.source_count == 0) {
+        sfpy_raise(SF_ERR_INVALID_ARGUMENT,
+                   "no sources: give s3:// URLs, patterns, prefixes or paths (or \"sources\" in "
+                   "the config)");
+        goto fail_py;
+    }
+
+    o.log = sfpy_log;
+    o.log_level = sfpy_log_level();
+    o.s3.log = sfpy_log;
+    o.s3.log_level = o.log_level;
+    o.cache.log = sfpy_log;
+    o.cache.log_level = o.log_level;
+
+    struct sf_loader *l = NULL;
+    Py_BEGIN_ALLOW_THREADS
+    st = sf_loader_open(&o, &l, err, sizeof(err));
+    Py_END_ALLOW_THREADS
+    sf_loader_options_free_json(keep);
+    keep = NULL;
+    free(urls);
+    urls = NULL;
+    Py_CLEAR(seq);
+    if (sfpy_log_drain() < 0) {
+        sf_loader_close(l);
+        return -1;
+    }
+    if (st != SF_OK) {
+        sfpy_raise(st, err);
+        return -1;
+    }
+    struct sfpy_core *c = calloc(1, sizeof(*c));
+    if (!c) {
+        sf_loader_close(l);
+        PyErr_NoMemory();
+        return -1;
+    }
+    atomic_init(&c->refs, 1);
+    c->l = l;
+    c->pid = getpid();
+    pthread_mutex_init(&c->call_mu, NULL);
+    self->core = c;
+    return 0;
+
+fail_py:
+    sf_loader_options_free_json(keep);
+    free(urls);
+    Py_XDECREF(seq);
+    return -1;
+}
+
+static void loader_close_core(loader_object *self)
+{
+    struct sfpy_core *c = self->core;
+    if (!c)
+        return;
+    self->core = NULL;
+    Py_BEGIN_ALLOW_THREADS
+    sfpy_core_decref(c);
+    Py_END_ALLOW_THREADS
+}
+
+static void loader_dealloc(PyObject *pyself)
+{
+    PyTypeObject *tp = Py_TYPE(pyself);
+    loader_close_core((loader_object *)pyself);
+    freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+    f(pyself);
+    Py_DECREF(tp);
+}
+
+/* next() -> Batch, or None at the end of the epoch. */
+static PyObject *loader_next(PyObject *pyself, PyObject *unused)
+{
+    (void)unused;
+    struct sfpy_core *c = usable((loader_object *)pyself);
+    if (!c)
+        return NULL;
+    int collected = 0;
+    for (;;) {
+        struct sf_batch b;
+        sf_status st;
+        char msg[1024];
+        Py_BEGIN_ALLOW_THREADS
+        pthread_mutex_lock(&c->call_mu);
+        st = sf_loader_next_wait(c->l, &b, WAIT_STEP_MS);
+        if (st != SF_OK && st != SF_NOT_READY && st != SF_END_OF_EPOCH)
+            snprintf(msg, sizeof(msg), "%s", sf_loader_errmsg(c->l));
+        pthread_mutex_unlock(&c->call_mu);
+        Py_END_ALLOW_THREADS
+        if (sfpy_log_drain() < 0)
+            return NULL;
+        if (st == SF_OK) {
+            sfpy_core_incref(c);
+            struct sfpy_slot *s = sfpy_slot_new(c, &b);
+            if (!s) {
+                sf_loader_release(c->l, &b);
+                sfpy_core_decref(c);
+                return PyErr_NoMemory();
+            }
+            return sfpy_batch_new(s);
+        }
+        if (st == SF_END_OF_EPOCH)
+            Py_RETURN_NONE;
+        if (st == SF_NOT_READY) {
+            if (PyErr_CheckSignals() < 0)
+                return NULL;
+            continue;
+        }
+        if (st == SF_ERR_LIMIT && !collected) {
+            /* Batches in reference cycles wait for the collector: run it once
+             * before calling the ring full. */
+            collected = 1;
+            PyGC_Collect();
+            continue;
+        }
+        if (st == SF_ERR_LIMIT)
+            snprintf(msg + strlen(msg), sizeof(msg) - strlen(msg),
+                     ": a batch is held while it, or a view or tensor made from it, is alive "
+                     "(del them or call batch.release()), or raise prefetch_batches");
+        return sfpy_raise(st, msg);
+    }
+}
+
+static PyObject *loader_set_epoch(PyObject *pyself, PyObject *arg)
+{
+    struct sfpy_core *c = usable((loader_object *)pyself);
+    if (!c)
+        return NULL;
+    unsigned long long e = PyLong_AsUnsignedLongLong(arg);
+    if (e == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    sf_status st;
+    char msg[1024] = "";
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&c->call_mu);
+    st = sf_loader_set_epoch(c->l, e);
+    if (st != SF_OK)
+        snprintf(msg, sizeof(msg), "%s", sf_loader_errmsg(c->l));
+    pthread_mutex_unlock(&c->call_mu);
+    Py_END_ALLOW_THREADS
+    if (sfpy_log_drain() < 0)
+        return NULL;
+    if (st != SF_OK)
+        return sfpy_raise(st, msg);
+    Py_RETURN_NONE;
+}
+
+static PyObject *loader_state_save(PyObject *pyself, PyObject *unused)
+{
+    (void)unused;
+    struct sfpy_core *c = usable((loader_object *)pyself);
+    if (!c)
+        return NULL;
+    unsigned char buf[SF_LOADER_STATE_BYTES];
+    sf_status st;
+    char msg[1024] = "";
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&c->call_mu);
+    st = sf_loader_state_save(c->l, buf, sizeof(buf));
+    if (st != SF_OK)
+        snprintf(msg, sizeof(msg), "%s", sf_loader_errmsg(c->l));
+    pthread_mutex_unlock(&c->call_mu);
+    Py_END_ALLOW_THREADS
+    if (st != SF_OK)
+        return sfpy_raise(st, msg);
+    return PyBytes_FromStringAndSize((const char *)buf, sizeof(buf));
+}
+
+static PyObject *loader_state_restore(PyObject *pyself, PyObject *arg)
+{
+    struct sfpy_core *c = usable((loader_object *)pyself);
+    if (!c)
+        return NULL;
+    char *data;
+    Py_ssize_t len;
+    if (PyBytes_AsStringAndSize(arg, &data, &len) < 0)
+        return NULL;
+    sf_status st;
+    char msg[1024] = "";
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&c->call_mu);
+    st = sf_loader_state_restore(c->l, data, (size_t)len);
+    if (st != SF_OK)
+        snprintf(msg, sizeof(msg), "%s", sf_loader_errmsg(c->l));
+    pthread_mutex_unlock(&c->call_mu);
+    Py_END_ALLOW_THREADS
+    if (sfpy_log_drain() < 0)
+        return NULL;
+    if (st != SF_OK)
+        return sfpy_raise(st, msg);
+    Py_RETURN_NONE;
+}
+
+static int put(PyObject *d, const char *k, PyObject *v)
+{
+    if (!v)
+        return -1;
+    int rc = PyDict_SetItemString(d, k, v);
+    Py_DECREF(v);
+    return rc;
+}
+
+static PyObject *loader_stats(PyObject *pyself, PyObject *unused)
+{
+    (void)unused;
+    struct sfpy_core *c = usable((loader_object *)pyself);
+    if (!c)
+        return NULL;
+    struct sf_loader_stats s;
+    sf_loader_get_stats(c->l, &s);
+    PyObject *d = PyDict_New();
+    if (!d)
+        return NULL;
+#define U(f) put(d, #f, PyLong_FromUnsignedLongLong((unsigned long long)s.f))
+#define F(f) put(d, #f, PyFloat_FromDouble(s.f))
+    if (F(elapsed_s) || U(batches_delivered) || U(samples_delivered) || U(samples_skipped) ||
+        U(pad_samples) || U(dropped_samples) || U(samples_read) || U(samples_decoded) ||
+        U(shards_opened) || U(bytes_fetched) || U(bytes_read) || U(cache_hits) ||
+        U(cache_misses) || U(requests) || U(retries) || F(consumer_wait_s) || F(decode_busy_s) ||
+        F(read_busy_s) || F(gpu_copy_s) || F(images_per_s) || F(decode_per_s) ||
+        F(read_per_s) || F(fetch_mib_per_s) || U(decode_queue) || U(decode_queue_cap) ||
+        U(ready_batches) || U(batch_ring) || U(shards_in_flight) || U(decode_threads) ||
+        put(d, "on_device", PyBool_FromLong(s.on_device)) || U(epoch)) {
+        Py_DECREF(d);
+        return NULL;
+    }
+#undef U
+#undef F
+    return d;
+}
+
+static PyObject *loader_close(PyObject *pyself, PyObject *unused)
+{
+    (void)unused;
+    loader_close_core((loader_object *)pyself);
+    if (sfpy_log_drain() < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *get_epoch_batches(PyObject *pyself, void *cl)
+{
+    (void)cl;
+    struct sfpy_core *c = usable((loader_object *)pyself);
+    return c ? PyLong_FromUnsignedLongLong(sf_loader_epoch_batches(c->l)) : NULL;
+}
+
+static PyObject *get_epoch_samples(PyObject *pyself, void *cl)
+{
+    (void)cl;
+    struct sfpy_core *c = usable((loader_object *)pyself);
+    return c ? PyLong_FromUnsignedLongLong(sf_loader_epoch_samples(c->l)) : NULL;
+}
+
+static PyObject *get_epoch_size_known(PyObject *pyself, void *cl)
+{
+    (void)cl;
+    struct sfpy_core *c = usable((loader_object *)pyself);
+    return c ? PyBool_FromLong(sf_loader_epoch_size_known(c->l)) : NULL;
+}
+
+static PyObject *get_epoch(PyObject *pyself, void *cl)
+{
+    (void)cl;
+    struct sfpy_core *c = usable((loader_object *)pyself);
+    if (!c)
+        return NULL;
+    struct sf_loader_stats s;
+    sf_loader_get_stats(c->l, &s);
+    return PyLong_FromUnsignedLongLong(s.epoch);
+}
+
+static PyObject *get_shards(PyObject *pyself, void *cl)
+{
+    (void)cl;
+    struct sfpy_core *c = usable((loader_object *)pyself);
+    if (!c)
+        return NULL;
+    size_t n = sf_loader_shard_count(c->l);
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    for (size_t i = 0; list && i < n; i++) {
+        const char *u = sf_loader_shard_url(c->l, i);
+        PyObject *v = PyUnicode_DecodeUTF8(u, (Py_ssize_t)strlen(u), "surrogateescape");
+        if (!v || PyList_SetItem(list, (Py_ssize_t)i, v) < 0)
+            Py_CLEAR(list);
+    }
+    return list;
+}
+
+static PyObject *get_closed(PyObject *pyself, void *cl)
+{
+    (void)cl;
+    return PyBool_FromLong(((loader_object *)pyself)->core == NULL);
+}
+
+static PyMethodDef loader_methods[] = {
+    {"next", loader_next, METH_NOARGS,
+     "The next batch of the epoch, or None when the epoch is over. Raises the loader's error."},
+    {"set_epoch", loader_set_epoch, METH_O, "Starts epoch n from its beginning."},
+    {"state_save", loader_state_save, METH_NOARGS, "The consumer's position, as bytes."},
+    {"state_restore", loader_state_restore, METH_O, "Goes back to a saved position."},
+    {"stats", loader_stats, METH_NOARGS, "Counters since open (struct sf_loader_stats)."},
+    {"close", loader_close, METH_NOARGS,
+     "Closes the loader once no batch, view or tensor of it is alive."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef loader_getset[] = {
+    {"epoch_batches", get_epoch_batches, NULL, "batches of this rank's epoch", NULL},
+    {"epoch_samples", get_epoch_samples, NULL, "samples of this rank's epoch", NULL},
+    {"epoch_size_known", get_epoch_size_known, NULL, "the epoch size is exact", NULL},
+    {"epoch", get_epoch, NULL, "the current epoch", NULL},
+    {"shards", get_shards, NULL, "shard URLs, in index order", NULL},
+    {"closed", get_closed, NULL, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot loader_slots[] = {
+    {Py_tp_init, loader_init},
+    {Py_tp_new, PyType_GenericNew},
+    {Py_tp_dealloc, loader_dealloc},
+    {Py_tp_methods, loader_methods},
+    {Py_tp_getset, loader_getset},
+    {Py_tp_doc, "The C loader (use shardfeed.Loader)."},
+    {0, NULL},
+};
+
+static PyType_Spec loader_spec = {
+    "shardfeed._shardfeed.Loader", sizeof(loader_object), 0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE, loader_slots,
+};
+
+int sfpy_loader_init(PyObject *module)
+{
+    loader_type = (PyTypeObject *)PyType_FromSpec(&loader_spec);
+    if (!loader_type)
+        return -1;
+    Py_INCREF(loader_type);
+    if (PyModule_AddObject(module, "Loader", (PyObject *)loader_type) < 0) {
+        Py_DECREF(loader_type);
+        return -1;
+    }
+    return 0;
+}

@@ -20,6 +20,7 @@
 #include "shardfeed_loader.h"
 
 #include <stdatomic.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 /* ------------------------------------------------------------ errors.c */
@@ -44,10 +45,60 @@ int sfpy_log_drain(void);
  * as an sf_log_level (so the library does not format what nobody reads). */
 enum sf_log_level sfpy_log_level(void);
 
-/* ------------------------------------------------------------ loader.c, batch.c, dlpack.c */
+/* ------------------------------------------------------------ loader.c */
+
+#include <pthread.h>
+
+/* One open sf_loader, shared by the Loader object and every batch and view
+ * made from it; closed when the last of them lets go. */
+struct sfpy_core {
+    atomic_long refs;
+    struct sf_loader *l;
+    pid_t pid;               /* the process that opened it: a forked child never touches it */
+    pthread_mutex_t call_mu; /* one consumer call at a time (taken without the GIL) */
+};
+void sfpy_core_incref(struct sfpy_core *c);
+/* The last reference closes the loader (sf_loader_close), without the GIL
+ * being needed; in a forked child nothing is touched. */
+void sfpy_core_decref(struct sfpy_core *c);
+/* 1 in the process that opened c. */
+int sfpy_core_owned(const struct sfpy_core *c);
+
+/* One delivered batch: a ring slot, held by the Batch object and by every
+ * view (Array) and DLPack export of it. */
+struct sfpy_slot {
+    atomic_long refs;
+    struct sfpy_core *core;
+    struct sf_batch b;
+    /* A CUDA stream a consumer read the device buffers on (DLPack stream=):
+     * the release is ordered after the work queued there. */
+    _Atomic(uintptr_t) stream;
+};
+/* Takes over one core reference. */
+struct sfpy_slot *sfpy_slot_new(struct sfpy_core *core, const struct sf_batch *b);
+void sfpy_slot_incref(struct sfpy_slot *s);
+/* The last reference hands the slot back (sf_loader_release, any thread). */
+void sfpy_slot_decref(struct sfpy_slot *s);
+void sfpy_slot_note_stream(struct sfpy_slot *s, void *stream);
 
 int sfpy_loader_init(PyObject *module);
+
+/* ------------------------------------------------------------ batch.c */
+
 int sfpy_batch_init(PyObject *module);
+/* A new shardfeed.Batch owning one reference of slot. */
+PyObject *sfpy_batch_new(struct sfpy_slot *slot);
+
+/* ------------------------------------------------------------ dlpack.c */
+
+enum sfpy_dtype { SFPY_U8, SFPY_F32, SFPY_I64, SFPY_U32 };
+enum sfpy_device { SFPY_CPU, SFPY_CUDA };
+
+int sfpy_array_init(PyObject *module);
+/* A new shardfeed.Array: a view of data (owned by slot, which it takes a
+ * reference of) with ndim <= 4 dimensions, C-contiguous. */
+PyObject *sfpy_array_new(struct sfpy_slot *slot, void *data, enum sfpy_dtype dtype, int ndim,
+                         const int64_t *shape, enum sfpy_device dev, int dev_id);
 
 /* ------------------------------------------------------------ tools.c */
 

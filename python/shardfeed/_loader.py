@@ -1,0 +1,193 @@
+"""shardfeed.Loader: the C loader as a Python iterable of batches."""
+import json
+import os
+import sys
+
+from . import _shardfeed
+
+_STATE_FORMAT = "shardfeed.loader"
+_STATE_VERSION = 1
+
+
+def _distributed_rank_world():
+    """(rank, world_size) of an initialised torch.distributed, else None.
+
+    torch is only looked at when the program already imported it."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None:
+        return None
+    try:
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+    except (RuntimeError, ValueError):
+        return None
+    return None
+
+
+def _options_json(config, options):
+    merged = {}
+    if config is not None:
+        with open(os.fspath(config), "rb") as f:
+            try:
+                merged = json.loads(f.read())
+            except ValueError as e:
+                raise _shardfeed.ConfigError(f"config {config}: not JSON: {e}") from None
+        if not isinstance(merged, dict):
+            raise _shardfeed.ConfigError(f"config {config}: not a JSON object")
+    for key, value in options.items():
+        if value is None:
+            continue  # None keeps the default
+        if isinstance(value, os.PathLike):
+            value = os.fspath(value)
+        merged[key] = value
+    if "rank" not in merged and "world_size" not in merged:
+        rw = _distributed_rank_world()
+        if rw is not None:
+            merged["rank"], merged["world_size"] = rw
+    try:
+        return json.dumps(merged)
+    except TypeError as e:
+        raise _shardfeed.ConfigError(f"options: {e}") from None
+
+
+class Loader:
+    """Streams batches from shards in an S3 bucket (or local files).
+
+    ``Loader(sources, *, config=None, **options)``: sources are s3:// URLs,
+    brace patterns, prefixes ending in '/', or local paths; options are the
+    loader options of docs/loader.md by their names (batch_size,
+    decode_threads, cache_dir, endpoint_url, ...), over those of the JSON file
+    ``config``. Iterating yields :class:`shardfeed.Batch` objects for one
+    epoch; iterating again starts the next epoch (or the one set with
+    :meth:`set_epoch`). See docs/python.md.
+    """
+
+    def __init__(self, sources=None, *, config=None, **options):
+        if isinstance(sources, (str, os.PathLike)):
+            sources = [sources]
+        if sources is not None:
+            sources = [os.fspath(s) for s in sources]
+        self._c = None
+        self._c = _shardfeed.Loader(sources, _options_json(config, options))
+        self._epoch = self._c.epoch
+        self._ended = False  # the current epoch was read to its end
+        self._epoch_set = False
+
+    # -- iteration -----------------------------------------------------
+    def __iter__(self):
+        c = self._core()
+        if self._ended and not self._epoch_set:
+            self.set_epoch(self._epoch + 1)
+        self._epoch_set = False
+        self._ended = False
+        while True:
+            batch = c.next()
+            if batch is None:
+                self._ended = True
+                return
+            yield batch
+
+    def next_batch(self):
+        """The next batch of the current epoch, or None when it is over."""
+        batch = self._core().next()
+        if batch is None:
+            self._ended = True
+        return batch
+
+    def __len__(self):
+        """Batches of this rank's epoch (an estimate until epoch_size_known)."""
+        return self._core().epoch_batches
+
+    def set_epoch(self, epoch):
+        """Starts epoch ``epoch`` from its beginning (the next iteration reads it)."""
+        self._core().set_epoch(int(epoch))
+        self._epoch = int(epoch)
+        self._epoch_set = True
+        self._ended = False
+
+    @property
+    def epoch(self):
+        return self._epoch
+
+    @property
+    def epoch_samples(self):
+        return self._core().epoch_samples
+
+    @property
+    def epoch_size_known(self):
+        return self._core().epoch_size_known
+
+    @property
+    def shards(self):
+        return self._core().shards
+
+    # -- checkpoints ---------------------------------------------------
+    def state_dict(self):
+        """The consumer's position, in plain Python types (torch.save, DCP,
+        torchdata's StatefulDataLoader and Lightning can keep it)."""
+        c = self._core()
+        stats = c.stats()
+        return {
+            "format": _STATE_FORMAT,
+            "version": _STATE_VERSION,
+            "epoch": self._epoch,
+            "batches_delivered": stats["batches_delivered"],
+            "ended": self._ended,
+            "state": c.state_save(),
+        }
+
+    def load_state_dict(self, state):
+        """Goes back to a position saved by :meth:`state_dict` (of a loader
+        with the same sources and options): the next batch is the first one
+        not delivered before the save."""
+        if not isinstance(state, dict) or state.get("format") != _STATE_FORMAT:
+            raise _shardfeed.ConfigError("load_state_dict: not a shardfeed loader state")
+        if state.get("version") != _STATE_VERSION:
+            raise _shardfeed.ConfigError(
+                f"load_state_dict: state version {state.get('version')!r}, "
+                f"this shardfeed reads {_STATE_VERSION}")
+        blob = state.get("state")
+        if isinstance(blob, (bytearray, memoryview)):
+            blob = bytes(blob)
+        elif not isinstance(blob, bytes) and hasattr(blob, "tobytes"):
+            blob = blob.tobytes()  # a tensor or array a checkpointer made of it
+        if not isinstance(blob, bytes):
+            raise _shardfeed.ConfigError("load_state_dict: 'state' is not bytes")
+        self._core().state_restore(blob)
+        self._epoch = int(state["epoch"])
+        self._ended = bool(state.get("ended", False))
+        self._epoch_set = False
+
+    # -- the rest ------------------------------------------------------
+    def stats(self):
+        """Counters since open, as a dict (the fields of sf_loader_stats)."""
+        return self._core().stats()
+
+    def close(self):
+        """Stops the loader. Batches, views and tensors still alive keep
+        their memory; the threads stop when the last of them is freed."""
+        if self._c is not None:
+            c, self._c = self._c, None
+            c.close()
+
+    @property
+    def closed(self):
+        return self._c is None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def _core(self):
+        if self._c is None:
+            raise _shardfeed.ConfigError("the loader is closed")
+        return self._c
+
+    def __repr__(self):
+        if self._c is None:
+            return "shardfeed.Loader(closed)"
+        return (f"shardfeed.Loader({len(self.shards)} shards, epoch {self._epoch}, "
+                f"{len(self)} batches{'' if self.epoch_size_known else ' (estimated)'})")
