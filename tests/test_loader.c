@@ -601,6 +601,63 @@ Test(loader, a_missing_shard_is_an_error_naming_it)
     cr_assert(strstr(err, "s3://bucket/data/shard-0000"), "message: %s", err);
 }
 
+struct releaser {
+    struct sf_loader *l;
+    struct sf_batch b;
+};
+
+static void *release_on_another_thread(void *arg)
+{
+    struct releaser *r = arg;
+    sf_loader_release(r->l, &r->b);
+    return NULL;
+}
+
+Test(loader, next_wait_answers_not_ready_and_batches_release_from_any_thread)
+{
+    mock_dataset(60, 16 << 10);
+    const char *src[] = {"s3://bucket/data/"};
+    struct sf_loader_options o;
+    s3_options(&o, src, NULL);
+    o.prefetch_batches = 2; /* one batch may be held at a time */
+    struct sf_loader *l = open_loader(&o);
+    /* Every shard GET now takes 1.5 s: nothing can be ready within 50 ms. */
+    cr_assert_eq(admin("POST", "/_mock/faults", "prefix=bucket/data/,latency_ms=1500\n"), 200);
+    struct sf_batch b;
+    memset(&b, 0x5a, sizeof(b));
+    cr_assert_eq(sf_loader_next_wait(l, &b, 50), SF_NOT_READY);
+    cr_assert_eq(b.images, (const void *)(uintptr_t)0x5a5a5a5a5a5a5a5aULL, "out was written");
+    cr_assert_eq(admin("POST", "/_mock/faults", ""), 200);
+    unsigned n = 0;
+    sf_status st;
+    for (;;) {
+        st = sf_loader_next_wait(l, &b, 20);
+        if (st == SF_NOT_READY)
+            continue;
+        if (st != SF_OK)
+            break;
+        n += (unsigned)b.size;
+        cr_assert_eq(sf_batch_wait_stream(&b, NULL), SF_OK, "a host batch has nothing to wait for");
+        /* Released by another thread: with a ring of 2 the next batch can
+         * only come once that release took effect. */
+        struct releaser r = {l, b};
+        pthread_t t;
+        cr_assert_eq(pthread_create(&t, NULL, release_on_another_thread, &r), 0);
+        cr_assert_eq(pthread_join(t, NULL), 0);
+    }
+    cr_assert_eq(st, SF_END_OF_EPOCH, "%s: %s", sf_status_name(st), sf_loader_errmsg(l));
+    cr_assert_eq(n, 60u);
+    /* sf_loader_release_after on host batches is a plain release. */
+    cr_assert_eq(sf_loader_set_epoch(l, 1), SF_OK);
+    cr_assert_eq(sf_loader_next(l, &b), SF_OK);
+    cr_assert_eq(sf_loader_release_after(l, &b, NULL), SF_OK);
+    cr_assert_eq(sf_loader_next(l, &b), SF_OK, "the slot did not come back: %s",
+                 sf_loader_errmsg(l));
+    sf_loader_release(l, &b);
+    cr_assert_str_eq(sf_status_name(SF_NOT_READY), "SF_NOT_READY");
+    sf_loader_close(l);
+}
+
 /* ------------------------------------------------------------ CLI */
 
 static int run_cli(const char *const *args, char *out, size_t out_len)
