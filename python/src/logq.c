@@ -44,6 +44,21 @@ void sfpy_log(void *user, enum sf_log_level level, const char *message)
     pthread_mutex_unlock(&mu);
 }
 
+/* A fork may happen while a loader thread holds mu: the child (which has
+ * none of the parent's loader threads) starts with a fresh queue. The lines
+ * queued in the parent stay the parent's to log. */
+static void reset_in_child(void)
+{
+    pthread_mutex_init(&mu, NULL);
+    head = count = 0;
+    dropped = 0;
+}
+
+int sfpy_log_init(void)
+{
+    return pthread_atfork(NULL, NULL, reset_in_child) == 0 ? 0 : -1;
+}
+
 static int py_level(enum sf_log_level l)
 {
     switch (l) {

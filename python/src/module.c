@@ -47,6 +47,10 @@ PyMODINIT_FUNC PyInit__shardfeed(void)
     PyObject *m = PyModule_Create(&moduledef);
     if (!m)
         return NULL;
+    if (sfpy_log_init() < 0) {
+        Py_DECREF(m);
+        return PyErr_Format(PyExc_ImportError, "shardfeed: pthread_atfork failed");
+    }
     if (sfpy_errors_init(m) < 0 || sfpy_batch_init(m) < 0 || sfpy_loader_init(m) < 0 ||
         sfpy_tools_init(m) < 0) {
         Py_DECREF(m);

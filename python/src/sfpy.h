@@ -34,6 +34,8 @@ PyObject *sfpy_raise(sf_status st, const char *msg);
 
 /* ------------------------------------------------------------ logq.c */
 
+/* Once, at import: the queue's fork handler. */
+int sfpy_log_init(void);
 /* The C log sink of every loader and tool call: queues the line (bounded,
  * any thread, no GIL). */
 void sfpy_log(void *user, enum sf_log_level level, const char *message);
