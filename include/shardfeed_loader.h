@@ -296,7 +296,9 @@ SF_API sf_status sf_loader_release_after(struct sf_loader *l, const struct sf_ba
                                          void *stream);
 
 /*
- * Starts epoch `epoch` from its beginning. Batches of the old epoch still held
+ * Starts epoch `epoch` from its beginning. The epoch the loader is at, before
+ * any batch of it was delivered, is at its beginning already: that call
+ * keeps what was read ahead. Batches of the old epoch still held
  * stay valid until released; those not yet delivered are dropped. Fails with
  * the sticky error if the loader has failed.
  */

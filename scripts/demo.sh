@@ -11,7 +11,10 @@
 #  5. runs examples/train_loop: the loader decodes RandomResizedCrop 224x224
 #     batches (GPU copy + normalise kernel when there is a GPU, host batches
 #     otherwise) and a tiny classifier learns the classes from them;
-#  6. `shardfeed load` reports images/s, the consumer's wait share and the
+#  6. examples/train_torch.py: the same batches from Python (shardfeed.Loader)
+#     train a torchvision ResNet-18 for a few dozen steps (skipped, saying
+#     so, when python3 cannot import torch and torchvision);
+#  7. `shardfeed load` reports images/s, the consumer's wait share and the
 #     per-stage rates of the same job.
 #
 # Usage: scripts/demo.sh [--per-photo N]     (default 100: 1,200 images)
@@ -22,7 +25,7 @@ PER_PHOTO=100
 while [[ $# -gt 0 ]]; do
   case $1 in
     --per-photo) PER_PHOTO=$2; shift 2 ;;
-    *) sed -n '18p' "$0" >&2; exit 2 ;;
+    *) sed -n 's/^# Usage: /usage: /p' "$0" >&2; exit 2 ;;
   esac
 done
 
@@ -70,6 +73,19 @@ echo "== warm-cache s3://demo/train/ (parallel ranged GETs into $cache)"
 echo
 echo "== train_loop: 3 epochs of RandomResizedCrop 224 batches of 64 from the warm cache"
 ./build/train_loop --epochs 3 --batch-size 64 --cache-dir "$cache" s3://demo/train/
+
+echo
+if ! PYTHONPATH=build/python python3 -c 'import shardfeed' 2>/dev/null; then
+  echo "== examples/train_torch.py skipped: this build has no shardfeed Python package" \
+    "(python3 headers missing: install python3-dev)"
+elif ! python3 -c 'import torch, torchvision' 2>/dev/null; then
+  echo "== examples/train_torch.py skipped: python3 cannot import torch and torchvision" \
+    "(pip install torch torchvision)"
+else
+  echo "== train_torch.py: a torchvision ResNet-18 fed by shardfeed.Loader from Python (40 steps)"
+  PYTHONPATH=build/python python3 examples/train_torch.py --endpoint-url "$url" \
+    --cache-dir "$cache" --epochs 2 --steps 40 --classes 12 s3://demo/train/
+fi
 
 echo
 echo "== shardfeed load: the same pipeline, measured (2 epochs, a 20 ms training step per batch)"

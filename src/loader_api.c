@@ -247,9 +247,19 @@ sf_status sf_loader_set_epoch(struct sf_loader *l, uint64_t epoch)
 {
     if (!l)
         return SF_ERR_INVALID_ARGUMENT;
+    int switch_basis_now = l->estimated_c && sf__loader_counts_complete(l);
+    /* The epoch the loader is at, before anything of it was delivered (the
+     * usual `for e in ...: set_epoch(e)` right after open): it is at its
+     * beginning already; restarting would throw the read-ahead away. */
+    pthread_mutex_lock(&l->mu);
+    int fresh = !switch_basis_now && l->error == SF_OK && !(l->reset_req && !l->reset_done) &&
+                l->epoch == epoch && l->next_deliver == 0 && l->delivered_positions == 0;
+    pthread_mutex_unlock(&l->mu);
+    if (fresh)
+        return SF_OK;
     /* Counts learned since (this run or another rank of the node): the new
      * epoch is exact when every one is known. */
-    if (l->estimated_c && sf__loader_counts_complete(l)) {
+    if (switch_basis_now) {
         sf_status st = switch_basis(l, 0, epoch, NULL);
         if (st != SF_OK)
             return st;

@@ -12,6 +12,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -796,6 +797,38 @@ Test(loader, a_held_batch_never_blocks_the_ring)
     sf_loader_release(l, &h[0]);
     cr_assert_eq(sf_loader_next(l, &b), SF_OK);
     sf_loader_close(l); /* with batches still held */
+}
+
+Test(loader, set_epoch_to_the_fresh_current_epoch_keeps_the_read_ahead)
+{
+    local_dataset(200, 32 << 10, -1);
+    const char *src[] = {shards};
+    struct sf_loader_options o;
+    base_options(&o, src, 1);
+    struct sf_loader *l = open_loader(&o);
+    struct sf_loader_stats s;
+    do { /* until the read-ahead has a batch ready */
+        sf_loader_get_stats(l, &s);
+        sched_yield();
+    } while (s.ready_batches == 0 && s.samples_decoded < 200);
+    cr_assert_eq(sf_loader_set_epoch(l, 0), SF_OK);
+    struct epoch_log e;
+    cr_assert_eq(run_epoch(l, &e, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
+    cr_assert_eq(e.images, 200u);
+    sf_loader_get_stats(l, &s);
+    cr_assert_eq(s.samples_decoded, 200u, "the epoch was restarted: %llu samples decoded",
+                 (unsigned long long)s.samples_decoded);
+    free(e.seen);
+    /* Once a batch was delivered, set_epoch of the same epoch restarts it. */
+    cr_assert_eq(sf_loader_set_epoch(l, 1), SF_OK);
+    struct sf_batch b;
+    cr_assert_eq(sf_loader_next(l, &b), SF_OK);
+    sf_loader_release(l, &b);
+    cr_assert_eq(sf_loader_set_epoch(l, 1), SF_OK);
+    cr_assert_eq(run_epoch(l, &e, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
+    cr_assert_eq(e.images, 200u, "a restarted epoch delivers all of it");
+    free(e.seen);
+    sf_loader_close(l);
 }
 
 Test(loader, state_saved_at_the_end_of_an_epoch_restores_to_its_end)

@@ -50,6 +50,26 @@ def _options_json(config, options):
         raise _shardfeed.ConfigError(f"options: {e}") from None
 
 
+class _EpochIterator:
+    """Batches of one epoch. An exception (a failure, LimitError,
+    KeyboardInterrupt) leaves it usable: the next call asks again, so a caught
+    LimitError never turns into a silent end of epoch."""
+
+    __slots__ = ("_loader",)
+
+    def __init__(self, loader):
+        self._loader = loader
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        batch = self._loader.next_batch()
+        if batch is None:
+            raise StopIteration
+        return batch
+
+
 class Loader:
     """Streams batches from shards in an S3 bucket (or local files).
 
@@ -75,23 +95,19 @@ class Loader:
 
     # -- iteration -----------------------------------------------------
     def __iter__(self):
-        c = self._core()
+        """An iterator over the rest of the current epoch (the next epoch
+        when the current one was read to its end and set_epoch was not
+        called since)."""
+        self._core()
         if self._ended and not self._epoch_set:
             self.set_epoch(self._epoch + 1)
         self._epoch_set = False
-        self._ended = False
-        while True:
-            batch = c.next()
-            if batch is None:
-                self._ended = True
-                return
-            yield batch
+        return _EpochIterator(self)
 
     def next_batch(self):
         """The next batch of the current epoch, or None when it is over."""
         batch = self._core().next()
-        if batch is None:
-            self._ended = True
+        self._ended = batch is None
         return batch
 
     def __len__(self):

@@ -25,7 +25,8 @@
 
 /* ------------------------------------------------------------ errors.c */
 
-/* Creates shardfeed.Error and its subclasses and adds them to module. */
+/* Looks up shardfeed.Error and its subclasses (shardfeed._errors) and adds
+ * them to module. */
 int sfpy_errors_init(PyObject *module);
 /* Raises the exception class of st with message msg (the C detail: object,
  * key, offset); the exception carries .status (int), .status_name and
