@@ -298,7 +298,9 @@ SF_API sf_status sf_loader_release_after(struct sf_loader *l, const struct sf_ba
 /*
  * Starts epoch `epoch` from its beginning. The epoch the loader is at, before
  * any batch of it was delivered, is at its beginning already: that call
- * keeps what was read ahead. Batches of the old epoch still held
+ * keeps what was read ahead. Likewise right after sf_loader_state_restore(),
+ * set_epoch of the restored epoch keeps the restored position (so a loop
+ * that calls set_epoch(e) before each epoch resumes where the state says). Batches of the old epoch still held
  * stay valid until released; those not yet delivered are dropped. Fails with
  * the sticky error if the loader has failed.
  */

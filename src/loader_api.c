@@ -73,6 +73,7 @@ static sf_status next_batch(struct sf_loader *l, struct sf_batch *out, double ti
                 goto wait;
             b->state = B_HELD;
             l->held++;
+            l->restored_fresh = 0;
             l->next_deliver++;
             uint64_t end = b->position + l->o.batch_size;
             l->delivered_positions = end < l->epoch_positions ? end : l->epoch_positions;
@@ -250,13 +251,17 @@ sf_status sf_loader_set_epoch(struct sf_loader *l, uint64_t epoch)
     int switch_basis_now = l->estimated_c && sf__loader_counts_complete(l);
     /* The epoch the loader is at, before anything of it was delivered (the
      * usual `for e in ...: set_epoch(e)` right after open): it is at its
-     * beginning already; restarting would throw the read-ahead away. */
+     * beginning already; restarting would throw the read-ahead away. Right
+     * after a state restore, that epoch stays at the restored position (the
+     * same loop, resumed from a checkpoint). */
     pthread_mutex_lock(&l->mu);
     int fresh = !switch_basis_now && l->error == SF_OK && !(l->reset_req && !l->reset_done) &&
-                l->epoch == epoch && l->next_deliver == 0 && l->delivered_positions == 0;
+                l->epoch == epoch &&
+                ((l->next_deliver == 0 && l->delivered_positions == 0) || l->restored_fresh);
     pthread_mutex_unlock(&l->mu);
     if (fresh)
         return SF_OK;
+    l->restored_fresh = 0;
     /* Counts learned since (this run or another rank of the node): the new
      * epoch is exact when every one is known. */
     if (switch_basis_now) {
@@ -360,9 +365,10 @@ sf_status sf_loader_state_restore(struct sf_loader *l, const void *state, size_t
             return SF_ERR_INVALID_ARGUMENT;
         }
         sf_status st = switch_basis(l, want_est, get64(p + 24), p + 32);
-        if (st != SF_OK)
-            return st;
-        return request_reset(l, get64(p + 24), p + 32, get64(p + 16));
+        if (st == SF_OK)
+            st = request_reset(l, get64(p + 24), p + 32, get64(p + 16));
+        l->restored_fresh = st == SF_OK;
+        return st;
     }
     /* Check the sampler part on the consumer's own sampler first, so a
      * mismatch is reported without disturbing the pipeline. */
@@ -373,7 +379,9 @@ sf_status sf_loader_state_restore(struct sf_loader *l, const void *state, size_t
         pthread_mutex_unlock(&l->mu);
         return st;
     }
-    return request_reset(l, get64(p + 24), p + 32, get64(p + 16));
+    st = request_reset(l, get64(p + 24), p + 32, get64(p + 16));
+    l->restored_fresh = st == SF_OK;
+    return st;
 }
 
 void sf_loader_get_stats(struct sf_loader *l, struct sf_loader_stats *out)

@@ -171,6 +171,9 @@ struct sf_loader {
     /* consumer thread only */
     struct sf_sampler *state_smp; /* state save */
     int estimated_c;              /* state_smp runs on estimated counts */
+    /* A state was restored and no batch delivered since: set_epoch of that
+     * epoch keeps the restored position. */
+    int restored_fresh;
 
     /* under mu */
     size_t q_head, q_len;

@@ -403,10 +403,17 @@ Test(loader, state_restore_gives_the_same_remaining_batches)
     o.sampler.epoch = 0;
     l = open_loader(&o);
     cr_assert_eq(sf_loader_state_restore(l, state, sizeof(state)), SF_OK);
+    /* A training loop's set_epoch of the restored epoch keeps the position. */
+    cr_assert_eq(sf_loader_set_epoch(l, 3), SF_OK);
     struct epoch_log again;
     cr_assert_eq(run_epoch(l, &again, 0), SF_END_OF_EPOCH);
     cr_assert_eq(again.images, tail.images);
     cr_assert_eq(again.digest, tail.digest, "resumed batches differ");
+    /* Once a batch is delivered, set_epoch restarts the epoch as usual. */
+    free(again.seen);
+    cr_assert_eq(sf_loader_set_epoch(l, 3), SF_OK);
+    cr_assert_eq(run_epoch(l, &again, 0), SF_END_OF_EPOCH);
+    cr_assert_eq(again.images, 130u);
     /* A corrupted state is refused. */
     state[40] ^= 1;
     cr_assert_eq(sf_loader_state_restore(l, state, sizeof(state)), SF_ERR_CORRUPT);
