@@ -413,8 +413,12 @@ static int learned_allowed(const struct sf_loader_options *o)
         return 1;
     if (o->learned_counts == 1)
         return 2;
-    const char *lws = getenv("LOCAL_WORLD_SIZE");
-    return lws && atoi(lws) == d.world_size && o->sampler.world_size < 0 ? 2 : 0;
+    /* One node: LOCAL_WORLD_SIZE == WORLD_SIZE, both of this job (a world
+     * size given in the options counts when it is the environment's: the
+     * Python binding passes torch.distributed's). */
+    const char *lws = getenv("LOCAL_WORLD_SIZE"), *ws = getenv("WORLD_SIZE");
+    int same_job = o->sampler.world_size < 0 || (ws && atoi(ws) == d.world_size);
+    return lws && atoi(lws) == d.world_size && same_job ? 2 : 0;
 }
 
 int sf__loader_counts_complete(struct sf_loader *l)

@@ -62,3 +62,9 @@ class UnsupportedError(Error):
 class CorruptError(Error):
     """Data failed a format or checksum check (shard, sample, image)."""
     status, status_name = 15, "SF_ERR_CORRUPT"
+
+
+for _cls in (Error, ConfigError, NotFoundError, AccessDeniedError, NetworkError, ChangedError,
+             LimitError, UnsupportedError, CorruptError):
+    _cls.__module__ = "shardfeed"
+del _cls

@@ -269,7 +269,14 @@ static PyObject *loader_next(PyObject *pyself, PyObject *unused)
             /* Batches in reference cycles wait for the collector: run it once
              * before calling the ring full. */
             collected = 1;
-            PyGC_Collect();
+            /* gc.collect(), not PyGC_Collect(): the latter does nothing
+             * while a training script has gc.disable()d. */
+            PyObject *gc = PyImport_ImportModule("gc");
+            PyObject *r = gc ? PyObject_CallMethod(gc, "collect", NULL) : NULL;
+            Py_XDECREF(gc);
+            if (!r)
+                return NULL;
+            Py_DECREF(r);
             continue;
         }
         if (st == SF_ERR_LIMIT)
