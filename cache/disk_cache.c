@@ -1,5 +1,6 @@
 /* Disk tier: verified entries, atomic publish, flock-coordinated downloads. */
 #include "cache/disk_cache.h"
+#include "cache/fdlock.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -18,6 +19,12 @@
 #include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
+#ifdef SF_HAVE_XXH_DISPATCH
+/* The same XXH3, with AVX2 picked at run time when the CPU has it: about 3x
+ * the plain entry points of a libxxhash built for baseline x86-64 (checked
+ * by CMake; the header maps the XXH3_* names onto them). */
+#include <xxh_x86dispatch.h>
+#endif
 
 #define RECORD_BYTES   256
 #define META_MAX_BYTES (64u << 20) /* 16M blocks of 4 MiB: a 64 TiB object */
@@ -274,12 +281,12 @@ static int evict_lock(struct sf__disk_cache *dc)
 {
     char path[PATH_MAX];
     snprintf(path, sizeof(path), "%s/evict.lock", dc->root);
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    int fd = sf__fdlock_open(path, O_RDWR | O_CREAT, 0600);
     if (fd < 0)
         return -1;
     while (flock(fd, LOCK_EX) != 0) {
         if (errno != EINTR) {
-            close(fd);
+            sf__fdlock_close(fd);
             return -1;
         }
     }
@@ -288,8 +295,7 @@ static int evict_lock(struct sf__disk_cache *dc)
 
 static void evict_unlock(int fd)
 {
-    if (fd >= 0)
-        close(fd); /* drops the flock */
+    sf__fdlock_close(fd); /* drops the flock */
 }
 
 /* Returns the stored count, or UINT64_MAX when unknown (missing, unreadable). */
@@ -749,13 +755,13 @@ sf_status sf__dc_peek(struct sf__disk_cache *dc, const struct sf__cache_id *id,
     *owner_alive = 0;
     if (file_path(dc, kh, ".lock", path, sizeof(path)) != 0)
         return SF_ERR_LIMIT;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = sf__fdlock_open(path, O_RDONLY, 0);
     if (fd < 0)
         return SF_ERR_NOT_FOUND;
     if (flock(fd, LOCK_SH | LOCK_NB) != 0)
         *owner_alive = errno == EWOULDBLOCK;
     int r = record_read(fd, rec);
-    close(fd);
+    sf__fdlock_close(fd);
     return r == 0 ? SF_OK : SF_ERR_NOT_FOUND;
 }
 
@@ -860,11 +866,11 @@ static int try_key_lock(struct sf__disk_cache *dc, const char *kh)
     char path[PATH_MAX];
     if (file_path(dc, kh, ".lock", path, sizeof(path)) != 0)
         return -1;
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    int fd = sf__fdlock_open(path, O_RDWR | O_CREAT, 0600);
     if (fd < 0)
         return -1;
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        close(fd);
+        sf__fdlock_close(fd);
         return -1;
     }
     return fd;
@@ -882,7 +888,7 @@ static int64_t remove_item(struct sf__disk_cache *dc, const struct scan_item *it
     if (lk < 0)
         return 0;
     int64_t n = unlink_same(it->path, &it->st);
-    close(lk);
+    sf__fdlock_close(lk);
     return n;
 }
 
@@ -999,7 +1005,7 @@ sf_status sf__dc_begin(struct sf__disk_cache *dc, const struct sf__cache_id *id,
         st = fail(err, err_len, SF_ERR_IO, "cannot create %s: %s", sub, strerror(errno));
         goto fail;
     }
-    w->lock_fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    w->lock_fd = sf__fdlock_open(lock_path, O_RDWR | O_CREAT | O_NOFOLLOW, 0600);
     if (w->lock_fd < 0) {
         st = fail(err, err_len, SF_ERR_IO, "cannot open %s: %s", lock_path, strerror(errno));
         goto fail;
@@ -1046,11 +1052,17 @@ sf_status sf__dc_begin(struct sf__disk_cache *dc, const struct sf__cache_id *id,
     st = make_room(dc, need, w->kh, err, err_len);
     if (st == SF_OK) {
         w->fd = open(part_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-        /* fallocate: the download's writes find their blocks allocated
+        /* Leftover bytes not resumed are dropped, but a new (empty) file is
+         * not truncated: on ext4 a truncate to 0 arms auto_da_alloc, and the
+         * last close of the entry then starts writeback of all its pages on
+         * the closing thread (CPU taken from the decoders, docs/cache.md).
+         * fallocate: the download's writes find their blocks allocated
          * (cheaper per page than delayed allocation) and a full disk fails
          * here rather than halfway; where it is not supported the file stays
          * sparse, as before. */
-        if (w->fd < 0 || (!w->resume && ftruncate(w->fd, 0) != 0) ||
+        struct stat fst;
+        if (w->fd < 0 || fstat(w->fd, &fst) != 0 ||
+            (!w->resume && fst.st_size != 0 && ftruncate(w->fd, 0) != 0) ||
             ftruncate(w->fd, (off_t)size) != 0 ||
             (size && fallocate(w->fd, 0, 0, (off_t)size) != 0 && errno == ENOSPC)) {
             st = fail(err, err_len, SF_ERR_IO, "cannot create %s: %s", part_path, strerror(errno));
@@ -1078,16 +1090,14 @@ sf_status sf__dc_begin(struct sf__disk_cache *dc, const struct sf__cache_id *id,
     *out = w;
     return SF_OK;
 none:
-    if (w->lock_fd >= 0)
-        close(w->lock_fd);
+    sf__fdlock_close(w->lock_fd);
     free(w->fb);
     free(w);
     return SF_OK;
 fail:
     if (w->fd >= 0)
         close(w->fd);
-    if (w->lock_fd >= 0)
-        close(w->lock_fd);
+    sf__fdlock_close(w->lock_fd);
     free(w->fb);
     free(w);
     return st;
@@ -1296,8 +1306,7 @@ static void writer_free(struct sf__dc_writer *w)
 {
     if (w->fd >= 0)
         close(w->fd);
-    if (w->lock_fd >= 0)
-        close(w->lock_fd); /* drops the key lock */
+    sf__fdlock_close(w->lock_fd); /* drops the key lock */
     for (size_t i = 0; w->fb && i < w->n_fb; i++)
         fb_release(&w->fb[i]);
     free(w->fb);
@@ -1586,10 +1595,10 @@ sf_status sf__dc_usage(struct sf__disk_cache *dc, int sweep, struct sf__dc_usage
             if (sweep && now - s.v[i].mtime > (time_t)dc->o.stale_part_s &&
                 unlink_same(s.v[i].path, &s.v[i].st)) {
                 dc->n.swept++;
-                close(lk);
+                sf__fdlock_close(lk);
                 continue;
             }
-            close(lk);
+            sf__fdlock_close(lk);
             u->abandoned_parts++;
         }
         u->parts++;

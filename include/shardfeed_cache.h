@@ -167,6 +167,13 @@ struct sf_warm_options {
     void (*on_object)(void *user, const struct sf_object_info *obj, enum sf_warm_outcome outcome,
                       sf_status status, const char *msg);
     void *user;
+    /* Optional (NULL: never cancelled): asked on the calling thread before
+     * each object is looked up and about every 20 ms while downloading.
+     * Nonzero stops the call: downloads in progress stop (their bytes are
+     * kept and a later call resumes them), objects not reached yet are left
+     * alone, progress is called once more with the totals so far, and the
+     * call returns SF_ERR_CANCELLED. */
+    int (*cancel)(void *user);
 };
 SF_API void sf_warm_options_init_default(struct sf_warm_options *o);
 

@@ -4,7 +4,7 @@
  * ranges (a small first one, then chunk_bytes on chunk multiples) with at most
  * `concurrency` requests in flight in total, priority fetches first. Bytes go
  * to their offset in the destination (files: gathered per range, written in
- * 1 MiB pieces). Retries, backoff, the retry quota, stall detection,
+ * 256 KiB pieces). Retries, backoff, the retry quota, stall detection,
  * If-Match consistency and the throttling window live here;
  * docs/transport.md explains the policy.
  *

@@ -7,7 +7,7 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config git ca-certificates curl
   libcurl4-openssl-dev libssl-dev libzstd-dev libturbojpeg0-dev libjpeg62-turbo-dev
   libjpeg-turbo-progs libcjson-dev libexpat1-dev libxxhash-dev libmicrohttpd-dev libcriterion-dev
-  python3 python3-pip python3-boto3 awscli nginx-light
+  python3 python3-dev python3-pip python3-boto3 awscli nginx-light
 )
 
 SUDO=""
@@ -38,4 +38,25 @@ if ! python3 -c 'import boto3' 2>/dev/null; then
   echo "install-deps: installing boto3 for $(command -v python3)"
   python3 -m pip install --quiet boto3 2>/dev/null ||
     python3 -m pip install --quiet --break-system-packages boto3
+fi
+
+# The Python package's pytest suite (ctest's `python` test) and `pip install .`
+# need these in the same python3. torch (PyPI's Linux wheel, large) only when
+# it cannot be imported: the loader tests hand batches to torch.
+pip_install() {
+  echo "install-deps: installing $* for $(command -v python3)"
+  python3 -m pip install --quiet "$@" 2>/dev/null ||
+    python3 -m pip install --quiet --break-system-packages "$@"
+}
+py_missing=()
+for m in pytest:pytest numpy:numpy scikit_build_core:scikit-build-core PIL:pillow; do
+  if ! python3 -c "import ${m%%:*}" 2>/dev/null; then
+    py_missing+=("${m#*:}")
+  fi
+done
+if [ "${#py_missing[@]}" -gt 0 ]; then
+  pip_install "${py_missing[@]}"
+fi
+if ! python3 -c 'import torch' 2>/dev/null; then
+  pip_install torch
 fi

@@ -690,6 +690,20 @@ static void warm_report(const struct sf_warm_options *wo, const struct sf_object
         wo->on_object(wo->user, obj, out, st, msg ? msg : "");
 }
 
+static sf_status warm_cancelled(struct sf_cache *c, const struct sf_warm_options *wo,
+                                struct sf_warm_stats *s, double t0, struct sf_warm_stats *out)
+{
+    snprintf(c->errmsg, sizeof(c->errmsg),
+             "warm-cache cancelled after %llu of %llu objects (%llu bytes fetched)",
+             s->objects_done, s->objects_total, s->bytes_fetched);
+    s->elapsed_s = mono_s() - t0;
+    if (wo->progress)
+        wo->progress(wo->user, s);
+    if (out)
+        *out = *s;
+    return SF_ERR_CANCELLED;
+}
+
 sf_status sf_cache_warm(struct sf_cache *c, struct sf_s3 *s3, const struct sf_object_info *list,
                         size_t n, const struct sf_warm_options *opts,
                         struct sf_warm_stats *stats_out)
@@ -718,7 +732,12 @@ sf_status sf_cache_warm(struct sf_cache *c, struct sf_s3 *s3, const struct sf_ob
         free(todo);
         return SF_ERR_NO_MEMORY;
     }
+    int cancelled = 0;
     for (size_t i = 0; i < n; i++) {
+        if (wo.cancel && wo.cancel(wo.user)) {
+            cancelled = 1;
+            break;
+        }
         objs[i] = list[i];
         if (objs[i].is_prefix) {
             todo[i] = 2; /* not an object */
@@ -755,6 +774,11 @@ sf_status sf_cache_warm(struct sf_cache *c, struct sf_s3 *s3, const struct sf_ob
             todo[i] = 1;
         }
         sf_cache_object_close(o);
+    }
+    if (cancelled) {
+        free(objs);
+        free(todo);
+        return warm_cancelled(c, &wo, &s, t0, stats_out);
     }
     /* Everything must fit at once, or warming evicts what it just fetched. */
     if (c->o.limit_bytes && s.bytes_total > c->o.limit_bytes) {
@@ -793,6 +817,15 @@ sf_status sf_cache_warm(struct sf_cache *c, struct sf_s3 *s3, const struct sf_ob
     size_t next = 0, n_act = 0;
     double last_report = 0;
     for (;;) {
+        if (wo.cancel && wo.cancel(wo.user)) {
+            /* Unfinished downloads keep their bytes for the next call. */
+            for (size_t k = 0; k < n_act; k++)
+                sf_cache_object_close(act[k].o);
+            free(act);
+            free(objs);
+            free(todo);
+            return warm_cancelled(c, &wo, &s, t0, stats_out);
+        }
         while (n_act < wo.max_objects && next < n) {
             size_t i = next++;
             if (todo[i] != 1)

@@ -1006,6 +1006,48 @@ Test(cache, byte_changed_on_disk_after_it_arrived_fails_verification)
     sf__disk_cache_close(dc);
 }
 
+/* A leftover download of another version (its process gone) is not resumed:
+ * its bytes are dropped before the new download starts (a new, empty file is
+ * left as it is, see sf__dc_begin), and the entry holds the new bytes. */
+Test(cache, leftover_download_of_another_version_is_dropped_not_resumed)
+{
+    make_dirs();
+    struct sf__disk_cache *dc = dc_open();
+    struct sf__cache_id id = {.endpoint = "http://127.0.0.1:1", .bucket = "bucket", .key = "v.tar"};
+    size_t old_n = 3 * MB + 11;
+    unsigned char *old = malloc(old_n);
+    cr_assert(old);
+    test_fill(old, old_n, 21);
+    enum sf__dc_begin_result r;
+    struct sf__dc_writer *w = NULL;
+    char err[512] = "";
+    cr_assert_eq(sf__dc_begin(dc, &id, "\"old\"", old_n, &r, &w, err, sizeof(err)), SF_OK, "%s",
+                 err);
+    cr_assert_eq(r, SF__DC_OWNER);
+    cr_assert(pwrite(sf__dc_writer_fd(w), old, old_n, 0) == (ssize_t)old_n);
+    sf__dc_writer_progress(w, old_n);
+    sf__dc_writer_abort(w, 1); /* as a killed process leaves it */
+    free(old);
+
+    struct feed_case fc;
+    feed_begin(&fc, dc, "v.tar", 2 * MB + 5, 22); /* ETag "e1", another size */
+    cr_assert_eq(sf__dc_writer_resume(fc.w), 0);
+    int fd = sf__dc_writer_fd(fc.w);
+    struct stat st;
+    cr_assert(fstat(fd, &st) == 0);
+    cr_assert_eq((size_t)st.st_size, fc.n);
+    unsigned char *now = malloc(fc.n);
+    cr_assert(now && pread(fd, now, fc.n, 0) == (ssize_t)fc.n);
+    size_t stale = 0;
+    for (size_t i = 0; i < fc.n; i++)
+        stale += now[i] != 0;
+    free(now);
+    cr_expect_eq(stale, 0, "bytes of the old version are still in the download file");
+    feed_put(&fc, 0, fc.n, 0);
+    feed_publish_and_check(&fc);
+    sf__disk_cache_close(dc);
+}
+
 static void set_rules_c(const char *text)
 {
     struct s3_call c = {
@@ -1144,4 +1186,86 @@ Test(cache, byte_changed_in_the_download_file_is_never_served)
     cr_expect_eq(stats_now().corrupt, 1);
     cr_assert_eq(read_through("rot.tar", data, n), SF_CACHE_FROM_DISK);
     free(data);
+}
+
+struct warm_cancel {
+    int after_bytes; /* cancel once progress reported fetched bytes */
+    int asked, cancelled;
+    unsigned long long seen_fetched;
+};
+
+static void warm_cancel_progress(void *user, const struct sf_warm_stats *s)
+{
+    struct warm_cancel *w = user;
+    w->seen_fetched = s->bytes_fetched;
+}
+
+static int warm_cancel_ask(void *user)
+{
+    struct warm_cancel *w = user;
+    w->asked++;
+    if (w->after_bytes && w->seen_fetched > 0)
+        w->cancelled = 1;
+    return w->cancelled;
+}
+
+Test(cache, warm_cancel_stops_downloads_and_a_rerun_completes)
+{
+    start_mock(NULL);
+    unsigned char *data[3];
+    for (int i = 0; i < 3; i++) {
+        char k[32];
+        snprintf(k, sizeof(k), "w-%d.tar", i);
+        data[i] = put_object(k, 1 << 20, 120 + (unsigned)i);
+    }
+    set_rules_c("prefix=bucket/w-,bandwidth=256K"); /* 1 MiB takes >= 4 s on one connection */
+    client(1 << 20);
+    open_cache(0, SF_REVALIDATE_TRUST);
+    struct sf_object_info objs[3] = {info_of("w-0.tar"), info_of("w-1.tar"), info_of("w-2.tar")};
+    struct warm_cancel w = {.after_bytes = 1};
+    struct sf_warm_options wo;
+    sf_warm_options_init_default(&wo);
+    wo.max_objects = 1;
+    wo.progress_interval_ms = 10;
+    wo.progress = warm_cancel_progress;
+    wo.cancel = warm_cancel_ask;
+    wo.user = &w;
+    struct sf_warm_stats s;
+    sf_status st = sf_cache_warm(cache, s3, objs, 3, &wo, &s);
+    cr_assert_eq(st, SF_ERR_CANCELLED, "%s", sf_status_name(st));
+    cr_assert(w.cancelled);
+    cr_assert_eq(s.fetched, 0);
+    cr_assert_lt(s.objects_done, 3);
+    cr_assert_gt(s.bytes_fetched, 0);
+    char msg[512];
+    sf_cache_errmsg(cache, msg, sizeof(msg));
+    cr_assert(strstr(msg, "cancelled"), "%s", msg);
+    /* one at a time: the objects after the first were never requested */
+    cr_assert_eq(key_gets("w-1.tar") + key_gets("w-2.tar"), 0);
+    int entries;
+    cache_bytes(&entries);
+    cr_assert_eq(entries, 0);
+
+    /* A cancel before anything was looked up touches nothing. */
+    struct warm_cancel now = {.cancelled = 1};
+    wo.user = &now;
+    st = sf_cache_warm(cache, s3, objs, 3, &wo, &s);
+    cr_assert_eq(st, SF_ERR_CANCELLED);
+    cr_assert_eq(s.objects_done, 0);
+
+    set_rules_c("");
+    struct warm_cancel never = {0};
+    wo.user = &never;
+    wo.max_objects = 3;
+    st = sf_cache_warm(cache, s3, objs, 3, &wo, &s);
+    sf_cache_errmsg(cache, msg, sizeof(msg));
+    cr_assert_eq(st, SF_OK, "%s", msg);
+    cr_assert_eq(s.fetched, 3);
+    cr_assert_gt(never.asked, 0);
+    for (int i = 0; i < 3; i++) {
+        char k[32];
+        snprintf(k, sizeof(k), "w-%d.tar", i);
+        cr_assert_eq(read_through(k, data[i], 1 << 20), SF_CACHE_FROM_DISK);
+        free(data[i]);
+    }
 }

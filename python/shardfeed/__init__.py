@@ -10,6 +10,7 @@ from . import _shardfeed
 from ._shardfeed import (AccessDeniedError, Array, Batch, ChangedError, ConfigError, CorruptError,
                          Error, LimitError, NetworkError, NotFoundError, UnsupportedError)
 from ._loader import Loader
+from ._tools import ls, stat, warm_cache, pack, index
 
 __version__ = _shardfeed.version()
 cuda_compiled = _shardfeed.cuda_compiled()
