@@ -1030,7 +1030,9 @@ static void fail_xfer(struct sf__engine *e, struct xfer *x, sf_status st, const 
 {
     x->state = X_DONE;
     if (x->f) {
-        elog(e, SF_LOG_ERROR, "%s", msg);
+        /* A missing object is often expected (index.json beside plain
+         * WebDataset shards); the caller reports it if it is an error. */
+        elog(e, st == SF_ERR_NOT_FOUND ? SF_LOG_INFO : SF_LOG_ERROR, "%s", msg);
         fetch_finish(e, x->f, st, msg);
     } else {
         call_finish(x->call, st, msg);
