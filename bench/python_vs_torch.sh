@@ -36,7 +36,9 @@
 # Memory: every run goes through `python_loader.py measure`, which samples the
 # tool's process and all its descendants every 50 ms: the peak of the summed
 # VmRSS (for one process at least getrusage's maximum RSS), and the peak of
-# the summed PSS (pages the forked DataLoader workers share counted once).
+# the summed PSS, sampled once a second: reading smaps_rollup of a process that
+# imported torch costs ~19 ms, too much to do every 50 ms (pages the forked
+# DataLoader workers share counted once).
 #
 # Both Python tools import torch (about 0.5 GiB of RSS by itself): the summary
 # also shows each one's peak minus the maximum RSS of a process that only

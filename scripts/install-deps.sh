@@ -60,3 +60,7 @@ fi
 if ! python3 -c 'import torch' 2>/dev/null; then
   pip_install torch
 fi
+# The demo's examples/train_torch.py (a torchvision ResNet-18).
+if ! python3 -c 'import torchvision' 2>/dev/null; then
+  pip_install torchvision
+fi
