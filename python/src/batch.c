@@ -127,124 +127,115 @@ static PyObject *get_flags(PyObject *self, void *c)
                           SFPY_CPU, 0);
 }
 
+PyObject *sfpy_str(const char *s)
+{
+    /* Keys and URLs are bytes (tar member names): undecodable bytes survive
+     * as surrogates, as os.fsdecode does. */
+    if (!s)
+        s = "";
+    return PyUnicode_DecodeUTF8(s, (Py_ssize_t)strlen(s), "surrogateescape");
+}
+
+/* A tuple of one object per sample of x, made by item(x, i, ctx). */
+static PyObject *per_sample(const struct sf_batch *x,
+                            PyObject *(*item)(const struct sf_batch *, size_t, const void *),
+                            const void *ctx)
+{
+    PyObject *t = PyTuple_New((Py_ssize_t)x->size);
+    for (size_t i = 0; t && i < x->size; i++) {
+        PyObject *v = item(x, i, ctx);
+        if (!v || PyTuple_SetItem(t, (Py_ssize_t)i, v) < 0)
+            Py_CLEAR(t);
+    }
+    return t;
+}
+
+static PyObject *pad_of(const struct sf_batch *x, size_t i, const void *ctx)
+{
+    (void)ctx;
+    return PyBool_FromLong((x->flags[i] & SF_SAMPLE_PAD) != 0);
+}
+
+static PyObject *key_of(const struct sf_batch *x, size_t i, const void *ctx)
+{
+    (void)ctx;
+    return sfpy_str(x->keys[i]);
+}
+
+static PyObject *shard_of(const struct sf_batch *x, size_t i, const void *ctx)
+{
+    (void)ctx;
+    return PyLong_FromUnsignedLongLong(x->shards[i]);
+}
+
+static PyObject *shard_url_of(const struct sf_batch *x, size_t i, const void *loader)
+{
+    return sfpy_str(sf_loader_shard_url(loader, (size_t)x->shards[i]));
+}
+
+static PyObject *field_of(const struct sf_batch *x, size_t i, const void *field)
+{
+    (void)x;
+    const struct sf_batch_field *fd = field;
+    return PyBytes_FromStringAndSize((const char *)fd->data + fd->offsets[i],
+                                     (Py_ssize_t)(fd->offsets[i + 1] - fd->offsets[i]));
+}
+
 static PyObject *get_pad(PyObject *self, void *c)
 {
     (void)c;
     const struct sf_batch *x = live(self);
-    if (!x)
-        return NULL;
-    PyObject *t = PyTuple_New((Py_ssize_t)x->size);
-    for (size_t i = 0; t && i < x->size; i++) {
-        PyObject *v = PyBool_FromLong((x->flags[i] & SF_SAMPLE_PAD) != 0);
-        if (PyTuple_SetItem(t, (Py_ssize_t)i, v) < 0) {
-            Py_DECREF(t);
-            return NULL;
-        }
-    }
-    return t;
+    return x ? per_sample(x, pad_of, NULL) : NULL;
 }
 
 static PyObject *get_keys(PyObject *self, void *c)
 {
     (void)c;
     batch_object *b = (batch_object *)self;
-    if (b->cache_keys) {
-        Py_INCREF(b->cache_keys);
-        return b->cache_keys;
-    }
-    const struct sf_batch *x = live(self);
-    if (!x)
-        return NULL;
-    PyObject *t = PyTuple_New((Py_ssize_t)x->size);
-    for (size_t i = 0; t && i < x->size; i++) {
-        /* Keys are bytes of tar member names: undecodable bytes survive as
-         * surrogates (as os.fsdecode does). */
-        PyObject *v = PyUnicode_DecodeUTF8(x->keys[i], (Py_ssize_t)strlen(x->keys[i]),
-                                           "surrogateescape");
-        if (!v || PyTuple_SetItem(t, (Py_ssize_t)i, v) < 0) {
-            Py_DECREF(t);
+    if (!b->cache_keys) {
+        const struct sf_batch *x = live(self);
+        if (!x || !(b->cache_keys = per_sample(x, key_of, NULL)))
             return NULL;
-        }
     }
-    if (t) {
-        Py_INCREF(t);
-        b->cache_keys = t;
-    }
-    return t;
+    Py_INCREF(b->cache_keys);
+    return b->cache_keys;
 }
 
 static PyObject *get_shards(PyObject *self, void *c)
 {
     (void)c;
     const struct sf_batch *x = live(self);
-    if (!x)
-        return NULL;
-    PyObject *t = PyTuple_New((Py_ssize_t)x->size);
-    for (size_t i = 0; t && i < x->size; i++) {
-        PyObject *v = PyLong_FromUnsignedLongLong(x->shards[i]);
-        if (!v || PyTuple_SetItem(t, (Py_ssize_t)i, v) < 0) {
-            Py_DECREF(t);
-            return NULL;
-        }
-    }
-    return t;
+    return x ? per_sample(x, shard_of, NULL) : NULL;
 }
 
 static PyObject *get_shard_urls(PyObject *self, void *c)
 {
     (void)c;
     const struct sf_batch *x = live(self);
-    if (!x)
-        return NULL;
-    struct sf_loader *l = ((batch_object *)self)->slot->core->l;
-    PyObject *t = PyTuple_New((Py_ssize_t)x->size);
-    for (size_t i = 0; t && i < x->size; i++) {
-        const char *u = sf_loader_shard_url(l, (size_t)x->shards[i]);
-        PyObject *v = PyUnicode_DecodeUTF8(u ? u : "", u ? (Py_ssize_t)strlen(u) : 0,
-                                           "surrogateescape");
-        if (!v || PyTuple_SetItem(t, (Py_ssize_t)i, v) < 0) {
-            Py_DECREF(t);
-            return NULL;
-        }
-    }
-    return t;
+    return x ? per_sample(x, shard_url_of, ((batch_object *)self)->slot->core->l) : NULL;
 }
 
 static PyObject *get_fields(PyObject *self, void *c)
 {
     (void)c;
     batch_object *b = (batch_object *)self;
-    if (b->cache_fields) {
-        Py_INCREF(b->cache_fields);
-        return b->cache_fields;
-    }
-    const struct sf_batch *x = live(self);
-    if (!x)
-        return NULL;
-    PyObject *d = PyDict_New();
-    for (size_t f = 0; d && f < x->field_count; f++) {
-        const struct sf_batch_field *fd = &x->fields[f];
-        PyObject *t = PyTuple_New((Py_ssize_t)x->size);
-        for (size_t i = 0; t && i < x->size; i++) {
-            PyObject *v = PyBytes_FromStringAndSize((const char *)fd->data + fd->offsets[i],
-                                                    (Py_ssize_t)(fd->offsets[i + 1] -
-                                                                 fd->offsets[i]));
-            if (!v || PyTuple_SetItem(t, (Py_ssize_t)i, v) < 0) {
-                Py_CLEAR(t);
-            }
-        }
-        if (!t || PyDict_SetItemString(d, fd->name, t) < 0) {
+    if (!b->cache_fields) {
+        const struct sf_batch *x = live(self);
+        if (!x)
+            return NULL;
+        PyObject *d = PyDict_New();
+        for (size_t f = 0; d && f < x->field_count; f++) {
+            PyObject *t = per_sample(x, field_of, &x->fields[f]);
+            if (!t || PyDict_SetItemString(d, x->fields[f].name, t) < 0)
+                Py_CLEAR(d);
             Py_XDECREF(t);
-            Py_CLEAR(d);
-            break;
         }
-        Py_DECREF(t);
-    }
-    if (d) {
-        Py_INCREF(d);
+        if (!d)
+            return NULL;
         b->cache_fields = d;
     }
-    return d;
+    Py_INCREF(b->cache_fields);
+    return b->cache_fields;
 }
 
 #define U64_GETTER(name, expr)                                                                   \

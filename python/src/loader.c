@@ -445,8 +445,7 @@ static PyObject *get_shards(PyObject *pyself, void *cl)
     size_t n = sf_loader_shard_count(c->l);
     PyObject *list = PyList_New((Py_ssize_t)n);
     for (size_t i = 0; list && i < n; i++) {
-        const char *u = sf_loader_shard_url(c->l, i);
-        PyObject *v = PyUnicode_DecodeUTF8(u, (Py_ssize_t)strlen(u), "surrogateescape");
+        PyObject *v = sfpy_str(sf_loader_shard_url(c->l, i));
         if (!v || PyList_SetItem(list, (Py_ssize_t)i, v) < 0)
             Py_CLEAR(list);
     }

@@ -89,6 +89,8 @@ int sfpy_loader_init(PyObject *module);
 /* ------------------------------------------------------------ batch.c */
 
 int sfpy_batch_init(PyObject *module);
+/* s (NULL: "") as str, undecodable bytes as surrogates. */
+PyObject *sfpy_str(const char *s);
 /* A new shardfeed.Batch owning one reference of slot. */
 PyObject *sfpy_batch_new(struct sfpy_slot *slot);
 
@@ -105,12 +107,9 @@ PyObject *sfpy_array_new(struct sfpy_slot *slot, void *data, enum sfpy_dtype dty
 
 /* ------------------------------------------------------------ tools.c */
 
-/* ls, stat, warm_cache, pack, index: module-level functions. */
+/* ls, stat, warm_cache, pack, index: module-level functions. Their S3
+ * options arrive as JSON text and go through the loader's JSON option parser,
+ * so the names and checks are the same. */
 int sfpy_tools_init(PyObject *module);
-
-/* Options shared by the tools: S3 options from keyword arguments
- * (endpoint_url, region, profile, no_sign_request, concurrency, chunk_size,
- * max_attempts) given as a JSON object text, parsed with the loader's JSON
- * option parser so the names and checks are the same. */
 
 #endif /* SFPY_H */

@@ -24,6 +24,25 @@ def any_dataset(request):
 
 # ------------------------------------------------------------ epochs and order
 
+def test_extra_fields_come_as_bytes_per_sample(dataset):
+    """extra_fields: each sample's raw member bytes, lined up with the keys
+    and labels (the "cls" member holds the label as text)."""
+    ds = dataset
+    with shardfeed.Loader(ds.url, **options(ds, extra_fields="cls")) as loader:
+        n = 0
+        for b in loader:
+            fields = b.fields
+            assert list(fields) == ["cls"] and len(fields["cls"]) == len(b)
+            labels = np.from_dlpack(b.labels).tolist()
+            assert [int(v) for v in fields["cls"]] == labels
+            assert [ds.label_of[k] for k in b.keys] == labels
+            assert b.fields is fields  # made once per batch
+            n += len(b)
+            b.release()
+        assert n == ds.n
+
+
+
 def test_one_epoch_gives_every_sample_once_with_its_label(any_dataset):
     ds = any_dataset
     with shardfeed.Loader(ds.url, **options(ds)) as loader:
