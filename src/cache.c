@@ -433,6 +433,10 @@ static sf_status step_fetch(struct sf_cache_object *o, uint64_t want, int timeou
         return publish(o); /* nothing left to fetch: resumed at the end */
     struct sf_fetch_progress p;
     uint64_t rel = want > o->fetch_base ? want - o->fetch_base : 0;
+    /* Everything asked for: sleep until the fetch is done rather than
+     * return at once each time its last bytes are already in. */
+    if (o->info.size != SF_SIZE_UNKNOWN && want >= o->info.size)
+        rel = UINT64_MAX;
     sf_status st = sf_fetch_wait(o->f, rel, timeout_ms, &p);
     uint64_t before = o->contiguous;
     o->contiguous = o->fetch_base + p.contiguous;
