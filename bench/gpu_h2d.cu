@@ -286,7 +286,8 @@ int main(int argc, char **argv)
     /* (2) the ring; opened before sf__host_alloc so pinning uses its context. */
     struct sf_gpu *g = NULL;
     char err[512];
-    if (sf__gpu_open(dev, 2, bytes, bytes * sizeof(float), &g, err, sizeof err) != SF_OK) {
+    struct sf__gpu_config gc = {SF__GPU_CUDA, dev, 2, bytes, bytes * sizeof(float), NULL};
+    if (sf__gpu_open(&gc, &g, err, sizeof err) != SF_OK) {
         fprintf(stderr, "bench_gpu_h2d: sf__gpu_open: %s\n", err);
         return 1;
     }
@@ -305,7 +306,7 @@ int main(int argc, char **argv)
     /* The copy really happened: the last job was slot rounds % 2. */
     unsigned char check[4096];
     size_t n_check = bytes < sizeof check ? bytes : sizeof check;
-    if (sf__gpu_read(g, rounds % 2, 0, check, n_check) != SF_OK ||
+    if (sf__gpu_read(g, rounds % 2, 0, check, n_check, err, sizeof err) != SF_OK ||
         memcmp(check, host, n_check) != 0) {
         fprintf(stderr, "bench_gpu_h2d: ring readback does not match the host batch\n");
         return 1;

@@ -88,6 +88,10 @@ enum sf_device_mode {
     SF_DEVICE_AUTO = 0, /* the GPU when built with CUDA and a device exists, else host */
     SF_DEVICE_HOST = 1, /* host batches only (no CUDA calls at all) */
     SF_DEVICE_CUDA = 2, /* the GPU or fail at open */
+    /* The emulated device (docs/gpu.md): the whole GPU path (ring, copy
+     * stream, events, normalise kernel) on CPU threads, in every build. Its
+     * device memory is not readable by the host; for tests and benchmarks. */
+    SF_DEVICE_EMULATED = 3,
 };
 
 struct sf_image_options {
@@ -226,6 +230,11 @@ struct sf_batch {
     void *device_normalized;
     void *cuda_event;
     int cuda_device;
+    /* Where device_images lives: SF_DEVICE_HOST (no device copy),
+     * SF_DEVICE_CUDA, or SF_DEVICE_EMULATED (cuda_event is then an event
+     * of the emulated device, not a cudaEvent_t). */
+    enum sf_device_mode device;
+    void *device_ring; /* opaque: the loader's device ring (sf_batch_wait_stream) */
 };
 
 /* ------------------------------------------------------------------ loader */

@@ -8,6 +8,7 @@ PACKAGES=(
   libcurl4-openssl-dev libssl-dev libzstd-dev libturbojpeg0-dev libjpeg62-turbo-dev
   libjpeg-turbo-progs libcjson-dev libexpat1-dev libxxhash-dev libmicrohttpd-dev libcriterion-dev
   python3 python3-dev python3-pip python3-boto3 awscli nginx-light
+  oclgrind ocl-icd-opencl-dev opencl-c-headers
 )
 
 SUDO=""

@@ -188,7 +188,7 @@ static void load_usage(void)
         "  --scale-min F --scale-max F --ratio-min F --ratio-max F --center-fraction F\n"
         "  --hflip P  --layout chw|hwc  --dtype uint8|float32  --mean a,b,c --std a,b,c\n"
         "  --image-fields 'jpg;jpeg'  --label-fields 'cls;json;txt'  --extra-fields LIST\n"
-        "  --on-error fail|skip  --device auto|host|cuda  --cuda-device N\n"
+        "  --on-error fail|skip  --device auto|host|cuda|emulated  --cuda-device N\n"
         "  --no-normalize-on-device  --sync-device  --max-side N --max-pixels N --max-scans N\n"
         "  --config FILE          loader options as a JSON object (flags win)\n"
         "  --max-batches N        stop after N batches in all\n"

@@ -14,6 +14,7 @@
  * geometry needs (sqrt, exp, log) are defined here; see crop_sqrt & co.
  */
 #include "src/decode.h"
+#include "src/gpu_kernel.h"
 
 #include "s3/strbuf.h"
 #include "src/sampler.h"
@@ -617,8 +618,8 @@ static void build_lut(struct sf_decoder *d, const float mean[3], const float std
         !memcmp(d->lut_std, std, sizeof d->lut_std))
         return;
     for (int c = 0; c < 3; c++)
-        for (int v = 0; v < 256; v++)
-            d->lut[c][v] = ((float)v / 255.0f - mean[c]) / std[c];
+        for (unsigned v = 0; v < 256; v++)
+            d->lut[c][v] = sf_k_norm(v, mean[c], std[c]);
     memcpy(d->lut_mean, mean, sizeof d->lut_mean);
     memcpy(d->lut_std, std, sizeof d->lut_std);
     d->lut_ok = 1;
@@ -1044,10 +1045,11 @@ void sf__normalize_u8(const uint8_t *src, float *dst, size_t n_images, unsigned 
                       unsigned height, enum sf_layout layout, const float mean[3],
                       const float std[3])
 {
+    /* The device kernel's own arithmetic (gpu_kernel.h): the same bits. */
     float lut[3][256];
     for (int c = 0; c < 3; c++)
-        for (int v = 0; v < 256; v++)
-            lut[c][v] = ((float)v / 255.0f - mean[c]) / std[c];
+        for (unsigned v = 0; v < 256; v++)
+            lut[c][v] = sf_k_norm(v, mean[c], std[c]);
     const size_t plane = (size_t)width * height;
     for (size_t img = 0; img < n_images; img++) {
         const uint8_t *s = src + img * plane * 3;

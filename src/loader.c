@@ -593,12 +593,15 @@ sf_status sf_loader_open(const struct sf_loader_options *opts, struct sf_loader 
 
     /* Where batches go. */
     int want_gpu = opts->device != SF_DEVICE_HOST;
+    int emulated = opts->device == SF_DEVICE_EMULATED;
     int dev = opts->cuda_device;
-    if (dev < 0) {
+    if (dev < 0 && emulated) {
+        dev = 0; /* one emulated device per process, whatever the rank */
+    } else if (dev < 0) {
         struct sf_dist d = {-1, -1, -1};
         dev = sf_dist_from_env(&d, NULL, 0) == SF_OK && d.local_rank >= 0 ? d.local_rank : 0;
     }
-    if (want_gpu && !sf__gpu_usable(dev)) {
+    if (want_gpu && !emulated && !sf__gpu_usable(dev)) {
         if (opts->device == SF_DEVICE_CUDA) {
             snprintf(err, err_len, "device cuda: %s",
                      sf_cuda_compiled() ? "no CUDA device (or not the one asked for) is visible"
@@ -675,7 +678,14 @@ sf_status sf_loader_open(const struct sf_loader_options *opts, struct sf_loader 
                          : 0;
         /* First: it makes `dev` current, so the pinned batches below belong
          * to its context and no context is created on device 0. */
-        st = sf__gpu_open(dev, l->ring, u8, f32, &l->gpu, err, err_len);
+        struct sf__gpu_config gc = {
+            .backend = emulated ? SF__GPU_EMULATED : SF__GPU_CUDA,
+            .device = dev,
+            .slots = l->ring,
+            .u8_bytes = u8,
+            .f32_bytes = f32,
+        };
+        st = sf__gpu_open(&gc, &l->gpu, err, err_len);
         if (st != SF_OK)
             goto fail_out;
     }

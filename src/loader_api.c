@@ -96,6 +96,7 @@ static sf_status next_batch(struct sf_loader *l, struct sf_batch *out, double ti
             out->field_count = l->n_extra;
             out->fields = l->n_extra ? b->fields : NULL;
             out->cuda_device = -1;
+            out->device = SF_DEVICE_HOST;
             if (l->on_device) {
                 unsigned idx = (unsigned)(b - l->batches);
                 out->device_images = sf__gpu_u8(l->gpu, idx);
@@ -103,6 +104,9 @@ static sf_status next_batch(struct sf_loader *l, struct sf_batch *out, double ti
                     out->device_normalized = sf__gpu_f32(l->gpu, idx);
                 out->cuda_event = sf__gpu_event(l->gpu, idx);
                 out->cuda_device = sf__gpu_device(l->gpu);
+                out->device = sf__gpu_backend_of(l->gpu) == SF__GPU_EMULATED ? SF_DEVICE_EMULATED
+                                                                              : SF_DEVICE_CUDA;
+                out->device_ring = l->gpu;
             }
             atomic_fetch_add(&l->n_delivered, b->size);
             atomic_fetch_add(&l->n_batches, 1);
@@ -166,7 +170,7 @@ sf_status sf_batch_wait_stream(const struct sf_batch *b, void *stream)
         return SF_ERR_INVALID_ARGUMENT;
     if (!b->cuda_event)
         return SF_OK;
-    return sf__gpu_stream_wait(b->cuda_event, stream);
+    return sf__gpu_stream_wait(b->device_ring, b->cuda_event, stream);
 }
 
 sf_status sf_loader_next(struct sf_loader *l, struct sf_batch *out)

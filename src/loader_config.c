@@ -72,7 +72,8 @@ sf_status sf__loader_options_check(const struct sf_loader_options *o, char *err,
         return bad(err, err_len, "max_extra_bytes: at least 1");
     if (o->on_error != SF_ON_ERROR_FAIL && o->on_error != SF_ON_ERROR_SKIP)
         return bad(err, err_len, "on_error %d: fail or skip", (int)o->on_error);
-    if (o->device != SF_DEVICE_AUTO && o->device != SF_DEVICE_HOST && o->device != SF_DEVICE_CUDA)
+    if (o->device != SF_DEVICE_AUTO && o->device != SF_DEVICE_HOST && o->device != SF_DEVICE_CUDA &&
+        o->device != SF_DEVICE_EMULATED)
         return bad(err, err_len, "device %d: auto, host or cuda", (int)o->device);
     if (o->image_fields && !o->image_fields[0])
         return bad(err, err_len, "image_fields is empty");
@@ -314,6 +315,7 @@ int sf__loader_parse_enum(const char *what, const char *s, int *out)
         {"device", "auto", SF_DEVICE_AUTO},
         {"device", "host", SF_DEVICE_HOST},
         {"device", "cuda", SF_DEVICE_CUDA},
+        {"device", "emulated", SF_DEVICE_EMULATED},
         {"epoch_policy", "pad", SF_EPOCH_PAD},
         {"epoch_policy", "drop", SF_EPOCH_DROP},
         {"epoch_policy", "uneven", SF_EPOCH_UNEVEN},

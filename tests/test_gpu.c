@@ -1,20 +1,60 @@
+/* The GPU ring's suite. Every test of the ring runs on the backend that
+ * SF_TEST_GPU_BACKEND names: "emulated" (the default: every build, no GPU)
+ * or "cuda" (scripts/gpu-acceptance.sh, on a machine with a GPU). The tests
+ * that need the emulator's hooks (consumer streams, injected failures,
+ * inaccessible device memory, the kernel checks) run on it only. */
 #include <criterion/criterion.h>
 
 #include "shardfeed.h"
+#include "src/decode.h"
 #include "src/gpu.h"
+#include "src/gpu_dev.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static const float imagenet_mean[3] = {0.485f, 0.456f, 0.406f};
 static const float imagenet_std[3] = {0.229f, 0.224f, 0.225f};
 
+static enum sf__gpu_backend backend(void)
+{
+    const char *b = getenv("SF_TEST_GPU_BACKEND");
+    return b && !strcmp(b, "cuda") ? SF__GPU_CUDA : SF__GPU_EMULATED;
+}
+
+/* The suite's backend must be there: the emulated one always is; asking for
+ * CUDA without a device is a failure, not a skip (gpu-acceptance.sh). */
 static void need_device(void)
 {
-    if (!sf__gpu_usable(-1))
-        cr_skip_test("no CUDA device");
+    if (backend() == SF__GPU_CUDA)
+        cr_assert(sf__gpu_usable(-1), "SF_TEST_GPU_BACKEND=cuda but no CUDA device");
+}
+
+static void need_emulator(void)
+{
+    if (backend() != SF__GPU_EMULATED)
+        cr_skip_test("emulated device only (its test hooks)");
+}
+
+static sf_status open_ring(unsigned slots, size_t u8, size_t f32, struct sf_gpu **g, char *err,
+                           size_t err_len)
+{
+    struct sf__gpu_config c = {backend(), 0, slots, u8, f32, NULL};
+    return sf__gpu_open(&c, g, err, err_len);
+}
+
+static sf_status open_emulated(const struct sf__emu_options *eo, unsigned slots, size_t u8,
+                               size_t f32, struct sf_gpu **g, char *err, size_t err_len)
+{
+    struct sf__gpu_config c = {SF__GPU_EMULATED, 0, slots, u8, f32, eo};
+    return sf__gpu_open(&c, g, err, err_len);
 }
 
 static void fill_random(unsigned char *p, size_t n, uint64_t seed)
@@ -80,20 +120,21 @@ Test(gpu, usable_matches_device_count)
         cr_expect_eq(sf__gpu_usable(0), 0);
 }
 
-Test(gpu, open_without_a_device_is_unsupported)
+Test(gpu, cuda_open_without_a_device_is_unsupported)
 {
     if (sf__gpu_usable(-1))
         cr_skip_test("a CUDA device is present");
     struct sf_gpu *g = (struct sf_gpu *)&g; /* must be overwritten */
     char err[256] = "";
-    sf_status st = sf__gpu_open(0, 2, 1024, 4096, &g, err, sizeof err);
+    struct sf__gpu_config c = {SF__GPU_CUDA, 0, 2, 1024, 4096, NULL};
+    sf_status st = sf__gpu_open(&c, &g, err, sizeof err);
     cr_expect_eq(st, SF_ERR_UNSUPPORTED, "status %d (%s)", (int)st, err);
     cr_expect_null(g);
     cr_expect_neq(err[0], '\0', "no message");
     if (!sf_cuda_compiled())
         cr_expect_not_null(strstr(err, "built without CUDA"), "message: %s", err);
     /* err may be NULL */
-    cr_expect_eq(sf__gpu_open(0, 2, 1024, 0, &g, NULL, 0), SF_ERR_UNSUPPORTED);
+    cr_expect_eq(sf__gpu_open(&c, &g, NULL, 0), SF_ERR_UNSUPPORTED);
 }
 
 Test(gpu, calls_without_a_handle_fail_cleanly)
@@ -115,7 +156,10 @@ Test(gpu, calls_without_a_handle_fail_cleanly)
     cr_expect_neq(err[0], '\0');
     cr_expect_eq(t, 0.0);
     unsigned char b[4];
-    cr_expect_neq(sf__gpu_read(NULL, 0, 0, b, sizeof b), SF_OK);
+    cr_expect_neq(sf__gpu_read(NULL, 0, 0, b, sizeof b, NULL, 0), SF_OK);
+    cr_expect_eq(sf__gpu_stream_wait(NULL, b, b), SF_ERR_INVALID_ARGUMENT);
+    cr_expect_eq(sf__gpu_release_after(NULL, 0, b), SF_ERR_INVALID_ARGUMENT);
+    cr_expect_eq(sf__gpu_open(NULL, NULL, err, sizeof err), SF_ERR_INVALID_ARGUMENT);
 }
 
 Test(gpu, nvtx_calls_are_harmless)
@@ -135,7 +179,8 @@ Test(gpu, nvtx_calls_are_harmless)
 
 Test(gpu, host_alloc_pinned_on_a_device)
 {
-    need_device();
+    if (!sf__gpu_usable(-1))
+        cr_skip_test("pinning needs CUDA and a device");
     int pinned = 0;
     unsigned char *p = sf__host_alloc(1u << 20, 1, &pinned);
     cr_assert_not_null(p);
@@ -150,7 +195,7 @@ Test(gpu, open_gives_buffers_and_events)
     need_device();
     struct sf_gpu *g = NULL;
     char err[256] = "";
-    cr_assert_eq(sf__gpu_open(0, 3, 4096, 0, &g, err, sizeof err), SF_OK, "%s", err);
+    cr_assert_eq(open_ring(3, 4096, 0, &g, err, sizeof err), SF_OK, "%s", err);
     cr_assert_not_null(g);
     cr_expect_eq(sf__gpu_device(g), 0);
     for (unsigned s = 0; s < 3; s++) {
@@ -176,18 +221,19 @@ Test(gpu, open_rejects_a_missing_device_and_bad_sizes)
     need_device();
     struct sf_gpu *g = (struct sf_gpu *)&g;
     char err[256] = "";
-    int n = sf_cuda_device_count();
-    cr_expect_eq(sf__gpu_open(n, 2, 4096, 0, &g, err, sizeof err), SF_ERR_INVALID_ARGUMENT);
+    struct sf__gpu_config c = {backend(), backend() == SF__GPU_CUDA ? sf_cuda_device_count() : 1,
+                               2, 4096, 0, NULL};
+    cr_expect_eq(sf__gpu_open(&c, &g, err, sizeof err), SF_ERR_INVALID_ARGUMENT);
     cr_expect_null(g);
-    cr_expect_neq(err[0], '\0');
-    cr_expect_eq(sf__gpu_open(0, 0, 4096, 0, &g, err, sizeof err), SF_ERR_INVALID_ARGUMENT);
-    cr_expect_eq(sf__gpu_open(0, 2, 0, 0, &g, err, sizeof err), SF_ERR_INVALID_ARGUMENT);
-    /* More device memory than exists: a clean failure naming cudaMalloc. */
+    cr_expect_not_null(strstr(err, "does not exist"), "%s", err);
+    cr_expect_eq(open_ring(0, 4096, 0, &g, err, sizeof err), SF_ERR_INVALID_ARGUMENT);
+    cr_expect_eq(open_ring(2, 0, 0, &g, err, sizeof err), SF_ERR_INVALID_ARGUMENT);
+    /* More device memory than exists: a clean failure naming the allocation. */
     err[0] = '\0';
-    sf_status st = sf__gpu_open(0, 2, (size_t)1 << 50, 0, &g, err, sizeof err);
+    sf_status st = open_ring(2, (size_t)1 << 50, 0, &g, err, sizeof err);
     cr_expect_eq(st, SF_ERR_NO_MEMORY, "status %d (%s)", (int)st, err);
     cr_expect_null(g);
-    cr_expect_not_null(strstr(err, "cudaMalloc"), "message: %s", err);
+    cr_expect_not_null(strstr(err, "device alloc (slot 0 u8"), "message: %s", err);
 }
 
 Test(gpu, submit_rejects_jobs_that_do_not_fit)
@@ -197,7 +243,7 @@ Test(gpu, submit_rejects_jobs_that_do_not_fit)
     char err[256] = "";
     const unsigned w = 8, h = 4;
     const size_t bytes = 2 * w * h * 3;
-    cr_assert_eq(sf__gpu_open(0, 2, bytes, bytes * sizeof(float), &g, err, sizeof err), SF_OK, "%s",
+    cr_assert_eq(open_ring(2, bytes, bytes * sizeof(float), &g, err, sizeof err), SF_OK, "%s",
                  err);
     unsigned char host[2 * 8 * 4 * 3];
     fill_random(host, sizeof host, 1);
@@ -235,7 +281,7 @@ Test(gpu, submit_rejects_jobs_that_do_not_fit)
     sf__gpu_close(g);
 
     /* No float buffer: copying works, normalising does not fit. */
-    cr_assert_eq(sf__gpu_open(0, 1, bytes, 0, &g, err, sizeof err), SF_OK, "%s", err);
+    cr_assert_eq(open_ring(1, bytes, 0, &g, err, sizeof err), SF_OK, "%s", err);
     cr_expect_eq(sf__gpu_submit(g, 0, &ok, err, sizeof err), SF_ERR_INVALID_ARGUMENT);
     j = ok;
     j.normalize = 0;
@@ -250,7 +296,7 @@ Test(gpu, copy_round_trips_random_bytes_per_slot)
     const size_t bytes = (5u << 20) + 3; /* not a multiple of anything useful */
     struct sf_gpu *g = NULL;
     char err[256] = "";
-    cr_assert_eq(sf__gpu_open(0, 3, bytes, 0, &g, err, sizeof err), SF_OK, "%s", err);
+    cr_assert_eq(open_ring(3, bytes, 0, &g, err, sizeof err), SF_OK, "%s", err);
     int pinned[3];
     unsigned char *host[3];
     for (unsigned s = 0; s < 3; s++) {
@@ -269,11 +315,11 @@ Test(gpu, copy_round_trips_random_bytes_per_slot)
         cr_expect_lt(t, 10.0, "slot %u: GPU time %g s", s, t);
         cr_expect_eq(sf__gpu_query(g, s), 1);
         memset(back, 0, bytes);
-        cr_assert_eq(sf__gpu_read(g, s, 0, back, bytes), SF_OK);
+        cr_assert_eq(sf__gpu_read(g, s, 0, back, bytes, NULL, 0), SF_OK);
         cr_expect(memcmp(back, host[s], bytes) == 0, "slot %u differs after the round trip", s);
     }
-    cr_expect_neq(sf__gpu_read(g, 0, 0, back, bytes + 1), SF_OK);
-    cr_expect_neq(sf__gpu_read(g, 0, 1, back, 4), SF_OK, "no float buffer to read");
+    cr_expect_neq(sf__gpu_read(g, 0, 0, back, bytes + 1, NULL, 0), SF_OK);
+    cr_expect_neq(sf__gpu_read(g, 0, 1, back, 4, NULL, 0), SF_OK, "no float buffer to read");
     free(back);
     sf__gpu_close(g);
     for (unsigned s = 0; s < 3; s++)
@@ -283,10 +329,10 @@ Test(gpu, copy_round_trips_random_bytes_per_slot)
 Test(gpu, query_reports_progress_and_wait_completes)
 {
     need_device();
-    const size_t bytes = 256u << 20;
+    const size_t bytes = 64u << 20;
     struct sf_gpu *g = NULL;
     char err[256] = "";
-    cr_assert_eq(sf__gpu_open(0, 2, bytes, 0, &g, err, sizeof err), SF_OK, "%s", err);
+    cr_assert_eq(open_ring(2, bytes, 0, &g, err, sizeof err), SF_OK, "%s", err);
     int pinned = 0;
     unsigned char *host = sf__host_alloc(bytes, 1, &pinned);
     cr_assert_not_null(host);
@@ -304,7 +350,7 @@ Test(gpu, query_reports_progress_and_wait_completes)
     cr_assert_eq(sf__gpu_submit(g, 0, &job, err, sizeof err), SF_OK, "%s", err);
     double t2 = 0.0;
     cr_assert_eq(sf__gpu_wait(g, 0, &t2, err, sizeof err), SF_OK, "%s", err);
-    cr_expect_lt(t2, t, "4 KiB took %g s, 256 MiB %g s", t2, t);
+    cr_expect_lt(t2, t, "4 KiB took %g s, 64 MiB %g s", t2, t);
     sf__gpu_close(g);
     sf__host_free(host, pinned);
 }
@@ -316,7 +362,7 @@ static void check_normalize(enum sf_layout layout, size_t n, unsigned w, unsigne
     const size_t plane = (size_t)w * h, count = n * plane * 3;
     struct sf_gpu *g = NULL;
     char err[256] = "";
-    cr_assert_eq(sf__gpu_open(0, 2, count, count * sizeof(float), &g, err, sizeof err), SF_OK, "%s",
+    cr_assert_eq(open_ring(2, count, count * sizeof(float), &g, err, sizeof err), SF_OK, "%s",
                  err);
     int pinned = 0;
     unsigned char *host = sf__host_alloc(count, 1, &pinned);
@@ -338,25 +384,23 @@ static void check_normalize(enum sf_layout layout, size_t n, unsigned w, unsigne
     memcpy(job.std, imagenet_std, sizeof job.std);
     cr_assert_eq(sf__gpu_submit(g, 1, &job, err, sizeof err), SF_OK, "%s", err);
     cr_assert_eq(sf__gpu_wait(g, 1, NULL, err, sizeof err), SF_OK, "%s", err);
-    cr_assert_eq(sf__gpu_read(g, 1, 1, got, count * sizeof(float)), SF_OK);
-    cr_assert_eq(sf__gpu_read(g, 1, 0, back, count), SF_OK);
+    cr_assert_eq(sf__gpu_read(g, 1, 1, got, count * sizeof(float), NULL, 0), SF_OK);
+    cr_assert_eq(sf__gpu_read(g, 1, 0, back, count, NULL, 0), SF_OK);
     cr_expect(memcmp(back, host, count) == 0, "u8 copy differs");
 
+    /* Bit for bit: the host normalisation runs the same arithmetic. */
+    float *want = malloc(count * sizeof(float));
+    cr_assert_not_null(want);
+    sf__normalize_u8(host, want, n, w, h, layout, imagenet_mean, imagenet_std);
     size_t bad = 0, first = 0;
-    float first_want = 0.0f;
     for (size_t i = 0; i < count; i++) {
-        size_t c = layout == SF_LAYOUT_CHW ? (i / plane) % 3 : i % 3;
-        float want = ((float)host[i] / 255.0f - imagenet_mean[c]) / imagenet_std[c];
-        if (!(fabsf(got[i] - want) <= 1e-6f * fabsf(want))) {
-            if (bad++ == 0) {
-                first = i;
-                first_want = want;
-            }
-        }
+        if (memcmp(&got[i], &want[i], sizeof(float)) != 0 && bad++ == 0)
+            first = i;
     }
-    cr_expect_eq(bad, 0, "%s %zux%ux%u: %zu of %zu wrong, first at %zu: %.9g, want %.9g",
+    cr_expect_eq(bad, 0, "%s %zux%ux%u: %zu of %zu differ, first at %zu: %a, want %a",
                  layout == SF_LAYOUT_CHW ? "CHW" : "HWC", n, w, h, bad, count, first,
-                 bad ? (double)got[first] : 0.0, (double)first_want);
+                 bad ? (double)got[first] : 0.0, bad ? (double)want[first] : 0.0);
+    free(want);
     free(back);
     free(got);
     sf__host_free(host, pinned);
@@ -408,7 +452,7 @@ Test(gpu, normalize_writes_only_the_jobs_images)
     const size_t img = (size_t)w * h * 3;
     struct sf_gpu *g = NULL;
     char err[256] = "";
-    cr_assert_eq(sf__gpu_open(0, 1, 2 * img, 2 * img * sizeof(float), &g, err, sizeof err), SF_OK,
+    cr_assert_eq(open_ring(1, 2 * img, 2 * img * sizeof(float), &g, err, sizeof err), SF_OK,
                  "%s", err);
     unsigned char host[2 * 7 * 5 * 3];
     fill_random(host, sizeof host, 7);
@@ -424,7 +468,7 @@ Test(gpu, normalize_writes_only_the_jobs_images)
     cr_assert_eq(sf__gpu_submit(g, 0, &job, err, sizeof err), SF_OK, "%s", err);
     float first[2 * 7 * 5 * 3], second[2 * 7 * 5 * 3];
     cr_assert_eq(sf__gpu_wait(g, 0, NULL, err, sizeof err), SF_OK, "%s", err);
-    cr_assert_eq(sf__gpu_read(g, 0, 1, first, sizeof first), SF_OK);
+    cr_assert_eq(sf__gpu_read(g, 0, 1, first, sizeof first, NULL, 0), SF_OK);
 
     /* One shorter batch: image 0 is rewritten, image 1's floats stay. */
     for (size_t i = 0; i < img; i++)
@@ -433,7 +477,7 @@ Test(gpu, normalize_writes_only_the_jobs_images)
     job.n_images = 1;
     cr_assert_eq(sf__gpu_submit(g, 0, &job, err, sizeof err), SF_OK, "%s", err);
     cr_assert_eq(sf__gpu_wait(g, 0, NULL, err, sizeof err), SF_OK, "%s", err);
-    cr_assert_eq(sf__gpu_read(g, 0, 1, second, sizeof second), SF_OK);
+    cr_assert_eq(sf__gpu_read(g, 0, 1, second, sizeof second, NULL, 0), SF_OK);
     cr_expect(memcmp(first + img, second + img, img * sizeof(float)) == 0,
               "image 1 was overwritten by a one-image job");
     for (size_t i = 0; i < img; i++) {
@@ -442,4 +486,347 @@ Test(gpu, normalize_writes_only_the_jobs_images)
                      (double)want);
     }
     sf__gpu_close(g);
+}
+
+/* ------------------------------------------------------------------ emulated device only */
+
+static struct sf__emu_options emu_defaults(void)
+{
+    struct sf__emu_options eo;
+    sf__emu_options_default(&eo);
+    return eo;
+}
+
+Test(gpu, host_dereference_of_device_memory_crashes)
+{
+    need_emulator();
+    struct sf_gpu *g = NULL;
+    char err[256] = "";
+    cr_assert_eq(open_ring(1, 4096, 0, &g, err, sizeof err), SF_OK, "%s", err);
+    volatile unsigned char *dev = sf__gpu_u8(g, 0);
+    cr_assert(sf__emu_is_device_ptr(sf__gpu_emu(g), (const void *)dev));
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        signal(SIGSEGV, SIG_DFL); /* not the sanitizer's report: the plain crash */
+        signal(SIGBUS, SIG_DFL);
+        unsigned char v = dev[17];
+        _exit(v == 0 ? 3 : 4); /* reaching here is the failure */
+    }
+    int ws = 0;
+    cr_assert_eq(waitpid(pid, &ws, 0), pid);
+    cr_expect(WIFSIGNALED(ws) && (WTERMSIG(ws) == SIGSEGV || WTERMSIG(ws) == SIGBUS),
+              "a host read of device memory did not crash (status 0x%x)", ws);
+    sf__gpu_close(g);
+}
+
+/* The copy reads the host buffer when it runs, not when it is queued: a
+ * buffer changed before the wait shows in the device copy. */
+Test(gpu, copy_reads_the_host_buffer_when_it_runs)
+{
+    need_emulator();
+    struct sf__emu_options eo = emu_defaults();
+    eo.delay_us = 20000; /* the copy runs 0..20 ms after it is queued */
+    eo.seed = 7;
+    struct sf_gpu *g = NULL;
+    char err[256] = "";
+    cr_assert_eq(open_emulated(&eo, 1, 4096, 0, &g, err, sizeof err), SF_OK, "%s", err);
+    struct sf__emu *emu = sf__gpu_emu(g);
+    void *blocker = NULL;
+    const struct sf__gpu_ops *ops = sf__gpu_emu_ops();
+    cr_assert_eq(ops->stream_create(emu, &blocker), 0);
+    unsigned char host[4096], back[4096];
+    memset(host, 1, sizeof host);
+    struct sf__gpu_job job = {.host = host, .bytes = sizeof host};
+    cr_assert_eq(sf__gpu_submit(g, 0, &job, err, sizeof err), SF_OK, "%s", err);
+    memset(host, 2, sizeof host); /* before the copy ran (delay) or while: not after */
+    cr_assert_eq(sf__gpu_wait(g, 0, NULL, err, sizeof err), SF_OK, "%s", err);
+    cr_assert_eq(sf__gpu_read(g, 0, 0, back, sizeof back, NULL, 0), SF_OK);
+    size_t twos = 0;
+    for (size_t i = 0; i < sizeof back; i++)
+        twos += back[i] == 2;
+    cr_expect_gt(twos, 0u, "the copy took the bytes at submit time, not when it ran");
+    cr_assert_eq(ops->stream_destroy(emu, blocker), 0);
+    sf__gpu_close(g);
+}
+
+struct consumer_read {
+    struct sf__emu *emu;
+    const void *dev;
+    unsigned char got[4096];
+    int rc;
+    /* gate: the consumer's work starts when the test opens it */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int open;
+};
+
+static void consumer_gate(void *arg)
+{
+    struct consumer_read *c = arg;
+    pthread_mutex_lock(&c->mu);
+    while (!c->open)
+        pthread_cond_wait(&c->cv, &c->mu);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void consumer_reads(void *arg)
+{
+    struct consumer_read *c = arg;
+    c->rc = sf__emu_peek(c->emu, c->got, c->dev, sizeof c->got);
+}
+
+static void open_gate(struct consumer_read *c)
+{
+    pthread_mutex_lock(&c->mu);
+    c->open = 1;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/*
+ * The consumer queues a read of batch A on its stream, releases the slot
+ * with sf__gpu_release_after, and the ring copies batch B into the same
+ * slot. The consumer's read must see A. With `ignore` (the ring before
+ * release events existed), the emulated device shows B overwriting A.
+ */
+static void reuse_after_release(int ignore)
+{
+    struct sf_gpu *g = NULL;
+    char err[256] = "";
+    cr_assert_eq(open_ring(1, 4096, 0, &g, err, sizeof err), SF_OK, "%s", err);
+    sf__gpu_test_ignore_release(g, ignore);
+    struct sf__emu *emu = sf__gpu_emu(g);
+    const struct sf__gpu_ops *ops = sf__gpu_emu_ops();
+    void *consumer = NULL;
+    cr_assert_eq(ops->stream_create(emu, &consumer), 0);
+
+    unsigned char a[4096], b[4096];
+    memset(a, 0xA1, sizeof a);
+    memset(b, 0xB2, sizeof b);
+    struct sf__gpu_job job = {.host = a, .bytes = sizeof a};
+    cr_assert_eq(sf__gpu_submit(g, 0, &job, err, sizeof err), SF_OK, "%s", err);
+    struct consumer_read c = {.emu = emu, .dev = sf__gpu_u8(g, 0)};
+    pthread_mutex_init(&c.mu, NULL);
+    pthread_cond_init(&c.cv, NULL);
+    cr_assert_eq(sf__gpu_stream_wait(g, sf__gpu_event(g, 0), consumer), SF_OK);
+    cr_assert_eq(sf__emu_enqueue_fn(emu, consumer, consumer_gate, &c), 0);
+    cr_assert_eq(sf__emu_enqueue_fn(emu, consumer, consumer_reads, &c), 0);
+    cr_assert_eq(sf__gpu_release_after(g, 0, consumer), SF_OK);
+
+    job.host = b;
+    cr_assert_eq(sf__gpu_submit(g, 0, &job, err, sizeof err), SF_OK, "%s", err);
+    if (ignore) /* nothing orders B after the read: B lands first */
+        cr_assert_eq(sf__gpu_wait(g, 0, NULL, err, sizeof err), SF_OK, "%s", err);
+    else /* B waits for the release: B must not complete while the gate is shut */
+        cr_expect_eq(sf__gpu_query(g, 0), 0, "the copy into a released slot did not wait");
+    open_gate(&c);
+    cr_assert_eq(ops->stream_sync(emu, consumer), 0);
+    cr_assert_eq(sf__gpu_wait(g, 0, NULL, err, sizeof err), SF_OK, "%s", err);
+    cr_assert_eq(c.rc, 0);
+    if (ignore)
+        cr_expect(memcmp(c.got, b, sizeof b) == 0, "expected the hazard: B overwrote A");
+    else
+        cr_expect(memcmp(c.got, a, sizeof a) == 0,
+                  "the consumer's read of batch A saw other bytes (first byte 0x%02x)", c.got[0]);
+    unsigned char back[4096];
+    cr_assert_eq(sf__gpu_read(g, 0, 0, back, sizeof back, NULL, 0), SF_OK);
+    cr_expect(memcmp(back, b, sizeof b) == 0, "the slot does not hold batch B at the end");
+    cr_assert_eq(ops->stream_destroy(emu, consumer), 0);
+    pthread_cond_destroy(&c.cv);
+    pthread_mutex_destroy(&c.mu);
+    sf__gpu_close(g);
+}
+
+Test(gpu, released_slot_is_not_overwritten_while_the_consumer_reads_it)
+{
+    need_emulator();
+    reuse_after_release(0);
+}
+
+Test(gpu, emulator_catches_a_slot_reused_without_the_release_event)
+{
+    need_emulator();
+    reuse_after_release(1);
+}
+
+/* The consumer's stream waits for the done event: its read sees the copy
+ * complete although the copy is slow. */
+Test(gpu, consumer_stream_waits_for_the_copy_without_the_host)
+{
+    need_emulator();
+    struct sf__emu_options eo = emu_defaults();
+    eo.delay_us = 5000;
+    struct sf_gpu *g = NULL;
+    char err[256] = "";
+    cr_assert_eq(open_emulated(&eo, 2, 4096, 0, &g, err, sizeof err), SF_OK, "%s", err);
+    struct sf__emu *emu = sf__gpu_emu(g);
+    const struct sf__gpu_ops *ops = sf__gpu_emu_ops();
+    void *consumer = NULL;
+    cr_assert_eq(ops->stream_create(emu, &consumer), 0);
+    for (int round = 0; round < 8; round++) {
+        unsigned char host[4096];
+        memset(host, 0x40 + round, sizeof host);
+        unsigned slot = (unsigned)round % 2;
+        struct sf__gpu_job job = {.host = host, .bytes = sizeof host};
+        cr_assert_eq(sf__gpu_submit(g, slot, &job, err, sizeof err), SF_OK, "%s", err);
+        struct consumer_read c = {.emu = emu, .dev = sf__gpu_u8(g, slot)};
+        cr_assert_eq(sf__gpu_stream_wait(g, sf__gpu_event(g, slot), consumer), SF_OK);
+        cr_assert_eq(sf__emu_enqueue_fn(emu, consumer, consumer_reads, &c), 0);
+        cr_assert_eq(ops->stream_sync(emu, consumer), 0);
+        cr_expect(memcmp(c.got, host, sizeof host) == 0, "round %d: read before the copy", round);
+        cr_assert_eq(sf__gpu_wait(g, slot, NULL, err, sizeof err), SF_OK, "%s", err);
+    }
+    cr_assert_eq(ops->stream_destroy(emu, consumer), 0);
+    sf__gpu_close(g);
+}
+
+/* One job through a ring of 2 slots with normalisation; returns the first
+ * failing status (and its message in err). */
+static sf_status ring_cycle(const struct sf__emu_options *eo, char *err, size_t err_len)
+{
+    const unsigned w = 5, h = 3;
+    const size_t bytes = 2 * w * h * 3;
+    struct sf_gpu *g = NULL;
+    sf_status st = open_emulated(eo, 2, bytes, bytes * sizeof(float), &g, err, err_len);
+    if (st != SF_OK)
+        return st;
+    unsigned char host[2 * 5 * 3 * 3];
+    fill_random(host, sizeof host, 3);
+    struct sf__gpu_job job = {.host = host,
+                              .bytes = bytes,
+                              .normalize = 1,
+                              .n_images = 2,
+                              .width = w,
+                              .height = h,
+                              .layout = SF_LAYOUT_CHW,
+                              .mean = {0.5f, 0.5f, 0.5f},
+                              .std = {0.25f, 0.25f, 0.25f}};
+    for (unsigned slot = 0; slot < 2 && st == SF_OK; slot++) {
+        st = sf__gpu_submit(g, slot, &job, err, err_len);
+        double t = 0;
+        if (st == SF_OK)
+            st = sf__gpu_wait(g, slot, &t, err, err_len);
+    }
+    float f[2 * 5 * 3 * 3], want[2 * 5 * 3 * 3];
+    if (st == SF_OK) {
+        st = sf__gpu_read(g, 1, 1, f, sizeof f, err, err_len);
+        sf__normalize_u8(host, want, 2, w, h, SF_LAYOUT_CHW, job.mean, job.std);
+        if (st == SF_OK && memcmp(f, want, sizeof f) != 0) {
+            snprintf(err, err_len, "wrong result without an error");
+            st = SF_ERR_INTERNAL;
+        }
+    }
+    sf__gpu_close(g);
+    return st;
+}
+
+/* Every operation of open, submit, wait, read fails once in turn: each
+ * failure is reported (status and a message naming the operation and the
+ * injected failure), and nothing leaks or hangs (ASan and the ctest
+ * timeout watch). */
+Test(gpu, every_failing_operation_is_reported_and_cleaned_up, .timeout = 120)
+{
+    need_emulator();
+    struct sf__emu_options eo = emu_defaults();
+    eo.delay_us = 0;
+    char err[512] = "";
+    cr_assert_eq(ring_cycle(&eo, err, sizeof err), SF_OK, "%s", err);
+    /* How many operations a clean cycle calls. */
+    struct sf_gpu *probe = NULL;
+    cr_assert_eq(open_emulated(&eo, 2, 90, 360, &probe, err, sizeof err), SF_OK);
+    unsigned long at_open = sf__emu_op_count(sf__gpu_emu(probe));
+    sf__gpu_close(probe);
+    unsigned long total = at_open + 2 * 8 + 8; /* generous: extra calls only pass */
+    unsigned failed = 0;
+    for (int async = 0; async <= 1; async++) {
+        for (unsigned long n = 1; n <= total; n++) {
+            eo.fail_at = n;
+            eo.fail_async = async;
+            err[0] = '\0';
+            sf_status st = ring_cycle(&eo, err, sizeof err);
+            if (st == SF_OK)
+                continue; /* n is past the cycle's last operation */
+            failed++;
+            cr_expect_neq(st, SF_ERR_INTERNAL, "fail_at %lu async %d: %s", n, async, err);
+            cr_expect_not_null(strstr(err, "injected failure of operation"),
+                               "fail_at %lu async %d: %s", n, async, err);
+            cr_expect_not_null(strstr(err, "emulated "), "fail_at %lu: no operation named: %s", n,
+                               err);
+        }
+    }
+    cr_expect_geq(failed, at_open + 10, "only %u injected failures surfaced", failed);
+}
+
+Test(gpu, kernel_checks_catch_a_missing_and_a_double_write)
+{
+    need_emulator();
+    for (int fault = 1; fault <= 2; fault++) {
+        struct sf__emu_options eo = emu_defaults();
+        eo.kernel_fault = fault;
+        char err[512] = "";
+        sf_status st = ring_cycle(&eo, err, sizeof err);
+        cr_expect_eq(st, SF_ERR_IO, "fault %d: status %d: %s", fault, (int)st, err);
+        cr_expect_not_null(strstr(err, fault == 1 ? "written 0 times" : "written 2 times"),
+                           "fault %d: %s", fault, err);
+    }
+}
+
+Test(gpu, close_with_work_still_queued)
+{
+    need_emulator();
+    struct sf__emu_options eo = emu_defaults();
+    eo.delay_us = 3000;
+    struct sf_gpu *g = NULL;
+    char err[256] = "";
+    cr_assert_eq(open_emulated(&eo, 3, 1 << 16, 0, &g, err, sizeof err), SF_OK, "%s", err);
+    unsigned char *host = malloc(1 << 16);
+    cr_assert_not_null(host);
+    memset(host, 9, 1 << 16);
+    for (unsigned s = 0; s < 3; s++) {
+        struct sf__gpu_job job = {.host = host, .bytes = 1 << 16};
+        cr_assert_eq(sf__gpu_submit(g, s, &job, err, sizeof err), SF_OK, "%s", err);
+    }
+    sf__gpu_close(g); /* waits for the copies: host must outlive it */
+    free(host);
+}
+
+Test(gpu, emulator_options_from_the_environment)
+{
+    struct sf__emu_options eo = emu_defaults();
+    char err[256] = "";
+    setenv("SF_GPU_EMULATOR", "seed=9,delay_us=0,fail_at=12,fail_async=1,units=3,mem_mib=64", 1);
+    cr_assert_eq(sf__emu_options_from_env(&eo, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(eo.seed, 9u);
+    cr_expect_eq(eo.delay_us, 0u);
+    cr_expect_eq(eo.fail_at, 12u);
+    cr_expect_eq(eo.fail_async, 1);
+    cr_expect_eq(eo.units, 3);
+    cr_expect_eq(eo.mem_bytes, (uint64_t)64 << 20);
+    const char *bad[] = {"seed", "units=0", "delay_us=x", "colour=3", "fail_async=2"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        setenv("SF_GPU_EMULATOR", bad[i], 1);
+        err[0] = '\0';
+        cr_expect_eq(sf__emu_options_from_env(&eo, err, sizeof err), -1, "%s accepted", bad[i]);
+        cr_expect_not_null(strstr(err, "SF_GPU_EMULATOR"), "%s: %s", bad[i], err);
+    }
+    /* A ring opened with a bad variable fails naming it. */
+    struct sf_gpu *g = NULL;
+    struct sf__gpu_config c = {SF__GPU_EMULATED, 0, 1, 64, 0, NULL};
+    cr_expect_eq(sf__gpu_open(&c, &g, err, sizeof err), SF_ERR_INVALID_ARGUMENT);
+    cr_expect_null(g);
+    unsetenv("SF_GPU_EMULATOR");
+}
+
+Test(gpu, emulated_device_memory_is_bounded)
+{
+    need_emulator();
+    struct sf__emu_options eo = emu_defaults();
+    eo.mem_bytes = 1 << 20;
+    struct sf_gpu *g = NULL;
+    char err[256] = "";
+    sf_status st = open_emulated(&eo, 4, 300 << 10, 0, &g, err, sizeof err);
+    cr_expect_eq(st, SF_ERR_NO_MEMORY, "%s", err);
+    cr_expect_not_null(strstr(err, "slot 3 u8"), "%s", err);
+    cr_expect_null(g);
 }

@@ -865,23 +865,75 @@ Test(loader, state_saved_at_the_end_of_an_epoch_restores_to_its_end)
 
 #ifdef SF_TEST_CUDA
 #include <cuda_runtime_api.h>
-#include "src/decode.h"
 #endif
+#include "src/decode.h"
+#include "src/gpu.h"
+#include "src/gpu_dev.h"
+
+/* GPU delivery runs on the emulated device in every build;
+ * SF_TEST_GPU_BACKEND=cuda (scripts/gpu-acceptance.sh) runs it on CUDA. */
+static int on_cuda(void)
+{
+    const char *b = getenv("SF_TEST_GPU_BACKEND");
+    return b && !strcmp(b, "cuda");
+}
+
+static void device_read(const struct sf_batch *b, void *dst, const void *dev, size_t bytes)
+{
+    if (b->device == SF_DEVICE_EMULATED) {
+        struct sf__emu *e = sf__gpu_emu(b->device_ring);
+        cr_assert_eq(sf__emu_peek(e, dst, dev, bytes), 0);
+        return;
+    }
+#ifdef SF_TEST_CUDA
+    cr_assert_eq(cudaMemcpy(dst, dev, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+#else
+    cr_assert_fail("a CUDA batch in a build without CUDA");
+#endif
+}
+
+/* The device batch against the host one: u8 bytes equal, floats bit for
+ * bit equal to the host normalisation. */
+static void check_device_batch(const struct sf_batch *b, const struct sf_loader_options *o,
+                               const unsigned char *host)
+{
+    size_t bytes = b->size * b->image_bytes;
+    unsigned char *u8 = malloc(bytes);
+    float *f = malloc(bytes * sizeof(float)), *want = malloc(bytes * sizeof(float));
+    cr_assert(u8 && f && want);
+    device_read(b, u8, b->device_images, bytes);
+    cr_assert(!memcmp(u8, host, bytes), "batch %llu: device uint8 batch differs from the host one",
+              (unsigned long long)b->index);
+    device_read(b, f, b->device_normalized, bytes * sizeof(float));
+    sf__normalize_u8(host, want, b->size, b->width, b->height, b->layout, o->image.mean,
+                     o->image.std);
+    cr_assert(!memcmp(f, want, bytes * sizeof(float)),
+              "batch %llu: device floats differ from the host normalisation",
+              (unsigned long long)b->index);
+    free(u8);
+    free(f);
+    free(want);
+}
+
+static struct sf_loader *open_device_loader(struct sf_loader_options *o, const char **src,
+                                            int sync)
+{
+    if (on_cuda() && sf_cuda_device_count() == 0)
+        cr_assert_fail("SF_TEST_GPU_BACKEND=cuda but no CUDA device");
+    local_dataset(80, 64 << 10, -1);
+    src[0] = shards;
+    base_options(o, src, 1);
+    o->device = on_cuda() ? SF_DEVICE_CUDA : SF_DEVICE_EMULATED;
+    o->prefetch_batches = 3;
+    o->sync_device = sync;
+    return open_loader(o);
+}
 
 Test(loader, gpu_batches_match_the_host_batches)
 {
-#ifndef SF_TEST_CUDA
-    cr_skip_test("built without CUDA");
-#else
-    if (sf_cuda_device_count() == 0)
-        cr_skip_test("no CUDA device");
-    local_dataset(80, 64 << 10, -1);
-    const char *src[] = {shards};
+    const char *src[1];
     struct sf_loader_options o;
-    base_options(&o, src, 1);
-    o.device = SF_DEVICE_CUDA;
-    o.sync_device = 1;
-    struct sf_loader *l = open_loader(&o);
+    struct sf_loader *l = open_device_loader(&o, src, 1);
     struct sf_batch b;
     unsigned n = 0;
     sf_status st;
@@ -889,22 +941,9 @@ Test(loader, gpu_batches_match_the_host_batches)
         cr_assert_not_null(b.device_images);
         cr_assert_not_null(b.device_normalized);
         cr_assert_not_null(b.cuda_event);
-        size_t bytes = b.size * b.image_bytes;
-        unsigned char *u8 = malloc(bytes);
-        float *f = malloc(bytes * sizeof(float)), *want = malloc(bytes * sizeof(float));
-        cr_assert_eq(cudaMemcpy(u8, b.device_images, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
-        cr_assert(!memcmp(u8, b.images, bytes), "device uint8 batch differs from the host one");
-        cr_assert_eq(
-            cudaMemcpy(f, b.device_normalized, bytes * sizeof(float), cudaMemcpyDeviceToHost),
-            cudaSuccess);
-        sf__normalize_u8(b.images, want, b.size, b.width, b.height, b.layout, o.image.mean,
-                         o.image.std);
-        for (size_t i = 0; i < bytes; i++)
-            cr_assert_float_eq(f[i], want[i], 1e-5f, "element %zu", i);
+        cr_assert_eq(b.device, on_cuda() ? SF_DEVICE_CUDA : SF_DEVICE_EMULATED);
+        check_device_batch(&b, &o, b.images);
         n += (unsigned)b.size;
-        free(u8);
-        free(f);
-        free(want);
         sf_loader_release(l, &b);
     }
     cr_assert_eq(st, SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
@@ -912,8 +951,94 @@ Test(loader, gpu_batches_match_the_host_batches)
     struct sf_loader_stats s;
     sf_loader_get_stats(l, &s);
     cr_assert_eq(s.on_device, 1);
+    cr_expect_gt(s.gpu_copy_s, 0.0, "no device time measured");
     sf_loader_close(l);
-#endif
+}
+
+struct stream_check {
+    const struct sf_batch *b;
+    const struct sf_loader_options *o;
+    unsigned char *host; /* a copy: the host slot may be refilled after release */
+};
+
+static void check_on_stream(void *arg)
+{
+    struct stream_check *c = arg;
+    check_device_batch(c->b, c->o, c->host);
+}
+
+/* No host synchronisation: the consumer's stream waits for each batch's
+ * copy (sf_batch_wait_stream), reads it there, and releases it with
+ * sf_loader_release_after, so the slot is refilled only after the read. */
+Test(loader, gpu_batches_read_on_the_consumer_stream)
+{
+    if (on_cuda())
+        cr_skip_test("the consumer's reads are emulated-device hooks");
+    const char *src[1];
+    struct sf_loader_options o;
+    struct sf_loader *l = open_device_loader(&o, src, 0);
+    const struct sf__gpu_ops *ops = sf__gpu_emu_ops();
+    struct sf__emu *emu = NULL;
+    void *stream = NULL;
+    struct sf_batch b[8];
+    struct stream_check c[8];
+    unsigned n = 0, k = 0;
+    sf_status st;
+    while ((st = sf_loader_next(l, &b[k % 8])) == SF_OK) {
+        struct sf_batch *x = &b[k % 8];
+        if (!emu) {
+            emu = sf__gpu_emu(x->device_ring);
+            cr_assert_eq(ops->stream_create(emu, &stream), 0);
+        }
+        struct stream_check *y = &c[k % 8];
+        y->b = x;
+        y->o = &o;
+        y->host = malloc(x->size * x->image_bytes);
+        cr_assert_not_null(y->host);
+        memcpy(y->host, x->images, x->size * x->image_bytes);
+        cr_assert_eq(sf_batch_wait_stream(x, stream), SF_OK);
+        cr_assert_eq(sf__emu_enqueue_fn(emu, stream, check_on_stream, y), 0);
+        cr_assert_eq(sf_loader_release_after(l, x, stream), SF_OK);
+        n += (unsigned)x->size;
+        k++;
+        if (k % 8 == 0) { /* the checks of the last 8 have run: their copies can go */
+            cr_assert_eq(ops->stream_sync(emu, stream), 0);
+            for (int i = 0; i < 8; i++)
+                free(c[i].host);
+        }
+    }
+    cr_assert_eq(st, SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
+    cr_assert_not_null(emu);
+    cr_assert_eq(ops->stream_sync(emu, stream), 0);
+    for (unsigned i = 0; i < k % 8; i++)
+        free(c[i].host);
+    cr_assert_eq(n, 80u);
+    cr_assert_eq(ops->stream_destroy(emu, stream), 0);
+    sf_loader_close(l);
+}
+
+/* A device failure half-way through an epoch is the loader's error, with
+ * the operation named; no hang. */
+Test(loader, gpu_failure_is_a_loader_error, .timeout = 60)
+{
+    if (on_cuda())
+        cr_skip_test("failure injection is an emulated-device hook");
+    setenv("SF_GPU_EMULATOR", "delay_us=0,fail_at=40", 1);
+    const char *src[1];
+    struct sf_loader_options o;
+    struct sf_loader *l = open_device_loader(&o, src, 0);
+    unsetenv("SF_GPU_EMULATOR");
+    struct sf_batch b;
+    sf_status st;
+    unsigned n = 0;
+    while ((st = sf_loader_next(l, &b)) == SF_OK) {
+        n++;
+        sf_loader_release(l, &b);
+    }
+    cr_expect_neq(st, SF_END_OF_EPOCH, "an injected device failure went unnoticed (%u batches)", n);
+    cr_expect_not_null(strstr(sf_loader_errmsg(l), "injected failure of operation 40"), "%s",
+                       sf_loader_errmsg(l));
+    sf_loader_close(l);
 }
 
 /* ------------------------------------------------------------ no index.json */
