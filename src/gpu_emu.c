@@ -32,7 +32,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <stdatomic.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -64,12 +68,14 @@ enum op_kind { OP_COPY, OP_KERNEL, OP_RECORD, OP_WAIT, OP_FN };
 struct emu_stream;
 
 struct emu_event {
-    struct emu_stream *s; /* stream of the last record, NULL: never recorded */
-    uint64_t seq;         /* the record's sequence number on s */
+    /* Stream of the last record (NULL: never recorded) and its sequence
+     * number there: written under e->mu, read by the stream's worker. */
+    _Atomic(struct emu_stream *) s;
+    _Atomic uint64_t seq;
     int timing;
-    int dead;       /* destroyed by the user; freed with the device */
-    double t;       /* when the last record executed (timing) */
-    uint64_t t_seq; /* which record t belongs to */
+    int dead; /* destroyed by the user; freed with the device */
+    /* Written by the worker that runs the record: when, and which record. */
+    _Atomic uint64_t t_ns, t_seq;
     struct emu_event *next;
 };
 
@@ -96,14 +102,26 @@ struct emu_op {
     struct emu_op *next;
 };
 
+/* Synchronisation as a GPU gives it, and no more, so that ThreadSanitizer
+ * reports a host buffer touched before the wait for the copy that reads it:
+ * the worker takes only its queue's lock (qmu: what the host queued before,
+ * happens before) and device memory's (amu: the host touches it only at
+ * alloc and free). It publishes completion with a release store and a futex
+ * wake; waiters acquire it. It never takes a lock the host releases while
+ * it waits (the device's mu), which would order the host's later accesses
+ * before the copy. */
 struct emu_stream {
     struct sf__emu *e;
     pthread_t th;
     int started;
-    int stop, dead;
-    uint64_t enqueued, completed; /* under e->mu */
-    struct emu_op *head, *tail;   /* under e->mu */
-    uint64_t rng;                 /* worker thread only */
+    int dead; /* under e->mu */
+    pthread_mutex_t qmu;
+    pthread_cond_t qcv;
+    int stop;                   /* under qmu */
+    struct emu_op *head, *tail; /* under qmu */
+    uint64_t enqueued;          /* under qmu and e->mu (written with both held) */
+    _Atomic uint64_t completed; /* release by the worker, acquire by waiters */
+    uint64_t rng;               /* worker thread only */
     struct emu_stream *next;
 };
 
@@ -116,16 +134,17 @@ struct emu_alloc {
 
 struct sf__emu {
     struct sf__emu_options o;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    /* under mu */
+    pthread_mutex_t amu; /* device memory */
     struct emu_alloc *allocs;
     uint64_t mem_used;
+    pthread_mutex_t mu;
+    /* under mu */
     struct emu_stream *streams;
     struct emu_event *events;
     unsigned long ops;
     unsigned n_streams;
-    int sticky;
+    _Atomic int sticky;   /* written under mu; workers read it without */
+    _Atomic uint32_t gen; /* futex word: bumped on every completion */
     char msg[256]; /* detail of the last error (the sticky one once set) */
 };
 
@@ -190,11 +209,35 @@ int sf__emu_options_from_env(struct sf__emu_options *o, char *err, size_t err_le
 
 /* ------------------------------------------------------------------ helpers */
 
-static double now_s(void)
+static uint64_t now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Wakes every waiter: some stream completed an operation (or failed). */
+static void publish(struct sf__emu *e)
+{
+    atomic_fetch_add_explicit(&e->gen, 1, memory_order_release);
+    syscall(SYS_futex, &e->gen, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
+/* Waits until s has completed operation seq, or the device faulted. */
+static int wait_done(struct sf__emu *e, struct emu_stream *s, uint64_t seq)
+{
+    for (;;) {
+        uint32_t g = atomic_load_explicit(&e->gen, memory_order_acquire);
+        if (atomic_load_explicit(&s->completed, memory_order_acquire) >= seq)
+            return 0;
+        int sticky = e->sticky;
+        if (sticky)
+            return sticky;
+        /* Bounded: a wake between the load of g and this call makes the
+         * futex return at once; the timeout is only a safety net. */
+        struct timespec ts = {0, 50 * 1000 * 1000};
+        syscall(SYS_futex, &e->gen, FUTEX_WAIT_PRIVATE, g, &ts, NULL, 0);
+    }
 }
 
 static uint64_t next_rand(uint64_t *x)
@@ -229,8 +272,10 @@ static int fail_locked(struct sf__emu *e, int rc, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(e->msg, sizeof e->msg, fmt, ap);
     va_end(ap);
-    if (rc == EMU_ILLEGAL_ADDRESS || rc == EMU_KERNEL_CHECK)
+    if (rc == EMU_ILLEGAL_ADDRESS || rc == EMU_KERNEL_CHECK) {
         e->sticky = rc;
+        publish(e);
+    }
     return rc;
 }
 
@@ -253,7 +298,7 @@ static int count_op(struct sf__emu *e, int queued, int *async, unsigned long *nu
     return rc;
 }
 
-/* Under e->mu: the shadow address of [p, p + bytes) in one allocation. */
+/* Under e->amu: the shadow address of [p, p + bytes) in one allocation. */
 static unsigned char *shadow_of(struct sf__emu *e, const void *p, size_t bytes)
 {
     uintptr_t a = (uintptr_t)p;
@@ -297,17 +342,19 @@ static void emu_store(float *dst, uint32_t i, float v)
 static int run_kernel(struct sf__emu *e, const struct sf__norm_launch *l)
 {
     uint64_t total = l->n_images * (uint64_t)l->elems;
-    pthread_mutex_lock(&e->mu);
+    pthread_mutex_lock(&e->amu);
     const unsigned char *in = shadow_of(e, l->in, total);
     float *out = (float *)shadow_of(e, l->out, total * sizeof(float));
+    pthread_mutex_unlock(&e->amu);
     int rc = 0;
-    if (!in || !out)
+    if (!in || !out) {
+        pthread_mutex_lock(&e->mu);
         rc = fail_locked(e, EMU_ILLEGAL_ADDRESS,
                          "normalize kernel: %s of %" PRIu64 " elements outside device memory",
                          !in ? "input" : "output", total);
-    pthread_mutex_unlock(&e->mu);
-    if (rc)
+        pthread_mutex_unlock(&e->mu);
         return rc;
+    }
     if (l->gx == 0 || l->gy == 0 || l->elems != 3u * l->plane) {
         pthread_mutex_lock(&e->mu);
         rc = fail_locked(e, EMU_KERNEL_CHECK, "normalize kernel: grid %ux%u, elems %u, plane %u",
@@ -387,16 +434,17 @@ static int run_op(struct emu_stream *s, struct emu_op *op)
     }
     switch (op->kind) {
     case OP_COPY: {
-        pthread_mutex_lock(&e->mu);
-        unsigned char *dev =
-            shadow_of(e, op->to_device ? op->dst : op->src, op->bytes);
-        int rc = dev ? 0
-                     : fail_locked(e, EMU_ILLEGAL_ADDRESS,
-                                   "copy of %zu bytes: %s outside device memory", op->bytes,
-                                   op->to_device ? "destination" : "source");
-        pthread_mutex_unlock(&e->mu);
-        if (rc)
+        pthread_mutex_lock(&e->amu);
+        unsigned char *dev = shadow_of(e, op->to_device ? op->dst : op->src, op->bytes);
+        pthread_mutex_unlock(&e->amu);
+        if (!dev) {
+            pthread_mutex_lock(&e->mu);
+            int rc = fail_locked(e, EMU_ILLEGAL_ADDRESS,
+                                 "copy of %zu bytes: %s outside device memory", op->bytes,
+                                 op->to_device ? "destination" : "source");
+            pthread_mutex_unlock(&e->mu);
             return rc;
+        }
         unsigned char *dst = op->to_device ? dev : op->dst;
         const unsigned char *src = op->to_device ? op->src : dev;
         size_t half = op->bytes / 2;
@@ -407,19 +455,13 @@ static int run_op(struct emu_stream *s, struct emu_op *op)
     }
     case OP_KERNEL: return run_kernel(e, &op->launch);
     case OP_RECORD:
-        pthread_mutex_lock(&e->mu);
-        if (op->ev->seq == op->seq && op->ev->s == s) {
-            op->ev->t = now_s();
-            op->ev->t_seq = op->seq;
+        if (atomic_load_explicit(&op->ev->seq, memory_order_relaxed) == op->seq &&
+            atomic_load_explicit(&op->ev->s, memory_order_relaxed) == s) {
+            atomic_store_explicit(&op->ev->t_ns, now_ns(), memory_order_relaxed);
+            atomic_store_explicit(&op->ev->t_seq, op->seq, memory_order_relaxed);
         }
-        pthread_mutex_unlock(&e->mu);
         return 0;
-    case OP_WAIT:
-        pthread_mutex_lock(&e->mu);
-        while (op->ws->completed < op->wseq && !e->sticky)
-            pthread_cond_wait(&e->cv, &e->mu);
-        pthread_mutex_unlock(&e->mu);
-        return 0;
+    case OP_WAIT: return wait_done(e, op->ws, op->wseq);
     case OP_FN: op->fn(op->arg); return 0;
     }
     return 0;
@@ -429,28 +471,27 @@ static void *stream_main(void *arg)
 {
     struct emu_stream *s = arg;
     struct sf__emu *e = s->e;
-    pthread_mutex_lock(&e->mu);
     for (;;) {
+        pthread_mutex_lock(&s->qmu);
         while (!s->head && !s->stop)
-            pthread_cond_wait(&e->cv, &e->mu);
-        if (!s->head)
-            break;
+            pthread_cond_wait(&s->qcv, &s->qmu);
         struct emu_op *op = s->head;
-        s->head = op->next;
-        if (!s->head)
-            s->tail = NULL;
-        int skip = e->sticky != 0; /* a faulted device runs nothing more */
-        pthread_mutex_unlock(&e->mu);
-        if (!skip) {
+        if (op) {
+            s->head = op->next;
+            if (!s->head)
+                s->tail = NULL;
+        }
+        pthread_mutex_unlock(&s->qmu);
+        if (!op)
+            break;
+        if (!e->sticky) { /* a faulted device runs nothing more */
             pause_random(s);
             (void)run_op(s, op);
         }
-        pthread_mutex_lock(&e->mu);
-        s->completed = op->seq;
-        pthread_cond_broadcast(&e->cv);
+        atomic_store_explicit(&s->completed, op->seq, memory_order_release);
+        publish(e);
         free(op);
     }
-    pthread_mutex_unlock(&e->mu);
     return NULL;
 }
 
@@ -483,17 +524,20 @@ static int enqueue(struct sf__emu *e, void *h, struct emu_op *op, struct emu_eve
         free(op);
         return rc;
     }
+    pthread_mutex_lock(&s->qmu);
     op->seq = ++s->enqueued;
+    /* Before the worker can see the record: it checks it is the latest. */
     if (record) {
-        record->s = s;
-        record->seq = op->seq;
+        atomic_store_explicit(&record->seq, op->seq, memory_order_relaxed);
+        atomic_store_explicit(&record->s, s, memory_order_relaxed);
     }
     if (s->tail)
         s->tail->next = op;
     else
         s->head = op;
     s->tail = op;
-    pthread_cond_broadcast(&e->cv);
+    pthread_cond_signal(&s->qcv);
+    pthread_mutex_unlock(&s->qmu);
     pthread_mutex_unlock(&e->mu);
     return 0;
 }
@@ -571,18 +615,24 @@ static int e_dev_alloc(void *ctx, void **p, size_t bytes)
         return rc;
     long page = sysconf(_SC_PAGESIZE);
     size_t map = bytes == 0 ? 0 : (bytes + (size_t)page - 1) / (size_t)page * (size_t)page;
-    pthread_mutex_lock(&e->mu);
-    if (bytes == 0 || map < bytes)
-        rc = fail_locked(e, EMU_INVALID_VALUE, "device alloc of %zu bytes", bytes);
-    else if (map > e->o.mem_bytes - e->mem_used)
-        rc = fail_locked(e, EMU_NO_MEMORY,
-                         "device alloc of %zu bytes: %" PRIu64 " of %" PRIu64 " bytes in use",
-                         bytes, e->mem_used, e->o.mem_bytes);
-    else
+    pthread_mutex_lock(&e->amu);
+    uint64_t used = e->mem_used;
+    int fits = map >= bytes && bytes > 0 && map <= e->o.mem_bytes - used;
+    if (fits)
         e->mem_used += map;
-    pthread_mutex_unlock(&e->mu);
-    if (rc)
+    pthread_mutex_unlock(&e->amu);
+    if (!fits) {
+        pthread_mutex_lock(&e->mu);
+        if (bytes == 0 || map < bytes)
+            rc = fail_locked(e, EMU_INVALID_VALUE, "device alloc of %zu bytes", bytes);
+        else
+            rc = fail_locked(e, EMU_NO_MEMORY,
+                             "device alloc of %zu bytes: %" PRIu64 " of %" PRIu64
+                             " bytes in use",
+                             bytes, used, e->o.mem_bytes);
+        pthread_mutex_unlock(&e->mu);
         return rc;
+    }
     struct emu_alloc *m = calloc(1, sizeof *m);
     int fd = memfd_create("sf-emulated-device", MFD_CLOEXEC);
     void *dev = MAP_FAILED, *shadow = MAP_FAILED;
@@ -592,11 +642,11 @@ static int e_dev_alloc(void *ctx, void **p, size_t bytes)
     }
     if (fd >= 0)
         close(fd);
-    pthread_mutex_lock(&e->mu);
-    if (!m || dev == MAP_FAILED || shadow == MAP_FAILED) {
+    int err = errno ? errno : ENOMEM;
+    pthread_mutex_lock(&e->amu);
+    int ok = m && dev != MAP_FAILED && shadow != MAP_FAILED;
+    if (!ok) {
         e->mem_used -= map;
-        rc = fail_locked(e, EMU_NO_MEMORY, "device alloc of %zu bytes: %s", bytes,
-                         strerror(errno ? errno : ENOMEM));
     } else {
         m->dev = dev;
         m->shadow = shadow;
@@ -606,7 +656,12 @@ static int e_dev_alloc(void *ctx, void **p, size_t bytes)
         e->allocs = m;
         *p = dev;
     }
-    pthread_mutex_unlock(&e->mu);
+    pthread_mutex_unlock(&e->amu);
+    if (!ok) {
+        pthread_mutex_lock(&e->mu);
+        rc = fail_locked(e, EMU_NO_MEMORY, "device alloc of %zu bytes: %s", bytes, strerror(err));
+        pthread_mutex_unlock(&e->mu);
+    }
     if (rc) {
         if (dev != MAP_FAILED)
             munmap(dev, map);
@@ -622,7 +677,7 @@ static int e_dev_free(void *ctx, void *p)
     struct sf__emu *e = ctx;
     if (p == NULL)
         return 0;
-    pthread_mutex_lock(&e->mu);
+    pthread_mutex_lock(&e->amu);
     struct emu_alloc **pp = &e->allocs, *m = NULL;
     for (; *pp; pp = &(*pp)->next) {
         if ((*pp)->dev == p) {
@@ -632,8 +687,13 @@ static int e_dev_free(void *ctx, void *p)
             break;
         }
     }
-    int rc = m ? 0 : fail_locked(e, EMU_INVALID_VALUE, "device free of %p: not allocated", p);
-    pthread_mutex_unlock(&e->mu);
+    pthread_mutex_unlock(&e->amu);
+    int rc = 0;
+    if (!m) {
+        pthread_mutex_lock(&e->mu);
+        rc = fail_locked(e, EMU_INVALID_VALUE, "device free of %p: not allocated", p);
+        pthread_mutex_unlock(&e->mu);
+    }
     if (m) {
         munmap(m->dev, m->map_bytes);
         munmap(m->shadow, m->map_bytes);
@@ -653,12 +713,16 @@ static int e_stream_create(void *ctx, void **out)
     if (!s)
         return EMU_NO_MEMORY;
     s->e = e;
+    pthread_mutex_init(&s->qmu, NULL);
+    pthread_cond_init(&s->qcv, NULL);
     pthread_mutex_lock(&e->mu);
     s->rng = e->o.seed * 0x9E3779B97F4A7C15ull + ++e->n_streams;
     if (!s->rng)
         s->rng = 1;
     pthread_mutex_unlock(&e->mu);
     if (pthread_create(&s->th, NULL, stream_main, s) != 0) {
+        pthread_cond_destroy(&s->qcv);
+        pthread_mutex_destroy(&s->qmu);
         free(s);
         return EMU_NO_MEMORY;
     }
@@ -676,10 +740,12 @@ static int e_stream_create(void *ctx, void **out)
 static void stop_stream(struct sf__emu *e, struct emu_stream *s)
 {
     pthread_mutex_lock(&e->mu);
-    s->stop = 1;
     s->dead = 1;
-    pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
+    pthread_mutex_lock(&s->qmu);
+    s->stop = 1;
+    pthread_cond_signal(&s->qcv);
+    pthread_mutex_unlock(&s->qmu);
     if (s->started)
         pthread_join(s->th, NULL);
     s->started = 0;
@@ -705,16 +771,11 @@ static int e_stream_sync(void *ctx, void *h)
         return rc;
     pthread_mutex_lock(&e->mu);
     struct emu_stream *s = find_stream(e, h);
-    if (!s) {
+    uint64_t target = s ? s->enqueued : 0;
+    if (!s)
         rc = fail_locked(e, EMU_INVALID_HANDLE, "stream sync: no stream %p", h);
-    } else {
-        uint64_t target = s->enqueued;
-        while (s->completed < target && !e->sticky)
-            pthread_cond_wait(&e->cv, &e->mu);
-        rc = e->sticky;
-    }
     pthread_mutex_unlock(&e->mu);
-    return rc;
+    return rc ? rc : wait_done(e, s, target);
 }
 
 static int e_event_create(void *ctx, void **out, int timing)
@@ -773,7 +834,9 @@ static int e_event_record(void *ctx, void *h, void *stream)
 /* Under e->mu. */
 static int event_done(const struct emu_event *v)
 {
-    return v->s == NULL || v->s->completed >= v->seq;
+    struct emu_stream *s = atomic_load_explicit(&v->s, memory_order_relaxed);
+    return s == NULL ||
+           atomic_load_explicit(&s->completed, memory_order_acquire) >= v->seq;
 }
 
 static int e_event_query(void *ctx, void *h)
@@ -800,15 +863,14 @@ static int e_event_sync(void *ctx, void *h)
         return rc;
     pthread_mutex_lock(&e->mu);
     struct emu_event *v = find_event(e, h);
-    if (!v) {
+    struct emu_stream *s = v ? atomic_load_explicit(&v->s, memory_order_relaxed) : NULL;
+    uint64_t seq = v ? v->seq : 0;
+    if (!v)
         rc = fail_locked(e, EMU_INVALID_HANDLE, "event sync: no event %p", h);
-    } else {
-        while (!event_done(v) && !e->sticky)
-            pthread_cond_wait(&e->cv, &e->mu);
-        rc = e->sticky;
-    }
     pthread_mutex_unlock(&e->mu);
-    return rc;
+    if (rc)
+        return rc;
+    return s ? wait_done(e, s, seq) : e->sticky;
 }
 
 static int e_event_elapsed_ms(void *ctx, float *ms, void *a, void *b)
@@ -828,7 +890,7 @@ static int e_event_elapsed_ms(void *ctx, float *ms, void *a, void *b)
     else if (x->t_seq != x->seq || y->t_seq != y->seq)
         rc = fail_locked(e, EMU_INVALID_HANDLE, "elapsed time: a record did not run");
     else
-        *ms = (float)((y->t - x->t) * 1000.0);
+        *ms = (float)(((double)y->t_ns - (double)x->t_ns) / 1e6);
     rc = rc ? rc : e->sticky;
     pthread_mutex_unlock(&e->mu);
     return rc;
@@ -854,7 +916,7 @@ static int e_stream_wait_event(void *ctx, void *stream, void *h)
         op->kind = OP_FN;
         op->fn = NULL;
     } else {
-        op->ws = v->s;
+        op->ws = atomic_load_explicit(&v->s, memory_order_relaxed);
         op->wseq = v->seq;
     }
     pthread_mutex_unlock(&e->mu);
@@ -881,11 +943,15 @@ static int queue_copy(struct sf__emu *e, void *dst, const void *src, size_t byte
         return 0;
     /* The device side must be allocated now; it is looked up again when the
      * copy runs (freed in between: an illegal address, as on a GPU). */
+    pthread_mutex_lock(&e->amu);
+    int no_dev = !shadow_of(e, to_device ? dst : src, bytes);
+    int no_host = !(to_device ? src : dst) || shadow_of(e, to_device ? src : dst, 1);
+    pthread_mutex_unlock(&e->amu);
     pthread_mutex_lock(&e->mu);
-    if (!shadow_of(e, to_device ? dst : src, bytes))
+    if (no_dev)
         rc = fail_locked(e, EMU_INVALID_VALUE, "copy of %zu bytes: %s %p is not device memory",
                          bytes, to_device ? "destination" : "source", to_device ? dst : src);
-    else if (!(to_device ? src : dst) || shadow_of(e, to_device ? src : dst, 1))
+    else if (no_host)
         rc = fail_locked(e, EMU_INVALID_VALUE, "copy of %zu bytes: %s %p is not host memory",
                          bytes, to_device ? "source" : "destination", to_device ? src : dst);
     pthread_mutex_unlock(&e->mu);
@@ -1011,8 +1077,8 @@ int sf__emu_new(const struct sf__emu_options *o, struct sf__emu **out)
     e->o = *o;
     if (e->o.units < 1)
         e->o.units = 1;
+    pthread_mutex_init(&e->amu, NULL);
     pthread_mutex_init(&e->mu, NULL);
-    pthread_cond_init(&e->cv, NULL);
     *out = e;
     return 0;
 }
@@ -1027,6 +1093,8 @@ void sf__emu_destroy(struct sf__emu *e)
     while (e->streams) {
         struct emu_stream *s = e->streams;
         e->streams = s->next;
+        pthread_cond_destroy(&s->qcv);
+        pthread_mutex_destroy(&s->qmu);
         free(s);
     }
     while (e->events) {
@@ -1041,8 +1109,8 @@ void sf__emu_destroy(struct sf__emu *e)
         munmap(m->shadow, m->map_bytes);
         free(m);
     }
-    pthread_cond_destroy(&e->cv);
     pthread_mutex_destroy(&e->mu);
+    pthread_mutex_destroy(&e->amu);
     free(e);
 }
 
@@ -1058,11 +1126,11 @@ int sf__emu_enqueue_fn(struct sf__emu *e, void *stream, void (*fn)(void *arg), v
 
 int sf__emu_peek(struct sf__emu *e, void *dst, const void *dev, size_t bytes)
 {
-    pthread_mutex_lock(&e->mu);
+    pthread_mutex_lock(&e->amu);
     const unsigned char *p = shadow_of(e, dev, bytes);
     if (p)
         memcpy(dst, p, bytes);
-    pthread_mutex_unlock(&e->mu);
+    pthread_mutex_unlock(&e->amu);
     return p ? 0 : EMU_INVALID_VALUE;
 }
 
@@ -1076,8 +1144,8 @@ unsigned long sf__emu_op_count(const struct sf__emu *e)
 
 int sf__emu_is_device_ptr(const struct sf__emu *e, const void *p)
 {
-    pthread_mutex_lock((pthread_mutex_t *)&e->mu);
+    pthread_mutex_lock((pthread_mutex_t *)&e->amu);
     int yes = shadow_of((struct sf__emu *)e, p, 1) != NULL;
-    pthread_mutex_unlock((pthread_mutex_t *)&e->mu);
+    pthread_mutex_unlock((pthread_mutex_t *)&e->amu);
     return yes;
 }
