@@ -80,7 +80,8 @@ static PyObject *image_view(PyObject *self, int which) /* 0 host, 1 delivery, 2 
         if (!p)
             Py_RETURN_NONE;
         return sfpy_array_new(slot, p, which == 2 ? SFPY_F32 : (x->dtype == SF_DTYPE_FLOAT32 ? SFPY_F32 : SFPY_U8),
-                              4, shape, SFPY_CUDA, x->cuda_device);
+                              4, shape, x->device == SF_DEVICE_EMULATED ? SFPY_EMULATED : SFPY_CUDA,
+                              x->cuda_device);
     }
     return sfpy_array_new(slot, (void *)x->images,
                           x->dtype == SF_DTYPE_FLOAT32 ? SFPY_F32 : SFPY_U8, 4, shape, SFPY_CPU,

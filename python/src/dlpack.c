@@ -25,7 +25,7 @@
 
 /* ------------------------------------------------------------ DLPack ABI */
 
-enum { DL_CPU = 1, DL_CUDA = 2 };                       /* DLDeviceType */
+enum { DL_CPU = 1, DL_CUDA = 2, DL_EXT = 12 };           /* DLDeviceType (12: kDLExtDev) */
 enum { DL_INT = 0, DL_UINT = 1, DL_FLOAT = 2 };        /* DLDataTypeCode */
 #define DL_FLAG_IS_COPIED (UINT64_C(1) << 1)            /* DLPACK_FLAG_BITMASK_IS_COPIED */
 
@@ -227,6 +227,12 @@ static PyObject *array_dlpack(PyObject *self, PyObject *args, PyObject *kw)
     int versioned;
     if (parse_version(max_version, &versioned) < 0)
         return NULL;
+    if (a->dev == SFPY_EMULATED) {
+        PyErr_SetString(PyExc_BufferError,
+                        "shardfeed.Array: memory of the emulated device (device=\"emulated\") "
+                        "cannot be exported; the batch's host_images holds the same bytes");
+        return NULL;
+    }
     int32_t dev_type = a->dev == SFPY_CUDA ? DL_CUDA : DL_CPU;
     if (dl_dev != Py_None) {
         long t = -1, id = -1;
@@ -333,7 +339,8 @@ static PyObject *array_dlpack_device(PyObject *self, PyObject *unused)
 {
     (void)unused;
     array_object *a = (array_object *)self;
-    return Py_BuildValue("(ii)", a->dev == SFPY_CUDA ? DL_CUDA : DL_CPU,
+    return Py_BuildValue("(ii)",
+                         a->dev == SFPY_CUDA ? DL_CUDA : a->dev == SFPY_EMULATED ? DL_EXT : DL_CPU,
                          a->dev == SFPY_CUDA ? a->dev_id : 0);
 }
 
@@ -368,6 +375,8 @@ static PyObject *get_device(PyObject *self, void *c)
 {
     (void)c;
     array_object *a = (array_object *)self;
+    if (a->dev == SFPY_EMULATED)
+        return Py_BuildValue("(si)", "emulated", 0);
     return a->dev == SFPY_CUDA ? Py_BuildValue("(si)", "cuda", a->dev_id)
                                : Py_BuildValue("(si)", "cpu", 0);
 }
@@ -412,7 +421,10 @@ static PyObject *array_repr(PyObject *self)
         off += (size_t)snprintf(dims + off, sizeof(dims) - off, i ? ", %lld" : "%lld",
                                 (long long)a->shape[i]);
     return PyUnicode_FromFormat("shardfeed.Array(shape=(%s), dtype=%s, device=%s:%d)", dims,
-                                dtypes[a->dtype].name, a->dev == SFPY_CUDA ? "cuda" : "cpu",
+                                dtypes[a->dtype].name,
+                                a->dev == SFPY_CUDA       ? "cuda"
+                                : a->dev == SFPY_EMULATED ? "emulated"
+                                                          : "cpu",
                                 a->dev == SFPY_CUDA ? a->dev_id : 0);
 }
 

@@ -97,7 +97,9 @@ PyObject *sfpy_batch_new(struct sfpy_slot *slot);
 /* ------------------------------------------------------------ dlpack.c */
 
 enum sfpy_dtype { SFPY_U8, SFPY_F32, SFPY_I64, SFPY_U32 };
-enum sfpy_device { SFPY_CPU, SFPY_CUDA };
+/* SFPY_EMULATED: memory of the emulated device (device="emulated",
+ * docs/gpu.md): no framework can read it, DLPack export refuses. */
+enum sfpy_device { SFPY_CPU, SFPY_CUDA, SFPY_EMULATED };
 
 int sfpy_array_init(PyObject *module);
 /* A new shardfeed.Array: a view of data (owned by slot, which it takes a

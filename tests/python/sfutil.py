@@ -53,7 +53,7 @@ class Got:
         self.shards = tuple(b.shards)
         self.pad = tuple(b.pad)
         self.labels = np.from_dlpack(b.labels).copy()
-        self.images = np.from_dlpack(b.images).copy()
+        self.images = np.from_dlpack(b.host_images).copy()
         self.layout = b.layout
 
     def digest(self):

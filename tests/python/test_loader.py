@@ -499,3 +499,25 @@ def test_class_colours_are_told_apart():
         assert class_of_pixels(img) == k
         assert class_of_pixels(img.transpose(1, 2, 0), "hwc") == k
     assert class_of_pixels(np.full((3, 8, 8), 128, np.uint8)) == -1
+
+
+def test_emulated_device_batches(dataset):
+    """device="emulated": the whole device path (ring, copy stream, events,
+    normalise kernel) on the emulated device. Device arrays say where they
+    live and refuse export; host_images has the bytes; every sample once."""
+    ds = dataset
+    with shardfeed.Loader(ds.url, **options(ds, device="emulated", sync_device=True)) as loader:
+        got = []
+        for b in loader:
+            assert b.on_device
+            assert b.images.device == ("emulated", 0)
+            assert b.images.__dlpack_device__() == (12, 0)  # kDLExtDev
+            assert b.normalized is not None and b.normalized.dtype == "float32"
+            with pytest.raises(BufferError, match="emulated device"):
+                b.images.__dlpack__()
+            assert b.host_images.device == ("cpu", 0)
+            assert np.from_dlpack(b.host_images).shape == (len(b), 3, 32, 32)
+            got.append(Got(b))
+            b.release()
+        check_epoch(ds, got)
+        assert loader.stats()["on_device"]
