@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# What the emulated device costs: `shardfeed load --device emulated` (copy
+# stream, events and the checked normalise kernel on CPU threads, every
+# batch also normalised to float32 "on the device") against `--device host`
+# on the same local shards, alternating, R rounds; the ratio of the median
+# images/s. Local shards (no network, no cache) so only the device path
+# differs. RandomResizedCrop 224, uint8 CHW, batch 64, decode threads = cores.
+#
+# Usage: bash bench/emulated_vs_host.sh [--photos DIR | --per-photo N] [--rounds R]
+#          [--build-dir DIR]
+set -euo pipefail
+
+PHOTOS=
+PER_PHOTO=60
+ROUNDS=3
+BUILD_DIR=
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --photos) PHOTOS=$2; shift 2 ;;
+    --per-photo) PER_PHOTO=$2; shift 2 ;;
+    --rounds) ROUNDS=$2; shift 2 ;;
+    --build-dir) BUILD_DIR=$2; shift 2 ;;
+    *) echo "usage: $0 [--photos DIR | --per-photo N] [--rounds R] [--build-dir DIR]" >&2; exit 2 ;;
+  esac
+done
+HERE=$(cd "$(dirname "$0")/.." && pwd)
+BUILD_DIR=${BUILD_DIR:-$HERE/build}
+SF=$BUILD_DIR/shardfeed
+TMP=$(mktemp -d /tmp/sf-emulated-bench.XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+
+if [[ -z $PHOTOS ]]; then
+  PHOTOS=$TMP/photos
+  bash "$HERE/scripts/make-sample-dataset.sh" "$PHOTOS" --per-photo "$PER_PHOTO" \
+    --build-dir "$BUILD_DIR" >&2
+fi
+"$SF" pack "$PHOTOS" "$TMP/shards/" --shard-size 16M --no-progress >&2
+SRC=$(ls "$TMP"/shards/*.tar | tr '\n' ' ')
+field() { python3 -c "import json,sys; print(json.load(sys.stdin)['$1'])"; }
+host=() emu=()
+for r in $(seq "$ROUNDS"); do
+  # shellcheck disable=SC2086
+  h=$("$SF" load $SRC --device host --seed "$r" --json | field images_per_s)
+  # shellcheck disable=SC2086
+  e=$("$SF" load $SRC --device emulated --seed "$r" --json | field images_per_s)
+  printf '  round %d  host %8.1f images/s   emulated %8.1f images/s\n' "$r" "$h" "$e"
+  host+=("$h") emu+=("$e")
+done
+python3 - "${host[*]}" "${emu[*]}" <<'PY'
+import statistics, sys
+h = [float(x) for x in sys.argv[1].split()]
+e = [float(x) for x in sys.argv[2].split()]
+mh, me = statistics.median(h), statistics.median(e)
+print(f"median images/s: host {mh:.1f}, emulated device {me:.1f}")
+print(f"emulated / host: {me / mh:.2f}  (per round {', '.join(f'{b / a:.2f}' for a, b in zip(h, e))})")
+PY
