@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 jobs=$(nproc 2>/dev/null || echo 2)
 run_suite() {
   local dir=$1; shift
-  cmake -S . -B "$dir" -G Ninja -DSF_WERROR=ON -DSF_REQUIRE_PYTHON_TESTS=ON "$@" >/dev/null
+  cmake -S . -B "$dir" -G Ninja -DSF_WERROR=ON -DSF_REQUIRE_PYTHON_TESTS=ON -DSF_REQUIRE_OCLGRIND=ON "$@" >/dev/null
   cmake --build "$dir" -j "$jobs"
   (cd "$dir" && ctest --output-on-failure -j "$jobs")
 }
