@@ -17,15 +17,19 @@
 #  7. `shardfeed load` reports images/s, the consumer's wait share and the
 #     per-stage rates of the same job.
 #
-# Usage: scripts/demo.sh [--per-photo N]     (default 100: 1,200 images)
+# Usage: scripts/demo.sh [--per-photo N] [--device D]
+#   --per-photo N   default 100: 1,200 images
+#   --device D      step 7's device: auto (default), host, cuda, emulated
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PER_PHOTO=100
+DEVICE=auto
 while [[ $# -gt 0 ]]; do
   case $1 in
     --per-photo) PER_PHOTO=$2; shift 2 ;;
-    *) sed -n 's/^# Usage: /usage: /p' "$0" >&2; exit 2 ;;
+    --device) DEVICE=$2; shift 2 ;;
+    *) sed -n '/^# Usage: /,/^set /{/^set /d;s/^# Usage: /usage: /;s/^# //;p}' "$0" >&2; exit 2 ;;
   esac
 done
 
@@ -90,4 +94,4 @@ fi
 echo
 echo "== shardfeed load: the same pipeline, measured (2 epochs, a 20 ms training step per batch)"
 ./build/shardfeed load s3://demo/train/ --cache-dir "$cache" --batch-size 64 --epochs 2 \
-  --step-ms 20
+  --step-ms 20 --device "$DEVICE"
