@@ -362,6 +362,52 @@ struct sf_loader_stats {
 };
 SF_API void sf_loader_get_stats(struct sf_loader *l, struct sf_loader_stats *out);
 
+/* The stage that bounds the pipeline (sf_loader_report, shardfeed doctor). */
+enum sf_stage {
+    SF_STAGE_NONE = 0,    /* nothing in the loader: the consumer's step is slower */
+    SF_STAGE_STARTUP = 1, /* most of the waiting was for the first batch */
+    SF_STAGE_FETCH = 2,   /* bytes from the store */
+    SF_STAGE_READ = 3,    /* shard read and parse (reader thread) */
+    SF_STAGE_DECODE = 4,  /* decode and augment (decode threads) */
+    SF_STAGE_ASSEMBLY = 5, /* batch assembly and hand-off (ring depth) */
+    SF_STAGE_DEVICE = 6,  /* host-to-device copy and normalise */
+};
+/* "none", "startup", "fetch", "read", "decode", "assembly", "device";
+ * "unknown" otherwise. Never NULL. */
+SF_API const char *sf_stage_name(enum sf_stage s);
+
+/*
+ * The starvation report: how long the consumer waited for its batches, which
+ * stage made it wait and the knob to turn, from counters the loader keeps
+ * anyway (docs/loader.md "Starvation report"). Covers the window since
+ * sf_loader_open() or the last sf_loader_report_reset(), from the window's
+ * first sf_loader_next() call on.
+ */
+struct sf_loader_report {
+    double span_s;          /* from the window's first sf_loader_next() call to now */
+    uint64_t batches;       /* delivered in the window */
+    uint64_t samples;       /* delivered in the window */
+    double wait_s;          /* time the consumer was blocked in next() */
+    double wait_share;      /* wait_s / span_s, 0..1 */
+    double first_wait_s;    /* the window's first batch's wait */
+    double wait_p50_ms, wait_p99_ms, wait_max_ms; /* per delivered batch; the
+                                                     percentiles to within 19 % */
+    double step_per_s;      /* samples/s the consumer takes when it does not wait:
+                               samples / (span_s - wait_s) */
+    double decode_per_thread_per_s; /* samples decoded per busy second of one thread */
+    double decode_busy;     /* decode threads' busy share, 0..1 */
+    double read_busy;       /* the reader thread's busy share, 0..1 */
+    double device_busy;     /* the device copies' busy share, 0..1 (0 on host) */
+    double fetch_mib_per_s; /* bytes fetched from the store / span_s */
+    enum sf_stage bound;    /* SF_STAGE_NONE when wait_share <= 0.05 */
+    int starving;           /* 1 when wait_share > 0.05 */
+    char verdict[384];      /* one line: the bounding stage, the figures, the knob */
+};
+/* Fills out (zeros and verdict "" for l NULL). Any thread. */
+SF_API void sf_loader_report(struct sf_loader *l, struct sf_loader_report *out);
+/* Starts a new report window (e.g. at each epoch). Any thread; l NULL: no-op. */
+SF_API void sf_loader_report_reset(struct sf_loader *l);
+
 /* Shards of the loader (after expansion), by index: the URL is owned by the
  * loader, valid until sf_loader_close(); NULL when i is out of range or l is
  * NULL (count 0). */

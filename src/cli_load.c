@@ -399,6 +399,8 @@ int cli_cmd_load(int argc, char **argv)
     getrusage(RUSAGE_SELF, &ru);
     unsigned long long rss = (unsigned long long)ru.ru_maxrss * 1024ULL;
     double wait_share = seconds > 0 ? s.consumer_wait_s / seconds : 0;
+    struct sf_loader_report rep;
+    sf_loader_report(l, &rep);
     if (fail_st != SF_OK) {
         cli_errorf("load: %s (%s)", sf_loader_errmsg(l), sf_status_name(fail_st));
     }
@@ -436,6 +438,21 @@ int cli_cmd_load(int argc, char **argv)
         cJSON_AddNumberToObject(j, "decode_threads", s.decode_threads);
         cJSON_AddBoolToObject(j, "on_device", s.on_device);
         cJSON_AddNumberToObject(j, "peak_rss_bytes", (double)rss);
+        cJSON *r = cJSON_AddObjectToObject(j, "report");
+        cJSON_AddNumberToObject(r, "span_s", rep.span_s);
+        cJSON_AddNumberToObject(r, "wait_share", rep.wait_share);
+        cJSON_AddNumberToObject(r, "wait_p50_ms", rep.wait_p50_ms);
+        cJSON_AddNumberToObject(r, "wait_p99_ms", rep.wait_p99_ms);
+        cJSON_AddNumberToObject(r, "wait_max_ms", rep.wait_max_ms);
+        cJSON_AddNumberToObject(r, "first_wait_s", rep.first_wait_s);
+        cJSON_AddNumberToObject(r, "step_per_s", rep.step_per_s);
+        cJSON_AddNumberToObject(r, "decode_per_thread_per_s", rep.decode_per_thread_per_s);
+        cJSON_AddNumberToObject(r, "decode_busy", rep.decode_busy);
+        cJSON_AddNumberToObject(r, "read_busy", rep.read_busy);
+        cJSON_AddNumberToObject(r, "device_busy", rep.device_busy);
+        cJSON_AddStringToObject(r, "bound", sf_stage_name(rep.bound));
+        cJSON_AddBoolToObject(r, "starving", rep.starving);
+        cJSON_AddStringToObject(r, "verdict", rep.verdict);
         if (lc.digest) {
             char hex[17];
             snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)digest);
@@ -457,9 +474,14 @@ int cli_cmd_load(int argc, char **argv)
                (unsigned long long)s.cache_misses, (unsigned long long)s.requests,
                (unsigned long long)s.retries, (unsigned long long)s.samples_skipped, pads,
                (unsigned long long)s.dropped_samples, s.on_device ? "batches on the GPU" : "host batches", (double)rss / 1048576.0);
+        printf("  batch waits: p50 %.2f ms, p99 %.2f ms, max %.2f ms; %s\n", rep.wait_p50_ms,
+               rep.wait_p99_ms, rep.wait_max_ms, rep.verdict);
         if (lc.digest)
             printf("  digest %016llx\n", (unsigned long long)digest);
     }
+    if (rep.starving && fail_st == SF_OK)
+        fprintf(stderr, "load: warning: the step waited for data %.1f %% of the time: %s\n",
+                100.0 * rep.wait_share, rep.verdict);
     sf_loader_close(l);
     return fail_st == SF_OK ? 0 : 1;
 }

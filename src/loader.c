@@ -40,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -208,7 +209,7 @@ void sf_loader_close(struct sf_loader *l)
     free(l);
 }
 
-static unsigned cores_available(void)
+unsigned sf__loader_cores_available(void)
 {
     cpu_set_t set;
     if (sched_getaffinity(0, sizeof(set), &set) == 0) {
@@ -225,6 +226,14 @@ static int is_shard_name(const char *key)
 {
     size_t n = strlen(key);
     return (n > 4 && !strcmp(key + n - 4, ".tar")) || (n > 4 && !strcmp(key + n - 4, ".sfr"));
+}
+
+static int local_dir(const char *src)
+{
+    if (!sf__loader_is_local(src))
+        return 0;
+    struct stat sb;
+    return stat(!strncmp(src, "file://", 7) ? src + 7 : src, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
 
 static sf_status expand_sources(struct sf_loader *l, char *err, size_t err_len)
@@ -251,7 +260,9 @@ static sf_status expand_sources(struct sf_loader *l, char *err, size_t err_len)
     for (size_t i = 0; i < l->n_lists; i++) {
         const char *src = o->sources[i];
         size_t sl = strlen(src);
-        int listing = sl && src[sl - 1] == '/';
+        /* A folder, named with or without its final '/', is listed: only
+         * its shards are sources, not the index.json beside them. */
+        int listing = (sl && src[sl - 1] == '/') || local_dir(src);
         size_t n = sf_object_list_count(l->lists[i]);
         for (size_t k = 0; k < n; k++) {
             const struct sf_object_info *obj = sf_object_list_get(l->lists[i], k);
@@ -716,7 +727,7 @@ sf_status sf_loader_open(const struct sf_loader_options *opts, struct sf_loader 
         if (!info.size_known)
             l->epoch_batches = UINT64_MAX;
     }
-    l->n_workers = opts->decode_threads ? opts->decode_threads : cores_available();
+    l->n_workers = opts->decode_threads ? opts->decode_threads : sf__loader_cores_available();
     l->workers = calloc(l->n_workers, sizeof(*l->workers));
     if (!l->q || !l->workers)
         goto oom;

@@ -33,6 +33,8 @@ static sf_status next_batch(struct sf_loader *l, struct sf_batch *out, double ti
     double t0 = sf__loader_now_s();
     sf__nvtx_push("wait batch");
     pthread_mutex_lock(&l->mu);
+    if (l->waits.t_first == 0)
+        l->waits.t_first = t0;
     sf_status st = SF_OK;
     for (;;) {
         if (l->error != SF_OK) {
@@ -125,7 +127,14 @@ static sf_status next_batch(struct sf_loader *l, struct sf_batch *out, double ti
         }
         sf__loader_cond_wait_ms(&l->cv_consumer, &l->mu, 50);
     }
-    l->consumer_wait_s += sf__loader_now_s() - t0;
+    const double waited = sf__loader_now_s() - t0;
+    l->consumer_wait_s += waited;
+    if (st == SF_OK) {
+        sf__wait_log_add(&l->waits, l->waits.pending_s + waited);
+        l->waits.pending_s = 0;
+    } else if (st == SF_NOT_READY) {
+        l->waits.pending_s += waited;
+    }
     pthread_mutex_unlock(&l->mu);
     sf__nvtx_pop();
     return st;

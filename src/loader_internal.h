@@ -118,6 +118,26 @@ struct work {
     uint64_t rng;
 };
 
+/* The consumer's waits of one report window (loader_report.c), under mu:
+ * each delivered batch's wait on a log scale, 4 buckets per octave from
+ * 1 us (bucket 0: under 1 us; the last: above 2^31 us), and the counters at
+ * the window's start. */
+#define SF__WAIT_BUCKETS 128
+struct sf__wait_log {
+    uint64_t hist[SF__WAIT_BUCKETS];
+    uint64_t count;
+    double total_s, max_s, first_s;
+    double pending_s; /* waited in next_wait() calls that timed out, for the coming batch */
+    double t_first;   /* the window's first next() call (sf__loader_now_s), 0: none yet */
+    struct sf_loader_stats base;
+};
+
+/* Adds one delivered batch's wait. mu held. */
+void sf__wait_log_add(struct sf__wait_log *w, double wait_s);
+/* The wait below which a share q (0..1) of the batches stayed: the top of
+ * its bucket (at most 19 % above), never above the largest wait. */
+double sf__wait_log_percentile_s(const struct sf__wait_log *w, double q);
+
 struct sf_loader {
     /* immutable after open */
     struct sf_loader_options o;
@@ -204,6 +224,7 @@ struct sf_loader {
     unsigned held;
     unsigned active_decodes;
     double consumer_wait_s, read_busy_s, gpu_copy_s;
+    struct sf__wait_log waits; /* the starvation report's window (loader_report.c) */
 
     /* atomics (any thread): statistics */
     atomic_ullong n_dropped;
@@ -216,6 +237,8 @@ struct sf_loader {
 /* ---- helpers (loader.c) */
 
 double sf__loader_now_s(void);
+/* CPUs this process may run on (affinity), at least 1. */
+unsigned sf__loader_cores_available(void);
 
 /* Logs through the caller's callback when lv is within log_level. */
 void sf__loader_log(struct sf_loader *l, enum sf_log_level lv, const char *fmt, ...)

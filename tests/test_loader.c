@@ -5,6 +5,7 @@
  * policies, state save/restore and the CLI. */
 #include "shardfeed.h"
 #include "src/loader.h"
+#include "src/loader_internal.h"
 #include "support/mock_proc.h"
 #include "support/s3_client.h"
 
@@ -1968,4 +1969,121 @@ Test(loader, an_epoch_the_reader_ends_during_open_stays_ended)
         pthread_join(th[i], &r);
         cr_assert_null(r, "thread %d: %s", i, r == (void *)1 ? "open failed" : "no end of epoch");
     }
+}
+
+/* ------------------------------------------------------------ starvation report */
+
+Test(loader, wait_percentiles_come_from_a_bounded_log_histogram)
+{
+    struct sf__wait_log w;
+    memset(&w, 0, sizeof(w));
+    cr_expect_eq(sf__wait_log_percentile_s(&w, 0.5), 0.0);
+    for (int i = 0; i < 98; i++)
+        sf__wait_log_add(&w, 1e-3);
+    sf__wait_log_add(&w, 0.0);
+    sf__wait_log_add(&w, 0.1);
+    cr_expect_eq(w.count, 100u);
+    cr_expect_eq(w.max_s, 0.1);
+    cr_expect_eq(w.first_s, 1e-3);
+    /* Buckets are a quarter octave wide: the top of 1 ms's is within 19 %. */
+    double p50 = sf__wait_log_percentile_s(&w, 0.50), p99 = sf__wait_log_percentile_s(&w, 0.99);
+    cr_expect(p50 >= 1e-3 && p50 <= 1.19e-3, "p50 %g", p50);
+    cr_expect(p99 >= 1e-3 && p99 <= 1.19e-3, "p99 %g", p99);
+    cr_expect_eq(sf__wait_log_percentile_s(&w, 1.0), 0.1, "the largest wait is exact");
+    cr_expect(sf__wait_log_percentile_s(&w, 0.01) <= 1e-6, "a batch that did not wait");
+    /* Waits far beyond the histogram's range land in its last bucket. */
+    sf__wait_log_add(&w, 1e7);
+    cr_expect_eq(w.hist[SF__WAIT_BUCKETS - 1], 1u);
+    cr_expect_eq(sf__wait_log_percentile_s(&w, 1.0), 1e7);
+}
+
+static void report_of_epoch(struct sf_loader *l, unsigned step_ms, struct sf_loader_report *r)
+{
+    for (;;) {
+        struct sf_batch b;
+        sf_status st = sf_loader_next(l, &b);
+        if (st == SF_END_OF_EPOCH)
+            break;
+        cr_assert_eq(st, SF_OK, "%s", sf_loader_errmsg(l));
+        if (step_ms)
+            usleep(step_ms * 1000u);
+        sf_loader_release(l, &b);
+    }
+    sf_loader_report(l, r);
+}
+
+Test(loader, report_names_decode_when_one_thread_cannot_keep_up)
+{
+    local_dataset(400, 64 << 10, -1);
+    const char *src[] = {shards};
+    struct sf_loader_options o;
+    base_options(&o, src, 1);
+    o.decode_threads = 1;
+    o.extra_fields = NULL;
+    struct sf_loader *l = open_loader(&o);
+    struct sf_loader_report r;
+    report_of_epoch(l, 0, &r);
+    cr_expect_eq(r.batches, 25u);
+    cr_expect_eq(r.samples, 400u);
+    cr_expect(r.starving, "wait share %.3f", r.wait_share);
+    cr_expect_eq(r.bound, SF_STAGE_DECODE, "bound %s (decode busy %.2f): %s",
+                 sf_stage_name(r.bound), r.decode_busy, r.verdict);
+    cr_expect(strstr(r.verdict, "decode-bound: 1 thread at") != NULL, "%s", r.verdict);
+    cr_expect(r.wait_p50_ms <= r.wait_p99_ms && r.wait_p99_ms <= r.wait_max_ms, "%g %g %g",
+              r.wait_p50_ms, r.wait_p99_ms, r.wait_max_ms);
+    cr_expect(r.decode_per_thread_per_s > 0);
+    cr_expect(r.wait_s <= r.span_s && r.wait_share > 0 && r.wait_share <= 1);
+
+    /* A new window: nothing delivered in it yet. */
+    sf_loader_report_reset(l);
+    sf_loader_report(l, &r);
+    cr_expect_eq(r.batches, 0u);
+    cr_expect_eq(r.bound, SF_STAGE_NONE);
+    cr_expect_str_eq(r.verdict, "no batch delivered yet");
+    sf_loader_close(l);
+}
+
+Test(loader, report_is_quiet_when_the_step_is_the_slower_part)
+{
+    local_dataset(160, 64 << 10, -1);
+    const char *src[] = {shards};
+    struct sf_loader_options o;
+    base_options(&o, src, 1);
+    o.extra_fields = NULL;
+    struct sf_loader *l = open_loader(&o);
+    /* The ring fills while the "model is built"; the window starts at the
+     * first next(). 10 batches of 16 tiny images, 80 ms of step each. */
+    usleep(300 * 1000);
+    struct sf_loader_report r;
+    report_of_epoch(l, 80, &r);
+    cr_expect_eq(r.batches, 10u);
+    cr_expect(!r.starving, "wait share %.3f: %s", r.wait_share, r.verdict);
+    cr_expect_eq(r.bound, SF_STAGE_NONE, "%s", r.verdict);
+    cr_expect(strstr(r.verdict, "not starving") != NULL, "%s", r.verdict);
+    sf_loader_close(l);
+    sf_loader_report(NULL, &r);
+    cr_expect_eq(r.batches, 0u);
+    cr_expect_str_eq(sf_stage_name((enum sf_stage)99), "unknown");
+}
+
+Test(loader, a_folder_named_without_its_slash_reads_only_its_shards)
+{
+    local_dataset(60, 16 << 10, -1);
+    char folder[700];
+    snprintf(folder, sizeof(folder), "%.*s", (int)strlen(shards) - 1, shards);
+    const char *src[] = {folder};
+    struct sf_loader_options o;
+    base_options(&o, src, 1);
+    struct sf_loader *l = open_loader(&o);
+    cr_expect_eq(sf_loader_epoch_size_known(l), 1, "counts from the index.json beside them");
+    for (size_t i = 0; i < sf_loader_shard_count(l); i++)
+        cr_expect(strstr(sf_loader_shard_url(l, i), "index.json") == NULL, "%s",
+                  sf_loader_shard_url(l, i));
+    struct epoch_log e;
+    cr_assert_eq(run_epoch(l, &e, 0), SF_END_OF_EPOCH);
+    cr_expect_eq(e.images, 60u);
+    for (unsigned i = 0; i < 60; i++)
+        cr_expect_eq(e.seen[i], 1, "sample %u seen %u times", i, e.seen[i]);
+    free(e.seen);
+    sf_loader_close(l);
 }

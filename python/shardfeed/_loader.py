@@ -1,5 +1,6 @@
 """shardfeed.Loader: the C loader as a Python iterable of batches."""
 import json
+import logging
 import os
 import sys
 
@@ -50,6 +51,19 @@ def _options_json(config, options):
         raise _shardfeed.ConfigError(f"options: {e}") from None
 
 
+_logger = logging.getLogger("shardfeed")
+
+
+def _log_report(epoch, r):
+    if r["batches"] == 0:
+        return
+    msg = (f"epoch {epoch}: {r['batches']} batches, waited for data "
+           f"{100.0 * r['wait_share']:.1f} % of the time (batch wait p50 "
+           f"{r['wait_p50_ms']:.2f} ms, p99 {r['wait_p99_ms']:.2f} ms, max "
+           f"{r['wait_max_ms']:.2f} ms); {r['verdict']}")
+    _logger.log(logging.WARNING if r["starving"] else logging.INFO, "%s", msg)
+
+
 class _EpochIterator:
     """Batches of one epoch. An exception (a failure, LimitError,
     KeyboardInterrupt) leaves it usable: the next call asks again, so a caught
@@ -91,6 +105,7 @@ class Loader:
         self._c = _shardfeed.Loader(sources, _options_json(config, options))
         self._epoch = self._c.epoch
         self._ended = False  # the current epoch was read to its end
+        self._epoch_report = None  # the last ended epoch's report
         self._epoch_set = False
 
     # -- iteration -----------------------------------------------------
@@ -106,9 +121,27 @@ class Loader:
 
     def next_batch(self):
         """The next batch of the current epoch, or None when it is over."""
-        batch = self._core().next()
+        c = self._core()
+        batch = c.next()
+        if batch is None and not self._ended:
+            self._epoch_report = c.report(True)
+            _log_report(self._epoch, self._epoch_report)
         self._ended = batch is None
         return batch
+
+    def report(self):
+        """The starvation report (docs/loader.md "Starvation report") as a
+        dict: the share of time the consumer waited for batches
+        (``wait_share``), the p50 / p99 / max wait per batch in ms, the
+        bounding stage (``bound``: none, startup, fetch, read, decode,
+        assembly, device), ``starving`` (waited over 5 %) and ``verdict``
+        (the figures and the knob to turn). During an epoch it covers the
+        epoch so far; after an epoch ended, that epoch. Each epoch's report
+        is also logged to the ``shardfeed`` logger when it ends: INFO, or
+        WARNING when starving."""
+        if self._ended and self._epoch_report is not None:
+            return dict(self._epoch_report)
+        return self._core().report(False)
 
     def __len__(self):
         """Batches of this rank's epoch (an estimate until epoch_size_known)."""
@@ -116,7 +149,10 @@ class Loader:
 
     def set_epoch(self, epoch):
         """Starts epoch ``epoch`` from its beginning (the next iteration reads it)."""
-        self._core().set_epoch(int(epoch))
+        c = self._core()
+        c.set_epoch(int(epoch))
+        c.report(True)  # a new report window
+        self._epoch_report = None
         self._epoch = int(epoch)
         self._epoch_set = True
         self._ended = False

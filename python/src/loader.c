@@ -395,6 +395,37 @@ static PyObject *loader_stats(PyObject *pyself, PyObject *unused)
     return d;
 }
 
+static PyObject *loader_report(PyObject *pyself, PyObject *arg)
+{
+    struct sfpy_core *c = usable((loader_object *)pyself);
+    if (!c)
+        return NULL;
+    const int reset = PyObject_IsTrue(arg);
+    if (reset < 0)
+        return NULL;
+    struct sf_loader_report r;
+    sf_loader_report(c->l, &r);
+    if (reset)
+        sf_loader_report_reset(c->l);
+    PyObject *d = PyDict_New();
+    if (!d)
+        return NULL;
+#define U(f) put(d, #f, PyLong_FromUnsignedLongLong((unsigned long long)r.f))
+#define F(f) put(d, #f, PyFloat_FromDouble(r.f))
+    if (F(span_s) || U(batches) || U(samples) || F(wait_s) || F(wait_share) || F(first_wait_s) ||
+        F(wait_p50_ms) || F(wait_p99_ms) || F(wait_max_ms) || F(step_per_s) ||
+        F(decode_per_thread_per_s) || F(decode_busy) || F(read_busy) || F(device_busy) ||
+        F(fetch_mib_per_s) || put(d, "bound", PyUnicode_FromString(sf_stage_name(r.bound))) ||
+        put(d, "starving", PyBool_FromLong(r.starving)) ||
+        put(d, "verdict", PyUnicode_FromString(r.verdict))) {
+        Py_DECREF(d);
+        return NULL;
+    }
+#undef U
+#undef F
+    return d;
+}
+
 static PyObject *loader_close(PyObject *pyself, PyObject *unused)
 {
     (void)unused;
@@ -465,6 +496,9 @@ static PyMethodDef loader_methods[] = {
     {"state_save", loader_state_save, METH_NOARGS, "The consumer's position, as bytes."},
     {"state_restore", loader_state_restore, METH_O, "Goes back to a saved position."},
     {"stats", loader_stats, METH_NOARGS, "Counters since open (struct sf_loader_stats)."},
+    {"report", loader_report, METH_O,
+     "The starvation report of the window (struct sf_loader_report) as a dict; a true "
+     "argument starts a new window after it."},
     {"close", loader_close, METH_NOARGS,
      "Closes the loader once no batch, view or tensor of it is alive."},
     {NULL, NULL, 0, NULL},

@@ -521,3 +521,33 @@ def test_emulated_device_batches(dataset):
             b.release()
         check_epoch(ds, got)
         assert loader.stats()["on_device"]
+
+
+def test_each_epoch_ends_with_a_starvation_report_in_the_log(packed, caplog):
+    ds = packed
+    with caplog.at_level("INFO", logger="shardfeed"):
+        with shardfeed.Loader([ds.folder + "/"], batch_size=8, size=32, decode_threads=1,
+                              device="host") as loader:
+            during = None
+            for i, b in enumerate(loader):
+                if i == 1:
+                    during = loader.report()
+                b.release()
+            r = loader.report()
+            assert during is not None and during["batches"] == 2
+            assert r["batches"] == len(loader) and r["samples"] == ds.photos.n
+            assert 0 < r["wait_share"] <= 1 and r["wait_s"] <= r["span_s"]
+            assert r["wait_p50_ms"] <= r["wait_p99_ms"] <= r["wait_max_ms"]
+            assert r["bound"] in ("none", "startup", "fetch", "read", "decode", "assembly",
+                                  "device")
+            assert r["starving"] == (r["wait_share"] > 0.05) and r["verdict"]
+            # The next epoch's window starts afresh; the ended one stays readable.
+            assert loader.report() == r
+            for b in loader:
+                b.release()
+    epochs = [rec for rec in caplog.records if rec.name == "shardfeed"
+              and "waited for data" in rec.getMessage()]
+    assert [rec.getMessage().split(":")[0] for rec in epochs] == ["epoch 0", "epoch 1"]
+    for rec in epochs:
+        starving = "not starving" not in rec.getMessage()
+        assert rec.levelname == ("WARNING" if starving else "INFO"), rec.getMessage()
