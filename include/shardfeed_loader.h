@@ -408,6 +408,48 @@ SF_API void sf_loader_report(struct sf_loader *l, struct sf_loader_report *out);
 /* Starts a new report window (e.g. at each epoch). Any thread; l NULL: no-op. */
 SF_API void sf_loader_report_reset(struct sf_loader *l);
 
+/*
+ * shardfeed doctor (docs/doctor.md): each stage of the pipeline measured on
+ * its own, on the user's data and options, a few seconds each, to find the
+ * one that bounds it. sf_doctor_measure() measures what the library owns
+ * (fetch, read, decode, assembly, device copy); the caller measures its
+ * training step and the full pipeline with it (the CLI with --step-ms, Python
+ * with the user's function) and sf_doctor_conclude() names the bound and the
+ * knob. Rates are samples per second; 0 = not measured.
+ */
+struct sf_doctor_result {
+    double stage_per_s[7];       /* indexed by enum sf_stage: FETCH, READ, DECODE, ASSEMBLY,
+                                    DEVICE (NONE and STARTUP unused) */
+    char stage_note[7][160];     /* how each was measured, or why it was not */
+    double decode_per_thread_per_s;
+    unsigned decode_threads, cores;
+    double fetch_mib_per_s;      /* at the loader's concurrency */
+    double fetch_mib_per_s_more; /* at concurrency_more */
+    unsigned concurrency, concurrency_more;
+    double bytes_per_sample;     /* mean shard bytes per sample parsed */
+    unsigned long long samples_measured; /* distinct raw samples decoded */
+    /* sf_doctor_conclude() fills these: */
+    double step_per_s;     /* the caller's step alone; 0 = no step (infinitely fast) */
+    double pipeline_per_s; /* the full pipeline with the step */
+    double wait_share;     /* the step's share of time waiting for data, 0..1 */
+    int fetch_counts;      /* 1 when the fetch stage bounds (data not in the cache) */
+    enum sf_stage bound;   /* SF_STAGE_NONE: the step itself */
+    char verdict[512];
+};
+
+/* Measures the stages for loader options o (sources, S3, image options,
+ * decode_threads, batch_size, device), about stage_s seconds each (0: 2 s).
+ * Reads at most 64 MiB of the first shards and keeps at most 512 raw samples;
+ * fetches from the store without touching the cache. SF_OK, or the first
+ * failure (err names the object). */
+SF_API sf_status sf_doctor_measure(const struct sf_loader_options *o, double stage_s,
+                                   struct sf_doctor_result *out, char *err, size_t err_len);
+/* Names the bounding stage and the knob from the measured stages, the step's
+ * own rate (0: none) and the full pipeline run's report (NULL: none). */
+SF_API void sf_doctor_conclude(struct sf_doctor_result *r, double step_per_s,
+                               double pipeline_per_s, const struct sf_loader_report *pipeline,
+                               int data_in_cache);
+
 /* Shards of the loader (after expansion), by index: the URL is owned by the
  * loader, valid until sf_loader_close(); NULL when i is out of range or l is
  * NULL (count 0). */

@@ -37,6 +37,8 @@ static void usage(FILE *f)
           "                pack would have written (counts, sizes, checksums) beside them\n"
           "  load URL...   run epochs through the loader (fetch, decode, batch, GPU) and\n"
           "                report images/s and where time goes (`shardfeed load --help`)\n"
+          "  doctor URL... measure each stage on your data and name the one that starves the\n"
+          "                step, and the knob to turn (`shardfeed doctor --help`)\n"
           "  version       print the library version and what this build supports\n"
           "  help          this text\n"
           "\n"
@@ -861,6 +863,8 @@ int main(int argc, char **argv)
         return cli_cmd_index(argc - 1, argv + 1);
     if (!strcmp(cmd, "load"))
         return cli_cmd_load(argc - 1, argv + 1);
+    if (!strcmp(cmd, "doctor"))
+        return cli_cmd_doctor(argc - 1, argv + 1);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0)
         return cmd_version();
     if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {

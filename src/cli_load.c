@@ -77,6 +77,7 @@ enum {
     O_MAX_BATCHES,
     O_STEP_MS,
     O_DIGEST,
+    O_SECONDS,
     O_NO_FLAG, /* --no-<bool> */
 };
 
@@ -87,6 +88,8 @@ struct load_ctx {
     unsigned long long max_batches;
     double step_ms;
     int digest;
+    int doctor;       /* shardfeed doctor */
+    double seconds;   /* doctor: per stage */
 };
 
 static int on_load_option(void *ctx, int val, const char *arg)
@@ -117,6 +120,16 @@ static int on_load_option(void *ctx, int val, const char *arg)
         return 0;
     }
     case O_DIGEST: lc->digest = 1; return 0;
+    case O_SECONDS: {
+        char *end;
+        double v = strtod(arg, &end);
+        if (!arg[0] || *end || !(v >= 0.1 && v <= 3600)) {
+            cli_errorf("--seconds: expected seconds 0.1..3600, got '%s'", arg);
+            return EXIT_USAGE;
+        }
+        lc->seconds = v;
+        return 0;
+    }
     }
     int neg = val >= O_NO_FLAG + 1000;
     size_t i = (size_t)(val - (neg ? O_NO_FLAG + 1000 : CLI_OPT_EXTRA));
@@ -202,6 +215,18 @@ static void load_usage(void)
         stderr);
 }
 
+static void doctor_usage(void)
+{
+    fputs("usage: shardfeed doctor URL... [loader options] [--step-ms MS] [--seconds S] [--json]\n"
+          "Measures each stage of the pipeline on its own, on your data and options (fetch,\n"
+          "read, decode, assembly, device copy; S seconds each, default 2), then the whole\n"
+          "pipeline with a training step of MS per batch (none: as fast as it can), and\n"
+          "names the stage that bounds it and the knob to turn (docs/doctor.md).\n"
+          "Takes every option of `shardfeed load` (see `shardfeed load --help`).\n"
+          "Exit status: 0 done, 1 a stage failed (the message names the object), 2 bad usage.\n",
+          stderr);
+}
+
 static char *read_file(const char *path)
 {
     FILE *f = fopen(path, "rb");
@@ -251,7 +276,9 @@ static void sleep_ms(double ms)
     nanosleep(&ts, NULL);
 }
 
-int cli_cmd_load(int argc, char **argv)
+static int run_doctor(struct sf_loader_options *o, const struct load_ctx *lc, int json);
+
+static int load_or_doctor(int argc, char **argv, int doctor)
 {
     struct option longopts[N_LOAD_FLAGS * 2 + 8];
     char names[N_LOAD_FLAGS][48];
@@ -268,27 +295,37 @@ int cli_cmd_load(int argc, char **argv)
     longopts[n++] = (struct option){"config", required_argument, NULL, O_CONFIG};
     longopts[n++] = (struct option){"max-batches", required_argument, NULL, O_MAX_BATCHES};
     longopts[n++] = (struct option){"step-ms", required_argument, NULL, O_STEP_MS};
-    longopts[n++] = (struct option){"digest", no_argument, NULL, O_DIGEST};
+    if (!doctor)
+        longopts[n++] = (struct option){"digest", no_argument, NULL, O_DIGEST};
+    else
+        longopts[n++] = (struct option){"seconds", required_argument, NULL, O_SECONDS};
     longopts[n++] = (struct option){NULL, 0, NULL, 0};
 
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            load_usage();
+            if (doctor)
+                doctor_usage();
+            else
+                load_usage();
             return 0;
         }
-    struct load_ctx lc = {.set = cJSON_CreateObject(), .epochs = 1};
+    struct load_ctx lc = {.set = cJSON_CreateObject(), .epochs = 1, .doctor = doctor, .seconds = 2};
     if (!lc.set)
         return 1;
     struct cli c;
     struct cli_extra extra = {longopts, on_load_option, &lc};
-    int rc = cli_parse_options(argc, argv, &c, "load", &extra);
+    const char *name = doctor ? "doctor" : "load";
+    int rc = cli_parse_options(argc, argv, &c, name, &extra);
     if (rc) {
         cJSON_Delete(lc.set);
         return rc;
     }
     if (c.n_args < 1) {
-        cli_errorf("load: expected at least one shard URL, pattern or prefix");
-        load_usage();
+        cli_errorf("%s: expected at least one shard URL, pattern or prefix", name);
+        if (doctor)
+            doctor_usage();
+        else
+            load_usage();
         cJSON_Delete(lc.set);
         return EXIT_USAGE;
     }
@@ -330,12 +367,18 @@ int cli_cmd_load(int argc, char **argv)
     free(flags_json);
     if (st != SF_OK) {
         /* "option 'batch_size': bad value" -> name the flag */
-        cli_errorf("load: %s (flags use the option names with '-' for '_')", err);
+        cli_errorf("%s: %s (flags use the option names with '-' for '_')", name, err);
         sf_loader_options_free_json(keep_cfg);
         return EXIT_USAGE;
     }
     o.sources = (const char *const *)c.args;
     o.source_count = (size_t)c.n_args;
+    if (doctor) {
+        int drc = run_doctor(&o, &lc, c.json);
+        sf_loader_options_free_json(keep_cfg);
+        sf_loader_options_free_json(keep_flags);
+        return drc;
+    }
 
     double t_open = cli_now_s();
     struct sf_loader *l = NULL;
@@ -484,4 +527,136 @@ int cli_cmd_load(int argc, char **argv)
                 100.0 * rep.wait_share, rep.verdict);
     sf_loader_close(l);
     return fail_st == SF_OK ? 0 : 1;
+}
+
+int cli_cmd_load(int argc, char **argv)
+{
+    return load_or_doctor(argc, argv, 0);
+}
+
+int cli_cmd_doctor(int argc, char **argv)
+{
+    return load_or_doctor(argc, argv, 1);
+}
+
+/* The whole pipeline with the step, for `seconds` (whole epochs as needed). */
+static sf_status doctor_pipeline(struct sf_loader_options *o, const struct load_ctx *lc,
+                                 double seconds, double *per_s, struct sf_loader_report *rep,
+                                 int *in_cache, char *err, size_t err_len)
+{
+    struct sf_loader *l = NULL;
+    sf_status st = sf_loader_open(o, &l, err, err_len);
+    if (st != SF_OK)
+        return st;
+    unsigned long long images = 0;
+    double t0 = cli_now_s(), t = 0;
+    uint64_t epoch = o->sampler.epoch;
+    while ((t = cli_now_s() - t0) < seconds) {
+        struct sf_batch b;
+        st = sf_loader_next(l, &b);
+        if (st == SF_END_OF_EPOCH) {
+            st = sf_loader_set_epoch(l, ++epoch);
+            if (st != SF_OK)
+                break;
+            continue;
+        }
+        if (st != SF_OK)
+            break;
+        images += b.size;
+        sleep_ms(lc->step_ms);
+        sf_loader_release(l, &b);
+    }
+    if (st == SF_END_OF_EPOCH)
+        st = SF_OK;
+    if (st != SF_OK)
+        snprintf(err, err_len, "%s", sf_loader_errmsg(l));
+    struct sf_loader_stats s;
+    sf_loader_get_stats(l, &s);
+    sf_loader_report(l, rep);
+    *per_s = t > 0 ? (double)images / t : 0;
+    *in_cache = s.bytes_fetched == 0;
+    sf_loader_close(l);
+    return st;
+}
+
+static int run_doctor(struct sf_loader_options *o, const struct load_ctx *lc, int json)
+{
+    static const enum sf_stage shown[] = {SF_STAGE_FETCH, SF_STAGE_READ, SF_STAGE_DECODE,
+                                          SF_STAGE_ASSEMBLY, SF_STAGE_DEVICE};
+    struct sf_doctor_result r;
+    char err[2048] = "";
+    sf_status st = sf_doctor_measure(o, lc->seconds, &r, err, sizeof(err));
+    double pipe = 0;
+    struct sf_loader_report rep;
+    memset(&rep, 0, sizeof(rep));
+    int in_cache = 0;
+    if (st == SF_OK)
+        st = doctor_pipeline(o, lc, 2 * lc->seconds, &pipe, &rep, &in_cache, err, sizeof(err));
+    if (st != SF_OK) {
+        cli_errorf("doctor: %s (%s)", err[0] ? err : sf_status_str(st), sf_status_name(st));
+        if (json) {
+            cJSON *j = cJSON_CreateObject();
+            cJSON_AddBoolToObject(j, "ok", 0);
+            cJSON_AddStringToObject(j, "error", err[0] ? err : sf_status_str(st));
+            cJSON_AddStringToObject(j, "status", sf_status_name(st));
+            cli_print_json(j);
+            cJSON_Delete(j);
+        }
+        return st == SF_ERR_INVALID_ARGUMENT ? EXIT_USAGE : 1;
+    }
+    const unsigned bs = o->batch_size ? o->batch_size : 256;
+    const double step = lc->step_ms > 0 ? 1000.0 * bs / lc->step_ms : 0;
+    sf_doctor_conclude(&r, step, pipe, &rep, in_cache);
+    if (json) {
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddBoolToObject(j, "ok", 1);
+        cJSON *stages = cJSON_AddObjectToObject(j, "stages");
+        for (size_t i = 0; i < sizeof(shown) / sizeof(shown[0]); i++) {
+            cJSON *sj = cJSON_AddObjectToObject(stages, sf_stage_name(shown[i]));
+            cJSON_AddNumberToObject(sj, "samples_per_s", r.stage_per_s[shown[i]]);
+            cJSON_AddBoolToObject(sj, "measured", r.stage_per_s[shown[i]] > 0);
+            cJSON_AddStringToObject(sj, "how", r.stage_note[shown[i]]);
+        }
+        cJSON_AddNumberToObject(j, "step_per_s", r.step_per_s);
+        cJSON_AddNumberToObject(j, "pipeline_per_s", r.pipeline_per_s);
+        cJSON_AddNumberToObject(j, "wait_share", r.wait_share);
+        cJSON_AddNumberToObject(j, "wait_p50_ms", rep.wait_p50_ms);
+        cJSON_AddNumberToObject(j, "wait_p99_ms", rep.wait_p99_ms);
+        cJSON_AddNumberToObject(j, "decode_per_thread_per_s", r.decode_per_thread_per_s);
+        cJSON_AddNumberToObject(j, "decode_threads", r.decode_threads);
+        cJSON_AddNumberToObject(j, "cores", r.cores);
+        cJSON_AddNumberToObject(j, "fetch_mib_per_s", r.fetch_mib_per_s);
+        cJSON_AddNumberToObject(j, "fetch_mib_per_s_more", r.fetch_mib_per_s_more);
+        cJSON_AddNumberToObject(j, "concurrency", r.concurrency);
+        cJSON_AddNumberToObject(j, "concurrency_more", r.concurrency_more);
+        cJSON_AddNumberToObject(j, "bytes_per_sample", r.bytes_per_sample);
+        cJSON_AddBoolToObject(j, "data_in_cache", in_cache);
+        cJSON_AddStringToObject(j, "bound", r.bound == SF_STAGE_NONE ? "step" : sf_stage_name(r.bound));
+        cJSON_AddStringToObject(j, "verdict", r.verdict);
+        cli_print_json(j);
+        cJSON_Delete(j);
+        return 0;
+    }
+    printf("%-10s %14s  %s\n", "stage", "samples/s", "measured as");
+    if (step > 0)
+        printf("%-10s %14.0f  the step alone (--step-ms %.1f, batch %u)\n", "step", step,
+               lc->step_ms, bs);
+    else
+        printf("%-10s %14s  no --step-ms: the step takes no time\n", "step", "-");
+    for (size_t i = 0; i < sizeof(shown) / sizeof(shown[0]); i++) {
+        const enum sf_stage s = shown[i];
+        if (r.stage_per_s[s] > 0)
+            printf("%-10s %14.0f  %s%s\n", sf_stage_name(s), r.stage_per_s[s], r.stage_note[s],
+                   s == SF_STAGE_FETCH && !r.fetch_counts ? " (data in the cache: not a bound)"
+                                                          : "");
+        else
+            printf("%-10s %14s  %s\n", sf_stage_name(s), "-", r.stage_note[s]);
+    }
+    printf("%-10s %14.0f  the whole loader with the step, %.1f s; the step waited %.1f %% "
+           "(batch wait p50 %.2f ms, p99 %.2f ms)\n",
+           "pipeline", pipe, 2 * lc->seconds, 100.0 * r.wait_share, rep.wait_p50_ms,
+           rep.wait_p99_ms);
+    printf("bound: %s\n", r.bound == SF_STAGE_NONE ? "step" : sf_stage_name(r.bound));
+    printf("%s\n", r.verdict);
+    return 0;
 }

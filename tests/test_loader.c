@@ -491,7 +491,8 @@ Test(loader, bad_options_are_refused_naming_them)
 
 static char root[700];
 
-static void mock_dataset(unsigned n, unsigned long long shard_bytes)
+static void mock_dataset_with(unsigned n, unsigned long long shard_bytes,
+                              const char *const *mock_args)
 {
     tmp = test_tmpdir();
     cr_assert(tmp);
@@ -510,7 +511,12 @@ static void mock_dataset(unsigned n, unsigned long long shard_bytes)
     snprintf(dest, sizeof(dest), "%s/data/", bucket);
     pack(src, dest, shard_bytes, NULL);
     n_samples = n;
-    cr_assert(mock_proc_start(&srv, root, NULL) == 0, "the mock server did not start");
+    cr_assert(mock_proc_start(&srv, root, mock_args) == 0, "the mock server did not start");
+}
+
+static void mock_dataset(unsigned n, unsigned long long shard_bytes)
+{
+    mock_dataset_with(n, shard_bytes, NULL);
 }
 
 static void s3_options(struct sf_loader_options *o, const char *const *src, const char *cache_dir)
@@ -2086,4 +2092,102 @@ Test(loader, a_folder_named_without_its_slash_reads_only_its_shards)
         cr_expect_eq(e.seen[i], 1, "sample %u seen %u times", i, e.seen[i]);
     free(e.seen);
     sf_loader_close(l);
+}
+
+/* ------------------------------------------------------------ doctor */
+
+Test(loader, doctor_names_decode_when_one_thread_feeds_a_step_that_takes_no_time)
+{
+    local_dataset(120, 16 << 10, -1);
+    const char *src[] = {shards};
+    struct sf_loader_options o;
+    base_options(&o, src, 1);
+    o.decode_threads = 1;
+    struct sf_doctor_result r;
+    char err[1024] = "";
+    cr_assert_eq(sf_doctor_measure(&o, 0.4, &r, err, sizeof(err)), SF_OK, "%s", err);
+    cr_expect(r.stage_per_s[SF_STAGE_READ] > 0 && r.stage_per_s[SF_STAGE_DECODE] > 0 &&
+              r.stage_per_s[SF_STAGE_ASSEMBLY] > 0);
+    cr_expect_eq(r.stage_per_s[SF_STAGE_FETCH], 0.0, "local files are not fetched");
+    cr_expect_eq(r.stage_per_s[SF_STAGE_DEVICE], 0.0, "host batches");
+    cr_expect(strstr(r.stage_note[SF_STAGE_DEVICE], "host batches") != NULL);
+    cr_expect_eq(r.decode_threads, 1u);
+    cr_expect_eq(r.samples_measured, 120u, "every raw sample of the small shards is kept");
+    cr_expect(r.bytes_per_sample > 0);
+    sf_doctor_conclude(&r, 0, 0, NULL, 1);
+    cr_expect_eq(r.bound, SF_STAGE_DECODE, "%s (read %.0f, decode %.0f, assembly %.0f)",
+                 r.verdict, r.stage_per_s[SF_STAGE_READ], r.stage_per_s[SF_STAGE_DECODE],
+                 r.stage_per_s[SF_STAGE_ASSEMBLY]);
+    cr_expect(strstr(r.verdict, "decode-bound: 1 threads") != NULL, "%s", r.verdict);
+
+    /* A step slower than every stage bounds the pipeline itself. */
+    sf_doctor_conclude(&r, 1.0, 1.0, NULL, 1);
+    cr_expect_eq(r.bound, SF_STAGE_NONE, "%s", r.verdict);
+    cr_expect(strstr(r.verdict, "step-bound") != NULL, "%s", r.verdict);
+    /* A step that needs more threads than the cores: more cores, or --max-side. */
+    sf_doctor_conclude(&r, r.decode_per_thread_per_s * (r.cores + 2), 0, NULL, 1);
+    cr_expect_eq(r.bound, SF_STAGE_DECODE);
+    cr_expect(strstr(r.verdict, "more cores") != NULL, "%s", r.verdict);
+}
+
+Test(loader, doctor_names_fetch_behind_a_slow_link_unless_the_data_is_cached)
+{
+    const char *slow[] = {"--fault", "prefix=bucket/data,bandwidth=32K", NULL};
+    mock_dataset_with(60, 24 << 10, slow);
+    const char *src[] = {"s3://bucket/data/"};
+    struct sf_loader_options o;
+    s3_options(&o, src, NULL);
+    o.decode_threads = 1;
+    struct sf_doctor_result r;
+    char err[1024] = "";
+    cr_assert_eq(sf_doctor_measure(&o, 1.0, &r, err, sizeof(err)), SF_OK, "%s", err);
+    cr_expect(r.fetch_mib_per_s > 0 && r.stage_per_s[SF_STAGE_FETCH] > 0, "%s",
+              r.stage_note[SF_STAGE_FETCH]);
+    cr_expect_eq(r.concurrency_more, 4 * r.concurrency);
+    sf_doctor_conclude(&r, 0, 0, NULL, 0);
+    cr_expect_eq(r.bound, SF_STAGE_FETCH, "%s (fetch %.0f, decode %.0f)", r.verdict,
+                 r.stage_per_s[SF_STAGE_FETCH], r.stage_per_s[SF_STAGE_DECODE]);
+    cr_expect(strstr(r.verdict, "fetch-bound: concurrency") != NULL, "%s", r.verdict);
+    /* Data already in the cache: the store no longer bounds anything. */
+    sf_doctor_conclude(&r, 0, 0, NULL, 1);
+    cr_expect_eq(r.bound, SF_STAGE_DECODE, "%s", r.verdict);
+}
+
+Test(loader, doctor_fails_naming_a_missing_source)
+{
+    local_dataset(10, 16 << 10, -1);
+    char missing[800];
+    snprintf(missing, sizeof(missing), "%sno-such-shard.tar", shards);
+    const char *src[] = {missing};
+    struct sf_loader_options o;
+    base_options(&o, src, 1);
+    struct sf_doctor_result r;
+    char err[1024] = "";
+    cr_expect_neq(sf_doctor_measure(&o, 0.2, &r, err, sizeof(err)), SF_OK);
+    cr_expect(strstr(err, "no-such-shard.tar") != NULL, "%s", err);
+    cr_expect_eq(sf_doctor_measure(NULL, 0.2, &r, err, sizeof(err)), SF_ERR_INVALID_ARGUMENT);
+
+    /* The CLI: a table and a verdict, JSON, exit 1 on the missing shard. */
+    char out[8192];
+    const char *ok[] = {SF_CLI_BIN, "doctor", shards, "--size", "32", "--batch-size", "4",
+                        "--seconds", "0.2", "--step-ms", "5", "--device", "host", "--json", NULL};
+    cr_assert_eq(run_cli(ok, out, sizeof(out)), 0, "%s", out);
+    cJSON *j = cJSON_Parse(out);
+    cr_assert(j, "%s", out);
+    cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(j, "ok")));
+    cr_expect(cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "stages"), "decode"),
+                                  "samples_per_s")
+                  ->valuedouble > 0);
+    cr_expect_eq(cJSON_GetObjectItem(j, "step_per_s")->valuedouble, 800.0); /* 4 per 5 ms */
+    cr_expect(cJSON_GetObjectItem(j, "pipeline_per_s")->valuedouble > 0);
+    cr_expect(cJSON_IsString(cJSON_GetObjectItem(j, "verdict")));
+    cJSON_Delete(j);
+    const char *gone[] = {SF_CLI_BIN, "doctor", missing, "--seconds", "0.2", "--json", NULL};
+    cr_expect_eq(run_cli(gone, out, sizeof(out)), 1, "%s", out);
+    j = cJSON_Parse(out);
+    cr_assert(j, "%s", out);
+    cr_expect(cJSON_IsFalse(cJSON_GetObjectItem(j, "ok")));
+    cJSON_Delete(j);
+    const char *bad[] = {SF_CLI_BIN, "doctor", shards, "--seconds", "zero", NULL};
+    cr_expect_eq(run_cli(bad, out, sizeof(out)), 2);
 }

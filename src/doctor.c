@@ -1,0 +1,723 @@
+/*
+ * shardfeed doctor: each stage of the pipeline on its own, on the user's
+ * data and options, to find the one that bounds it (docs/doctor.md). The
+ * method is the stage-caching one: feed a stage from a cached copy of its
+ * input, so that it runs as fast as it alone can.
+ *
+ *   fetch     ranged GETs of the shards from the store into memory (the
+ *             loader's concurrency, then 4x), the cache untouched
+ *   read      tar / record parsing of shard bytes held in memory
+ *   decode    the loader's decoder (crop, resize, flip, layout) on raw
+ *             samples held in memory: one thread, then decode_threads
+ *   assembly  copying decoded images into a batch buffer
+ *   device    host-to-device copy (+ normalise) of one host batch, on the
+ *             loader's device (CUDA or the emulated one)
+ *
+ * The caller adds its training step and a run of the whole pipeline with it
+ * (sf_doctor_conclude).
+ */
+#include "shardfeed.h"
+#include "shardfeed_loader.h"
+#include "shardfeed_shard.h"
+
+#include "src/decode.h"
+#include "src/gpu.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define READ_CAP_BYTES   (64ull << 20) /* shard bytes kept for the read and decode stages */
+#define MAX_RAW          512u          /* raw samples kept for the decode stage */
+#define FETCH_SLOT_BYTES (16ull << 20) /* per fetch in the fetch stage */
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static sf_status fail(char *err, size_t len, sf_status st, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static sf_status fail(char *err, size_t len, sf_status st, const char *fmt, ...)
+{
+    if (err && len) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, len, fmt, ap);
+        va_end(ap);
+    }
+    return st;
+}
+
+static unsigned cores_here(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
+        return (unsigned)CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (unsigned)n : 1;
+}
+
+struct raw {
+    unsigned char *data;
+    size_t size;
+};
+
+struct doctor {
+    const struct sf_loader_options *o;
+    struct sf_doctor_result *r;
+    double stage_s;
+    struct sf_s3 *s3;
+    struct sf_object_list **lists;
+    size_t n_lists;
+    const struct sf_object_info **shards;
+    size_t n_shards;
+    /* shard bytes held for the read stage */
+    unsigned char **held;
+    size_t *held_len;
+    const char **held_name;
+    size_t n_held;
+    struct raw raw[MAX_RAW];
+    unsigned n_raw;
+    int remote;
+};
+
+static int is_shard(const char *key)
+{
+    size_t n = strlen(key);
+    return n > 4 && (!strcmp(key + n - 4, ".tar") || !strcmp(key + n - 4, ".sfr"));
+}
+
+static int is_image_field(const struct sf_loader_options *o, const char *name)
+{
+    const char *list = o->image_fields ? o->image_fields : "jpg;jpeg";
+    size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *e = strchr(p, ';');
+        size_t l = e ? (size_t)(e - p) : strlen(p);
+        if (l == n && !strncmp(p, name, n))
+            return 1;
+        p += l + (e != NULL);
+    }
+    return 0;
+}
+
+static sf_status list_shards(struct doctor *d, char *err, size_t len)
+{
+    const struct sf_loader_options *o = d->o;
+    d->lists = calloc(o->source_count ? o->source_count : 1, sizeof(*d->lists));
+    if (!d->lists)
+        return SF_ERR_NO_MEMORY;
+    size_t total = 0;
+    for (size_t i = 0; i < o->source_count; i++) {
+        sf_status st = sf_s3_expand(d->s3, o->sources[i], 0, &d->lists[i]);
+        if (st != SF_OK) {
+            char m[512];
+            sf_s3_errmsg(d->s3, m, sizeof(m));
+            return fail(err, len, st, "source '%s': %s", o->sources[i],
+                        m[0] ? m : sf_status_str(st));
+        }
+        d->n_lists++;
+        total += sf_object_list_count(d->lists[i]);
+    }
+    d->shards = calloc(total ? total : 1, sizeof(*d->shards));
+    if (!d->shards)
+        return SF_ERR_NO_MEMORY;
+    for (size_t i = 0; i < d->n_lists; i++)
+        for (size_t k = 0; k < sf_object_list_count(d->lists[i]); k++) {
+            const struct sf_object_info *obj = sf_object_list_get(d->lists[i], k);
+            if (is_shard(obj->key))
+                d->shards[d->n_shards++] = obj;
+            if (!strncmp(obj->url, "s3://", 5) || !strncmp(obj->url, "http", 4))
+                d->remote = 1;
+        }
+    if (d->n_shards == 0)
+        return fail(err, len, SF_ERR_NOT_FOUND, "no shards in the sources (*.tar, *.sfr)");
+    return SF_OK;
+}
+
+/* Reads whole shards (the first ones, READ_CAP_BYTES in all at most; the
+ * last one may be cut) into memory. */
+static sf_status hold_shards(struct doctor *d, char *err, size_t len)
+{
+    d->held = calloc(d->n_shards, sizeof(*d->held));
+    d->held_len = calloc(d->n_shards, sizeof(*d->held_len));
+    d->held_name = calloc(d->n_shards, sizeof(*d->held_name));
+    if (!d->held || !d->held_len || !d->held_name)
+        return SF_ERR_NO_MEMORY;
+    unsigned long long left = READ_CAP_BYTES;
+    for (size_t i = 0; i < d->n_shards && left > 0; i++) {
+        const struct sf_object_info *obj = d->shards[i];
+        unsigned long long want = obj->size != SF_SIZE_UNKNOWN && obj->size < left ? obj->size
+                                                                                   : left;
+        if (want == 0)
+            continue;
+        unsigned char *buf = malloc((size_t)want);
+        if (!buf)
+            return SF_ERR_NO_MEMORY;
+        struct sf_fetch_options fo;
+        sf_fetch_options_init_default(&fo);
+        fo.buffer = buf;
+        fo.buffer_bytes = want;
+        fo.length = want;
+        fo.size = obj->size;
+        struct sf_fetch *f = NULL;
+        struct sf_fetch_progress p;
+        sf_status st = sf_fetch_start(d->s3, obj->url, &fo, &f);
+        if (st == SF_OK)
+            st = sf_fetch_wait(f, SF_SIZE_UNKNOWN, -1, &p);
+        if (st == SF_OK && p.status != SF_OK)
+            st = p.status;
+        if (st != SF_OK) {
+            st = fail(err, len, st, "reading %s: %s", obj->url,
+                      f && sf_fetch_errmsg(f)[0] ? sf_fetch_errmsg(f) : sf_status_str(st));
+            sf_fetch_destroy(f);
+            free(buf);
+            return st;
+        }
+        size_t got = p.total == SF_SIZE_UNKNOWN ? 0 : (size_t)p.total;
+        sf_fetch_destroy(f);
+        d->held[d->n_held] = buf;
+        d->held_len[d->n_held] = got;
+        d->held_name[d->n_held] = obj->url;
+        d->n_held++;
+        left -= got < left ? got : left;
+    }
+    return SF_OK;
+}
+
+/* Parses every held shard once; keeps raw samples when `keep`. Returns the
+ * samples parsed, or -1 (err filled). */
+static long long parse_all(struct doctor *d, int keep, unsigned long long *bytes, char *err,
+                           size_t len)
+{
+    long long n = 0;
+    *bytes = 0;
+    for (size_t i = 0; i < d->n_held; i++) {
+        struct sf_shard_reader_options ro;
+        sf_shard_reader_options_init_default(&ro);
+        ro.name = d->held_name[i];
+        struct sf_shard_reader *rd = NULL;
+        if (sf_shard_reader_new(&ro, &rd, err, len) != SF_OK)
+            return -1;
+        const int whole = d->shards[i]->size == d->held_len[i];
+        sf_shard_reader_feed(rd, d->held[i], d->held_len[i],
+                             whole ? d->held_len[i] : SF_SIZE_UNKNOWN);
+        unsigned long long end = 0;
+        for (;;) {
+            struct sf_sample s;
+            enum sf_shard_event ev;
+            sf_status st = sf_shard_reader_next(rd, &s, &ev);
+            if (st != SF_OK) {
+                fail(err, len, st, "%s", sf_shard_reader_errmsg(rd));
+                sf_shard_reader_destroy(rd);
+                return -1;
+            }
+            if (ev != SF_SHARD_SAMPLE)
+                break; /* the end, or the cut end of the last shard held */
+            n++;
+            end = s.end;
+            for (size_t k = 0; keep && k < s.field_count && d->n_raw < MAX_RAW; k++)
+                if (is_image_field(d->o, s.fields[k].name)) {
+                    struct raw *r = &d->raw[d->n_raw];
+                    r->data = malloc(s.fields[k].size ? s.fields[k].size : 1);
+                    if (!r->data) {
+                        sf_shard_reader_destroy(rd);
+                        fail(err, len, SF_ERR_NO_MEMORY, "out of memory");
+                        return -1;
+                    }
+                    memcpy(r->data, s.fields[k].data, s.fields[k].size);
+                    r->size = s.fields[k].size;
+                    d->n_raw++;
+                    break;
+                }
+        }
+        *bytes += end;
+        sf_shard_reader_destroy(rd);
+    }
+    return n;
+}
+
+static sf_status stage_read(struct doctor *d, char *err, size_t len)
+{
+    struct sf_doctor_result *r = d->r;
+    unsigned long long bytes = 0;
+    long long n = parse_all(d, 1, &bytes, err, len);
+    if (n < 0)
+        return SF_ERR_CORRUPT;
+    if (n == 0)
+        return fail(err, len, SF_ERR_NOT_FOUND, "no samples in the first shards (%s)",
+                    d->held_name[0]);
+    r->bytes_per_sample = (double)bytes / (double)n;
+    unsigned long long total = 0;
+    double t0 = now_s(), t;
+    do {
+        unsigned long long b;
+        long long k = parse_all(d, 0, &b, err, len);
+        if (k < 0)
+            return SF_ERR_CORRUPT;
+        total += (unsigned long long)k;
+        t = now_s() - t0;
+    } while (t < d->stage_s);
+    r->stage_per_s[SF_STAGE_READ] = (double)total / t;
+    snprintf(r->stage_note[SF_STAGE_READ], sizeof(r->stage_note[0]),
+             "parse %zu shard(s) held in memory (%.1f MiB, %.0f KiB per sample), one thread",
+             d->n_held, (double)bytes / 1048576.0, r->bytes_per_sample / 1024.0);
+    return SF_OK;
+}
+
+struct decode_job {
+    struct doctor *d;
+    double until;
+    unsigned first;
+    unsigned long long done;
+    double busy_s;
+    sf_status st;
+    char err[256];
+};
+
+static void *decode_main(void *arg)
+{
+    struct decode_job *j = arg;
+    struct doctor *d = j->d;
+    struct sf_decoder *dec = NULL;
+    size_t bytes = sf__image_bytes(&d->o->image);
+    unsigned char *out = malloc(bytes ? bytes : 1);
+    if (!out || sf__decoder_new(&dec) != SF_OK) {
+        j->st = SF_ERR_NO_MEMORY;
+        free(out);
+        return NULL;
+    }
+    double t0 = now_s();
+    for (unsigned i = j->first; now_s() < j->until; i++) {
+        const struct raw *r = &d->raw[i % d->n_raw];
+        struct sf__decode_info info;
+        sf_status st = sf__decode_jpeg(dec, &d->o->image, r->data, r->size,
+                                       sf__sample_rng_seed(7, 0, 0, i), out, &info, j->err,
+                                       sizeof(j->err));
+        if (st != SF_OK) {
+            j->st = st;
+            break;
+        }
+        j->done++;
+    }
+    j->busy_s = now_s() - t0;
+    sf__decoder_destroy(dec);
+    free(out);
+    return NULL;
+}
+
+/* decode_threads threads for span_s; returns samples/s (0 with st set). */
+static double decode_for(struct doctor *d, unsigned threads, double span_s, sf_status *st,
+                         char *err, size_t len)
+{
+    struct decode_job *jobs = calloc(threads, sizeof(*jobs));
+    pthread_t *tid = calloc(threads, sizeof(*tid));
+    *st = SF_OK;
+    if (!jobs || !tid) {
+        free(jobs);
+        free(tid);
+        *st = SF_ERR_NO_MEMORY;
+        return 0;
+    }
+    double t0 = now_s();
+    unsigned started = 0;
+    for (unsigned i = 0; i < threads; i++) {
+        jobs[i].d = d;
+        jobs[i].until = t0 + span_s;
+        jobs[i].first = i * 7919u;
+        if (pthread_create(&tid[i], NULL, decode_main, &jobs[i]) != 0)
+            break;
+        started++;
+    }
+    unsigned long long done = 0;
+    for (unsigned i = 0; i < started; i++) {
+        pthread_join(tid[i], NULL);
+        done += jobs[i].done;
+        if (jobs[i].st != SF_OK && *st == SF_OK) {
+            *st = jobs[i].st;
+            fail(err, len, *st, "decoding a sample of %s: %s", d->held_name[0], jobs[i].err);
+        }
+    }
+    double t = now_s() - t0;
+    free(jobs);
+    free(tid);
+    if (started == 0 && *st == SF_OK)
+        *st = fail(err, len, SF_ERR_NO_MEMORY, "cannot start a decode thread");
+    return *st == SF_OK && t > 0 ? (double)done / t : 0;
+}
+
+static sf_status stage_decode(struct doctor *d, char *err, size_t len)
+{
+    struct sf_doctor_result *r = d->r;
+    if (d->n_raw == 0) {
+        snprintf(r->stage_note[SF_STAGE_DECODE], sizeof(r->stage_note[0]),
+                 "no image field in the first shards: nothing to decode");
+        return SF_OK;
+    }
+    sf_status st;
+    r->decode_per_thread_per_s = decode_for(d, 1, d->stage_s / 2, &st, err, len);
+    if (st != SF_OK)
+        return st;
+    r->stage_per_s[SF_STAGE_DECODE] = decode_for(d, r->decode_threads, d->stage_s / 2, &st, err, len);
+    if (st != SF_OK)
+        return st;
+    r->samples_measured = d->n_raw;
+    snprintf(r->stage_note[SF_STAGE_DECODE], sizeof(r->stage_note[0]),
+             "%u raw samples held in memory, %ux%u output: %.0f img/s on one thread, %u threads "
+             "together",
+             d->n_raw, d->o->image.width, d->o->image.height, r->decode_per_thread_per_s,
+             r->decode_threads);
+    return SF_OK;
+}
+
+static sf_status stage_assembly(struct doctor *d, char *err, size_t len)
+{
+    struct sf_doctor_result *r = d->r;
+    const size_t img = sf__image_bytes(&d->o->image);
+    const unsigned bs = d->o->batch_size ? d->o->batch_size : 1;
+    /* 16 decoded images copied round into a batch buffer, as the workers'
+     * outputs land in a ring slot. */
+    unsigned char *src = malloc(16 * img), *dst = malloc(bs * img);
+    int64_t *labels = malloc(bs * sizeof(*labels));
+    if (!src || !dst || !labels) {
+        free(src);
+        free(dst);
+        free(labels);
+        return fail(err, len, SF_ERR_NO_MEMORY, "out of memory for a batch of %u images", bs);
+    }
+    memset(src, 0x5a, 16 * img);
+    unsigned long long n = 0;
+    double t0 = now_s(), t;
+    do {
+        for (unsigned i = 0; i < bs; i++) {
+            memcpy(dst + (size_t)i * img, src + (size_t)(i % 16) * img, img);
+            labels[i] = (int64_t)i;
+        }
+        n += bs;
+        t = now_s() - t0;
+    } while (t < d->stage_s / 4);
+    r->stage_per_s[SF_STAGE_ASSEMBLY] = (double)n / t;
+    snprintf(r->stage_note[SF_STAGE_ASSEMBLY], sizeof(r->stage_note[0]),
+             "copy %u decoded images of %zu bytes into a batch buffer, one thread", bs, img);
+    volatile unsigned char sink = dst[img - 1];
+    (void)sink;
+    (void)labels[0];
+    free(src);
+    free(dst);
+    free(labels);
+    return SF_OK;
+}
+
+static sf_status stage_device(struct doctor *d, char *err, size_t len)
+{
+    struct sf_doctor_result *r = d->r;
+    const struct sf_loader_options *o = d->o;
+    enum sf__gpu_backend be;
+    if (o->device == SF_DEVICE_EMULATED)
+        be = SF__GPU_EMULATED;
+    else if ((o->device == SF_DEVICE_CUDA || o->device == SF_DEVICE_AUTO) && sf__gpu_usable(-1))
+        be = SF__GPU_CUDA;
+    else {
+        snprintf(r->stage_note[SF_STAGE_DEVICE], sizeof(r->stage_note[0]),
+                 "host batches: no device copy");
+        return SF_OK;
+    }
+    const size_t img = sf__image_bytes(&o->image);
+    const unsigned bs = o->batch_size ? o->batch_size : 1;
+    const int norm = o->normalize_on_device && o->image.dtype == SF_DTYPE_UINT8;
+    struct sf__gpu_config c = {be, o->cuda_device >= 0 ? o->cuda_device : 0, 2, bs * img,
+                               norm ? bs * img * sizeof(float) : 0, NULL};
+    struct sf_gpu *g = NULL;
+    char e[256] = "";
+    sf_status st = sf__gpu_open(&c, &g, e, sizeof(e));
+    if (st != SF_OK)
+        return fail(err, len, st, "device: %s", e);
+    int pinned = 0;
+    void *host = sf__host_alloc(bs * img, 1, &pinned);
+    if (!host) {
+        sf__gpu_close(g);
+        return fail(err, len, SF_ERR_NO_MEMORY, "out of memory for a host batch");
+    }
+    memset(host, 0x33, bs * img);
+    struct sf__gpu_job job = {.host = host,
+                              .bytes = bs * img,
+                              .normalize = norm,
+                              .n_images = bs,
+                              .width = o->image.width,
+                              .height = o->image.height,
+                              .layout = o->image.layout};
+    memcpy(job.mean, o->image.mean, sizeof(job.mean));
+    memcpy(job.std, o->image.std, sizeof(job.std));
+    unsigned long long n = 0;
+    double t0 = now_s(), t;
+    unsigned slot = 0;
+    do {
+        st = sf__gpu_submit(g, slot, &job, e, sizeof(e));
+        if (st == SF_OK)
+            st = sf__gpu_wait(g, slot, NULL, e, sizeof(e));
+        if (st != SF_OK)
+            break;
+        slot ^= 1;
+        n += bs;
+        t = now_s() - t0;
+    } while (t < d->stage_s / 2);
+    sf__host_free(host, pinned);
+    sf__gpu_close(g);
+    if (st != SF_OK)
+        return fail(err, len, st, "device: %s", e);
+    r->stage_per_s[SF_STAGE_DEVICE] = (double)n / t;
+    snprintf(r->stage_note[SF_STAGE_DEVICE], sizeof(r->stage_note[0]),
+             "%s: copy%s of one %s host batch of %u images", be == SF__GPU_CUDA ? "CUDA" : "emulated device",
+             norm ? " + normalise" : "", pinned ? "pinned" : "pageable", bs);
+    return SF_OK;
+}
+
+/* Fetches shards from the store into memory with `concurrency` in flight
+ * for span_s: MiB/s. */
+static sf_status fetch_for(struct doctor *d, unsigned concurrency, double span_s, double *mib_s,
+                           char *err, size_t len)
+{
+    struct sf_s3_options so = d->o->s3;
+    so.concurrency = concurrency;
+    struct sf_s3 *s3 = NULL;
+    sf_status st = sf_s3_new(&so, &s3, err, len);
+    if (st != SF_OK)
+        return st;
+    enum { SLOTS = 4 };
+    struct sf_fetch *f[SLOTS] = {0};
+    unsigned char *buf[SLOTS] = {0};
+    size_t next = 0;
+    double t0 = now_s(), t = 0;
+    for (int i = 0; i < SLOTS && st == SF_OK; i++) {
+        buf[i] = malloc(FETCH_SLOT_BYTES);
+        if (!buf[i])
+            st = fail(err, len, SF_ERR_NO_MEMORY, "out of memory");
+    }
+    while (st == SF_OK && (t = now_s() - t0) < span_s) {
+        for (int i = 0; i < SLOTS && st == SF_OK; i++) {
+            if (f[i]) {
+                struct sf_fetch_progress p;
+                sf_fetch_progress(f[i], &p);
+                if (!p.done)
+                    continue;
+                const sf_status w = p.status;
+                if (w != SF_OK)
+                    st = fail(err, len, w, "fetching: %s", sf_fetch_errmsg(f[i]));
+                sf_fetch_destroy(f[i]);
+                f[i] = NULL;
+            }
+            if (st != SF_OK)
+                break;
+            const struct sf_object_info *obj = d->shards[next++ % d->n_shards];
+            struct sf_fetch_options fo;
+            sf_fetch_options_init_default(&fo);
+            fo.buffer = buf[i];
+            fo.buffer_bytes = FETCH_SLOT_BYTES;
+            fo.length = obj->size != SF_SIZE_UNKNOWN && obj->size < FETCH_SLOT_BYTES
+                            ? obj->size
+                            : FETCH_SLOT_BYTES;
+            fo.size = obj->size;
+            if (fo.length == 0)
+                continue;
+            st = sf_fetch_start(s3, obj->url, &fo, &f[i]);
+            if (st != SF_OK)
+                fail(err, len, st, "fetching %s", obj->url);
+        }
+        usleep(2000);
+    }
+    struct sf_s3_stats ss;
+    sf_s3_get_stats(s3, &ss);
+    for (int i = 0; i < SLOTS; i++)
+        sf_fetch_destroy(f[i]);
+    sf_s3_destroy(s3);
+    for (int i = 0; i < SLOTS; i++)
+        free(buf[i]);
+    *mib_s = t > 0 ? (double)ss.bytes_received / 1048576.0 / t : 0;
+    return st;
+}
+
+static sf_status stage_fetch(struct doctor *d, char *err, size_t len)
+{
+    struct sf_doctor_result *r = d->r;
+    if (!d->remote) {
+        snprintf(r->stage_note[SF_STAGE_FETCH], sizeof(r->stage_note[0]),
+                 "local files: nothing to fetch");
+        return SF_OK;
+    }
+    r->concurrency = d->o->s3.concurrency ? d->o->s3.concurrency : 16;
+    r->concurrency_more = r->concurrency * 4;
+    sf_status st = fetch_for(d, r->concurrency, d->stage_s / 2, &r->fetch_mib_per_s, err, len);
+    if (st == SF_OK)
+        st = fetch_for(d, r->concurrency_more, d->stage_s / 2, &r->fetch_mib_per_s_more, err, len);
+    if (st != SF_OK)
+        return st;
+    if (r->bytes_per_sample > 0)
+        r->stage_per_s[SF_STAGE_FETCH] = r->fetch_mib_per_s * 1048576.0 / r->bytes_per_sample;
+    snprintf(r->stage_note[SF_STAGE_FETCH], sizeof(r->stage_note[0]),
+             "ranged GETs into memory, cache untouched: %.1f MiB/s at concurrency %u, %.1f MiB/s "
+             "at %u",
+             r->fetch_mib_per_s, r->concurrency, r->fetch_mib_per_s_more, r->concurrency_more);
+    return SF_OK;
+}
+
+sf_status sf_doctor_measure(const struct sf_loader_options *o, double stage_s,
+                            struct sf_doctor_result *out, char *err, size_t err_len)
+{
+    if (!o || !out)
+        return fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "doctor: no options or result");
+    memset(out, 0, sizeof(*out));
+    if (err && err_len)
+        err[0] = 0;
+    if (o->source_count == 0 || !o->sources)
+        return fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "doctor: no sources");
+    sf_status st = sf__image_options_check(&o->image, err, err_len);
+    if (st != SF_OK)
+        return st;
+    struct doctor d;
+    memset(&d, 0, sizeof(d));
+    d.o = o;
+    d.r = out;
+    d.stage_s = stage_s > 0 ? stage_s : 2.0;
+    out->cores = cores_here();
+    out->decode_threads = o->decode_threads ? o->decode_threads : out->cores;
+    out->bound = SF_STAGE_NONE;
+    st = sf_s3_new(&o->s3, &d.s3, err, err_len);
+    if (st == SF_OK)
+        st = list_shards(&d, err, err_len);
+    if (st == SF_OK)
+        st = hold_shards(&d, err, err_len);
+    if (st == SF_OK)
+        st = stage_read(&d, err, err_len);
+    if (st == SF_OK)
+        st = stage_decode(&d, err, err_len);
+    if (st == SF_OK)
+        st = stage_assembly(&d, err, err_len);
+    if (st == SF_OK)
+        st = stage_device(&d, err, err_len);
+    if (st == SF_OK)
+        st = stage_fetch(&d, err, err_len);
+    for (unsigned i = 0; i < d.n_raw; i++)
+        free(d.raw[i].data);
+    for (size_t i = 0; i < d.n_held; i++)
+        free(d.held[i]);
+    free(d.held);
+    free(d.held_len);
+    free(d.held_name);
+    free(d.shards);
+    for (size_t i = 0; i < d.n_lists; i++)
+        sf_object_list_destroy(d.lists[i]);
+    free(d.lists);
+    sf_s3_destroy(d.s3);
+    return st;
+}
+
+void sf_doctor_conclude(struct sf_doctor_result *r, double step_per_s, double pipeline_per_s,
+                        const struct sf_loader_report *pipeline, int data_in_cache)
+{
+    if (!r)
+        return;
+    r->step_per_s = step_per_s > 0 ? step_per_s : 0;
+    r->pipeline_per_s = pipeline_per_s;
+    r->wait_share = pipeline ? pipeline->wait_share : 0;
+    r->fetch_counts = !data_in_cache && r->stage_per_s[SF_STAGE_FETCH] > 0;
+    /* The bound: the slowest of the stages that run every epoch, the step
+     * included (infinitely fast when there is none). */
+    static const enum sf_stage order[] = {SF_STAGE_FETCH, SF_STAGE_READ, SF_STAGE_DECODE,
+                                          SF_STAGE_ASSEMBLY, SF_STAGE_DEVICE};
+    double best = r->step_per_s > 0 ? r->step_per_s : INFINITY, slowest = INFINITY;
+    enum sf_stage bound = SF_STAGE_NONE, slowest_stage = SF_STAGE_NONE;
+    for (size_t i = 0; i < sizeof(order) / sizeof(order[0]); i++) {
+        const enum sf_stage s = order[i];
+        if (r->stage_per_s[s] <= 0 || (s == SF_STAGE_FETCH && !r->fetch_counts))
+            continue;
+        if (r->stage_per_s[s] < slowest) {
+            slowest = r->stage_per_s[s];
+            slowest_stage = s;
+        }
+        if (r->stage_per_s[s] < best) {
+            best = r->stage_per_s[s];
+            bound = s;
+        }
+    }
+    r->bound = bound;
+    char need[64];
+    if (r->step_per_s > 0)
+        snprintf(need, sizeof(need), "%.0f samples/s", r->step_per_s);
+    else
+        snprintf(need, sizeof(need), "as many as it gets (no step)");
+    const char *waits = r->wait_share > 0.05 ? "waits" : "waited only";
+    switch (bound) {
+    case SF_STAGE_NONE:
+        snprintf(r->verdict, sizeof(r->verdict),
+                 "step-bound: the step takes %.0f samples/s and every stage is faster (the "
+                 "slowest, %s: %.0f samples/s); the step %s %.1f %% of the time for data",
+                 r->step_per_s, sf_stage_name(slowest_stage), isfinite(slowest) ? slowest : 0.0,
+                 waits, 100.0 * r->wait_share);
+        break;
+    case SF_STAGE_DECODE: {
+        const double per = r->decode_per_thread_per_s > 0 ? r->decode_per_thread_per_s : 1;
+        if (r->step_per_s > 0) {
+            const unsigned want = (unsigned)ceil(r->step_per_s / per);
+            if (want <= r->cores)
+                snprintf(r->verdict, sizeof(r->verdict),
+                         "decode-bound: %u threads at %.0f img/s each (%.0f together); the step "
+                         "takes %s: set decode_threads to %u (cores here: %u)",
+                         r->decode_threads, per, r->stage_per_s[SF_STAGE_DECODE], need, want,
+                         r->cores);
+            else
+                snprintf(r->verdict, sizeof(r->verdict),
+                         "decode-bound: %u threads at %.0f img/s each (%.0f together); the step "
+                         "takes %s: use %u more cores, or pack at --max-side 320 (smaller JPEGs "
+                         "decode faster)",
+                         r->decode_threads, per, r->stage_per_s[SF_STAGE_DECODE], need,
+                         want - r->cores);
+        } else {
+            snprintf(r->verdict, sizeof(r->verdict),
+                     "decode-bound: %u threads at %.0f img/s each (%.0f together); each core added "
+                     "gives about %.0f img/s, or pack at --max-side 320 (smaller JPEGs decode "
+                     "faster)",
+                     r->decode_threads, per, r->stage_per_s[SF_STAGE_DECODE], per);
+        }
+        break;
+    }
+    case SF_STAGE_FETCH:
+        snprintf(r->verdict, sizeof(r->verdict),
+                 "fetch-bound: concurrency %u gives %.1f MiB/s, %u gives %.1f MiB/s (%.0f KiB per "
+                 "sample); the step takes %s: %s, or warm the cache first (shardfeed warm-cache)",
+                 r->concurrency, r->fetch_mib_per_s, r->concurrency_more, r->fetch_mib_per_s_more,
+                 r->bytes_per_sample / 1024.0, need,
+                 r->fetch_mib_per_s_more > 1.2 * r->fetch_mib_per_s
+                     ? "raise concurrency"
+                     : "more concurrency does not help: the store or the link is the limit");
+        break;
+    case SF_STAGE_READ:
+        snprintf(r->verdict, sizeof(r->verdict),
+                 "read-bound: parsing gives %.0f samples/s on the reader thread; the step takes "
+                 "%s: larger samples per shard, or record shards (pack --format record)",
+                 r->stage_per_s[SF_STAGE_READ], need);
+        break;
+    case SF_STAGE_ASSEMBLY:
+        snprintf(r->verdict, sizeof(r->verdict),
+                 "assembly-bound: copying into batches gives %.0f samples/s; the step takes %s: "
+                 "smaller output images or uint8 batches",
+                 r->stage_per_s[SF_STAGE_ASSEMBLY], need);
+        break;
+    case SF_STAGE_DEVICE:
+        snprintf(r->verdict, sizeof(r->verdict),
+                 "device-bound: host-to-device copies give %.0f samples/s; the step takes %s: "
+                 "uint8 batches normalised on the device, pinned memory, smaller images",
+                 r->stage_per_s[SF_STAGE_DEVICE], need);
+        break;
+    default:
+        snprintf(r->verdict, sizeof(r->verdict), "unknown");
+    }
+}
