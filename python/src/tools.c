@@ -1077,6 +1077,111 @@ done:
 
 /* ------------------------------------------------------------ module */
 
+/* ------------------------------------------------------------ doctor */
+
+/* The result as a dict; "_raw" keeps the C struct for _doctor_conclude. */
+static PyObject *doctor_dict(const struct sf_doctor_result *r)
+{
+    static const enum sf_stage stages[] = {SF_STAGE_FETCH, SF_STAGE_READ, SF_STAGE_DECODE,
+                                           SF_STAGE_ASSEMBLY, SF_STAGE_DEVICE};
+    PyObject *d = PyDict_New(), *st = PyDict_New();
+    if (!d || !st) {
+        Py_XDECREF(d);
+        Py_XDECREF(st);
+        return NULL;
+    }
+    for (size_t i = 0; i < sizeof(stages) / sizeof(stages[0]); i++) {
+        PyObject *one = PyDict_New();
+        if (!one || set_item(one, "samples_per_s", PyFloat_FromDouble(r->stage_per_s[stages[i]])) ||
+            set_str(one, "how", r->stage_note[stages[i]]) ||
+            set_item(st, sf_stage_name(stages[i]), one)) {
+            Py_DECREF(st);
+            Py_DECREF(d);
+            return NULL;
+        }
+    }
+#define F(f) set_item(d, #f, PyFloat_FromDouble(r->f))
+#define U(f) set_u64(d, #f, (unsigned long long)r->f)
+    if (set_item(d, "stages", st) || F(decode_per_thread_per_s) || U(decode_threads) ||
+        U(cores) || F(fetch_mib_per_s) || F(fetch_mib_per_s_more) || U(concurrency) ||
+        U(concurrency_more) || F(bytes_per_sample) || U(samples_measured) || F(step_per_s) ||
+        F(pipeline_per_s) || F(wait_share) ||
+        set_str(d, "bound", r->bound == SF_STAGE_NONE ? "step" : sf_stage_name(r->bound)) ||
+        set_str(d, "verdict", r->verdict) ||
+        set_item(d, "_raw", PyBytes_FromStringAndSize((const char *)r, sizeof(*r)))) {
+        Py_DECREF(d);
+        return NULL;
+    }
+#undef F
+#undef U
+    return d;
+}
+
+/* _doctor_measure(sources, options_json, seconds) -> dict */
+static PyObject *py_doctor_measure(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *sources;
+    const char *json;
+    double seconds;
+    if (!PyArg_ParseTuple(args, "Osd:_doctor_measure", &sources, &json, &seconds))
+        return NULL;
+    struct strv sv;
+    if (strv_from(sources, "doctor", &sv) < 0) {
+        strv_clear(&sv);
+        return NULL;
+    }
+    struct sf_loader_options lo;
+    void *keep = NULL;
+    if (parse_options(json, &lo, &keep) < 0) {
+        strv_clear(&sv);
+        return NULL;
+    }
+    lo.sources = sv.v;
+    lo.source_count = sv.n;
+    struct sf_doctor_result r;
+    char err[1024] = "";
+    sf_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = sf_doctor_measure(&lo, seconds, &r, err, sizeof(err));
+    Py_END_ALLOW_THREADS
+    sf_loader_options_free_json(keep);
+    strv_clear(&sv);
+    if (sfpy_log_drain() < 0)
+        return NULL;
+    if (st != SF_OK) {
+        sfpy_raise(st, err);
+        return NULL;
+    }
+    return doctor_dict(&r);
+}
+
+/* _doctor_conclude(raw, step_per_s, pipeline_per_s, wait_share, data_in_cache) -> dict */
+static PyObject *py_doctor_conclude(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *raw;
+    double step, pipe, wait;
+    int in_cache;
+    if (!PyArg_ParseTuple(args, "Sdddp:_doctor_conclude", &raw, &step, &pipe, &wait, &in_cache))
+        return NULL;
+    struct sf_doctor_result r;
+    char *buf = NULL;
+    Py_ssize_t len = 0;
+    if (PyBytes_AsStringAndSize(raw, &buf, &len) < 0)
+        return NULL;
+    if (len != (Py_ssize_t)sizeof(r)) {
+        sfpy_raise(SF_ERR_INVALID_ARGUMENT, "doctor: not a result of _doctor_measure");
+        return NULL;
+    }
+    memcpy(&r, buf, sizeof(r));
+    struct sf_loader_report rep;
+    memset(&rep, 0, sizeof(rep));
+    rep.wait_share = wait;
+    sf_doctor_conclude(&r, step, pipe, &rep, in_cache);
+    return doctor_dict(&r);
+}
+
 static PyMethodDef methods[] = {
     {"_ls", py_ls, METH_VARARGS, "_ls(url, recursive, options_json) -> list of dict"},
     {"_stat", py_stat, METH_VARARGS, "_stat(url, options_json) -> dict"},
@@ -1088,6 +1193,10 @@ static PyMethodDef methods[] = {
     {"_index", py_index, METH_VARARGS,
      "_index(sources, options_json, dry_run, output, parallel, window, progress) -> "
      "(json_text, index_url)"},
+    {"_doctor_measure", py_doctor_measure, METH_VARARGS,
+     "_doctor_measure(sources, options_json, seconds) -> dict (sf_doctor_measure)"},
+    {"_doctor_conclude", py_doctor_conclude, METH_VARARGS,
+     "_doctor_conclude(raw, step_per_s, pipeline_per_s, wait_share, data_in_cache) -> dict"},
     {NULL, NULL, 0, NULL},
 };
 

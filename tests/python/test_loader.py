@@ -551,3 +551,35 @@ def test_each_epoch_ends_with_a_starvation_report_in_the_log(packed, caplog):
     for rec in epochs:
         starving = "not starving" not in rec.getMessage()
         assert rec.levelname == ("WARNING" if starving else "INFO"), rec.getMessage()
+
+
+def test_doctor_names_the_step_or_the_decode_stage(packed):
+    import time
+    folder = packed.folder + "/"
+    calls = []
+
+    def slow_step(batch):
+        calls.append(batch.size)
+        time.sleep(0.05)  # 8 samples per 50 ms: 160 samples/s, far below decode
+
+    r = shardfeed.doctor(folder, step=slow_step, seconds=0.3, batch_size=8, size=32,
+                         device="host")
+    assert calls and all(n == 8 for n in calls)
+    assert r["bound"] == "step", r["verdict"]
+    assert r["verdict"].startswith("step-bound"), r["verdict"]
+    assert 0 < r["step_per_s"] <= 8 / 0.05
+    assert r["stages"]["decode"]["samples_per_s"] > r["step_per_s"]
+    assert r["stages"]["fetch"]["samples_per_s"] == 0 and r["data_in_cache"]
+    assert r["pipeline_per_s"] > 0 and "_raw" not in r
+
+    r = shardfeed.doctor([folder], seconds=0.3, batch_size=8, size=32, decode_threads=1,
+                         device="host")
+    assert r["step_per_s"] == 0 and r["bound"] == "decode", r["verdict"]
+    assert r["verdict"].startswith("decode-bound: 1 threads"), r["verdict"]
+
+    with pytest.raises(shardfeed.ConfigError):
+        shardfeed.doctor(folder, seconds=0)
+    with pytest.raises(TypeError):
+        shardfeed.doctor(folder, step="not callable", seconds=0.3)
+    with pytest.raises(shardfeed.NotFoundError):
+        shardfeed.doctor(folder + "no-such-shard.tar", seconds=0.3)

@@ -1,0 +1,75 @@
+"""shardfeed.doctor: find the stage that starves the training step.
+
+Each stage of the pipeline is measured on its own on the user's data and
+options (fetch, read, decode, assembly, device copy: the C library's
+sf_doctor_measure), then the user's step alone on one batch, then the whole
+pipeline with the step; the slowest stage that runs every epoch is the
+bound, and the verdict names the knob to turn (docs/doctor.md).
+"""
+import time
+
+from . import _shardfeed
+from ._loader import Loader, _options_json
+
+
+def doctor(sources, step=None, *, seconds=2.0, config=None, **options):
+    """Measures the pipeline for ``sources`` with the loader ``options``
+    (those of :class:`Loader`, or ``config=`` a JSON file) and returns a
+    dict: ``stages`` (``fetch``, ``read``, ``decode``, ``assembly``,
+    ``device``: ``samples_per_s``, 0 when not measured, and ``how``),
+    ``step_per_s`` (``step`` alone, called with one batch again and again;
+    0 without a step), ``pipeline_per_s`` and ``wait_share`` (the whole
+    loader feeding ``step``), ``bound`` (``step`` or a stage name) and
+    ``verdict`` (the figures and the knob). ``seconds`` is spent on each
+    stage (the pipeline gets twice that). ``step`` is the training step:
+    a callable taking a :class:`Batch`; it must not keep the batch.
+    Raises the loader's exceptions (a missing shard, bad options)."""
+    if isinstance(sources, str):
+        sources = [sources]
+    sources = list(sources)
+    seconds = float(seconds)
+    if not seconds > 0:
+        raise _shardfeed.ConfigError(f"doctor: seconds must be positive, got {seconds!r}")
+    if step is not None and not callable(step):
+        raise TypeError("doctor: step must be callable (it gets one Batch)")
+    res = _shardfeed._doctor_measure(sources, _options_json(config, options), seconds)
+    step_per_s = 0.0
+    with Loader(sources, config=config, **options) as loader:
+        c = loader._core()
+        first = c.next()
+        if first is None:
+            raise _shardfeed.NotFoundError("doctor: the sources hold no samples")
+        if step is not None:
+            calls, t0 = 0, time.monotonic()
+            while True:
+                step(first)
+                calls += 1
+                elapsed = time.monotonic() - t0
+                if elapsed >= seconds / 2:
+                    break
+            step_per_s = calls * first.size / elapsed
+        first.release()
+        # The whole pipeline with the step, in a report window of its own.
+        before = c.stats()["bytes_fetched"]
+        c.report(True)
+        epoch, images, t0 = loader.epoch, 0, time.monotonic()
+        while time.monotonic() - t0 < 2 * seconds:
+            b = c.next()
+            if b is None:
+                epoch += 1
+                c.set_epoch(epoch)
+                continue
+            if step is not None:
+                step(b)
+            images += b.size
+            b.release()
+        elapsed = time.monotonic() - t0
+        rep = c.report(False)
+        in_cache = c.stats()["bytes_fetched"] == before
+    out = _shardfeed._doctor_conclude(res["_raw"], step_per_s, images / elapsed,
+                                      rep["wait_share"], in_cache)
+    del out["_raw"]
+    out["wait_p50_ms"] = rep["wait_p50_ms"]
+    out["wait_p99_ms"] = rep["wait_p99_ms"]
+    out["data_in_cache"] = in_cache
+    return out
