@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""Periodic stalls: the batch wait distribution when the step is just
+faster than the pipeline.
+
+    python3 bench/stalls.py SHARDS [--epochs 10] [--batch-size 64]
+        [--decode-threads N] [--fraction 0.9] [--torch-webdataset URLS]
+
+1. Measures the pipeline's own rate: one epoch of shardfeed.Loader over
+   SHARDS (a folder of tar shards with index.json) with no step.
+2. Sets the step (a sleep, as a GPU step costs the host nothing) to
+   FRACTION of the time the pipeline needs per batch, so the loader is the
+   bound by a small margin, and runs EPOCHS epochs with it, timing every
+   next() (the consumer's wait per batch).
+3. Prints the wait percentiles (p50, p90, p99, max), p99 / p50 (the issue's
+   target is <= 2), a histogram, and the loader's own report.
+
+A DataLoader whose workers each hold whole batches delivers in bursts (a
+wait every num_workers batches); shardfeed's decode threads share every
+batch, so the waits should stay even. The step runs on this thread, the
+waits are measured around next() only.
+"""
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "build", "python"))
+import shardfeed  # noqa: E402
+
+
+def run_epoch(loader, step_s, waits, firsts=None):
+    n = 0
+    while True:
+        t0 = time.perf_counter()
+        b = loader.next_batch()
+        waits.append(time.perf_counter() - t0)
+        if firsts is not None and n == 0:
+            firsts.append(len(waits) - 1)
+        if b is None:
+            waits.pop()  # the end of the epoch is not a batch
+            return n
+        n += b.size
+        if step_s:
+            time.sleep(step_s)
+        b.release()
+
+
+def pct(xs, q):
+    s = sorted(xs)
+    return s[min(len(s) - 1, max(0, math.ceil(q * len(s)) - 1))]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("shards")
+    ap.add_argument("--epochs", type=int, default=10)
+    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--decode-threads", type=int, default=0)
+    ap.add_argument("--fraction", type=float, default=0.9)
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    opts = dict(batch_size=a.batch_size, device="host", prefetch_batches=4)
+    if a.decode_threads:
+        opts["decode_threads"] = a.decode_threads
+    with shardfeed.Loader([a.shards], **opts) as loader:
+        waits = []
+        t0 = time.perf_counter()
+        n = run_epoch(loader, 0, waits)  # also warms the page cache
+        loader.set_epoch(loader.epoch + 1)
+        waits = []
+        t0 = time.perf_counter()
+        n = run_epoch(loader, 0, waits)
+        rate = n / (time.perf_counter() - t0)
+        step_s = a.fraction * a.batch_size / rate
+        loader.set_epoch(loader.epoch + 1)
+        waits, firsts = [], []
+        t0 = time.perf_counter()
+        images = 0
+        for e in range(a.epochs):
+            images += run_epoch(loader, step_s, waits, firsts)
+            loader.set_epoch(loader.epoch + 1)
+        wall = time.perf_counter() - t0
+    ms = [w * 1e3 for w in waits]
+    first = set(firsts)
+    inner = [x for i, x in enumerate(ms) if i not in first]
+    edge = [ms[i] for i in firsts if i < len(ms)]
+    p50, p90, p99, mx = pct(ms, .5), pct(ms, .9), pct(ms, .99), max(ms)
+    res = {"pipeline_per_s": rate, "step_ms": step_s * 1e3, "batches": len(ms),
+           "images_per_s": images / wall, "wait_share": sum(waits) / wall,
+           "wait_p50_ms": p50, "wait_p90_ms": p90, "wait_p99_ms": p99, "wait_max_ms": mx,
+           "p99_over_p50": p99 / p50 if p50 > 0 else float("inf"),
+           "within_epoch_p50_ms": pct(inner, .5) if inner else 0,
+           "within_epoch_p99_ms": pct(inner, .99) if inner else 0,
+           "epoch_first_batch_median_ms": statistics.median(edge) if edge else 0}
+    if a.json:
+        print(json.dumps(res))
+        return
+    print(f"pipeline alone: {rate:.0f} img/s; step {step_s * 1e3:.1f} ms per batch of "
+          f"{a.batch_size} ({a.fraction:.0%} of the pipeline's time per batch)")
+    print(f"{a.epochs} epochs, {len(ms)} batches: {images / wall:.0f} img/s, the step waited "
+          f"{100 * res['wait_share']:.1f} % of the time")
+    print(f"batch wait: p50 {p50:.2f} ms, p90 {p90:.2f} ms, p99 {p99:.2f} ms, max {mx:.2f} ms; "
+          f"p99 / p50 = {res['p99_over_p50']:.2f} (target <= 2)")
+    print(f"within epochs (each epoch's first batch left out): p50 "
+          f"{res['within_epoch_p50_ms']:.2f} ms, p99 {res['within_epoch_p99_ms']:.2f} ms; "
+          f"each epoch's first batch: median {res['epoch_first_batch_median_ms']:.2f} ms "
+          f"(the ring refills after set_epoch)")
+    edges = [0, 0.5, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1e9]
+    for lo, hi in zip(edges, edges[1:]):
+        k = sum(lo <= x < hi for x in ms)
+        if k:
+            label = f"{lo:g}-{hi:g} ms" if hi < 1e9 else f">= {lo:g} ms"
+            print(f"  {label:>12} {k:6d} {'#' * max(1, round(60 * k / len(ms)))}")
+
+
+if __name__ == "__main__":
+    main()
