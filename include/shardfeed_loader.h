@@ -450,6 +450,31 @@ SF_API void sf_doctor_conclude(struct sf_doctor_result *r, double step_per_s,
                                double pipeline_per_s, const struct sf_loader_report *pipeline,
                                int data_in_cache);
 
+/*
+ * Autotune (docs/doctor.md "Autotune"): a small search of decode_threads,
+ * concurrency, chunk size, prefetch_shards and prefetch_batches against the
+ * user's store and data, within about budget_s seconds (0: 20 s), then a
+ * check of the whole pipeline with the tuned options against the given ones
+ * (the given ones are kept when the tuned ones are not faster). The result
+ * holds the options as a JSON object that --config / config= / 
+ * sf_loader_options_from_json() take.
+ */
+struct sf_tune_result {
+    unsigned decode_threads, concurrency, prefetch_shards, prefetch_batches;
+    unsigned long long chunk_bytes;
+    double decode_per_s;    /* decode stage at decode_threads */
+    double fetch_mib_per_s; /* fetch stage at concurrency and chunk_bytes (0: local) */
+    double tuned_per_s;     /* the whole pipeline with the tuned options */
+    double given_per_s;     /* the same with the options given */
+    int kept_given;         /* 1: the tuned point was not faster, the given options stay */
+    unsigned points;        /* stage measurements made */
+    double seconds;         /* time the search took */
+    char config_json[512];
+    char trace[1024];       /* what was tried, one "name=value:rate" per point */
+};
+SF_API sf_status sf_tune(const struct sf_loader_options *o, double budget_s,
+                         struct sf_tune_result *out, char *err, size_t err_len);
+
 /* Shards of the loader (after expansion), by index: the URL is owned by the
  * loader, valid until sf_loader_close(); NULL when i is out of range or l is
  * NULL (count 0). */

@@ -39,6 +39,8 @@ static void usage(FILE *f)
           "                report images/s and where time goes (`shardfeed load --help`)\n"
           "  doctor URL... measure each stage on your data and name the one that starves the\n"
           "                step, and the knob to turn (`shardfeed doctor --help`)\n"
+          "  tune URL...   search decode threads, concurrency, chunk size and prefetch depths\n"
+          "                and write the best as a --config file (`shardfeed tune --help`)\n"
           "  version       print the library version and what this build supports\n"
           "  help          this text\n"
           "\n"
@@ -865,6 +867,8 @@ int main(int argc, char **argv)
         return cli_cmd_load(argc - 1, argv + 1);
     if (!strcmp(cmd, "doctor"))
         return cli_cmd_doctor(argc - 1, argv + 1);
+    if (!strcmp(cmd, "tune"))
+        return cli_cmd_tune(argc - 1, argv + 1);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0)
         return cmd_version();
     if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {

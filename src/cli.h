@@ -60,5 +60,6 @@ int cli_cmd_index(int argc, char **argv);
 int cli_cmd_inspect(int argc, char **argv);
 int cli_cmd_load(int argc, char **argv);
 int cli_cmd_doctor(int argc, char **argv);
+int cli_cmd_tune(int argc, char **argv);
 
 #endif

@@ -78,6 +78,7 @@ enum {
     O_STEP_MS,
     O_DIGEST,
     O_SECONDS,
+    O_BUDGET,
     O_NO_FLAG, /* --no-<bool> */
 };
 
@@ -88,7 +89,8 @@ struct load_ctx {
     unsigned long long max_batches;
     double step_ms;
     int digest;
-    int doctor;       /* shardfeed doctor */
+    int doctor;       /* 1: shardfeed doctor, 2: shardfeed tune */
+    double budget_s;  /* tune */
     double seconds;   /* doctor: per stage */
 };
 
@@ -128,6 +130,16 @@ static int on_load_option(void *ctx, int val, const char *arg)
             return EXIT_USAGE;
         }
         lc->seconds = v;
+        return 0;
+    }
+    case O_BUDGET: {
+        char *end;
+        double v = strtod(arg, &end);
+        if (!arg[0] || *end || !(v >= 1 && v <= 3600)) {
+            cli_errorf("--budget-s: expected seconds 1..3600, got '%s'", arg);
+            return EXIT_USAGE;
+        }
+        lc->budget_s = v;
         return 0;
     }
     }
@@ -227,6 +239,18 @@ static void doctor_usage(void)
           stderr);
 }
 
+static void tune_usage(void)
+{
+    fputs("usage: shardfeed tune URL... [loader options] [--budget-s S] [-o config.json] [--json]\n"
+          "Searches decode threads, concurrency, chunk size and the prefetch depths against\n"
+          "your store and data in about S seconds (default 20), checks the whole pipeline\n"
+          "with the result against the options given, and writes the options as JSON for\n"
+          "--config / config= (stdout without -o). docs/doctor.md \"Autotune\".\n"
+          "Exit status: 0 done, 1 a measurement failed (the message names the object), 2 bad\n"
+          "usage.\n",
+          stderr);
+}
+
 static char *read_file(const char *path)
 {
     FILE *f = fopen(path, "rb");
@@ -277,6 +301,8 @@ static void sleep_ms(double ms)
 }
 
 static int run_doctor(struct sf_loader_options *o, const struct load_ctx *lc, int json);
+static int run_tune(struct sf_loader_options *o, const struct load_ctx *lc, int json,
+                    const char *output);
 
 static int load_or_doctor(int argc, char **argv, int doctor)
 {
@@ -297,13 +323,17 @@ static int load_or_doctor(int argc, char **argv, int doctor)
     longopts[n++] = (struct option){"step-ms", required_argument, NULL, O_STEP_MS};
     if (!doctor)
         longopts[n++] = (struct option){"digest", no_argument, NULL, O_DIGEST};
-    else
+    else if (doctor == 1)
         longopts[n++] = (struct option){"seconds", required_argument, NULL, O_SECONDS};
+    else
+        longopts[n++] = (struct option){"budget-s", required_argument, NULL, O_BUDGET};
     longopts[n++] = (struct option){NULL, 0, NULL, 0};
 
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            if (doctor)
+            if (doctor == 2)
+                tune_usage();
+            else if (doctor)
                 doctor_usage();
             else
                 load_usage();
@@ -314,7 +344,7 @@ static int load_or_doctor(int argc, char **argv, int doctor)
         return 1;
     struct cli c;
     struct cli_extra extra = {longopts, on_load_option, &lc};
-    const char *name = doctor ? "doctor" : "load";
+    const char *name = doctor == 2 ? "tune" : doctor ? "doctor" : "load";
     int rc = cli_parse_options(argc, argv, &c, name, &extra);
     if (rc) {
         cJSON_Delete(lc.set);
@@ -322,7 +352,9 @@ static int load_or_doctor(int argc, char **argv, int doctor)
     }
     if (c.n_args < 1) {
         cli_errorf("%s: expected at least one shard URL, pattern or prefix", name);
-        if (doctor)
+        if (doctor == 2)
+            tune_usage();
+        else if (doctor)
             doctor_usage();
         else
             load_usage();
@@ -374,7 +406,7 @@ static int load_or_doctor(int argc, char **argv, int doctor)
     o.sources = (const char *const *)c.args;
     o.source_count = (size_t)c.n_args;
     if (doctor) {
-        int drc = run_doctor(&o, &lc, c.json);
+        int drc = doctor == 2 ? run_tune(&o, &lc, c.json, c.output) : run_doctor(&o, &lc, c.json);
         sf_loader_options_free_json(keep_cfg);
         sf_loader_options_free_json(keep_flags);
         return drc;
@@ -658,5 +690,64 @@ static int run_doctor(struct sf_loader_options *o, const struct load_ctx *lc, in
            rep.wait_p99_ms);
     printf("bound: %s\n", r.bound == SF_STAGE_NONE ? "step" : sf_stage_name(r.bound));
     printf("%s\n", r.verdict);
+    return 0;
+}
+
+int cli_cmd_tune(int argc, char **argv)
+{
+    return load_or_doctor(argc, argv, 2);
+}
+
+static int run_tune(struct sf_loader_options *o, const struct load_ctx *lc, int json,
+                    const char *output)
+{
+    struct sf_tune_result r;
+    char err[2048] = "";
+    sf_status st = sf_tune(o, lc->budget_s, &r, err, sizeof(err));
+    if (st != SF_OK) {
+        cli_errorf("tune: %s (%s)", err[0] ? err : sf_status_str(st), sf_status_name(st));
+        if (json) {
+            cJSON *j = cJSON_CreateObject();
+            cJSON_AddBoolToObject(j, "ok", 0);
+            cJSON_AddStringToObject(j, "error", err[0] ? err : sf_status_str(st));
+            cJSON_AddStringToObject(j, "status", sf_status_name(st));
+            cli_print_json(j);
+            cJSON_Delete(j);
+        }
+        return st == SF_ERR_INVALID_ARGUMENT ? EXIT_USAGE : 1;
+    }
+    if (output) {
+        FILE *f = fopen(output, "w");
+        if (!f || fprintf(f, "%s\n", r.config_json) < 0 || fclose(f) != 0) {
+            cli_errorf("tune: -o %s: %s", output, strerror(errno));
+            return 1;
+        }
+    }
+    if (json) {
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddBoolToObject(j, "ok", 1);
+        cJSON *cfg = cJSON_Parse(r.config_json);
+        if (cfg)
+            cJSON_AddItemToObject(j, "config", cfg);
+        cJSON_AddNumberToObject(j, "decode_per_s", r.decode_per_s);
+        cJSON_AddNumberToObject(j, "fetch_mib_per_s", r.fetch_mib_per_s);
+        cJSON_AddNumberToObject(j, "tuned_per_s", r.tuned_per_s);
+        cJSON_AddNumberToObject(j, "given_per_s", r.given_per_s);
+        cJSON_AddBoolToObject(j, "kept_given", r.kept_given);
+        cJSON_AddNumberToObject(j, "points", r.points);
+        cJSON_AddNumberToObject(j, "seconds", r.seconds);
+        cJSON_AddStringToObject(j, "trace", r.trace);
+        cli_print_json(j);
+        cJSON_Delete(j);
+        return 0;
+    }
+    if (!output)
+        printf("%s\n", r.config_json);
+    fprintf(stderr,
+            "tune: %u measurements in %.1f s: %s\n"
+            "tune: pipeline %.0f samples/s with these options, %.0f with the ones given%s%s%s\n",
+            r.points, r.seconds, r.trace, r.tuned_per_s, r.given_per_s,
+            r.kept_given ? " (kept the given ones)" : "", output ? "; written to " : "",
+            output ? output : "");
     return 0;
 }

@@ -21,6 +21,7 @@
 #include "shardfeed_shard.h"
 
 #include "src/decode.h"
+#include "src/doctor.h"
 #include "src/gpu.h"
 
 #include <math.h>
@@ -36,6 +37,8 @@
 #define READ_CAP_BYTES   (64ull << 20) /* shard bytes kept for the read and decode stages */
 #define MAX_RAW          512u          /* raw samples kept for the decode stage */
 #define FETCH_SLOT_BYTES (16ull << 20) /* per fetch in the fetch stage */
+#define MAX_SLOTS        64u           /* fetches in flight in the fetch stage */
+#define FETCH_MEMORY     (256ull << 20) /* their buffers in all */
 
 static double now_s(void)
 {
@@ -71,7 +74,7 @@ struct raw {
     size_t size;
 };
 
-struct doctor {
+struct sf__doctor {
     const struct sf_loader_options *o;
     struct sf_doctor_result *r;
     double stage_s;
@@ -88,6 +91,8 @@ struct doctor {
     struct raw raw[MAX_RAW];
     unsigned n_raw;
     int remote;
+    double bytes_per_sample;
+    unsigned long long held_bytes;
 };
 
 static int is_shard(const char *key)
@@ -110,7 +115,7 @@ static int is_image_field(const struct sf_loader_options *o, const char *name)
     return 0;
 }
 
-static sf_status list_shards(struct doctor *d, char *err, size_t len)
+static sf_status list_shards(struct sf__doctor *d, char *err, size_t len)
 {
     const struct sf_loader_options *o = d->o;
     d->lists = calloc(o->source_count ? o->source_count : 1, sizeof(*d->lists));
@@ -146,7 +151,7 @@ static sf_status list_shards(struct doctor *d, char *err, size_t len)
 
 /* Reads whole shards (the first ones, READ_CAP_BYTES in all at most; the
  * last one may be cut) into memory. */
-static sf_status hold_shards(struct doctor *d, char *err, size_t len)
+static sf_status hold_shards(struct sf__doctor *d, char *err, size_t len)
 {
     d->held = calloc(d->n_shards, sizeof(*d->held));
     d->held_len = calloc(d->n_shards, sizeof(*d->held_len));
@@ -196,7 +201,7 @@ static sf_status hold_shards(struct doctor *d, char *err, size_t len)
 
 /* Parses every held shard once; keeps raw samples when `keep`. Returns the
  * samples parsed, or -1 (err filled). */
-static long long parse_all(struct doctor *d, int keep, unsigned long long *bytes, char *err,
+static long long parse_all(struct sf__doctor *d, int keep, unsigned long long *bytes, char *err,
                            size_t len)
 {
     long long n = 0;
@@ -246,9 +251,9 @@ static long long parse_all(struct doctor *d, int keep, unsigned long long *bytes
     return n;
 }
 
-static sf_status stage_read(struct doctor *d, char *err, size_t len)
+/* The first pass: keeps the raw samples and the mean bytes per sample. */
+static sf_status first_parse(struct sf__doctor *d, char *err, size_t len)
 {
-    struct sf_doctor_result *r = d->r;
     unsigned long long bytes = 0;
     long long n = parse_all(d, 1, &bytes, err, len);
     if (n < 0)
@@ -256,7 +261,16 @@ static sf_status stage_read(struct doctor *d, char *err, size_t len)
     if (n == 0)
         return fail(err, len, SF_ERR_NOT_FOUND, "no samples in the first shards (%s)",
                     d->held_name[0]);
-    r->bytes_per_sample = (double)bytes / (double)n;
+    d->bytes_per_sample = (double)bytes / (double)n;
+    d->held_bytes = bytes;
+    return SF_OK;
+}
+
+static sf_status stage_read(struct sf__doctor *d, char *err, size_t len)
+{
+    struct sf_doctor_result *r = d->r;
+    const unsigned long long bytes = d->held_bytes;
+    r->bytes_per_sample = d->bytes_per_sample;
     unsigned long long total = 0;
     double t0 = now_s(), t;
     do {
@@ -275,7 +289,7 @@ static sf_status stage_read(struct doctor *d, char *err, size_t len)
 }
 
 struct decode_job {
-    struct doctor *d;
+    struct sf__doctor *d;
     double until;
     unsigned first;
     unsigned long long done;
@@ -287,7 +301,7 @@ struct decode_job {
 static void *decode_main(void *arg)
 {
     struct decode_job *j = arg;
-    struct doctor *d = j->d;
+    struct sf__doctor *d = j->d;
     struct sf_decoder *dec = NULL;
     size_t bytes = sf__image_bytes(&d->o->image);
     unsigned char *out = malloc(bytes ? bytes : 1);
@@ -316,7 +330,7 @@ static void *decode_main(void *arg)
 }
 
 /* decode_threads threads for span_s; returns samples/s (0 with st set). */
-static double decode_for(struct doctor *d, unsigned threads, double span_s, sf_status *st,
+static double decode_for(struct sf__doctor *d, unsigned threads, double span_s, sf_status *st,
                          char *err, size_t len)
 {
     struct decode_job *jobs = calloc(threads, sizeof(*jobs));
@@ -355,7 +369,7 @@ static double decode_for(struct doctor *d, unsigned threads, double span_s, sf_s
     return *st == SF_OK && t > 0 ? (double)done / t : 0;
 }
 
-static sf_status stage_decode(struct doctor *d, char *err, size_t len)
+static sf_status stage_decode(struct sf__doctor *d, char *err, size_t len)
 {
     struct sf_doctor_result *r = d->r;
     if (d->n_raw == 0) {
@@ -379,7 +393,7 @@ static sf_status stage_decode(struct doctor *d, char *err, size_t len)
     return SF_OK;
 }
 
-static sf_status stage_assembly(struct doctor *d, char *err, size_t len)
+static sf_status stage_assembly(struct sf__doctor *d, char *err, size_t len)
 {
     struct sf_doctor_result *r = d->r;
     const size_t img = sf__image_bytes(&d->o->image);
@@ -417,7 +431,7 @@ static sf_status stage_assembly(struct doctor *d, char *err, size_t len)
     return SF_OK;
 }
 
-static sf_status stage_device(struct doctor *d, char *err, size_t len)
+static sf_status stage_device(struct sf__doctor *d, char *err, size_t len)
 {
     struct sf_doctor_result *r = d->r;
     const struct sf_loader_options *o = d->o;
@@ -483,27 +497,49 @@ static sf_status stage_device(struct doctor *d, char *err, size_t len)
 
 /* Fetches shards from the store into memory with `concurrency` in flight
  * for span_s: MiB/s. */
-static sf_status fetch_for(struct doctor *d, unsigned concurrency, double span_s, double *mib_s,
-                           char *err, size_t len)
+static sf_status fetch_for(struct sf__doctor *d, unsigned concurrency,
+                           unsigned long long chunk_bytes, double span_s, double *mib_s, char *err,
+                           size_t len)
 {
     struct sf_s3_options so = d->o->s3;
     so.concurrency = concurrency;
+    if (chunk_bytes)
+        so.chunk_bytes = chunk_bytes;
     struct sf_s3 *s3 = NULL;
     sf_status st = sf_s3_new(&so, &s3, err, len);
     if (st != SF_OK)
         return st;
-    enum { SLOTS = 4 };
-    struct sf_fetch *f[SLOTS] = {0};
-    unsigned char *buf[SLOTS] = {0};
+    /* Enough objects in flight for `concurrency` ranges of chunk bytes (as
+     * the loader's prefetch_shards would be set for them), at least 4 and
+     * at most MAX_SLOTS, FETCH_MEMORY bytes of buffers in all. */
+    const unsigned long long chunk = so.chunk_bytes ? so.chunk_bytes : 8ull << 20;
+    unsigned long long shard = 0, k = 0;
+    for (size_t i = 0; i < d->n_shards; i++)
+        if (d->shards[i]->size != SF_SIZE_UNKNOWN) {
+            shard += d->shards[i]->size;
+            k++;
+        }
+    shard = k ? shard / k : FETCH_SLOT_BYTES;
+    const unsigned long long per = shard < FETCH_SLOT_BYTES ? (shard ? shard : 1) : FETCH_SLOT_BYTES;
+    unsigned long long want = (concurrency * chunk + per - 1) / per;
+    if (want < 4)
+        want = 4;
+    if (want > MAX_SLOTS)
+        want = MAX_SLOTS;
+    if (want * per > FETCH_MEMORY)
+        want = FETCH_MEMORY / per ? FETCH_MEMORY / per : 1;
+    const unsigned slots = (unsigned)want;
+    struct sf_fetch *f[MAX_SLOTS] = {0};
+    unsigned char *buf[MAX_SLOTS] = {0};
     size_t next = 0;
     double t0 = now_s(), t = 0;
-    for (int i = 0; i < SLOTS && st == SF_OK; i++) {
-        buf[i] = malloc(FETCH_SLOT_BYTES);
+    for (unsigned i = 0; i < slots && st == SF_OK; i++) {
+        buf[i] = malloc((size_t)per);
         if (!buf[i])
             st = fail(err, len, SF_ERR_NO_MEMORY, "out of memory");
     }
     while (st == SF_OK && (t = now_s() - t0) < span_s) {
-        for (int i = 0; i < SLOTS && st == SF_OK; i++) {
+        for (unsigned i = 0; i < slots && st == SF_OK; i++) {
             if (f[i]) {
                 struct sf_fetch_progress p;
                 sf_fetch_progress(f[i], &p);
@@ -521,10 +557,8 @@ static sf_status fetch_for(struct doctor *d, unsigned concurrency, double span_s
             struct sf_fetch_options fo;
             sf_fetch_options_init_default(&fo);
             fo.buffer = buf[i];
-            fo.buffer_bytes = FETCH_SLOT_BYTES;
-            fo.length = obj->size != SF_SIZE_UNKNOWN && obj->size < FETCH_SLOT_BYTES
-                            ? obj->size
-                            : FETCH_SLOT_BYTES;
+            fo.buffer_bytes = per;
+            fo.length = obj->size != SF_SIZE_UNKNOWN && obj->size < per ? obj->size : per;
             fo.size = obj->size;
             if (fo.length == 0)
                 continue;
@@ -536,16 +570,16 @@ static sf_status fetch_for(struct doctor *d, unsigned concurrency, double span_s
     }
     struct sf_s3_stats ss;
     sf_s3_get_stats(s3, &ss);
-    for (int i = 0; i < SLOTS; i++)
+    for (unsigned i = 0; i < slots; i++)
         sf_fetch_destroy(f[i]);
     sf_s3_destroy(s3);
-    for (int i = 0; i < SLOTS; i++)
+    for (unsigned i = 0; i < slots; i++)
         free(buf[i]);
     *mib_s = t > 0 ? (double)ss.bytes_received / 1048576.0 / t : 0;
     return st;
 }
 
-static sf_status stage_fetch(struct doctor *d, char *err, size_t len)
+static sf_status stage_fetch(struct sf__doctor *d, char *err, size_t len)
 {
     struct sf_doctor_result *r = d->r;
     if (!d->remote) {
@@ -555,9 +589,9 @@ static sf_status stage_fetch(struct doctor *d, char *err, size_t len)
     }
     r->concurrency = d->o->s3.concurrency ? d->o->s3.concurrency : 16;
     r->concurrency_more = r->concurrency * 4;
-    sf_status st = fetch_for(d, r->concurrency, d->stage_s / 2, &r->fetch_mib_per_s, err, len);
+    sf_status st = fetch_for(d, r->concurrency, 0, d->stage_s / 2, &r->fetch_mib_per_s, err, len);
     if (st == SF_OK)
-        st = fetch_for(d, r->concurrency_more, d->stage_s / 2, &r->fetch_mib_per_s_more, err, len);
+        st = fetch_for(d, r->concurrency_more, 0, d->stage_s / 2, &r->fetch_mib_per_s_more, err, len);
     if (st != SF_OK)
         return st;
     if (r->bytes_per_sample > 0)
@@ -567,6 +601,90 @@ static sf_status stage_fetch(struct doctor *d, char *err, size_t len)
              "at %u",
              r->fetch_mib_per_s, r->concurrency, r->fetch_mib_per_s_more, r->concurrency_more);
     return SF_OK;
+}
+
+void sf__doctor_close(struct sf__doctor *d)
+{
+    if (!d)
+        return;
+    for (unsigned i = 0; i < d->n_raw; i++)
+        free(d->raw[i].data);
+    for (size_t i = 0; i < d->n_held; i++)
+        free(d->held[i]);
+    free(d->held);
+    free(d->held_len);
+    free(d->held_name);
+    free(d->shards);
+    for (size_t i = 0; i < d->n_lists; i++)
+        sf_object_list_destroy(d->lists[i]);
+    free(d->lists);
+    sf_s3_destroy(d->s3);
+    free(d);
+}
+
+sf_status sf__doctor_open(const struct sf_loader_options *o, struct sf__doctor **out, char *err,
+                          size_t err_len)
+{
+    *out = NULL;
+    struct sf__doctor *d = calloc(1, sizeof(*d));
+    if (!d)
+        return fail(err, err_len, SF_ERR_NO_MEMORY, "out of memory");
+    d->o = o;
+    d->stage_s = 2.0;
+    sf_status st = sf_s3_new(&o->s3, &d->s3, err, err_len);
+    if (st == SF_OK)
+        st = list_shards(d, err, err_len);
+    if (st == SF_OK)
+        st = hold_shards(d, err, err_len);
+    if (st == SF_OK)
+        st = first_parse(d, err, err_len);
+    if (st != SF_OK) {
+        sf__doctor_close(d);
+        return st;
+    }
+    *out = d;
+    return SF_OK;
+}
+
+int sf__doctor_remote(const struct sf__doctor *d)
+{
+    return d->remote;
+}
+
+double sf__doctor_bytes_per_sample(const struct sf__doctor *d)
+{
+    return d->bytes_per_sample;
+}
+
+unsigned long long sf__doctor_mean_shard_bytes(const struct sf__doctor *d)
+{
+    unsigned long long sum = 0, n = 0;
+    for (size_t i = 0; i < d->n_shards; i++)
+        if (d->shards[i]->size != SF_SIZE_UNKNOWN) {
+            sum += d->shards[i]->size;
+            n++;
+        }
+    return n ? sum / n : 0;
+}
+
+double sf__doctor_decode_rate(struct sf__doctor *d, unsigned threads, double span_s, sf_status *st,
+                              char *err, size_t len)
+{
+    if (d->n_raw == 0) {
+        *st = SF_OK;
+        return 0;
+    }
+    return decode_for(d, threads ? threads : 1, span_s, st, err, len);
+}
+
+sf_status sf__doctor_fetch_rate(struct sf__doctor *d, unsigned concurrency,
+                                unsigned long long chunk_bytes, double span_s, double *mib_s,
+                                char *err, size_t len)
+{
+    *mib_s = 0;
+    if (!d->remote)
+        return SF_OK;
+    return fetch_for(d, concurrency, chunk_bytes, span_s, mib_s, err, len);
 }
 
 sf_status sf_doctor_measure(const struct sf_loader_options *o, double stage_s,
@@ -582,41 +700,25 @@ sf_status sf_doctor_measure(const struct sf_loader_options *o, double stage_s,
     sf_status st = sf__image_options_check(&o->image, err, err_len);
     if (st != SF_OK)
         return st;
-    struct doctor d;
-    memset(&d, 0, sizeof(d));
-    d.o = o;
-    d.r = out;
-    d.stage_s = stage_s > 0 ? stage_s : 2.0;
     out->cores = cores_here();
     out->decode_threads = o->decode_threads ? o->decode_threads : out->cores;
     out->bound = SF_STAGE_NONE;
-    st = sf_s3_new(&o->s3, &d.s3, err, err_len);
+    struct sf__doctor *d = NULL;
+    st = sf__doctor_open(o, &d, err, err_len);
+    if (st != SF_OK)
+        return st;
+    d->r = out;
+    d->stage_s = stage_s > 0 ? stage_s : 2.0;
+    st = stage_read(d, err, err_len);
     if (st == SF_OK)
-        st = list_shards(&d, err, err_len);
+        st = stage_decode(d, err, err_len);
     if (st == SF_OK)
-        st = hold_shards(&d, err, err_len);
+        st = stage_assembly(d, err, err_len);
     if (st == SF_OK)
-        st = stage_read(&d, err, err_len);
+        st = stage_device(d, err, err_len);
     if (st == SF_OK)
-        st = stage_decode(&d, err, err_len);
-    if (st == SF_OK)
-        st = stage_assembly(&d, err, err_len);
-    if (st == SF_OK)
-        st = stage_device(&d, err, err_len);
-    if (st == SF_OK)
-        st = stage_fetch(&d, err, err_len);
-    for (unsigned i = 0; i < d.n_raw; i++)
-        free(d.raw[i].data);
-    for (size_t i = 0; i < d.n_held; i++)
-        free(d.held[i]);
-    free(d.held);
-    free(d.held_len);
-    free(d.held_name);
-    free(d.shards);
-    for (size_t i = 0; i < d.n_lists; i++)
-        sf_object_list_destroy(d.lists[i]);
-    free(d.lists);
-    sf_s3_destroy(d.s3);
+        st = stage_fetch(d, err, err_len);
+    sf__doctor_close(d);
     return st;
 }
 

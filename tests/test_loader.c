@@ -2191,3 +2191,69 @@ Test(loader, doctor_fails_naming_a_missing_source)
     const char *bad[] = {SF_CLI_BIN, "doctor", shards, "--seconds", "zero", NULL};
     cr_expect_eq(run_cli(bad, out, sizeof(out)), 2);
 }
+
+/* ------------------------------------------------------------ tune */
+
+Test(loader, tune_writes_a_config_the_loader_takes)
+{
+    local_dataset(80, 16 << 10, -1);
+    const char *src[] = {shards};
+    struct sf_loader_options o;
+    base_options(&o, src, 1);
+    o.extra_fields = NULL;
+    struct sf_tune_result r;
+    char err[1024] = "";
+    cr_assert_eq(sf_tune(&o, 1.5, &r, err, sizeof(err)), SF_OK, "%s", err);
+    cr_expect(r.points >= 2, "%u points: %s", r.points, r.trace);
+    cr_expect(strstr(r.trace, "decode_threads=1:") != NULL, "%s", r.trace);
+    cr_expect(strstr(r.trace, "concurrency=") == NULL, "local files: no fetch search: %s",
+              r.trace);
+    cr_expect(r.tuned_per_s > 0 && r.given_per_s > 0);
+    cr_expect(r.decode_threads >= 1 && r.prefetch_shards >= 2 && r.prefetch_batches >= 3);
+    /* The config is what the loader reads back. */
+    struct sf_loader_options back;
+    sf_loader_options_init_default(&back);
+    void *keep = NULL;
+    cr_assert_eq(sf_loader_options_from_json(&back, r.config_json, &keep, err, sizeof(err)),
+                 SF_OK, "%s: %s", r.config_json, err);
+    cr_expect_eq(back.decode_threads, r.decode_threads);
+    cr_expect_eq(back.s3.concurrency, r.concurrency);
+    cr_expect_eq(back.s3.chunk_bytes, r.chunk_bytes);
+    cr_expect_eq(back.prefetch_shards, r.prefetch_shards);
+    cr_expect_eq(back.prefetch_batches, r.prefetch_batches);
+    sf_loader_options_free_json(keep);
+
+    char out[8192], cfg[800];
+    snprintf(cfg, sizeof(cfg), "%s/tuned.json", tmp);
+    const char *cli[] = {SF_CLI_BIN, "tune", shards, "--size", "32", "--budget-s", "1", "-o",
+                         cfg, NULL};
+    cr_assert_eq(run_cli(cli, out, sizeof(out)), 0, "%s", out);
+    const char *use[] = {SF_CLI_BIN, "load", shards, "--size", "32", "--config", cfg, "--json",
+                         NULL};
+    cr_assert_eq(run_cli(use, out, sizeof(out)), 0, "%s", out);
+    cJSON *j = cJSON_Parse(out);
+    cr_assert(j, "%s", out);
+    cr_expect_eq(cJSON_GetObjectItem(j, "images")->valuedouble, 80.0);
+    cJSON_Delete(j);
+    const char *bad[] = {SF_CLI_BIN, "tune", shards, "--budget-s", "0", NULL};
+    cr_expect_eq(run_cli(bad, out, sizeof(out)), 2);
+}
+
+Test(loader, tune_searches_concurrency_against_a_capped_link)
+{
+    const char *slow[] = {"--fault", "prefix=bucket/data,bandwidth=64K", NULL};
+    mock_dataset_with(60, 24 << 10, slow);
+    const char *src[] = {"s3://bucket/data/"};
+    struct sf_loader_options o;
+    s3_options(&o, src, NULL);
+    o.extra_fields = NULL;
+    o.s3.concurrency = 2;
+    struct sf_tune_result r;
+    char err[1024] = "";
+    cr_assert_eq(sf_tune(&o, 3.0, &r, err, sizeof(err)), SF_OK, "%s", err);
+    cr_expect(strstr(r.trace, "concurrency=2:") != NULL && strstr(r.trace, "concurrency=4:"),
+              "%s", r.trace);
+    /* Each connection is capped: more connections fetch more. */
+    cr_expect(r.concurrency > 2 || r.kept_given, "%s", r.trace);
+    cr_expect(r.fetch_mib_per_s > 0, "%s", r.trace);
+}

@@ -11,7 +11,7 @@ from ._shardfeed import (AccessDeniedError, Array, Batch, ChangedError, ConfigEr
                          Error, LimitError, NetworkError, NotFoundError, UnsupportedError)
 from ._loader import Loader
 from ._tools import ls, stat, warm_cache, pack, index
-from ._doctor import doctor
+from ._doctor import doctor, tune
 
 __version__ = _shardfeed.version()
 cuda_compiled = _shardfeed.cuda_compiled()
@@ -21,7 +21,7 @@ cuda_compiled = _shardfeed.cuda_compiled()
 _logging.getLogger("shardfeed").addHandler(_logging.NullHandler())
 
 __all__ = [
-    "Loader", "doctor", "Batch", "Array", "Error", "ConfigError", "NotFoundError", "AccessDeniedError",
+    "Loader", "doctor", "tune", "Batch", "Array", "Error", "ConfigError", "NotFoundError", "AccessDeniedError",
     "NetworkError", "ChangedError", "CorruptError", "LimitError", "UnsupportedError",
     "__version__", "cuda_compiled",
 ]

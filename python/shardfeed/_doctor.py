@@ -6,6 +6,7 @@ sf_doctor_measure), then the user's step alone on one batch, then the whole
 pipeline with the step; the slowest stage that runs every epoch is the
 bound, and the verdict names the knob to turn (docs/doctor.md).
 """
+import json
 import time
 
 from . import _shardfeed
@@ -73,3 +74,25 @@ def doctor(sources, step=None, *, seconds=2.0, config=None, **options):
     out["wait_p99_ms"] = rep["wait_p99_ms"]
     out["data_in_cache"] = in_cache
     return out
+
+
+def tune(sources, *, budget_s=20.0, config=None, output=None, **options):
+    """Searches decode_threads, concurrency, chunk_size, prefetch_shards and
+    prefetch_batches for ``sources`` with the loader ``options`` within
+    about ``budget_s`` seconds (docs/doctor.md "Autotune") and returns a
+    dict: ``config`` (the tuned options, a dict :class:`Loader` takes as
+    keyword arguments or, written with ``output=PATH``, as ``config=``),
+    the measured rates, ``tuned_per_s`` / ``given_per_s`` (the whole
+    pipeline with each), ``kept_given`` and ``trace`` (every point tried)."""
+    if isinstance(sources, str):
+        sources = [sources]
+    budget_s = float(budget_s)
+    if not budget_s > 0:
+        raise _shardfeed.ConfigError(f"tune: budget_s must be positive, got {budget_s!r}")
+    r = _shardfeed._tune(list(sources), _options_json(config, options), budget_s)
+    r["config"] = json.loads(r.pop("config_json"))
+    if output is not None:
+        with open(output, "w") as f:
+            json.dump(r["config"], f)
+            f.write("\n")
+    return r

@@ -96,12 +96,23 @@ class Loader:
     :meth:`set_epoch`). See docs/python.md.
     """
 
-    def __init__(self, sources=None, *, config=None, **options):
+    def __init__(self, sources=None, *, config=None, autotune=False, **options):
         if isinstance(sources, (str, os.PathLike)):
             sources = [sources]
         if sources is not None:
             sources = [os.fspath(s) for s in sources]
         self._c = None
+        self.tuned = None
+        if autotune:
+            # The tuned knobs, under every option given explicitly
+            # (autotune=True: 20 s; a number: that budget in seconds).
+            from ._doctor import tune
+            if sources is None:
+                raise _shardfeed.ConfigError("autotune: needs the sources as an argument")
+            budget = 20.0 if autotune is True else float(autotune)
+            self.tuned = tune(sources, budget_s=budget, config=config, **options)
+            options = {**self.tuned["config"],
+                       **{k: v for k, v in options.items() if v is not None}}
         self._c = _shardfeed.Loader(sources, _options_json(config, options))
         self._epoch = self._c.epoch
         self._ended = False  # the current epoch was read to its end

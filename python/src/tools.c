@@ -1182,6 +1182,60 @@ static PyObject *py_doctor_conclude(PyObject *self, PyObject *args)
     return doctor_dict(&r);
 }
 
+/* _tune(sources, options_json, budget_s) -> dict (sf_tune) */
+static PyObject *py_tune(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *sources;
+    const char *json;
+    double budget;
+    if (!PyArg_ParseTuple(args, "Osd:_tune", &sources, &json, &budget))
+        return NULL;
+    struct strv sv;
+    if (strv_from(sources, "tune", &sv) < 0) {
+        strv_clear(&sv);
+        return NULL;
+    }
+    struct sf_loader_options lo;
+    void *keep = NULL;
+    if (parse_options(json, &lo, &keep) < 0) {
+        strv_clear(&sv);
+        return NULL;
+    }
+    lo.sources = sv.v;
+    lo.source_count = sv.n;
+    struct sf_tune_result r;
+    char err[1024] = "";
+    sf_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = sf_tune(&lo, budget, &r, err, sizeof(err));
+    Py_END_ALLOW_THREADS
+    sf_loader_options_free_json(keep);
+    strv_clear(&sv);
+    if (sfpy_log_drain() < 0)
+        return NULL;
+    if (st != SF_OK) {
+        sfpy_raise(st, err);
+        return NULL;
+    }
+    PyObject *d = PyDict_New();
+    if (!d)
+        return NULL;
+#define F(f) set_item(d, #f, PyFloat_FromDouble(r.f))
+#define U(f) set_u64(d, #f, (unsigned long long)r.f)
+    if (set_str(d, "config_json", r.config_json) || U(decode_threads) || U(concurrency) ||
+        U(chunk_bytes) || U(prefetch_shards) || U(prefetch_batches) || F(decode_per_s) ||
+        F(fetch_mib_per_s) || F(tuned_per_s) || F(given_per_s) ||
+        set_item(d, "kept_given", PyBool_FromLong(r.kept_given)) || U(points) || F(seconds) ||
+        set_str(d, "trace", r.trace)) {
+        Py_DECREF(d);
+        return NULL;
+    }
+#undef F
+#undef U
+    return d;
+}
+
 static PyMethodDef methods[] = {
     {"_ls", py_ls, METH_VARARGS, "_ls(url, recursive, options_json) -> list of dict"},
     {"_stat", py_stat, METH_VARARGS, "_stat(url, options_json) -> dict"},
@@ -1195,6 +1249,7 @@ static PyMethodDef methods[] = {
      "(json_text, index_url)"},
     {"_doctor_measure", py_doctor_measure, METH_VARARGS,
      "_doctor_measure(sources, options_json, seconds) -> dict (sf_doctor_measure)"},
+    {"_tune", py_tune, METH_VARARGS, "_tune(sources, options_json, budget_s) -> dict (sf_tune)"},
     {"_doctor_conclude", py_doctor_conclude, METH_VARARGS,
      "_doctor_conclude(raw, step_per_s, pipeline_per_s, wait_share, data_in_cache) -> dict"},
     {NULL, NULL, 0, NULL},

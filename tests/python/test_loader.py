@@ -583,3 +583,39 @@ def test_doctor_names_the_step_or_the_decode_stage(packed):
         shardfeed.doctor(folder, step="not callable", seconds=0.3)
     with pytest.raises(shardfeed.NotFoundError):
         shardfeed.doctor(folder + "no-such-shard.tar", seconds=0.3)
+
+
+def test_tune_writes_a_config_that_loader_and_autotune_take(packed, tmp_path):
+    import json
+    folder = packed.folder + "/"
+    out = tmp_path / "tuned.json"
+    r = shardfeed.tune(folder, budget_s=3, output=str(out), batch_size=8, size=32,
+                       device="host")
+    cfg = r["config"]
+    assert json.loads(out.read_text()) == cfg
+    # The search tried decode thread counts and kept the options given.
+    assert r["trace"].startswith("decode_threads=1:"), r["trace"]
+    assert set(cfg) == {"decode_threads", "concurrency", "chunk_size", "prefetch_shards",
+                        "prefetch_batches"}, cfg
+    assert cfg["decode_threads"] >= 1 and cfg["prefetch_batches"] >= 2
+    assert r["tuned_per_s"] > 0 and r["given_per_s"] > 0
+    # Kept the given options only when they measured faster.
+    assert r["kept_given"] == (r["given_per_s"] > r["tuned_per_s"])
+    with shardfeed.Loader(folder, config=str(out), batch_size=8, size=32,
+                          device="host") as loader:
+        assert loader.stats()["decode_threads"] == cfg["decode_threads"]
+        n = sum(b.size for b in loader)
+    assert n == packed.photos.n
+
+    with shardfeed.Loader(folder, autotune=2, batch_size=8, size=32, device="host",
+                          decode_threads=1) as loader:
+        assert loader.tuned is not None and loader.tuned["config"]["decode_threads"] >= 1
+        # An option given explicitly wins over the tuned one.
+        assert loader.stats()["decode_threads"] == 1
+        n = sum(b.size for b in loader)
+    assert n == packed.photos.n
+
+    with pytest.raises(shardfeed.ConfigError):
+        shardfeed.tune(folder, budget_s=0)
+    with pytest.raises(shardfeed.NotFoundError):
+        shardfeed.tune(folder + "no-such-shard.tar", budget_s=2)
