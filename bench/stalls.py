@@ -108,7 +108,7 @@ def main():
     print(f"within epochs (each epoch's first batch left out): p50 "
           f"{res['within_epoch_p50_ms']:.2f} ms, p99 {res['within_epoch_p99_ms']:.2f} ms; "
           f"each epoch's first batch: median {res['epoch_first_batch_median_ms']:.2f} ms "
-          f"(the ring refills after set_epoch)")
+          f"(read ahead while the previous epoch ends)")
     edges = [0, 0.5, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1e9]
     for lo, hi in zip(edges, edges[1:]):
         k = sum(lo <= x < hi for x in ms)

@@ -257,6 +257,42 @@ static sf_status switch_basis(struct sf_loader *l, int estimated, uint64_t epoch
     return SF_OK;
 }
 
+/* The reader read `epoch` ahead and this one is delivered to its end: the
+ * batches read ahead become the current epoch's, without a restart. */
+static int adopt_read_ahead(struct sf_loader *l, uint64_t epoch)
+{
+    pthread_mutex_lock(&l->mu);
+    int ok = l->spec_active && l->spec_epoch == epoch && l->error == SF_OK &&
+             !(l->reset_req && !l->reset_done) && l->next_deliver >= l->epoch_batches &&
+             !l->epoch_estimated;
+    if (ok) {
+        /* Nothing of the epoch that ended is left but batches the consumer
+         * holds (delivered to its end); a leftover would block its slot. */
+        for (unsigned i = 0; i < l->ring; i++) {
+            struct batch *b = &l->batches[i];
+            if (b->gen < l->spec_gen && b->state != B_HELD && b->state != B_FREE &&
+                !b->gpu_busy)
+                b->state = B_FREE;
+        }
+        l->gen = l->spec_gen;
+        l->epoch = epoch;
+        l->epoch_positions = l->spec_positions;
+        l->epoch_batches = l->spec_batches;
+        l->size_known = 1;
+        l->plan_done = 1;
+        l->next_deliver = 0;
+        l->next_gpu = 0;
+        l->delivered_positions = 0;
+        l->spec_active = 0;
+        atomic_fetch_add(&l->n_dropped, l->spec_dropped);
+        pthread_cond_broadcast(&l->cv_consumer);
+        pthread_cond_broadcast(&l->cv_gpu);
+        pthread_cond_broadcast(&l->cv_reader);
+    }
+    pthread_mutex_unlock(&l->mu);
+    return ok;
+}
+
 sf_status sf_loader_set_epoch(struct sf_loader *l, uint64_t epoch)
 {
     if (!l)
@@ -275,6 +311,14 @@ sf_status sf_loader_set_epoch(struct sf_loader *l, uint64_t epoch)
     if (fresh)
         return SF_OK;
     l->restored_fresh = 0;
+    pthread_mutex_lock(&l->mu);
+    if (epoch != l->epoch)
+        l->epochs_moved++;
+    pthread_mutex_unlock(&l->mu);
+    if (!switch_basis_now && adopt_read_ahead(l, epoch)) {
+        sf_sampler_set_epoch(l->state_smp, epoch);
+        return SF_OK;
+    }
     /* Counts learned since (this run or another rank of the node): the new
      * epoch is exact when every one is known. */
     if (switch_basis_now) {

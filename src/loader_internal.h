@@ -216,6 +216,12 @@ struct sf_loader {
     int size_known;               /* epoch_positions is exact (not an estimate) */
     int plan_done;                /* the reader has read its whole plan (estimated) */
     int epoch_estimated;          /* this epoch runs on estimated counts */
+    /* The next epoch, read ahead by the reader (batches of gen spec_gen)
+     * while the consumer finishes this one; set_epoch(spec_epoch) adopts it
+     * instead of restarting (loader_reader.c, loader_api.c). */
+    int spec_active;
+    unsigned epochs_moved; /* set_epoch went to another epoch: a multi-epoch loop */
+    uint64_t spec_epoch, spec_gen, spec_positions, spec_batches, spec_dropped;
     /* Samplers for the reader to take at the next reset (basis change). */
     struct sf_sampler *next_sampler, *next_counter;
     int next_estimated;

@@ -31,7 +31,11 @@ struct reader {
     struct sf_sample_ref pending;
     int have_pending, sampler_done;
     struct batch *cur;
-    uint64_t gen;
+    uint64_t gen;   /* of the batches it fills: l->gen, or l->gen + 1 reading ahead */
+    uint64_t epoch; /* the epoch it reads */
+    uint64_t size;  /* its sampler positions */
+    int known;      /* size is exact */
+    uint64_t dropped; /* SF_EPOCH_DROP's truncation, counted when the epoch starts */
     /* Estimated counts: the plan is read as passes over it (pass 0 real,
      * later passes pads), slots numbered by virtual index. */
     int est;
@@ -66,14 +70,15 @@ static void reader_close_all(struct sf_loader *l, struct reader *rd)
     }
 }
 
-/* Starts the reader's epoch at the sampler's current position. */
 static int cmp_u64(const void *a, const void *b)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return x < y ? -1 : x > y;
 }
 
-static void reader_begin(struct sf_loader *l, struct reader *rd, uint64_t position)
+/* Plans the reader's epoch from the sampler's current position: the reader's
+ * own state only (and the per-shard deliveries, read when a shard opens). */
+static void reader_plan(struct sf_loader *l, struct reader *rd, uint64_t position)
 {
     reader_close_all(l, rd);
     free(rd->rs_buf);
@@ -89,6 +94,9 @@ static void reader_begin(struct sf_loader *l, struct reader *rd, uint64_t positi
     uint64_t size = info.epoch_size;
     uint64_t B = l->o.batch_size;
     int known = info.size_known;
+    rd->epoch = info.epoch;
+    rd->size = size;
+    rd->known = !rd->est || known;
     if (rd->est) {
         rd->target = known ? size : UINT64_MAX;
         rd->stop_at = known ? (l->o.drop_last ? size / B * B : size) : UINT64_MAX;
@@ -114,24 +122,79 @@ static void reader_begin(struct sf_loader *l, struct reader *rd, uint64_t positi
         count_deliveries(l, rd->stop_at);
         /* SF_EPOCH_DROP's truncation, known from the start with exact counts
          * (on estimates est_pass0_done counts it). */
-        atomic_fetch_add(&l->n_dropped, info.dropped_count);
+        rd->dropped = info.dropped_count;
     }
+}
+
+static uint64_t epoch_batches_of(const struct sf_loader *l, uint64_t size)
+{
+    uint64_t B = l->o.batch_size;
+    return l->o.drop_last ? size / B : (size + B - 1) / B;
+}
+
+/* Starts the reader's epoch at the sampler's current position. */
+static void reader_begin(struct sf_loader *l, struct reader *rd, uint64_t position)
+{
+    reader_plan(l, rd, position);
+    atomic_fetch_add(&l->n_dropped, rd->dropped);
+    uint64_t B = l->o.batch_size;
     /* Replayed positions were consumed already: the shards hold fewer
      * deliveries, and samples read before `position` are counted. */
     pthread_mutex_lock(&l->mu);
-    l->epoch = info.epoch;
-    l->epoch_positions = size;
-    l->epoch_batches = l->o.drop_last ? size / B : (size + B - 1) / B;
-    l->size_known = !rd->est || known;
+    l->epoch = rd->epoch;
+    l->epoch_positions = rd->size;
+    l->epoch_batches = epoch_batches_of(l, rd->size);
+    l->size_known = rd->known;
     l->epoch_estimated = rd->est;
     l->plan_done = !rd->est;
-    if (rd->est && !known)
+    if (!rd->known)
         l->epoch_batches = UINT64_MAX; /* until the stream's end is read */
     l->next_deliver = (position + B - 1) / B; /* position / B, but a short epoch end */
     l->next_gpu = l->next_deliver;
     l->delivered_positions = position;
     rd->gen = l->gen;
     pthread_mutex_unlock(&l->mu);
+}
+
+/*
+ * Reads the next epoch ahead while the consumer finishes this one, so the
+ * ring holds its first batches when set_epoch(epoch + 1) comes: no stall at
+ * the epoch boundary (docs/loader.md "Epoch boundaries"). Only when this
+ * epoch is read to its end and every shard of it closed (the next epoch's
+ * per-shard deliveries replace this one's), on exact counts (estimated
+ * epochs end with a basis decision), not while a reset is asked, and only
+ * once set_epoch moved the loader to another epoch: a run of one epoch
+ * never fetches shards it will not read (with S3, requests and bytes that
+ * cost money). The
+ * batches carry gen + 1, which neither the consumer nor the device thread
+ * take until set_epoch adopts them; any other set_epoch, a restore or close
+ * throws them away. Returns 1 when it started.
+ */
+static int reader_read_ahead(struct sf_loader *l, struct reader *rd)
+{
+    pthread_mutex_lock(&l->mu);
+    int go = !l->stop && l->error == SF_OK && !l->reset_req && !l->spec_active &&
+             rd->gen == l->gen && !l->estimated && !l->epoch_estimated && !l->next_sampler &&
+             l->epochs_moved > 0;
+    uint64_t next = l->epoch + 1, gen = l->gen + 1;
+    pthread_mutex_unlock(&l->mu);
+    if (!go)
+        return 0;
+    sf_sampler_set_epoch(l->sampler, next);
+    reader_plan(l, rd, 0);
+    rd->gen = gen;
+    pthread_mutex_lock(&l->mu);
+    /* A reset asked meanwhile replans everything: not marked for adoption. */
+    if (!l->reset_req) {
+        l->spec_active = 1;
+        l->spec_epoch = rd->epoch;
+        l->spec_gen = gen;
+        l->spec_positions = rd->size;
+        l->spec_batches = epoch_batches_of(l, rd->size);
+        l->spec_dropped = rd->dropped;
+    }
+    pthread_mutex_unlock(&l->mu);
+    return 1;
 }
 
 /* Samples read before the restore point: a restored sampler needs them to be
@@ -170,8 +233,8 @@ static int reader_wait_slot(struct sf_loader *l, struct reader *rd, uint64_t bin
     int ok = !l->stop && l->error == SF_OK && !l->reset_req && b;
     if (ok) {
         b->state = B_FILLING;
-        b->gen = l->gen;
-        b->epoch = l->epoch;
+        b->gen = rd->gen;
+        b->epoch = rd->epoch;
         b->index = bindex;
         b->position = bindex * l->o.batch_size;
         b->assigned = 0;
@@ -270,7 +333,7 @@ static int reader_assign(struct sf_loader *l, struct reader *rd, const struct sf
         .slot = slot,
         .sh = sh,
         .loc = loc,
-        .rng = sf__sample_rng_seed(l->o.sampler.seed, l->epoch, shard, sample),
+        .rng = sf__sample_rng_seed(l->o.sampler.seed, rd->epoch, shard, sample),
     };
     pthread_mutex_lock(&l->mu);
     /* The queue holds at most every slot of the ring: never full. */
@@ -506,6 +569,7 @@ void *sf__loader_reader_main(void *arg)
         if (reset) {
             reader_drain(l, &rd);
             pthread_mutex_lock(&l->mu);
+            l->spec_active = 0; /* a next epoch read ahead is thrown away */
             sf_status st = SF_OK;
             uint64_t position = 0;
             if (l->next_sampler) {
@@ -524,7 +588,7 @@ void *sf__loader_reader_main(void *arg)
             } else {
                 sf_sampler_set_epoch(l->sampler, l->reset_epoch);
             }
-            l->gen++;
+            l->gen = (rd.gen > l->gen ? rd.gen : l->gen) + 1;
             pthread_mutex_unlock(&l->mu);
             if (st != SF_OK)
                 sf__loader_fail(l, st, "%s", sf_sampler_errmsg(l->sampler));
@@ -546,6 +610,8 @@ void *sf__loader_reader_main(void *arg)
                     if (sf__loader_shard_pump(l, s, 0, 0) != SF_OK)
                         break;
             reader_sweep(l, &rd, failed);
+            if (!failed && !rd.open && reader_read_ahead(l, &rd))
+                continue;
             pthread_mutex_lock(&l->mu);
             if (!l->stop && !(l->reset_req && !l->reset_done))
                 sf__loader_cond_wait_ms(&l->cv_reader, &l->mu, 50);

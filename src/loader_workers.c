@@ -124,7 +124,9 @@ static void batch_finish(struct sf_loader *l, struct batch *b)
         return;
     }
     pthread_mutex_lock(&l->mu);
-    if (b->state == B_FILLING && b->gen == l->gen)
+    /* gen above the loader's: the next epoch read ahead, ready for when
+     * set_epoch adopts it. */
+    if (b->state == B_FILLING && b->gen >= l->gen)
         b->state = B_READY;
     pthread_cond_broadcast(&l->cv_consumer);
     pthread_cond_broadcast(&l->cv_gpu);

@@ -845,6 +845,85 @@ Test(loader, set_epoch_to_the_fresh_current_epoch_keeps_the_read_ahead)
     sf_loader_close(l);
 }
 
+/* Waits until the loader has decoded `n` samples in all (read-ahead work). */
+static void wait_decoded(struct sf_loader *l, uint64_t n)
+{
+    struct sf_loader_stats s;
+    for (int i = 0; i < 20000; i++) {
+        sf_loader_get_stats(l, &s);
+        if (s.samples_decoded >= n)
+            return;
+        usleep(500);
+    }
+    cr_assert_fail("%llu of %llu samples decoded after 10 s", (unsigned long long)s.samples_decoded,
+                   (unsigned long long)n);
+}
+
+Test(loader, the_next_epoch_is_read_ahead_from_the_second_epoch_on)
+{
+    local_dataset(160, 32 << 10, -1);
+    const char *src[] = {shards};
+    struct sf_loader_options o;
+    base_options(&o, src, 1);
+    o.sampler.shuffle_buffer = 64;
+    o.sampler.seed = 7;
+    struct epoch_log want[4];
+    { /* the reference: each epoch started afresh by its own loader */
+        for (unsigned e = 0; e < 4; e++) {
+            struct sf_loader_options oe = o;
+            oe.sampler.epoch = e;
+            struct sf_loader *r = open_loader(&oe);
+            cr_assert_eq(run_epoch(r, &want[e], 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(r));
+            sf_loader_close(r);
+        }
+    }
+    struct sf_loader *l = open_loader(&o);
+    struct epoch_log got;
+    struct sf_loader_stats s;
+    /* Epoch 0 of a loader never moved: nothing of epoch 1 is read ahead (a
+     * single-epoch run fetches no shard it does not read). */
+    cr_assert_eq(run_epoch(l, &got, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
+    cr_assert_eq(got.digest, want[0].digest);
+    free(got.seen);
+    usleep(100 * 1000);
+    sf_loader_get_stats(l, &s);
+    cr_assert_eq(s.samples_decoded, 160u, "epoch 1 read ahead before any set_epoch");
+    /* From epoch 1 on, the reader reads the next epoch while this one ends:
+     * its first batches are decoded before set_epoch asks for it, and they
+     * are the same samples, pixels and labels as a fresh start of it. */
+    cr_assert_eq(sf_loader_set_epoch(l, 1), SF_OK);
+    cr_assert_eq(run_epoch(l, &got, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
+    cr_assert_eq(got.digest, want[1].digest);
+    free(got.seen);
+    wait_decoded(l, 2 * 160 + 16);
+    cr_assert_eq(sf_loader_next(l, &(struct sf_batch){0}), SF_END_OF_EPOCH,
+                 "epoch 1 stays ended while epoch 2 is read ahead");
+    cr_assert_eq(sf_loader_set_epoch(l, 2), SF_OK);
+    cr_assert_eq(run_epoch(l, &got, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
+    cr_assert_eq(got.digest, want[2].digest, "the adopted read-ahead is epoch 2 as it should be");
+    cr_assert_eq(got.images, 160u);
+    free(got.seen);
+    sf_loader_get_stats(l, &s);
+    cr_assert_eq(s.epoch, 2u);
+    /* Epoch 3 is read ahead now; going to another epoch throws it away. */
+    wait_decoded(l, 3 * 160 + 16);
+    cr_assert_eq(sf_loader_set_epoch(l, 0), SF_OK);
+    cr_assert_eq(run_epoch(l, &got, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
+    cr_assert_eq(got.digest, want[0].digest, "a different epoch restarts cleanly");
+    free(got.seen);
+    /* And a set_epoch half-way through an epoch does not adopt a read-ahead. */
+    cr_assert_eq(sf_loader_set_epoch(l, 3), SF_OK);
+    cr_assert_eq(run_epoch(l, &got, 2), SF_OK);
+    free(got.seen);
+    cr_assert_eq(sf_loader_set_epoch(l, 3), SF_OK);
+    cr_assert_eq(run_epoch(l, &got, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
+    cr_assert_eq(got.digest, want[3].digest);
+    free(got.seen);
+    for (unsigned e = 0; e < 4; e++)
+        free(want[e].seen);
+    sf_loader_close(l);
+}
+
 Test(loader, state_saved_at_the_end_of_an_epoch_restores_to_its_end)
 {
     local_dataset(40, 64 << 10, 37); /* the last sample is corrupt: 40 = 2 x 16 + 8 */
