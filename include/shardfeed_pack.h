@@ -89,6 +89,14 @@ struct sf_pack_options {
                                        NULL = $TMPDIR, else /tmp */
     sf_pack_progress_fn progress;   /* NULL = none */
     void *progress_user;
+    /* Re-encoding (docs/pack.md "Re-encoding"): 0 = off (default). N >= 16:
+     * a "jpg"/"jpeg" field whose longer side is over N pixels is shrunk to N
+     * (aspect kept, antialiased) and encoded again; smaller JPEGs and other
+     * fields are kept byte for byte. A JPEG that cannot be read (or CMYK)
+     * fails the pack, naming the file. */
+    unsigned max_side;
+    int jpeg_quality; /* with max_side: 1..100; 0 = 90 */
+    unsigned threads; /* re-encoding threads; 0 = the cores online */
 };
 
 /* Fills o with the defaults. o may not be NULL. */
@@ -105,6 +113,9 @@ struct sf_pack_result {
     unsigned long long shard_bytes;  /* bytes of all shards together (index.json not counted) */
     unsigned long long ignored;      /* hidden entries (names starting with '.') not packed */
     unsigned long long classes;      /* ImageFolder classes; 0 for FLAT */
+    unsigned long long reencoded;    /* JPEGs shrunk by max_side */
+    unsigned long long reencoded_source_bytes; /* their bytes before */
+    unsigned long long reencoded_bytes;        /* and after */
 };
 
 /*

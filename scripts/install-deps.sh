@@ -5,7 +5,7 @@ set -euo pipefail
 
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git ca-certificates curl
-  libcurl4-openssl-dev libssl-dev libzstd-dev libturbojpeg0-dev libjpeg62-turbo-dev
+  libcurl4-openssl-dev libssl-dev libzstd-dev libturbojpeg0-dev libjpeg62-turbo-dev libstb-dev
   libjpeg-turbo-progs libcjson-dev libexpat1-dev libxxhash-dev libmicrohttpd-dev libcriterion-dev
   python3 python3-dev python3-pip python3-boto3 awscli nginx-light
   oclgrind ocl-icd-opencl-dev opencl-c-headers

@@ -25,6 +25,9 @@ enum {
     O_FOLLOW,
     O_TMP_DIR,
     O_NO_PROGRESS,
+    O_MAX_SIDE,
+    O_QUALITY,
+    O_THREADS,
 };
 
 struct pack_args {
@@ -82,6 +85,17 @@ static int pack_option(void *ctx, int val, const char *arg)
     case O_FOLLOW: a->o.follow_symlinks = 1; return 0;
     case O_TMP_DIR: a->o.tmp_dir = arg; return 0;
     case O_NO_PROGRESS: a->no_progress = 1; return 0;
+    case O_MAX_SIDE:
+        return cli_parse_uint("--max-side", arg, 16, 65535, &a->o.max_side) ? EXIT_USAGE : 0;
+    case O_QUALITY: {
+        unsigned q;
+        if (cli_parse_uint("--quality", arg, 1, 100, &q))
+            return EXIT_USAGE;
+        a->o.jpeg_quality = (int)q;
+        return 0;
+    }
+    case O_THREADS:
+        return cli_parse_uint("--threads", arg, 1, 256, &a->o.threads) ? EXIT_USAGE : 0;
     }
     return EXIT_USAGE;
 }
@@ -108,6 +122,9 @@ int cli_cmd_pack(int argc, char **argv)
         {"follow-symlinks", no_argument, NULL, O_FOLLOW},
         {"tmp-dir", required_argument, NULL, O_TMP_DIR},
         {"no-progress", no_argument, NULL, O_NO_PROGRESS},
+        {"max-side", required_argument, NULL, O_MAX_SIDE},
+        {"quality", required_argument, NULL, O_QUALITY},
+        {"threads", required_argument, NULL, O_THREADS},
         {NULL, 0, NULL, 0},
     };
     struct pack_args a;
@@ -125,6 +142,11 @@ int cli_cmd_pack(int argc, char **argv)
     if (a.zstd_flag && a.o.format == SF_PACK_FORMAT_TAR) {
         cli_errorf("pack: --zstd compresses record shards only (readers stream plain tar): add "
                    "--format record");
+        return EXIT_USAGE;
+    }
+    if (a.o.jpeg_quality && !a.o.max_side) {
+        cli_errorf("pack: --quality is the quality of re-encoded JPEGs: add --max-side N "
+                   "(JPEGs with no side over N are kept byte for byte)");
         return EXIT_USAGE;
     }
     char name[NAME_MAX + 1];
@@ -178,6 +200,10 @@ int cli_cmd_pack(int argc, char **argv)
         cJSON_AddNumberToObject(o, "bytes", (double)res.shard_bytes);
         cJSON_AddNumberToObject(o, "seconds", secs);
         cJSON_AddNumberToObject(o, "mib_per_s", mib_s);
+        cJSON_AddNumberToObject(o, "max_side", a.o.max_side);
+        cJSON_AddNumberToObject(o, "reencoded", (double)res.reencoded);
+        cJSON_AddNumberToObject(o, "reencoded_source_bytes", (double)res.reencoded_source_bytes);
+        cJSON_AddNumberToObject(o, "reencoded_bytes", (double)res.reencoded_bytes);
         cli_print_json(o);
         cJSON_Delete(o);
     } else {
@@ -195,6 +221,14 @@ int cli_cmd_pack(int argc, char **argv)
         if (res.ignored)
             printf("ignored %llu hidden entr%s (names starting with '.')\n", res.ignored,
                    res.ignored == 1 ? "y" : "ies");
+        if (a.o.max_side) {
+            char b0[32], b1[32];
+            cli_format_bytes((double)res.reencoded_source_bytes, b0, sizeof(b0));
+            cli_format_bytes((double)res.reencoded_bytes, b1, sizeof(b1));
+            printf("re-encoded %llu JPEG%s over %u px at quality %d: %s -> %s\n", res.reencoded,
+                   res.reencoded == 1 ? "" : "s", a.o.max_side,
+                   a.o.jpeg_quality ? a.o.jpeg_quality : 90, b0, b1);
+        }
         printf("index: %s%sindex.json\n", dest, dest[strlen(dest) - 1] == '/' ? "" : "/");
     }
     return 0;

@@ -12,6 +12,7 @@
 
 #include "s3/endpoint.h"
 #include "shardfeed.h"
+#include "src/pack_reencode.h"
 #include "src/record.h"
 
 #include <cjson/cJSON.h>
@@ -39,6 +40,10 @@
 #define INDEX_NAME          "index.json"
 #define INDEX_VERSION       1
 #define MAX_ZSTD_LEVEL      22
+#define DEFAULT_QUALITY     90
+#define MIN_MAX_SIDE        16
+/* Samples re-encoded ahead of the writer per thread: bounds the memory held. */
+#define REENCODE_AHEAD      4
 
 /* One source file. */
 struct entry {
@@ -46,6 +51,9 @@ struct entry {
     size_t key_len; /* rel[0..key_len) is the sample key, rel[key_len] is the '.' */
     long cls;       /* ImageFolder label, -1 for FLAT */
     uint64_t size;  /* at scan time */
+    /* --max-side: the re-encoded JPEG written instead of the file, or NULL */
+    unsigned char *re;
+    uint64_t re_size;
 };
 
 /* One sample: entries [first, first + n) of the sorted array. */
@@ -111,6 +119,7 @@ struct packer {
     size_t sample_cap;
     struct uploader up;
     unsigned long long local_done;
+    struct reencoder *re; /* --max-side, else NULL */
 };
 
 /* ------------------------------------------------------------ errors */
@@ -191,6 +200,18 @@ static uint64_t pad512(uint64_t n)
 static const char *field_of(const struct entry *e)
 {
     return e->rel + e->key_len + 1;
+}
+
+/* The bytes an entry puts in a shard: its file's, or its re-encoded JPEG's. */
+static uint64_t entry_size(const struct entry *e)
+{
+    return e->re ? e->re_size : e->size;
+}
+
+static int is_jpeg_field(const struct entry *e)
+{
+    const char *f = field_of(e);
+    return !strcasecmp(f, "jpg") || !strcasecmp(f, "jpeg");
 }
 
 /*
@@ -344,7 +365,7 @@ static sf_status add_entry(struct packer *p, const char *rel, uint64_t size, lon
     char *copy = strdup(rel);
     if (!copy)
         return SF_ERR_NO_MEMORY;
-    p->entries[p->n_entries++] = (struct entry){copy, key_len, cls, size};
+    p->entries[p->n_entries++] = (struct entry){copy, key_len, cls, size, NULL, 0};
     p->source_bytes += size;
     return SF_OK;
 }
@@ -583,6 +604,31 @@ static int label_text(long cls, char *out, size_t n)
     return snprintf(out, n, "%ld", cls);
 }
 
+/* What a sample adds to a shard (tar: headers + padded data). */
+static uint64_t sample_bytes(const struct packer *p, const struct sample *smp)
+{
+    const struct entry *e = &p->entries[smp->first];
+    uint64_t bytes = 0;
+    for (size_t a = smp->first; a < smp->first + smp->n; a++) {
+        const struct entry *x = &p->entries[a];
+        if (p->o->format == SF_PACK_FORMAT_TAR)
+            bytes += tar_member_bytes(x->rel, strlen(x->rel), entry_size(x));
+        else
+            bytes += SF__RECORD_FIELD_DESC_BYTES + strlen(field_of(x)) + entry_size(x);
+    }
+    if (p->layout == SF_PACK_LAYOUT_IMAGEFOLDER) {
+        char label[32];
+        size_t ll = (size_t)label_text(e->cls, label, sizeof(label));
+        if (p->o->format == SF_PACK_FORMAT_TAR)
+            bytes += tar_member_bytes(e->rel, e->key_len + 4, ll);
+        else
+            bytes += SF__RECORD_FIELD_DESC_BYTES + 3 + ll;
+    }
+    if (p->o->format == SF_PACK_FORMAT_RECORD)
+        bytes += SF__RECORD_REC_HEADER_BYTES + 8 + e->key_len + SF__RECORD_INDEX_ENTRY_BYTES;
+    return bytes;
+}
+
 static sf_status group_samples(struct packer *p)
 {
     qsort(p->entries, p->n_entries, sizeof(*p->entries), cmp_entry);
@@ -615,26 +661,9 @@ static sf_status group_samples(struct packer *p)
                                 p->src, p->entries[a].rel, p->src, p->entries[b].rel, fa,
                                 (int)e->key_len, e->rel);
         }
-        uint64_t bytes = 0;
-        for (size_t a = i; a < j; a++) {
-            const struct entry *x = &p->entries[a];
-            if (p->o->format == SF_PACK_FORMAT_TAR)
-                bytes += tar_member_bytes(x->rel, strlen(x->rel), x->size);
-            else
-                bytes += SF__RECORD_FIELD_DESC_BYTES + strlen(field_of(x)) + x->size;
-        }
-        if (imagefolder) {
-            char label[32];
-            size_t ll = (size_t)label_text(e->cls, label, sizeof(label));
+        if (imagefolder)
             p->class_counts[e->cls]++;
-            if (p->o->format == SF_PACK_FORMAT_TAR)
-                bytes += tar_member_bytes(e->rel, e->key_len + 4, ll);
-            else
-                bytes += SF__RECORD_FIELD_DESC_BYTES + 3 + ll;
-        }
-        if (p->o->format == SF_PACK_FORMAT_RECORD)
-            bytes += SF__RECORD_REC_HEADER_BYTES + 8 + e->key_len + SF__RECORD_INDEX_ENTRY_BYTES;
-        s->bytes = bytes;
+        s->bytes = sample_bytes(p, s);
         i = j;
     }
     return SF_OK;
@@ -1139,6 +1168,14 @@ static sf_status read_exact(struct packer *p, int fd, const char *abs, unsigned 
 /* A file's bytes straight into the output buffer, then its padding. */
 static sf_status tar_file(struct packer *p, struct shard *s, const struct entry *e)
 {
+    if (e->re) {
+        sf_status st = tar_member_start(p, s, e->rel, strlen(e->rel), e->re_size);
+        if (st == SF_OK)
+            st = out_put(p, s, e->re, (size_t)e->re_size);
+        if (st == SF_OK)
+            st = out_zeros(p, s, (size_t)(pad512(e->re_size) - e->re_size));
+        return st;
+    }
     char *abs = NULL;
     int fd = -1;
     sf_status st = open_source(p, e, &abs, &fd);
@@ -1197,7 +1234,7 @@ static sf_status record_sample(struct packer *p, struct shard *s, const struct s
     uint64_t need = 0;
     size_t names = 0;
     for (size_t i = 0; i < smp->n; i++) {
-        need += p->entries[smp->first + i].size;
+        need += entry_size(&p->entries[smp->first + i]);
         names += strlen(field_of(&p->entries[smp->first + i])) + 1;
     }
     if (need + names + 64 > SIZE_MAX / 2)
@@ -1222,17 +1259,21 @@ static sf_status record_sample(struct packer *p, struct shard *s, const struct s
     unsigned char *at = p->sample_buf;
     for (size_t i = 0; st == SF_OK && i < smp->n; i++) {
         const struct entry *e = &p->entries[smp->first + i];
-        char *abs = NULL;
-        int fd = -1;
-        st = open_source(p, e, &abs, &fd);
-        if (st == SF_OK)
-            st = read_exact(p, fd, abs, at, (size_t)e->size, 0);
-        if (fd >= 0)
-            close(fd);
-        free(abs);
+        if (e->re) {
+            memcpy(at, e->re, (size_t)e->re_size);
+        } else {
+            char *abs = NULL;
+            int fd = -1;
+            st = open_source(p, e, &abs, &fd);
+            if (st == SF_OK)
+                st = read_exact(p, fd, abs, at, (size_t)e->size, 0);
+            if (fd >= 0)
+                close(fd);
+            free(abs);
+        }
         fields[i].data = at;
-        fields[i].size = (size_t)e->size;
-        at += e->size;
+        fields[i].size = (size_t)entry_size(e);
+        at += entry_size(e);
         /* lower-case names, as the tar reader presents them */
         char *name = (char *)at;
         const char *f = field_of(e);
@@ -1266,7 +1307,8 @@ static sf_status record_sample(struct packer *p, struct shard *s, const struct s
     free(fields);
     if (st == SF_OK) {
         p->files_done += smp->n;
-        p->bytes_done += need;
+        for (size_t i = 0; i < smp->n; i++)
+            p->bytes_done += p->entries[smp->first + i].size;
     }
     return st;
 }
@@ -1285,6 +1327,12 @@ static cJSON *build_index(struct packer *p, uint64_t total_bytes)
     if (p->o->zstd_level)
         cJSON_AddNumberToObject(j, "zstd_level", p->o->zstd_level);
     cJSON_AddStringToObject(j, "checksum", "xxh3_64");
+    if (p->o->max_side) {
+        cJSON *re = cJSON_AddObjectToObject(j, "reencode");
+        cJSON_AddNumberToObject(re, "max_side", p->o->max_side);
+        cJSON_AddNumberToObject(re, "quality",
+                                p->o->jpeg_quality ? p->o->jpeg_quality : DEFAULT_QUALITY);
+    }
     cJSON_AddNumberToObject(j, "shard_size_limit", (double)p->o->shard_bytes);
     cJSON *arr = cJSON_AddArrayToObject(j, "shards");
     for (size_t i = 0; arr && i < p->n_shards; i++) {
@@ -1399,6 +1447,219 @@ static sf_status write_index(struct packer *p, uint64_t total_bytes)
 
 /* ------------------------------------------------------------ the pack */
 
+/* ------------------------------------------------------------ --max-side */
+
+/*
+ * Re-encoding is CPU work (a decode, a resize, an encode: tens of ms for a
+ * large photo), so a pool of threads does it a few samples ahead of the
+ * writer, which still writes the samples in their order: the output is the
+ * same bytes whatever the thread count. Each sample's buffers are freed once
+ * written, so memory is bounded by REENCODE_AHEAD x threads samples.
+ */
+struct reencoder {
+    struct packer *p;
+    struct sf__reencode r;
+    pthread_t *threads;
+    unsigned n_threads, started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    size_t next;  /* next sample to take */
+    size_t limit; /* samples below this may be taken */
+    unsigned char *done; /* per sample */
+    int quit;
+    sf_status st; /* first failure */
+    char err[1024];
+    /* results */
+    unsigned long long images, source_bytes, bytes;
+};
+
+/* Reads a whole file (it must still have its scanned size). */
+static sf_status slurp(const char *src, const struct entry *e, unsigned char **out, char *err,
+                       size_t len)
+{
+    char *abs = path_join(src, e->rel);
+    if (!abs)
+        return SF_ERR_NO_MEMORY;
+    sf_status st = SF_OK;
+    unsigned char *buf = NULL;
+    int fd = open(abs, O_RDONLY | O_CLOEXEC);
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb) != 0) {
+        int er = errno;
+        snprintf(err, len, "%s: cannot read: %s", abs, strerror(er));
+        st = errno_status(er);
+    } else if ((uint64_t)sb.st_size != e->size) {
+        snprintf(err, len, "%s: changed while packing (%" PRIu64 " bytes when scanned, %lld now)",
+                 abs, e->size, (long long)sb.st_size);
+        st = SF_ERR_CHANGED;
+    } else if (!(buf = malloc(e->size ? (size_t)e->size : 1))) {
+        st = SF_ERR_NO_MEMORY;
+        snprintf(err, len, "%s: no memory for %" PRIu64 " bytes", abs, e->size);
+    } else {
+        size_t got = 0;
+        while (st == SF_OK && got < e->size) {
+            ssize_t r = read(fd, buf + got, (size_t)e->size - got);
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r <= 0) {
+                snprintf(err, len, "%s: read at offset %zu: %s", abs, got,
+                         r < 0 ? strerror(errno) : "the file shrank");
+                st = r < 0 ? SF_ERR_IO : SF_ERR_CHANGED;
+            } else {
+                got += (size_t)r;
+            }
+        }
+    }
+    if (fd >= 0)
+        close(fd);
+    if (st != SF_OK) {
+        free(buf);
+        buf = NULL;
+    }
+    free(abs);
+    *out = buf;
+    return st;
+}
+
+/* Re-encodes the JPEG fields of sample i. */
+static sf_status reencode_sample(struct reencoder *q, size_t i, char *err, size_t len,
+                                 unsigned long long counts[3])
+{
+    struct packer *p = q->p;
+    const struct sample *smp = &p->samples[i];
+    for (size_t a = smp->first; a < smp->first + smp->n; a++) {
+        struct entry *e = &p->entries[a];
+        if (!is_jpeg_field(e))
+            continue;
+        unsigned char *src = NULL, *out = NULL;
+        size_t out_n = 0;
+        char why[512] = "";
+        sf_status st = slurp(p->src, e, &src, err, len);
+        if (st != SF_OK)
+            return st;
+        st = sf__reencode_jpeg(&q->r, src, (size_t)e->size, &out, &out_n, why, sizeof(why));
+        free(src);
+        if (st != SF_OK) {
+            snprintf(err, len, "%s/%s: cannot re-encode (--max-side %u): %s", p->src, e->rel,
+                     q->r.max_side, why);
+            return st;
+        }
+        if (out) {
+            e->re = out;
+            e->re_size = out_n;
+            counts[0]++;
+            counts[1] += e->size;
+            counts[2] += out_n;
+        }
+    }
+    return SF_OK;
+}
+
+static void *reencode_main(void *arg)
+{
+    struct reencoder *q = arg;
+    char err[1024];
+    pthread_mutex_lock(&q->mu);
+    for (;;) {
+        while (!q->quit && q->st == SF_OK && q->next >= q->limit)
+            pthread_cond_wait(&q->cv, &q->mu);
+        if (q->quit || q->st != SF_OK)
+            break;
+        size_t i = q->next++;
+        pthread_mutex_unlock(&q->mu);
+        unsigned long long counts[3] = {0, 0, 0};
+        err[0] = '\0';
+        sf_status st = reencode_sample(q, i, err, sizeof(err), counts);
+        pthread_mutex_lock(&q->mu);
+        if (st != SF_OK && q->st == SF_OK) {
+            q->st = st;
+            snprintf(q->err, sizeof(q->err), "%s", err[0] ? err : sf_status_str(st));
+        }
+        q->images += counts[0];
+        q->source_bytes += counts[1];
+        q->bytes += counts[2];
+        q->done[i] = 1;
+        pthread_cond_broadcast(&q->cv);
+    }
+    pthread_mutex_unlock(&q->mu);
+    return NULL;
+}
+
+static sf_status reencoder_start(struct packer *p)
+{
+    struct reencoder *q = calloc(1, sizeof(*q));
+    if (!q)
+        return SF_ERR_NO_MEMORY;
+    p->re = q;
+    q->p = p;
+    q->r.max_side = p->o->max_side;
+    q->r.quality = p->o->jpeg_quality ? p->o->jpeg_quality : DEFAULT_QUALITY;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    q->n_threads = p->o->threads ? p->o->threads : cores > 0 ? (unsigned)cores : 1;
+    if (q->n_threads > 256)
+        q->n_threads = 256;
+    q->done = calloc(p->n_samples ? p->n_samples : 1, 1);
+    q->threads = calloc(q->n_threads, sizeof(*q->threads));
+    if (!q->done || !q->threads)
+        return SF_ERR_NO_MEMORY;
+    pthread_mutex_init(&q->mu, NULL);
+    pthread_cond_init(&q->cv, NULL);
+    for (unsigned t = 0; t < q->n_threads; t++) {
+        if (pthread_create(&q->threads[t], NULL, reencode_main, q) != 0)
+            return fail(p, SF_ERR_INTERNAL, "pack: cannot start a re-encoding thread");
+        q->started++;
+    }
+    return SF_OK;
+}
+
+/* Waits until sample i is re-encoded, letting the pool run ahead of it. */
+static sf_status reencoder_wait(struct packer *p, size_t i)
+{
+    struct reencoder *q = p->re;
+    pthread_mutex_lock(&q->mu);
+    size_t ahead = (size_t)REENCODE_AHEAD * q->n_threads;
+    q->limit = i + ahead < p->n_samples ? i + ahead : p->n_samples;
+    pthread_cond_broadcast(&q->cv);
+    while (!q->done[i] && q->st == SF_OK)
+        pthread_cond_wait(&q->cv, &q->mu);
+    sf_status st = q->st;
+    pthread_mutex_unlock(&q->mu);
+    if (st != SF_OK)
+        return fail(p, st, "%s", q->err);
+    return SF_OK;
+}
+
+static void reencoder_stop(struct packer *p)
+{
+    struct reencoder *q = p->re;
+    if (!q)
+        return;
+    if (q->started) {
+        pthread_mutex_lock(&q->mu);
+        q->quit = 1;
+        pthread_cond_broadcast(&q->cv);
+        pthread_mutex_unlock(&q->mu);
+        for (unsigned t = 0; t < q->started; t++)
+            pthread_join(q->threads[t], NULL);
+    }
+    if (q->threads) {
+        pthread_mutex_destroy(&q->mu);
+        pthread_cond_destroy(&q->cv);
+    }
+    free(q->threads);
+    free(q->done);
+    free(q);
+    p->re = NULL;
+}
+
+static void free_reencoded(struct packer *p, const struct sample *smp)
+{
+    for (size_t a = smp->first; a < smp->first + smp->n; a++) {
+        free(p->entries[a].re);
+        p->entries[a].re = NULL;
+    }
+}
+
 static sf_status write_shards(struct packer *p)
 {
     p->out = malloc(OUT_BUFFER_BYTES);
@@ -1416,7 +1677,13 @@ static sf_status write_shards(struct packer *p)
     uint64_t planned = 0;
     sf_status st = report(p);
     for (size_t i = 0; st == SF_OK && i < p->n_samples; i++) {
-        const struct sample *smp = &p->samples[i];
+        struct sample *smp = &p->samples[i];
+        if (p->re) {
+            /* The shard boundary depends on the re-encoded sizes. */
+            if ((st = reencoder_wait(p, i)) != SF_OK)
+                break;
+            smp->bytes = sample_bytes(p, smp);
+        }
         if (open_shard && planned + smp->bytes + overhead > p->o->shard_bytes) {
             st = shard_close(p, &s);
             shard_discard(&s);
@@ -1435,6 +1702,8 @@ static sf_status write_shards(struct packer *p)
         }
         st =
             p->o->format == SF_PACK_FORMAT_TAR ? tar_sample(p, &s, smp) : record_sample(p, &s, smp);
+        if (p->re)
+            free_reencoded(p, smp);
         planned += smp->bytes;
         s.samples++;
         if (st == SF_OK)
@@ -1518,8 +1787,10 @@ static void remove_written(struct packer *p)
 
 static void packer_free(struct packer *p)
 {
-    for (size_t i = 0; i < p->n_entries; i++)
+    for (size_t i = 0; i < p->n_entries; i++) {
         free(p->entries[i].rel);
+        free(p->entries[i].re);
+    }
     free(p->entries);
     for (size_t i = 0; i < p->n_classes; i++)
         free(p->classes[i]);
@@ -1571,6 +1842,15 @@ SF_API sf_status sf_pack(const char *src_dir, const char *dest_url, const struct
         st = fail(p, SF_ERR_UNSUPPORTED,
                   "zstd compresses record shards only: readers stream plain tar (compressed "
                   "tars cannot be read without copies); use the record format");
+    else if (o->max_side && o->max_side < MIN_MAX_SIDE)
+        st = fail(p, SF_ERR_INVALID_ARGUMENT, "max side %u: expected 0 (keep the JPEGs) or at "
+                  "least %d pixels", o->max_side, MIN_MAX_SIDE);
+    else if (o->jpeg_quality < 0 || o->jpeg_quality > 100)
+        st = fail(p, SF_ERR_INVALID_ARGUMENT, "JPEG quality %d: expected 1 to 100 (0: the "
+                  "default, %d)", o->jpeg_quality, DEFAULT_QUALITY);
+    else if (o->jpeg_quality && !o->max_side)
+        st = fail(p, SF_ERR_INVALID_ARGUMENT, "a JPEG quality is for re-encoding: give the "
+                  "max side too (JPEGs at most that large are kept as they are)");
     else if (o->name_pattern)
         st = check_pattern(p, o->name_pattern);
     if (st == SF_OK)
@@ -1583,8 +1863,17 @@ SF_API sf_status sf_pack(const char *src_dir, const char *dest_url, const struct
         st = group_samples(p);
     if (st == SF_OK && p->to_s3)
         st = uploader_start(p);
+    if (st == SF_OK && o->max_side)
+        st = reencoder_start(p);
     if (st == SF_OK)
         st = write_shards(p);
+    unsigned long long re_images = 0, re_source = 0, re_bytes = 0;
+    if (p->re) {
+        re_images = p->re->images;
+        re_source = p->re->source_bytes;
+        re_bytes = p->re->bytes;
+    }
+    reencoder_stop(p);
     if (p->to_s3) {
         /* every shard is uploaded before the index names it */
         uploader_stop(p);
@@ -1612,6 +1901,9 @@ SF_API sf_status sf_pack(const char *src_dir, const char *dest_url, const struct
         result->shard_bytes = total;
         result->ignored = p->ignored;
         result->classes = p->n_classes;
+        result->reencoded = re_images;
+        result->reencoded_source_bytes = re_source;
+        result->reencoded_bytes = re_bytes;
     }
     packer_free(p);
     return st;

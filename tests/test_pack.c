@@ -1351,3 +1351,181 @@ Test(pack, cli_pack_to_s3)
     cr_expect_gt(jnum(j, "sample_count"), 0);
     cJSON_Delete(j);
 }
+
+/* ============================================================ --max-side */
+
+#include <turbojpeg.h>
+
+/* A smooth RGB (or gray) picture as a JPEG, for re-encoding tests. */
+static void add_jpeg(const char *rel, int w, int h, int gray, int quality)
+{
+    const int ch = gray ? 1 : 3;
+    unsigned char *px = malloc((size_t)w * h * ch);
+    cr_assert(px);
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++)
+            for (int c = 0; c < ch; c++)
+                px[((size_t)y * w + x) * ch + c] =
+                    (unsigned char)((x * 255 / w + y * 128 / h + c * 60) % 256);
+    tjhandle t = tjInitCompress();
+    unsigned char *jpeg = NULL;
+    unsigned long n = 0;
+    cr_assert_eq(tjCompress2(t, px, w, 0, h, gray ? TJPF_GRAY : TJPF_RGB, &jpeg, &n,
+                             gray ? TJSAMP_GRAY : TJSAMP_444, quality, 0),
+                 0);
+    add_bytes(rel, jpeg, n);
+    tjFree(jpeg);
+    tjDestroy(t);
+    free(px);
+}
+
+struct jinfo {
+    int w, h, colorspace;
+};
+
+static struct jinfo jpeg_info(const char *path)
+{
+    size_t n;
+    unsigned char *b = load(path, &n);
+    struct jinfo j = {0, 0, -1};
+    int sub;
+    tjhandle t = tjInitDecompress();
+    cr_assert_eq(tjDecompressHeader3(t, b, (unsigned long)n, &j.w, &j.h, &sub, &j.colorspace), 0,
+                 "%s is not a JPEG", path);
+    tjDestroy(t);
+    free(b);
+    return j;
+}
+
+Test(pack, max_side_shrinks_large_jpegs_and_keeps_everything_else)
+{
+    add_jpeg("big.jpg", 800, 600, 0, 95);
+    add_jpeg("small.jpg", 200, 150, 0, 95);
+    add_jpeg("tall.JPEG", 300, 1000, 1, 95);
+    add_text("big.txt", 3000);
+    add_random("noise.png", 5000, 3);
+    struct sf_pack_options o;
+    sf_pack_options_init_default(&o);
+    o.layout = SF_PACK_LAYOUT_FLAT;
+    o.max_side = 256;
+    o.jpeg_quality = 85;
+    o.threads = 3;
+    char dest[800], err[1024];
+    dest_path(dest, sizeof(dest), "out");
+    struct sf_pack_result res;
+    sf_status st = do_pack(dest, &o, &res, err, sizeof(err));
+    cr_assert_eq(st, SF_OK, "%s: %s", sf_status_name(st), err);
+    cr_expect_eq(res.reencoded, 2u, "big.jpg and tall.JPEG");
+    cr_expect(res.reencoded_bytes > 0 && res.reencoded_bytes < res.reencoded_source_bytes,
+              "%llu -> %llu bytes", res.reencoded_source_bytes, res.reencoded_bytes);
+    cr_expect_lt(res.shard_bytes, res.source_bytes);
+
+    /* GNU tar gives the files back: the small JPEG, the text and the png
+     * byte for byte, the big ones shrunk to a longer side of 256. */
+    char x[900], path[1000];
+    dest_path(x, sizeof(x), "x");
+    cr_assert_eq(sh("mkdir -p '%s' && tar -xf '%s/shard-000000.tar' -C '%s'", x, dest, x), 0);
+    for (const char *same[] = {"small.jpg", "big.txt", "noise.png"}, **f = same; f < same + 3;
+         f++) {
+        char a[1000];
+        snprintf(a, sizeof(a), "%s/%s", src, *f);
+        snprintf(path, sizeof(path), "%s/%s", x, *f);
+        expect_same_file(a, path);
+    }
+    snprintf(path, sizeof(path), "%s/big.jpg", x);
+    struct jinfo j = jpeg_info(path);
+    cr_expect(j.w == 256 && j.h == 192 && j.colorspace != TJCS_GRAY, "big.jpg: %dx%d", j.w, j.h);
+    /* The pixels are the picture's, shrunk: close to the source sampled at
+     * the same places (a smooth picture, so the filter barely matters). */
+    {
+        size_t n;
+        unsigned char *b = load(path, &n);
+        unsigned char *px = malloc(256 * 192 * 3);
+        tjhandle t = tjInitDecompress();
+        cr_assert_eq(tjDecompress2(t, b, (unsigned long)n, px, 256, 0, 192, TJPF_RGB, 0), 0);
+        tjDestroy(t);
+        double diff = 0;
+        for (int y = 0; y < 192; y++)
+            for (int xx = 0; xx < 256; xx++)
+                for (int c = 0; c < 3; c++) {
+                    int sx = (int)((xx + 0.5) * 800 / 256), sy = (int)((y + 0.5) * 600 / 192);
+                    int want = (sx * 255 / 800 + sy * 128 / 600 + c * 60) % 256;
+                    int d = px[((size_t)y * 256 + xx) * 3 + c] - want;
+                    /* the picture wraps from 255 to 0: far from those edges only */
+                    if (want > 20 && want < 235)
+                        diff += d < 0 ? -d : d;
+                }
+        cr_expect_lt(diff / (256.0 * 192 * 3), 6.0, "mean difference %.2f",
+                     diff / (256.0 * 192 * 3));
+        free(px);
+        free(b);
+    }
+    snprintf(path, sizeof(path), "%s/tall.JPEG", x);
+    j = jpeg_info(path);
+    cr_expect(j.w == 77 && j.h == 256 && j.colorspace == TJCS_GRAY, "tall.JPEG: %dx%d cs %d", j.w,
+              j.h, j.colorspace);
+
+    /* index.json says what was done. */
+    path_in(path, sizeof(path), dest, "index.json");
+    cJSON *idx = load_json(path);
+    const cJSON *re = cJSON_GetObjectItemCaseSensitive(idx, "reencode");
+    cr_expect(re && jnum(re, "max_side") == 256 && jnum(re, "quality") == 85);
+    cJSON_Delete(idx);
+
+    /* One thread writes the same bytes as three. */
+    char dest1[800];
+    dest_path(dest1, sizeof(dest1), "out1");
+    o.threads = 1;
+    st = do_pack(dest1, &o, &res, err, sizeof(err));
+    cr_assert_eq(st, SF_OK, "%s: %s", sf_status_name(st), err);
+    char a[1000];
+    snprintf(a, sizeof(a), "%s/shard-000000.tar", dest);
+    snprintf(path, sizeof(path), "%s/shard-000000.tar", dest1);
+    expect_same_file(a, path);
+}
+
+Test(pack, max_side_fails_on_a_broken_jpeg_naming_it)
+{
+    add_jpeg("a.jpg", 640, 480, 0, 90);
+    add_jpeg("b.jpg", 640, 480, 0, 90);
+    /* b.jpg cut in half: a header that says 640x480 and half the data. */
+    char p[1000];
+    snprintf(p, sizeof(p), "%s/b.jpg", src);
+    size_t n;
+    unsigned char *b = load(p, &n);
+    cr_assert_eq(test_write_file(src, "b.jpg", b, n / 2), 0);
+    free(b);
+    struct sf_pack_options o;
+    sf_pack_options_init_default(&o);
+    o.layout = SF_PACK_LAYOUT_FLAT;
+    o.max_side = 320;
+    char dest[800], err[1024] = "";
+    dest_path(dest, sizeof(dest), "out");
+    sf_status st = do_pack(dest, &o, NULL, err, sizeof(err));
+    cr_expect_eq(st, SF_ERR_CORRUPT, "%s: %s", sf_status_name(st), err);
+    cr_expect(strstr(err, "b.jpg") && strstr(err, "cannot re-encode"), "%s", err);
+    path_in(p, sizeof(p), dest, "index.json");
+    cr_expect(access(p, F_OK) != 0, "no index.json after a failed pack");
+
+    /* Bad option values are refused before anything is written. */
+    o.max_side = 8;
+    cr_expect_eq(do_pack(dest, &o, NULL, err, sizeof(err)), SF_ERR_INVALID_ARGUMENT);
+    o.max_side = 0;
+    o.jpeg_quality = 80;
+    err[0] = '\0';
+    cr_expect_eq(do_pack(dest, &o, NULL, err, sizeof(err)), SF_ERR_INVALID_ARGUMENT);
+    cr_expect(strstr(err, "max side") != NULL, "%s", err);
+    o.max_side = 320;
+    o.jpeg_quality = 101;
+    cr_expect_eq(do_pack(dest, &o, NULL, err, sizeof(err)), SF_ERR_INVALID_ARGUMENT);
+    /* The CLI: bad usage exits 2, a broken JPEG 1. */
+    cr_expect_eq(sh("'%s' pack '%s' '%s' --quality 80 --no-progress 2>/dev/null", SF_CLI_BIN, src,
+                    dest),
+                 2);
+    cr_expect_eq(sh("'%s' pack '%s' '%s' --max-side 4 --no-progress 2>/dev/null", SF_CLI_BIN, src,
+                    dest),
+                 2);
+    cr_expect_eq(sh("'%s' pack '%s' '%s' --max-side 320 --no-progress 2>/dev/null", SF_CLI_BIN,
+                    src, dest),
+                 1);
+}

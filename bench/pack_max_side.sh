@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# pack --max-side: what re-encoding at pack time buys the decode stage, in one
+# run. Packs the same photos three ways (as they are, --max-side 320 and
+# --max-side 256, quality 90), then times `shardfeed load` epochs over each
+# (local shards, RandomResizedCrop 224, decode threads = cores: decode-bound)
+# and prints images/s, the speed-up against the originals and the bytes.
+#
+# Usage: bash bench/pack_max_side.sh [--photos DIR | --per-photo N] [--epochs E]
+#          [--build-dir DIR]
+set -euo pipefail
+PHOTOS= PER_PHOTO=100 EPOCHS=3 BUILD_DIR=
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --photos) PHOTOS=$2; shift 2 ;;
+    --per-photo) PER_PHOTO=$2; shift 2 ;;
+    --epochs) EPOCHS=$2; shift 2 ;;
+    --build-dir) BUILD_DIR=$2; shift 2 ;;
+    *) sed -n '8,9p' "$0" >&2; exit 2 ;;
+  esac
+done
+HERE=$(cd "$(dirname "$0")/.." && pwd)
+BUILD_DIR=${BUILD_DIR:-$HERE/build}
+SF=$BUILD_DIR/shardfeed
+[[ -x $SF ]] || { echo "missing $SF: build first" >&2; exit 2; }
+TMP=$(mktemp -d /tmp/sf-maxside-bench.XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+if [[ -z $PHOTOS ]]; then
+  PHOTOS=$TMP/photos
+  bash "$HERE/scripts/make-sample-dataset.sh" "$PHOTOS" --per-photo "$PER_PHOTO" \
+    --build-dir "$BUILD_DIR" >&2
+fi
+
+rate() { # shards dir -> best images/s of EPOCHS one-epoch runs
+  local best=0 r
+  for _ in $(seq "$EPOCHS"); do
+    r=$("$SF" load "$1/" --epochs 1 --json 2>/dev/null |
+      python3 -c 'import json,sys; print(json.load(sys.stdin)["images_per_s"])')
+    best=$(python3 -c "print(max($best, $r))")
+  done
+  echo "$best"
+}
+
+declare -A RATE BYTES
+for side in 0 320 256; do
+  out=$TMP/packed-$side
+  if [[ $side == 0 ]]; then
+    "$SF" pack "$PHOTOS" "$out/" --shard-size 32M --no-progress --json >"$TMP/p.json"
+  else
+    "$SF" pack "$PHOTOS" "$out/" --shard-size 32M --max-side "$side" --quality 90 \
+      --no-progress --json >"$TMP/p.json"
+  fi
+  BYTES[$side]=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["bytes"])' "$TMP/p.json")
+  secs=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(round(d["seconds"], 2))' "$TMP/p.json")
+  RATE[$side]=$(rate "$out")
+  echo "max side ${side/#0/none}: pack ${secs} s, ${BYTES[$side]} bytes, load ${RATE[$side]} img/s" >&2
+done
+for side in 320 256; do
+  python3 - "$side" "${RATE[0]}" "${RATE[$side]}" "${BYTES[0]}" "${BYTES[$side]}" <<'PY'
+import sys
+side, r0, r, b0, b = sys.argv[1], *map(float, sys.argv[2:])
+print(f"--max-side {side}: decode-bound load {r:.0f} img/s vs {r0:.0f} as packed: "
+      f"{r / r0:.2f}x; shards {b / 2**20:.1f} MiB vs {b0 / 2**20:.1f} MiB "
+      f"({100 * (1 - b / b0):.0f} % smaller)")
+PY
+done
