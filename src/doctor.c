@@ -156,47 +156,60 @@ static sf_status hold_shards(struct sf__doctor *d, char *err, size_t len)
     d->held = calloc(d->n_shards, sizeof(*d->held));
     d->held_len = calloc(d->n_shards, sizeof(*d->held_len));
     d->held_name = calloc(d->n_shards, sizeof(*d->held_name));
-    if (!d->held || !d->held_len || !d->held_name)
+    struct sf_fetch **f = calloc(d->n_shards ? d->n_shards : 1, sizeof(*f));
+    if (!d->held || !d->held_len || !d->held_name || !f) {
+        free(f);
         return SF_ERR_NO_MEMORY;
+    }
+    /* All started at once, so a link with a per-connection cap reads them
+     * in the time of one, not one after the other. */
     unsigned long long left = READ_CAP_BYTES;
-    for (size_t i = 0; i < d->n_shards && left > 0; i++) {
+    size_t n = 0;
+    sf_status st = SF_OK;
+    for (size_t i = 0; i < d->n_shards && left > 0 && st == SF_OK; i++) {
         const struct sf_object_info *obj = d->shards[i];
         unsigned long long want = obj->size != SF_SIZE_UNKNOWN && obj->size < left ? obj->size
                                                                                    : left;
         if (want == 0)
             continue;
         unsigned char *buf = malloc((size_t)want);
-        if (!buf)
-            return SF_ERR_NO_MEMORY;
+        if (!buf) {
+            st = SF_ERR_NO_MEMORY;
+            break;
+        }
         struct sf_fetch_options fo;
         sf_fetch_options_init_default(&fo);
         fo.buffer = buf;
         fo.buffer_bytes = want;
         fo.length = want;
         fo.size = obj->size;
-        struct sf_fetch *f = NULL;
-        struct sf_fetch_progress p;
-        sf_status st = sf_fetch_start(d->s3, obj->url, &fo, &f);
-        if (st == SF_OK)
-            st = sf_fetch_wait(f, SF_SIZE_UNKNOWN, -1, &p);
-        if (st == SF_OK && p.status != SF_OK)
-            st = p.status;
-        if (st != SF_OK) {
-            st = fail(err, len, st, "reading %s: %s", obj->url,
-                      f && sf_fetch_errmsg(f)[0] ? sf_fetch_errmsg(f) : sf_status_str(st));
-            sf_fetch_destroy(f);
-            free(buf);
-            return st;
-        }
-        size_t got = p.total == SF_SIZE_UNKNOWN ? 0 : (size_t)p.total;
-        sf_fetch_destroy(f);
-        d->held[d->n_held] = buf;
-        d->held_len[d->n_held] = got;
-        d->held_name[d->n_held] = obj->url;
-        d->n_held++;
-        left -= got < left ? got : left;
+        d->held[n] = buf;
+        d->held_name[n] = obj->url;
+        st = sf_fetch_start(d->s3, obj->url, &fo, &f[n]);
+        if (st != SF_OK)
+            st = fail(err, len, st, "reading %s: %s", obj->url, sf_status_str(st));
+        n++;
+        left -= want;
     }
-    return SF_OK;
+    for (size_t i = 0; i < n; i++) {
+        struct sf_fetch_progress p;
+        sf_status w = SF_OK;
+        if (st == SF_OK && f[i]) {
+            w = sf_fetch_wait(f[i], SF_SIZE_UNKNOWN, -1, &p);
+            if (w == SF_OK && p.status != SF_OK)
+                w = p.status;
+            if (w != SF_OK)
+                st = fail(err, len, w, "reading %s: %s", d->held_name[i],
+                          sf_fetch_errmsg(f[i])[0] ? sf_fetch_errmsg(f[i]) : sf_status_str(w));
+            else
+                d->held_len[i] = p.total == SF_SIZE_UNKNOWN ? 0 : (size_t)p.total;
+        }
+        sf_fetch_destroy(f[i]);
+    }
+    free(f);
+    /* Every buffer is owned by held[] (freed by sf__doctor_close). */
+    d->n_held = n;
+    return st;
 }
 
 /* Parses every held shard once; keeps raw samples when `keep`. Returns the
@@ -498,8 +511,8 @@ static sf_status stage_device(struct sf__doctor *d, char *err, size_t len)
 /* Fetches shards from the store into memory with `concurrency` in flight
  * for span_s: MiB/s. */
 static sf_status fetch_for(struct sf__doctor *d, unsigned concurrency,
-                           unsigned long long chunk_bytes, double span_s, double *mib_s, char *err,
-                           size_t len)
+                           unsigned long long chunk_bytes, double span_s, double *mib_s,
+                           double *agg_mib_s, char *err, size_t len)
 {
     struct sf_s3_options so = d->o->s3;
     so.concurrency = concurrency;
@@ -529,9 +542,18 @@ static sf_status fetch_for(struct sf__doctor *d, unsigned concurrency,
     if (want * per > FETCH_MEMORY)
         want = FETCH_MEMORY / per ? FETCH_MEMORY / per : 1;
     const unsigned slots = (unsigned)want;
+    /* As the loader's reader consumes them: objects in order, `slots` in
+     * flight, a new one started when the oldest completes. What counts is
+     * what the reader could have parsed: the objects completed in order plus
+     * what arrived of the oldest one. So the chunk size shows where it
+     * matters (one range per object makes the head object crawl at one
+     * connection's rate), and so does the concurrency. */
     struct sf_fetch *f[MAX_SLOTS] = {0};
     unsigned char *buf[MAX_SLOTS] = {0};
+    unsigned long long length[MAX_SLOTS] = {0};
     size_t next = 0;
+    unsigned head = 0, live = 0;
+    unsigned long long delivered = 0;
     double t0 = now_s(), t = 0;
     for (unsigned i = 0; i < slots && st == SF_OK; i++) {
         buf[i] = malloc((size_t)per);
@@ -539,20 +561,9 @@ static sf_status fetch_for(struct sf__doctor *d, unsigned concurrency,
             st = fail(err, len, SF_ERR_NO_MEMORY, "out of memory");
     }
     while (st == SF_OK && (t = now_s() - t0) < span_s) {
-        for (unsigned i = 0; i < slots && st == SF_OK; i++) {
-            if (f[i]) {
-                struct sf_fetch_progress p;
-                sf_fetch_progress(f[i], &p);
-                if (!p.done)
-                    continue;
-                const sf_status w = p.status;
-                if (w != SF_OK)
-                    st = fail(err, len, w, "fetching: %s", sf_fetch_errmsg(f[i]));
-                sf_fetch_destroy(f[i]);
-                f[i] = NULL;
-            }
-            if (st != SF_OK)
-                break;
+        /* top up the window, in order, behind the head */
+        while (st == SF_OK && live < slots) {
+            const unsigned i = (head + live) % slots;
             const struct sf_object_info *obj = d->shards[next++ % d->n_shards];
             struct sf_fetch_options fo;
             sf_fetch_options_init_default(&fo);
@@ -562,11 +573,35 @@ static sf_status fetch_for(struct sf__doctor *d, unsigned concurrency,
             fo.size = obj->size;
             if (fo.length == 0)
                 continue;
+            length[i] = fo.length;
             st = sf_fetch_start(s3, obj->url, &fo, &f[i]);
             if (st != SF_OK)
                 fail(err, len, st, "fetching %s", obj->url);
+            else
+                live++;
         }
-        usleep(2000);
+        if (st != SF_OK)
+            break;
+        struct sf_fetch_progress p;
+        memset(&p, 0, sizeof(p));
+        sf_fetch_set_priority(f[head], 1);
+        sf_fetch_wait(f[head], SF_SIZE_UNKNOWN, 5, &p);
+        if (!p.done)
+            continue;
+        if (p.status != SF_OK) {
+            st = fail(err, len, p.status, "fetching: %s", sf_fetch_errmsg(f[head]));
+            break;
+        }
+        delivered += length[head];
+        sf_fetch_destroy(f[head]);
+        f[head] = NULL;
+        head = (head + 1) % slots;
+        live--;
+    }
+    if (live && f[head]) {
+        struct sf_fetch_progress p;
+        sf_fetch_progress(f[head], &p);
+        delivered += p.received;
     }
     struct sf_s3_stats ss;
     sf_s3_get_stats(s3, &ss);
@@ -575,7 +610,9 @@ static sf_status fetch_for(struct sf__doctor *d, unsigned concurrency,
     sf_s3_destroy(s3);
     for (unsigned i = 0; i < slots; i++)
         free(buf[i]);
-    *mib_s = t > 0 ? (double)ss.bytes_received / 1048576.0 / t : 0;
+    *mib_s = t > 0 ? (double)delivered / 1048576.0 / t : 0;
+    if (agg_mib_s)
+        *agg_mib_s = t > 0 ? (double)ss.bytes_received / 1048576.0 / t : 0;
     return st;
 }
 
@@ -589,9 +626,12 @@ static sf_status stage_fetch(struct sf__doctor *d, char *err, size_t len)
     }
     r->concurrency = d->o->s3.concurrency ? d->o->s3.concurrency : 16;
     r->concurrency_more = r->concurrency * 4;
-    sf_status st = fetch_for(d, r->concurrency, 0, d->stage_s / 2, &r->fetch_mib_per_s, err, len);
+    double in_order = 0;
+    sf_status st = fetch_for(d, r->concurrency, 0, d->stage_s / 2, &in_order,
+                             &r->fetch_mib_per_s, err, len);
     if (st == SF_OK)
-        st = fetch_for(d, r->concurrency_more, 0, d->stage_s / 2, &r->fetch_mib_per_s_more, err, len);
+        st = fetch_for(d, r->concurrency_more, 0, d->stage_s / 2, &in_order,
+                       &r->fetch_mib_per_s_more, err, len);
     if (st != SF_OK)
         return st;
     if (r->bytes_per_sample > 0)
@@ -679,12 +719,14 @@ double sf__doctor_decode_rate(struct sf__doctor *d, unsigned threads, double spa
 
 sf_status sf__doctor_fetch_rate(struct sf__doctor *d, unsigned concurrency,
                                 unsigned long long chunk_bytes, double span_s, double *mib_s,
-                                char *err, size_t len)
+                                double *agg_mib_s, char *err, size_t len)
 {
     *mib_s = 0;
+    if (agg_mib_s)
+        *agg_mib_s = 0;
     if (!d->remote)
         return SF_OK;
-    return fetch_for(d, concurrency, chunk_bytes, span_s, mib_s, err, len);
+    return fetch_for(d, concurrency, chunk_bytes, span_s, mib_s, agg_mib_s, err, len);
 }
 
 sf_status sf_doctor_measure(const struct sf_loader_options *o, double stage_s,

@@ -20,9 +20,11 @@ unsigned long long sf__doctor_mean_shard_bytes(const struct sf__doctor *d); /* 0
 double sf__doctor_decode_rate(struct sf__doctor *d, unsigned threads, double span_s, sf_status *st,
                               char *err, size_t len);
 /* MiB/s of ranged GETs into memory at this concurrency and chunk size (0:
- * the loader's) for span_s; 0 for local files. */
+ * the loader's) for span_s, read as the loader's reader would (in order:
+ * mib_s) and received in any order (agg_mib_s, may be NULL); 0 for local
+ * files. */
 sf_status sf__doctor_fetch_rate(struct sf__doctor *d, unsigned concurrency,
                                 unsigned long long chunk_bytes, double span_s, double *mib_s,
-                                char *err, size_t len);
+                                double *agg_mib_s, char *err, size_t len);
 
 #endif

@@ -87,7 +87,13 @@ static sf_status pipeline_rate(const struct sf_loader_options *given, unsigned t
     double t0 = now_s(), t = 0;
     while ((t = now_s() - t0) < span_s) {
         struct sf_batch b;
-        st = sf_loader_next(l, &b);
+        /* never past the span: a slow point is a slow point, not a long one */
+        double left = span_s - t;
+        st = sf_loader_next_wait(l, &b, (unsigned)(left * 1000.0) + 1);
+        if (st == SF_NOT_READY) {
+            st = SF_OK;
+            continue;
+        }
         if (st == SF_END_OF_EPOCH) {
             st = sf_loader_set_epoch(l, ++epoch);
             if (st != SF_OK)
@@ -147,44 +153,22 @@ sf_status sf_tune(const struct sf_loader_options *o, double budget_s, struct sf_
             r->decode_per_s = rate[i];
         }
 
-    /* concurrency, then chunk size */
+    /* chunk size, then concurrency: with one range per object (a chunk as
+     * large as the shards) the object read first crawls at one
+     * connection's rate whatever the concurrency, so the concurrency can
+     * only be judged once the chunk lets objects be read in parallel. */
     r->concurrency = o->s3.concurrency ? o->s3.concurrency : 16;
     r->chunk_bytes = o->s3.chunk_bytes ? o->s3.chunk_bytes : 8ull << 20;
     if (st == SF_OK && remote) {
-        double cur = 0, more = 0;
-        st = sf__doctor_fetch_rate(d, r->concurrency, r->chunk_bytes, span, &cur, err, err_len);
+        /* The chunk on the in-order rate (what the reader can parse). */
+        double cur = 0;
+        st = sf__doctor_fetch_rate(d, r->concurrency, r->chunk_bytes, span, &cur, NULL, err,
+                                   err_len);
         r->points++;
-        trace(r, "concurrency=%u:%.1fMiB/s", r->concurrency, cur);
-        int raised = 0;
-        while (st == SF_OK && r->concurrency * 2 <= 256) {
-            st = sf__doctor_fetch_rate(d, r->concurrency * 2, r->chunk_bytes, span, &more, err,
-                                       err_len);
-            r->points++;
-            trace(r, "concurrency=%u:%.1fMiB/s", r->concurrency * 2, more);
-            if (more < 1.05 * cur)
-                break;
-            r->concurrency *= 2;
-            cur = more;
-            raised = 1;
-        }
-        if (st == SF_OK && !raised && r->concurrency >= 4) {
-            double less = 0;
-            st = sf__doctor_fetch_rate(d, r->concurrency / 2, r->chunk_bytes, span, &less, err,
-                                       err_len);
-            r->points++;
-            trace(r, "concurrency=%u:%.1fMiB/s", r->concurrency / 2, less);
-            if (less >= 0.95 * cur) {
-                r->concurrency /= 2;
-                cur = less;
-            }
-        }
-        /* Smaller chunks need fewer shards in flight for the same ranges
-         * (less memory): halve while the rate holds within 5 %, down to
-         * 1 MiB; then one doubling, kept only for a 5 % gain (fewer
-         * requests). */
+        trace(r, "start c=%u chunk=%lluK:%.1fMiB/s", r->concurrency, r->chunk_bytes >> 10, cur);
         while (st == SF_OK && r->chunk_bytes / 2 >= (1ull << 20)) {
             double c = 0;
-            st = sf__doctor_fetch_rate(d, r->concurrency, r->chunk_bytes / 2, span, &c, err,
+            st = sf__doctor_fetch_rate(d, r->concurrency, r->chunk_bytes / 2, span, &c, NULL, err,
                                        err_len);
             r->points++;
             trace(r, "chunk=%lluK:%.1fMiB/s", (r->chunk_bytes / 2) >> 10, c);
@@ -195,16 +179,48 @@ sf_status sf_tune(const struct sf_loader_options *o, double budget_s, struct sf_
         }
         if (st == SF_OK && r->chunk_bytes * 2 <= (64ull << 20)) {
             double c = 0;
-            st = sf__doctor_fetch_rate(d, r->concurrency, r->chunk_bytes * 2, span, &c, err,
+            st = sf__doctor_fetch_rate(d, r->concurrency, r->chunk_bytes * 2, span, &c, NULL, err,
                                        err_len);
             r->points++;
             trace(r, "chunk=%lluK:%.1fMiB/s", (r->chunk_bytes * 2) >> 10, c);
-            if (c >= 1.05 * cur) {
-                cur = c;
+            if (c >= 1.05 * cur)
                 r->chunk_bytes *= 2;
+        }
+        /* The concurrency on the rate received in any order: in steady
+         * state (prefetch_shards computed below keeps that many ranges in
+         * flight) the reader parses what arrived, and a span too short to
+         * finish the head object would not tell more connections apart. */
+        double agg = 0, ignored = 0;
+        if (st == SF_OK)
+            st = sf__doctor_fetch_rate(d, r->concurrency, r->chunk_bytes, span, &ignored, &agg,
+                                       err, err_len);
+        r->points++;
+        trace(r, "concurrency=%u:%.1fMiB/s", r->concurrency, agg);
+        int raised = 0;
+        while (st == SF_OK && r->concurrency * 2 <= 256) {
+            double more = 0;
+            st = sf__doctor_fetch_rate(d, r->concurrency * 2, r->chunk_bytes, span, &ignored,
+                                       &more, err, err_len);
+            r->points++;
+            trace(r, "concurrency=%u:%.1fMiB/s", r->concurrency * 2, more);
+            if (more < 1.05 * agg)
+                break;
+            r->concurrency *= 2;
+            agg = more;
+            raised = 1;
+        }
+        if (st == SF_OK && !raised && r->concurrency >= 4) {
+            double less = 0;
+            st = sf__doctor_fetch_rate(d, r->concurrency / 2, r->chunk_bytes, span, &ignored,
+                                       &less, err, err_len);
+            r->points++;
+            trace(r, "concurrency=%u:%.1fMiB/s", r->concurrency / 2, less);
+            if (less >= 0.95 * agg) {
+                r->concurrency /= 2;
+                agg = less;
             }
         }
-        r->fetch_mib_per_s = cur;
+        r->fetch_mib_per_s = agg;
     }
 
     /* the memory knobs, computed */

@@ -2329,8 +2329,8 @@ Test(loader, tune_searches_concurrency_against_a_capped_link)
     o.s3.concurrency = 2;
     struct sf_tune_result r;
     char err[1024] = "";
-    cr_assert_eq(sf_tune(&o, 3.0, &r, err, sizeof(err)), SF_OK, "%s", err);
-    cr_expect(strstr(r.trace, "concurrency=2:") != NULL && strstr(r.trace, "concurrency=4:"),
+    cr_assert_eq(sf_tune(&o, 9.0, &r, err, sizeof(err)), SF_OK, "%s", err);
+    cr_expect(strstr(r.trace, "start c=2 ") != NULL && strstr(r.trace, "concurrency=4:"),
               "%s", r.trace);
     /* Each connection is capped: more connections fetch more. */
     cr_expect(r.concurrency > 2 || r.kept_given, "%s", r.trace);
