@@ -189,7 +189,7 @@ static int bench_loader(char **shards, int n_shards, unsigned batch, unsigned si
     struct sf_loader_stats s;
     sf_loader_get_stats(l, &s);
     int rc = 0;
-    if (st != SF_ERR_NOT_FOUND || sf_loader_errmsg(l)[0]) {
+    if (st != SF_END_OF_EPOCH || sf_loader_errmsg(l)[0]) {
         fprintf(stderr, "bench_gpu_h2d: loader: %s (%s)\n", sf_loader_errmsg(l),
                 sf_status_name(st));
         rc = 1;

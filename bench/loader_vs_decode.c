@@ -21,6 +21,7 @@
  */
 #include "shardfeed.h"
 #include "shardfeed_shard.h"
+#include "src/decode.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -137,6 +138,30 @@ static double decode_limit(void)
     return (double)n_images / s;
 }
 
+/* One thread, the loader's own decoder (crop, resize, flip, CHW) on every
+ * image: images/s. What the decode workers could reach with nothing around
+ * them. */
+static double decoder_alone(const struct sf_image_options *io, unsigned epoch)
+{
+    struct sf_decoder *d;
+    if (sf__decoder_new(&d) != SF_OK)
+        die("%s", "decoder");
+    unsigned char *out = malloc(sf__image_bytes(io));
+    if (!out)
+        die("%s", "out of memory");
+    char err[512];
+    double t0 = now_s();
+    for (size_t i = 0; i < n_images; i++)
+        if (sf__decode_jpeg(d, io, images[i].data, images[i].size,
+                            sf__sample_rng_seed(0, epoch, 0, i), out, NULL, err,
+                            sizeof(err)) != SF_OK)
+            die("decode: %s", err);
+    double s = now_s() - t0;
+    free(out);
+    sf__decoder_destroy(d);
+    return (double)n_images / s;
+}
+
 static double loader_epoch(struct sf_loader_options *o, unsigned long long *n_out,
                            unsigned *threads_out)
 {
@@ -152,7 +177,7 @@ static double loader_epoch(struct sf_loader_options *o, unsigned long long *n_ou
         n += b.size;
         sf_loader_release(l, &b);
     }
-    if (st != SF_ERR_NOT_FOUND)
+    if (st != SF_END_OF_EPOCH)
         die("loader: %s", sf_loader_errmsg(l));
     double s = now_s() - t0;
     struct sf_loader_stats stats;
@@ -166,6 +191,7 @@ static double loader_epoch(struct sf_loader_options *o, unsigned long long *n_ou
 int main(int argc, char **argv)
 {
     unsigned threads = 0, rounds = 3, batch = 256, size = 224;
+    int decoder_only = 0;
     const char *cache_dir = NULL, *endpoint = NULL;
     char **sources = calloc((size_t)argc, sizeof(*sources));
     int n_sources = 0;
@@ -179,6 +205,8 @@ int main(int argc, char **argv)
             batch = (unsigned)atoi(argv[++i]);
         else if (!strcmp(argv[i], "--size") && v)
             size = (unsigned)atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--decoder-only"))
+            decoder_only = 1;
         else if (!strcmp(argv[i], "--cache-dir") && v)
             cache_dir = argv[++i];
         else if (!strcmp(argv[i], "--endpoint-url") && v)
@@ -214,15 +242,23 @@ int main(int argc, char **argv)
     o.image.width = o.image.height = size;
     o.decode_threads = threads;
     o.device = SF_DEVICE_HOST;
+    if (decoder_only) { /* for a profiler: the decoder alone, nothing else */
+        for (unsigned r = 0; r < rounds; r++)
+            printf("the loader's decoder alone: %.1f images/s\n", decoder_alone(&o.image, r + 1));
+        return 0;
+    }
     unsigned long long n = 0;
     unsigned t = 0;
     loader_epoch(&o, &n, &t); /* warms the cache (and the page cache) */
 
-    double best_dec = 0, best_ld = 0;
+    double best_dec = 0, best_ld = 0, best_alone = 0;
     for (unsigned r = 0; r < rounds; r++) {
         double d = decode_limit();
         if (d > best_dec)
             best_dec = d;
+        double a = decoder_alone(&o.image, r + 1);
+        if (a > best_alone)
+            best_alone = a;
         o.sampler.epoch = r + 1;
         double x = loader_epoch(&o, &n, &t);
         if (x > best_ld)
@@ -235,6 +271,9 @@ int main(int argc, char **argv)
            (double)bytes / (double)n_images / 1000.0, size, size, batch, t);
     printf("decode limit (1 thread, full tjDecompress2): %.1f images/s; x %u threads = %.1f\n",
            best_dec, t, best_dec * t);
+    printf("the loader's decoder alone (1 thread, crop + resize + CHW): %.1f images/s, "
+           "%.2f x full decode\n",
+           best_alone, best_alone / best_dec);
     printf("loader, one epoch from %s: %.1f images/s\n", cache_dir ? "a warm cache" : "local files",
            best_ld);
     printf("ratio loader / decode limit: %.2f (target >= 0.8)\n", best_ld / (best_dec * t));

@@ -419,11 +419,11 @@ struct sf_decoder {
     char msg[JMSG_LENGTH_MAX + 160];
 
     /* Scratch, grown and reused. */
-    unsigned char *win; /* decoded window, RGB, rows back to back */
+    unsigned char *win; /* resize rows: two horizontal (int16), one output (bytes) */
     size_t win_cap;
-    unsigned char *line; /* one decoded line (CMYK) + one output row (RGB) */
+    unsigned char *line; /* one decoded line (CMYK), then the same line as RGB */
     size_t line_cap;
-    int32_t *tab; /* resize tables: x (off0, off1, w) then y (row0, row1, w) */
+    int32_t *tab; /* resize tables: x, y (i0, i1, w), x taps (offset), x weights */
     size_t tab_cap;
 
     /* dtype float32: lut[c][v] = (v / 255 - mean[c]) / std[c], for lut_mean/std. */
@@ -765,75 +765,132 @@ static void axis_table(int32_t *t, unsigned n, unsigned lo, unsigned len, unsign
     }
 }
 
-static uint32_t load_u32(const unsigned char *p)
+/*
+ * The bilinear resize, separable and streamed: each decoded row an output
+ * row needs goes once through the horizontal pass into 16-bit values, and
+ * an output row is two such rows blended, written straight into its place
+ * in the batch slot (plane by plane for CHW). Per channel, exactly:
+ *   h_k = (row_k[a] (2048 - wx) + row_k[a + 1] wx + 8) >> 4   (k = 0, 1; 1/128ths)
+ *   out = (h_0 (2048 - wy) + h_1 wy + 2^17) >> 18
+ * The SSE2 and the portable code give the same bytes. Per output pixel the
+ * x table holds the byte offset of its left source pixel in the decoded
+ * row and the packed weights (2048 - wx) | wx << 16; where the box edge
+ * clamps both taps to one pixel the weight of the right one is 0 (the same
+ * value). Four output pixels a step: the table has W rounded up to 4 entries
+ * (copies of the last), the decoded row has 16 bytes of padding.
+ */
+#define HPAD 8 /* int16s after an interleaved horizontal row (overlapping stores) */
+
+#if defined(__SSE2__)
+/* Source pixels a and a + 1 of p as bytes [Ra Rb Ga Gb Ba Bb . .]. */
+static __m128i tap_pair(const unsigned char *p)
 {
-    uint32_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
+    const __m128i s = _mm_loadl_epi64((const __m128i *)(const void *)p);
+    return _mm_unpacklo_epi8(s, _mm_srli_si128(s, 3));
 }
 
-/*
- * One output row of the bilinear resize. Per channel, exactly (the SSE2 and
- * the portable code give the same bytes):
- *   h_k = (row_k[a] (2048 - wx) + row_k[b] wx + 8) >> 4      (k = 0, 1; 1/128ths)
- *   out = (h_0 (2048 - wy) + h_1 wy + 2^17) >> 18
- * xt holds per output pixel the byte offsets a, b of its two source pixels
- * and its weights packed as (2048 - wx) | wx << 16. The rows are read 4
- * bytes at a time: the window has padding after its last row.
- */
-static void resize_row(unsigned char *dst, const unsigned char *r0, const unsigned char *r1,
-                       const int32_t *xt, unsigned W, uint32_t wy)
+/* Two output pixels: int16 [R0 G0 B0 . R1 G1 B1 .]. */
+static __m128i taps_two(const unsigned char *row, const int32_t *xo, __m128i w0, __m128i w1)
+{
+    const __m128i zero = _mm_setzero_si128(), rnd = _mm_set1_epi32(8);
+    const __m128i pp = _mm_unpacklo_epi64(tap_pair(row + xo[0]), tap_pair(row + xo[1]));
+    const __m128i m0 = _mm_add_epi32(_mm_madd_epi16(_mm_unpacklo_epi8(pp, zero), w0), rnd);
+    const __m128i m1 = _mm_add_epi32(_mm_madd_epi16(_mm_unpackhi_epi8(pp, zero), w1), rnd);
+    return _mm_packs_epi32(_mm_srai_epi32(m0, 4), _mm_srai_epi32(m1, 4));
+}
+#endif
+
+/* Horizontal pass of one decoded row into h: planar (three planes of W4
+ * values, for CHW) or interleaved (3 W4 values, for HWC). */
+static void resize_h(int16_t *h, const unsigned char *row, const int32_t *xo, const uint32_t *xw,
+                     unsigned W4, int planar)
 {
 #if defined(__SSE2__)
-    const __m128i zero = _mm_setzero_si128();
-    const __m128i wyv = _mm_set1_epi32((int)((W_ONE - wy) | (wy << 16)));
-    const __m128i rnd_h = _mm_set1_epi32(8), rnd_v = _mm_set1_epi32(1 << 17);
-    for (unsigned x = 0; x < W; x++, xt += 3) {
-        const __m128i wxv = _mm_set1_epi32(xt[2]);
-        __m128i a0 = _mm_cvtsi32_si128((int)load_u32(r0 + xt[0]));
-        __m128i b0 = _mm_cvtsi32_si128((int)load_u32(r0 + xt[1]));
-        __m128i a1 = _mm_cvtsi32_si128((int)load_u32(r1 + xt[0]));
-        __m128i b1 = _mm_cvtsi32_si128((int)load_u32(r1 + xt[1]));
-        /* 16-bit lanes [Ra Rb Ga Gb Ba Bb -- --], then Ra wa + Rb wb per channel */
-        __m128i p0 = _mm_unpacklo_epi8(_mm_unpacklo_epi8(a0, b0), zero);
-        __m128i p1 = _mm_unpacklo_epi8(_mm_unpacklo_epi8(a1, b1), zero);
-        __m128i h0 = _mm_srai_epi32(_mm_add_epi32(_mm_madd_epi16(p0, wxv), rnd_h), 4);
-        __m128i h1 = _mm_srai_epi32(_mm_add_epi32(_mm_madd_epi16(p1, wxv), rnd_h), 4);
-        __m128i hh = _mm_packs_epi32(h0, h1); /* [R0 G0 B0 -- R1 G1 B1 --] */
-        __m128i q = _mm_unpacklo_epi16(hh, _mm_srli_si128(hh, 8));
-        __m128i v = _mm_srai_epi32(_mm_add_epi32(_mm_madd_epi16(q, wyv), rnd_v), 18);
-        v = _mm_packs_epi32(v, v);
-        v = _mm_packus_epi16(v, v);
-        uint32_t px = (uint32_t)_mm_cvtsi128_si32(v);
-        memcpy(dst + 3 * (size_t)x, &px, 3);
+    for (unsigned x = 0; x < W4; x += 4) {
+        const __m128i wv = _mm_loadu_si128((const __m128i *)(const void *)(xw + x));
+        const __m128i v01 = taps_two(row, xo + x, _mm_shuffle_epi32(wv, 0x00),
+                                     _mm_shuffle_epi32(wv, 0x55));
+        const __m128i v23 = taps_two(row, xo + x + 2, _mm_shuffle_epi32(wv, 0xaa),
+                                     _mm_shuffle_epi32(wv, 0xff));
+        if (planar) { /* 4x4 transpose of the int16 lanes, then a plane each */
+            const __m128i t0 = _mm_unpacklo_epi16(v01, v23), t1 = _mm_unpackhi_epi16(v01, v23);
+            const __m128i rg = _mm_unpacklo_epi16(t0, t1), b = _mm_unpackhi_epi16(t0, t1);
+            _mm_storel_epi64((__m128i *)(void *)(h + x), rg);
+            _mm_storel_epi64((__m128i *)(void *)(h + W4 + x), _mm_srli_si128(rg, 8));
+            _mm_storel_epi64((__m128i *)(void *)(h + 2 * (size_t)W4 + x), b);
+        } else { /* 4 lanes a pixel, each store's 4th lane overwritten by the next */
+            int16_t *q = h + 3 * (size_t)x;
+            _mm_storel_epi64((__m128i *)(void *)q, v01);
+            _mm_storel_epi64((__m128i *)(void *)(q + 3), _mm_srli_si128(v01, 8));
+            _mm_storel_epi64((__m128i *)(void *)(q + 6), v23);
+            _mm_storel_epi64((__m128i *)(void *)(q + 9), _mm_srli_si128(v23, 8));
+        }
     }
 #else
-    const uint32_t wy0 = W_ONE - wy;
-    for (unsigned x = 0; x < W; x++, xt += 3) {
-        const unsigned char *a0 = r0 + xt[0], *b0 = r0 + xt[1];
-        const unsigned char *a1 = r1 + xt[0], *b1 = r1 + xt[1];
-        const uint32_t wa = (uint32_t)xt[2] & 0xffff, wb = (uint32_t)xt[2] >> 16;
+    for (unsigned x = 0; x < W4; x++) {
+        const unsigned char *a = row + xo[x], *b = a + 3;
+        const uint32_t wa = xw[x] & 0xffff, wb = xw[x] >> 16;
         for (unsigned c = 0; c < 3; c++) {
-            uint32_t h0 = (a0[c] * wa + b0[c] * wb + 8) >> 4;
-            uint32_t h1 = (a1[c] * wa + b1[c] * wb + 8) >> 4;
-            dst[3 * (size_t)x + c] = (unsigned char)((h0 * wy0 + h1 * wy + (1u << 17)) >> 18);
+            int16_t v = (int16_t)((a[c] * wa + b[c] * wb + 8) >> 4);
+            if (planar)
+                h[c * (size_t)W4 + x] = v;
+            else
+                h[3 * (size_t)x + c] = v;
         }
     }
 #endif
 }
 
-/* Bilinear resize of the decoded window into e (flip already in xt). */
-static void resize(const struct emitter *e, const unsigned char *win, size_t stride,
-                   const int32_t *xt, const int32_t *yt, unsigned char *rowbuf)
+/* Vertical pass: n output bytes from horizontal rows h0 (upper) and h1. */
+static void resize_v(unsigned char *dst, const int16_t *h0, const int16_t *h1, size_t n,
+                     uint32_t wy)
 {
-    const int direct = e->dtype == SF_DTYPE_UINT8 && e->layout == SF_LAYOUT_HWC;
-    for (unsigned y = 0; y < e->height; y++) {
-        const unsigned char *r0 = win + (size_t)yt[3 * y] * stride;
-        const unsigned char *r1 = win + (size_t)yt[3 * y + 1] * stride;
-        unsigned char *dst = direct ? e->out + (size_t)y * e->width * 3 : rowbuf;
-        resize_row(dst, r0, r1, xt, e->width, (uint32_t)yt[3 * y + 2]);
-        if (!direct)
-            emit_row(e, y, rowbuf, 0);
+    size_t i = 0;
+#if defined(__SSE2__)
+    const __m128i wv = _mm_set1_epi32((int)((W_ONE - wy) | (wy << 16)));
+    const __m128i rnd = _mm_set1_epi32(1 << 17);
+    for (; i + 8 <= n; i += 8) {
+        const __m128i a = _mm_loadu_si128((const __m128i *)(const void *)(h0 + i));
+        const __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(h1 + i));
+        const __m128i lo = _mm_madd_epi16(_mm_unpacklo_epi16(a, b), wv);
+        const __m128i hi = _mm_madd_epi16(_mm_unpackhi_epi16(a, b), wv);
+        const __m128i v = _mm_packs_epi32(_mm_srai_epi32(_mm_add_epi32(lo, rnd), 18),
+                                          _mm_srai_epi32(_mm_add_epi32(hi, rnd), 18));
+        _mm_storel_epi64((__m128i *)(void *)(dst + i), _mm_packus_epi16(v, v));
+    }
+#endif
+    const uint32_t wy0 = W_ONE - wy;
+    for (; i < n; i++)
+        dst[i] = (unsigned char)(((uint32_t)h0[i] * wy0 + (uint32_t)h1[i] * wy + (1u << 17)) >> 18);
+}
+
+/* Output row y of e from horizontal rows h0, h1 (W4 values a plane); tmp:
+ * 3 W4 bytes for float32 output. */
+static void resize_out(const struct emitter *e, unsigned y, const int16_t *h0, const int16_t *h1,
+                       uint32_t wy, unsigned W4, unsigned char *tmp)
+{
+    const unsigned W = e->width;
+    const size_t plane = (size_t)W * e->height, row = (size_t)y * W;
+    const int planar = e->layout == SF_LAYOUT_CHW;
+    if (e->dtype == SF_DTYPE_UINT8) {
+        if (!planar) {
+            resize_v(e->out + row * 3, h0, h1, (size_t)W * 3, wy);
+            return;
+        }
+        for (unsigned c = 0; c < 3; c++)
+            resize_v(e->out + c * plane + row, h0 + c * (size_t)W4, h1 + c * (size_t)W4, W, wy);
+        return;
+    }
+    if (!planar) {
+        resize_v(tmp, h0, h1, (size_t)W * 3, wy);
+        for (size_t i = 0; i < (size_t)W * 3; i++)
+            put_f32(e->out, row * 3 + i, e->lut[i % 3][tmp[i]]);
+        return;
+    }
+    for (unsigned c = 0; c < 3; c++) {
+        resize_v(tmp, h0 + c * (size_t)W4, h1 + c * (size_t)W4, W, wy);
+        for (unsigned x = 0; x < W; x++)
+            put_f32(e->out, c * plane + row + x, e->lut[c][tmp[x]]);
     }
 }
 
@@ -933,9 +990,12 @@ static void decode_body(struct sf_decoder *d, const struct sf_image_options *o, 
     }
 
     /* Resize: sample positions first (they say which region to decode),
-     * then the region, then one pass of bilinear interpolation. */
-    int32_t *t = grow(d, (void **)&d->tab, &d->tab_cap, sizeof(int32_t) * 3 * ((size_t)ow + oh));
-    int32_t *xt = t, *yt = t + 3 * (size_t)ow;
+     * then the region, row by row, each row resized as it arrives. */
+    const unsigned W4 = (ow + 3) & ~3u;
+    int32_t *t = grow(d, (void **)&d->tab, &d->tab_cap,
+                      sizeof(int32_t) * (3 * ((size_t)ow + oh) + 2 * (size_t)W4));
+    int32_t *xt = t, *yt = t + 3 * (size_t)ow, *xo = yt + 3 * (size_t)oh;
+    uint32_t *xw = (uint32_t *)(void *)(xo + W4);
     axis_table(xt, ow, box.x, box.w, M, sw - 1, flip);
     axis_table(yt, oh, box.y, box.h, M, sh - 1, 0);
     const int32_t *xfirst = flip ? xt + 3 * (size_t)(ow - 1) : xt;
@@ -947,26 +1007,38 @@ static void decode_body(struct sf_decoder *d, const struct sf_image_options *o, 
     r0 = r0 > REGION_MARGIN ? r0 - REGION_MARGIN : 0;
     unsigned cw;
     unsigned xoff = set_region(d, c0, c1, r0, &cw);
-    for (unsigned i = 0; i < ow; i++) { /* byte offsets within a decoded row, packed weights */
-        xt[3 * i] = (xt[3 * i] - (int32_t)xoff) * 3;
-        xt[3 * i + 1] = (xt[3 * i + 1] - (int32_t)xoff) * 3;
-        xt[3 * i + 2] =
-            (int32_t)((uint32_t)(W_ONE - xt[3 * i + 2]) | (uint32_t)xt[3 * i + 2] << 16);
+    for (unsigned i = 0; i < W4; i++) { /* byte offset of the left tap, packed weights */
+        const int32_t *x = xt + 3 * (size_t)(i < ow ? i : ow - 1);
+        const uint32_t w = x[1] == x[0] ? 0 : (uint32_t)x[2];
+        xo[i] = (x[0] - (int32_t)xoff) * 3;
+        xw[i] = (W_ONE - w) | w << 16;
     }
     for (unsigned i = 0; i < oh; i++) {
         yt[3 * i] -= (int32_t)r0;
         yt[3 * i + 1] -= (int32_t)r0;
     }
-    const size_t stride = (size_t)cw * 3;
+    const int planar = o->layout == SF_LAYOUT_CHW;
+    const size_t hn = 3 * (size_t)W4 + HPAD;
+    /* line: the CMYK scanline, then the RGB one (+ 16: 8-byte tap loads);
+     * win: two horizontal rows, then a byte row for float32 output. */
+    unsigned char *line = grow(d, (void **)&d->line, &d->line_cap, (size_t)cw * (nch + 3) + 16);
+    unsigned char *rgb = line + (size_t)cw * nch;
+    memset(rgb + (size_t)cw * 3, 0, 16);
+    int16_t *h = grow(d, (void **)&d->win, &d->win_cap, 2 * hn * sizeof(int16_t) + 3 * (size_t)W4);
+    unsigned char *tmp = (unsigned char *)(h + 2 * hn);
     const unsigned rows = r1 - r0 + 1;
-    /* + 4: resize_row reads each source pixel as 4 bytes */
-    unsigned char *win = grow(d, (void **)&d->win, &d->win_cap, stride * rows + 4);
-    memset(win + stride * rows, 0, 4);
-    grow(d, (void **)&d->line, &d->line_cap, (size_t)cw * nch + (size_t)ow * 3);
-    for (unsigned y = 0; y < rows; y++)
-        read_line(d, win + (size_t)y * stride, cw);
+    unsigned y = 0; /* the next output row: it reads rows yt[3y] and yt[3y + 1] */
+    for (unsigned r = 0; r < rows; r++) {
+        read_line(d, rgb, cw);
+        /* Rows r - 1 and r are kept (in the slots of their parity): the
+         * output rows still to come read nothing older. */
+        if (y < oh && ((unsigned)yt[3 * y] == r || (unsigned)yt[3 * y + 1] == r))
+            resize_h(h + (r & 1) * hn, rgb, xo, xw, W4, planar);
+        for (; y < oh && (unsigned)yt[3 * y + 1] == r; y++)
+            resize_out(&e, y, h + ((unsigned)yt[3 * y] & 1) * hn, h + (r & 1) * hn,
+                       (uint32_t)yt[3 * y + 2], W4, tmp);
+    }
     finish_if_complete(d);
-    resize(&e, win, stride, xt, yt, d->line + (size_t)cw * nch);
 }
 
 /* The setjmp frame: nothing here changes between setjmp and a longjmp. */
