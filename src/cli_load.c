@@ -79,6 +79,7 @@ enum {
     O_DIGEST,
     O_SECONDS,
     O_BUDGET,
+    O_AUTOTUNE,
     O_NO_FLAG, /* --no-<bool> */
 };
 
@@ -91,6 +92,7 @@ struct load_ctx {
     int digest;
     int doctor;       /* 1: shardfeed doctor, 2: shardfeed tune */
     double budget_s;  /* tune */
+    double autotune_s; /* load --autotune: tune first within this budget */
     double seconds;   /* doctor: per stage */
 };
 
@@ -132,14 +134,16 @@ static int on_load_option(void *ctx, int val, const char *arg)
         lc->seconds = v;
         return 0;
     }
-    case O_BUDGET: {
+    case O_BUDGET:
+    case O_AUTOTUNE: {
         char *end;
         double v = strtod(arg, &end);
+        const char *flag = val == O_BUDGET ? "--budget-s" : "--autotune";
         if (!arg[0] || *end || !(v >= 1 && v <= 3600)) {
-            cli_errorf("--budget-s: expected seconds 1..3600, got '%s'", arg);
+            cli_errorf("%s: expected seconds 1..3600, got '%s'", flag, arg);
             return EXIT_USAGE;
         }
-        lc->budget_s = v;
+        *(val == O_BUDGET ? &lc->budget_s : &lc->autotune_s) = v;
         return 0;
     }
     }
@@ -219,6 +223,10 @@ static void load_usage(void)
         "  --max-batches N        stop after N batches in all\n"
         "  --step-ms MS           simulate a training step of MS per batch (wait share)\n"
         "  --digest               print a digest of every batch's pixels and labels\n"
+        "  --autotune S           first tune decode threads, concurrency, chunk size and\n"
+        "                         prefetch depths within about S seconds (shardfeed tune),\n"
+        "                         then run with them; flags and --concurrency/--chunk-size\n"
+        "                         given still win\n"
         "  --json                 one JSON object on stdout\n"
         "  plus the S3 options of `shardfeed help` (--endpoint-url, --concurrency,\n"
         "  --chunk-size, ...).\n"
@@ -304,6 +312,55 @@ static int run_doctor(struct sf_loader_options *o, const struct load_ctx *lc, in
 static int run_tune(struct sf_loader_options *o, const struct load_ctx *lc, int json,
                     const char *output);
 
+/* 1 when argv names the S3 flag (`--concurrency N` or `--concurrency=N`). */
+static int argv_has(int argc, char **argv, const char *flag)
+{
+    size_t n = strlen(flag);
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--"))
+            break;
+        if (!strncmp(argv[i], flag, n) && (argv[i][n] == 0 || argv[i][n] == '='))
+            return 1;
+    }
+    return 0;
+}
+
+/* load --autotune: sf_tune on the options as given, the tuned knobs applied
+ * over the config file, then the flags again and the S3 flags given, so
+ * that whatever the user set explicitly wins (as Python's autotune=). */
+static sf_status autotune(struct sf_loader_options *o, const struct load_ctx *lc,
+                          const struct cli *c, int argc, char **argv, const char *flags_json,
+                          void *keep[2])
+{
+    char err[2048] = "";
+    struct sf_tune_result r;
+    o->sources = (const char *const *)c->args;
+    o->source_count = (size_t)c->n_args;
+    sf_status st = sf_tune(o, lc->autotune_s, &r, err, sizeof(err));
+    if (st != SF_OK) {
+        cli_errorf("load: autotune: %s (%s)", err[0] ? err : sf_status_str(st),
+                   sf_status_name(st));
+        return st;
+    }
+    const unsigned concurrency = o->s3.concurrency;
+    const unsigned long long chunk = o->s3.chunk_bytes;
+    /* Strings in the options point into these: freed after the open. */
+    st = sf_loader_options_from_json(o, r.config_json, &keep[0], err, sizeof(err));
+    if (st == SF_OK)
+        st = sf_loader_options_from_json(o, flags_json, &keep[1], err, sizeof(err));
+    if (st != SF_OK) {
+        cli_errorf("load: autotune: %s", err);
+        return st;
+    }
+    if (argv_has(argc, argv, "--concurrency"))
+        o->s3.concurrency = concurrency;
+    if (argv_has(argc, argv, "--chunk-size"))
+        o->s3.chunk_bytes = chunk;
+    fprintf(stderr, "load: autotune: %s in %.1f s (%u measurements)%s\n", r.config_json,
+            r.seconds, r.points, r.kept_given ? "; the options given were kept" : "");
+    return SF_OK;
+}
+
 static int load_or_doctor(int argc, char **argv, int doctor)
 {
     struct option longopts[N_LOAD_FLAGS * 2 + 8];
@@ -321,8 +378,10 @@ static int load_or_doctor(int argc, char **argv, int doctor)
     longopts[n++] = (struct option){"config", required_argument, NULL, O_CONFIG};
     longopts[n++] = (struct option){"max-batches", required_argument, NULL, O_MAX_BATCHES};
     longopts[n++] = (struct option){"step-ms", required_argument, NULL, O_STEP_MS};
-    if (!doctor)
+    if (!doctor) {
         longopts[n++] = (struct option){"digest", no_argument, NULL, O_DIGEST};
+        longopts[n++] = (struct option){"autotune", required_argument, NULL, O_AUTOTUNE};
+    }
     else if (doctor == 1)
         longopts[n++] = (struct option){"seconds", required_argument, NULL, O_SECONDS};
     else
@@ -396,6 +455,18 @@ static int load_or_doctor(int argc, char **argv, int doctor)
     sf_status st = flags_json
                        ? sf_loader_options_from_json(&o, flags_json, &keep_flags, err, sizeof(err))
                        : SF_ERR_NO_MEMORY;
+    void *keep_tuned[2] = {NULL, NULL};
+    if (st == SF_OK && lc.autotune_s > 0) {
+        st = autotune(&o, &lc, &c, argc, argv, flags_json, keep_tuned);
+        if (st != SF_OK) {
+            free(flags_json);
+            sf_loader_options_free_json(keep_cfg);
+            sf_loader_options_free_json(keep_flags);
+            sf_loader_options_free_json(keep_tuned[0]);
+            sf_loader_options_free_json(keep_tuned[1]);
+            return 1;
+        }
+    }
     free(flags_json);
     if (st != SF_OK) {
         /* "option 'batch_size': bad value" -> name the flag */
@@ -417,6 +488,8 @@ static int load_or_doctor(int argc, char **argv, int doctor)
     st = sf_loader_open(&o, &l, err, sizeof(err));
     sf_loader_options_free_json(keep_cfg);
     sf_loader_options_free_json(keep_flags);
+    sf_loader_options_free_json(keep_tuned[0]);
+    sf_loader_options_free_json(keep_tuned[1]);
     if (st != SF_OK) {
         cli_errorf("load: %s (%s)", err[0] ? err : sf_status_str(st), sf_status_name(st));
         if (c.json) {

@@ -2351,6 +2351,19 @@ Test(loader, tune_writes_a_config_the_loader_takes)
     cJSON_Delete(j);
     const char *bad[] = {SF_CLI_BIN, "tune", shards, "--budget-s", "0", NULL};
     cr_expect_eq(run_cli(bad, out, sizeof(out)), 2);
+
+    /* load --autotune: tunes, then runs; a flag given still wins (5 decode
+     * threads: the search tries 1, cores / 2, cores and 1.5 x cores). */
+    const char *tuned[] = {SF_CLI_BIN, "load", shards, "--size", "32", "--autotune", "1",
+                           "--decode-threads", "5", "--json", NULL};
+    cr_assert_eq(run_cli(tuned, out, sizeof(out)), 0, "%s", out);
+    j = cJSON_Parse(out);
+    cr_assert(j, "%s", out);
+    cr_expect_eq(cJSON_GetObjectItem(j, "images")->valuedouble, 80.0);
+    cr_expect_eq(cJSON_GetObjectItem(j, "decode_threads")->valuedouble, 5.0, "%s", out);
+    cJSON_Delete(j);
+    const char *bad_tune[] = {SF_CLI_BIN, "load", shards, "--autotune", "0", NULL};
+    cr_expect_eq(run_cli(bad_tune, out, sizeof(out)), 2);
 }
 
 Test(loader, tune_searches_concurrency_against_a_capped_link)
