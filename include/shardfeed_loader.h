@@ -417,6 +417,8 @@ SF_API void sf_loader_report_reset(struct sf_loader *l);
  * with the user's function) and sf_doctor_conclude() names the bound and the
  * knob. Rates are samples per second; 0 = not measured.
  */
+#define SF_DOCTOR_MAX_SIDE 320 /* the --max-side doctor measures and suggests */
+
 struct sf_doctor_result {
     double stage_per_s[7];       /* indexed by enum sf_stage: FETCH, READ, DECODE, ASSEMBLY,
                                     DEVICE (NONE and STARTUP unused) */
@@ -428,6 +430,10 @@ struct sf_doctor_result {
     unsigned concurrency, concurrency_more;
     double bytes_per_sample;     /* mean shard bytes per sample parsed */
     unsigned long long samples_measured; /* distinct raw samples decoded */
+    /* pack --max-side SF_DOCTOR_MAX_SIDE, measured on up to 32 of the raw
+     * samples re-encoded in memory: one-thread decode speed-up and the
+     * bytes left (1: none was larger; 0: not measured). */
+    double max_side_speedup, max_side_bytes;
     /* sf_doctor_conclude() fills these: */
     double step_per_s;     /* the caller's step alone; 0 = no step (infinitely fast) */
     double pipeline_per_s; /* the full pipeline with the step */

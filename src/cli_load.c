@@ -735,6 +735,8 @@ static int run_doctor(struct sf_loader_options *o, const struct load_ctx *lc, in
         cJSON_AddNumberToObject(j, "concurrency", r.concurrency);
         cJSON_AddNumberToObject(j, "concurrency_more", r.concurrency_more);
         cJSON_AddNumberToObject(j, "bytes_per_sample", r.bytes_per_sample);
+        cJSON_AddNumberToObject(j, "max_side_speedup", r.max_side_speedup);
+        cJSON_AddNumberToObject(j, "max_side_bytes", r.max_side_bytes);
         cJSON_AddBoolToObject(j, "data_in_cache", in_cache);
         cJSON_AddStringToObject(j, "bound", r.bound == SF_STAGE_NONE ? "step" : sf_stage_name(r.bound));
         cJSON_AddStringToObject(j, "verdict", r.verdict);

@@ -1105,6 +1105,7 @@ static PyObject *doctor_dict(const struct sf_doctor_result *r)
     if (set_item(d, "stages", st) || F(decode_per_thread_per_s) || U(decode_threads) ||
         U(cores) || F(fetch_mib_per_s) || F(fetch_mib_per_s_more) || U(concurrency) ||
         U(concurrency_more) || F(bytes_per_sample) || U(samples_measured) || F(step_per_s) ||
+        F(max_side_speedup) || F(max_side_bytes) ||
         F(pipeline_per_s) || F(wait_share) ||
         set_str(d, "bound", r->bound == SF_STAGE_NONE ? "step" : sf_stage_name(r->bound)) ||
         set_str(d, "verdict", r->verdict) ||
