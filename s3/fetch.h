@@ -55,6 +55,8 @@ struct sf__engine_config {
     unsigned retry_quota;
     unsigned stall_timeout_ms;
     unsigned connect_timeout_ms;
+    unsigned first_byte_timeout_ms; /* 0 = off */
+    unsigned request_timeout_ms;    /* no byte across attempts; 0 = off */
     uint64_t max_object_bytes;
     const char *ca_bundle; /* copied */
     int insecure;
