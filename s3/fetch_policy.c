@@ -9,24 +9,24 @@
 #include <string.h>
 
 #define NS_PER_S 1000000000ull
-/* The window counts at least this many outcomes, so a lone early 503 is a
- * small share rather than 100 %. */
-#define WIN_PRIOR 20u
-/* Past this many outcomes the counts are halved: recent outcomes weigh most. */
-#define WIN_MAX 64u
-/* A throttled share over this (or over 1.5x the noise floor + 5 points) is a
- * rate limit: cut at once. Random 5 % noise crosses it in under 1 % of
- * 64-outcome windows. */
-#define CUT_SHARE 0.15
-/* A share this far over the noise floor, with at least PROBE_MIN_THROTTLED
- * throttled answers, is tested by a probe... */
-#define PROBE_MARGIN        0.03
-#define PROBE_MIN_THROTTLED 3u
-/* ...judged on this many outcomes at the lower rate, at most once per interval. */
-#define PROBE_SAMPLES     32u
+#define WIN ((unsigned)sizeof(((struct sf__policy *)0)->win))
+/* Over the last WIN outcomes, at least CUT_MIN throttled and a share over
+ * CUT_SHARE (or twice the noise floor + 5 points) is a rate limit: cut at
+ * once. A limit throttling half the requests is seen in about 15 answers;
+ * random 5 % noise crosses it in well under 1 run in 1,000 (binomial
+ * simulation, docs/transport.md). */
+#define CUT_SHARE 0.20
+#define CUT_MIN   8u
+/* A share over PROBE_SHARE (and PROBE_MARGIN over the noise floor) over at
+ * least PROBE_MIN_N answers at this rate is tested: the rate is cut, and
+ * PROBE_SAMPLES answers later the share must have fallen to PROBE_FALL of
+ * what it was to confirm a limit. At most one probe per interval. */
+#define PROBE_SHARE       0.08
+#define PROBE_MARGIN      0.03
+#define PROBE_MIN_N       200u
+#define PROBE_SAMPLES     100u
+#define PROBE_FALL        0.4
 #define PROBE_INTERVAL_NS (10ull * NS_PER_S)
-/* A probe whose share fell to at most this fraction of the share before it confirms a limit. */
-#define PROBE_FALL 0.5
 #define RATE_BETA  0.7 /* new rate cap = beta x the rate accepted in the last second */
 /* Never slower than this while capped, and the cap grows back by at least
  * RECOVER_RPS_PER_S each second (or 5 % a second when faster). */
@@ -177,8 +177,8 @@ int sf__policy_wait_ms(struct sf__policy *p, uint64_t now_ns, int cap_ms)
 static void window_reset(struct sf__policy *p, uint64_t now)
 {
     p->changed_ns = now;
-    p->win_n = 0;
-    p->win_throttled = 0;
+    p->win_n = p->win_pos = p->win_throttled = 0;
+    p->tot_n = p->tot_throttled = 0;
 }
 
 /* Multiplicative decrease of the window and of the rate. Under lock. */
@@ -227,36 +227,43 @@ enum sf__verdict sf__policy_record(struct sf__policy *p, uint64_t now_ns, uint64
         pthread_mutex_unlock(&p->lock);
         return v;
     }
-    int thr = o == SF__OUTCOME_THROTTLED;
-    p->win_n++;
-    p->win_throttled += (unsigned)thr;
-    if (p->win_n > WIN_MAX) {
-        p->win_n /= 2;
-        p->win_throttled /= 2;
-    }
-    double share = (double)p->win_throttled / (p->win_n > WIN_PRIOR ? p->win_n : WIN_PRIOR);
-    double cut_share = p->noise_floor * 1.5 + 0.05;
+    unsigned thr = o == SF__OUTCOME_THROTTLED;
+    if (p->win_n == WIN)
+        p->win_throttled -= p->win[p->win_pos];
+    else
+        p->win_n++;
+    p->win[p->win_pos] = (unsigned char)thr;
+    p->win_pos = (p->win_pos + 1) % WIN;
+    p->win_throttled += thr;
+    p->tot_n++;
+    p->tot_throttled += thr;
+    double cut_share = p->noise_floor * 2 + 0.05;
     if (cut_share < CUT_SHARE)
         cut_share = CUT_SHARE;
+    int limit = thr && p->win_throttled >= CUT_MIN &&
+                (double)p->win_throttled > cut_share * (p->win_n > 60 ? p->win_n : 60);
+    double tot_share = (double)p->tot_throttled / (double)p->tot_n;
 
-    if (p->probing) {
-        if (thr && share > cut_share && p->win_n >= WIN_PRIOR) {
-            /* clearly limited at the lower rate too: a limit, cut further */
+    if (limit) {
+        /* clearly limited, at this rate or at a probe's lower one */
+        if (p->probing) {
             p->probing = 0;
             p->probe_end_ns = now_ns;
-            p->cuts++;
-            cut(p, now_ns);
-            v = SF__VERDICT_CUT;
-        } else if (p->win_n >= PROBE_SAMPLES) {
+        }
+        p->cuts++;
+        cut(p, now_ns);
+        v = SF__VERDICT_CUT;
+    } else if (p->probing) {
+        if (p->tot_n >= PROBE_SAMPLES) {
             p->probing = 0;
             p->probe_end_ns = now_ns;
-            double now_share = (double)p->win_throttled / p->win_n;
-            if (now_share <= p->probe_share * PROBE_FALL) {
+            if (tot_share <= p->probe_share * PROBE_FALL) {
                 p->cuts++;
                 v = SF__VERDICT_CONFIRM;
             } else {
                 /* the share did not fall with the rate: noise */
-                double floor = now_share < p->probe_share ? now_share : p->probe_share;
+                /* two estimates of the same noise, at two rates */
+                double floor = (tot_share + p->probe_share) / 2;
                 if (floor > p->noise_floor)
                     p->noise_floor = floor;
                 p->cwnd = p->probe_cwnd;
@@ -272,14 +279,12 @@ enum sf__verdict sf__policy_record(struct sf__policy *p, uint64_t now_ns, uint64
             v = SF__VERDICT_NOISE;
         }
     } else if (thr) {
-        if (share > cut_share) {
-            p->cuts++;
-            cut(p, now_ns);
-            v = SF__VERDICT_CUT;
-        } else if (p->win_n >= WIN_PRIOR && p->win_throttled >= PROBE_MIN_THROTTLED &&
-                   share > p->noise_floor + PROBE_MARGIN &&
-                   (p->probe_end_ns == 0 || now_ns - p->probe_end_ns >= PROBE_INTERVAL_NS)) {
-            p->probe_share = share;
+        double probe_at = p->noise_floor + PROBE_MARGIN;
+        if (probe_at < PROBE_SHARE)
+            probe_at = PROBE_SHARE;
+        if (p->tot_n >= PROBE_MIN_N && tot_share > probe_at &&
+            (p->probe_end_ns == 0 || now_ns - p->probe_end_ns >= PROBE_INTERVAL_NS)) {
+            p->probe_share = tot_share;
             p->probe_cwnd = p->cwnd;
             p->probe_rps = p->send_rps;
             p->probing = 1;

@@ -66,7 +66,11 @@ struct sf__policy {
     double bucket;                /* token bucket of send_rps */
     uint64_t bucket_ns;
     uint64_t changed_ns;          /* last change of rate: older requests' answers do not count */
-    unsigned win_n, win_throttled; /* the window of outcomes since changed_ns */
+    /* the last SF__POLICY_WINDOW outcomes since changed_ns (1 = throttled),
+     * and the totals since changed_ns */
+    unsigned char win[100];
+    unsigned win_n, win_pos, win_throttled;
+    unsigned long long tot_n, tot_throttled;
     double noise_floor;           /* throttled share known not to fall with the rate */
     /* a probe in progress (probing), or when the last one ended */
     int probing;
