@@ -144,7 +144,15 @@ struct sf_s3_options {
     unsigned retry_cap_ms;               /* backoff cap; default 20000 */
     unsigned retry_quota;                /* retry tokens (docs/transport.md); default 500 */
     unsigned stall_timeout_ms;           /* abort a transfer without progress; default 30000 */
-    unsigned connect_timeout_ms;         /* default 10000 */
+    unsigned connect_timeout_ms;         /* TCP + TLS connect; default 10000 */
+    /* An attempt with no response byte this long after it started (connect
+     * included) is aborted and retried; 0 = off; default 15000. */
+    unsigned first_byte_timeout_ms;
+    /* A request (all its attempts and back-offs) that has received no byte
+     * from the server for this long fails with SF_ERR_TIMEOUT naming the
+     * endpoint; bytes arriving restart it, so a long healthy transfer is never
+     * cut; 0 = off; default 45000 (docs/transport.md). */
+    unsigned request_timeout_ms;
     unsigned long long max_object_bytes; /* cap on engine-allocated buffers; default 64 GiB */
 
     sf_log_fn log; /* NULL: silent */
@@ -392,6 +400,10 @@ struct sf_s3_stats {
     unsigned concurrency_limit; /* the current in-flight cap (lowered on throttling) */
     unsigned retry_tokens;      /* what is left of the retry quota */
     unsigned connections;       /* connections opened (keep-alive reuse shows here) */
+    /* times throttling was judged a rate limit and the request rate cut; a
+     * steady few percent of SlowDown that does not fall with the rate is
+     * only retried (docs/transport.md) */
+    unsigned long long rate_cuts;
 };
 SF_API void sf_s3_get_stats(struct sf_s3 *s3, struct sf_s3_stats *out);
 

@@ -5,6 +5,7 @@
  * curl_multi_wakeup(). Each fetch publishes its progress under its own lock.
  */
 #include "s3/fetch.h"
+#include "s3/fetch_policy.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -19,10 +20,6 @@
 
 #define MAX_ERROR_BODY     (64u * 1024)
 #define EASY_BUFFER_SIZE   (512L * 1024)
-#define SUCCESS_RING       4096 /* successes remembered for the 1 s rate estimate */
-#define RATE_BETA          0.7  /* new send rate = beta * measured rate, on throttling */
-#define RATE_UNLIMITED_RPS 5000.0
-#define RATE_ENGAGE_NS     (5ull * 1000 * 1000 * 1000)
 /* File destinations: a range gathers what curl hands over (at most 16 KiB a
  * callback) and writes it with one pwrite() per STAGE_BYTES. 256 KiB rather
  * than 1 MiB: the buffer stays in L2 for the write and the checksum that
@@ -38,7 +35,8 @@ enum abort_reason {
     AB_OVERFLOW,
     AB_IO,
     AB_LIMIT,
-    AB_CHANGED
+    AB_CHANGED,
+    AB_SILENT /* request_timeout_ms without a byte: not retried */
 };
 
 struct call;
@@ -55,7 +53,10 @@ struct xfer {
     unsigned attempts;
     unsigned tokens_held; /* retry quota taken by this request's retries */
     uint64_t due_ns;
-    uint64_t start_ns; /* when the current attempt started */
+    uint64_t start_ns;     /* when the current attempt started */
+    uint64_t quiet_since_ns; /* last byte from the server, or the first attempt's start */
+    int answered;            /* the current attempt got a response byte */
+    char origin[128];        /* "scheme://host:port" of the current attempt, for messages */
     enum xfer_state state;
     struct xfer *next_wait;
     /* the attempt in progress */
@@ -169,15 +170,7 @@ struct sf__engine {
     struct sf_fetch *active;
     struct xfer *waiting;
     unsigned in_flight;
-    double cwnd;
-    uint64_t last_decrease_ns;
-    /* client-side rate limit, on only after throttling (send_rps 0 = off) */
-    double send_rps;
-    double bucket;
-    uint64_t bucket_ns;
-    uint64_t *successes; /* ring of success times, for the trailing-second rate */
-    size_t succ_head, succ_count;
-    unsigned tokens;
+    struct sf__policy policy; /* window, rate cap, retry quota (s3/fetch_policy.c) */
     CURL **idle;
     size_t n_idle;
     unsigned char **stages; /* free STAGE_BYTES buffers, at most cfg.concurrency */
@@ -206,17 +199,6 @@ elog(struct sf__engine *e, enum sf_log_level level, const char *fmt, ...)
     vsnprintf(line, sizeof(line), fmt, ap);
     va_end(ap);
     e->cfg.log(e->cfg.log_user, level, line);
-}
-
-static uint64_t rng_next(struct sf__engine *e)
-{
-    /* xorshift64*: jitter only, not security */
-    uint64_t x = e->rng;
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    e->rng = x;
-    return x * 0x2545F4914F6CDD1Dull;
 }
 
 static const char *xfer_name(const struct xfer *x)
@@ -533,6 +515,8 @@ static size_t on_header(char *buf, size_t size, size_t nitems, void *ud)
 {
     struct xfer *x = ud;
     size_t n = size * nitems;
+    x->answered = 1;
+    x->last_progress_ns = x->quiet_since_ns = mono_ns();
     if (n >= 5 && strncmp(buf, "HTTP/", 5) == 0) {
         /* a new response (after a 100 Continue or a redirect): start over */
         const char *sp = memchr(buf, ' ', n);
@@ -723,11 +707,29 @@ static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_
     if (moved != x->last_dlnow) {
         x->last_dlnow = moved;
         x->last_progress_ns = now;
+        if (dlnow > 0)
+            x->quiet_since_ns = now;
         return 0;
     }
-    unsigned stall_ms = x->e->cfg.stall_timeout_ms;
+    const struct sf__engine_config *c = &x->e->cfg;
+    uint64_t rt_ns = (uint64_t)c->request_timeout_ms * 1000000ull;
+    if (rt_ns && now - x->quiet_since_ns >= rt_ns) {
+        set_abort(x, AB_SILENT, "no answer from %s for %u ms (request_timeout_ms, %u attempts)",
+                  x->origin, c->request_timeout_ms, x->attempts);
+        return 1;
+    }
+    if (!x->answered) {
+        unsigned fb_ms = c->first_byte_timeout_ms;
+        if (fb_ms && now - x->last_progress_ns > (uint64_t)fb_ms * 1000000ull) {
+            set_abort(x, AB_STALL, "no answer from %s within %u ms (first_byte_timeout_ms)",
+                      x->origin, fb_ms);
+            return 1;
+        }
+        return 0;
+    }
+    unsigned stall_ms = c->stall_timeout_ms;
     if (stall_ms && now - x->last_progress_ns > (uint64_t)stall_ms * 1000000ull) {
-        set_abort(x, AB_STALL, "no data for %u ms", stall_ms);
+        set_abort(x, AB_STALL, "no data from %s for %u ms", x->origin, stall_ms);
         return 1;
     }
     return 0;
@@ -810,6 +812,23 @@ static void attempt_release(struct sf__engine *e, struct xfer *x)
     x->staged = 0;
 }
 
+/* The connect limit of an attempt: connect_timeout_ms, or less when the
+ * request's no-answer budget (request_timeout_ms) ends sooner. */
+static unsigned attempt_connect_ms(const struct sf__engine *e, const struct xfer *x, uint64_t now)
+{
+    unsigned ms = e->cfg.connect_timeout_ms;
+    uint64_t rt_ns = (uint64_t)e->cfg.request_timeout_ms * 1000000ull;
+    if (rt_ns) {
+        uint64_t used = now - x->quiet_since_ns;
+        uint64_t left_ms = used < rt_ns ? (rt_ns - used) / 1000000ull : 0;
+        if (left_ms < 1)
+            left_ms = 1;
+        if (!ms || left_ms < ms)
+            ms = (unsigned)left_ms;
+    }
+    return ms;
+}
+
 /* Starts one attempt of x. On a local failure (signing, no memory) the
  * request fails at once: returns the status with x->last_msg set. */
 static sf_status attempt_start(struct sf__engine *e, struct xfer *x)
@@ -873,6 +892,14 @@ static sf_status attempt_start(struct sf__engine *e, struct xfer *x)
     sf__strbuf_init(&x->errbody, MAX_ERROR_BODY + 1);
     x->ranged = spec.range_first != SF__NO_RANGE;
 
+    /* the endpoint, for messages: scheme://authority, no path or query */
+    const char *auth = strstr(url, "://");
+    size_t olen = auth ? (size_t)(strcspn(auth + 3, "/?#") + (size_t)(auth + 3 - url)) : 0;
+    snprintf(x->origin, sizeof(x->origin), "%.*s", (int)olen, url);
+    uint64_t now0 = mono_ns();
+    if (!x->quiet_since_ns)
+        x->quiet_since_ns = now0;
+    x->answered = 0;
     curl_easy_setopt(h, CURLOPT_URL, url);
     free(url);
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, x->hdrs);
@@ -884,7 +911,7 @@ static sf_status attempt_start(struct sf__engine *e, struct xfer *x)
     curl_easy_setopt(h, CURLOPT_BUFFERSIZE, EASY_BUFFER_SIZE);
     curl_easy_setopt(h, CURLOPT_HTTP_VERSION,
                      e->cfg.http2 ? (long)CURL_HTTP_VERSION_2TLS : (long)CURL_HTTP_VERSION_1_1);
-    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)e->cfg.connect_timeout_ms);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)attempt_connect_ms(e, x, now0));
     curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(h, CURLOPT_HEADERDATA, x);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_write);
@@ -892,10 +919,16 @@ static sf_status attempt_start(struct sf__engine *e, struct xfer *x)
     curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
     curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
     curl_easy_setopt(h, CURLOPT_XFERINFODATA, x);
-    if (e->cfg.stall_timeout_ms) {
+    if (e->cfg.stall_timeout_ms || e->cfg.first_byte_timeout_ms || e->cfg.request_timeout_ms) {
         /* Backstop for on_progress, and it makes curl revisit idle transfers
-         * every second, which is what lets on_progress see a stall. */
-        long secs = (long)((e->cfg.stall_timeout_ms + 999) / 1000);
+         * every second, which is what lets on_progress see a stall or a
+         * silent server. */
+        unsigned longest = e->cfg.stall_timeout_ms;
+        if (e->cfg.first_byte_timeout_ms > longest)
+            longest = e->cfg.first_byte_timeout_ms;
+        if (!longest)
+            longest = e->cfg.request_timeout_ms;
+        long secs = (long)((longest + 999) / 1000);
         curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
         curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, secs + 1);
     }
@@ -1039,99 +1072,36 @@ static void fail_xfer(struct sf__engine *e, struct xfer *x, sf_status st, const 
     }
 }
 
-/* Successful answers in the last second (at most SUCCESS_RING). */
-static size_t successes_last_second(struct sf__engine *e, uint64_t now)
-{
-    while (e->succ_count > 0) {
-        size_t oldest = (e->succ_head + SUCCESS_RING - e->succ_count) % SUCCESS_RING;
-        if (now - e->successes[oldest] <= 1000000000ull)
-            break;
-        e->succ_count--;
-    }
-    return e->succ_count;
-}
-
 static void publish_limits(struct sf__engine *e)
 {
+    unsigned w = sf__policy_window(&e->policy), t = sf__policy_tokens(&e->policy);
+    unsigned long long cuts = sf__policy_cuts(&e->policy);
     pthread_mutex_lock(&e->lock);
-    e->stats.concurrency_limit = (unsigned)e->cwnd;
-    e->stats.retry_tokens = e->tokens;
+    e->stats.rate_cuts = cuts;
+    e->stats.concurrency_limit = w;
+    e->stats.retry_tokens = t;
     pthread_mutex_unlock(&e->lock);
 }
 
-/*
- * A throttling answer: halve the in-flight window. Once per generation: only
- * an answer to a request started after the last decrease counts, so one
- * burst of 503s decreases once. When throttling goes on (a second decrease
- * within RATE_ENGAGE_NS), also cap the request rate at RATE_BETA times what
- * the server accepted over the last second; a lone 503 does not.
- */
-static void throttle_decrease(struct sf__engine *e, const struct xfer *x)
+static enum sf__outcome outcome_of(sf_status st, int retry)
 {
-    uint64_t now = mono_ns();
-    if (x->start_ns < e->last_decrease_ns)
-        return;
-    int persistent = e->last_decrease_ns && now - e->last_decrease_ns < RATE_ENGAGE_NS;
-    e->last_decrease_ns = now;
-    double before = e->cwnd;
-    e->cwnd = e->cwnd / 2 < 1 ? 1 : e->cwnd / 2;
-    if (!persistent && e->send_rps <= 0) {
-        elog(e, SF_LOG_INFO, "throttled: in-flight limit %.0f -> %.0f", before, e->cwnd);
-        publish_limits(e);
-        return;
-    }
-    double measured = (double)successes_last_second(e, now);
-    if (e->send_rps > 0 && e->send_rps < measured)
-        measured = e->send_rps;
-    double rps = RATE_BETA * measured;
-    e->send_rps = rps < 1 ? 1 : rps;
-    e->bucket = 0;
-    e->bucket_ns = now;
-    elog(e, SF_LOG_INFO, "throttled: in-flight limit %.0f -> %.0f, request rate %.1f/s", before,
-         e->cwnd, e->send_rps);
-    publish_limits(e);
+    if (retry == 2)
+        return SF__OUTCOME_THROTTLED;
+    return st == SF_ERR_TIMEOUT ? SF__OUTCOME_TIMEOUT : SF__OUTCOME_ERROR;
 }
 
-static void success_credit(struct sf__engine *e, struct xfer *x)
+static void log_verdict(struct sf__engine *e, enum sf__verdict v)
 {
-    unsigned refund = x->tokens_held ? x->tokens_held : 1;
-    e->tokens = e->tokens + refund > e->cfg.retry_quota ? e->cfg.retry_quota : e->tokens + refund;
-    x->tokens_held = 0;
-    uint64_t now = mono_ns();
-    e->successes[e->succ_head] = now;
-    e->succ_head = (e->succ_head + 1) % SUCCESS_RING;
-    if (e->succ_count < SUCCESS_RING)
-        e->succ_count++;
-    /* grow back slowly: the window by one per window of successes, the
-     * rate by about one request/s per second */
-    if (e->cwnd < e->cfg.concurrency) {
-        e->cwnd += 1.0 / e->cwnd;
-        if (e->cwnd > e->cfg.concurrency)
-            e->cwnd = e->cfg.concurrency;
-    }
-    if (e->send_rps > 0) {
-        double step = 1.0 / e->send_rps;          /* about +1/s ... */
-        e->send_rps += step > 0.05 ? step : 0.05; /* ... or +5 %/s when fast */
-        if (e->send_rps > RATE_UNLIMITED_RPS)
-            e->send_rps = 0;
-    }
-    publish_limits(e);
-}
-
-/* The rate limiter lets one more request start now. */
-static int rate_allows(struct sf__engine *e, uint64_t now)
-{
-    if (e->send_rps <= 0)
-        return 1;
-    double cap = e->send_rps / 10 < 1 ? 1 : e->send_rps / 10;
-    e->bucket += (double)(now - e->bucket_ns) / 1e9 * e->send_rps;
-    e->bucket_ns = now;
-    if (e->bucket > cap)
-        e->bucket = cap;
-    if (e->bucket < 1)
-        return 0;
-    e->bucket -= 1;
-    return 1;
+    if (v == SF__VERDICT_NONE || v == SF__VERDICT_NOISE)
+        return;
+    static const char *const what[] = {
+        [SF__VERDICT_CUT] = "throttled: rate limit",
+        [SF__VERDICT_PROBE] = "throttled: testing whether the share falls with the rate",
+        [SF__VERDICT_CONFIRM] = "throttled: the share fell with the rate, a rate limit",
+        [SF__VERDICT_RESTORE] = "throttled: the share did not fall with the rate, noise: rate restored",
+    };
+    elog(e, SF_LOG_INFO, "%s; in-flight limit %u, request rate %.1f/s (0 = no cap)", what[v],
+         sf__policy_window(&e->policy), sf__policy_rate(&e->policy));
 }
 
 /* Decides whether a failed attempt is tried again; schedules it or fails. */
@@ -1146,47 +1116,49 @@ static void retry_or_fail(struct sf__engine *e, struct xfer *x, sf_status st, in
         e->stats.throttled++;
         pthread_mutex_unlock(&e->lock);
     }
+    enum sf__outcome oc = outcome_of(st, retry);
+    enum sf__verdict v = sf__policy_record(&e->policy, mono_ns(), x->start_ns, oc, NULL);
+    log_verdict(e, v);
     if (!retry) {
         char msg[1024];
         snprintf(msg, sizeof(msg), "%s%s: %s", xfer_name(x), rng_txt, why);
         fail_xfer(e, x, st, msg);
         return;
     }
-    if (x->attempts >= e->cfg.max_attempts) {
+    uint64_t delay_ms = 0;
+    enum sf__retry_refusal r =
+        sf__policy_retry(&e->policy, x->attempts, oc, v, &x->tokens_held, &delay_ms);
+    if (r != SF__RETRY_OK) {
         char msg[1024];
-        snprintf(msg, sizeof(msg), "%s%s: %s (gave up after %u attempts)", xfer_name(x), rng_txt,
-                 why, x->attempts);
+        if (r == SF__RETRY_MAX_ATTEMPTS)
+            snprintf(msg, sizeof(msg), "%s%s: %s (gave up after %u attempts)", xfer_name(x),
+                     rng_txt, why, x->attempts);
+        else
+            snprintf(msg, sizeof(msg),
+                     "%s%s: %s (retry quota exhausted: the server keeps failing, not retrying)",
+                     xfer_name(x), rng_txt, why);
+        publish_limits(e);
         fail_xfer(e, x, st, msg);
         return;
     }
-    unsigned cost = st == SF_ERR_TIMEOUT ? 10 : 5;
-    if (e->tokens < cost) {
+    uint64_t rt_ns = (uint64_t)e->cfg.request_timeout_ms * 1000000ull;
+    uint64_t now = mono_ns();
+    if (rt_ns && x->quiet_since_ns && now + delay_ms * 1000000ull - x->quiet_since_ns >= rt_ns) {
         char msg[1024];
         snprintf(msg, sizeof(msg),
-                 "%s%s: %s (retry quota exhausted: the server keeps failing, not retrying)",
-                 xfer_name(x), rng_txt, why);
-        fail_xfer(e, x, st, msg);
+                 "%s%s: %s; no answer from %s for %u ms (request_timeout_ms, %u attempts)",
+                 xfer_name(x), rng_txt, why, x->origin, e->cfg.request_timeout_ms, x->attempts);
+        publish_limits(e);
+        fail_xfer(e, x, SF_ERR_TIMEOUT, msg);
         return;
     }
-    e->tokens -= cost;
-    x->tokens_held += cost;
-    unsigned base = retry == 2 ? e->cfg.throttle_base_ms : e->cfg.retry_base_ms;
-    if (retry == 2)
-        throttle_decrease(e, x);
-    unsigned shift = x->attempts - 1 < 30 ? x->attempts - 1 : 30;
-    uint64_t ceiling = (uint64_t)base << shift;
-    if (ceiling > e->cfg.retry_cap_ms)
-        ceiling = e->cfg.retry_cap_ms;
-    uint64_t delay_ms = ceiling ? rng_next(e) % (ceiling + 1) : 0;
     elog(e, SF_LOG_WARN, "%s%s: %s; retry %u in %" PRIu64 " ms", xfer_name(x), rng_txt, why,
          x->attempts, delay_ms);
-    x->due_ns = mono_ns() + delay_ms * 1000000ull;
+    x->due_ns = now + delay_ms * 1000000ull;
     x->state = X_WAITING;
     x->next_wait = e->waiting;
     e->waiting = x;
-    pthread_mutex_lock(&e->lock);
-    e->stats.retry_tokens = e->tokens;
-    pthread_mutex_unlock(&e->lock);
+    publish_limits(e);
 }
 
 static void describe_http_error(struct xfer *x, char *out, size_t n, struct sf__s3_error *s3e)
@@ -1239,6 +1211,7 @@ static void attempt_done(struct sf__engine *e, struct xfer *x, CURLcode code)
             st = SF_ERR_TIMEOUT;
             retry = 1;
             break;
+        case AB_SILENT: st = SF_ERR_TIMEOUT; break;
         case AB_BAD_RESPONSE:
         case AB_OVERFLOW:
             st = SF_ERR_HTTP;
@@ -1326,7 +1299,9 @@ static void attempt_done(struct sf__engine *e, struct xfer *x, CURLcode code)
         retry_or_fail(e, x, st, retry, why);
         return;
     }
-    success_credit(e, x);
+    log_verdict(e, sf__policy_record(&e->policy, mono_ns(), x->start_ns, SF__OUTCOME_OK,
+                                      &x->tokens_held));
+    publish_limits(e);
     x->state = X_DONE;
     if (x->call) {
         call_finish(x->call, SF_OK, NULL);
@@ -1368,7 +1343,7 @@ static int schedule_group(struct sf__engine *e, uint64_t now, unsigned limit, in
     for (struct xfer **pp = &e->waiting; *pp && e->in_flight < limit;) {
         struct xfer *x = *pp;
         if (x->due_ns <= now && in_group(x, prio)) {
-            if (!rate_allows(e, now))
+            if (!sf__policy_may_start(&e->policy, now))
                 return 0;
             *pp = x->next_wait;
             x->next_wait = NULL;
@@ -1387,14 +1362,14 @@ static int schedule_group(struct sf__engine *e, uint64_t now, unsigned limit, in
         }
         if (f->n_ranges == 0) {
             if (f->next_start == 0) {
-                if (!rate_allows(e, now))
+                if (!sf__policy_may_start(&e->policy, now))
                     return 0;
                 f->next_start = 1;
                 start_or_fail(e, &f->head);
             }
         } else {
             while (f->next_start < f->n_ranges && e->in_flight < limit && !f->finished) {
-                if (!rate_allows(e, now))
+                if (!sf__policy_may_start(&e->policy, now))
                     return 0;
                 struct xfer *x = range_at(f, f->next_start++);
                 if (x->state == X_IDLE && x->got < xfer_len(x))
@@ -1409,9 +1384,7 @@ static int schedule_group(struct sf__engine *e, uint64_t now, unsigned limit, in
 static void schedule(struct sf__engine *e)
 {
     uint64_t now = mono_ns();
-    unsigned limit = (unsigned)e->cwnd;
-    if (limit < 1)
-        limit = 1;
+    unsigned limit = sf__policy_window(&e->policy);
     if (schedule_group(e, now, limit, 1))
         schedule_group(e, now, limit, 0);
 }
@@ -1419,12 +1392,7 @@ static void schedule(struct sf__engine *e)
 static int next_timeout_ms(struct sf__engine *e)
 {
     uint64_t now = mono_ns();
-    int t = 1000;
-    if (e->send_rps > 0 && e->bucket < 1) {
-        int ms = (int)((1 - e->bucket) / e->send_rps * 1000) + 1;
-        if (ms < t)
-            t = ms;
-    }
+    int t = sf__policy_wait_ms(&e->policy, now, 1000);
     for (struct xfer *x = e->waiting; x; x = x->next_wait) {
         if (x->due_ns <= now)
             return 0;
@@ -1546,19 +1514,25 @@ sf_status sf__engine_new(const struct sf__engine_config *c, struct sf__engine **
         e->cfg.max_attempts = 1;
     e->ca_bundle = c->ca_bundle ? strdup(c->ca_bundle) : NULL;
     e->cfg.ca_bundle = e->ca_bundle;
-    e->cwnd = e->cfg.concurrency;
-    e->tokens = e->cfg.retry_quota;
     e->stats.concurrency_limit = e->cfg.concurrency;
-    e->stats.retry_tokens = e->tokens;
+    e->stats.retry_tokens = e->cfg.retry_quota;
     e->rng = (uint64_t)mono_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)e;
     if (!e->rng)
         e->rng = 0x9E3779B97F4A7C15ull;
+    struct sf__policy_config pc = {
+        .concurrency = e->cfg.concurrency,
+        .max_attempts = e->cfg.max_attempts,
+        .retry_base_ms = e->cfg.retry_base_ms,
+        .throttle_base_ms = e->cfg.throttle_base_ms,
+        .retry_cap_ms = e->cfg.retry_cap_ms,
+        .retry_quota = e->cfg.retry_quota,
+    };
+    int policy_ok = sf__policy_init(&e->policy, &pc, e->rng) == 0;
     e->idle = calloc((size_t)e->cfg.concurrency * 2 + 4, sizeof(CURL *));
-    e->successes = calloc(SUCCESS_RING, sizeof(*e->successes));
     e->stages = calloc(e->cfg.concurrency, sizeof(*e->stages));
     pthread_mutex_init(&e->lock, NULL);
     e->multi = curl_multi_init();
-    if (!e->idle || !e->multi || !e->successes || !e->stages) {
+    if (!e->idle || !e->multi || !policy_ok || !e->stages) {
         sf__engine_destroy(e);
         return SF_ERR_NO_MEMORY;
     }
@@ -1591,7 +1565,7 @@ void sf__engine_destroy(struct sf__engine *e)
     for (size_t i = 0; i < e->n_idle; i++)
         curl_easy_cleanup(e->idle[i]);
     free(e->idle);
-    free(e->successes);
+    sf__policy_free(&e->policy);
     for (size_t i = 0; i < e->n_stages; i++)
         free(e->stages[i]);
     free(e->stages);

@@ -4,9 +4,10 @@
  * ranges (a small first one, then chunk_bytes on chunk multiples) with at most
  * `concurrency` requests in flight in total, priority fetches first. Bytes go
  * to their offset in the destination (files: gathered per range, written in
- * 256 KiB pieces). Retries, backoff, the retry quota, stall detection,
- * If-Match consistency and the throttling window live here;
- * docs/transport.md explains the policy.
+ * 256 KiB pieces). Stall and silent-server timeouts and If-Match
+ * consistency live here; when to retry, the back-off, the retry quota and the
+ * throttling window and rate are s3/fetch_policy.c's; docs/transport.md
+ * explains both.
  *
  * Threads: sf__engine_* functions may be called from any thread except the
  * prepare callback, which runs on the I/O thread.
@@ -55,6 +56,8 @@ struct sf__engine_config {
     unsigned retry_quota;
     unsigned stall_timeout_ms;
     unsigned connect_timeout_ms;
+    unsigned first_byte_timeout_ms; /* 0 = off */
+    unsigned request_timeout_ms;    /* no byte across attempts; 0 = off */
     uint64_t max_object_bytes;
     const char *ca_bundle; /* copied */
     int insecure;

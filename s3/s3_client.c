@@ -102,6 +102,8 @@ SF_API void sf_s3_options_init_default(struct sf_s3_options *o)
     o->retry_quota = 500;
     o->stall_timeout_ms = 30000;
     o->connect_timeout_ms = 10000;
+    o->first_byte_timeout_ms = 15000;
+    o->request_timeout_ms = 45000;
     o->max_object_bytes = 64ull << 30;
     o->log_level = SF_LOG_WARN;
 }
@@ -329,6 +331,8 @@ SF_API sf_status sf_s3_new(const struct sf_s3_options *o, struct sf_s3 **out, ch
             .retry_quota = o->retry_quota,
             .stall_timeout_ms = o->stall_timeout_ms,
             .connect_timeout_ms = o->connect_timeout_ms,
+            .first_byte_timeout_ms = o->first_byte_timeout_ms,
+            .request_timeout_ms = o->request_timeout_ms,
             .max_object_bytes = o->max_object_bytes ? o->max_object_bytes : (64ull << 30),
             .ca_bundle = s3->ca_bundle,
             .insecure = o->insecure,

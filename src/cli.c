@@ -62,6 +62,10 @@ static void usage(FILE *f)
           "  --chunk-size SIZE      bytes per ranged GET: 8M, 8MiB, 512K (default 8M)\n"
           "  --max-attempts N       attempts per request, first included (default 10)\n"
           "  --stall-timeout-ms N   abort and retry a transfer without progress (30000)\n"
+          "  --connect-timeout-ms N TCP + TLS connect limit per attempt (10000)\n"
+          "  --first-byte-timeout-ms N  abort and retry an attempt with no answer (15000)\n"
+          "  --request-timeout-ms N fail a request that got no byte this long, retries\n"
+          "                         included, naming the endpoint (45000; 0 = off)\n"
           "  --json                 machine-readable output\n"
           "  -v, --verbose          log retries and throttling on stderr (twice: debug)\n"
           "\n"
@@ -152,6 +156,9 @@ enum {
     O_CHUNK,
     O_MAX_ATTEMPTS,
     O_STALL,
+    O_CONNECT_TIMEOUT,
+    O_FIRST_BYTE_TIMEOUT,
+    O_REQUEST_TIMEOUT,
     O_JSON,
 };
 
@@ -185,6 +192,9 @@ int cli_parse_options(int argc, char **argv, struct cli *c, const char *cmd,
         {"chunk-size", required_argument, NULL, O_CHUNK},
         {"max-attempts", required_argument, NULL, O_MAX_ATTEMPTS},
         {"stall-timeout-ms", required_argument, NULL, O_STALL},
+        {"connect-timeout-ms", required_argument, NULL, O_CONNECT_TIMEOUT},
+        {"first-byte-timeout-ms", required_argument, NULL, O_FIRST_BYTE_TIMEOUT},
+        {"request-timeout-ms", required_argument, NULL, O_REQUEST_TIMEOUT},
         {"json", no_argument, NULL, O_JSON},
         {"recursive", no_argument, NULL, 'r'},
         {"output", required_argument, NULL, 'o'},
@@ -255,6 +265,21 @@ int cli_parse_options(int argc, char **argv, struct cli *c, const char *cmd,
             if (cli_parse_uint("--stall-timeout-ms", optarg, 1, 3600000, &u))
                 return EXIT_USAGE;
             c->s3o.stall_timeout_ms = u;
+            break;
+        case O_CONNECT_TIMEOUT:
+            if (cli_parse_uint("--connect-timeout-ms", optarg, 1, 3600000, &u))
+                return EXIT_USAGE;
+            c->s3o.connect_timeout_ms = u;
+            break;
+        case O_FIRST_BYTE_TIMEOUT:
+            if (cli_parse_uint("--first-byte-timeout-ms", optarg, 0, 3600000, &u))
+                return EXIT_USAGE;
+            c->s3o.first_byte_timeout_ms = u;
+            break;
+        case O_REQUEST_TIMEOUT:
+            if (cli_parse_uint("--request-timeout-ms", optarg, 0, 3600000, &u))
+                return EXIT_USAGE;
+            c->s3o.request_timeout_ms = u;
             break;
         case O_JSON: c->json = 1; break;
         case 'r': c->recursive = 1; break;

@@ -289,6 +289,10 @@ static int apply(struct sf_loader_options *o, const char *k, const cJSON *v)
     }
     SZ("chunk_size", o->s3.chunk_bytes)
     U("max_attempts", o->s3.max_attempts, 1000)
+    U("stall_timeout_ms", o->s3.stall_timeout_ms, 3600000)
+    U("connect_timeout_ms", o->s3.connect_timeout_ms, 3600000)
+    U("first_byte_timeout_ms", o->s3.first_byte_timeout_ms, 3600000)
+    U("request_timeout_ms", o->s3.request_timeout_ms, 3600000)
 #undef U
 #undef SZ
 #undef F

@@ -1,0 +1,331 @@
+/*
+ * Retry, back-off and throttling policy of the fetch engine (see
+ * fetch_policy.h and docs/transport.md). No I/O: the engine reports outcomes
+ * and asks for decisions.
+ */
+#include "s3/fetch_policy.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define NS_PER_S 1000000000ull
+#define WIN ((unsigned)sizeof(((struct sf__policy *)0)->win))
+/* Over the last WIN outcomes, at least CUT_MIN throttled and a share over
+ * CUT_SHARE (or twice the noise floor + 5 points) is a rate limit: cut at
+ * once. A limit throttling half the requests is seen in about 15 answers;
+ * random 5 % noise crosses it in well under 1 run in 1,000 (binomial
+ * simulation, docs/transport.md). */
+#define CUT_SHARE 0.20
+#define CUT_MIN   8u
+/* A share over PROBE_SHARE (and PROBE_MARGIN over the noise floor) over at
+ * least PROBE_MIN_N answers at this rate is tested: the rate is cut, and
+ * PROBE_SAMPLES answers later the share must have fallen to PROBE_FALL of
+ * what it was to confirm a limit. At most one probe per interval. */
+#define PROBE_SHARE       0.08
+#define PROBE_MARGIN      0.03
+#define PROBE_MIN_N       200u
+#define PROBE_SAMPLES     100u
+#define PROBE_FALL        0.4
+#define PROBE_INTERVAL_NS (10ull * NS_PER_S)
+#define RATE_BETA  0.7 /* new rate cap = beta x the rate accepted in the last second */
+/* Never slower than this while capped, and the cap grows back by at least
+ * RECOVER_RPS_PER_S each second (or 5 % a second when faster). */
+#define RATE_FLOOR_RPS     5.0
+#define RECOVER_RPS_PER_S  5.0
+#define RATE_UNLIMITED_RPS 5000.0
+
+int sf__policy_init(struct sf__policy *p, const struct sf__policy_config *c, uint64_t seed)
+{
+    memset(p, 0, sizeof(*p));
+    p->cfg = *c;
+    if (p->cfg.concurrency < 1)
+        p->cfg.concurrency = 1;
+    if (p->cfg.max_attempts < 1)
+        p->cfg.max_attempts = 1;
+    p->cwnd = p->cfg.concurrency;
+    p->tokens = p->cfg.retry_quota;
+    p->rng = seed ? seed : 0x9E3779B97F4A7C15ull;
+    p->successes = calloc(SF__POLICY_SUCCESS_RING, sizeof(*p->successes));
+    if (!p->successes)
+        return -1;
+    pthread_mutex_init(&p->lock, NULL);
+    return 0;
+}
+
+void sf__policy_free(struct sf__policy *p)
+{
+    if (!p->successes)
+        return;
+    free(p->successes);
+    p->successes = NULL;
+    pthread_mutex_destroy(&p->lock);
+}
+
+static uint64_t rng_next(struct sf__policy *p)
+{
+    /* xorshift64*: jitter only, not security */
+    uint64_t x = p->rng;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    p->rng = x;
+    return x * 0x2545F4914F6CDD1Dull;
+}
+
+static double window_floor(const struct sf__policy *p)
+{
+    double f = p->cfg.concurrency / 8.0;
+    return f < 1 ? 1 : f;
+}
+
+unsigned sf__policy_window(struct sf__policy *p)
+{
+    pthread_mutex_lock(&p->lock);
+    unsigned w = p->cwnd < 1 ? 1 : (unsigned)p->cwnd;
+    pthread_mutex_unlock(&p->lock);
+    return w;
+}
+
+double sf__policy_rate(struct sf__policy *p)
+{
+    pthread_mutex_lock(&p->lock);
+    double r = p->send_rps;
+    pthread_mutex_unlock(&p->lock);
+    return r;
+}
+
+unsigned sf__policy_tokens(struct sf__policy *p)
+{
+    pthread_mutex_lock(&p->lock);
+    unsigned t = p->tokens;
+    pthread_mutex_unlock(&p->lock);
+    return t;
+}
+
+unsigned long long sf__policy_cuts(struct sf__policy *p)
+{
+    pthread_mutex_lock(&p->lock);
+    unsigned long long c = p->cuts;
+    pthread_mutex_unlock(&p->lock);
+    return c;
+}
+
+/* Successful answers in the last second (at most the ring). Under lock. */
+static size_t successes_last_second(struct sf__policy *p, uint64_t now)
+{
+    while (p->succ_count > 0) {
+        size_t oldest =
+            (p->succ_head + SF__POLICY_SUCCESS_RING - p->succ_count) % SF__POLICY_SUCCESS_RING;
+        if (now - p->successes[oldest] <= NS_PER_S)
+            break;
+        p->succ_count--;
+    }
+    return p->succ_count;
+}
+
+/* Refills the rate cap's bucket and lets the cap recover. Under lock. */
+static void refill(struct sf__policy *p, uint64_t now)
+{
+    if (p->send_rps <= 0 || now <= p->bucket_ns)
+        return;
+    double dt = (double)(now - p->bucket_ns) / 1e9;
+    p->bucket_ns = now;
+    p->bucket += dt * p->send_rps;
+    double cap = p->send_rps / 10 < 1 ? 1 : p->send_rps / 10;
+    if (p->bucket > cap)
+        p->bucket = cap;
+    double step = p->send_rps * 0.05 > RECOVER_RPS_PER_S ? p->send_rps * 0.05 : RECOVER_RPS_PER_S;
+    p->send_rps += dt * step;
+    if (p->send_rps > RATE_UNLIMITED_RPS)
+        p->send_rps = 0;
+}
+
+int sf__policy_may_start(struct sf__policy *p, uint64_t now_ns)
+{
+    pthread_mutex_lock(&p->lock);
+    int ok = 1;
+    if (p->send_rps > 0) {
+        refill(p, now_ns);
+        if (p->send_rps > 0) {
+            ok = p->bucket >= 1;
+            if (ok)
+                p->bucket -= 1;
+        }
+    }
+    pthread_mutex_unlock(&p->lock);
+    return ok;
+}
+
+int sf__policy_wait_ms(struct sf__policy *p, uint64_t now_ns, int cap_ms)
+{
+    pthread_mutex_lock(&p->lock);
+    int t = cap_ms;
+    if (p->send_rps > 0) {
+        refill(p, now_ns);
+        if (p->send_rps > 0 && p->bucket < 1) {
+            int ms = (int)((1 - p->bucket) / p->send_rps * 1000) + 1;
+            t = ms < t ? ms : t;
+        } else if (p->send_rps > 0) {
+            t = 0;
+        }
+    }
+    pthread_mutex_unlock(&p->lock);
+    return t;
+}
+
+/* A new rate: what was in flight before it no longer counts. Under lock. */
+static void window_reset(struct sf__policy *p, uint64_t now)
+{
+    p->changed_ns = now;
+    p->win_n = p->win_pos = p->win_throttled = 0;
+    p->tot_n = p->tot_throttled = 0;
+}
+
+/* Multiplicative decrease of the window and of the rate. Under lock. */
+static void cut(struct sf__policy *p, uint64_t now)
+{
+    double fl = window_floor(p);
+    p->cwnd = p->cwnd / 2 < fl ? fl : p->cwnd / 2;
+    double measured = (double)successes_last_second(p, now);
+    if (p->send_rps > 0 && p->send_rps < measured)
+        measured = p->send_rps;
+    /* With no success in the last second there is no rate to cap at: the
+     * halved window and the back-off do the work. */
+    if (measured > 0 || p->send_rps > 0) {
+        double rps = RATE_BETA * measured;
+        p->send_rps = rps < RATE_FLOOR_RPS ? RATE_FLOOR_RPS : rps;
+        p->bucket = 0;
+        p->bucket_ns = now;
+    }
+    window_reset(p, now);
+}
+
+enum sf__verdict sf__policy_record(struct sf__policy *p, uint64_t now_ns, uint64_t start_ns,
+                                   enum sf__outcome o, unsigned *tokens_held)
+{
+    pthread_mutex_lock(&p->lock);
+    if (o == SF__OUTCOME_OK) {
+        unsigned refund = tokens_held && *tokens_held ? *tokens_held : 1;
+        p->tokens =
+            p->tokens + refund > p->cfg.retry_quota ? p->cfg.retry_quota : p->tokens + refund;
+        if (tokens_held)
+            *tokens_held = 0;
+        p->successes[p->succ_head] = now_ns;
+        p->succ_head = (p->succ_head + 1) % SF__POLICY_SUCCESS_RING;
+        if (p->succ_count < SF__POLICY_SUCCESS_RING)
+            p->succ_count++;
+        /* additive recovery of the window: one per window of successes */
+        if (p->cwnd < p->cfg.concurrency) {
+            p->cwnd += 1.0 / p->cwnd;
+            if (p->cwnd > p->cfg.concurrency)
+                p->cwnd = p->cfg.concurrency;
+        }
+    }
+    enum sf__verdict v = SF__VERDICT_NONE;
+    if (start_ns < p->changed_ns) {
+        /* sent at the old rate: says nothing about this one */
+        pthread_mutex_unlock(&p->lock);
+        return v;
+    }
+    unsigned thr = o == SF__OUTCOME_THROTTLED;
+    if (p->win_n == WIN)
+        p->win_throttled -= p->win[p->win_pos];
+    else
+        p->win_n++;
+    p->win[p->win_pos] = (unsigned char)thr;
+    p->win_pos = (p->win_pos + 1) % WIN;
+    p->win_throttled += thr;
+    p->tot_n++;
+    p->tot_throttled += thr;
+    double cut_share = p->noise_floor * 2 + 0.05;
+    if (cut_share < CUT_SHARE)
+        cut_share = CUT_SHARE;
+    int limit = thr && p->win_throttled >= CUT_MIN &&
+                (double)p->win_throttled > cut_share * (p->win_n > 60 ? p->win_n : 60);
+    double tot_share = (double)p->tot_throttled / (double)p->tot_n;
+
+    if (limit) {
+        /* clearly limited, at this rate or at a probe's lower one */
+        if (p->probing) {
+            p->probing = 0;
+            p->probe_end_ns = now_ns;
+        }
+        p->cuts++;
+        cut(p, now_ns);
+        v = SF__VERDICT_CUT;
+    } else if (p->probing) {
+        if (p->tot_n >= PROBE_SAMPLES) {
+            p->probing = 0;
+            p->probe_end_ns = now_ns;
+            if (tot_share <= p->probe_share * PROBE_FALL) {
+                p->cuts++;
+                v = SF__VERDICT_CONFIRM;
+            } else {
+                /* the share did not fall with the rate: noise */
+                /* two estimates of the same noise, at two rates */
+                double floor = (tot_share + p->probe_share) / 2;
+                if (floor > p->noise_floor)
+                    p->noise_floor = floor;
+                p->cwnd = p->probe_cwnd;
+                p->send_rps = p->probe_rps;
+                p->bucket = 0;
+                p->bucket_ns = now_ns;
+                p->restores++;
+                window_reset(p, now_ns);
+                v = SF__VERDICT_RESTORE;
+            }
+        } else if (thr) {
+            p->noise++;
+            v = SF__VERDICT_NOISE;
+        }
+    } else if (thr) {
+        double probe_at = p->noise_floor + PROBE_MARGIN;
+        if (probe_at < PROBE_SHARE)
+            probe_at = PROBE_SHARE;
+        if (p->tot_n >= PROBE_MIN_N && tot_share > probe_at &&
+            (p->probe_end_ns == 0 || now_ns - p->probe_end_ns >= PROBE_INTERVAL_NS)) {
+            p->probe_share = tot_share;
+            p->probe_cwnd = p->cwnd;
+            p->probe_rps = p->send_rps;
+            p->probing = 1;
+            p->probes++;
+            cut(p, now_ns);
+            v = SF__VERDICT_PROBE;
+        } else {
+            p->noise++;
+            v = SF__VERDICT_NOISE;
+        }
+    }
+    pthread_mutex_unlock(&p->lock);
+    return v;
+}
+
+enum sf__retry_refusal sf__policy_retry(struct sf__policy *p, unsigned attempts,
+                                        enum sf__outcome o, enum sf__verdict v,
+                                        unsigned *tokens_held, uint64_t *delay_ms)
+{
+    *delay_ms = 0;
+    if (attempts >= p->cfg.max_attempts)
+        return SF__RETRY_MAX_ATTEMPTS;
+    unsigned cost = o == SF__OUTCOME_TIMEOUT ? 10 : 5;
+    pthread_mutex_lock(&p->lock);
+    if (p->tokens < cost) {
+        pthread_mutex_unlock(&p->lock);
+        return SF__RETRY_QUOTA;
+    }
+    p->tokens -= cost;
+    *tokens_held += cost;
+    /* The long throttling back-off only while the server is judged to be
+     * limiting us; noise is retried as soon as any transient error. */
+    int limited = o == SF__OUTCOME_THROTTLED &&
+                  (v == SF__VERDICT_CUT || v == SF__VERDICT_CONFIRM ||
+                   (p->send_rps > 0 && !p->probing));
+    unsigned base = limited ? p->cfg.throttle_base_ms : p->cfg.retry_base_ms;
+    unsigned shift = attempts - 1 < 30 ? attempts - 1 : 30;
+    uint64_t ceiling = (uint64_t)base << shift;
+    if (ceiling > p->cfg.retry_cap_ms)
+        ceiling = p->cfg.retry_cap_ms;
+    *delay_ms = ceiling ? rng_next(p) % (ceiling + 1) : 0;
+    pthread_mutex_unlock(&p->lock);
+    return SF__RETRY_OK;
+}

@@ -1,0 +1,459 @@
+/* The fetch engine's retry and throttling policy (s3/fetch_policy.c): its
+ * decisions on synthetic outcome sequences with a synthetic clock, then the
+ * engine against the mock with random SlowDown and resets, and against a
+ * server that accepts connections and never answers. */
+#include "s3/fetch_policy.h"
+#include "shardfeed.h"
+#include "support/mock_proc.h"
+#include "support/s3_client.h"
+
+#include <arpa/inet.h>
+#include <cjson/cJSON.h>
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define MS  1000000ull
+#define KiB 1024ull
+#define MiB (1024ull * 1024)
+
+/* ============================================================ synthetic */
+
+static struct sf__policy pol;
+
+static void policy(unsigned concurrency)
+{
+    struct sf__policy_config c = {
+        .concurrency = concurrency,
+        .max_attempts = 10,
+        .retry_base_ms = 50,
+        .throttle_base_ms = 500,
+        .retry_cap_ms = 20000,
+        .retry_quota = 500,
+    };
+    cr_assert_eq(sf__policy_init(&pol, &c, 42), 0);
+}
+
+static void policy_fini(void)
+{
+    sf__policy_free(&pol);
+}
+
+TestSuite(fetch_policy, .fini = policy_fini, .timeout = 30);
+
+static uint64_t lcg = 12345;
+static double uniform(void)
+{
+    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+    return (double)(lcg >> 11) / 9007199254740992.0;
+}
+
+/*
+ * Runs n outcomes, one every step_ns, each of a request started half a step
+ * before; the throttling probability comes from share(window). Returns the
+ * mean window over the run; *verdicts counts each verdict.
+ */
+static double run(uint64_t *now, unsigned n, uint64_t step_ns, double (*share)(unsigned window),
+                  unsigned verdicts[6])
+{
+    double sum = 0;
+    for (unsigned i = 0; i < n; i++) {
+        *now += step_ns;
+        unsigned w = sf__policy_window(&pol);
+        sum += w;
+        enum sf__outcome o = uniform() < share(w) ? SF__OUTCOME_THROTTLED : SF__OUTCOME_OK;
+        unsigned held = 0;
+        enum sf__verdict v = sf__policy_record(&pol, *now, *now - step_ns / 2, o, &held);
+        if (verdicts)
+            verdicts[v]++;
+    }
+    return sum / n;
+}
+
+static double noise_5(unsigned w)
+{
+    (void)w;
+    return 0.05;
+}
+
+Test(fetch_policy, steady_five_percent_noise_does_not_cut_the_rate)
+{
+    policy(16);
+    uint64_t now = 1000 * MS;
+    unsigned v[6] = {0};
+    /* 5,000 answers over 50 s, 5 % of them SlowDown whatever the rate */
+    double mean = run(&now, 5000, 10 * MS, noise_5, v);
+    cr_expect_gt(v[SF__VERDICT_NOISE], 150, "%u throttled answers judged noise", v[SF__VERDICT_NOISE]);
+    cr_expect_eq(sf__policy_cuts(&pol), 0, "%llu rate cuts on noise", sf__policy_cuts(&pol));
+    cr_expect_eq(v[SF__VERDICT_CUT], 0);
+    cr_expect_eq(sf__policy_window(&pol), 16, "window %u at the end", sf__policy_window(&pol));
+    cr_expect_eq(sf__policy_rate(&pol), 0, "a rate cap of %.1f/s on noise", sf__policy_rate(&pol));
+    cr_expect_gt(mean, 15.5, "mean window %.2f of 16: the rate sagged", mean);
+}
+
+static double above_8_in_flight(unsigned w)
+{
+    /* a server that serves 8 at a time and throttles what is over */
+    return w > 8 ? (double)(w - 8) / w : 0.0;
+}
+
+Test(fetch_policy, throttling_that_rises_with_the_rate_cuts_it)
+{
+    policy(32);
+    uint64_t now = 1000 * MS;
+    unsigned v[6] = {0};
+    run(&now, 200, 5 * MS, above_8_in_flight, v);
+    cr_expect_geq(v[SF__VERDICT_CUT], 1, "no cut at a 75 %% throttled share");
+    cr_expect_leq(sf__policy_window(&pol), 16, "window %u", sf__policy_window(&pol));
+    /* then it hovers near what the server takes */
+    double mean = run(&now, 2000, 5 * MS, above_8_in_flight, NULL);
+    cr_expect_lt(mean, 14, "mean window %.2f with a server that takes 8", mean);
+    cr_expect_geq(mean, 4, "mean window %.2f: fell into a crawl", mean);
+}
+
+static double over_12_ten_percent(unsigned w)
+{
+    return w > 12 ? 0.12 : 0.0;
+}
+
+static double ten_percent(unsigned w)
+{
+    (void)w;
+    return 0.10;
+}
+
+Test(fetch_policy, a_moderate_share_that_falls_with_the_rate_is_a_limit)
+{
+    policy(16);
+    uint64_t now = 1000 * MS;
+    unsigned v[6] = {0};
+    run(&now, 1000, 10 * MS, over_12_ten_percent, v);
+    cr_expect_geq(v[SF__VERDICT_PROBE], 1, "10 %% never tested");
+    cr_expect_geq(v[SF__VERDICT_CONFIRM], 1, "the share fell to 0 at the lower rate");
+    cr_expect_eq(v[SF__VERDICT_RESTORE], 0);
+    cr_expect_geq(sf__policy_cuts(&pol), 1);
+}
+
+Test(fetch_policy, a_moderate_share_that_does_not_fall_is_noise_and_the_rate_comes_back)
+{
+    policy(16);
+    uint64_t now = 1000 * MS;
+    unsigned v[6] = {0};
+    run(&now, 3000, 10 * MS, ten_percent, v);
+    cr_expect_geq(v[SF__VERDICT_PROBE], 1, "10 %% never tested");
+    cr_expect_geq(v[SF__VERDICT_RESTORE], 1, "the share did not fall, the rate was not restored");
+    cr_expect_eq(v[SF__VERDICT_CONFIRM], 0);
+    cr_expect_eq(sf__policy_cuts(&pol), 0);
+    cr_expect_leq(v[SF__VERDICT_PROBE], 2, "%u probes in 30 s: the noise floor was not learned",
+                  v[SF__VERDICT_PROBE]);
+    cr_expect_eq(sf__policy_window(&pol), 16);
+    cr_expect_eq(sf__policy_rate(&pol), 0);
+}
+
+static double all(unsigned w)
+{
+    (void)w;
+    return 1.0;
+}
+
+static double none(unsigned w)
+{
+    (void)w;
+    return 0.0;
+}
+
+Test(fetch_policy, recovers_after_a_limit_ends)
+{
+    policy(16);
+    uint64_t now = 1000 * MS;
+    run(&now, 300, 2 * MS, none, NULL); /* 500/s accepted */
+    run(&now, 40, 2 * MS, all, NULL);
+    cr_assert_lt(sf__policy_window(&pol), 16);
+    double capped = sf__policy_rate(&pol);
+    cr_assert_gt(capped, 0, "no rate cap after a burst of SlowDown");
+    /* the limit is gone: requests start as fast as the cap allows */
+    unsigned started = 0;
+    for (unsigned i = 0; i < 120000 && sf__policy_rate(&pol) > 0; i++) {
+        now += 1 * MS;
+        if (sf__policy_may_start(&pol, now)) {
+            started++;
+            unsigned held = 0;
+            sf__policy_record(&pol, now, now - MS / 2, SF__OUTCOME_OK, &held);
+        }
+    }
+    cr_expect_eq(sf__policy_rate(&pol), 0, "still capped at %.1f/s after 120 s",
+                 sf__policy_rate(&pol));
+    cr_expect_eq(sf__policy_window(&pol), 16);
+    cr_expect_gt(started, 1000);
+}
+
+Test(fetch_policy, never_falls_below_the_floor)
+{
+    policy(16);
+    uint64_t now = 1000 * MS;
+    run(&now, 100, 2 * MS, none, NULL);
+    /* a minute of nothing but SlowDown */
+    unsigned started = 0;
+    for (unsigned i = 0; i < 60000; i++) {
+        now += 1 * MS;
+        if (sf__policy_may_start(&pol, now)) {
+            started++;
+            unsigned held = 0;
+            sf__policy_record(&pol, now + 20 * MS, now, SF__OUTCOME_THROTTLED, &held);
+        }
+    }
+    cr_expect_geq(sf__policy_window(&pol), 2, "window %u under 16/8", sf__policy_window(&pol));
+    double r = sf__policy_rate(&pol);
+    cr_expect(r == 0 || r >= 5.0, "rate cap %.2f/s under the 5/s floor", r);
+    cr_expect_geq(started, 5 * 60, "%u starts in 60 s: a crawl", started);
+}
+
+Test(fetch_policy, retries_are_bounded_jittered_and_paid_for)
+{
+    policy(16);
+    unsigned held = 0;
+    uint64_t d = 0;
+    /* noise: the short base */
+    for (unsigned a = 1; a < 10; a++) {
+        cr_assert_eq(sf__policy_retry(&pol, a, SF__OUTCOME_THROTTLED, SF__VERDICT_NOISE, &held, &d),
+                     SF__RETRY_OK);
+        uint64_t ceil = 50ull << (a - 1);
+        cr_expect_leq(d, ceil > 20000 ? 20000 : ceil, "attempt %u: %llu ms", a,
+                      (unsigned long long)d);
+    }
+    cr_expect_eq(held, 45);
+    cr_expect_eq(sf__policy_retry(&pol, 10, SF__OUTCOME_ERROR, SF__VERDICT_NONE, &held, &d),
+                 SF__RETRY_MAX_ATTEMPTS);
+    /* a limit: the throttling base, jittered (not always the same delay) */
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (unsigned i = 0; i < 50; i++) {
+        cr_assert_eq(sf__policy_retry(&pol, 3, SF__OUTCOME_THROTTLED, SF__VERDICT_CUT, &held, &d),
+                     SF__RETRY_OK);
+        lo = d < lo ? d : lo;
+        hi = d > hi ? d : hi;
+        if (sf__policy_tokens(&pol) < 5)
+            break;
+    }
+    cr_expect_gt(hi, 200, "max %llu ms: not the 500 ms throttling base (ceiling 2000)",
+                 (unsigned long long)hi);
+    cr_expect_leq(hi, 2000);
+    cr_expect_lt(lo, hi, "no jitter");
+    /* the quota runs out: no more retries until successes pay it back */
+    while (sf__policy_retry(&pol, 1, SF__OUTCOME_ERROR, SF__VERDICT_NONE, &held, &d) ==
+           SF__RETRY_OK)
+        ;
+    cr_expect_eq(sf__policy_retry(&pol, 1, SF__OUTCOME_ERROR, SF__VERDICT_NONE, &held, &d),
+                 SF__RETRY_QUOTA);
+    sf__policy_record(&pol, 1000 * MS, 999 * MS, SF__OUTCOME_OK, &held);
+    cr_expect_eq(held, 0);
+    cr_expect_eq(sf__policy_retry(&pol, 1, SF__OUTCOME_ERROR, SF__VERDICT_NONE, &held, &d),
+                 SF__RETRY_OK, "a success did not give the quota back");
+}
+
+/* ============================================================ against servers */
+
+static struct mock_proc srv;
+static char *tmp;
+static char root[600];
+static struct sf_s3 *s3;
+static int silent_fd = -1;
+
+static void net_fini(void)
+{
+    sf_s3_destroy(s3);
+    s3 = NULL;
+    if (srv.pid > 0)
+        mock_proc_stop(&srv);
+    srv.pid = 0;
+    if (silent_fd >= 0)
+        close(silent_fd);
+    silent_fd = -1;
+    if (tmp)
+        test_rmtree(tmp);
+    free(tmp);
+    tmp = NULL;
+}
+
+TestSuite(fetch_policy_net, .fini = net_fini, .timeout = 60);
+
+static void make_root(void)
+{
+    tmp = test_tmpdir();
+    cr_assert(tmp);
+    test_isolate_aws_env(tmp);
+    snprintf(root, sizeof(root), "%s/root", tmp);
+    cr_assert(mkdir(root, 0755) == 0);
+    char path[700];
+    snprintf(path, sizeof(path), "%s/bucket", root);
+    cr_assert(mkdir(path, 0755) == 0);
+}
+
+static void opts_init(struct sf_s3_options *o, const char *endpoint)
+{
+    sf_s3_options_init_default(o);
+    o->endpoint_url = endpoint;
+    o->access_key_id = "mock-access-key";
+    o->secret_access_key = "mock-secret-key";
+}
+
+static cJSON *mock_stats(void)
+{
+    struct s3_call c = {.method = "GET", .target = "/_mock/stats"};
+    struct s3_resp r;
+    cr_assert(s3_call(srv.url, &c, &r) == 0);
+    cr_assert_eq(r.status, 200);
+    char *body = sf__strbuf_take(&r.body);
+    s3_resp_free(&r);
+    cJSON *j = cJSON_Parse(body);
+    free(body);
+    cr_assert(j);
+    return j;
+}
+
+static double jnum(const cJSON *j, const char *a, const char *b)
+{
+    j = cJSON_GetObjectItemCaseSensitive(j, a);
+    j = j ? cJSON_GetObjectItemCaseSensitive(j, b) : NULL;
+    return j && cJSON_IsNumber(j) ? j->valuedouble : 0;
+}
+
+Test(fetch_policy_net, random_slowdown_and_resets_every_byte_right_and_the_rate_not_cut)
+{
+    make_root();
+    const char *extra[] = {"--fault", "prefix=bucket/noise/,p503=0.05,reset=0.01", NULL};
+    cr_assert(mock_proc_start(&srv, root, extra) == 0, "the mock server did not start");
+    struct sf_s3_options o;
+    opts_init(&o, srv.url);
+    o.concurrency = 8;
+    o.chunk_bytes = 64 * KiB;
+    o.retry_base_ms = 5;
+    o.throttle_base_ms = 200;
+    char err[512] = "";
+    cr_assert_eq(sf_s3_new(&o, &s3, err, sizeof(err)), SF_OK, "%s", err);
+    enum { N = 8 };
+    size_t n = 2 * MiB; /* 8 x 32 ranges (the first of 256 KiB is split in 4) */
+    unsigned char *want[N];
+    struct sf_fetch *f[N];
+    for (int i = 0; i < N; i++) {
+        want[i] = malloc(n);
+        cr_assert(want[i]);
+        test_fill(want[i], n, 100 + (unsigned)i);
+        char rel[64], url[64];
+        snprintf(rel, sizeof(rel), "bucket/noise/o%d.bin", i);
+        cr_assert(test_write_file(root, rel, want[i], n) == 0);
+        snprintf(url, sizeof(url), "s3://bucket/noise/o%d.bin", i);
+        cr_assert_eq(sf_fetch_start(s3, url, NULL, &f[i]), SF_OK);
+    }
+    for (int i = 0; i < N; i++) {
+        struct sf_fetch_progress p;
+        sf_status st = sf_fetch_wait(f[i], ~0ull, -1, &p);
+        cr_assert_eq(st, SF_OK, "%d: %s: %s", i, sf_status_name(st), sf_fetch_errmsg(f[i]));
+        cr_expect_eq(p.total, n);
+        cr_expect(memcmp(sf_fetch_data(f[i]), want[i], n) == 0, "object %d differs", i);
+        sf_fetch_destroy(f[i]);
+        free(want[i]);
+    }
+    struct sf_s3_stats s;
+    sf_s3_get_stats(s3, &s);
+    cJSON *j = mock_stats();
+    double slowdowns = jnum(j, "faults", "503");
+    double resets = jnum(j, "faults", "reset");
+    cJSON_Delete(j);
+    cr_expect_gt(slowdowns, 0, "no SlowDown injected: the test proves nothing");
+    cr_expect_eq((double)s.throttled, slowdowns, "every SlowDown seen once");
+    cr_expect_geq(s.retries, (unsigned long long)(slowdowns + resets));
+    /* noise is retried, not obeyed: no cut, the window is whole at the end */
+    cr_expect_eq(s.rate_cuts, 0, "%llu rate cuts on 5 %% random SlowDown (%g of %llu requests)",
+                 s.rate_cuts, slowdowns, s.requests);
+    cr_expect_eq(s.concurrency_limit, 8, "window %u of 8 at the end", s.concurrency_limit);
+}
+
+/* A TCP listener on a free port that completes handshakes (the kernel does)
+ * and never reads or answers. Returns the port. */
+static unsigned silent_listener(void)
+{
+    silent_fd = socket(AF_INET, SOCK_STREAM, 0);
+    cr_assert(silent_fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert(bind(silent_fd, (struct sockaddr *)&a, sizeof(a)) == 0);
+    cr_assert(listen(silent_fd, 64) == 0);
+    socklen_t len = sizeof(a);
+    cr_assert(getsockname(silent_fd, (struct sockaddr *)&a, &len) == 0);
+    return ntohs(a.sin_port);
+}
+
+Test(fetch_policy_net, a_silent_server_fails_the_request_naming_the_endpoint)
+{
+    make_root();
+    unsigned port = silent_listener();
+    char endpoint[64], host[64];
+    snprintf(endpoint, sizeof(endpoint), "http://127.0.0.1:%u", port);
+    snprintf(host, sizeof(host), "127.0.0.1:%u", port);
+    struct sf_s3_options o;
+    opts_init(&o, endpoint);
+    /* on_progress looks once a second while nothing moves */
+    o.first_byte_timeout_ms = 1000;
+    o.request_timeout_ms = 3500;
+    o.retry_base_ms = 5;
+    char err[512] = "";
+    cr_assert_eq(sf_s3_new(&o, &s3, err, sizeof(err)), SF_OK, "%s", err);
+    struct sf_fetch *f = NULL;
+    cr_assert_eq(sf_fetch_start(s3, "s3://bucket/quiet/k.bin", NULL, &f), SF_OK);
+    struct sf_fetch_progress p;
+    sf_status st = sf_fetch_wait(f, ~0ull, -1, &p);
+    const char *m = sf_fetch_errmsg(f);
+    cr_expect_eq(st, SF_ERR_TIMEOUT, "%s: %s", sf_status_name(st), m);
+    cr_expect(strstr(m, host), "the endpoint is not named: %s", m);
+    cr_expect(strstr(m, "s3://bucket/quiet/k.bin"), "the object is not named: %s", m);
+    cr_expect(strstr(m, "no answer"), "message: %s", m);
+    cr_expect(strstr(m, "request_timeout_ms"), "the budget, not another limit, ended it: %s", m);
+    /* the first-byte timeout retried within the budget */
+    cr_expect_geq(p.requests, 2, "%u attempts", p.requests);
+    cr_expect_leq(p.requests, 4, "%u attempts", p.requests);
+    sf_fetch_destroy(f);
+}
+
+Test(fetch_policy_net, cli_get_from_a_silent_server_exits_1_naming_the_endpoint)
+{
+    make_root();
+    unsigned port = silent_listener();
+    char endpoint[64], host[64], errpath[700], out[700];
+    snprintf(endpoint, sizeof(endpoint), "http://127.0.0.1:%u", port);
+    snprintf(host, sizeof(host), "127.0.0.1:%u", port);
+    snprintf(errpath, sizeof(errpath), "%s/get.err", tmp);
+    snprintf(out, sizeof(out), "%s/k.bin", tmp);
+    setenv("AWS_ACCESS_KEY_ID", "mock-access-key", 1);
+    setenv("AWS_SECRET_ACCESS_KEY", "mock-secret-key", 1);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        int fe = open(errpath, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (fe < 0 || dup2(fe, 2) < 0)
+            _exit(126);
+        execl(SF_CLI_BIN, SF_CLI_BIN, "get", "--endpoint-url", endpoint, "--first-byte-timeout-ms",
+              "1000", "--request-timeout-ms", "2500", "s3://bucket/k.bin", "-o", out,
+              (char *)NULL);
+        _exit(127);
+    }
+    int status;
+    cr_assert(waitpid(pid, &status, 0) == pid);
+    cr_assert(WIFEXITED(status));
+    cr_expect_eq(WEXITSTATUS(status), 1);
+    char msg[4096] = "";
+    FILE *fp = fopen(errpath, "rb");
+    cr_assert(fp);
+    size_t k = fread(msg, 1, sizeof(msg) - 1, fp);
+    msg[k] = '\0';
+    fclose(fp);
+    cr_expect(strstr(msg, host), "stderr does not name the endpoint: %s", msg);
+    cr_expect(strstr(msg, "s3://bucket/k.bin"), "stderr does not name the object: %s", msg);
+    cr_expect(strstr(msg, "SF_ERR_TIMEOUT"), "stderr: %s", msg);
+}
