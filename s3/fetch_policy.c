@@ -29,10 +29,16 @@
 #define PROBE_INTERVAL_NS (10ull * NS_PER_S)
 #define RATE_BETA  0.7 /* new rate cap = beta x the rate accepted in the last second */
 /* Never slower than this while capped, and the cap grows back by at least
- * RECOVER_RPS_PER_S each second (or 5 % a second when faster). */
+ * RECOVER_RPS_PER_S each second (or 5 % a second when faster): the same step
+ * for every rank under 200/s, so capped ranks converge to equal shares. 10
+ * rather than 5: in bench/scale_sim.sh ranks cut low at start-up caught up
+ * within the run (docs/scale.md). */
 #define RATE_FLOOR_RPS     5.0
-#define RECOVER_RPS_PER_S  5.0
+#define RECOVER_RPS_PER_S  10.0
 #define RATE_UNLIMITED_RPS 5000.0
+/* Once a limit is confirmed and the rate capped, CAPPED_MIN throttled answers
+ * at the current rate cut again whatever their share (see record()). */
+#define CAPPED_MIN 2u
 
 int sf__policy_init(struct sf__policy *p, const struct sf__policy_config *c, uint64_t seed)
 {
@@ -136,8 +142,10 @@ static void refill(struct sf__policy *p, uint64_t now)
         p->bucket = cap;
     double step = p->send_rps * 0.05 > RECOVER_RPS_PER_S ? p->send_rps * 0.05 : RECOVER_RPS_PER_S;
     p->send_rps += dt * step;
-    if (p->send_rps > RATE_UNLIMITED_RPS)
+    if (p->send_rps > RATE_UNLIMITED_RPS) {
         p->send_rps = 0;
+        p->limited = 0;
+    }
 }
 
 int sf__policy_may_start(struct sf__policy *p, uint64_t now_ns)
@@ -186,7 +194,12 @@ static void cut(struct sf__policy *p, uint64_t now)
 {
     double fl = window_floor(p);
     p->cwnd = p->cwnd / 2 < fl ? fl : p->cwnd / 2;
+    /* The rank's own rate: successes per second over the last second, or
+     * over its life when younger (ranks that start together but get their
+     * first answers at different times then compare alike). */
     double measured = (double)successes_last_second(p, now);
+    if (p->first_ns && now > p->first_ns && now - p->first_ns < NS_PER_S)
+        measured = measured * 1e9 / (double)(now - p->first_ns);
     if (p->send_rps > 0 && p->send_rps < measured)
         measured = p->send_rps;
     /* With no success in the last second there is no rate to cap at: the
@@ -204,6 +217,8 @@ enum sf__verdict sf__policy_record(struct sf__policy *p, uint64_t now_ns, uint64
                                    enum sf__outcome o, unsigned *tokens_held)
 {
     pthread_mutex_lock(&p->lock);
+    if (!p->first_ns)
+        p->first_ns = start_ns ? start_ns : 1;
     if (o == SF__OUTCOME_OK) {
         unsigned refund = tokens_held && *tokens_held ? *tokens_held : 1;
         p->tokens =
@@ -242,6 +257,14 @@ enum sf__verdict sf__policy_record(struct sf__policy *p, uint64_t now_ns, uint64
         cut_share = CUT_SHARE;
     int limit = thr && p->win_throttled >= CUT_MIN &&
                 (double)p->win_throttled > cut_share * (p->win_n > 60 ? p->win_n : 60);
+    /* Capped after a confirmed limit, the rank is in congestion avoidance:
+     * throttling at the current rate means the shared limit is exceeded
+     * again, whatever the share. Every sender must decrease on it for AIMD
+     * to converge to fair shares; at a few per cent over a limit the share
+     * alone looks like noise. */
+    if (thr && !limit && p->limited && p->send_rps > 0 && !p->probing &&
+        p->tot_throttled >= CAPPED_MIN)
+        limit = 1;
     double tot_share = (double)p->tot_throttled / (double)p->tot_n;
 
     if (limit) {
@@ -251,6 +274,7 @@ enum sf__verdict sf__policy_record(struct sf__policy *p, uint64_t now_ns, uint64
             p->probe_end_ns = now_ns;
         }
         p->cuts++;
+        p->limited = 1;
         cut(p, now_ns);
         v = SF__VERDICT_CUT;
     } else if (p->probing) {
@@ -259,6 +283,7 @@ enum sf__verdict sf__policy_record(struct sf__policy *p, uint64_t now_ns, uint64
             p->probe_end_ns = now_ns;
             if (tot_share <= p->probe_share * PROBE_FALL) {
                 p->cuts++;
+                p->limited = 1;
                 v = SF__VERDICT_CONFIRM;
             } else {
                 /* the share did not fall with the rate: noise */

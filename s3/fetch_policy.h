@@ -12,6 +12,9 @@
  * is cut, and if the share does not fall at the lower rate it is noise: the
  * old rate comes back, the share is remembered as the noise floor and later
  * throttling at that level is only retried, with short jittered back-off.
+ * Once a limit is confirmed and the rate still capped, two throttled answers
+ * at the current rate cut again whatever the share (congestion avoidance:
+ * every rank sharing the limit decreases, so AIMD converges to fair shares).
  *
  * Threads: every function locks the policy, so several I/O threads may share
  * one; times are CLOCK_MONOTONIC nanoseconds given by the caller.
@@ -65,6 +68,7 @@ struct sf__policy {
     double send_rps;              /* request-rate cap, 0 = none */
     double bucket;                /* token bucket of send_rps */
     uint64_t bucket_ns;
+    uint64_t first_ns;            /* start of the first attempt answered */
     uint64_t changed_ns;          /* last change of rate: older requests' answers do not count */
     /* the last SF__POLICY_WINDOW outcomes since changed_ns (1 = throttled),
      * and the totals since changed_ns */
@@ -72,6 +76,7 @@ struct sf__policy {
     unsigned win_n, win_pos, win_throttled;
     unsigned long long tot_n, tot_throttled;
     double noise_floor;           /* throttled share known not to fall with the rate */
+    int limited;                  /* a limit was confirmed and the rate is still capped */
     /* a probe in progress (probing), or when the last one ended */
     int probing;
     double probe_share, probe_cwnd, probe_rps;

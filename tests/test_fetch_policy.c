@@ -194,6 +194,84 @@ Test(fetch_policy, recovers_after_a_limit_ends)
     cr_expect_gt(started, 1000);
 }
 
+/* One answer of a request started half a millisecond before now. */
+static enum sf__verdict answer(uint64_t now, enum sf__outcome o)
+{
+    unsigned held = 0;
+    return sf__policy_record(&pol, now, now - MS / 2, o, &held);
+}
+
+Test(fetch_policy, once_capped_a_few_throttled_answers_at_the_capped_rate_cut_again)
+{
+    policy(16);
+    uint64_t now = 1000 * MS;
+    run(&now, 300, 2 * MS, none, NULL); /* 500/s accepted */
+    /* the limit: throttled until the first cut */
+    for (unsigned i = 0; i < 40 && sf__policy_cuts(&pol) == 0; i++) {
+        now += 2 * MS;
+        answer(now, SF__OUTCOME_THROTTLED);
+    }
+    cr_assert_eq(sf__policy_cuts(&pol), 1);
+    double capped = sf__policy_rate(&pol);
+    cr_assert_gt(capped, 0);
+    /* at the capped rate, 2 throttled among 60 answers (3 %): in an engine
+     * that never met a limit that is noise; here the shared limit is
+     * exceeded again and every sender must decrease */
+    unsigned cuts = 0;
+    for (unsigned i = 0; i < 60; i++) {
+        now += 20 * MS;
+        int thr = i == 30 || i == 50;
+        if (answer(now, thr ? SF__OUTCOME_THROTTLED : SF__OUTCOME_OK) == SF__VERDICT_CUT)
+            cuts++;
+    }
+    cr_expect_eq(cuts, 1, "%u cuts on the second throttled answer at the capped rate", cuts);
+    cr_expect_lt(sf__policy_rate(&pol), capped, "rate %.1f/s, was %.1f/s", sf__policy_rate(&pol),
+                 capped);
+    /* one throttled answer alone does not */
+    double r = sf__policy_rate(&pol);
+    now += 20 * MS;
+    cr_expect_eq(answer(now, SF__OUTCOME_THROTTLED), SF__VERDICT_NOISE);
+    cr_expect_geq(sf__policy_rate(&pol), r);
+}
+
+Test(fetch_policy, the_same_few_throttled_answers_without_a_confirmed_limit_are_noise)
+{
+    policy(16);
+    uint64_t now = 1000 * MS;
+    run(&now, 300, 2 * MS, none, NULL);
+    unsigned v[6] = {0};
+    for (unsigned i = 0; i < 60; i++) {
+        now += 20 * MS;
+        int thr = i == 30 || i == 50;
+        v[answer(now, thr ? SF__OUTCOME_THROTTLED : SF__OUTCOME_OK)]++;
+    }
+    cr_expect_eq(v[SF__VERDICT_NOISE], 2);
+    cr_expect_eq(sf__policy_cuts(&pol), 0);
+    cr_expect_eq(sf__policy_rate(&pol), 0);
+}
+
+Test(fetch_policy, a_young_engine_is_capped_from_its_rate_not_its_count)
+{
+    policy(16);
+    /* 30 answers in its first 100 ms (300/s), then the prefix's bucket is
+     * empty: the cap comes from 300/s, not from the 30 answers counted in
+     * "the last second" (a late starter would otherwise be capped at the
+     * floor and finish last) */
+    uint64_t now = 1000 * MS;
+    for (unsigned i = 0; i < 30; i++) {
+        now += 10 * MS / 3;
+        answer(now, SF__OUTCOME_OK);
+    }
+    for (unsigned i = 0; i < 40 && sf__policy_cuts(&pol) == 0; i++) {
+        now += MS;
+        answer(now, SF__OUTCOME_THROTTLED);
+    }
+    cr_assert_eq(sf__policy_cuts(&pol), 1);
+    double r = sf__policy_rate(&pol);
+    cr_expect_gt(r, 0.7 * 200, "capped at %.1f/s, 0.7 x a rate of about 250-300/s expected", r);
+    cr_expect_lt(r, 0.7 * 310, "capped at %.1f/s", r);
+}
+
 Test(fetch_policy, never_falls_below_the_floor)
 {
     policy(16);
