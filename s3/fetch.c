@@ -1534,6 +1534,18 @@ static int schedule_group(struct sf__engine *e, uint64_t now, unsigned limit, in
     return 1;
 }
 
+/* Is there a request that could start now (rate limiter aside)? */
+static int work_left(const struct sf__engine *e, uint64_t now)
+{
+    for (const struct xfer *x = e->waiting; x; x = x->next_wait)
+        if (x->due_ns <= now)
+            return 1;
+    for (const struct sf_fetch *f = e->active; f; f = f->next_active)
+        if (!f->finished && (f->n_ranges == 0 ? f->next_start == 0 : f->next_start < f->n_ranges))
+            return 1;
+    return 0;
+}
+
 static void schedule(struct sf__engine *e)
 {
     uint64_t now = mono_ns();
@@ -1542,6 +1554,21 @@ static void schedule(struct sf__engine *e)
         limit = 1;
     if (schedule_group(e, now, limit, 1))
         schedule_group(e, now, limit, 0);
+    /*
+     * This worker's share is full but the window is not and work is left
+     * (ranges a probe's answer laid out, a retry come due): wake the workers
+     * with room, which would otherwise sleep until their own next event. Only
+     * a full worker wakes others, so idle ones never wake each other in turn.
+     */
+    unsigned share = (limit + e->n_workers - 1) / e->n_workers;
+    if (e->n_workers > 1 && e->cur->in_flight >= share && e->in_flight < limit &&
+        work_left(e, now)) {
+        for (unsigned i = 0; i < e->n_workers; i++) {
+            struct worker *w = &e->workers[i];
+            if (w != e->cur && w->in_flight < share)
+                curl_multi_wakeup(w->multi);
+        }
+    }
 }
 
 static int next_timeout_ms(struct sf__engine *e)

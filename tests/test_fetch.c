@@ -1438,6 +1438,29 @@ Test(fetch, four_io_threads_share_the_ranges_of_one_object)
     many_and_large(4);
 }
 
+/*
+ * One object of unknown size alone: the probe runs on one thread, and the
+ * ranges its answer lays out go to the others too, at once (not after their
+ * poll timeout): 33 ranges of 20 ms on 4 threads, in well under a second.
+ */
+Test(fetch, the_ranges_after_a_probe_reach_every_thread)
+{
+    start_mock(NULL);
+    threads_client(4, 8, 256 * KiB);
+    set_rules("prefix=bucket/t/,latency_ms=20");
+    size_t n = 8 * MiB + 1;
+    unsigned char *want = put_object("t/alone.bin", n, 266);
+    struct sf_fetch *f = NULL;
+    struct sf_fetch_progress p;
+    cr_assert_eq(fetch_sync("s3://bucket/t/alone.bin", NULL, &f, &p), SF_OK, "%s",
+                 sf_fetch_errmsg(f));
+    expect_same_bytes(sf_fetch_data(f), want, n);
+    cr_expect_geq(sf__fetch_io_threads_used(f), 3, "ran on %u of 4 threads",
+                  sf__fetch_io_threads_used(f));
+    sf_fetch_destroy(f);
+    free(want);
+}
+
 /* Random resets on 4 threads: every range resumes where its bytes stop. */
 Test(fetch, four_io_threads_resume_reset_ranges_exactly_once)
 {
