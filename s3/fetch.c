@@ -177,7 +177,7 @@ struct sf_fetch {
     char errmsg[1024];
     int cancel;   /* under e->lock */
     int prio_req; /* under e->lock */
-    uint64_t workers_used; /* bit i: worker i ran a range (test hook) */
+    uint64_t workers_used; /* under lock: bit i, worker i ran a range (a test hook) */
 };
 
 /* One I/O thread. */
@@ -559,6 +559,11 @@ static void headers_complete(struct xfer *x)
 
 static void headers_check_fetch(struct xfer *x, struct sf_fetch *f)
 {
+    if (f->finished) {
+        /* ended on another worker: stop here, the owner takes it out */
+        set_abort(x, AB_IO, "the fetch has ended");
+        return;
+    }
     if (f->etag_expected[0] && x->etag[0] && strcmp(x->etag, f->etag_expected) != 0) {
         set_abort(x, AB_CHANGED, "ETag %s differs from %s seen before", x->etag, f->etag_expected);
         return;
@@ -1698,7 +1703,10 @@ static void *io_main(void *arg)
                 attempt_done(e, x, code);
         }
         schedule(e);
-        int timeout_ms = next_timeout_ms(e);
+        /* A worker without room waits for its own transfers (or a wake-up),
+         * not for a due retry it may not start. */
+        unsigned limit = e->cwnd < 1 ? 1 : (unsigned)e->cwnd;
+        int timeout_ms = has_room(e, limit) ? next_timeout_ms(e) : 1000;
         sched_unlock(w);
         curl_multi_poll(w->multi, NULL, 0, timeout_ms, NULL);
     }
