@@ -3,7 +3,8 @@
  * start under TSan, so this is a plain program; scripts/test.sh runs it).
  * One client with 4 I/O threads against the mock: many objects and two
  * large ones at once (engine memory, a file, an on_data observer), random
- * resets, a missing object and a cancel mid-transfer. Exits 1 on a wrong byte or
+ * resets, a missing object, a cancel mid-transfer and a range failing for
+ * good while the others run on other threads. Exits 1 on a wrong byte or
  * status; TSan's reports make the test fail on their own.
  */
 #include "s3/fetch.h"
@@ -57,6 +58,17 @@ static void set_rules(const char *text)
     struct s3_resp r;
     int rc = s3_call(srv.url, &c, &r);
     CHECK(rc == 0 && r.status == 200, "rules '%s': HTTP %ld", text, r.status);
+    s3_resp_free(&r);
+}
+
+static void queue_fault(const char *prefix, const char *fault)
+{
+    char q[256];
+    snprintf(q, sizeof(q), "/_mock/fault?prefix=%s&fault=%s&count=1", prefix, fault);
+    struct s3_call c = {.method = "POST", .target = q};
+    struct s3_resp r;
+    int rc = s3_call(srv.url, &c, &r);
+    CHECK(rc == 0 && r.status == 200, "%s: HTTP %ld", q, r.status);
     s3_resp_free(&r);
 }
 
@@ -171,6 +183,18 @@ int main(void)
     struct sf_fetch *k = NULL;
     CHECK(sf_fetch_start(s3, "s3://bucket/o/big.bin", &ko, &k) == SF_OK, "start cancel");
     CHECK(sf_fetch_wait(k, 1, -1, &p) == SF_OK, "cancel: first byte");
+    sf_fetch_destroy(k);
+    sf_s3_destroy(s3);
+
+    /* a range failing for good while the others run on other threads */
+    so.max_attempts = 1;
+    if (sf_s3_new(&so, &s3, err, sizeof(err)) != SF_OK) {
+        fprintf(stderr, "sf_s3_new: %s\n", err);
+        return 2;
+    }
+    queue_fault("bucket/o/big.bin", "500");
+    CHECK(sf_fetch_start(s3, "s3://bucket/o/big.bin", &ko, &k) == SF_OK, "start failing");
+    CHECK(sf_fetch_wait(k, ~0ull, -1, &p) == SF_ERR_HTTP, "failing: %s", sf_fetch_errmsg(k));
     sf_fetch_destroy(k);
     sf_s3_destroy(s3);
     free(big);
