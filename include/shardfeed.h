@@ -137,9 +137,9 @@ struct sf_s3_options {
     int http2;             /* 1: offer HTTP/2 over TLS; default 0 (HTTP/1.1) */
 
     unsigned concurrency;                /* requests in flight in total; default 16 */
-    unsigned io_threads; /* I/O threads, each with its own connection pool, sharing the
-                            concurrency; 0 (default): the CPUs this process may use, at
-                            most 4; 1: a single thread */
+    unsigned io_threads;                 /* I/O threads sharing concurrency, each with its
+                                            own connection pool; 0 (default): the CPUs this
+                                            process may use, at most 4; 1: one thread */
     unsigned long long chunk_bytes;      /* range size; default 8 MiB */
     unsigned max_attempts;               /* per request, first try included; default 10 */
     unsigned retry_base_ms;              /* transient errors backoff base; default 50 */

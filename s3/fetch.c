@@ -157,8 +157,8 @@ struct sf_fetch {
     int prio; /* copied from prio_req when the engine's prio_pending is seen */
     struct sf_fetch *next_active;
     struct sf_fetch *next_incoming;
-    unsigned n_doomed;      /* ranges still in another worker's multi after the end */
-    sf_status fin_status;   /* published when n_doomed reaches 0 */
+    unsigned n_doomed;         /* ranges still in another worker's multi after the end */
+    sf_status fin_status;      /* published when n_doomed reaches 0 */
     pthread_mutex_t data_lock; /* serializes on_data */
 
     /* under lock */
