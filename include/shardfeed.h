@@ -137,6 +137,9 @@ struct sf_s3_options {
     int http2;             /* 1: offer HTTP/2 over TLS; default 0 (HTTP/1.1) */
 
     unsigned concurrency;                /* requests in flight in total; default 16 */
+    unsigned io_threads;                 /* I/O threads sharing concurrency, each with its
+                                            own connection pool; 0 (default): the CPUs this
+                                            process may use, at most 4; 1: one thread */
     unsigned long long chunk_bytes;      /* range size; default 8 MiB */
     unsigned max_attempts;               /* per request, first try included; default 10 */
     unsigned retry_base_ms;              /* transient errors backoff base; default 50 */
@@ -163,11 +166,11 @@ struct sf_s3_options {
 /* Fills o with the defaults. o may not be NULL. */
 SF_API void sf_s3_options_init_default(struct sf_s3_options *o);
 
-/* An S3 client: configuration, credentials, and the fetch engine's I/O thread. */
+/* An S3 client: configuration, credentials, and the fetch engine's I/O threads. */
 struct sf_s3;
 
 /*
- * Creates a client and starts its I/O thread. Resolves endpoint, region and
+ * Creates a client and starts its I/O threads. Resolves endpoint, region and
  * the credential chain (the chain's network providers are queried lazily, on
  * the first signed request). On failure *out is NULL; when err is not NULL it
  * receives a message (truncated to err_len).
@@ -175,7 +178,7 @@ struct sf_s3;
 SF_API sf_status sf_s3_new(const struct sf_s3_options *o, struct sf_s3 **out, char *err,
                            size_t err_len);
 
-/* Cancels every fetch still running, joins the I/O thread, frees. NULL is a no-op.
+/* Cancels every fetch still running, joins the I/O threads, frees. NULL is a no-op.
  * Every sf_fetch of this client must be destroyed first. */
 SF_API void sf_s3_destroy(struct sf_s3 *s3);
 
@@ -318,7 +321,8 @@ struct sf_fetch_options {
      * those of fetches without priority (see sf_fetch_set_priority()). */
     int priority;
     /*
-     * Optional observer, called on the I/O thread each time bytes have been
+     * Optional observer, called on an I/O thread (one call at a time per fetch,
+     * from whichever thread received the bytes) each time bytes have been
      * written to the destination: offset is the object offset of data[0].
      * The bytes of one range come in order and no byte comes twice (a retried
      * range goes on where its written bytes stop); ranges interleave. It must
@@ -350,7 +354,7 @@ struct sf_fetch_progress {
 
 /*
  * Starts fetching url (s3://, http(s)://; local paths are read synchronously
- * into the destination). Returns at once; the I/O thread does the work. The
+ * into the destination). Returns at once; the I/O threads do the work. The
  * destination must stay valid until sf_fetch_destroy().
  */
 SF_API sf_status sf_fetch_start(struct sf_s3 *s3, const char *url, const struct sf_fetch_options *o,
@@ -385,8 +389,8 @@ SF_API const char *sf_fetch_etag(struct sf_fetch *f);
  * "" otherwise. Valid until sf_fetch_destroy(). */
 SF_API const char *sf_fetch_errmsg(struct sf_fetch *f);
 
-/* Cancels the fetch if it is still running, waits until the I/O thread no
- * longer touches the destination, frees it. NULL is a no-op. */
+/* Cancels the fetch if it is still running, waits until the I/O threads no
+ * longer touch the destination, frees it. NULL is a no-op. */
 SF_API void sf_fetch_destroy(struct sf_fetch *f);
 
 /* Counters of a client since sf_s3_new(). */

@@ -1,8 +1,29 @@
 /*
- * The fetch engine. One I/O thread owns the curl multi handle and everything
- * marked "I/O thread" below; other threads hand work over through the
- * engine's `incoming` lists (under e->lock) and wake the thread with
- * curl_multi_wakeup(). Each fetch publishes its progress under its own lock.
+ * The fetch engine: io_threads workers, each a thread with its own curl multi
+ * handle, connection pool, idle easy handles and stage buffers; one scheduler
+ * shared by all of them (docs/transport.md, "Several I/O threads").
+ *
+ * Locks, always taken in this order:
+ *  - e->sched: the scheduler. Everything marked "under sched" below: the
+ *    active fetches and their ranges' states, the waiting retries, in-flight
+ *    counts, the window, rate limiter and retry quota, the layout of a fetch
+ *    (n_ranges, rest, size, etag_expected). A worker holds it while it takes
+ *    new work, handles finished transfers (attempt_done and the policy it
+ *    calls) and starts attempts on its own multi handle; never while curl
+ *    moves bytes (curl_multi_perform, curl_multi_poll).
+ *  - e->lock: the hand-over lists (incoming, cancel, priority), shutdown and
+ *    the stats.
+ *  - f->data_lock: one on_data call at a time per fetch (ranges of a fetch
+ *    run on several threads; the cache hashes blocks that straddle ranges).
+ *  - f->lock: what sf_fetch_wait() sees, the ranges' `got` counts and the
+ *    contiguous frontier computed from them (contig_idx).
+ * A running range belongs to the worker whose multi handle holds it (x->w):
+ * only that thread touches its curl handle, stage buffer and attempt fields,
+ * and writes its bytes straight into the destination without sched. When a
+ * fetch ends on one worker while some of its ranges run on others, those are
+ * handed to their owners (w->doomed) and the fetch is reported done only when
+ * the last one is out of its multi handle: nothing writes into a destination
+ * once sf_fetch_wait() said done.
  */
 #include "s3/fetch.h"
 #include "s3/fetch_policy.h"
@@ -10,6 +31,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,7 +63,10 @@ enum abort_reason {
 
 struct call;
 
-/* One logical request: a range of a fetch, or a call. I/O thread only. */
+/* One logical request: a range of a fetch, or a call. Its state, due time
+ * and attempt count are under sched; while an attempt runs, the attempt
+ * fields belong to the worker x->w; `got` is written by that worker under
+ * f->lock (the frontier reads it there). */
 struct xfer {
     struct sf__engine *e;
     struct sf_fetch *f;
@@ -58,7 +83,9 @@ struct xfer {
     int answered;            /* the current attempt got a response byte */
     char origin[128];        /* "scheme://host:port" of the current attempt, for messages */
     enum xfer_state state;
-    struct xfer *next_wait;
+    struct xfer *next_wait; /* the waiting list, or the owner's doomed list */
+    struct worker *w;       /* the worker whose multi handle runs the attempt */
+    int doomed;             /* the fetch ended: the owner takes it out (under sched) */
     /* the attempt in progress */
     CURL *easy;
     struct curl_slist *hdrs;
@@ -117,7 +144,7 @@ struct sf_fetch {
     void (*on_data)(void *user, unsigned long long offset, const void *data, size_t len);
     void *on_data_user;
 
-    /* I/O thread */
+    /* under sched */
     struct xfer head; /* the first range (the probe when the size is unknown) */
     struct xfer *rest;
     size_t n_rest;
@@ -131,6 +158,9 @@ struct sf_fetch {
     int prio; /* copied from prio_req when the engine's prio_pending is seen */
     struct sf_fetch *next_active;
     struct sf_fetch *next_incoming;
+    unsigned n_doomed;         /* ranges still in another worker's multi after the end */
+    sf_status fin_status;      /* published when n_doomed reaches 0 */
+    pthread_mutex_t data_lock; /* serializes on_data */
 
     /* under lock */
     pthread_mutex_t lock;
@@ -148,14 +178,34 @@ struct sf_fetch {
     char errmsg[1024];
     int cancel;   /* under e->lock */
     int prio_req; /* under e->lock */
+    uint64_t workers_used; /* under lock: bit i, worker i ran a range (a test hook) */
+};
+
+/* One I/O thread. */
+struct worker {
+    struct sf__engine *e;
+    unsigned idx;
+    CURLM *multi;
+    pthread_t thread;
+    int started;
+    /* the worker's thread only (or the destroying thread after the join) */
+    CURL **idle;
+    size_t n_idle;
+    unsigned char **stages; /* free STAGE_BYTES buffers */
+    size_t n_stages;
+    /* under sched */
+    unsigned in_flight;
+    struct xfer *doomed; /* ranges of ended fetches to take out of this multi */
 };
 
 struct sf__engine {
     struct sf__engine_config cfg;
     char *ca_bundle;
-    CURLM *multi;
-    pthread_t thread;
-    int thread_started;
+    struct worker *workers;
+    unsigned n_workers;
+    unsigned share; /* in-flight cap per worker: ceil(concurrency / n_workers) */
+    pthread_mutex_t sched;
+    struct worker *cur; /* the worker holding sched; NULL after the join */
 
     /* under lock */
     pthread_mutex_t lock;
@@ -166,15 +216,11 @@ struct sf__engine {
     int prio_pending; /* some fetch's prio_req changed */
     struct sf_s3_stats stats;
 
-    /* I/O thread */
+    /* under sched */
     struct sf_fetch *active;
     struct xfer *waiting;
     unsigned in_flight;
     struct sf__policy policy; /* window, rate cap, retry quota (s3/fetch_policy.c) */
-    CURL **idle;
-    size_t n_idle;
-    unsigned char **stages; /* free STAGE_BYTES buffers, at most cfg.concurrency */
-    size_t n_stages;
     uint64_t rng;
     int64_t clock_skew_s;
 };
@@ -277,7 +323,8 @@ static struct xfer *range_at(struct sf_fetch *f, size_t i)
     return i == 0 ? &f->head : &f->rest[i - 1];
 }
 
-static void publish_progress(struct sf_fetch *f)
+/* Moves the frontier over the completed ranges; f->lock held. */
+static void publish_locked(struct sf_fetch *f)
 {
     while (f->contig_idx < f->n_ranges) {
         struct xfer *x = range_at(f, f->contig_idx);
@@ -292,13 +339,18 @@ static void publish_progress(struct sf_fetch *f)
     } else if (f->n_ranges == 0) {
         contiguous = f->head.got;
     }
-    pthread_mutex_lock(&f->lock);
     int changed = contiguous != f->s_contiguous;
     f->s_contiguous = contiguous;
     /* A reader waiting for the next sample is woken once, not for every
      * 16 KiB callback of curl. */
     if (changed && f->s_waiters && contiguous >= f->s_wait_min)
         pthread_cond_broadcast(&f->cond);
+}
+
+static void publish_progress(struct sf_fetch *f)
+{
+    pthread_mutex_lock(&f->lock);
+    publish_locked(f);
     pthread_mutex_unlock(&f->lock);
 }
 
@@ -457,6 +509,8 @@ static void set_abort(struct xfer *x, enum abort_reason r, const char *fmt, ...)
     va_end(ap);
 }
 
+static void headers_check_fetch(struct xfer *x, struct sf_fetch *f);
+
 /* All headers of the response are in: validate before any body byte lands. */
 static void headers_complete(struct xfer *x)
 {
@@ -476,6 +530,20 @@ static void headers_complete(struct xfer *x)
     if (x->cr_first != want_first) {
         set_abort(x, AB_BAD_RESPONSE, "Content-Range starts at %" PRIu64 ", requested %" PRIu64,
                   x->cr_first, want_first);
+        return;
+    }
+    /* The ETag, size and layout of the fetch are shared with the ranges on
+     * other workers: checked and set under sched, once per response. */
+    pthread_mutex_lock(&x->e->sched);
+    headers_check_fetch(x, f);
+    pthread_mutex_unlock(&x->e->sched);
+}
+
+static void headers_check_fetch(struct xfer *x, struct sf_fetch *f)
+{
+    if (f->finished) {
+        /* ended on another worker: stop here, the owner takes it out */
+        set_abort(x, AB_IO, "the fetch has ended");
         return;
     }
     if (f->etag_expected[0] && x->etag[0] && strcmp(x->etag, f->etag_expected) != 0) {
@@ -566,24 +634,25 @@ static size_t on_header(char *buf, size_t size, size_t nitems, void *ud)
 
 /* ------------------------------------------------------------ destination */
 
-static unsigned char *stage_get(struct sf__engine *e)
+static unsigned char *stage_get(struct worker *w)
 {
-    if (e->n_stages > 0)
-        return e->stages[--e->n_stages];
+    if (w->n_stages > 0)
+        return w->stages[--w->n_stages];
     return malloc(STAGE_BYTES);
 }
 
-static void stage_put(struct sf__engine *e, unsigned char *b)
+static void stage_put(struct worker *w, unsigned char *b)
 {
     if (!b)
         return;
-    if (e->n_stages < e->cfg.concurrency)
-        e->stages[e->n_stages++] = b;
+    if (w->n_stages < w->e->share)
+        w->stages[w->n_stages++] = b;
     else
         free(b);
 }
 
-/* Readers wait on this range: it holds the end of the contiguous prefix. */
+/* Readers wait on this range: it holds the end of the contiguous prefix.
+ * f->lock held. */
 static int is_frontier(const struct xfer *x)
 {
     const struct sf_fetch *f = x->f;
@@ -620,14 +689,18 @@ static int dest_put(struct xfer *x, const unsigned char *data, size_t n)
         memcpy(f->buf + dest, data, n);
         placed = f->buf + dest;
     }
-    x->got += n;
-    pthread_mutex_lock(&f->lock);
-    f->s_received += n;
-    pthread_mutex_unlock(&f->lock);
-    if (f->on_data)
+    /* The observer sees the bytes before the frontier passes them. */
+    if (f->on_data) {
+        pthread_mutex_lock(&f->data_lock);
         f->on_data(f->on_data_user, at, placed, n);
+        pthread_mutex_unlock(&f->data_lock);
+    }
+    pthread_mutex_lock(&f->lock);
+    x->got += n;
+    f->s_received += n;
     if (is_frontier(x))
-        publish_progress(f);
+        publish_locked(f);
+    pthread_mutex_unlock(&f->lock);
     return 0;
 }
 
@@ -678,7 +751,7 @@ static size_t on_write(char *data, size_t size, size_t nmemb, void *ud)
         return n;
     }
     if (!x->stage && n < STAGE_BYTES)
-        x->stage = stage_get(x->e);
+        x->stage = stage_get(x->w);
     if (!x->stage)
         return dest_put(x, d, n) == 0 ? n : CURL_WRITEFUNC_ERROR;
     size_t done = 0;
@@ -775,39 +848,46 @@ static int on_seek(void *ud, curl_off_t offset, int origin)
 
 /* ------------------------------------------------------------ attempts */
 
-static CURL *get_easy(struct sf__engine *e)
+static size_t idle_cap(const struct sf__engine *e)
 {
-    if (e->n_idle > 0)
-        return e->idle[--e->n_idle];
+    return (size_t)e->share * 2 + 4;
+}
+
+static CURL *get_easy(struct worker *w)
+{
+    if (w->n_idle > 0)
+        return w->idle[--w->n_idle];
     return curl_easy_init();
 }
 
-static void put_easy(struct sf__engine *e, CURL *h)
+static void put_easy(struct worker *w, CURL *h)
 {
     if (!h)
         return;
-    if (e->n_idle < (size_t)e->cfg.concurrency * 2 + 4) {
+    if (w->n_idle < idle_cap(w->e)) {
         curl_easy_reset(h);
-        e->idle[e->n_idle++] = h;
+        w->idle[w->n_idle++] = h;
     } else {
         curl_easy_cleanup(h);
     }
 }
 
+/* On x->w's thread (or after the join), under sched. */
 static void attempt_release(struct sf__engine *e, struct xfer *x)
 {
     if (x->easy) {
-        curl_multi_remove_handle(e->multi, x->easy);
-        put_easy(e, x->easy);
+        curl_multi_remove_handle(x->w->multi, x->easy);
+        put_easy(x->w, x->easy);
         x->easy = NULL;
         e->in_flight--;
+        x->w->in_flight--;
     }
     curl_slist_free_all(x->hdrs);
     x->hdrs = NULL;
     sf__strbuf_free(&x->errbody);
     /* Bytes still gathered here were never written: they do not count in
      * got, so a later attempt asks for them again. */
-    stage_put(e, x->stage);
+    stage_put(x->w, x->stage);
     x->stage = NULL;
     x->staged = 0;
 }
@@ -868,7 +948,7 @@ static sf_status attempt_start(struct sf__engine *e, struct xfer *x)
         x->hdrs = l;
     }
     x->e = e;
-    CURL *h = get_easy(e);
+    CURL *h = get_easy(x->w);
     if (!h) {
         free(url);
         snprintf(x->last_msg, sizeof(x->last_msg), "cannot create a curl handle");
@@ -957,8 +1037,8 @@ static sf_status attempt_start(struct sf__engine *e, struct xfer *x)
         curl_easy_setopt(h, CURLOPT_SEEKFUNCTION, on_seek);
         curl_easy_setopt(h, CURLOPT_SEEKDATA, x);
     }
-    if (curl_multi_add_handle(e->multi, h) != CURLM_OK) {
-        put_easy(e, h);
+    if (curl_multi_add_handle(x->w->multi, h) != CURLM_OK) {
+        put_easy(x->w, h);
         x->easy = NULL;
         snprintf(x->last_msg, sizeof(x->last_msg), "curl_multi_add_handle failed");
         return SF_ERR_INTERNAL;
@@ -967,6 +1047,7 @@ static sf_status attempt_start(struct sf__engine *e, struct xfer *x)
     x->start_ns = mono_ns();
     x->state = X_RUNNING;
     e->in_flight++;
+    x->w->in_flight++;
     pthread_mutex_lock(&e->lock);
     e->stats.requests++;
     if (x->attempts > 1)
@@ -1008,7 +1089,20 @@ static void active_remove(struct sf__engine *e, struct sf_fetch *f)
     }
 }
 
-/* The fetch ends (success, failure or cancel): stop its transfers, publish. */
+/* The last transfer of an ended fetch is out: tell the waiters. */
+static void fetch_release(struct sf_fetch *f)
+{
+    pthread_mutex_lock(&f->lock);
+    f->s_done = 1;
+    f->s_status = f->fin_status;
+    f->released = 1;
+    pthread_cond_broadcast(&f->cond);
+    pthread_mutex_unlock(&f->lock);
+}
+
+/* The fetch ends (success, failure or cancel): stop its transfers, publish.
+ * Ranges running on another worker are handed to it; the fetch is released
+ * when the last of them is out. */
 static void fetch_finish(struct sf__engine *e, struct sf_fetch *f, sf_status st, const char *msg)
 {
     if (f->finished)
@@ -1016,9 +1110,17 @@ static void fetch_finish(struct sf__engine *e, struct sf_fetch *f, sf_status st,
     f->finished = 1;
     for (size_t i = 0; i < (f->n_ranges ? f->n_ranges : 1); i++) {
         struct xfer *x = range_at(f, i);
-        if (x->state == X_RUNNING) {
+        if (x->state != X_RUNNING || x->doomed)
+            continue;
+        if (!e->cur || x->w == e->cur) {
             attempt_release(e, x);
             x->state = X_IDLE;
+        } else {
+            x->doomed = 1;
+            x->next_wait = x->w->doomed;
+            x->w->doomed = x;
+            f->n_doomed++;
+            curl_multi_wakeup(x->w->multi);
         }
     }
     f->running = 0;
@@ -1032,14 +1134,30 @@ static void fetch_finish(struct sf__engine *e, struct sf_fetch *f, sf_status st,
     else if (st != SF_ERR_CANCELLED)
         e->stats.objects_failed++;
     pthread_mutex_unlock(&e->lock);
-    pthread_mutex_lock(&f->lock);
-    f->s_done = 1;
-    f->s_status = st;
-    if (msg)
+    f->fin_status = st;
+    if (msg) {
+        pthread_mutex_lock(&f->lock);
         snprintf(f->errmsg, sizeof(f->errmsg), "%s", msg);
-    f->released = 1;
-    pthread_cond_broadcast(&f->cond);
-    pthread_mutex_unlock(&f->lock);
+        pthread_mutex_unlock(&f->lock);
+    }
+    if (f->n_doomed == 0)
+        fetch_release(f);
+}
+
+/* Takes the ranges of ended fetches out of w's multi handle; under sched, on
+ * w's thread (or after the join). */
+static void release_doomed(struct sf__engine *e, struct worker *w)
+{
+    while (w->doomed) {
+        struct xfer *x = w->doomed;
+        w->doomed = x->next_wait;
+        x->next_wait = NULL;
+        attempt_release(e, x);
+        x->state = X_IDLE;
+        x->doomed = 0;
+        if (--x->f->n_doomed == 0)
+            fetch_release(x->f);
+    }
 }
 
 static void call_finish(struct call *c, sf_status st, const char *msg)
@@ -1316,8 +1434,15 @@ static void attempt_done(struct sf__engine *e, struct xfer *x, CURLcode code)
 
 /* ------------------------------------------------------------ the loop */
 
+/* Starts x on the worker holding sched. */
 static void start_or_fail(struct sf__engine *e, struct xfer *x)
 {
+    x->w = e->cur;
+    if (x->f) {
+        pthread_mutex_lock(&x->f->lock);
+        x->f->workers_used |= 1ull << (e->cur->idx % 64);
+        pthread_mutex_unlock(&x->f->lock);
+    }
     sf_status st = attempt_start(e, x);
     if (st != SF_OK) {
         char msg[1024];
@@ -1332,15 +1457,23 @@ static int in_group(const struct xfer *x, int prio)
     return x->call ? prio : x->f->prio == prio;
 }
 
+/* May the worker holding sched start one more request? */
+static int has_room(const struct sf__engine *e, unsigned limit)
+{
+    unsigned share = (limit + e->n_workers - 1) / e->n_workers;
+    return e->in_flight < limit && e->cur->in_flight < share;
+}
+
 /*
- * Starts what may start now, in this order: due retries and calls of
+ * Starts what may start now on the worker holding sched (at most its share
+ * of the window), in this order: due retries and calls of
  * priority fetches, their new ranges, then the same for the other fetches;
  * within a group oldest fetch first, lowest offset first. Returns 0 when the
  * rate limiter says stop.
  */
 static int schedule_group(struct sf__engine *e, uint64_t now, unsigned limit, int prio)
 {
-    for (struct xfer **pp = &e->waiting; *pp && e->in_flight < limit;) {
+    for (struct xfer **pp = &e->waiting; *pp && has_room(e, limit);) {
         struct xfer *x = *pp;
         if (x->due_ns <= now && in_group(x, prio)) {
             if (!sf__policy_may_start(&e->policy, now))
@@ -1354,7 +1487,7 @@ static int schedule_group(struct sf__engine *e, uint64_t now, unsigned limit, in
             pp = &x->next_wait;
         }
     }
-    for (struct sf_fetch *f = e->active; f && e->in_flight < limit;) {
+    for (struct sf_fetch *f = e->active; f && has_room(e, limit);) {
         struct sf_fetch *next = f->next_active;
         if (f->prio != prio) {
             f = next;
@@ -1368,7 +1501,7 @@ static int schedule_group(struct sf__engine *e, uint64_t now, unsigned limit, in
                 start_or_fail(e, &f->head);
             }
         } else {
-            while (f->next_start < f->n_ranges && e->in_flight < limit && !f->finished) {
+            while (f->next_start < f->n_ranges && has_room(e, limit) && !f->finished) {
                 if (!sf__policy_may_start(&e->policy, now))
                     return 0;
                 struct xfer *x = range_at(f, f->next_start++);
@@ -1381,12 +1514,39 @@ static int schedule_group(struct sf__engine *e, uint64_t now, unsigned limit, in
     return 1;
 }
 
+/* Is there a request that could start now (rate limiter aside)? */
+static int work_left(const struct sf__engine *e, uint64_t now)
+{
+    for (const struct xfer *x = e->waiting; x; x = x->next_wait)
+        if (x->due_ns <= now)
+            return 1;
+    for (const struct sf_fetch *f = e->active; f; f = f->next_active)
+        if (!f->finished && (f->n_ranges == 0 ? f->next_start == 0 : f->next_start < f->n_ranges))
+            return 1;
+    return 0;
+}
+
 static void schedule(struct sf__engine *e)
 {
     uint64_t now = mono_ns();
     unsigned limit = sf__policy_window(&e->policy);
     if (schedule_group(e, now, limit, 1))
         schedule_group(e, now, limit, 0);
+    /*
+     * This worker's share is full but the window is not and work is left
+     * (ranges a probe's answer laid out, a retry come due): wake the workers
+     * with room, which would otherwise sleep until their own next event. Only
+     * a full worker wakes others, so idle ones never wake each other in turn.
+     */
+    unsigned share = (limit + e->n_workers - 1) / e->n_workers;
+    if (e->n_workers > 1 && e->cur->in_flight >= share && e->in_flight < limit &&
+        work_left(e, now)) {
+        for (unsigned i = 0; i < e->n_workers; i++) {
+            struct worker *w = &e->workers[i];
+            if (w != e->cur && w->in_flight < share)
+                curl_multi_wakeup(w->multi);
+        }
+    }
 }
 
 static int next_timeout_ms(struct sf__engine *e)
@@ -1458,45 +1618,83 @@ static void take_incoming(struct sf__engine *e, int *shutdown)
     }
 }
 
+static void wake_all(struct sf__engine *e)
+{
+    for (unsigned i = 0; i < e->n_workers; i++)
+        if (e->workers[i].multi)
+            curl_multi_wakeup(e->workers[i].multi);
+}
+
+static void sched_lock(struct worker *w)
+{
+    pthread_mutex_lock(&w->e->sched);
+    w->e->cur = w;
+}
+
+static void sched_unlock(struct worker *w)
+{
+    w->e->cur = NULL;
+    pthread_mutex_unlock(&w->e->sched);
+}
+
+/* One I/O thread: takes work and starts its share under sched, then lets
+ * curl move bytes on its own multi handle without any engine lock. */
 static void *io_main(void *arg)
 {
-    struct sf__engine *e = arg;
-    int shutdown = 0;
-    while (!shutdown) {
+    struct worker *w = arg;
+    struct sf__engine *e = w->e;
+    for (;;) {
+        int shutdown = 0;
+        sched_lock(w);
         take_incoming(e, &shutdown);
-        if (shutdown)
+        if (shutdown) {
+            sched_unlock(w);
             break;
+        }
+        release_doomed(e, w);
         schedule(e);
+        sched_unlock(w);
         int running = 0;
-        curl_multi_perform(e->multi, &running);
+        curl_multi_perform(w->multi, &running);
+        sched_lock(w);
+        release_doomed(e, w);
         CURLMsg *m;
         int left;
-        while ((m = curl_multi_info_read(e->multi, &left))) {
+        while ((m = curl_multi_info_read(w->multi, &left))) {
             if (m->msg != CURLMSG_DONE)
                 continue;
             struct xfer *x = NULL;
             CURL *h = m->easy_handle;
             CURLcode code = m->data.result;
             curl_easy_getinfo(h, CURLINFO_PRIVATE, (char **)&x);
-            if (x && x->easy == h)
+            if (x && x->easy == h && !x->doomed)
                 attempt_done(e, x, code);
         }
         schedule(e);
-        curl_multi_poll(e->multi, NULL, 0, next_timeout_ms(e), NULL);
-    }
-    /* shutdown: cancel whatever is left */
-    while (e->active)
-        fetch_finish(e, e->active, SF_ERR_CANCELLED, "client destroyed");
-    while (e->waiting) {
-        struct xfer *x = e->waiting;
-        e->waiting = x->next_wait;
-        if (x->call)
-            call_finish(x->call, SF_ERR_CANCELLED, "client destroyed");
+        /* A worker without room waits for its own transfers (or a wake-up),
+         * not for a due retry it may not start. */
+        unsigned limit = sf__policy_window(&e->policy);
+        int timeout_ms = has_room(e, limit) ? next_timeout_ms(e) : 1000;
+        sched_unlock(w);
+        curl_multi_poll(w->multi, NULL, 0, timeout_ms, NULL);
     }
     return NULL;
 }
 
 /* ------------------------------------------------------------ public-ish API */
+
+unsigned sf__io_threads_default(void)
+{
+    long n = 0;
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0)
+        n = CPU_COUNT(&set);
+    if (n < 1)
+        n = sysconf(_SC_NPROCESSORS_ONLN);
+    if (n < 1)
+        n = 1;
+    return n > SF__IO_THREADS_DEFAULT_MAX ? SF__IO_THREADS_DEFAULT_MAX : (unsigned)n;
+}
 
 sf_status sf__engine_new(const struct sf__engine_config *c, struct sf__engine **out, char *err,
                          size_t err_len)
@@ -1528,25 +1726,46 @@ sf_status sf__engine_new(const struct sf__engine_config *c, struct sf__engine **
         .retry_quota = e->cfg.retry_quota,
     };
     int policy_ok = sf__policy_init(&e->policy, &pc, e->rng) == 0;
-    e->idle = calloc((size_t)e->cfg.concurrency * 2 + 4, sizeof(CURL *));
-    e->stages = calloc(e->cfg.concurrency, sizeof(*e->stages));
+    /* no more threads than requests in flight: each has a share of them */
+    unsigned n = e->cfg.io_threads ? e->cfg.io_threads : 1;
+    if (n > e->cfg.concurrency)
+        n = e->cfg.concurrency;
+    e->share = (e->cfg.concurrency + n - 1) / n;
+    e->workers = calloc(n, sizeof(*e->workers));
     pthread_mutex_init(&e->lock, NULL);
-    e->multi = curl_multi_init();
-    if (!e->idle || !e->multi || !policy_ok || !e->stages) {
+    pthread_mutex_init(&e->sched, NULL);
+    if (!policy_ok || !e->workers) {
         sf__engine_destroy(e);
         return SF_ERR_NO_MEMORY;
     }
-    curl_multi_setopt(e->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long)e->cfg.concurrency);
-    curl_multi_setopt(e->multi, CURLMOPT_MAX_HOST_CONNECTIONS, (long)e->cfg.concurrency);
-    curl_multi_setopt(e->multi, CURLMOPT_MAXCONNECTS, (long)e->cfg.concurrency * 2);
-    curl_multi_setopt(e->multi, CURLMOPT_PIPELINING, (long)CURLPIPE_MULTIPLEX);
-    if (pthread_create(&e->thread, NULL, io_main, e) != 0) {
-        if (err && err_len)
-            snprintf(err, err_len, "cannot start the I/O thread");
-        sf__engine_destroy(e);
-        return SF_ERR_INTERNAL;
+    e->n_workers = n;
+    for (unsigned i = 0; i < n; i++) {
+        struct worker *w = &e->workers[i];
+        w->e = e;
+        w->idx = i;
+        w->idle = calloc(idle_cap(e), sizeof(CURL *));
+        w->stages = calloc(e->share, sizeof(*w->stages));
+        w->multi = curl_multi_init();
+        if (!w->idle || !w->stages || !w->multi) {
+            sf__engine_destroy(e);
+            return SF_ERR_NO_MEMORY;
+        }
+        /* each thread its own connection pool, sized for its share */
+        curl_multi_setopt(w->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long)e->share);
+        curl_multi_setopt(w->multi, CURLMOPT_MAX_HOST_CONNECTIONS, (long)e->share);
+        curl_multi_setopt(w->multi, CURLMOPT_MAXCONNECTS, (long)e->share * 2);
+        curl_multi_setopt(w->multi, CURLMOPT_PIPELINING, (long)CURLPIPE_MULTIPLEX);
     }
-    e->thread_started = 1;
+    for (unsigned i = 0; i < n; i++) {
+        struct worker *w = &e->workers[i];
+        if (pthread_create(&w->thread, NULL, io_main, w) != 0) {
+            if (err && err_len)
+                snprintf(err, err_len, "cannot start I/O thread %u", i + 1);
+            sf__engine_destroy(e);
+            return SF_ERR_INTERNAL;
+        }
+        w->started = 1;
+    }
     *out = e;
     return SF_OK;
 }
@@ -1555,22 +1774,42 @@ void sf__engine_destroy(struct sf__engine *e)
 {
     if (!e)
         return;
-    if (e->thread_started) {
-        pthread_mutex_lock(&e->lock);
-        e->shutdown = 1;
-        pthread_mutex_unlock(&e->lock);
-        curl_multi_wakeup(e->multi);
-        pthread_join(e->thread, NULL);
+    pthread_mutex_lock(&e->lock);
+    e->shutdown = 1;
+    pthread_mutex_unlock(&e->lock);
+    wake_all(e);
+    for (unsigned i = 0; i < e->n_workers; i++)
+        if (e->workers[i].started)
+            pthread_join(e->workers[i].thread, NULL);
+    /* No worker runs any more: this thread owns every multi handle (e->cur
+     * NULL), so cancelling releases every range where it runs. */
+    pthread_mutex_lock(&e->sched);
+    e->cur = NULL;
+    for (unsigned i = 0; i < e->n_workers; i++)
+        release_doomed(e, &e->workers[i]);
+    while (e->active)
+        fetch_finish(e, e->active, SF_ERR_CANCELLED, "client destroyed");
+    while (e->waiting) {
+        struct xfer *x = e->waiting;
+        e->waiting = x->next_wait;
+        if (x->call)
+            call_finish(x->call, SF_ERR_CANCELLED, "client destroyed");
     }
-    for (size_t i = 0; i < e->n_idle; i++)
-        curl_easy_cleanup(e->idle[i]);
-    free(e->idle);
+    pthread_mutex_unlock(&e->sched);
+    for (unsigned i = 0; i < e->n_workers; i++) {
+        struct worker *w = &e->workers[i];
+        for (size_t k = 0; k < w->n_idle; k++)
+            curl_easy_cleanup(w->idle[k]);
+        free(w->idle);
+        for (size_t k = 0; k < w->n_stages; k++)
+            free(w->stages[k]);
+        free(w->stages);
+        if (w->multi)
+            curl_multi_cleanup(w->multi);
+    }
+    free(e->workers);
     sf__policy_free(&e->policy);
-    for (size_t i = 0; i < e->n_stages; i++)
-        free(e->stages[i]);
-    free(e->stages);
-    if (e->multi)
-        curl_multi_cleanup(e->multi);
+    pthread_mutex_destroy(&e->sched);
     pthread_mutex_destroy(&e->lock);
     free(e->ca_bundle);
     free(e);
@@ -1620,7 +1859,7 @@ sf_status sf__engine_call_body(struct sf__engine *e, const char *method,
         snprintf(resp->errmsg, sizeof(resp->errmsg), "client is shutting down");
         c.status = SF_ERR_CANCELLED;
     } else {
-        curl_multi_wakeup(e->multi);
+        wake_all(e);
         pthread_mutex_lock(&c.lock);
         while (!c.finished)
             pthread_cond_wait(&c.cond, &c.lock);
@@ -1637,6 +1876,7 @@ static struct sf_fetch *fetch_alloc(const struct sf_fetch_options *o)
     if (!f)
         return NULL;
     pthread_mutex_init(&f->lock, NULL);
+    pthread_mutex_init(&f->data_lock, NULL);
     pthread_cond_init(&f->cond, NULL);
     f->fd = o->fd;
     f->file_offset = o->file_offset;
@@ -1724,7 +1964,7 @@ sf_status sf__engine_fetch(struct sf__engine *e, const struct sf__locator *loc,
         snprintf(err, err_len, "client is shutting down");
         return SF_ERR_CANCELLED;
     }
-    curl_multi_wakeup(e->multi);
+    wake_all(e);
     *out = f;
     return SF_OK;
 }
@@ -1842,7 +2082,7 @@ SF_API void sf_fetch_set_priority(struct sf_fetch *f, int priority)
     f->prio_req = priority != 0;
     e->prio_pending = 1;
     pthread_mutex_unlock(&e->lock);
-    curl_multi_wakeup(e->multi);
+    wake_all(e);
 }
 
 SF_API void *sf_fetch_data(struct sf_fetch *f)
@@ -1877,7 +2117,7 @@ SF_API void sf_fetch_destroy(struct sf_fetch *f)
             f->cancel = 1;
             e->cancel_pending = 1;
             pthread_mutex_unlock(&e->lock);
-            curl_multi_wakeup(e->multi);
+            wake_all(e);
             pthread_mutex_lock(&f->lock);
             while (!f->released)
                 pthread_cond_wait(&f->cond, &f->lock);
@@ -1889,6 +2129,18 @@ SF_API void sf_fetch_destroy(struct sf_fetch *f)
     free(f->rest);
     sf__locator_free(&f->loc);
     pthread_cond_destroy(&f->cond);
+    pthread_mutex_destroy(&f->data_lock);
     pthread_mutex_destroy(&f->lock);
     free(f);
+}
+
+unsigned sf__fetch_io_threads_used(struct sf_fetch *f)
+{
+    pthread_mutex_lock(&f->lock);
+    uint64_t m = f->workers_used;
+    pthread_mutex_unlock(&f->lock);
+    unsigned n = 0;
+    for (; m; m &= m - 1)
+        n++;
+    return n;
 }

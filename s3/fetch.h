@@ -1,7 +1,8 @@
 /*
- * The fetch engine: one I/O thread owns a libcurl multi handle (keep-alive
- * connection pool) and runs every HTTP request of a client, each object as
- * ranges (a small first one, then chunk_bytes on chunk multiples) with at most
+ * The fetch engine: io_threads I/O threads, each with its own libcurl multi
+ * handle (keep-alive connection pool), run every HTTP request of a client,
+ * each object as ranges (a small first one, then chunk_bytes on chunk
+ * multiples; the ranges of one object spread over the threads) with at most
  * `concurrency` requests in flight in total, priority fetches first. Bytes go
  * to their offset in the destination (files: gathered per range, written in
  * 256 KiB pieces). Stall and silent-server timeouts and If-Match
@@ -10,7 +11,8 @@
  * explains both.
  *
  * Threads: sf__engine_* functions may be called from any thread except the
- * prepare callback, which runs on the I/O thread.
+ * prepare and invalidate callbacks, which run on an I/O thread (one at a
+ * time: under the engine's scheduler lock).
  */
 #ifndef SF_S3_FETCH_H
 #define SF_S3_FETCH_H
@@ -25,6 +27,12 @@
 #include <time.h>
 
 #define SF__NO_RANGE UINT64_MAX
+
+/* io_threads: at most this many; the default is the CPUs this process may
+ * run on (sched_getaffinity), at most SF__IO_THREADS_DEFAULT_MAX. */
+#define SF__IO_THREADS_MAX         64
+#define SF__IO_THREADS_DEFAULT_MAX 4
+unsigned sf__io_threads_default(void);
 
 /* What the I/O thread asks the client to turn into a request. */
 struct sf__req_spec {
@@ -47,7 +55,8 @@ typedef sf_status (*sf__prepare_fn)(void *user, const struct sf__req_spec *spec,
 typedef void (*sf__invalidate_fn)(void *user);
 
 struct sf__engine_config {
-    unsigned concurrency;
+    unsigned concurrency; /* in flight in total, over all I/O threads */
+    unsigned io_threads;  /* 1..; capped at concurrency */
     uint64_t chunk_bytes;
     unsigned max_attempts;
     unsigned retry_base_ms;
@@ -124,6 +133,9 @@ sf_status sf__fetch_new_done(const struct sf_fetch_options *o, uint64_t object_s
                              struct sf_fetch **out);
 
 void sf__engine_stats(struct sf__engine *e, struct sf_s3_stats *out);
+
+/* Test hook: how many I/O threads ran ranges of f. */
+unsigned sf__fetch_io_threads_used(struct sf_fetch *f);
 
 /* Maps an HTTP status and S3 error code to an sf_status; sets *retry to 0
  * (fatal), 1 (transient) or 2 (throttled). Exposed for tests. */

@@ -247,6 +247,11 @@ SF_API sf_status sf_s3_new(const struct sf_s3_options *o, struct sf_s3 **out, ch
         snprintf(err, err_len, "concurrency must be 1..1024, not %u", o->concurrency);
         return SF_ERR_INVALID_ARGUMENT;
     }
+    if (o->io_threads > SF__IO_THREADS_MAX) {
+        snprintf(err, err_len, "io_threads must be 0 (automatic) or 1..%u, not %u",
+                 SF__IO_THREADS_MAX, o->io_threads);
+        return SF_ERR_INVALID_ARGUMENT;
+    }
     if (o->chunk_bytes < 1024 || o->chunk_bytes > (5ull << 30)) {
         snprintf(err, err_len, "chunk_bytes must be 1 KiB..5 GiB, not %llu", o->chunk_bytes);
         return SF_ERR_INVALID_ARGUMENT;
@@ -323,6 +328,7 @@ SF_API sf_status sf_s3_new(const struct sf_s3_options *o, struct sf_s3 **out, ch
     if (st == SF_OK) {
         struct sf__engine_config ec = {
             .concurrency = o->concurrency,
+            .io_threads = o->io_threads ? o->io_threads : sf__io_threads_default(),
             .chunk_bytes = o->chunk_bytes,
             .max_attempts = o->max_attempts,
             .retry_base_ms = o->retry_base_ms,

@@ -23,11 +23,11 @@ if [ "${1:-}" != "--fast" ]; then
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     run_suite build-asan -DCMAKE_BUILD_TYPE=Debug -DSF_SANITIZE=ON -DSF_WITH_CUDA=OFF
 
-  echo "== the GPU ring under ThreadSanitizer (emulated device)"
+  echo "== the GPU ring and the fetch engine's I/O threads under ThreadSanitizer"
   # Criterion's runner does not start under TSan: plain programs drive the
   # ring, and one deliberately broken ordering must be reported (docs/gpu.md).
   cmake -S . -B build-tsan -G Ninja -DSF_WERROR=ON -DCMAKE_BUILD_TYPE=Debug -DSF_TSAN=ON \
     -DSF_WITH_CUDA=OFF -DSF_BUILD_PYTHON=OFF >/dev/null
-  cmake --build build-tsan -j "$jobs" --target gpu_race gpu_stress
-  (cd build-tsan && ctest --output-on-failure --no-tests=error -R '^gpu_tsan_')
+  cmake --build build-tsan -j "$jobs" --target gpu_race gpu_stress fetch_tsan
+  (cd build-tsan && ctest --output-on-failure --no-tests=error -R '^(gpu|fetch)_tsan_')
 fi

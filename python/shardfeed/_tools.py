@@ -7,6 +7,8 @@ Every function takes the S3 options as keywords (``**s3``):
 - ``region`` (str), ``profile`` (str): as the AWS tools resolve them.
 - ``no_sign_request`` (bool): anonymous requests, no credential lookup.
 - ``concurrency`` (int): requests in flight in total (default 16).
+- ``io_threads`` (int): I/O threads sharing them, each with its own connections
+  (default 0: the CPUs the process may use, at most 4).
 - ``chunk_size`` (int bytes or a string such as ``"8M"``): bytes per ranged GET.
 - ``max_attempts`` (int): attempts per request, the first included (default 10).
 
@@ -35,7 +37,7 @@ def _config_error(message):
 
 
 _S3_OPTIONS = ("endpoint_url", "region", "profile", "no_sign_request", "concurrency",
-               "chunk_size", "max_attempts")
+               "io_threads", "chunk_size", "max_attempts")
 
 
 def _options_json(fn, s3, extra=None):
