@@ -208,7 +208,9 @@ int cli_parse_options(int argc, char **argv, struct cli *c, const char *cmd,
     optind = 1;
     opterr = 0;
     int ch;
-    while ((ch = getopt_long(argc, argv, "ro:vh", longopts, NULL)) != -1) {
+    /* The leading ':' makes a missing value ':' rather than '?', so the two
+     * get their own messages. */
+    while ((ch = getopt_long(argc, argv, ":ro:vh", longopts, NULL)) != -1) {
         unsigned u;
         switch (ch) {
         case O_ENDPOINT: c->s3o.endpoint_url = optarg; break;
@@ -263,15 +265,27 @@ int cli_parse_options(int argc, char **argv, struct cli *c, const char *cmd,
         case 'h': usage(stdout); exit(0);
         default:
             if (ch >= CLI_OPT_EXTRA && extra && extra->on_option) {
-                int rc = extra->on_option(extra->ctx, ch, optarg);
-                if (rc)
-                    return rc;
+                /* any refusal is bad usage, whatever the handler returned */
+                if (extra->on_option(extra->ctx, ch, optarg))
+                    return EXIT_USAGE;
                 break;
             }
-            if (optopt)
+            if (ch == ':') {
+                /* optopt holds the option's value (a long option's is no
+                 * character): name it as it was typed */
+                if (optopt > 0 && optopt < 128 && argv[optind - 1][1] != '-')
+                    cli_errorf("%s: option '-%c' needs a value, and it is missing", cmd, optopt);
+                else
+                    cli_errorf("%s: option '%s' needs a value, and it is missing", cmd,
+                               argv[optind - 1]);
+            } else if (optopt > 0 && optopt < 128 && argv[optind - 1][1] != '-') {
                 cli_errorf("%s: unknown option '-%c'", cmd, optopt);
-            else
+            } else if (optopt) {
+                /* a known long option given a value it does not take */
+                cli_errorf("%s: option '%s' takes no value", cmd, argv[optind - 1]);
+            } else {
                 cli_errorf("%s: unknown option '%s'", cmd, argv[optind - 1]);
+            }
             return EXIT_USAGE;
         }
     }

@@ -100,7 +100,7 @@ static int on_load_option(void *ctx, int val, const char *arg)
 {
     struct load_ctx *lc = ctx;
     switch (val) {
-    case O_EPOCHS: return cli_parse_uint("--epochs", arg, 1, 1000000, &lc->epochs);
+    case O_EPOCHS: return cli_parse_uint("--epochs", arg, 1, 1000000, &lc->epochs) ? EXIT_USAGE : 0;
     case O_CONFIG: lc->config = arg; return 0;
     case O_MAX_BATCHES: {
         char *end;

@@ -1216,3 +1216,32 @@ Test(s3, dot_dot_in_a_key_is_sent_as_is_never_normalised)
     const char *stat_[] = {"stat", "--no-sign-request", "s3://bucket/odd/./x", NULL};
     cr_expect_eq(cli_run("stat", stat_), 1, "%s", cli_output("stat", "out"));
 }
+
+/* ============================================================ CLI: option parsing */
+
+Test(s3, cli_a_missing_option_value_names_the_option)
+{
+    start_mock(NULL);
+    put_small("k", 10);
+    const char *conc[] = {"get", "s3://bucket/k", "--concurrency", NULL};
+    cr_expect_eq(cli_run("conc", conc), 2);
+    const char *err = cli_output("conc", "err");
+    cr_expect(strstr(err, "'--concurrency'") && strstr(err, "missing"), "%s", err);
+    cr_expect_null(strstr(err, "unknown option"), "%s", err);
+    const char *out[] = {"get", "s3://bucket/k", "-o", NULL};
+    cr_expect_eq(cli_run("out", out), 2);
+    err = cli_output("out", "err");
+    cr_expect(strstr(err, "'-o'") && strstr(err, "missing"), "%s", err);
+    /* a flag given a value, and an option that does not exist */
+    const char *flag[] = {"ls", "s3://bucket/", "--json=yes", NULL};
+    cr_expect_eq(cli_run("flag", flag), 2);
+    err = cli_output("flag", "err");
+    cr_expect(strstr(err, "'--json=yes'") && strstr(err, "takes no value"), "%s", err);
+    const char *unk[] = {"ls", "s3://bucket/", "--colour", NULL};
+    cr_expect_eq(cli_run("unk", unk), 2);
+    err = cli_output("unk", "err");
+    cr_expect(strstr(err, "unknown option '--colour'"), "%s", err);
+    /* a value the command's own option refuses is bad usage too */
+    const char *warm[] = {"warm-cache", "s3://bucket/k", "--max-objects", "0", NULL};
+    cr_expect_eq(cli_run("warm", warm), 2, "%s", cli_output("warm", "err"));
+}
