@@ -19,7 +19,7 @@
 
 static void usage(FILE *f)
 {
-    fputs("usage: shardfeed COMMAND [options]\n"
+    fputs("usage: shardfeed [options] COMMAND [options]\n"
           "\n"
           "Commands:\n"
           "  ls URL        list objects and prefixes (s3://bucket/prefix, s3:// for buckets);\n"
@@ -48,7 +48,7 @@ static void usage(FILE *f)
           "      s3://bucket/train-{000000..000099}.tar (brace patterns), http(s)://...,\n"
           "      file:///path or a plain path.\n"
           "\n"
-          "Options (all commands that talk to a store):\n"
+          "Options (all commands that talk to a store; before or after the command):\n"
           "  --endpoint-url URL     S3 endpoint (default: AWS_ENDPOINT_URL_S3,\n"
           "                         AWS_ENDPOINT_URL, profile endpoint_url, else AWS)\n"
           "  --region R             signing region (AWS_REGION, profile, us-east-1)\n"
@@ -168,30 +168,32 @@ int cli_parse_uint(const char *flag, const char *v, unsigned lo, unsigned hi, un
     return 0;
 }
 
+/* The options every command takes; also accepted before the command. */
+static const struct option common[] = {
+    {"endpoint-url", required_argument, NULL, O_ENDPOINT},
+    {"region", required_argument, NULL, O_REGION},
+    {"profile", required_argument, NULL, O_PROFILE},
+    {"no-sign-request", no_argument, NULL, O_NO_SIGN},
+    {"addressing", required_argument, NULL, O_ADDRESSING},
+    {"ca-bundle", required_argument, NULL, O_CA_BUNDLE},
+    {"insecure", no_argument, NULL, O_INSECURE},
+    {"http2", no_argument, NULL, O_HTTP2},
+    {"concurrency", required_argument, NULL, O_CONCURRENCY},
+    {"chunk-size", required_argument, NULL, O_CHUNK},
+    {"max-attempts", required_argument, NULL, O_MAX_ATTEMPTS},
+    {"stall-timeout-ms", required_argument, NULL, O_STALL},
+    {"json", no_argument, NULL, O_JSON},
+    {"recursive", no_argument, NULL, 'r'},
+    {"output", required_argument, NULL, 'o'},
+    {"verbose", no_argument, NULL, 'v'},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+};
+
 /* Parses argv after the command name. Returns 0, or EXIT_USAGE. */
 int cli_parse_options(int argc, char **argv, struct cli *c, const char *cmd,
                       const struct cli_extra *extra)
 {
-    static const struct option common[] = {
-        {"endpoint-url", required_argument, NULL, O_ENDPOINT},
-        {"region", required_argument, NULL, O_REGION},
-        {"profile", required_argument, NULL, O_PROFILE},
-        {"no-sign-request", no_argument, NULL, O_NO_SIGN},
-        {"addressing", required_argument, NULL, O_ADDRESSING},
-        {"ca-bundle", required_argument, NULL, O_CA_BUNDLE},
-        {"insecure", no_argument, NULL, O_INSECURE},
-        {"http2", no_argument, NULL, O_HTTP2},
-        {"concurrency", required_argument, NULL, O_CONCURRENCY},
-        {"chunk-size", required_argument, NULL, O_CHUNK},
-        {"max-attempts", required_argument, NULL, O_MAX_ATTEMPTS},
-        {"stall-timeout-ms", required_argument, NULL, O_STALL},
-        {"json", no_argument, NULL, O_JSON},
-        {"recursive", no_argument, NULL, 'r'},
-        {"output", required_argument, NULL, 'o'},
-        {"verbose", no_argument, NULL, 'v'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
     /* Common options first, then the command's own; getopt needs one table. */
     struct option longopts[160];
     size_t n = 0;
@@ -860,11 +862,81 @@ static int cmd_version(void)
     return 0;
 }
 
+/* The option argv[i] (a common one, else NULL); *takes_next: its value is
+ * the next word. */
+static const struct option *common_option(const char *arg, int *takes_next)
+{
+    *takes_next = 0;
+    if (arg[0] != '-' || arg[1] == '\0')
+        return NULL;
+    if (arg[1] != '-') {
+        /* short options: -v, -vv, -r, -o PATH / -oPATH */
+        for (const char *p = arg + 1; *p; p++) {
+            if (*p == 'o') {
+                *takes_next = p[1] == '\0';
+                return &common[0];
+            }
+            if (*p != 'v' && *p != 'r')
+                return NULL;
+        }
+        return &common[0];
+    }
+    const char *name = arg + 2;
+    size_t n = strcspn(name, "=");
+    for (const struct option *o = common; o->name; o++)
+        if (strlen(o->name) == n && !strncmp(o->name, name, n)) {
+            *takes_next = o->has_arg == required_argument && name[n] != '=';
+            return o;
+        }
+    return NULL;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
         usage(stderr);
         return EXIT_USAGE;
+    }
+    /* Global options may come first, as with aws-cli and s5cmd
+     * (`shardfeed --endpoint-url URL ls s3://b/`): they are moved after the
+     * command, where every command parses them. */
+    char **moved = NULL;
+    if (argv[1][0] == '-' && argv[1][1] != '\0' && strcmp(argv[1], "--help") != 0 &&
+        strcmp(argv[1], "-h") != 0 && strcmp(argv[1], "--version") != 0) {
+        int i = 1;
+        while (i < argc && argv[i][0] == '-' && argv[i][1] != '\0') {
+            int takes_next;
+            if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))
+                break; /* help wins, with or without a command */
+            if (!common_option(argv[i], &takes_next)) {
+                cli_errorf("unknown option '%s' before the command (only the options every "
+                           "command takes may come first; see `shardfeed help`)",
+                           argv[i]);
+                return EXIT_USAGE;
+            }
+            if (takes_next && i + 1 >= argc) {
+                cli_errorf("option '%s' needs a value, and it is missing", argv[i]);
+                return EXIT_USAGE;
+            }
+            i += takes_next ? 2 : 1;
+        }
+        if (i >= argc) {
+            cli_errorf("no command after the options");
+            usage(stderr);
+            return EXIT_USAGE;
+        }
+        moved = malloc(((size_t)argc + 1) * sizeof(*moved));
+        if (!moved)
+            return 1;
+        int n = 0;
+        moved[n++] = argv[0];
+        moved[n++] = argv[i];
+        for (int k = 1; k < i; k++)
+            moved[n++] = argv[k];
+        for (int k = i + 1; k < argc; k++)
+            moved[n++] = argv[k];
+        moved[n] = NULL;
+        argv = moved; /* lives until exit */
     }
     /* Installed also as `warm-cache`: the program name selects the command. */
     const char *prog = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];

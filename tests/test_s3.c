@@ -835,6 +835,30 @@ Test(s3, expand_stat_of_an_http_pattern_heads_each_url)
 
 /* ============================================================ CLI: ls and stat of patterns */
 
+/* Runs the shardfeed CLI with argv as given (argv[0] is SF_CLI_BIN), stdout
+ * and stderr into tmp/TAG.out and tmp/TAG.err; the exit status. */
+static int cli_run_argv(const char *tag, const char *const *argv)
+{
+    setenv("AWS_ACCESS_KEY_ID", "mock-access-key", 1);
+    setenv("AWS_SECRET_ACCESS_KEY", "mock-secret-key", 1);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        char out[800], err[800];
+        snprintf(out, sizeof(out), "%s/%s.out", tmp, tag);
+        snprintf(err, sizeof(err), "%s/%s.err", tmp, tag);
+        int fo = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        int fe = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (fo < 0 || fe < 0 || dup2(fo, 1) < 0 || dup2(fe, 2) < 0)
+            _exit(126);
+        execv(SF_CLI_BIN, (char *const *)argv);
+        _exit(127);
+    }
+    int status;
+    cr_assert(waitpid(pid, &status, 0) == pid);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
 /* Runs the shardfeed CLI with --endpoint-url and args (NULL-terminated);
  * stdout and stderr into tmp/TAG.out and tmp/TAG.err; the exit status. */
 static int cli_run(const char *tag, const char *const *args)
@@ -1244,4 +1268,38 @@ Test(s3, cli_a_missing_option_value_names_the_option)
     /* a value the command's own option refuses is bad usage too */
     const char *warm[] = {"warm-cache", "s3://bucket/k", "--max-objects", "0", NULL};
     cr_expect_eq(cli_run("warm", warm), 2, "%s", cli_output("warm", "err"));
+}
+
+Test(s3, cli_global_options_before_the_command)
+{
+    start_mock(NULL);
+    put_small("g/k.bin", 42);
+    char eq[128];
+    snprintf(eq, sizeof(eq), "--endpoint-url=%s", srv.url);
+    const char *ls[] = {SF_CLI_BIN, "--endpoint-url", srv.url, "ls", "s3://bucket/g/", NULL};
+    cr_assert_eq(cli_run_argv("ls", ls), 0, "%s", cli_output("ls", "err"));
+    cr_expect(strstr(cli_output("ls", "out"), "42  g/k.bin"), "%s", cli_output("ls", "out"));
+    /* both orders at once, the = form, flags and a short option with its value */
+    char dest[800];
+    snprintf(dest, sizeof(dest), "%s/k.copy", tmp);
+    const char *get[] = {SF_CLI_BIN, eq, "--json", "-o", dest, "get", "--concurrency", "2",
+                         "s3://bucket/g/k.bin", NULL};
+    cr_assert_eq(cli_run_argv("get", get), 0, "%s", cli_output("get", "err"));
+    struct stat sb;
+    cr_expect(stat(dest, &sb) == 0 && sb.st_size == 42);
+    cJSON *j = cJSON_Parse(cli_output("get", "out"));
+    cr_expect(cJSON_IsObject(j), "%s", cli_output("get", "out"));
+    cJSON_Delete(j);
+    const char *stat_[] = {SF_CLI_BIN, "-v", "--endpoint-url", srv.url, "--region", "us-east-1",
+                           "stat", "s3://bucket/g/k.bin", NULL};
+    cr_expect_eq(cli_run_argv("stat", stat_), 0, "%s", cli_output("stat", "err"));
+    /* a command's own option before the command, and nothing after the options */
+    const char *own[] = {SF_CLI_BIN, "--batch-size", "8", "load", "s3://bucket/g/", NULL};
+    cr_expect_eq(cli_run_argv("own", own), 2);
+    cr_expect(strstr(cli_output("own", "err"), "'--batch-size'"), "%s", cli_output("own", "err"));
+    const char *none[] = {SF_CLI_BIN, "--endpoint-url", srv.url, NULL};
+    cr_expect_eq(cli_run_argv("none", none), 2);
+    const char *gap[] = {SF_CLI_BIN, "--endpoint-url", NULL};
+    cr_expect_eq(cli_run_argv("gap", gap), 2);
+    cr_expect(strstr(cli_output("gap", "err"), "missing"), "%s", cli_output("gap", "err"));
 }
