@@ -784,6 +784,18 @@ static int cmd_get(struct cli *c)
                 }
                 sf_fetch_destroy(f);
             }
+            if (rc != 0) {
+                /* Ranges land in place, in any order: a failed download leaves
+                 * holes up to the declared size, a file that looks complete.
+                 * Cut it back to where it started (empty for `> file`); bytes
+                 * it had past that point were there before us and stay. */
+                off_t keep = sb.st_size > (off_t)fo.file_offset ? sb.st_size
+                                                                : (off_t)fo.file_offset;
+                if (ftruncate(STDOUT_FILENO, keep) != 0)
+                    cli_errorf("stdout: the partial download could not be cut off: %s",
+                               strerror(errno));
+                lseek(STDOUT_FILENO, (off_t)fo.file_offset, SEEK_SET);
+            }
         } else if (get_to_pipe(s3, c, jobs[0].in, &bytes) != 0) {
             rc = 1;
         }

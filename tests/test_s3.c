@@ -1303,3 +1303,46 @@ Test(s3, cli_global_options_before_the_command)
     cr_expect_eq(cli_run_argv("gap", gap), 2);
     cr_expect(strstr(cli_output("gap", "err"), "missing"), "%s", cli_output("gap", "err"));
 }
+
+/* ============================================================ CLI: get to a file on stdout */
+
+/* A download into a regular file on stdout whose every body is cut: ranges
+ * land in place, so before the fix the file had the object's full size
+ * (holes and all) and looked complete. It is cut back to where it began. */
+Test(s3, cli_failed_get_to_a_file_on_stdout_leaves_nothing_that_looks_complete)
+{
+    const char *faults[] = {"--fault", "prefix=bucket/big,reset=1", NULL};
+    start_mock(faults);
+    free(put_object("big.bin", 2u << 20, 9));
+    char path[800];
+    snprintf(path, sizeof(path), "%s/out.bin", tmp);
+    setenv("AWS_ACCESS_KEY_ID", "mock-access-key", 1);
+    setenv("AWS_SECRET_ACCESS_KEY", "mock-secret-key", 1);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        /* stdout opened without O_APPEND, 6 bytes in: the object goes after them */
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        int fe = open("/dev/null", O_WRONLY);
+        if (fd < 0 || fe < 0 || write(fd, "before", 6) != 6 || dup2(fd, 1) < 0 || dup2(fe, 2) < 0)
+            _exit(126);
+        const char *argv[] = {SF_CLI_BIN,      "get",   "--endpoint-url", srv.url,
+                              "--max-attempts", "2",    "--chunk-size",   "256K",
+                              "--concurrency", "4",     "s3://bucket/big.bin", NULL};
+        execv(SF_CLI_BIN, (char *const *)argv);
+        _exit(127);
+    }
+    int status;
+    cr_assert(waitpid(pid, &status, 0) == pid);
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 1, "status %d", status);
+    struct stat sb;
+    cr_assert(stat(path, &sb) == 0);
+    cr_expect_eq(sb.st_size, 6, "the failed download left a %lld-byte file",
+                 (long long)sb.st_size);
+    char head[8] = "";
+    FILE *f = fopen(path, "rb");
+    cr_assert(f);
+    cr_expect_eq(fread(head, 1, 6, f), 6);
+    fclose(f);
+    cr_expect(memcmp(head, "before", 6) == 0, "the bytes before the download were lost");
+}
