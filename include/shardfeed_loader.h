@@ -190,6 +190,18 @@ SF_API sf_status sf_loader_options_from_json(struct sf_loader_options *o, const 
                                              void **keep, char *err, size_t err_len);
 SF_API void sf_loader_options_free_json(void *keep);
 
+/*
+ * Checks the options the way sf_loader_open() does first, without touching
+ * the network, a file or a device: SF_OK, or SF_ERR_INVALID_ARGUMENT with a
+ * message naming the option in err (may be NULL). A caller that must tell bad
+ * usage from a failure (the CLI exits 2 for one, 1 for the other) calls it
+ * before sf_loader_open(), whose SF_ERR_INVALID_ARGUMENT may then come from
+ * a server (an HTTP 400) or a source that cannot be parsed. o may not be
+ * NULL. Any thread.
+ */
+SF_API sf_status sf_loader_options_check(const struct sf_loader_options *o, char *err,
+                                         size_t err_len);
+
 /* ------------------------------------------------------------------ batches */
 
 /* One pass-through field of a batch: sample i's bytes are

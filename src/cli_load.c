@@ -361,6 +361,17 @@ static sf_status autotune(struct sf_loader_options *o, const struct load_ctx *lc
     return SF_OK;
 }
 
+/* --json on failure: one object with the error, whatever failed. */
+static void print_json_error(const char *msg, sf_status st)
+{
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddBoolToObject(j, "ok", 0);
+    cJSON_AddStringToObject(j, "error", msg && msg[0] ? msg : sf_status_str(st));
+    cJSON_AddStringToObject(j, "status", sf_status_name(st));
+    cli_print_json(j);
+    cJSON_Delete(j);
+}
+
 static int load_or_doctor(int argc, char **argv, int doctor)
 {
     struct option longopts[N_LOAD_FLAGS * 2 + 8];
@@ -476,6 +487,19 @@ static int load_or_doctor(int argc, char **argv, int doctor)
     }
     o.sources = (const char *const *)c.args;
     o.source_count = (size_t)c.n_args;
+    /* Bad options are bad usage (2); once they hold, any failure, an HTTP 400
+     * from the server included, is an operation that failed (1). */
+    st = sf_loader_options_check(&o, err, sizeof(err));
+    if (st != SF_OK) {
+        cli_errorf("%s: %s (%s)", name, err, sf_status_name(st));
+        if (c.json)
+            print_json_error(err, st);
+        sf_loader_options_free_json(keep_cfg);
+        sf_loader_options_free_json(keep_flags);
+        sf_loader_options_free_json(keep_tuned[0]);
+        sf_loader_options_free_json(keep_tuned[1]);
+        return EXIT_USAGE;
+    }
     if (doctor) {
         int drc = doctor == 2 ? run_tune(&o, &lc, c.json, c.output) : run_doctor(&o, &lc, c.json);
         sf_loader_options_free_json(keep_cfg);
@@ -492,15 +516,9 @@ static int load_or_doctor(int argc, char **argv, int doctor)
     sf_loader_options_free_json(keep_tuned[1]);
     if (st != SF_OK) {
         cli_errorf("load: %s (%s)", err[0] ? err : sf_status_str(st), sf_status_name(st));
-        if (c.json) {
-            cJSON *j = cJSON_CreateObject();
-            cJSON_AddBoolToObject(j, "ok", 0);
-            cJSON_AddStringToObject(j, "error", err[0] ? err : sf_status_str(st));
-            cJSON_AddStringToObject(j, "status", sf_status_name(st));
-            cli_print_json(j);
-            cJSON_Delete(j);
-        }
-        return st == SF_ERR_INVALID_ARGUMENT ? EXIT_USAGE : 1;
+        if (c.json)
+            print_json_error(err[0] ? err : sf_status_str(st), st);
+        return 1;
     }
     uint64_t digest = 0xcbf29ce484222325ULL;
     unsigned long long batches = 0, images = 0, pads = 0;
@@ -707,7 +725,7 @@ static int run_doctor(struct sf_loader_options *o, const struct load_ctx *lc, in
             cli_print_json(j);
             cJSON_Delete(j);
         }
-        return st == SF_ERR_INVALID_ARGUMENT ? EXIT_USAGE : 1;
+        return 1; /* the options were checked: a failure, not bad usage */
     }
     const unsigned bs = o->batch_size ? o->batch_size : 256;
     const double step = lc->step_ms > 0 ? 1000.0 * bs / lc->step_ms : 0;
@@ -789,7 +807,7 @@ static int run_tune(struct sf_loader_options *o, const struct load_ctx *lc, int 
             cli_print_json(j);
             cJSON_Delete(j);
         }
-        return st == SF_ERR_INVALID_ARGUMENT ? EXIT_USAGE : 1;
+        return 1; /* the options were checked: a failure, not bad usage */
     }
     if (output) {
         FILE *f = fopen(output, "w");

@@ -536,6 +536,19 @@ sf_status sf__loader_make_samplers(struct sf_loader *l, int estimated, uint64_t 
     so.epoch = epoch;
     so.estimated_counts = estimated;
     const uint64_t *c = estimated ? l->est_counts : l->counts;
+    /* No sample anywhere, with a 0-byte object among the shards, is a fact
+     * about the data (exit 1 in the CLI), not a bad option: name it. */
+    size_t empty = l->n_shards, i = 0;
+    for (; i < l->n_shards && c[i] == 0; i++)
+        if (empty == l->n_shards && l->objs[i]->size == 0)
+            empty = i;
+    if (i == l->n_shards && empty < l->n_shards) {
+        snprintf(err, err_len,
+                 "%s: 0 bytes, not a shard (a tar has at least its 1024-byte end-of-archive "
+                 "blocks), and none of the %zu shard(s) has a sample",
+                 l->objs[empty]->url, l->n_shards);
+        return SF_ERR_CORRUPT;
+    }
     sf_status st = sf_sampler_new(&so, c, l->n_shards, sampler, err, err_len);
     if (st == SF_OK)
         st = sf_sampler_new(&so, c, l->n_shards, counter, err, err_len);

@@ -96,6 +96,15 @@ struct keep {
     const char **sources;
 };
 
+sf_status sf_loader_options_check(const struct sf_loader_options *o, char *err, size_t err_len)
+{
+    if (err && err_len)
+        err[0] = '\0';
+    if (!o)
+        return bad(err, err_len, "loader options are NULL");
+    return sf__loader_options_check(o, err, err_len);
+}
+
 void sf_loader_options_free_json(void *k)
 {
     struct keep *kp = k;

@@ -2413,3 +2413,94 @@ Test(loader, tune_searches_concurrency_against_a_capped_link)
     cr_expect(r.concurrency > 2 || r.kept_given, "%s", r.trace);
     cr_expect(r.fetch_mib_per_s > 0, "%s", r.trace);
 }
+
+/* ------------------------------------------------------------ CLI exit codes */
+
+/* run_cli, with stderr kept too. */
+static int run_cli_err(const char *const *args, char *out, size_t out_len, char *err,
+                       size_t err_len)
+{
+    char path[900], epath[900];
+    snprintf(path, sizeof(path), "%s/cli.out", tmp);
+    snprintf(epath, sizeof(epath), "%s/cli.err", tmp);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        if (!freopen(path, "w", stdout) || !freopen(epath, "w", stderr))
+            _exit(126);
+        execv(SF_CLI_BIN, (char *const *)args);
+        _exit(127);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    const char *paths[2] = {path, epath};
+    char *bufs[2] = {out, err};
+    size_t lens[2] = {out_len, err_len};
+    for (int i = 0; i < 2; i++) {
+        FILE *f = fopen(paths[i], "r");
+        size_t n = f ? fread(bufs[i], 1, lens[i] - 1, f) : 0;
+        bufs[i][n] = 0;
+        if (f)
+            fclose(f);
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* 2 is bad usage only; a server's 400 and a 0-byte shard are failures (1),
+ * and their messages keep what the server said and name the object. */
+Test(loader, cli_exit_codes_usage_server_400_and_an_empty_shard)
+{
+    mock_dataset(40, 24 << 10);
+    char out[16384], err[8192], cache_dir[800];
+    snprintf(cache_dir, sizeof(cache_dir), "%s/cache", tmp);
+    const char *zero[] = {SF_CLI_BIN, "load", "s3://bucket/data/", "--endpoint-url", srv.url,
+                          "--epochs", "0", NULL};
+    cr_expect_eq(run_cli_err(zero, out, sizeof(out), err, sizeof(err)), 2, "%s", err);
+    cr_expect(strstr(err, "--epochs"), "%s", err);
+
+    /* with index.json: the 400 comes mid-epoch, through the disk cache */
+    cr_assert_eq(admin("POST", "/_mock/fault?prefix=bucket/data/shard-000001&fault=400&count=1",
+                       NULL),
+                 200);
+    const char *disk[] = {SF_CLI_BIN,    "load",     "s3://bucket/data/", "--endpoint-url", srv.url,
+                          "--cache-dir", cache_dir,  "--size",            "16",
+                          "--device",    "host",     "--json",            NULL};
+    cr_expect_eq(run_cli_err(disk, out, sizeof(out), err, sizeof(err)), 1, "%s", err);
+    cJSON *j = cJSON_Parse(out);
+    cr_assert(cJSON_IsObject(j), "not one JSON object: %s", out);
+    const cJSON *e = cJSON_GetObjectItem(j, "error");
+    cr_expect(cJSON_IsString(e) && strstr(e->valuestring, "shard-000001.tar") &&
+                  strstr(e->valuestring, "HTTP 400 InvalidRequest"),
+              "%s", out);
+    cJSON_Delete(j);
+
+    /* without it: the 400 comes at open, reading the head shard */
+    char data[900];
+    snprintf(data, sizeof(data), "%s/bucket/data/", root);
+    remove_index(data);
+    cr_assert_eq(
+        admin("POST", "/_mock/fault?prefix=bucket/data/shard-000000&fault=400&count=1", NULL), 200);
+    const char *head[] = {SF_CLI_BIN, "load",     "s3://bucket/data/", "--endpoint-url", srv.url,
+                          "--ram-only", "--size", "16", "--device", "host", "--json", NULL};
+    cr_expect_eq(run_cli_err(head, out, sizeof(out), err, sizeof(err)), 1, "%s", err);
+    cr_expect(strstr(out, "\"ok\":false") && strstr(out, "InvalidRequest"), "%s", out);
+
+    /* a 0-byte shard, alone: an error naming it; among others: an empty shard */
+    char empty[900];
+    snprintf(empty, sizeof(empty), "%s/bucket/empty/shard-000000.tar", root);
+    cr_assert(test_write_file(root, "bucket/empty/shard-000000.tar", "", 0) == 0);
+    const char *one[] = {SF_CLI_BIN, "load",   "s3://bucket/empty/shard-000000.tar",
+                         "--endpoint-url", srv.url, "--ram-only", "--size", "16",
+                         "--device", "host", NULL};
+    cr_expect_eq(run_cli_err(one, out, sizeof(out), err, sizeof(err)), 1, "%s", err);
+    cr_expect(strstr(err, "s3://bucket/empty/shard-000000.tar") && strstr(err, "0 bytes"), "%s",
+              err);
+    cr_assert(test_write_file(root, "bucket/data/shard-999999.tar", "", 0) == 0);
+    const char *among[] = {SF_CLI_BIN, "load",     "s3://bucket/data/", "--endpoint-url", srv.url,
+                           "--ram-only", "--size", "16", "--device", "host", "--json", NULL};
+    cr_expect_eq(run_cli_err(among, out, sizeof(out), err, sizeof(err)), 0, "%s", err);
+    j = cJSON_Parse(out);
+    cr_assert(j, "%s", out);
+    cr_expect_eq(cJSON_GetObjectItem(j, "images")->valuedouble, 40.0, "%s", out);
+    cJSON_Delete(j);
+}
