@@ -112,14 +112,22 @@ static void usage(FILE *f)
           f);
 }
 
+/* The CLI's own process-wide state, which the library never has: the first
+ * error reported (it becomes "error" in --json output) and the last JSON
+ * document, held back until the exit status is known. */
+static char first_error[2048];
+static cJSON *held_json;
+
 void cli_errorf(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fputs("shardfeed: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    char msg[sizeof(first_error)];
+    vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
+    fprintf(stderr, "shardfeed: %s\n", msg);
+    if (!first_error[0])
+        snprintf(first_error, sizeof(first_error), "%s", msg);
 }
 
 double cli_now_s(void)
@@ -318,13 +326,78 @@ void cli_report(struct sf_s3 *s3, sf_status st)
     cli_errorf("%s (%s)", msg[0] ? msg : sf_status_str(st), sf_status_name(st));
 }
 
-void cli_print_json(cJSON *j)
+static void print_now(const cJSON *j)
 {
     char *s = cJSON_PrintUnformatted(j);
     if (s) {
         puts(s);
         free(s);
     }
+}
+
+void cli_print_json(cJSON *j)
+{
+    /* Held until the command returns (cli_json_finish): a failure turns it
+     * into the one object that carries the error. An earlier one goes out. */
+    if (held_json) {
+        print_now(held_json);
+        cJSON_Delete(held_json);
+    }
+    held_json = cJSON_Duplicate(j, 1);
+    if (!held_json)
+        print_now(j);
+}
+
+/* --json and a failure: exactly one JSON object on stdout with "ok": false,
+ * "error" (the first error reported), "status" (the SF_ERR_ name when the
+ * message ends with one) and "exit"; what the command printed is kept in it
+ * (an array under "results"). */
+static void cli_json_finish(int rc, int json)
+{
+    cJSON *j = held_json;
+    held_json = NULL;
+    if (rc != 0 && json) {
+        char msg[sizeof(first_error)], status[64] = "";
+        /* warm-cache reports its failures in its own list, not on stderr */
+        const cJSON *fl = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "failures"), 0);
+        const cJSON *fe = cJSON_GetObjectItemCaseSensitive(fl, "error");
+        const cJSON *fs = cJSON_GetObjectItemCaseSensitive(fl, "status");
+        if (!first_error[0] && cJSON_IsString(fe))
+            snprintf(msg, sizeof(msg), "%s%s%s%s", fe->valuestring, cJSON_IsString(fs) ? " (" : "",
+                     cJSON_IsString(fs) ? fs->valuestring : "", cJSON_IsString(fs) ? ")" : "");
+        else
+            snprintf(msg, sizeof(msg), "%s", first_error[0] ? first_error : "failed");
+        size_t n = strlen(msg);
+        char *open = strstr(msg, " (SF_");
+        for (char *o = open; o; o = strstr(o + 1, " (SF_"))
+            open = o; /* the last one */
+        if (open && n > 0 && msg[n - 1] == ')' && (size_t)(msg + n - open) < sizeof(status)) {
+            snprintf(status, sizeof(status), "%.*s", (int)(msg + n - open - 3), open + 2);
+            *open = '\0';
+        }
+        if (!cJSON_IsObject(j)) {
+            cJSON *o = cJSON_CreateObject();
+            if (o && j)
+                cJSON_AddItemToObject(o, "results", j);
+            else
+                cJSON_Delete(j);
+            j = o;
+        }
+        if (j && !cJSON_GetObjectItemCaseSensitive(j, "error")) {
+            cJSON_DeleteItemFromObjectCaseSensitive(j, "ok");
+            cJSON_AddBoolToObject(j, "ok", 0);
+            cJSON_AddStringToObject(j, "error", msg);
+            if (status[0] && !cJSON_GetObjectItemCaseSensitive(j, "status"))
+                cJSON_AddStringToObject(j, "status", status);
+        }
+        if (j && !cJSON_GetObjectItemCaseSensitive(j, "exit"))
+            cJSON_AddNumberToObject(j, "exit", rc);
+    }
+    if (j) {
+        print_now(j);
+        cJSON_Delete(j);
+    }
+    fflush(stdout);
 }
 
 static void format_time(long long t, char *out, size_t n)
@@ -903,7 +976,19 @@ static const struct option *common_option(const char *arg, int *takes_next)
     return NULL;
 }
 
+static int run(int argc, char **argv);
+
 int main(int argc, char **argv)
+{
+    int json = 0;
+    for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
+        json |= !strcmp(argv[i], "--json");
+    int rc = run(argc, argv);
+    cli_json_finish(rc, json);
+    return rc;
+}
+
+static int run(int argc, char **argv)
 {
     if (argc < 2) {
         usage(stderr);
@@ -912,7 +997,7 @@ int main(int argc, char **argv)
     /* Global options may come first, as with aws-cli and s5cmd
      * (`shardfeed --endpoint-url URL ls s3://b/`): they are moved after the
      * command, where every command parses them. */
-    char **moved = NULL;
+    static char **moved; /* reachable until exit, as argv is */
     if (argv[1][0] == '-' && argv[1][1] != '\0' && strcmp(argv[1], "--help") != 0 &&
         strcmp(argv[1], "-h") != 0 && strcmp(argv[1], "--version") != 0) {
         int i = 1;

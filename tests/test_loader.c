@@ -2504,3 +2504,33 @@ Test(loader, cli_exit_codes_usage_server_400_and_an_empty_shard)
     cr_expect_eq(cJSON_GetObjectItem(j, "images")->valuedouble, 40.0, "%s", out);
     cJSON_Delete(j);
 }
+
+/* --json: a failure at open, or in the options, is one object with the error
+ * too, as one mid-epoch is. */
+Test(loader, cli_json_failure_at_open_is_one_object_with_the_error)
+{
+    local_dataset(20, 64 << 10, -1);
+    char out[16384], err[8192], cfg[800], missing[800];
+    snprintf(cfg, sizeof(cfg), "%s/bad.json", tmp);
+    cr_assert(test_write_file(tmp, "bad.json", "{\"batch_size\": \"many\"}", 22) == 0);
+    snprintf(missing, sizeof(missing), "%sno-such-shard.tar", shards);
+    const char *bad_cfg[] = {SF_CLI_BIN, "load", shards, "--config", cfg, "--json", NULL};
+    const char *gone[] = {SF_CLI_BIN, "load", missing, "--device", "host", "--json", NULL};
+    const char *tune[] = {SF_CLI_BIN, "load", missing, "--autotune", "1", "--json", NULL};
+    const char *const *runs[] = {bad_cfg, gone, tune};
+    const char *want[] = {"batch_size", "no-such-shard.tar", "no-such-shard.tar"};
+    const int rc[] = {2, 1, 1};
+    for (int i = 0; i < 3; i++) {
+        cr_expect_eq(run_cli_err(runs[i], out, sizeof(out), err, sizeof(err)), rc[i], "%d: %s", i,
+                     err);
+        const char *end = NULL;
+        cJSON *j = cJSON_ParseWithOpts(out, &end, 0);
+        cr_expect(cJSON_IsObject(j) && end && strspn(end, " \n") == strlen(end),
+                  "%d: not one JSON object: '%s'", i, out);
+        const cJSON *e = cJSON_GetObjectItemCaseSensitive(j, "error");
+        cr_expect(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(j, "ok")) &&
+                      cJSON_IsString(e) && strstr(e->valuestring, want[i]),
+                  "%d: %s", i, out);
+        cJSON_Delete(j);
+    }
+}

@@ -1346,3 +1346,59 @@ Test(s3, cli_failed_get_to_a_file_on_stdout_leaves_nothing_that_looks_complete)
     fclose(f);
     cr_expect(memcmp(head, "before", 6) == 0, "the bytes before the download were lost");
 }
+
+/* ============================================================ CLI: --json on failure */
+
+/* The whole of stdout is one JSON object with "ok": false and an "error"
+ * holding want; returns it (to delete). */
+static cJSON *one_failure_object(const char *out, const char *want)
+{
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithOpts(out, &end, 0);
+    cr_assert(cJSON_IsObject(j), "not a JSON object: '%s'", out);
+    cr_assert(end && strspn(end, " \n") == strlen(end), "more than one JSON document: '%s'", out);
+    const cJSON *ok = cJSON_GetObjectItemCaseSensitive(j, "ok");
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(j, "error");
+    cr_expect(cJSON_IsFalse(ok), "%s", out);
+    cr_expect(cJSON_IsString(e) && strstr(e->valuestring, want), "no '%s' in: %s", want, out);
+    return j;
+}
+
+Test(s3, cli_json_failure_is_always_one_object_with_the_error)
+{
+    start_mock(NULL);
+    put_small("j/a.bin", 7);
+    const char *ls[] = {"ls", "--json", "s3://bucket/j/x-{1..2}.bin", NULL};
+    cr_expect_eq(cli_run("ls", ls), 1);
+    cJSON_Delete(one_failure_object(cli_output("ls", "out"), "s3://bucket/j/x-1.bin"));
+
+    const char *stat_[] = {"stat", "--json", "s3://bucket/j/a.bin", "s3://bucket/j/gone.bin",
+                           NULL};
+    cr_expect_eq(cli_run("stat", stat_), 1);
+    cJSON *j = one_failure_object(cli_output("stat", "out"), "s3://bucket/j/gone.bin");
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "status");
+    cr_expect(cJSON_IsString(st) && !strcmp(st->valuestring, "SF_ERR_NOT_FOUND"));
+    /* what did succeed is still there */
+    cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(j, "results")), 1);
+    cJSON_Delete(j);
+
+    const char *get[] = {"get", "--json", "s3://bucket/j/gone.bin", NULL};
+    cr_expect_eq(cli_run("get", get), 1);
+    cJSON_Delete(one_failure_object(cli_output("get", "out"), "NoSuchKey"));
+
+    /* failures before any request: the client cannot be made, bad usage */
+    const char *prof[] = {"ls", "--json", "--profile", "nosuch", "s3://bucket/", NULL};
+    cr_expect_eq(cli_run("prof", prof), 1);
+    cJSON_Delete(one_failure_object(cli_output("prof", "out"), "nosuch"));
+    const char *usage[] = {"stat", "--json", NULL};
+    cr_expect_eq(cli_run("usage", usage), 2);
+    cJSON_Delete(one_failure_object(cli_output("usage", "out"), "at least one URL"));
+
+    /* success is unchanged: the object itself */
+    const char *ok[] = {"stat", "--json", "s3://bucket/j/a.bin", NULL};
+    cr_expect_eq(cli_run("ok", ok), 0);
+    j = cJSON_Parse(cli_output("ok", "out"));
+    cr_expect_eq(jnum(j, "size", NULL, NULL), 7);
+    cr_expect_null(cJSON_GetObjectItemCaseSensitive(j, "ok"));
+    cJSON_Delete(j);
+}
