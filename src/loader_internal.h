@@ -157,6 +157,7 @@ struct sf_loader {
     unsigned char *known;       /* counts[i] known; consumer thread (or open) */
     unsigned char *stored;      /* known at open (index or store): not saved again */
     int from_index;             /* every count came from index.json */
+    int sources_listed;         /* every source is a listed folder (open only) */
     int learned_allowed;        /* learned counts may be the basis: 0 no, 1 own + store, 2 store */
     double bytes_per_sample;    /* the probe's estimate; 0 before it ran */
     char *counts_dir;           /* cache directory of the learned store, or NULL */

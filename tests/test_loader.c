@@ -2534,3 +2534,74 @@ Test(loader, cli_json_failure_at_open_is_one_object_with_the_error)
         cJSON_Delete(j);
     }
 }
+
+/* ------------------------------------------------------------ index.json against the listing */
+
+static sf_status open_status(const struct sf_loader_options *o, char *err, size_t err_len)
+{
+    struct sf_loader *l = NULL;
+    err[0] = '\0';
+    sf_status st = sf_loader_open(o, &l, err, err_len);
+    sf_loader_close(l);
+    return st;
+}
+
+/* A shard index.json names that the listing lacks was silently left out
+ * (fewer samples, exit 0); one of another size or ETag was trusted. Each is
+ * an error naming the shard now; a subset named by the user is not. */
+Test(loader, index_json_is_checked_against_the_listing)
+{
+    mock_dataset(60, 24 << 10);
+    char path[1200], err[2048];
+    snprintf(path, sizeof(path), "%s/bucket/data/shard-000002.tar", root);
+    char moved[1300];
+    snprintf(moved, sizeof(moved), "%s/shard-000002.tar.away", tmp);
+    const char *prefix[] = {"s3://bucket/data/"};
+    struct sf_loader_options o;
+    s3_options(&o, prefix, NULL);
+    cr_assert_eq(open_status(&o, err, sizeof(err)), SF_OK, "%s", err);
+
+    cr_assert(rename(path, moved) == 0);
+    cr_expect_eq(open_status(&o, err, sizeof(err)), SF_ERR_NOT_FOUND, "%s", err);
+    cr_expect(strstr(err, "s3://bucket/data/shard-000002.tar") && strstr(err, "index.json"), "%s",
+              err);
+    /* shards the user names one by one: index.json may name more */
+    const char *some[] = {"s3://bucket/data/shard-{000000,000001,000003}.tar"};
+    s3_options(&o, some, NULL);
+    cr_expect_eq(open_status(&o, err, sizeof(err)), SF_OK, "%s", err);
+
+    /* back, but of another size */
+    cr_assert(rename(moved, path) == 0);
+    FILE *f = fopen(path, "ab");
+    cr_assert(f);
+    static const char zeros[512];
+    cr_assert(fwrite(zeros, 1, sizeof(zeros), f) == sizeof(zeros));
+    fclose(f);
+    s3_options(&o, prefix, NULL);
+    cr_expect_eq(open_status(&o, err, sizeof(err)), SF_ERR_CHANGED, "%s", err);
+    cr_expect(strstr(err, "s3://bucket/data/shard-000002.tar") && strstr(err, "bytes"), "%s",
+              err);
+    cr_expect_eq(open_status(&o, err, sizeof(err)), SF_ERR_CHANGED, "again: %s", err);
+
+    /* an ETag index.json records that the object no longer has */
+    char ipath[1200];
+    snprintf(ipath, sizeof(ipath), "%s/bucket/data/index.json", root);
+    f = fopen(ipath, "rb");
+    cr_assert(f);
+    static char text[1 << 16];
+    size_t n = fread(text, 1, sizeof(text) - 1, f);
+    text[n] = '\0';
+    fclose(f);
+    cJSON *j = cJSON_Parse(text);
+    cr_assert(j);
+    cJSON *first = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "shards"), 0);
+    cJSON_AddStringToObject(first, "etag", "\"00000000000000000000000000000000\"");
+    char *out = cJSON_Print(j);
+    cJSON_Delete(j);
+    cr_assert(test_write_file(root, "bucket/data/index.json", out, strlen(out)) == 0);
+    free(out);
+    const char *two[] = {"s3://bucket/data/shard-{000000,000001}.tar"};
+    s3_options(&o, two, NULL);
+    cr_expect_eq(open_status(&o, err, sizeof(err)), SF_ERR_CHANGED, "%s", err);
+    cr_expect(strstr(err, "s3://bucket/data/shard-000000.tar") && strstr(err, "ETag"), "%s", err);
+}
