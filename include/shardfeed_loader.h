@@ -169,6 +169,13 @@ struct sf_loader_options {
     sf_log_fn log; /* NULL: silent; called from any loader thread */
     void *log_user;
     enum sf_log_level log_level; /* default SF_LOG_WARN */
+
+    /* A tar shard that ends right after a member, without its two zero
+     * end-of-archive blocks (or after one of them), cannot be told from one
+     * cut short at that boundary. 0 (default): read as complete, counted in
+     * stats.shards_without_end_marker and logged as a warning; 1: an error
+     * (SF_ERR_CORRUPT naming the shard and the offset). docs/FORMAT.md. */
+    int require_end_marker;
 };
 
 /* Fills o with the defaults above (s3, cache and sampler defaults included).
@@ -371,6 +378,9 @@ struct sf_loader_stats {
     unsigned decode_threads;
     int on_device; /* 1 when batches are delivered on the GPU */
     uint64_t epoch;
+    /* Tar shards read to their end that had no end-of-archive blocks (or a
+     * lone one), each time one was read (require_end_marker 0). */
+    uint64_t shards_without_end_marker;
 };
 SF_API void sf_loader_get_stats(struct sf_loader *l, struct sf_loader_stats *out);
 

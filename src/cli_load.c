@@ -38,6 +38,7 @@ static const struct load_flag load_flags[] = {
     {"partition", "partition", K_STR},
     {"drop-last", "drop_last", K_BOOL},
     {"ram-only", "ram_only", K_BOOL},
+    {"require-end-marker", "require_end_marker", K_BOOL},
     {"cache-dir", "cache_dir", K_STR},
     {"cache-limit", "cache_limit", K_SIZE},
     {"ram-cache-limit", "ram_cache_limit", K_SIZE},
@@ -219,6 +220,8 @@ static void load_usage(void)
         "  --image-fields 'jpg;jpeg'  --label-fields 'cls;json;txt'  --extra-fields LIST\n"
         "  --on-error fail|skip  --device auto|host|cuda|emulated  --cuda-device N\n"
         "  --no-normalize-on-device  --sync-device  --max-side N --max-pixels N --max-scans N\n"
+        "  --require-end-marker   a tar shard without its end-of-archive blocks (cut at a\n"
+        "                         member boundary looks the same) is an error, not a warning\n"
         "  --config FILE          loader options as a JSON object (flags win)\n"
         "  --max-batches N        stop after N batches in all\n"
         "  --step-ms MS           simulate a training step of MS per batch (wait share)\n"
@@ -584,6 +587,8 @@ static int load_or_doctor(int argc, char **argv, int doctor)
         cJSON_AddNumberToObject(j, "pads", (double)pads);
         cJSON_AddNumberToObject(j, "skipped", (double)s.samples_skipped);
         cJSON_AddNumberToObject(j, "dropped", (double)s.dropped_samples);
+        cJSON_AddNumberToObject(j, "shards_without_end_marker",
+                                (double)s.shards_without_end_marker);
         cJSON_AddNumberToObject(j, "seconds", seconds);
         cJSON_AddNumberToObject(j, "first_batch_s", first_batch_s);
         cJSON_AddNumberToObject(j, "images_per_s", seconds > 0 ? (double)images / seconds : 0);
@@ -642,6 +647,10 @@ static int load_or_doctor(int argc, char **argv, int doctor)
                (unsigned long long)s.dropped_samples, s.on_device ? "batches on the GPU" : "host batches", (double)rss / 1048576.0);
         printf("  batch waits: p50 %.2f ms, p99 %.2f ms, max %.2f ms; %s\n", rep.wait_p50_ms,
                rep.wait_p99_ms, rep.wait_max_ms, rep.verdict);
+        if (s.shards_without_end_marker)
+            printf("  %llu tar shard(s) read without their end-of-archive blocks (see "
+                   "--require-end-marker)\n",
+                   (unsigned long long)s.shards_without_end_marker);
         if (lc.digest)
             printf("  digest %016llx\n", (unsigned long long)digest);
     }

@@ -235,6 +235,7 @@ struct sf_loader {
 
     /* atomics (any thread): statistics */
     atomic_ullong n_dropped;
+    atomic_ullong n_no_end_marker; /* tar shards read to an end without its zero blocks */
     atomic_ullong n_delivered, n_batches, n_skipped, n_pads, n_read, n_decoded, n_shards_opened,
         bytes_read, cache_hits, cache_misses;
     atomic_ullong decode_busy_ns;

@@ -2605,3 +2605,69 @@ Test(loader, index_json_is_checked_against_the_listing)
     cr_expect_eq(open_status(&o, err, sizeof(err)), SF_ERR_CHANGED, "%s", err);
     cr_expect(strstr(err, "s3://bucket/data/shard-000000.tar") && strstr(err, "ETag"), "%s", err);
 }
+
+/* ------------------------------------------------------------ tar without end-of-archive blocks */
+
+/* Cuts path's trailing zero blocks: the tar then ends right after a member,
+ * as one cut short at a member boundary would. Returns the new size. */
+static long strip_end_blocks(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    cr_assert(f, "%s", path);
+    static unsigned char buf[1 << 20];
+    size_t n = fread(buf, 1, sizeof(buf), f);
+    fclose(f);
+    static const unsigned char zero[512];
+    while (n >= 512 && !memcmp(buf + n - 512, zero, 512))
+        n -= 512;
+    cr_assert(truncate(path, (off_t)n) == 0);
+    return (long)n;
+}
+
+Test(loader, a_tar_without_end_blocks_is_counted_and_warned_or_refused)
+{
+    local_dataset(30, 16 << 10, -1);
+    remove_index(shards); /* its sizes would (rightly) refuse the cut shard */
+    char cut[900];
+    snprintf(cut, sizeof(cut), "%sshard-000001.tar", shards);
+    long size = strip_end_blocks(cut);
+    const char *src[] = {shards};
+    struct sf_loader_options o;
+    base_options(&o, src, 1);
+    keep_log_in(&o);
+    log_clear();
+    struct sf_loader *l = open_loader(&o);
+    struct epoch_log e;
+    cr_assert_eq(run_epoch(l, &e, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
+    cr_expect_eq(e.images, 30u, "every sample present was read");
+    struct sf_loader_stats s;
+    sf_loader_get_stats(l, &s);
+    cr_expect_eq(s.shards_without_end_marker, 1);
+    cr_expect(log_has("shard-000001.tar: ends at offset") && log_has("end-of-archive"), "%s",
+              log_text);
+    free(e.seen);
+    sf_loader_close(l);
+
+    o.require_end_marker = 1;
+    l = open_loader(&o);
+    sf_status st = run_epoch(l, &e, 0);
+    cr_expect_eq(st, SF_ERR_CORRUPT, "%s", sf_status_name(st));
+    char where[64];
+    snprintf(where, sizeof(where), "offset %ld", size);
+    cr_expect(strstr(sf_loader_errmsg(l), "shard-000001.tar") &&
+                  strstr(sf_loader_errmsg(l), where),
+              "%s", sf_loader_errmsg(l));
+    free(e.seen);
+    sf_loader_close(l);
+
+    /* the same by name in the JSON options and the CLI */
+    char out[16384], err[8192];
+    const char *warn[] = {SF_CLI_BIN, "load", shards, "--device", "host", "--json", NULL};
+    cr_expect_eq(run_cli_err(warn, out, sizeof(out), err, sizeof(err)), 0, "%s", err);
+    cr_expect(strstr(out, "\"shards_without_end_marker\":1"), "%s", out);
+    cr_expect(strstr(err, "shard-000001.tar"), "%s", err);
+    const char *strict[] = {SF_CLI_BIN, "load", shards, "--device", "host", "--require-end-marker",
+                            NULL};
+    cr_expect_eq(run_cli_err(strict, out, sizeof(out), err, sizeof(err)), 1, "%s", err);
+    cr_expect(strstr(err, "SF_ERR_CORRUPT") && strstr(err, "shard-000001.tar"), "%s", err);
+}
