@@ -443,8 +443,8 @@ sf_status mock_faults_queue(struct mock_faults *f, const char *prefix, const cha
 static int is_body_fault(const char *fault)
 {
     return strcmp(fault, "400") == 0 || strncmp(fault, "reset=", 6) == 0 ||
-           strncmp(fault, "stall=", 6) == 0 ||
-           strcmp(fault, "no206") == 0 || strcmp(fault, "no_content_range") == 0;
+           strncmp(fault, "stall=", 6) == 0 || strcmp(fault, "no206") == 0 ||
+           strcmp(fault, "no_content_range") == 0;
 }
 
 static int has_prefix(const char *s, const char *prefix)

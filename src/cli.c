@@ -862,8 +862,8 @@ static int cmd_get(struct cli *c)
                  * holes up to the declared size, a file that looks complete.
                  * Cut it back to where it started (empty for `> file`); bytes
                  * it had past that point were there before us and stay. */
-                off_t keep = sb.st_size > (off_t)fo.file_offset ? sb.st_size
-                                                                : (off_t)fo.file_offset;
+                off_t keep =
+                    sb.st_size > (off_t)fo.file_offset ? sb.st_size : (off_t)fo.file_offset;
                 if (ftruncate(STDOUT_FILENO, keep) != 0)
                     cli_errorf("stdout: the partial download could not be cut off: %s",
                                strerror(errno));

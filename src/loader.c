@@ -369,8 +369,7 @@ static sf_status index_check(struct sf_loader *l, const char *text, const char *
 {
     cJSON *j = cJSON_Parse(text);
     cJSON *arr = cJSON_GetObjectItemCaseSensitive(j, "shards");
-    const struct sf_object_info **by_name = calloc(l->n_shards ? l->n_shards : 1,
-                                                   sizeof(*by_name));
+    const struct sf_object_info **by_name = calloc(l->n_shards ? l->n_shards : 1, sizeof(*by_name));
     if (!cJSON_IsArray(arr) || !by_name) {
         cJSON_Delete(j);
         free(by_name);

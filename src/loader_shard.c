@@ -327,8 +327,7 @@ static void note_end_marker(struct sf_loader *l, const struct shard_slot *sh)
                        ss.lone_zero_block ? "after one of its two end-of-archive blocks"
                                           : "right after a member, without its end-of-archive "
                                             "blocks",
-                       n == 7 ? "; further ones are only counted (shards_without_end_marker)"
-                              : "");
+                       n == 7 ? "; further ones are only counted (shards_without_end_marker)" : "");
 }
 
 static void slot_parsed(struct shard_slot *sh)

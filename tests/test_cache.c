@@ -1295,6 +1295,7 @@ Test(cache, a_refused_download_keeps_the_s3_error_code)
         sf_cache_errmsg(cache, msg, sizeof(msg));
     }
     cr_expect_neq(st, SF_OK);
-    cr_expect(strstr(msg, "odd/../x.tar") && strstr(msg, "HTTP 400") && strstr(msg, "InvalidArgument"),
+    cr_expect(strstr(msg, "odd/../x.tar") && strstr(msg, "HTTP 400") &&
+                  strstr(msg, "InvalidArgument"),
               "%s: %s", sf_status_name(st), msg);
 }

@@ -2453,18 +2453,27 @@ Test(loader, cli_exit_codes_usage_server_400_and_an_empty_shard)
     mock_dataset(40, 24 << 10);
     char out[16384], err[8192], cache_dir[800];
     snprintf(cache_dir, sizeof(cache_dir), "%s/cache", tmp);
-    const char *zero[] = {SF_CLI_BIN, "load", "s3://bucket/data/", "--endpoint-url", srv.url,
-                          "--epochs", "0", NULL};
+    const char *zero[] = {
+        SF_CLI_BIN, "load", "s3://bucket/data/", "--endpoint-url", srv.url, "--epochs", "0", NULL};
     cr_expect_eq(run_cli_err(zero, out, sizeof(out), err, sizeof(err)), 2, "%s", err);
     cr_expect(strstr(err, "--epochs"), "%s", err);
 
     /* with index.json: the 400 comes mid-epoch, through the disk cache */
-    cr_assert_eq(admin("POST", "/_mock/fault?prefix=bucket/data/shard-000001&fault=400&count=1",
-                       NULL),
-                 200);
-    const char *disk[] = {SF_CLI_BIN,    "load",     "s3://bucket/data/", "--endpoint-url", srv.url,
-                          "--cache-dir", cache_dir,  "--size",            "16",
-                          "--device",    "host",     "--json",            NULL};
+    cr_assert_eq(
+        admin("POST", "/_mock/fault?prefix=bucket/data/shard-000001&fault=400&count=1", NULL), 200);
+    const char *disk[] = {SF_CLI_BIN,
+                          "load",
+                          "s3://bucket/data/",
+                          "--endpoint-url",
+                          srv.url,
+                          "--cache-dir",
+                          cache_dir,
+                          "--size",
+                          "16",
+                          "--device",
+                          "host",
+                          "--json",
+                          NULL};
     cr_expect_eq(run_cli_err(disk, out, sizeof(out), err, sizeof(err)), 1, "%s", err);
     cJSON *j = cJSON_Parse(out);
     cr_assert(cJSON_IsObject(j), "not one JSON object: %s", out);
@@ -2480,8 +2489,9 @@ Test(loader, cli_exit_codes_usage_server_400_and_an_empty_shard)
     remove_index(data);
     cr_assert_eq(
         admin("POST", "/_mock/fault?prefix=bucket/data/shard-000000&fault=400&count=1", NULL), 200);
-    const char *head[] = {SF_CLI_BIN, "load",     "s3://bucket/data/", "--endpoint-url", srv.url,
-                          "--ram-only", "--size", "16", "--device", "host", "--json", NULL};
+    const char *head[] = {
+        SF_CLI_BIN, "load", "s3://bucket/data/", "--endpoint-url", srv.url,  "--ram-only",
+        "--size",   "16",   "--device",          "host",           "--json", NULL};
     cr_expect_eq(run_cli_err(head, out, sizeof(out), err, sizeof(err)), 1, "%s", err);
     cr_expect(strstr(out, "\"ok\":false") && strstr(out, "InvalidRequest"), "%s", out);
 
@@ -2489,15 +2499,17 @@ Test(loader, cli_exit_codes_usage_server_400_and_an_empty_shard)
     char empty[900];
     snprintf(empty, sizeof(empty), "%s/bucket/empty/shard-000000.tar", root);
     cr_assert(test_write_file(root, "bucket/empty/shard-000000.tar", "", 0) == 0);
-    const char *one[] = {SF_CLI_BIN, "load",   "s3://bucket/empty/shard-000000.tar",
-                         "--endpoint-url", srv.url, "--ram-only", "--size", "16",
-                         "--device", "host", NULL};
+    const char *one[] = {SF_CLI_BIN,       "load",  "s3://bucket/empty/shard-000000.tar",
+                         "--endpoint-url", srv.url, "--ram-only",
+                         "--size",         "16",    "--device",
+                         "host",           NULL};
     cr_expect_eq(run_cli_err(one, out, sizeof(out), err, sizeof(err)), 1, "%s", err);
     cr_expect(strstr(err, "s3://bucket/empty/shard-000000.tar") && strstr(err, "0 bytes"), "%s",
               err);
     cr_assert(test_write_file(root, "bucket/data/shard-999999.tar", "", 0) == 0);
-    const char *among[] = {SF_CLI_BIN, "load",     "s3://bucket/data/", "--endpoint-url", srv.url,
-                           "--ram-only", "--size", "16", "--device", "host", "--json", NULL};
+    const char *among[] = {
+        SF_CLI_BIN, "load", "s3://bucket/data/", "--endpoint-url", srv.url,  "--ram-only",
+        "--size",   "16",   "--device",          "host",           "--json", NULL};
     cr_expect_eq(run_cli_err(among, out, sizeof(out), err, sizeof(err)), 0, "%s", err);
     j = cJSON_Parse(out);
     cr_assert(j, "%s", out);
@@ -2528,8 +2540,8 @@ Test(loader, cli_json_failure_at_open_is_one_object_with_the_error)
         cr_expect(cJSON_IsObject(j) && end && strspn(end, " \n") == strlen(end),
                   "%d: not one JSON object: '%s'", i, out);
         const cJSON *e = cJSON_GetObjectItemCaseSensitive(j, "error");
-        cr_expect(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(j, "ok")) &&
-                      cJSON_IsString(e) && strstr(e->valuestring, want[i]),
+        cr_expect(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(j, "ok")) && cJSON_IsString(e) &&
+                      strstr(e->valuestring, want[i]),
                   "%d: %s", i, out);
         cJSON_Delete(j);
     }
@@ -2579,8 +2591,7 @@ Test(loader, index_json_is_checked_against_the_listing)
     fclose(f);
     s3_options(&o, prefix, NULL);
     cr_expect_eq(open_status(&o, err, sizeof(err)), SF_ERR_CHANGED, "%s", err);
-    cr_expect(strstr(err, "s3://bucket/data/shard-000002.tar") && strstr(err, "bytes"), "%s",
-              err);
+    cr_expect(strstr(err, "s3://bucket/data/shard-000002.tar") && strstr(err, "bytes"), "%s", err);
     cr_expect_eq(open_status(&o, err, sizeof(err)), SF_ERR_CHANGED, "again: %s", err);
 
     /* an ETag index.json records that the object no longer has */
@@ -2654,8 +2665,7 @@ Test(loader, a_tar_without_end_blocks_is_counted_and_warned_or_refused)
     cr_expect_eq(st, SF_ERR_CORRUPT, "%s", sf_status_name(st));
     char where[64];
     snprintf(where, sizeof(where), "offset %ld", size);
-    cr_expect(strstr(sf_loader_errmsg(l), "shard-000001.tar") &&
-                  strstr(sf_loader_errmsg(l), where),
+    cr_expect(strstr(sf_loader_errmsg(l), "shard-000001.tar") && strstr(sf_loader_errmsg(l), where),
               "%s", sf_loader_errmsg(l));
     free(e.seen);
     sf_loader_close(l);

@@ -1282,16 +1282,17 @@ Test(s3, cli_global_options_before_the_command)
     /* both orders at once, the = form, flags and a short option with its value */
     char dest[800];
     snprintf(dest, sizeof(dest), "%s/k.copy", tmp);
-    const char *get[] = {SF_CLI_BIN, eq, "--json", "-o", dest, "get", "--concurrency", "2",
-                         "s3://bucket/g/k.bin", NULL};
+    const char *get[] = {
+        SF_CLI_BIN, eq, "--json", "-o", dest, "get", "--concurrency", "2", "s3://bucket/g/k.bin",
+        NULL};
     cr_assert_eq(cli_run_argv("get", get), 0, "%s", cli_output("get", "err"));
     struct stat sb;
     cr_expect(stat(dest, &sb) == 0 && sb.st_size == 42);
     cJSON *j = cJSON_Parse(cli_output("get", "out"));
     cr_expect(cJSON_IsObject(j), "%s", cli_output("get", "out"));
     cJSON_Delete(j);
-    const char *stat_[] = {SF_CLI_BIN, "-v", "--endpoint-url", srv.url, "--region", "us-east-1",
-                           "stat", "s3://bucket/g/k.bin", NULL};
+    const char *stat_[] = {SF_CLI_BIN,  "-v",   "--endpoint-url",      srv.url, "--region",
+                           "us-east-1", "stat", "s3://bucket/g/k.bin", NULL};
     cr_expect_eq(cli_run_argv("stat", stat_), 0, "%s", cli_output("stat", "err"));
     /* a command's own option before the command, and nothing after the options */
     const char *own[] = {SF_CLI_BIN, "--batch-size", "8", "load", "s3://bucket/g/", NULL};
@@ -1326,9 +1327,9 @@ Test(s3, cli_failed_get_to_a_file_on_stdout_leaves_nothing_that_looks_complete)
         int fe = open("/dev/null", O_WRONLY);
         if (fd < 0 || fe < 0 || write(fd, "before", 6) != 6 || dup2(fd, 1) < 0 || dup2(fe, 2) < 0)
             _exit(126);
-        const char *argv[] = {SF_CLI_BIN,      "get",   "--endpoint-url", srv.url,
-                              "--max-attempts", "2",    "--chunk-size",   "256K",
-                              "--concurrency", "4",     "s3://bucket/big.bin", NULL};
+        const char *argv[] = {SF_CLI_BIN,       "get", "--endpoint-url",      srv.url,
+                              "--max-attempts", "2",   "--chunk-size",        "256K",
+                              "--concurrency",  "4",   "s3://bucket/big.bin", NULL};
         execv(SF_CLI_BIN, (char *const *)argv);
         _exit(127);
     }
@@ -1337,8 +1338,7 @@ Test(s3, cli_failed_get_to_a_file_on_stdout_leaves_nothing_that_looks_complete)
     cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 1, "status %d", status);
     struct stat sb;
     cr_assert(stat(path, &sb) == 0);
-    cr_expect_eq(sb.st_size, 6, "the failed download left a %lld-byte file",
-                 (long long)sb.st_size);
+    cr_expect_eq(sb.st_size, 6, "the failed download left a %lld-byte file", (long long)sb.st_size);
     char head[8] = "";
     FILE *f = fopen(path, "rb");
     cr_assert(f);
@@ -1372,8 +1372,7 @@ Test(s3, cli_json_failure_is_always_one_object_with_the_error)
     cr_expect_eq(cli_run("ls", ls), 1);
     cJSON_Delete(one_failure_object(cli_output("ls", "out"), "s3://bucket/j/x-1.bin"));
 
-    const char *stat_[] = {"stat", "--json", "s3://bucket/j/a.bin", "s3://bucket/j/gone.bin",
-                           NULL};
+    const char *stat_[] = {"stat", "--json", "s3://bucket/j/a.bin", "s3://bucket/j/gone.bin", NULL};
     cr_expect_eq(cli_run("stat", stat_), 1);
     cJSON *j = one_failure_object(cli_output("stat", "out"), "s3://bucket/j/gone.bin");
     const cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "status");
