@@ -169,6 +169,13 @@ struct sf_loader_options {
     sf_log_fn log; /* NULL: silent; called from any loader thread */
     void *log_user;
     enum sf_log_level log_level; /* default SF_LOG_WARN */
+
+    /* A tar shard that ends right after a member, without its two zero
+     * end-of-archive blocks (or after one of them), cannot be told from one
+     * cut short at that boundary. 0 (default): read as complete, counted in
+     * stats.shards_without_end_marker and logged as a warning; 1: an error
+     * (SF_ERR_CORRUPT naming the shard and the offset). docs/FORMAT.md. */
+    int require_end_marker;
 };
 
 /* Fills o with the defaults above (s3, cache and sampler defaults included).
@@ -189,6 +196,18 @@ SF_API void sf_loader_options_init_default(struct sf_loader_options *o);
 SF_API sf_status sf_loader_options_from_json(struct sf_loader_options *o, const char *json,
                                              void **keep, char *err, size_t err_len);
 SF_API void sf_loader_options_free_json(void *keep);
+
+/*
+ * Checks the options the way sf_loader_open() does first, without touching
+ * the network, a file or a device: SF_OK, or SF_ERR_INVALID_ARGUMENT with a
+ * message naming the option in err (may be NULL). A caller that must tell bad
+ * usage from a failure (the CLI exits 2 for one, 1 for the other) calls it
+ * before sf_loader_open(), whose SF_ERR_INVALID_ARGUMENT may then come from
+ * a server (an HTTP 400) or a source that cannot be parsed. o may not be
+ * NULL. Any thread.
+ */
+SF_API sf_status sf_loader_options_check(const struct sf_loader_options *o, char *err,
+                                         size_t err_len);
 
 /* ------------------------------------------------------------------ batches */
 
@@ -359,6 +378,9 @@ struct sf_loader_stats {
     unsigned decode_threads;
     int on_device; /* 1 when batches are delivered on the GPU */
     uint64_t epoch;
+    /* Tar shards read to their end that had no end-of-archive blocks (or a
+     * lone one), each time one was read (require_end_marker 0). */
+    uint64_t shards_without_end_marker;
 };
 SF_API void sf_loader_get_stats(struct sf_loader *l, struct sf_loader_stats *out);
 

@@ -368,6 +368,8 @@ sf_status mock_fault_apply_forced(struct mock_fault_plan *plan, const char *faul
         plan->status = 500;
     } else if (strcmp(fault, "503") == 0) {
         plan->status = 503;
+    } else if (strcmp(fault, "400") == 0) {
+        plan->status = 400;
     } else if (strcmp(fault, "no206") == 0) {
         plan->no206 = 1;
     } else if (strcmp(fault, "no_content_range") == 0) {
@@ -436,10 +438,13 @@ sf_status mock_faults_queue(struct mock_faults *f, const char *prefix, const cha
     return SF_OK;
 }
 
+/* Faults a HEAD must not use up: body faults, and a 400, whose S3 error
+ * code only a GET's body can carry. */
 static int is_body_fault(const char *fault)
 {
-    return strncmp(fault, "reset=", 6) == 0 || strncmp(fault, "stall=", 6) == 0 ||
-           strcmp(fault, "no206") == 0 || strcmp(fault, "no_content_range") == 0;
+    return strcmp(fault, "400") == 0 || strncmp(fault, "reset=", 6) == 0 ||
+           strncmp(fault, "stall=", 6) == 0 || strcmp(fault, "no206") == 0 ||
+           strcmp(fault, "no_content_range") == 0;
 }
 
 static int has_prefix(const char *s, const char *prefix)

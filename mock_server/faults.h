@@ -10,7 +10,7 @@
 
 /* What happens to one request. */
 struct mock_fault_plan {
-    int status;         /* 0, 500 or 503: answer with this error instead */
+    int status;         /* 0, 400, 500 or 503: answer with this error instead */
     int throttled;      /* the 503 comes from the rate limit */
     int latency_ms;     /* sleep before answering */
     uint64_t bandwidth; /* bytes/s cap on the body, 0 = none */

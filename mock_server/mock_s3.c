@@ -331,11 +331,16 @@ static enum MHD_Result respond_fault_status(struct request *rq, struct MHD_Conne
                                             const struct mock_fault_plan *plan)
 {
     struct s3_error e = {0};
-    if (plan->status == 500)
+    if (plan->status == 400)
+        set_error(&e, 400, "InvalidRequest", "A 400 forced by a queued or header fault.");
+    else if (plan->status == 500)
         set_error(&e, 500, "InternalError", "We encountered an internal error. Please try again.");
     else
         set_error(&e, 503, "SlowDown", "Please reduce your request rate.");
-    const char *fault = plan->status == 500 ? "500" : plan->throttled ? "rate_limit" : "503";
+    const char *fault = plan->status == 400   ? "400"
+                        : plan->status == 500 ? "500"
+                        : plan->throttled     ? "rate_limit"
+                                              : "503";
     return respond_error(rq, conn, &e, fault);
 }
 

@@ -982,6 +982,9 @@ static sf_status attempt_start(struct sf__engine *e, struct xfer *x)
     x->answered = 0;
     curl_easy_setopt(h, CURLOPT_URL, url);
     free(url);
+    /* S3 keys are opaque: "a/../b" is its own key and was signed as such;
+     * curl would otherwise squash the dot segments and fetch another object. */
+    curl_easy_setopt(h, CURLOPT_PATH_AS_IS, 1L);
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, x->hdrs);
     curl_easy_setopt(h, CURLOPT_PRIVATE, x);
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, x->errbuf);

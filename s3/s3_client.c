@@ -273,8 +273,21 @@ SF_API sf_status sf_s3_new(const struct sf_s3_options *o, struct sf_s3 **out, ch
     struct sf__aws_profile prof;
     memset(&prof, 0, sizeof(prof));
     sf_status st = SF_OK;
-    if (!o->endpoint_url || !o->region || !o->ca_bundle || o->addressing == SF_ADDRESSING_AUTO)
+    /* A profile the user named (option or AWS_PROFILE) must exist, even when
+     * nothing is taken from it: aws-cli refuses it too, and a typo would
+     * otherwise run with whatever other credentials are about. */
+    const char *named = o->profile && *o->profile ? o->profile : env_nonempty("AWS_PROFILE");
+    if (named || !o->endpoint_url || !o->region || !o->ca_bundle ||
+        o->addressing == SF_ADDRESSING_AUTO)
         st = sf__aws_profile_load(o->profile, &prof, err, err_len);
+    if (st == SF_OK && named && !prof.found) {
+        char *cred = sf__aws_config_path(0), *conf = sf__aws_config_path(1);
+        snprintf(err, err_len, "profile '%s' not found in %s or %s", named,
+                 cred ? cred : "~/.aws/credentials", conf ? conf : "~/.aws/config");
+        free(cred);
+        free(conf);
+        st = SF_ERR_INVALID_ARGUMENT;
+    }
     if (st == SF_OK) {
         const char *ep = o->endpoint_url                       ? o->endpoint_url
                          : env_nonempty("AWS_ENDPOINT_URL_S3") ? env_nonempty("AWS_ENDPOINT_URL_S3")

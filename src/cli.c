@@ -19,7 +19,7 @@
 
 static void usage(FILE *f)
 {
-    fputs("usage: shardfeed COMMAND [options]\n"
+    fputs("usage: shardfeed [options] COMMAND [options]\n"
           "\n"
           "Commands:\n"
           "  ls URL        list objects and prefixes (s3://bucket/prefix, s3:// for buckets);\n"
@@ -48,7 +48,7 @@ static void usage(FILE *f)
           "      s3://bucket/train-{000000..000099}.tar (brace patterns), http(s)://...,\n"
           "      file:///path or a plain path.\n"
           "\n"
-          "Options (all commands that talk to a store):\n"
+          "Options (all commands that talk to a store; before or after the command):\n"
           "  --endpoint-url URL     S3 endpoint (default: AWS_ENDPOINT_URL_S3,\n"
           "                         AWS_ENDPOINT_URL, profile endpoint_url, else AWS)\n"
           "  --region R             signing region (AWS_REGION, profile, us-east-1)\n"
@@ -118,14 +118,22 @@ static void usage(FILE *f)
           f);
 }
 
+/* The CLI's own process-wide state, which the library never has: the first
+ * error reported (it becomes "error" in --json output) and the last JSON
+ * document, held back until the exit status is known. */
+static char first_error[2048];
+static cJSON *held_json;
+
 void cli_errorf(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fputs("shardfeed: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    char msg[sizeof(first_error)];
+    vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
+    fprintf(stderr, "shardfeed: %s\n", msg);
+    if (!first_error[0])
+        snprintf(first_error, sizeof(first_error), "%s", msg);
 }
 
 double cli_now_s(void)
@@ -178,34 +186,36 @@ int cli_parse_uint(const char *flag, const char *v, unsigned lo, unsigned hi, un
     return 0;
 }
 
+/* The options every command takes; also accepted before the command. */
+static const struct option common[] = {
+    {"endpoint-url", required_argument, NULL, O_ENDPOINT},
+    {"region", required_argument, NULL, O_REGION},
+    {"profile", required_argument, NULL, O_PROFILE},
+    {"no-sign-request", no_argument, NULL, O_NO_SIGN},
+    {"addressing", required_argument, NULL, O_ADDRESSING},
+    {"ca-bundle", required_argument, NULL, O_CA_BUNDLE},
+    {"insecure", no_argument, NULL, O_INSECURE},
+    {"http2", no_argument, NULL, O_HTTP2},
+    {"concurrency", required_argument, NULL, O_CONCURRENCY},
+    {"io-threads", required_argument, NULL, O_IO_THREADS},
+    {"chunk-size", required_argument, NULL, O_CHUNK},
+    {"max-attempts", required_argument, NULL, O_MAX_ATTEMPTS},
+    {"stall-timeout-ms", required_argument, NULL, O_STALL},
+    {"connect-timeout-ms", required_argument, NULL, O_CONNECT_TIMEOUT},
+    {"first-byte-timeout-ms", required_argument, NULL, O_FIRST_BYTE_TIMEOUT},
+    {"request-timeout-ms", required_argument, NULL, O_REQUEST_TIMEOUT},
+    {"json", no_argument, NULL, O_JSON},
+    {"recursive", no_argument, NULL, 'r'},
+    {"output", required_argument, NULL, 'o'},
+    {"verbose", no_argument, NULL, 'v'},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+};
+
 /* Parses argv after the command name. Returns 0, or EXIT_USAGE. */
 int cli_parse_options(int argc, char **argv, struct cli *c, const char *cmd,
                       const struct cli_extra *extra)
 {
-    static const struct option common[] = {
-        {"endpoint-url", required_argument, NULL, O_ENDPOINT},
-        {"region", required_argument, NULL, O_REGION},
-        {"profile", required_argument, NULL, O_PROFILE},
-        {"no-sign-request", no_argument, NULL, O_NO_SIGN},
-        {"addressing", required_argument, NULL, O_ADDRESSING},
-        {"ca-bundle", required_argument, NULL, O_CA_BUNDLE},
-        {"insecure", no_argument, NULL, O_INSECURE},
-        {"http2", no_argument, NULL, O_HTTP2},
-        {"concurrency", required_argument, NULL, O_CONCURRENCY},
-        {"io-threads", required_argument, NULL, O_IO_THREADS},
-        {"chunk-size", required_argument, NULL, O_CHUNK},
-        {"max-attempts", required_argument, NULL, O_MAX_ATTEMPTS},
-        {"stall-timeout-ms", required_argument, NULL, O_STALL},
-        {"connect-timeout-ms", required_argument, NULL, O_CONNECT_TIMEOUT},
-        {"first-byte-timeout-ms", required_argument, NULL, O_FIRST_BYTE_TIMEOUT},
-        {"request-timeout-ms", required_argument, NULL, O_REQUEST_TIMEOUT},
-        {"json", no_argument, NULL, O_JSON},
-        {"recursive", no_argument, NULL, 'r'},
-        {"output", required_argument, NULL, 'o'},
-        {"verbose", no_argument, NULL, 'v'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
     /* Common options first, then the command's own; getopt needs one table. */
     struct option longopts[160];
     size_t n = 0;
@@ -222,7 +232,9 @@ int cli_parse_options(int argc, char **argv, struct cli *c, const char *cmd,
     optind = 1;
     opterr = 0;
     int ch;
-    while ((ch = getopt_long(argc, argv, "ro:vh", longopts, NULL)) != -1) {
+    /* The leading ':' makes a missing value ':' rather than '?', so the two
+     * get their own messages. */
+    while ((ch = getopt_long(argc, argv, ":ro:vh", longopts, NULL)) != -1) {
         unsigned u;
         switch (ch) {
         case O_ENDPOINT: c->s3o.endpoint_url = optarg; break;
@@ -297,15 +309,27 @@ int cli_parse_options(int argc, char **argv, struct cli *c, const char *cmd,
         case 'h': usage(stdout); exit(0);
         default:
             if (ch >= CLI_OPT_EXTRA && extra && extra->on_option) {
-                int rc = extra->on_option(extra->ctx, ch, optarg);
-                if (rc)
-                    return rc;
+                /* any refusal is bad usage, whatever the handler returned */
+                if (extra->on_option(extra->ctx, ch, optarg))
+                    return EXIT_USAGE;
                 break;
             }
-            if (optopt)
+            if (ch == ':') {
+                /* optopt holds the option's value (a long option's is no
+                 * character): name it as it was typed */
+                if (optopt > 0 && optopt < 128 && argv[optind - 1][1] != '-')
+                    cli_errorf("%s: option '-%c' needs a value, and it is missing", cmd, optopt);
+                else
+                    cli_errorf("%s: option '%s' needs a value, and it is missing", cmd,
+                               argv[optind - 1]);
+            } else if (optopt > 0 && optopt < 128 && argv[optind - 1][1] != '-') {
                 cli_errorf("%s: unknown option '-%c'", cmd, optopt);
-            else
+            } else if (optopt) {
+                /* a known long option given a value it does not take */
+                cli_errorf("%s: option '%s' takes no value", cmd, argv[optind - 1]);
+            } else {
                 cli_errorf("%s: unknown option '%s'", cmd, argv[optind - 1]);
+            }
             return EXIT_USAGE;
         }
     }
@@ -336,13 +360,78 @@ void cli_report(struct sf_s3 *s3, sf_status st)
     cli_errorf("%s (%s)", msg[0] ? msg : sf_status_str(st), sf_status_name(st));
 }
 
-void cli_print_json(cJSON *j)
+static void print_now(const cJSON *j)
 {
     char *s = cJSON_PrintUnformatted(j);
     if (s) {
         puts(s);
         free(s);
     }
+}
+
+void cli_print_json(cJSON *j)
+{
+    /* Held until the command returns (cli_json_finish): a failure turns it
+     * into the one object that carries the error. An earlier one goes out. */
+    if (held_json) {
+        print_now(held_json);
+        cJSON_Delete(held_json);
+    }
+    held_json = cJSON_Duplicate(j, 1);
+    if (!held_json)
+        print_now(j);
+}
+
+/* --json and a failure: exactly one JSON object on stdout with "ok": false,
+ * "error" (the first error reported), "status" (the SF_ERR_ name when the
+ * message ends with one) and "exit"; what the command printed is kept in it
+ * (an array under "results"). */
+static void cli_json_finish(int rc, int json)
+{
+    cJSON *j = held_json;
+    held_json = NULL;
+    if (rc != 0 && json) {
+        char msg[sizeof(first_error)], status[64] = "";
+        /* warm-cache reports its failures in its own list, not on stderr */
+        const cJSON *fl = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "failures"), 0);
+        const cJSON *fe = cJSON_GetObjectItemCaseSensitive(fl, "error");
+        const cJSON *fs = cJSON_GetObjectItemCaseSensitive(fl, "status");
+        if (!first_error[0] && cJSON_IsString(fe))
+            snprintf(msg, sizeof(msg), "%s%s%s%s", fe->valuestring, cJSON_IsString(fs) ? " (" : "",
+                     cJSON_IsString(fs) ? fs->valuestring : "", cJSON_IsString(fs) ? ")" : "");
+        else
+            snprintf(msg, sizeof(msg), "%s", first_error[0] ? first_error : "failed");
+        size_t n = strlen(msg);
+        char *open = strstr(msg, " (SF_");
+        for (char *o = open; o; o = strstr(o + 1, " (SF_"))
+            open = o; /* the last one */
+        if (open && n > 0 && msg[n - 1] == ')' && (size_t)(msg + n - open) < sizeof(status)) {
+            snprintf(status, sizeof(status), "%.*s", (int)(msg + n - open - 3), open + 2);
+            *open = '\0';
+        }
+        if (!cJSON_IsObject(j)) {
+            cJSON *o = cJSON_CreateObject();
+            if (o && j)
+                cJSON_AddItemToObject(o, "results", j);
+            else
+                cJSON_Delete(j);
+            j = o;
+        }
+        if (j && !cJSON_GetObjectItemCaseSensitive(j, "error")) {
+            cJSON_DeleteItemFromObjectCaseSensitive(j, "ok");
+            cJSON_AddBoolToObject(j, "ok", 0);
+            cJSON_AddStringToObject(j, "error", msg);
+            if (status[0] && !cJSON_GetObjectItemCaseSensitive(j, "status"))
+                cJSON_AddStringToObject(j, "status", status);
+        }
+        if (j && !cJSON_GetObjectItemCaseSensitive(j, "exit"))
+            cJSON_AddNumberToObject(j, "exit", rc);
+    }
+    if (j) {
+        print_now(j);
+        cJSON_Delete(j);
+    }
+    fflush(stdout);
 }
 
 static void format_time(long long t, char *out, size_t n)
@@ -802,6 +891,18 @@ static int cmd_get(struct cli *c)
                 }
                 sf_fetch_destroy(f);
             }
+            if (rc != 0) {
+                /* Ranges land in place, in any order: a failed download leaves
+                 * holes up to the declared size, a file that looks complete.
+                 * Cut it back to where it started (empty for `> file`); bytes
+                 * it had past that point were there before us and stay. */
+                off_t keep =
+                    sb.st_size > (off_t)fo.file_offset ? sb.st_size : (off_t)fo.file_offset;
+                if (ftruncate(STDOUT_FILENO, keep) != 0)
+                    cli_errorf("stdout: the partial download could not be cut off: %s",
+                               strerror(errno));
+                lseek(STDOUT_FILENO, (off_t)fo.file_offset, SEEK_SET);
+            }
         } else if (get_to_pipe(s3, c, jobs[0].in, &bytes) != 0) {
             rc = 1;
         }
@@ -880,11 +981,93 @@ static int cmd_version(void)
     return 0;
 }
 
+/* The option argv[i] (a common one, else NULL); *takes_next: its value is
+ * the next word. */
+static const struct option *common_option(const char *arg, int *takes_next)
+{
+    *takes_next = 0;
+    if (arg[0] != '-' || arg[1] == '\0')
+        return NULL;
+    if (arg[1] != '-') {
+        /* short options: -v, -vv, -r, -o PATH / -oPATH */
+        for (const char *p = arg + 1; *p; p++) {
+            if (*p == 'o') {
+                *takes_next = p[1] == '\0';
+                return &common[0];
+            }
+            if (*p != 'v' && *p != 'r')
+                return NULL;
+        }
+        return &common[0];
+    }
+    const char *name = arg + 2;
+    size_t n = strcspn(name, "=");
+    for (const struct option *o = common; o->name; o++)
+        if (strlen(o->name) == n && !strncmp(o->name, name, n)) {
+            *takes_next = o->has_arg == required_argument && name[n] != '=';
+            return o;
+        }
+    return NULL;
+}
+
+static int run(int argc, char **argv);
+
 int main(int argc, char **argv)
+{
+    int json = 0;
+    for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
+        json |= !strcmp(argv[i], "--json");
+    int rc = run(argc, argv);
+    cli_json_finish(rc, json);
+    return rc;
+}
+
+static int run(int argc, char **argv)
 {
     if (argc < 2) {
         usage(stderr);
         return EXIT_USAGE;
+    }
+    /* Global options may come first, as with aws-cli and s5cmd
+     * (`shardfeed --endpoint-url URL ls s3://b/`): they are moved after the
+     * command, where every command parses them. */
+    static char **moved; /* reachable until exit, as argv is */
+    if (argv[1][0] == '-' && argv[1][1] != '\0' && strcmp(argv[1], "--help") != 0 &&
+        strcmp(argv[1], "-h") != 0 && strcmp(argv[1], "--version") != 0) {
+        int i = 1;
+        while (i < argc && argv[i][0] == '-' && argv[i][1] != '\0') {
+            int takes_next;
+            if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))
+                break; /* help wins, with or without a command */
+            if (!common_option(argv[i], &takes_next)) {
+                cli_errorf("unknown option '%s' before the command (only the options every "
+                           "command takes may come first; see `shardfeed help`)",
+                           argv[i]);
+                return EXIT_USAGE;
+            }
+            if (takes_next && i + 1 >= argc) {
+                cli_errorf("option '%s' needs a value, and it is missing", argv[i]);
+                return EXIT_USAGE;
+            }
+            i += takes_next ? 2 : 1;
+        }
+        if (i >= argc) {
+            cli_errorf("no command after the options");
+            usage(stderr);
+            return EXIT_USAGE;
+        }
+        moved = malloc(((size_t)argc + 1) * sizeof(*moved));
+        if (!moved)
+            return 1;
+        int n = 0;
+        moved[n++] = argv[0];
+        moved[n++] = argv[i];
+        for (int k = 1; k < i; k++)
+            moved[n++] = argv[k];
+        for (int k = i + 1; k < argc; k++)
+            moved[n++] = argv[k];
+        moved[n] = NULL;
+        argv = moved; /* lives until exit */
     }
     /* Installed also as `warm-cache`: the program name selects the command. */
     const char *prog = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];

@@ -63,7 +63,8 @@ static int on_cache_option(void *ctx, int val, const char *arg)
     case O_VERIFY: f->verify = 1; return 0;
     case O_DRY_RUN: f->dry_run = 1; return 0;
     case O_FSYNC: f->co.fsync = 1; return 0;
-    case O_MAX_OBJECTS: return cli_parse_uint("--max-objects", arg, 1, 256, &f->max_objects);
+    case O_MAX_OBJECTS:
+        return cli_parse_uint("--max-objects", arg, 1, 256, &f->max_objects) ? EXIT_USAGE : 0;
     case O_REVALIDATE:
         if (!strcmp(arg, "trust"))
             f->co.revalidate = SF_REVALIDATE_TRUST;

@@ -38,6 +38,7 @@ static const struct load_flag load_flags[] = {
     {"partition", "partition", K_STR},
     {"drop-last", "drop_last", K_BOOL},
     {"ram-only", "ram_only", K_BOOL},
+    {"require-end-marker", "require_end_marker", K_BOOL},
     {"cache-dir", "cache_dir", K_STR},
     {"cache-limit", "cache_limit", K_SIZE},
     {"ram-cache-limit", "ram_cache_limit", K_SIZE},
@@ -100,7 +101,7 @@ static int on_load_option(void *ctx, int val, const char *arg)
 {
     struct load_ctx *lc = ctx;
     switch (val) {
-    case O_EPOCHS: return cli_parse_uint("--epochs", arg, 1, 1000000, &lc->epochs);
+    case O_EPOCHS: return cli_parse_uint("--epochs", arg, 1, 1000000, &lc->epochs) ? EXIT_USAGE : 0;
     case O_CONFIG: lc->config = arg; return 0;
     case O_MAX_BATCHES: {
         char *end;
@@ -219,6 +220,8 @@ static void load_usage(void)
         "  --image-fields 'jpg;jpeg'  --label-fields 'cls;json;txt'  --extra-fields LIST\n"
         "  --on-error fail|skip  --device auto|host|cuda|emulated  --cuda-device N\n"
         "  --no-normalize-on-device  --sync-device  --max-side N --max-pixels N --max-scans N\n"
+        "  --require-end-marker   a tar shard without its end-of-archive blocks (cut at a\n"
+        "                         member boundary looks the same) is an error, not a warning\n"
         "  --config FILE          loader options as a JSON object (flags win)\n"
         "  --max-batches N        stop after N batches in all\n"
         "  --step-ms MS           simulate a training step of MS per batch (wait share)\n"
@@ -361,6 +364,17 @@ static sf_status autotune(struct sf_loader_options *o, const struct load_ctx *lc
     return SF_OK;
 }
 
+/* --json on failure: one object with the error, whatever failed. */
+static void print_json_error(const char *msg, sf_status st)
+{
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddBoolToObject(j, "ok", 0);
+    cJSON_AddStringToObject(j, "error", msg && msg[0] ? msg : sf_status_str(st));
+    cJSON_AddStringToObject(j, "status", sf_status_name(st));
+    cli_print_json(j);
+    cJSON_Delete(j);
+}
+
 static int load_or_doctor(int argc, char **argv, int doctor)
 {
     struct option longopts[N_LOAD_FLAGS * 2 + 8];
@@ -476,6 +490,19 @@ static int load_or_doctor(int argc, char **argv, int doctor)
     }
     o.sources = (const char *const *)c.args;
     o.source_count = (size_t)c.n_args;
+    /* Bad options are bad usage (2); once they hold, any failure, an HTTP 400
+     * from the server included, is an operation that failed (1). */
+    st = sf_loader_options_check(&o, err, sizeof(err));
+    if (st != SF_OK) {
+        cli_errorf("%s: %s (%s)", name, err, sf_status_name(st));
+        if (c.json)
+            print_json_error(err, st);
+        sf_loader_options_free_json(keep_cfg);
+        sf_loader_options_free_json(keep_flags);
+        sf_loader_options_free_json(keep_tuned[0]);
+        sf_loader_options_free_json(keep_tuned[1]);
+        return EXIT_USAGE;
+    }
     if (doctor) {
         int drc = doctor == 2 ? run_tune(&o, &lc, c.json, c.output) : run_doctor(&o, &lc, c.json);
         sf_loader_options_free_json(keep_cfg);
@@ -492,15 +519,9 @@ static int load_or_doctor(int argc, char **argv, int doctor)
     sf_loader_options_free_json(keep_tuned[1]);
     if (st != SF_OK) {
         cli_errorf("load: %s (%s)", err[0] ? err : sf_status_str(st), sf_status_name(st));
-        if (c.json) {
-            cJSON *j = cJSON_CreateObject();
-            cJSON_AddBoolToObject(j, "ok", 0);
-            cJSON_AddStringToObject(j, "error", err[0] ? err : sf_status_str(st));
-            cJSON_AddStringToObject(j, "status", sf_status_name(st));
-            cli_print_json(j);
-            cJSON_Delete(j);
-        }
-        return st == SF_ERR_INVALID_ARGUMENT ? EXIT_USAGE : 1;
+        if (c.json)
+            print_json_error(err[0] ? err : sf_status_str(st), st);
+        return 1;
     }
     uint64_t digest = 0xcbf29ce484222325ULL;
     unsigned long long batches = 0, images = 0, pads = 0;
@@ -566,6 +587,8 @@ static int load_or_doctor(int argc, char **argv, int doctor)
         cJSON_AddNumberToObject(j, "pads", (double)pads);
         cJSON_AddNumberToObject(j, "skipped", (double)s.samples_skipped);
         cJSON_AddNumberToObject(j, "dropped", (double)s.dropped_samples);
+        cJSON_AddNumberToObject(j, "shards_without_end_marker",
+                                (double)s.shards_without_end_marker);
         cJSON_AddNumberToObject(j, "seconds", seconds);
         cJSON_AddNumberToObject(j, "first_batch_s", first_batch_s);
         cJSON_AddNumberToObject(j, "images_per_s", seconds > 0 ? (double)images / seconds : 0);
@@ -624,6 +647,10 @@ static int load_or_doctor(int argc, char **argv, int doctor)
                (unsigned long long)s.dropped_samples, s.on_device ? "batches on the GPU" : "host batches", (double)rss / 1048576.0);
         printf("  batch waits: p50 %.2f ms, p99 %.2f ms, max %.2f ms; %s\n", rep.wait_p50_ms,
                rep.wait_p99_ms, rep.wait_max_ms, rep.verdict);
+        if (s.shards_without_end_marker)
+            printf("  %llu tar shard(s) read without their end-of-archive blocks (see "
+                   "--require-end-marker)\n",
+                   (unsigned long long)s.shards_without_end_marker);
         if (lc.digest)
             printf("  digest %016llx\n", (unsigned long long)digest);
     }
@@ -707,7 +734,7 @@ static int run_doctor(struct sf_loader_options *o, const struct load_ctx *lc, in
             cli_print_json(j);
             cJSON_Delete(j);
         }
-        return st == SF_ERR_INVALID_ARGUMENT ? EXIT_USAGE : 1;
+        return 1; /* the options were checked: a failure, not bad usage */
     }
     const unsigned bs = o->batch_size ? o->batch_size : 256;
     const double step = lc->step_ms > 0 ? 1000.0 * bs / lc->step_ms : 0;
@@ -789,7 +816,7 @@ static int run_tune(struct sf_loader_options *o, const struct load_ctx *lc, int 
             cli_print_json(j);
             cJSON_Delete(j);
         }
-        return st == SF_ERR_INVALID_ARGUMENT ? EXIT_USAGE : 1;
+        return 1; /* the options were checked: a failure, not bad usage */
     }
     if (output) {
         FILE *f = fopen(output, "w");

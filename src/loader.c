@@ -263,6 +263,7 @@ static sf_status expand_sources(struct sf_loader *l, char *err, size_t err_len)
         /* A folder, named with or without its final '/', is listed: only
          * its shards are sources, not the index.json beside them. */
         int listing = (sl && src[sl - 1] == '/') || local_dir(src);
+        l->sources_listed = (i == 0 || l->sources_listed) && listing;
         size_t n = sf_object_list_count(l->lists[i]);
         for (size_t k = 0; k < n; k++) {
             const struct sf_object_info *obj = sf_object_list_get(l->lists[i], k);
@@ -351,8 +352,88 @@ static const char *base_name(const char *url)
 
 /* counts[] from index.json beside the shards (pack writes it), when it
  * lists every shard. Returns 1 when it did. */
-static int counts_from_index(struct sf_loader *l)
+static int cmp_base_name(const void *a, const void *b)
 {
+    const struct sf_object_info *x = *(const struct sf_object_info *const *)a;
+    const struct sf_object_info *y = *(const struct sf_object_info *const *)b;
+    return strcmp(base_name(x->url), base_name(y->url));
+}
+
+/* index.json against the objects: a shard it names whose size (or ETag,
+ * when it records one) differs from the object's is an error naming it; so
+ * is one that is missing when every source is a listed folder (a listing
+ * cannot name what is gone, and the epoch would silently lose its samples).
+ * Shards it does not name are not its business here. */
+static sf_status index_check(struct sf_loader *l, const char *text, const char *index_url,
+                             size_t dir_len, char *err, size_t err_len)
+{
+    cJSON *j = cJSON_Parse(text);
+    cJSON *arr = cJSON_GetObjectItemCaseSensitive(j, "shards");
+    const struct sf_object_info **by_name = calloc(l->n_shards ? l->n_shards : 1, sizeof(*by_name));
+    if (!cJSON_IsArray(arr) || !by_name) {
+        cJSON_Delete(j);
+        free(by_name);
+        return cJSON_IsArray(arr) ? SF_ERR_NO_MEMORY : SF_OK; /* counts_from_index judges it */
+    }
+    memcpy(by_name, l->objs, l->n_shards * sizeof(*by_name));
+    qsort(by_name, l->n_shards, sizeof(*by_name), cmp_base_name);
+    sf_status st = SF_OK;
+    cJSON *s;
+    cJSON_ArrayForEach(s, arr)
+    {
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(s, "name");
+        if (!cJSON_IsString(name))
+            continue;
+        const char *want = base_name(name->valuestring);
+        const struct sf_object_info *obj = NULL;
+        for (size_t lo = 0, hi = l->n_shards; lo < hi && !obj;) {
+            size_t mid = lo + (hi - lo) / 2;
+            int c = strcmp(want, base_name(by_name[mid]->url));
+            if (c == 0)
+                obj = by_name[mid];
+            else if (c < 0)
+                hi = mid;
+            else
+                lo = mid + 1;
+        }
+        if (!obj) {
+            if (!l->sources_listed)
+                continue;
+            st = SF_ERR_NOT_FOUND;
+            snprintf(err, err_len,
+                     "%.*s%s: named by %s but not in the listing: a shard of the data set is "
+                     "missing",
+                     (int)dir_len, index_url, want, index_url);
+            break;
+        }
+        const cJSON *bytes = cJSON_GetObjectItemCaseSensitive(s, "bytes");
+        const cJSON *etag = cJSON_GetObjectItemCaseSensitive(s, "etag");
+        if (cJSON_IsNumber(bytes) && obj->size != SF_SIZE_UNKNOWN &&
+            bytes->valuedouble != (double)obj->size) {
+            st = SF_ERR_CHANGED;
+            snprintf(err, err_len,
+                     "%s: %llu bytes, but %s says %.0f: the shard was replaced or the index is "
+                     "stale (shardfeed index writes it again)",
+                     obj->url, obj->size, index_url, bytes->valuedouble);
+            break;
+        }
+        if (cJSON_IsString(etag) && obj->etag[0] && strcmp(etag->valuestring, obj->etag)) {
+            st = SF_ERR_CHANGED;
+            snprintf(err, err_len,
+                     "%s: ETag %s, but %s says %s: the shard was replaced or the index is stale "
+                     "(shardfeed index writes it again)",
+                     obj->url, obj->etag, index_url, etag->valuestring);
+            break;
+        }
+    }
+    cJSON_Delete(j);
+    free(by_name);
+    return st;
+}
+
+static int counts_from_index(struct sf_loader *l, sf_status *st, char *err, size_t err_len)
+{
+    *st = SF_OK;
     const char *first = l->objs[0]->url;
     const char *slash = strrchr(first, '/');
     char url[4096];
@@ -372,6 +453,11 @@ static int counts_from_index(struct sf_loader *l)
     size_t len = 0;
     if (read_small(l, url, &text, &len) != SF_OK)
         return 0;
+    *st = index_check(l, text, url, dir_len, err, err_len);
+    if (*st != SF_OK) {
+        free(text);
+        return 0;
+    }
     int ok = sf__loader_counts_from_index_json(text, l->objs, l->n_shards, l->counts);
     free(text);
     if (ok)
@@ -536,6 +622,19 @@ sf_status sf__loader_make_samplers(struct sf_loader *l, int estimated, uint64_t 
     so.epoch = epoch;
     so.estimated_counts = estimated;
     const uint64_t *c = estimated ? l->est_counts : l->counts;
+    /* No sample anywhere, with a 0-byte object among the shards, is a fact
+     * about the data (exit 1 in the CLI), not a bad option: name it. */
+    size_t empty = l->n_shards, i = 0;
+    for (; i < l->n_shards && c[i] == 0; i++)
+        if (empty == l->n_shards && l->objs[i]->size == 0)
+            empty = i;
+    if (i == l->n_shards && empty < l->n_shards) {
+        snprintf(err, err_len,
+                 "%s: 0 bytes, not a shard (a tar has at least its 1024-byte end-of-archive "
+                 "blocks), and none of the %zu shard(s) has a sample",
+                 l->objs[empty]->url, l->n_shards);
+        return SF_ERR_CORRUPT;
+    }
     sf_status st = sf_sampler_new(&so, c, l->n_shards, sampler, err, err_len);
     if (st == SF_OK)
         st = sf_sampler_new(&so, c, l->n_shards, counter, err, err_len);
@@ -656,7 +755,9 @@ sf_status sf_loader_open(const struct sf_loader_options *opts, struct sf_loader 
         goto oom;
     /* Sample counts: index.json, else the learned store, else estimates. No
      * shard is read before the first batch (docs/sampling.md). */
-    l->from_index = counts_from_index(l);
+    l->from_index = counts_from_index(l, &st, err, err_len);
+    if (st != SF_OK)
+        goto fail_out;
     if (l->from_index)
         memset(l->known, 1, l->n_shards);
     l->learned_allowed = learned_allowed(opts);

@@ -454,6 +454,7 @@ void sf_loader_get_stats(struct sf_loader *l, struct sf_loader_stats *out)
     out->samples_skipped = atomic_load(&l->n_skipped);
     out->pad_samples = atomic_load(&l->n_pads);
     out->dropped_samples = atomic_load(&l->n_dropped);
+    out->shards_without_end_marker = atomic_load(&l->n_no_end_marker);
     out->samples_read = atomic_load(&l->n_read);
     out->samples_decoded = atomic_load(&l->n_decoded);
     out->shards_opened = atomic_load(&l->n_shards_opened);

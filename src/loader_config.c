@@ -96,6 +96,15 @@ struct keep {
     const char **sources;
 };
 
+sf_status sf_loader_options_check(const struct sf_loader_options *o, char *err, size_t err_len)
+{
+    if (err && err_len)
+        err[0] = '\0';
+    if (!o)
+        return bad(err, err_len, "loader options are NULL");
+    return sf__loader_options_check(o, err, err_len);
+}
+
 void sf_loader_options_free_json(void *k)
 {
     struct keep *kp = k;
@@ -199,6 +208,7 @@ static int apply(struct sf_loader_options *o, const char *k, const cJSON *v)
     U("decode_threads", o->decode_threads, 1024)
     B("drop_last", o->drop_last)
     B("ram_only", o->ram_only)
+    B("require_end_marker", o->require_end_marker)
     SZ("max_shard_bytes", o->max_shard_bytes)
     SZ("max_extra_bytes", o->max_extra_bytes)
     S("image_fields", o->image_fields)

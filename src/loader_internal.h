@@ -157,6 +157,7 @@ struct sf_loader {
     unsigned char *known;       /* counts[i] known; consumer thread (or open) */
     unsigned char *stored;      /* known at open (index or store): not saved again */
     int from_index;             /* every count came from index.json */
+    int sources_listed;         /* every source is a listed folder (open only) */
     int learned_allowed;        /* learned counts may be the basis: 0 no, 1 own + store, 2 store */
     double bytes_per_sample;    /* the probe's estimate; 0 before it ran */
     char *counts_dir;           /* cache directory of the learned store, or NULL */
@@ -234,6 +235,7 @@ struct sf_loader {
 
     /* atomics (any thread): statistics */
     atomic_ullong n_dropped;
+    atomic_ullong n_no_end_marker; /* tar shards read to an end without its zero blocks */
     atomic_ullong n_delivered, n_batches, n_skipped, n_pads, n_read, n_decoded, n_shards_opened,
         bytes_read, cache_hits, cache_misses;
     atomic_ullong decode_busy_ns;

@@ -73,6 +73,7 @@ sf_status sf__loader_shard_open(struct sf_loader *l, uint64_t shard, uint64_t be
     struct sf_shard_reader_options ro;
     sf_shard_reader_options_init_default(&ro);
     ro.name = obj->url;
+    ro.require_end_marker = l->o.require_end_marker;
     char err[ERR_LEN];
     sf_status st = sf_shard_reader_new(&ro, &sh->r, err, sizeof(err));
     if (st != SF_OK) {
@@ -308,6 +309,27 @@ void sf__loader_shard_priority(struct shard_slot *sh, int priority)
 }
 
 /* Marks a slot parsed; a streamed slot gives back its parse token. */
+/* A tar shard read to its end without its end-of-archive blocks (cut at a
+ * member boundary looks the same): counted and warned about, the first few
+ * times (require_end_marker makes it an error in the reader instead). */
+static void note_end_marker(struct sf_loader *l, const struct shard_slot *sh)
+{
+    struct sf_shard_stats ss;
+    sf_shard_reader_stats(sh->r, &ss);
+    if (!ss.missing_end_marker && !ss.lone_zero_block)
+        return;
+    unsigned long long n = atomic_fetch_add(&l->n_no_end_marker, 1);
+    if (n < 8)
+        sf__loader_log(l, SF_LOG_WARN,
+                       "%s: ends at offset %llu %s, where a shard cut short would end too; read "
+                       "as complete (require_end_marker makes it an error)%s",
+                       l->objs[sh->shard]->url, (unsigned long long)sh->size,
+                       ss.lone_zero_block ? "after one of its two end-of-archive blocks"
+                                          : "right after a member, without its end-of-archive "
+                                            "blocks",
+                       n == 7 ? "; further ones are only counted (shards_without_end_marker)" : "");
+}
+
 static void slot_parsed(struct shard_slot *sh)
 {
     if (sh->parsed)
@@ -371,6 +393,7 @@ long sf__loader_shard_parse(struct sf_loader *l, struct shard_slot *sh)
                                 (unsigned long long)sh->end, sh->size);
                 return -1;
             }
+            note_end_marker(l, sh);
             slot_parsed(sh);
             break;
         }

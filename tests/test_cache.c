@@ -1269,3 +1269,33 @@ Test(cache, warm_cancel_stops_downloads_and_a_rerun_completes)
         free(data[i]);
     }
 }
+
+/* An HTTP 400 on the download (the mock refuses a key with a '..' segment
+ * with 400 InvalidArgument) fails the object with a message that keeps the
+ * S3 error code, as the RAM path's does. */
+Test(cache, a_refused_download_keeps_the_s3_error_code)
+{
+    start_mock(NULL);
+    free(put_object("x.tar", 4096, 1));
+    client(64 * 1024);
+    open_cache(0, SF_REVALIDATE_TRUST);
+    struct sf_object_info in = info_of("odd/../x.tar");
+    in.size = 4096;
+    char etag[] = "\"0123456789abcdef0123456789abcdef\"";
+    snprintf(in.etag, sizeof(in.etag), "%s", etag);
+    struct sf_cache_object *o = NULL;
+    sf_status st = sf_cache_open(cache, s3, &in, &o);
+    char msg[1024] = "";
+    if (st == SF_OK) {
+        struct sf_cache_object_progress p;
+        st = sf_cache_object_wait(o, 4096, 30000, &p);
+        snprintf(msg, sizeof(msg), "%s", sf_cache_object_errmsg(o));
+        sf_cache_object_close(o);
+    } else {
+        sf_cache_errmsg(cache, msg, sizeof(msg));
+    }
+    cr_expect_neq(st, SF_OK);
+    cr_expect(strstr(msg, "odd/../x.tar") && strstr(msg, "HTTP 400") &&
+                  strstr(msg, "InvalidArgument"),
+              "%s: %s", sf_status_name(st), msg);
+}

@@ -916,3 +916,46 @@ Test(credentials, concurrent_first_gets_fetch_once)
     cr_expect_eq(cred_stat("container"), 1, "one fetch for all callers");
     sf__cred_chain_destroy(c);
 }
+
+/* ------------------------------------------------------------ a named profile */
+
+static sf_status s3_new_with_profile(const char *profile, char *err, size_t err_len)
+{
+    struct sf_s3_options so;
+    sf_s3_options_init_default(&so);
+    so.endpoint_url = "http://127.0.0.1:1";
+    so.profile = profile;
+    struct sf_s3 *s3 = NULL;
+    sf_status st = sf_s3_new(&so, &s3, err, err_len);
+    sf_s3_destroy(s3);
+    return st;
+}
+
+/* aws-cli refuses a profile that does not exist even when the environment
+ * holds credentials (a typo must not run as someone else); so do we. */
+Test(credentials, an_unknown_profile_is_refused_even_with_env_credentials)
+{
+    setenv("AWS_ACCESS_KEY_ID", "AKIDENV", 1);
+    setenv("AWS_SECRET_ACCESS_KEY", FAKE_SECRET, 1);
+    write_home_file(".aws/credentials", "[team]\n"
+                                        "aws_access_key_id = AKIDTEAM\n"
+                                        "aws_secret_access_key = " FAKE_SECRET "\n");
+    write_home_file(".aws/config", "[profile cfg]\nregion = eu-west-1\n");
+    char err[1024] = "";
+    sf_status st = s3_new_with_profile("nosuch", err, sizeof(err));
+    cr_expect_eq(st, SF_ERR_INVALID_ARGUMENT, "%s: %s", sf_status_name(st), err);
+    cr_expect(strstr(err, "profile 'nosuch' not found") && strstr(err, cred_path) &&
+                  strstr(err, config_path),
+              "%s", err);
+    expect_no_secret(err, "error");
+    setenv("AWS_PROFILE", "typo", 1);
+    err[0] = '\0';
+    st = s3_new_with_profile(NULL, err, sizeof(err));
+    cr_expect_eq(st, SF_ERR_INVALID_ARGUMENT, "AWS_PROFILE: %s", sf_status_name(st));
+    cr_expect(strstr(err, "'typo'"), "%s", err);
+    /* a profile in either file, or none named: the environment's keys serve */
+    cr_expect_eq(s3_new_with_profile("team", err, sizeof(err)), SF_OK, "%s", err);
+    unsetenv("AWS_PROFILE");
+    cr_expect_eq(s3_new_with_profile("cfg", err, sizeof(err)), SF_OK, "%s", err);
+    cr_expect_eq(s3_new_with_profile(NULL, err, sizeof(err)), SF_OK, "%s", err);
+}

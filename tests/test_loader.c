@@ -2413,3 +2413,271 @@ Test(loader, tune_searches_concurrency_against_a_capped_link)
     cr_expect(r.concurrency > 2 || r.kept_given, "%s", r.trace);
     cr_expect(r.fetch_mib_per_s > 0, "%s", r.trace);
 }
+
+/* ------------------------------------------------------------ CLI exit codes */
+
+/* run_cli, with stderr kept too. */
+static int run_cli_err(const char *const *args, char *out, size_t out_len, char *err,
+                       size_t err_len)
+{
+    char path[900], epath[900];
+    snprintf(path, sizeof(path), "%s/cli.out", tmp);
+    snprintf(epath, sizeof(epath), "%s/cli.err", tmp);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        if (!freopen(path, "w", stdout) || !freopen(epath, "w", stderr))
+            _exit(126);
+        execv(SF_CLI_BIN, (char *const *)args);
+        _exit(127);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    const char *paths[2] = {path, epath};
+    char *bufs[2] = {out, err};
+    size_t lens[2] = {out_len, err_len};
+    for (int i = 0; i < 2; i++) {
+        FILE *f = fopen(paths[i], "r");
+        size_t n = f ? fread(bufs[i], 1, lens[i] - 1, f) : 0;
+        bufs[i][n] = 0;
+        if (f)
+            fclose(f);
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* 2 is bad usage only; a server's 400 and a 0-byte shard are failures (1),
+ * and their messages keep what the server said and name the object. */
+Test(loader, cli_exit_codes_usage_server_400_and_an_empty_shard)
+{
+    mock_dataset(40, 24 << 10);
+    char out[16384], err[8192], cache_dir[800];
+    snprintf(cache_dir, sizeof(cache_dir), "%s/cache", tmp);
+    const char *zero[] = {
+        SF_CLI_BIN, "load", "s3://bucket/data/", "--endpoint-url", srv.url, "--epochs", "0", NULL};
+    cr_expect_eq(run_cli_err(zero, out, sizeof(out), err, sizeof(err)), 2, "%s", err);
+    cr_expect(strstr(err, "--epochs"), "%s", err);
+
+    /* with index.json: the 400 comes mid-epoch, through the disk cache */
+    cr_assert_eq(
+        admin("POST", "/_mock/fault?prefix=bucket/data/shard-000001&fault=400&count=1", NULL), 200);
+    const char *disk[] = {SF_CLI_BIN,
+                          "load",
+                          "s3://bucket/data/",
+                          "--endpoint-url",
+                          srv.url,
+                          "--cache-dir",
+                          cache_dir,
+                          "--size",
+                          "16",
+                          "--device",
+                          "host",
+                          "--json",
+                          NULL};
+    cr_expect_eq(run_cli_err(disk, out, sizeof(out), err, sizeof(err)), 1, "%s", err);
+    cJSON *j = cJSON_Parse(out);
+    cr_assert(cJSON_IsObject(j), "not one JSON object: %s", out);
+    const cJSON *e = cJSON_GetObjectItem(j, "error");
+    cr_expect(cJSON_IsString(e) && strstr(e->valuestring, "shard-000001.tar") &&
+                  strstr(e->valuestring, "HTTP 400 InvalidRequest"),
+              "%s", out);
+    cJSON_Delete(j);
+
+    /* without it: the 400 comes at open, reading the head shard */
+    char data[900];
+    snprintf(data, sizeof(data), "%s/bucket/data/", root);
+    remove_index(data);
+    cr_assert_eq(
+        admin("POST", "/_mock/fault?prefix=bucket/data/shard-000000&fault=400&count=1", NULL), 200);
+    const char *head[] = {
+        SF_CLI_BIN, "load", "s3://bucket/data/", "--endpoint-url", srv.url,  "--ram-only",
+        "--size",   "16",   "--device",          "host",           "--json", NULL};
+    cr_expect_eq(run_cli_err(head, out, sizeof(out), err, sizeof(err)), 1, "%s", err);
+    cr_expect(strstr(out, "\"ok\":false") && strstr(out, "InvalidRequest"), "%s", out);
+
+    /* a 0-byte shard, alone: an error naming it; among others: an empty shard */
+    char empty[900];
+    snprintf(empty, sizeof(empty), "%s/bucket/empty/shard-000000.tar", root);
+    cr_assert(test_write_file(root, "bucket/empty/shard-000000.tar", "", 0) == 0);
+    const char *one[] = {SF_CLI_BIN,       "load",  "s3://bucket/empty/shard-000000.tar",
+                         "--endpoint-url", srv.url, "--ram-only",
+                         "--size",         "16",    "--device",
+                         "host",           NULL};
+    cr_expect_eq(run_cli_err(one, out, sizeof(out), err, sizeof(err)), 1, "%s", err);
+    cr_expect(strstr(err, "s3://bucket/empty/shard-000000.tar") && strstr(err, "0 bytes"), "%s",
+              err);
+    cr_assert(test_write_file(root, "bucket/data/shard-999999.tar", "", 0) == 0);
+    const char *among[] = {
+        SF_CLI_BIN, "load", "s3://bucket/data/", "--endpoint-url", srv.url,  "--ram-only",
+        "--size",   "16",   "--device",          "host",           "--json", NULL};
+    cr_expect_eq(run_cli_err(among, out, sizeof(out), err, sizeof(err)), 0, "%s", err);
+    j = cJSON_Parse(out);
+    cr_assert(j, "%s", out);
+    cr_expect_eq(cJSON_GetObjectItem(j, "images")->valuedouble, 40.0, "%s", out);
+    cJSON_Delete(j);
+}
+
+/* --json: a failure at open, or in the options, is one object with the error
+ * too, as one mid-epoch is. */
+Test(loader, cli_json_failure_at_open_is_one_object_with_the_error)
+{
+    local_dataset(20, 64 << 10, -1);
+    char out[16384], err[8192], cfg[800], missing[800];
+    snprintf(cfg, sizeof(cfg), "%s/bad.json", tmp);
+    cr_assert(test_write_file(tmp, "bad.json", "{\"batch_size\": \"many\"}", 22) == 0);
+    snprintf(missing, sizeof(missing), "%sno-such-shard.tar", shards);
+    const char *bad_cfg[] = {SF_CLI_BIN, "load", shards, "--config", cfg, "--json", NULL};
+    const char *gone[] = {SF_CLI_BIN, "load", missing, "--device", "host", "--json", NULL};
+    const char *tune[] = {SF_CLI_BIN, "load", missing, "--autotune", "1", "--json", NULL};
+    const char *const *runs[] = {bad_cfg, gone, tune};
+    const char *want[] = {"batch_size", "no-such-shard.tar", "no-such-shard.tar"};
+    const int rc[] = {2, 1, 1};
+    for (int i = 0; i < 3; i++) {
+        cr_expect_eq(run_cli_err(runs[i], out, sizeof(out), err, sizeof(err)), rc[i], "%d: %s", i,
+                     err);
+        const char *end = NULL;
+        cJSON *j = cJSON_ParseWithOpts(out, &end, 0);
+        cr_expect(cJSON_IsObject(j) && end && strspn(end, " \n") == strlen(end),
+                  "%d: not one JSON object: '%s'", i, out);
+        const cJSON *e = cJSON_GetObjectItemCaseSensitive(j, "error");
+        cr_expect(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(j, "ok")) && cJSON_IsString(e) &&
+                      strstr(e->valuestring, want[i]),
+                  "%d: %s", i, out);
+        cJSON_Delete(j);
+    }
+}
+
+/* ------------------------------------------------------------ index.json against the listing */
+
+static sf_status open_status(const struct sf_loader_options *o, char *err, size_t err_len)
+{
+    struct sf_loader *l = NULL;
+    err[0] = '\0';
+    sf_status st = sf_loader_open(o, &l, err, err_len);
+    sf_loader_close(l);
+    return st;
+}
+
+/* A shard index.json names that the listing lacks was silently left out
+ * (fewer samples, exit 0); one of another size or ETag was trusted. Each is
+ * an error naming the shard now; a subset named by the user is not. */
+Test(loader, index_json_is_checked_against_the_listing)
+{
+    mock_dataset(60, 24 << 10);
+    char path[1200], err[2048];
+    snprintf(path, sizeof(path), "%s/bucket/data/shard-000002.tar", root);
+    char moved[1300];
+    snprintf(moved, sizeof(moved), "%s/shard-000002.tar.away", tmp);
+    const char *prefix[] = {"s3://bucket/data/"};
+    struct sf_loader_options o;
+    s3_options(&o, prefix, NULL);
+    cr_assert_eq(open_status(&o, err, sizeof(err)), SF_OK, "%s", err);
+
+    cr_assert(rename(path, moved) == 0);
+    cr_expect_eq(open_status(&o, err, sizeof(err)), SF_ERR_NOT_FOUND, "%s", err);
+    cr_expect(strstr(err, "s3://bucket/data/shard-000002.tar") && strstr(err, "index.json"), "%s",
+              err);
+    /* shards the user names one by one: index.json may name more */
+    const char *some[] = {"s3://bucket/data/shard-{000000,000001,000003}.tar"};
+    s3_options(&o, some, NULL);
+    cr_expect_eq(open_status(&o, err, sizeof(err)), SF_OK, "%s", err);
+
+    /* back, but of another size */
+    cr_assert(rename(moved, path) == 0);
+    FILE *f = fopen(path, "ab");
+    cr_assert(f);
+    static const char zeros[512];
+    cr_assert(fwrite(zeros, 1, sizeof(zeros), f) == sizeof(zeros));
+    fclose(f);
+    s3_options(&o, prefix, NULL);
+    cr_expect_eq(open_status(&o, err, sizeof(err)), SF_ERR_CHANGED, "%s", err);
+    cr_expect(strstr(err, "s3://bucket/data/shard-000002.tar") && strstr(err, "bytes"), "%s", err);
+    cr_expect_eq(open_status(&o, err, sizeof(err)), SF_ERR_CHANGED, "again: %s", err);
+
+    /* an ETag index.json records that the object no longer has */
+    char ipath[1200];
+    snprintf(ipath, sizeof(ipath), "%s/bucket/data/index.json", root);
+    f = fopen(ipath, "rb");
+    cr_assert(f);
+    static char text[1 << 16];
+    size_t n = fread(text, 1, sizeof(text) - 1, f);
+    text[n] = '\0';
+    fclose(f);
+    cJSON *j = cJSON_Parse(text);
+    cr_assert(j);
+    cJSON *first = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "shards"), 0);
+    cJSON_AddStringToObject(first, "etag", "\"00000000000000000000000000000000\"");
+    char *out = cJSON_Print(j);
+    cJSON_Delete(j);
+    cr_assert(test_write_file(root, "bucket/data/index.json", out, strlen(out)) == 0);
+    free(out);
+    const char *two[] = {"s3://bucket/data/shard-{000000,000001}.tar"};
+    s3_options(&o, two, NULL);
+    cr_expect_eq(open_status(&o, err, sizeof(err)), SF_ERR_CHANGED, "%s", err);
+    cr_expect(strstr(err, "s3://bucket/data/shard-000000.tar") && strstr(err, "ETag"), "%s", err);
+}
+
+/* ------------------------------------------------------------ tar without end-of-archive blocks */
+
+/* Cuts path's trailing zero blocks: the tar then ends right after a member,
+ * as one cut short at a member boundary would. Returns the new size. */
+static long strip_end_blocks(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    cr_assert(f, "%s", path);
+    static unsigned char buf[1 << 20];
+    size_t n = fread(buf, 1, sizeof(buf), f);
+    fclose(f);
+    static const unsigned char zero[512];
+    while (n >= 512 && !memcmp(buf + n - 512, zero, 512))
+        n -= 512;
+    cr_assert(truncate(path, (off_t)n) == 0);
+    return (long)n;
+}
+
+Test(loader, a_tar_without_end_blocks_is_counted_and_warned_or_refused)
+{
+    local_dataset(30, 16 << 10, -1);
+    remove_index(shards); /* its sizes would (rightly) refuse the cut shard */
+    char cut[900];
+    snprintf(cut, sizeof(cut), "%sshard-000001.tar", shards);
+    long size = strip_end_blocks(cut);
+    const char *src[] = {shards};
+    struct sf_loader_options o;
+    base_options(&o, src, 1);
+    keep_log_in(&o);
+    log_clear();
+    struct sf_loader *l = open_loader(&o);
+    struct epoch_log e;
+    cr_assert_eq(run_epoch(l, &e, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
+    cr_expect_eq(e.images, 30u, "every sample present was read");
+    struct sf_loader_stats s;
+    sf_loader_get_stats(l, &s);
+    cr_expect_eq(s.shards_without_end_marker, 1);
+    cr_expect(log_has("shard-000001.tar: ends at offset") && log_has("end-of-archive"), "%s",
+              log_text);
+    free(e.seen);
+    sf_loader_close(l);
+
+    o.require_end_marker = 1;
+    l = open_loader(&o);
+    sf_status st = run_epoch(l, &e, 0);
+    cr_expect_eq(st, SF_ERR_CORRUPT, "%s", sf_status_name(st));
+    char where[64];
+    snprintf(where, sizeof(where), "offset %ld", size);
+    cr_expect(strstr(sf_loader_errmsg(l), "shard-000001.tar") && strstr(sf_loader_errmsg(l), where),
+              "%s", sf_loader_errmsg(l));
+    free(e.seen);
+    sf_loader_close(l);
+
+    /* the same by name in the JSON options and the CLI */
+    char out[16384], err[8192];
+    const char *warn[] = {SF_CLI_BIN, "load", shards, "--device", "host", "--json", NULL};
+    cr_expect_eq(run_cli_err(warn, out, sizeof(out), err, sizeof(err)), 0, "%s", err);
+    cr_expect(strstr(out, "\"shards_without_end_marker\":1"), "%s", out);
+    cr_expect(strstr(err, "shard-000001.tar"), "%s", err);
+    const char *strict[] = {SF_CLI_BIN, "load", shards, "--device", "host", "--require-end-marker",
+                            NULL};
+    cr_expect_eq(run_cli_err(strict, out, sizeof(out), err, sizeof(err)), 1, "%s", err);
+    cr_expect(strstr(err, "SF_ERR_CORRUPT") && strstr(err, "shard-000001.tar"), "%s", err);
+}

@@ -835,6 +835,30 @@ Test(s3, expand_stat_of_an_http_pattern_heads_each_url)
 
 /* ============================================================ CLI: ls and stat of patterns */
 
+/* Runs the shardfeed CLI with argv as given (argv[0] is SF_CLI_BIN), stdout
+ * and stderr into tmp/TAG.out and tmp/TAG.err; the exit status. */
+static int cli_run_argv(const char *tag, const char *const *argv)
+{
+    setenv("AWS_ACCESS_KEY_ID", "mock-access-key", 1);
+    setenv("AWS_SECRET_ACCESS_KEY", "mock-secret-key", 1);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        char out[800], err[800];
+        snprintf(out, sizeof(out), "%s/%s.out", tmp, tag);
+        snprintf(err, sizeof(err), "%s/%s.err", tmp, tag);
+        int fo = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        int fe = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (fo < 0 || fe < 0 || dup2(fo, 1) < 0 || dup2(fe, 2) < 0)
+            _exit(126);
+        execv(SF_CLI_BIN, (char *const *)argv);
+        _exit(127);
+    }
+    int status;
+    cr_assert(waitpid(pid, &status, 0) == pid);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
 /* Runs the shardfeed CLI with --endpoint-url and args (NULL-terminated);
  * stdout and stderr into tmp/TAG.out and tmp/TAG.err; the exit status. */
 static int cli_run(const char *tag, const char *const *args)
@@ -1176,4 +1200,204 @@ Test(s3, unsigned_requests_to_an_anonymous_mock_work)
     sf_object_list_destroy(l);
     cr_expect_eq(fetch_whole("s3://bucket/pub.bin", d, 700), SF_OK);
     free(d);
+}
+
+/* ============================================================ keys as signed */
+
+/* "odd/../x" is a key of its own: sent as signed, never squashed into "x"
+ * (the mock refuses such keys with 400 InvalidArgument; S3 would look the
+ * literal key up). Anonymous, so a normalised path would be answered. */
+Test(s3, dot_dot_in_a_key_is_sent_as_is_never_normalised)
+{
+    const char *args[] = {"--anonymous", NULL};
+    start_mock(args);
+    unsigned char *d = put_object("x", 700, 3);
+    free(d);
+    put_small("odd/y", 5);
+    struct sf_s3_options o;
+    opts_init(&o);
+    o.access_key_id = o.secret_access_key = NULL;
+    o.no_sign_request = 1;
+    client(&o);
+    struct sf_object_info info;
+    memset(&info, 0, sizeof(info));
+    sf_status st = sf_s3_stat(s3, "s3://bucket/odd/../x", &info);
+    cr_expect_neq(st, SF_OK, "stat of odd/../x answered x's size %llu", info.size);
+    sf_object_info_clear(&info);
+    struct sf_fetch *f = NULL;
+    st = sf_fetch_start(s3, "s3://bucket/odd/../x", NULL, &f);
+    if (st == SF_OK) {
+        struct sf_fetch_progress p;
+        st = sf_fetch_wait(f, ~0ull, -1, &p);
+        sf_fetch_destroy(f);
+    }
+    cr_expect_neq(st, SF_OK, "get of odd/../x returned x");
+
+    const char *get[] = {"get", "--no-sign-request", "s3://bucket/odd/../x", NULL};
+    cr_expect_eq(cli_run("get", get), 1, "%s", cli_output("get", "err"));
+    cr_expect_eq(strlen(cli_output("get", "out")), 0, "get printed bytes of another object");
+    cr_expect(strstr(cli_output("get", "err"), "odd/../x"), "%s", cli_output("get", "err"));
+    const char *stat_[] = {"stat", "--no-sign-request", "s3://bucket/odd/./x", NULL};
+    cr_expect_eq(cli_run("stat", stat_), 1, "%s", cli_output("stat", "out"));
+}
+
+/* ============================================================ CLI: option parsing */
+
+Test(s3, cli_a_missing_option_value_names_the_option)
+{
+    start_mock(NULL);
+    put_small("k", 10);
+    const char *conc[] = {"get", "s3://bucket/k", "--concurrency", NULL};
+    cr_expect_eq(cli_run("conc", conc), 2);
+    const char *err = cli_output("conc", "err");
+    cr_expect(strstr(err, "'--concurrency'") && strstr(err, "missing"), "%s", err);
+    cr_expect_null(strstr(err, "unknown option"), "%s", err);
+    const char *out[] = {"get", "s3://bucket/k", "-o", NULL};
+    cr_expect_eq(cli_run("out", out), 2);
+    err = cli_output("out", "err");
+    cr_expect(strstr(err, "'-o'") && strstr(err, "missing"), "%s", err);
+    /* a flag given a value, and an option that does not exist */
+    const char *flag[] = {"ls", "s3://bucket/", "--json=yes", NULL};
+    cr_expect_eq(cli_run("flag", flag), 2);
+    err = cli_output("flag", "err");
+    cr_expect(strstr(err, "'--json=yes'") && strstr(err, "takes no value"), "%s", err);
+    const char *unk[] = {"ls", "s3://bucket/", "--colour", NULL};
+    cr_expect_eq(cli_run("unk", unk), 2);
+    err = cli_output("unk", "err");
+    cr_expect(strstr(err, "unknown option '--colour'"), "%s", err);
+    /* a value the command's own option refuses is bad usage too */
+    const char *warm[] = {"warm-cache", "s3://bucket/k", "--max-objects", "0", NULL};
+    cr_expect_eq(cli_run("warm", warm), 2, "%s", cli_output("warm", "err"));
+}
+
+Test(s3, cli_global_options_before_the_command)
+{
+    start_mock(NULL);
+    put_small("g/k.bin", 42);
+    char eq[128];
+    snprintf(eq, sizeof(eq), "--endpoint-url=%s", srv.url);
+    const char *ls[] = {SF_CLI_BIN, "--endpoint-url", srv.url, "ls", "s3://bucket/g/", NULL};
+    cr_assert_eq(cli_run_argv("ls", ls), 0, "%s", cli_output("ls", "err"));
+    cr_expect(strstr(cli_output("ls", "out"), "42  g/k.bin"), "%s", cli_output("ls", "out"));
+    /* both orders at once, the = form, flags and a short option with its value */
+    char dest[800];
+    snprintf(dest, sizeof(dest), "%s/k.copy", tmp);
+    const char *get[] = {
+        SF_CLI_BIN, eq, "--json", "-o", dest, "get", "--concurrency", "2", "s3://bucket/g/k.bin",
+        NULL};
+    cr_assert_eq(cli_run_argv("get", get), 0, "%s", cli_output("get", "err"));
+    struct stat sb;
+    cr_expect(stat(dest, &sb) == 0 && sb.st_size == 42);
+    cJSON *j = cJSON_Parse(cli_output("get", "out"));
+    cr_expect(cJSON_IsObject(j), "%s", cli_output("get", "out"));
+    cJSON_Delete(j);
+    const char *stat_[] = {SF_CLI_BIN,  "-v",   "--endpoint-url",      srv.url, "--region",
+                           "us-east-1", "stat", "s3://bucket/g/k.bin", NULL};
+    cr_expect_eq(cli_run_argv("stat", stat_), 0, "%s", cli_output("stat", "err"));
+    /* a command's own option before the command, and nothing after the options */
+    const char *own[] = {SF_CLI_BIN, "--batch-size", "8", "load", "s3://bucket/g/", NULL};
+    cr_expect_eq(cli_run_argv("own", own), 2);
+    cr_expect(strstr(cli_output("own", "err"), "'--batch-size'"), "%s", cli_output("own", "err"));
+    const char *none[] = {SF_CLI_BIN, "--endpoint-url", srv.url, NULL};
+    cr_expect_eq(cli_run_argv("none", none), 2);
+    const char *gap[] = {SF_CLI_BIN, "--endpoint-url", NULL};
+    cr_expect_eq(cli_run_argv("gap", gap), 2);
+    cr_expect(strstr(cli_output("gap", "err"), "missing"), "%s", cli_output("gap", "err"));
+}
+
+/* ============================================================ CLI: get to a file on stdout */
+
+/* A download into a regular file on stdout whose every body is cut: ranges
+ * land in place, so before the fix the file had the object's full size
+ * (holes and all) and looked complete. It is cut back to where it began. */
+Test(s3, cli_failed_get_to_a_file_on_stdout_leaves_nothing_that_looks_complete)
+{
+    const char *faults[] = {"--fault", "prefix=bucket/big,reset=1", NULL};
+    start_mock(faults);
+    free(put_object("big.bin", 2u << 20, 9));
+    char path[800];
+    snprintf(path, sizeof(path), "%s/out.bin", tmp);
+    setenv("AWS_ACCESS_KEY_ID", "mock-access-key", 1);
+    setenv("AWS_SECRET_ACCESS_KEY", "mock-secret-key", 1);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        /* stdout opened without O_APPEND, 6 bytes in: the object goes after them */
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        int fe = open("/dev/null", O_WRONLY);
+        if (fd < 0 || fe < 0 || write(fd, "before", 6) != 6 || dup2(fd, 1) < 0 || dup2(fe, 2) < 0)
+            _exit(126);
+        const char *argv[] = {SF_CLI_BIN,       "get", "--endpoint-url",      srv.url,
+                              "--max-attempts", "2",   "--chunk-size",        "256K",
+                              "--concurrency",  "4",   "s3://bucket/big.bin", NULL};
+        execv(SF_CLI_BIN, (char *const *)argv);
+        _exit(127);
+    }
+    int status;
+    cr_assert(waitpid(pid, &status, 0) == pid);
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 1, "status %d", status);
+    struct stat sb;
+    cr_assert(stat(path, &sb) == 0);
+    cr_expect_eq(sb.st_size, 6, "the failed download left a %lld-byte file", (long long)sb.st_size);
+    char head[8] = "";
+    FILE *f = fopen(path, "rb");
+    cr_assert(f);
+    cr_expect_eq(fread(head, 1, 6, f), 6);
+    fclose(f);
+    cr_expect(memcmp(head, "before", 6) == 0, "the bytes before the download were lost");
+}
+
+/* ============================================================ CLI: --json on failure */
+
+/* The whole of stdout is one JSON object with "ok": false and an "error"
+ * holding want; returns it (to delete). */
+static cJSON *one_failure_object(const char *out, const char *want)
+{
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithOpts(out, &end, 0);
+    cr_assert(cJSON_IsObject(j), "not a JSON object: '%s'", out);
+    cr_assert(end && strspn(end, " \n") == strlen(end), "more than one JSON document: '%s'", out);
+    const cJSON *ok = cJSON_GetObjectItemCaseSensitive(j, "ok");
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(j, "error");
+    cr_expect(cJSON_IsFalse(ok), "%s", out);
+    cr_expect(cJSON_IsString(e) && strstr(e->valuestring, want), "no '%s' in: %s", want, out);
+    return j;
+}
+
+Test(s3, cli_json_failure_is_always_one_object_with_the_error)
+{
+    start_mock(NULL);
+    put_small("j/a.bin", 7);
+    const char *ls[] = {"ls", "--json", "s3://bucket/j/x-{1..2}.bin", NULL};
+    cr_expect_eq(cli_run("ls", ls), 1);
+    cJSON_Delete(one_failure_object(cli_output("ls", "out"), "s3://bucket/j/x-1.bin"));
+
+    const char *stat_[] = {"stat", "--json", "s3://bucket/j/a.bin", "s3://bucket/j/gone.bin", NULL};
+    cr_expect_eq(cli_run("stat", stat_), 1);
+    cJSON *j = one_failure_object(cli_output("stat", "out"), "s3://bucket/j/gone.bin");
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "status");
+    cr_expect(cJSON_IsString(st) && !strcmp(st->valuestring, "SF_ERR_NOT_FOUND"));
+    /* what did succeed is still there */
+    cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(j, "results")), 1);
+    cJSON_Delete(j);
+
+    const char *get[] = {"get", "--json", "s3://bucket/j/gone.bin", NULL};
+    cr_expect_eq(cli_run("get", get), 1);
+    cJSON_Delete(one_failure_object(cli_output("get", "out"), "NoSuchKey"));
+
+    /* failures before any request: the client cannot be made, bad usage */
+    const char *prof[] = {"ls", "--json", "--profile", "nosuch", "s3://bucket/", NULL};
+    cr_expect_eq(cli_run("prof", prof), 1);
+    cJSON_Delete(one_failure_object(cli_output("prof", "out"), "nosuch"));
+    const char *usage[] = {"stat", "--json", NULL};
+    cr_expect_eq(cli_run("usage", usage), 2);
+    cJSON_Delete(one_failure_object(cli_output("usage", "out"), "at least one URL"));
+
+    /* success is unchanged: the object itself */
+    const char *ok[] = {"stat", "--json", "s3://bucket/j/a.bin", NULL};
+    cr_expect_eq(cli_run("ok", ok), 0);
+    j = cJSON_Parse(cli_output("ok", "out"));
+    cr_expect_eq(jnum(j, "size", NULL, NULL), 7);
+    cr_expect_null(cJSON_GetObjectItemCaseSensitive(j, "ok"));
+    cJSON_Delete(j);
 }

@@ -386,7 +386,8 @@ static PyObject *loader_stats(PyObject *pyself, PyObject *unused)
         F(read_busy_s) || F(gpu_copy_s) || F(images_per_s) || F(decode_per_s) ||
         F(read_per_s) || F(fetch_mib_per_s) || U(decode_queue) || U(decode_queue_cap) ||
         U(ready_batches) || U(batch_ring) || U(shards_in_flight) || U(decode_threads) ||
-        put(d, "on_device", PyBool_FromLong(s.on_device)) || U(epoch)) {
+        put(d, "on_device", PyBool_FromLong(s.on_device)) || U(epoch) ||
+        U(shards_without_end_marker)) {
         Py_DECREF(d);
         return NULL;
     }
