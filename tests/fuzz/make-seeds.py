@@ -58,8 +58,10 @@ def tars(tmp):
     for fmt in ("gnu", "posix", "ustar", "v7"):
         dst = os.path.join(tmp, f"gnu-{fmt}.tar")
         names = [n for n, _ in files if fmt not in ("ustar", "v7") or len(n) < 100]
+        pax = ["--pax-option=delete=atime,delete=ctime,exthdr.name=%d/PaxHeaders/%f"] \
+            if fmt == "posix" else []
         subprocess.run(["tar", "--format", fmt, "-b", "1", "--sort=name", "--owner=0",
-                        "--group=0", "--mtime=2024-01-01", "-cf", dst, "-C", src] + names,
+                        "--group=0", "--mtime=2024-01-01", "-cf", dst, "-C", src] + pax + names,
                        check=True)
         out[f"gnu-tar-{fmt}"] = open(dst, "rb").read()
     for fmt, name in ((tarfile.GNU_FORMAT, "gnu"), (tarfile.PAX_FORMAT, "pax"),
@@ -213,7 +215,7 @@ def photos(folder):
         im.thumbnail((96, 96))
         variants = [("baseline", dict(quality=85)),
                     ("progressive", dict(quality=75, progressive=True)),
-                    ("gray", None), ("restart", dict(quality=90, subsampling=0))]
+                    ("gray", None), ("restart", dict(quality=90, subsampling=0, restart_marker_rows=1))]
         for vname, kw in variants:
             b = io.BytesIO()
             if kw is None:
