@@ -400,8 +400,7 @@ static int json_count(const cJSON *v, uint64_t *out)
 
 sf_status sf__loader_counts_from_index_json(const char *text, const char *index_name,
                                             const struct sf_object_info *const *objs, size_t n,
-                                            uint64_t *counts, int *all, char *err,
-                                            size_t err_len)
+                                            uint64_t *counts, int *all, char *err, size_t err_len)
 {
     *all = 0;
     if (!index_name)

@@ -19,8 +19,7 @@ sf_status sf__loader_options_check(const struct sf_loader_options *o, char *err,
  * is not a finite whole number from 0 to 2^64 - 1. */
 sf_status sf__loader_counts_from_index_json(const char *text, const char *index_name,
                                             const struct sf_object_info *const *objs, size_t n,
-                                            uint64_t *counts, int *all, char *err,
-                                            size_t err_len);
+                                            uint64_t *counts, int *all, char *err, size_t err_len);
 
 /* Enum option by name ("crop": random_resized|center|none, "layout",
  * "dtype", "on_error", "device", "epoch_policy", "partition"): 0 and *out set,

@@ -332,9 +332,9 @@ static void expect_loader_counts(const char *json, const char *source, const cJS
     uint64_t counts[64];
     int all = 0;
     char err[256] = "";
-    cr_expect_eq(sf__loader_counts_from_index_json(json, NULL, objs, n, counts, &all, err,
-                                                   sizeof err),
-                 SF_OK, "%s", err);
+    cr_expect_eq(
+        sf__loader_counts_from_index_json(json, NULL, objs, n, counts, &all, err, sizeof err),
+        SF_OK, "%s", err);
     cr_expect_eq(all, 1, "the loader does not take its counts from the index");
     for (size_t i = 0; i < n; i++)
         cr_expect_eq(counts[i], jnum(cJSON_GetArrayItem(shards, (int)i), "samples"));
@@ -350,7 +350,8 @@ Test(index, loader_counts_are_whole_numbers_in_range)
     struct sf_object_info a = {.url = "s3://b/ds/a.tar"}, b = {.url = "s3://b/ds/b.tar"};
     const struct sf_object_info *objs[] = {&a, &b};
     static const char *const bad[] = {"1e300", "1e999", "-1e999", "18446744073709551616",
-                                      "1e20", "12.5", "-1", "\"12\"", "null", "true"};
+                                      "1e20",  "12.5",  "-1",     "\"12\"",
+                                      "null",  "true"};
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
         char json[256];
         snprintf(json, sizeof json,
@@ -366,8 +367,7 @@ Test(index, loader_counts_are_whole_numbers_in_range)
         cr_expect_eq(all, 0, "samples %s taken", bad[k]);
         cr_expect(strstr(err, "s3://b/ds/index.json") && strstr(err, "'b.tar'") &&
                       strstr(err, "\"samples\""),
-                  "samples %s: message does not name the index, shard and field: %s", bad[k],
-                  err);
+                  "samples %s: message does not name the index, shard and field: %s", bad[k], err);
     }
     /* The largest whole doubles in range, zero, and an entry without a
      * count for a shard the loader does not read are fine. */
@@ -377,16 +377,16 @@ Test(index, loader_counts_are_whole_numbers_in_range)
     uint64_t counts[2] = {7, 7};
     int all = 0;
     char err[256] = "";
-    cr_expect_eq(sf__loader_counts_from_index_json(good, NULL, objs, 2, counts, &all, err,
-                                                   sizeof err),
-                 SF_OK, "%s", err);
+    cr_expect_eq(
+        sf__loader_counts_from_index_json(good, NULL, objs, 2, counts, &all, err, sizeof err),
+        SF_OK, "%s", err);
     cr_expect_eq(all, 1);
     cr_expect_eq(counts[0], 0u);
     cr_expect_eq(counts[1], 18446744073709549568ull);
     /* Not JSON, or a shard not listed: no counts, no error (estimates). */
-    cr_expect_eq(sf__loader_counts_from_index_json("{", NULL, objs, 2, counts, &all, err,
-                                                   sizeof err),
-                 SF_OK);
+    cr_expect_eq(
+        sf__loader_counts_from_index_json("{", NULL, objs, 2, counts, &all, err, sizeof err),
+        SF_OK);
     cr_expect_eq(all, 0);
     cr_expect_eq(sf__loader_counts_from_index_json("{\"shards\": [{\"name\": \"a.tar\", "
                                                    "\"samples\": 1}]}",

@@ -18,7 +18,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define fz_fail(...)                                                                               \
     do {                                                                                           \
-        fprintf(stderr, "fuzz invariant broken at %s:%d: ", __FILE__, __LINE__);                  \
+        fprintf(stderr, "fuzz invariant broken at %s:%d: ", __FILE__, __LINE__);                   \
         fprintf(stderr, __VA_ARGS__);                                                              \
         fputc('\n', stderr);                                                                       \
         abort();                                                                                   \

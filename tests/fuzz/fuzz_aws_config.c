@@ -49,8 +49,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (st == SF_OK) {
         fz_check(p.name && !strcmp(p.name, name), "profile name");
         /* Values are single-line strings. */
-        const char *v[] = {p.aws_access_key_id, p.aws_secret_access_key, p.aws_session_token,
-                           p.region, p.endpoint_url, p.ca_bundle, p.addressing_style};
+        const char *v[] = {p.aws_access_key_id, p.aws_secret_access_key,
+                           p.aws_session_token, p.region,
+                           p.endpoint_url,      p.ca_bundle,
+                           p.addressing_style};
         for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
             fz_check(!v[i] || !strchr(v[i], '\n'), "a value with a newline");
     } else {

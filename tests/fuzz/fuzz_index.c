@@ -17,8 +17,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int all = -1;
     char err[256];
     err[0] = '\0';
-    sf_status st =
-        sf__loader_counts_from_index_json(json, "index.json", objs, 3, counts, &all, err, sizeof err);
+    sf_status st = sf__loader_counts_from_index_json(json, "index.json", objs, 3, counts, &all, err,
+                                                     sizeof err);
     if (st != SF_OK)
         fz_check(all == 0 && strstr(err, "index.json") && strstr(err, "samples"),
                  "a refusal that does not name the index and the field: %s", err);

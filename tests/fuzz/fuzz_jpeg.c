@@ -43,8 +43,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         err[0] = '\0';
         sf_status st = sf__decode_jpeg(dec, &o, jpg, f.n, seed, out, &info, err, sizeof err);
         if (st == SF_OK) {
-            fz_check(info.box.w >= 1 && info.box.h >= 1 && info.box.x + info.box.w <=
-                         info.src_width && info.box.y + info.box.h <= info.src_height,
+            fz_check(info.box.w >= 1 && info.box.h >= 1 &&
+                         info.box.x + info.box.w <= info.src_width &&
+                         info.box.y + info.box.h <= info.src_height,
                      "crop box %ux%u+%u+%u outside %ux%u", info.box.w, info.box.h, info.box.x,
                      info.box.y, info.src_width, info.src_height);
         } else {

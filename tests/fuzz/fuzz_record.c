@@ -13,8 +13,8 @@ static void by_index(const uint8_t *d, size_t n, unsigned flags)
     uint64_t need = 0;
     for (int tries = 0; tries < 3; tries++) {
         unsigned char *c = fz_copy(d + (n - tail), (size_t)tail, 0);
-        sf_status st = sf__record_index_from_tail(c, (size_t)tail, n, "fuzz", &idx, &need, err,
-                                                  sizeof err);
+        sf_status st =
+            sf__record_index_from_tail(c, (size_t)tail, n, "fuzz", &idx, &need, err, sizeof err);
         free(c);
         if (st == SF_OK)
             break;

@@ -8,7 +8,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct fz f = {data, size};
     unsigned flags = fz_u8(&f);
     uint64_t seed = fz_u64(&f);
-    fz_feed_shard(f.p, f.n, (flags & 16) ? SF_SHARD_FORMAT_AUTO : SF_SHARD_FORMAT_TAR, flags,
-                  seed);
+    fz_feed_shard(f.p, f.n, (flags & 16) ? SF_SHARD_FORMAT_AUTO : SF_SHARD_FORMAT_TAR, flags, seed);
     return 0;
 }

@@ -52,8 +52,9 @@ static inline void fz_feed_shard(const uint8_t *data, size_t len, enum sf_shard_
             fz_check(s.index == next_index, "sample index %llu, want %llu",
                      (unsigned long long)s.index, (unsigned long long)next_index);
             next_index++;
-            fz_check(s.offset < s.end && s.end <= fed, "sample [%llu, %llu) outside the %zu bytes fed",
-                     (unsigned long long)s.offset, (unsigned long long)s.end, fed);
+            fz_check(s.offset < s.end && s.end <= fed,
+                     "sample [%llu, %llu) outside the %zu bytes fed", (unsigned long long)s.offset,
+                     (unsigned long long)s.end, fed);
             fz_check(s.offset >= last_end, "samples overlap");
             last_end = s.end;
             fz_check(s.key && strlen(s.key) == s.key_len, "key length");
@@ -63,7 +64,8 @@ static inline void fz_feed_shard(const uint8_t *data, size_t len, enum sf_shard_
                 fz_check(f->name && strlen(f->name) == f->name_len, "field name length");
                 fz_check(f->size == 0 || f->data != NULL, "field without data");
                 if (!s.reader_owned) {
-                    fz_check(f->offset + f->size <= fed, "field [%llu, +%llu) past the %zu bytes fed",
+                    fz_check(f->offset + f->size <= fed,
+                             "field [%llu, +%llu) past the %zu bytes fed",
                              (unsigned long long)f->offset, (unsigned long long)f->size, fed);
                     fz_check((const unsigned char *)f->data == buf + f->offset,
                              "field data is not a pointer into the shard");
