@@ -427,11 +427,14 @@ sf_status sf__loader_counts_from_index_json(const char *text, const char *index_
                     snprintf(shown, sizeof(shown), "%.17g", samples->valuedouble);
                 else if (samples)
                     snprintf(shown, sizeof(shown), "not a number");
+                /* The shard's own file name (the entry's may be a longer path
+                 * ending in it), capped: the message must still name the
+                 * field whatever the bucket put there (fuzz_index). */
                 if (err && err_len)
                     snprintf(err, err_len,
-                             "%s: shard '%s': \"samples\" is %s, not a whole number from 0 to "
-                             "2^64 - 1",
-                             index_name, name->valuestring, shown);
+                             "%.512s: shard '%.128s%s': \"samples\" is %s, not a whole number "
+                             "from 0 to 2^64 - 1",
+                             index_name, want, strlen(want) > 128 ? "..." : "", shown);
                 st = SF_ERR_CORRUPT;
                 ok = 0;
                 break;

@@ -369,6 +369,25 @@ Test(index, loader_counts_are_whole_numbers_in_range)
                       strstr(err, "\"samples\""),
                   "samples %s: message does not name the index, shard and field: %s", bad[k], err);
     }
+    /* A long path in the entry does not push the field out of the message:
+     * the shard is named by its own file name (fuzz_index). */
+    {
+        char json[2048], dirs[1601];
+        for (int i = 0; i < 400; i++)
+            memcpy(dirs + 4 * i, "dir/", 4);
+        dirs[1600] = '\0';
+        snprintf(json, sizeof json,
+                 "{\"shards\": [{\"name\": \"a.tar\", \"samples\": 3},"
+                 " {\"name\": \"%sb.tar\", \"samples\": 1.5}]}",
+                 dirs);
+        uint64_t counts[2];
+        int all = -1;
+        char err[256] = "";
+        cr_expect_eq(sf__loader_counts_from_index_json(json, "index.json", objs, 2, counts, &all,
+                                                       err, sizeof err),
+                     SF_ERR_CORRUPT);
+        cr_expect(strstr(err, "'b.tar'") && strstr(err, "\"samples\" is 1.5"), "%s", err);
+    }
     /* The largest whole doubles in range, zero, and an entry without a
      * count for a shard the loader does not read are fine. */
     const char *good = "{\"shards\": [{\"name\": \"a.tar\", \"samples\": 0},"
