@@ -423,8 +423,12 @@ sf_status sf__loader_counts_from_index_json(const char *text, const char *index_
             cJSON *samples = cJSON_GetObjectItemCaseSensitive(s, "samples");
             if (!json_count(samples, &counts[i])) {
                 char shown[64] = "missing";
-                if (cJSON_IsNumber(samples))
-                    snprintf(shown, sizeof(shown), "%.17g", samples->valuedouble);
+                if (cJSON_IsNumber(samples)) {
+                    /* Shortest of 15 or 17 digits that reads back the same. */
+                    snprintf(shown, sizeof(shown), "%.15g", samples->valuedouble);
+                    if (strtod(shown, NULL) != samples->valuedouble)
+                        snprintf(shown, sizeof(shown), "%.17g", samples->valuedouble);
+                }
                 else if (samples)
                     snprintf(shown, sizeof(shown), "not a number");
                 /* The shard's own file name (the entry's may be a longer path
