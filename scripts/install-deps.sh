@@ -9,6 +9,7 @@ PACKAGES=(
   libjpeg-turbo-progs libcjson-dev libexpat1-dev libxxhash-dev libmicrohttpd-dev libcriterion-dev
   python3 python3-dev python3-pip python3-boto3 awscli nginx-light
   oclgrind ocl-icd-opencl-dev opencl-c-headers
+  clang-14 libclang-rt-14-dev # scripts/fuzz.sh: clang -fsanitize=fuzzer needs libclang_rt.fuzzer
 )
 
 SUDO=""

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Builds shardfeed and runs the whole test suite twice: a normal build, then
-# one with AddressSanitizer + UndefinedBehaviorSanitizer.
-#   scripts/test.sh            both
+# one with AddressSanitizer + UndefinedBehaviorSanitizer; then the GPU ring
+# under ThreadSanitizer and a short run of every fuzz harness (clang).
+#   scripts/test.sh            all of it
 #   scripts/test.sh --fast     normal build only
+# SF_FUZZ_SMOKE_SECONDS (default 15) is the time of each fuzz harness.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,4 +32,8 @@ if [ "${1:-}" != "--fast" ]; then
     -DSF_WITH_CUDA=OFF -DSF_BUILD_PYTHON=OFF >/dev/null
   cmake --build build-tsan -j "$jobs" --target gpu_race gpu_stress fetch_tsan
   (cd build-tsan && ctest --output-on-failure --no-tests=error -R '^(gpu|fetch)_tsan_')
+
+  echo "== fuzz smoke (libFuzzer, ASan + UBSan, ${SF_FUZZ_SMOKE_SECONDS:-15} s per harness)"
+  # A crash fails the run; the input to keep is named (docs/testing.md).
+  scripts/fuzz.sh --seconds "${SF_FUZZ_SMOKE_SECONDS:-15}"
 fi

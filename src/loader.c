@@ -33,6 +33,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdarg.h>
@@ -350,8 +351,6 @@ static const char *base_name(const char *url)
     return s ? s + 1 : url;
 }
 
-/* counts[] from index.json beside the shards (pack writes it), when it
- * lists every shard. Returns 1 when it did. */
 static int cmp_base_name(const void *a, const void *b)
 {
     const struct sf_object_info *x = *(const struct sf_object_info *const *)a;
@@ -431,9 +430,14 @@ static sf_status index_check(struct sf_loader *l, const char *text, const char *
     return st;
 }
 
-static int counts_from_index(struct sf_loader *l, sf_status *st, char *err, size_t err_len)
+/* counts[] from index.json beside the shards (pack writes it), when it
+ * lists every shard: *from_index = 1. An index.json whose entry for one of
+ * the shards has no valid count, or that does not match the objects
+ * (index_check), fails the open (whoever controls the bucket controls
+ * index.json). */
+static sf_status counts_from_index(struct sf_loader *l, int *from_index, char *err, size_t err_len)
 {
-    *st = SF_OK;
+    *from_index = 0;
     const char *first = l->objs[0]->url;
     const char *slash = strrchr(first, '/');
     char url[4096];
@@ -448,31 +452,48 @@ static int counts_from_index(struct sf_loader *l, sf_status *st, char *err, size
     size_t dir_len = slash ? (size_t)(slash - first + 1) : 0;
     for (size_t i = 1; i < l->n_shards; i++)
         if (strncmp(l->objs[i]->url, first, dir_len) != 0)
-            return 0;
+            return SF_OK;
     char *text = NULL;
     size_t len = 0;
     if (read_small(l, url, &text, &len) != SF_OK)
-        return 0;
-    *st = index_check(l, text, url, dir_len, err, err_len);
-    if (*st != SF_OK) {
-        free(text);
-        return 0;
-    }
-    int ok = sf__loader_counts_from_index_json(text, l->objs, l->n_shards, l->counts);
+        return SF_OK;
+    sf_status st = index_check(l, text, url, dir_len, err, err_len);
+    if (st == SF_OK)
+        st = sf__loader_counts_from_index_json(text, url, l->objs, l->n_shards, l->counts,
+                                               from_index, err, err_len);
     free(text);
-    if (ok)
+    if (st == SF_OK && *from_index)
         sf__loader_log(l, SF_LOG_INFO, "sample counts of %zu shards from %s", l->n_shards, url);
-    return ok;
+    return st;
 }
 
-int sf__loader_counts_from_index_json(const char *text, const struct sf_object_info *const *objs,
-                                      size_t n, uint64_t *counts)
+/* A count in index.json: a finite whole number in [0, 2^64). cJSON keeps
+ * numbers as doubles: 1e300 or 1e999 (inf) would convert out of range, and
+ * 12.5 would be cut silently. */
+static int json_count(const cJSON *v, uint64_t *out)
 {
+    if (!cJSON_IsNumber(v))
+        return 0;
+    double d = v->valuedouble;
+    if (!isfinite(d) || d < 0 || d >= 18446744073709551616.0 || d != floor(d))
+        return 0;
+    *out = (uint64_t)d;
+    return 1;
+}
+
+sf_status sf__loader_counts_from_index_json(const char *text, const char *index_name,
+                                            const struct sf_object_info *const *objs, size_t n,
+                                            uint64_t *counts, int *all, char *err, size_t err_len)
+{
+    *all = 0;
+    if (!index_name)
+        index_name = "index.json";
     cJSON *j = cJSON_Parse(text);
     if (!j)
-        return 0;
+        return SF_OK;
     cJSON *arr = cJSON_GetObjectItemCaseSensitive(j, "shards");
     int ok = cJSON_IsArray(arr);
+    sf_status st = SF_OK;
     for (size_t i = 0; ok && i < n; i++) {
         const char *want = base_name(objs[i]->url);
         int found = 0;
@@ -480,18 +501,39 @@ int sf__loader_counts_from_index_json(const char *text, const struct sf_object_i
         cJSON_ArrayForEach(s, arr)
         {
             cJSON *name = cJSON_GetObjectItemCaseSensitive(s, "name");
+            if (!cJSON_IsString(name) || strcmp(base_name(name->valuestring), want) != 0)
+                continue;
             cJSON *samples = cJSON_GetObjectItemCaseSensitive(s, "samples");
-            if (cJSON_IsString(name) && !strcmp(base_name(name->valuestring), want) &&
-                cJSON_IsNumber(samples) && samples->valuedouble >= 0) {
-                counts[i] = (uint64_t)samples->valuedouble;
-                found = 1;
+            if (!json_count(samples, &counts[i])) {
+                char shown[64] = "missing";
+                if (cJSON_IsNumber(samples)) {
+                    /* Shortest of 15 or 17 digits that reads back the same. */
+                    snprintf(shown, sizeof(shown), "%.15g", samples->valuedouble);
+                    if (strtod(shown, NULL) != samples->valuedouble)
+                        snprintf(shown, sizeof(shown), "%.17g", samples->valuedouble);
+                }
+                else if (samples)
+                    snprintf(shown, sizeof(shown), "not a number");
+                /* The shard's own file name (the entry's may be a longer path
+                 * ending in it), capped: the message must still name the
+                 * field whatever the bucket put there (fuzz_index). */
+                if (err && err_len)
+                    snprintf(err, err_len,
+                             "%.512s: shard '%.128s%s': \"samples\" is %s, not a whole number "
+                             "from 0 to 2^64 - 1",
+                             index_name, want, strlen(want) > 128 ? "..." : "", shown);
+                st = SF_ERR_CORRUPT;
+                ok = 0;
                 break;
             }
+            found = 1;
+            break;
         }
-        ok = found;
+        ok = ok && found;
     }
     cJSON_Delete(j);
-    return ok;
+    *all = st == SF_OK && ok;
+    return st;
 }
 
 /* Whether the learned-count store may be the basis of an epoch: every rank
@@ -755,7 +797,7 @@ sf_status sf_loader_open(const struct sf_loader_options *opts, struct sf_loader 
         goto oom;
     /* Sample counts: index.json, else the learned store, else estimates. No
      * shard is read before the first batch (docs/sampling.md). */
-    l->from_index = counts_from_index(l, &st, err, err_len);
+    st = counts_from_index(l, &l->from_index, err, err_len);
     if (st != SF_OK)
         goto fail_out;
     if (l->from_index)

@@ -365,6 +365,12 @@ sf_status sf__tar_reader_next(struct sf__tar_reader *t, const struct sf__shard_i
         if (nd == PAST_END) {
             if (hdr != in->total)
                 return header_past_end(t, in);
+            if (in->avail < in->total) {
+                /* The archive ends here, but the data of the sample being
+                 * collected (up to hdr) has not all arrived yet. */
+                t->c.wanted = in->total;
+                return SF_OK;
+            }
             if (t->have_meta)
                 return meta_without_member(t);
             if (t->o.require_end_marker)

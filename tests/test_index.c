@@ -330,11 +330,88 @@ static void expect_loader_counts(const char *json, const char *source, const cJS
     }
     cr_assert_eq((int)n, cJSON_GetArraySize(shards));
     uint64_t counts[64];
-    cr_expect_eq(sf__loader_counts_from_index_json(json, objs, n, counts), 1,
-                 "the loader does not take its counts from the index");
+    int all = 0;
+    char err[256] = "";
+    cr_expect_eq(
+        sf__loader_counts_from_index_json(json, NULL, objs, n, counts, &all, err, sizeof err),
+        SF_OK, "%s", err);
+    cr_expect_eq(all, 1, "the loader does not take its counts from the index");
     for (size_t i = 0; i < n; i++)
         cr_expect_eq(counts[i], jnum(cJSON_GetArrayItem(shards, (int)i), "samples"));
     sf_object_list_destroy(l);
+}
+
+/* Whoever controls the bucket controls index.json: a count the loader reads
+ * is a finite whole number in range, or the open fails naming the index,
+ * the shard and the field (issue 17: 1e300 and 1e999 converted out of
+ * range under UBSan, 12.5 was cut to 12). */
+Test(index, loader_counts_are_whole_numbers_in_range)
+{
+    struct sf_object_info a = {.url = "s3://b/ds/a.tar"}, b = {.url = "s3://b/ds/b.tar"};
+    const struct sf_object_info *objs[] = {&a, &b};
+    static const char *const bad[] = {"1e300", "1e999", "-1e999", "18446744073709551616",
+                                      "1e20",  "12.5",  "-1",     "\"12\"",
+                                      "null",  "true"};
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        char json[256];
+        snprintf(json, sizeof json,
+                 "{\"shards\": [{\"name\": \"a.tar\", \"samples\": 3},"
+                 " {\"name\": \"b.tar\", \"samples\": %s}]}",
+                 bad[k]);
+        uint64_t counts[2] = {0, 0};
+        int all = -1;
+        char err[256] = "";
+        sf_status st = sf__loader_counts_from_index_json(json, "s3://b/ds/index.json", objs, 2,
+                                                         counts, &all, err, sizeof err);
+        cr_expect_eq(st, SF_ERR_CORRUPT, "samples %s: status %d", bad[k], (int)st);
+        cr_expect_eq(all, 0, "samples %s taken", bad[k]);
+        cr_expect(strstr(err, "s3://b/ds/index.json") && strstr(err, "'b.tar'") &&
+                      strstr(err, "\"samples\""),
+                  "samples %s: message does not name the index, shard and field: %s", bad[k], err);
+    }
+    /* A long path in the entry does not push the field out of the message:
+     * the shard is named by its own file name (fuzz_index). */
+    {
+        char json[2048], dirs[1601];
+        for (int i = 0; i < 400; i++)
+            memcpy(dirs + 4 * i, "dir/", 4);
+        dirs[1600] = '\0';
+        snprintf(json, sizeof json,
+                 "{\"shards\": [{\"name\": \"a.tar\", \"samples\": 3},"
+                 " {\"name\": \"%sb.tar\", \"samples\": 1.5}]}",
+                 dirs);
+        uint64_t counts[2];
+        int all = -1;
+        char err[256] = "";
+        cr_expect_eq(sf__loader_counts_from_index_json(json, "index.json", objs, 2, counts, &all,
+                                                       err, sizeof err),
+                     SF_ERR_CORRUPT);
+        cr_expect(strstr(err, "'b.tar'") && strstr(err, "\"samples\" is 1.5"), "%s", err);
+    }
+    /* The largest whole doubles in range, zero, and an entry without a
+     * count for a shard the loader does not read are fine. */
+    const char *good = "{\"shards\": [{\"name\": \"a.tar\", \"samples\": 0},"
+                       " {\"name\": \"c.tar\", \"samples\": 1e999},"
+                       " {\"name\": \"b.tar\", \"samples\": 18446744073709549568}]}";
+    uint64_t counts[2] = {7, 7};
+    int all = 0;
+    char err[256] = "";
+    cr_expect_eq(
+        sf__loader_counts_from_index_json(good, NULL, objs, 2, counts, &all, err, sizeof err),
+        SF_OK, "%s", err);
+    cr_expect_eq(all, 1);
+    cr_expect_eq(counts[0], 0u);
+    cr_expect_eq(counts[1], 18446744073709549568ull);
+    /* Not JSON, or a shard not listed: no counts, no error (estimates). */
+    cr_expect_eq(
+        sf__loader_counts_from_index_json("{", NULL, objs, 2, counts, &all, err, sizeof err),
+        SF_OK);
+    cr_expect_eq(all, 0);
+    cr_expect_eq(sf__loader_counts_from_index_json("{\"shards\": [{\"name\": \"a.tar\", "
+                                                   "\"samples\": 1}]}",
+                                                   NULL, objs, 2, counts, &all, err, sizeof err),
+                 SF_OK);
+    cr_expect_eq(all, 0);
 }
 
 /* Size of a tar member's header plus data, padded. */

@@ -2208,6 +2208,52 @@ Test(loader, a_folder_named_without_its_slash_reads_only_its_shards)
     sf_loader_close(l);
 }
 
+/* An index.json whose count for one of the shards is not a whole number in
+ * range fails the open naming it (issue 17: 1e300 converted out of range). */
+Test(loader, an_index_json_count_out_of_range_fails_the_open_naming_it)
+{
+    local_dataset(60, 16 << 10, -1);
+    char path[800];
+    snprintf(path, sizeof(path), "%sindex.json", shards);
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f);
+    static char text[1 << 16];
+    size_t n = fread(text, 1, sizeof(text) - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    char *at = strstr(text, "\"samples\":");
+    cr_assert_not_null(at, "no samples in %s", text);
+    char *name = NULL;
+    for (char *p = at; p > text && !name; p--)
+        if (!strncmp(p, "\"name\":", 7))
+            name = p;
+    cr_assert_not_null(name);
+    char shard[128];
+    cr_assert_eq(sscanf(name, "\"name\": \"%127[^\"]\"", shard), 1);
+    at += strlen("\"samples\":");
+    while (*at == ' ' || *at == '\t')
+        at++;
+    size_t digits = strspn(at, "0123456789");
+    cr_assert_gt(digits, 0u);
+    char out[sizeof(text) + 16];
+    snprintf(out, sizeof(out), "%.*s1e300%s", (int)(at - text), text, at + digits);
+    f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    cr_assert_eq(fputs(out, f) >= 0, 1);
+    fclose(f);
+
+    const char *src[] = {shards};
+    struct sf_loader_options o;
+    base_options(&o, src, 1);
+    struct sf_loader *l = NULL;
+    char err[1024] = "";
+    cr_expect_eq(sf_loader_open(&o, &l, err, sizeof(err)), SF_ERR_CORRUPT, "%s", err);
+    cr_expect_null(l);
+    cr_expect(strstr(err, "index.json") && strstr(err, shard) && strstr(err, "\"samples\""),
+              "the message does not name the index, %s and the field: %s", shard, err);
+    sf_loader_close(l);
+}
+
 /* ------------------------------------------------------------ doctor */
 
 Test(loader, doctor_names_decode_when_one_thread_feeds_a_step_that_takes_no_time)

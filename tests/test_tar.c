@@ -651,6 +651,52 @@ Test(tar, end_of_archive_variants)
     bytes_free(&b);
 }
 
+/* Size known, bytes not all fed: a next header that would start exactly at
+ * the total is not the end yet, and the pending sample (whose data is not
+ * all here) must not come out (issue 17: a one-member tar of 1,024 bytes
+ * fed 512 returned a field at base + 512 of 103 bytes). */
+Test(tar, size_known_but_not_fed_is_not_the_end)
+{
+    struct bytes b = {0};
+    unsigned char d[103];
+    fill_random(d, sizeof d, 17);
+    tb_file(&b, "a.txt", d, sizeof d);
+    cr_assert_eq(b.len, 1024u);
+
+    struct sf_shard_reader_options o;
+    sf_shard_reader_options_init_default(&o);
+    o.name = "test.tar";
+    struct sf_shard_reader *r = NULL;
+    char err[256];
+    cr_assert_eq(sf_shard_reader_new(&o, &r, err, sizeof err), SF_OK, "%s", err);
+    /* Only the header, in a buffer of exactly those bytes (ASan sees a read
+     * past them). */
+    unsigned char *head = malloc(BLK);
+    cr_assert_not_null(head);
+    memcpy(head, b.p, BLK);
+    cr_assert_eq(sf_shard_reader_feed(r, head, BLK, b.len), SF_OK);
+    struct sf_sample s;
+    enum sf_shard_event ev;
+    cr_assert_eq(sf_shard_reader_next(r, &s, &ev), SF_OK, "%s", sf_shard_reader_errmsg(r));
+    cr_expect_eq(ev, SF_SHARD_NEED_MORE, "event %d before the member's data arrived", (int)ev);
+    cr_expect_eq(sf_shard_reader_wanted(r), (unsigned long long)b.len);
+
+    cr_assert_eq(sf_shard_reader_feed(r, b.p, b.len, b.len), SF_OK);
+    cr_assert_eq(sf_shard_reader_next(r, &s, &ev), SF_OK, "%s", sf_shard_reader_errmsg(r));
+    cr_assert_eq(ev, SF_SHARD_SAMPLE);
+    cr_assert_eq(s.field_count, 1u);
+    cr_expect_eq(s.fields[0].size, sizeof d);
+    cr_expect_eq((const unsigned char *)s.fields[0].data, b.p + BLK);
+    cr_assert_eq(sf_shard_reader_next(r, &s, &ev), SF_OK);
+    cr_expect_eq(ev, SF_SHARD_END);
+    struct sf_shard_stats st;
+    sf_shard_reader_stats(r, &st);
+    cr_expect_eq(st.missing_end_marker, 1);
+    sf_shard_reader_destroy(r);
+    free(head);
+    bytes_free(&b);
+}
+
 /* ------------------------------------------------------------ malformed corpus */
 
 Test(tar, truncation_at_every_offset_never_crashes_and_names_the_offset)

@@ -1,0 +1,29 @@
+/* index.json as the loader reads it (src/loader.c): sample counts for three
+ * shards. The whole input is the JSON text. */
+#include "fuzz.h"
+#include "shardfeed.h"
+#include "src/loader.h"
+
+#include <math.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    char *json = (char *)fz_copy(data, size, 1);
+    struct sf_object_info a = {.url = "s3://b/ds/train-000000.tar"};
+    struct sf_object_info b = {.url = "s3://b/ds/train-000001.sfr"};
+    struct sf_object_info c = {.url = "/data/x.tar"};
+    const struct sf_object_info *objs[] = {&a, &b, &c};
+    uint64_t counts[3] = {0, 0, 0};
+    int all = -1;
+    char err[256];
+    err[0] = '\0';
+    sf_status st = sf__loader_counts_from_index_json(json, "index.json", objs, 3, counts, &all, err,
+                                                     sizeof err);
+    if (st != SF_OK)
+        fz_check(all == 0 && strstr(err, "index.json") && strstr(err, "samples"),
+                 "a refusal that does not name the index and the field: %s", err);
+    else
+        fz_check(all == 0 || all == 1, "all %d", all);
+    free(json);
+    return 0;
+}
