@@ -2,8 +2,10 @@
 # pack --max-side: what re-encoding at pack time buys the decode stage, in one
 # run. Packs the same photos three ways (as they are, --max-side 320 and
 # --max-side 256, quality 90), then times `shardfeed load` epochs over each
-# (local shards, RandomResizedCrop 224, decode threads = cores: decode-bound)
-# and prints images/s, the speed-up against the originals and the bytes.
+# (local shards, RandomResizedCrop 224, decode threads = cores: decode-bound),
+# the three in turn in each of E rounds so that they see the same machine,
+# and prints the best images/s of each, the speed-up against the originals
+# and the bytes.
 #
 # Usage: bash bench/pack_max_side.sh [--photos DIR | --per-photo N] [--epochs E]
 #          [--build-dir DIR]
@@ -30,17 +32,12 @@ if [[ -z $PHOTOS ]]; then
     --build-dir "$BUILD_DIR" >&2
 fi
 
-rate() { # shards dir -> best images/s of EPOCHS one-epoch runs
-  local best=0 r
-  for _ in $(seq "$EPOCHS"); do
-    r=$("$SF" load "$1/" --epochs 1 --json 2>/dev/null |
-      python3 -c 'import json,sys; print(json.load(sys.stdin)["images_per_s"])')
-    best=$(python3 -c "print(max($best, $r))")
-  done
-  echo "$best"
+rate() { # shards dir -> images/s of one epoch
+  "$SF" load "$1/" --epochs 1 --json 2>/dev/null |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["images_per_s"])'
 }
 
-declare -A RATE BYTES
+declare -A RATE BYTES SECS
 for side in 0 320 256; do
   out=$TMP/packed-$side
   if [[ $side == 0 ]]; then
@@ -50,9 +47,18 @@ for side in 0 320 256; do
       --no-progress --json >"$TMP/p.json"
   fi
   BYTES[$side]=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["bytes"])' "$TMP/p.json")
-  secs=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(round(d["seconds"], 2))' "$TMP/p.json")
-  RATE[$side]=$(rate "$out")
-  echo "max side ${side/#0/none}: pack ${secs} s, ${BYTES[$side]} bytes, load ${RATE[$side]} img/s" >&2
+  SECS[$side]=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(round(d["seconds"], 2))' "$TMP/p.json")
+  RATE[$side]=0
+done
+for round in $(seq "$EPOCHS"); do
+  for side in 0 320 256; do
+    r=$(rate "$TMP/packed-$side")
+    echo "round $round, max side ${side/#0/none}: $r img/s" >&2
+    RATE[$side]=$(python3 -c "print(max(${RATE[$side]}, $r))")
+  done
+done
+for side in 0 320 256; do
+  echo "max side ${side/#0/none}: pack ${SECS[$side]} s, ${BYTES[$side]} bytes, load ${RATE[$side]} img/s (best of $EPOCHS)" >&2
 done
 for side in 320 256; do
   python3 - "$side" "${RATE[0]}" "${RATE[$side]}" "${BYTES[0]}" "${BYTES[$side]}" <<'PY'
