@@ -595,6 +595,71 @@ Test(loader, from_the_mock_cold_then_warm_cache_with_faults)
     sf_loader_close(l);
 }
 
+/* Issue 17's chaos epoch: every fault the mock has at a few percent each
+ * (fixed seed: the same requests see the same faults whatever the timing),
+ * through the disk cache and in RAM only. Nothing may be lost, doubled or
+ * changed: the exact sample count and the fault-free run's digest. */
+Test(loader, a_chaos_epoch_gives_the_fault_free_batches, .timeout = 240)
+{
+    const char *seed[] = {"--seed", "17", NULL};
+    mock_dataset_with(160, 48 << 10, seed);
+    const char *src[] = {"s3://bucket/data/"};
+    struct sf_loader_options o;
+    s3_options(&o, src, NULL);
+    o.s3.stall_timeout_ms = 300;
+    struct sf_loader *l = open_loader(&o);
+    struct epoch_log clean;
+    cr_assert_eq(run_epoch(l, &clean, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
+    cr_assert_eq(clean.images, 160u);
+    sf_loader_close(l);
+
+    cr_assert_eq(admin("POST", "/_mock/faults",
+                       "p503=0.05,p500=0.03,reset=0.03,stall=0.03,stall_ms=1500,no206=0.03,"
+                       "no_content_range=0.03\n"),
+                 200);
+    char cache_dir[800];
+    snprintf(cache_dir, sizeof(cache_dir), "%s/cache", tmp);
+    for (int ram = 0; ram < 2; ram++) {
+        s3_options(&o, src, ram ? NULL : cache_dir);
+        o.s3.stall_timeout_ms = 300;
+        o.s3.max_attempts = 20;
+        l = open_loader(&o);
+        struct epoch_log chaos;
+        cr_assert_eq(run_epoch(l, &chaos, 0), SF_END_OF_EPOCH, "%s: %s",
+                     ram ? "RAM only" : "disk cache", sf_loader_errmsg(l));
+        cr_expect_eq(chaos.images, 160u, "%s", ram ? "RAM only" : "disk cache");
+        cr_expect(chaos.labels_ok);
+        for (unsigned k = 0; k < 160; k++)
+            cr_expect_eq(chaos.seen[k], 1, "sample %u delivered %u times (%s)", k, chaos.seen[k],
+                         ram ? "RAM only" : "disk cache");
+        cr_expect_eq(chaos.digest, clean.digest, "%s: other batches than the fault-free run",
+                     ram ? "RAM only" : "disk cache");
+        struct sf_loader_stats st;
+        sf_loader_get_stats(l, &st);
+        cr_expect_gt(st.retries, 0u, "the faults should have caused retries");
+        free(chaos.seen);
+        sf_loader_close(l);
+    }
+    free(clean.seen);
+    /* The chaos was real: every kind of fault fired. */
+    struct s3_call c = {.method = "GET", .target = "/_mock/stats"};
+    struct s3_resp r;
+    cr_assert(s3_call(srv.url, &c, &r) == 0 && r.status == 200);
+    cJSON *j = cJSON_Parse(r.body.data);
+    s3_resp_free(&r);
+    cr_assert(j);
+    const cJSON *faults = cJSON_GetObjectItem(j, "faults");
+    char *seen = cJSON_PrintUnformatted(faults);
+    const char *kinds[] = {"503", "500", "reset", "stall", "no206", "no_content_range"};
+    for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
+        const cJSON *n = cJSON_GetObjectItem(faults, kinds[k]);
+        cr_expect(cJSON_IsNumber(n) && n->valuedouble >= 1, "no '%s' fault fired: %s", kinds[k],
+                  seen ? seen : "?");
+    }
+    free(seen);
+    cJSON_Delete(j);
+}
+
 Test(loader, a_missing_shard_is_an_error_naming_it)
 {
     mock_dataset(40, 16 << 10);
