@@ -104,13 +104,15 @@ static unsigned char *make_jpeg(int cls, unsigned w, unsigned h, unsigned seed, 
 }
 
 /* A flat folder of n samples: sNNNNN.jpg, .cls (class), .txt (the key). */
-static void make_flat(const char *dir, unsigned n, int corrupt_index)
+/* n samples (jpg, cls, txt) in dir; side 0: small images of varied sizes,
+ * else side x side * 3 / 4. */
+static void make_images(const char *dir, unsigned n, int corrupt_index, unsigned side)
 {
     cr_assert(mkdir(dir, 0755) == 0 || errno == EEXIST, "%s", dir);
     for (unsigned i = 0; i < n; i++) {
         int cls = (int)((i * 7 + 3) % N_CLASSES);
         unsigned long len;
-        unsigned w = 48 + (i * 13) % 80, h = 40 + (i * 29) % 72;
+        unsigned w = side ? side : 48 + (i * 13) % 80, h = side ? side * 3 / 4 : 40 + (i * 29) % 72;
         unsigned char *j = make_jpeg(cls, w, h, i, &len);
         char rel[64], txt[64];
         if ((int)i == corrupt_index)
@@ -125,6 +127,11 @@ static void make_flat(const char *dir, unsigned n, int corrupt_index)
         snprintf(txt, sizeof(txt), "key s%05u", i);
         cr_assert(test_write_file(dir, rel, txt, strlen(txt)) == 0);
     }
+}
+
+static void make_flat(const char *dir, unsigned n, int corrupt_index)
+{
+    make_images(dir, n, corrupt_index, 0);
 }
 
 /* Packs src into dest (a folder or s3:// URL) as tar shards of ~shard_bytes. */
@@ -144,17 +151,24 @@ static void pack(const char *src, const char *dest, unsigned long long shard_byt
 static char shards[700]; /* local folder of shards, with a trailing '/' */
 static unsigned n_samples;
 
-static void local_dataset(unsigned n, unsigned long long shard_bytes, int corrupt_index)
+/* A local dataset of n samples (images as make_images makes them). */
+static void local_dataset_sized(unsigned n, unsigned long long shard_bytes, int corrupt_index,
+                                unsigned side)
 {
     tmp = test_tmpdir();
     cr_assert(tmp);
     test_isolate_aws_env(tmp);
     char src[700];
     snprintf(src, sizeof(src), "%s/src", tmp);
-    make_flat(src, n, corrupt_index);
+    make_images(src, n, corrupt_index, side);
     snprintf(shards, sizeof(shards), "%s/shards/", tmp);
     pack(src, shards, shard_bytes, NULL);
     n_samples = n;
+}
+
+static void local_dataset(unsigned n, unsigned long long shard_bytes, int corrupt_index)
+{
+    local_dataset_sized(n, shard_bytes, corrupt_index, 0);
 }
 
 static void base_options(struct sf_loader_options *o, const char *const *sources, size_t n)
@@ -2221,31 +2235,11 @@ static void report_of_epoch(struct sf_loader *l, unsigned step_ms, struct sf_loa
     sf_loader_report(l, r);
 }
 
-/* n photos-sized noisy JPEGs (640x480) with labels, packed in 1 MiB shards:
- * a decode costs milliseconds, reading a sample microseconds. */
+/* n photo-sized noisy JPEGs (640x480), packed in 1 MiB shards: a decode
+ * costs milliseconds, reading a sample microseconds. */
 static void local_dataset_large(unsigned n)
 {
-    tmp = test_tmpdir();
-    cr_assert(tmp);
-    test_isolate_aws_env(tmp);
-    char src[700];
-    snprintf(src, sizeof(src), "%s/src", tmp);
-    cr_assert(mkdir(src, 0755) == 0 || errno == EEXIST, "%s", src);
-    for (unsigned i = 0; i < n; i++) {
-        int cls = (int)(i % N_CLASSES);
-        unsigned long len;
-        unsigned char *j = make_jpeg(cls, 640, 480, i, &len);
-        char rel[64], txt[16];
-        snprintf(rel, sizeof(rel), "s%05u.jpg", i);
-        cr_assert(test_write_file(src, rel, j, len) == 0);
-        tjFree(j);
-        snprintf(rel, sizeof(rel), "s%05u.cls", i);
-        snprintf(txt, sizeof(txt), "%d", cls);
-        cr_assert(test_write_file(src, rel, txt, strlen(txt)) == 0);
-    }
-    snprintf(shards, sizeof(shards), "%s/shards/", tmp);
-    pack(src, shards, 1 << 20, NULL);
-    n_samples = n;
+    local_dataset_sized(n, 1 << 20, -1, 640);
 }
 
 /* Decode is the bound by construction, whatever else runs on the machine:

@@ -863,33 +863,16 @@ static int cli_run_argv(const char *tag, const char *const *argv)
  * stdout and stderr into tmp/TAG.out and tmp/TAG.err; the exit status. */
 static int cli_run(const char *tag, const char *const *args)
 {
-    setenv("AWS_ACCESS_KEY_ID", "mock-access-key", 1);
-    setenv("AWS_SECRET_ACCESS_KEY", "mock-secret-key", 1);
-    pid_t pid = fork();
-    cr_assert(pid >= 0);
-    if (pid == 0) {
-        char out[800], err[800];
-        snprintf(out, sizeof(out), "%s/%s.out", tmp, tag);
-        snprintf(err, sizeof(err), "%s/%s.err", tmp, tag);
-        int fo = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        int fe = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        if (fo < 0 || fe < 0 || dup2(fo, 1) < 0 || dup2(fe, 2) < 0)
-            _exit(126);
-        const char *argv[32];
-        int n = 0;
-        argv[n++] = SF_CLI_BIN;
-        argv[n++] = args[0];
-        argv[n++] = "--endpoint-url";
-        argv[n++] = srv.url;
-        for (int i = 1; args[i] && n < 31; i++)
-            argv[n++] = args[i];
-        argv[n] = NULL;
-        execv(SF_CLI_BIN, (char *const *)argv);
-        _exit(127);
-    }
-    int status;
-    cr_assert(waitpid(pid, &status, 0) == pid);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    const char *argv[32];
+    int n = 0;
+    argv[n++] = SF_CLI_BIN;
+    argv[n++] = args[0];
+    argv[n++] = "--endpoint-url";
+    argv[n++] = srv.url;
+    for (int i = 1; args[i] && n < 31; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    return cli_run_argv(tag, argv);
 }
 
 /* Contents of tmp/TAG.EXT (static buffer). */
