@@ -1,6 +1,8 @@
 /* Disk tier: verified entries, atomic publish, flock-coordinated downloads. */
 #include "cache/disk_cache.h"
 #include "cache/fdlock.h"
+#include "common/endian.h"
+#include "common/strbuf.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -74,43 +76,6 @@ struct sf__dc_writer {
 };
 
 /* ------------------------------------------------------------ helpers */
-
-__attribute__((format(printf, 4, 5))) static sf_status fail(char *err, size_t len, sf_status st,
-                                                            const char *fmt, ...)
-{
-    if (err && len) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, len, fmt, ap);
-        va_end(ap);
-    }
-    return st;
-}
-
-static void put_le64(unsigned char *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint64_t get_le64(const unsigned char *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
-
-static void put_le32(unsigned char *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint32_t get_le32(const unsigned char *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
 
 static void sha256_hex(const void *data, size_t n, char *out, size_t hex_chars)
 {
@@ -223,7 +188,7 @@ sf_status sf__disk_cache_open(const struct sf__disk_cache_options *o, struct sf_
 {
     *out = NULL;
     if (!o->dir || !o->dir[0])
-        return fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "cache_dir is empty");
+        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "cache_dir is empty");
     struct sf__disk_cache *dc = calloc(1, sizeof(*dc));
     if (!dc)
         return SF_ERR_NO_MEMORY;
@@ -234,18 +199,18 @@ sf_status sf__disk_cache_open(const struct sf__disk_cache_options *o, struct sf_
     if (snprintf(dc->root, sizeof(dc->root), "%s/v%d", o->dir, SF__DC_FORMAT_VERSION) >=
         (int)sizeof(dc->root)) {
         free(dc);
-        return fail(err, err_len, SF_ERR_LIMIT, "cache_dir '%s' is too long", o->dir);
+        return sf__fail(err, err_len, SF_ERR_LIMIT, "cache_dir '%s' is too long", o->dir);
     }
     if (mkdir_p(dc->root) != 0) {
         int e = errno;
         free(dc);
-        return fail(err, err_len, SF_ERR_IO, "cannot create cache directory '%s': %s", o->dir,
+        return sf__fail(err, err_len, SF_ERR_IO, "cannot create cache directory '%s': %s", o->dir,
                     strerror(e));
     }
     struct stat st;
     if (stat(dc->root, &st) != 0 || !S_ISDIR(st.st_mode) || access(dc->root, W_OK | X_OK) != 0) {
         free(dc);
-        return fail(err, err_len, SF_ERR_IO, "cache directory '%s' is not a writable directory",
+        return sf__fail(err, err_len, SF_ERR_IO, "cache directory '%s' is not a writable directory",
                     o->dir);
     }
     *out = dc;
@@ -309,9 +274,9 @@ static uint64_t usage_read(struct sf__disk_cache *dc)
     unsigned char b[16];
     ssize_t r = pread(fd, b, sizeof(b), 0);
     close(fd);
-    if (r != (ssize_t)sizeof(b) || XXH3_64bits(b, 8) != get_le64(b + 8))
+    if (r != (ssize_t)sizeof(b) || XXH3_64bits(b, 8) != sf__get_le64(b + 8))
         return UINT64_MAX;
-    return get_le64(b);
+    return sf__get_le64(b);
 }
 
 static void usage_write(struct sf__disk_cache *dc, uint64_t v)
@@ -322,8 +287,8 @@ static void usage_write(struct sf__disk_cache *dc, uint64_t v)
     if (fd < 0)
         return;
     unsigned char b[16];
-    put_le64(b, v);
-    put_le64(b + 8, XXH3_64bits(b, 8));
+    sf__put_le64(b, v);
+    sf__put_le64(b + 8, XXH3_64bits(b, 8));
     if (pwrite(fd, b, sizeof(b), 0) != (ssize_t)sizeof(b)) {
         /* A torn count fails its checksum and forces a rescan. */
     }
@@ -377,7 +342,7 @@ static uint64_t blocks_digest(const uint64_t *blocks, size_t n)
     XXH3_64bits_reset(s);
     for (size_t i = 0; i < n; i++) {
         unsigned char b[8];
-        put_le64(b, blocks[i]);
+        sf__put_le64(b, blocks[i]);
         XXH3_64bits_update(s, b, 8);
     }
     uint64_t h = XXH3_64bits_digest(s);
@@ -406,28 +371,28 @@ static sf_status read_entry(int fd, const struct sf__cache_id *id, const char *w
     memset(meta, 0, sizeof(*meta));
     struct stat st;
     if (fstat(fd, &st) != 0)
-        return fail(why, why_len, SF_ERR_IO, "fstat: %s", strerror(errno));
+        return sf__fail(why, why_len, SF_ERR_IO, "fstat: %s", strerror(errno));
     uint64_t fsize = (uint64_t)st.st_size;
     if (fsize < SF__DC_TRAILER_BYTES)
-        return fail(why, why_len, SF_ERR_CORRUPT, "file of %" PRIu64 " bytes has no trailer",
+        return sf__fail(why, why_len, SF_ERR_CORRUPT, "file of %" PRIu64 " bytes has no trailer",
                     fsize);
     unsigned char t[SF__DC_TRAILER_BYTES];
     uint64_t toff = fsize - SF__DC_TRAILER_BYTES;
     if (pread(fd, t, sizeof(t), (off_t)toff) != (ssize_t)sizeof(t))
-        return fail(why, why_len, SF_ERR_IO, "cannot read the trailer at offset %" PRIu64, toff);
+        return sf__fail(why, why_len, SF_ERR_IO, "cannot read the trailer at offset %" PRIu64, toff);
     if (memcmp(t, TRAILER_MAGIC, 8) != 0 || memcmp(t + 56, TRAILER_END, 8) != 0)
-        return fail(why, why_len, SF_ERR_CORRUPT, "bad trailer magic at offset %" PRIu64, toff);
-    if (XXH3_64bits(t, 48) != get_le64(t + 48))
-        return fail(why, why_len, SF_ERR_CORRUPT, "trailer checksum mismatch at offset %" PRIu64,
+        return sf__fail(why, why_len, SF_ERR_CORRUPT, "bad trailer magic at offset %" PRIu64, toff);
+    if (XXH3_64bits(t, 48) != sf__get_le64(t + 48))
+        return sf__fail(why, why_len, SF_ERR_CORRUPT, "trailer checksum mismatch at offset %" PRIu64,
                     toff);
-    uint32_t version = get_le32(t + 8);
-    uint32_t meta_len = get_le32(t + 12);
-    uint64_t size = get_le64(t + 16);
+    uint32_t version = sf__get_le32(t + 8);
+    uint32_t meta_len = sf__get_le32(t + 12);
+    uint64_t size = sf__get_le64(t + 16);
     if (version != SF__DC_FORMAT_VERSION)
-        return fail(why, why_len, SF_ERR_CORRUPT, "entry format %u, expected %d", version,
+        return sf__fail(why, why_len, SF_ERR_CORRUPT, "entry format %u, expected %d", version,
                     SF__DC_FORMAT_VERSION);
     if (meta_len > META_MAX_BYTES || size > fsize || fsize - size != (uint64_t)meta_len + 64)
-        return fail(why, why_len, SF_ERR_CORRUPT,
+        return sf__fail(why, why_len, SF_ERR_CORRUPT,
                     "sizes disagree: data %" PRIu64 " + metadata %u + 64 != file %" PRIu64, size,
                     meta_len, fsize);
     char *mj = malloc((size_t)meta_len + 1);
@@ -435,12 +400,12 @@ static sf_status read_entry(int fd, const struct sf__cache_id *id, const char *w
         return SF_ERR_NO_MEMORY;
     if (pread(fd, mj, meta_len, (off_t)size) != (ssize_t)meta_len) {
         free(mj);
-        return fail(why, why_len, SF_ERR_IO, "cannot read metadata at offset %" PRIu64, size);
+        return sf__fail(why, why_len, SF_ERR_IO, "cannot read metadata at offset %" PRIu64, size);
     }
     mj[meta_len] = 0;
-    if (XXH3_64bits(mj, meta_len) != get_le64(t + 32)) {
+    if (XXH3_64bits(mj, meta_len) != sf__get_le64(t + 32)) {
         free(mj);
-        return fail(why, why_len, SF_ERR_CORRUPT, "metadata checksum mismatch at offset %" PRIu64,
+        return sf__fail(why, why_len, SF_ERR_CORRUPT, "metadata checksum mismatch at offset %" PRIu64,
                     size);
     }
     cJSON *j = cJSON_ParseWithLength(mj, meta_len);
@@ -453,22 +418,22 @@ static sf_status read_entry(int fd, const struct sf__cache_id *id, const char *w
     const char *key = j ? json_str(j, "key") : NULL;
     const cJSON *blocks = j ? cJSON_GetObjectItemCaseSensitive(j, "blocks") : NULL;
     if (!etag || !url || !ep || !bk || !key || !cJSON_IsArray(blocks)) {
-        st2 = fail(why, why_len, SF_ERR_CORRUPT, "metadata at offset %" PRIu64 " is incomplete",
+        st2 = sf__fail(why, why_len, SF_ERR_CORRUPT, "metadata at offset %" PRIu64 " is incomplete",
                    size);
         goto out;
     }
     if (id && (strcmp(ep, id->endpoint ? id->endpoint : "") ||
                strcmp(bk, id->bucket ? id->bucket : "") || strcmp(key, id->key ? id->key : ""))) {
-        st2 = fail(why, why_len, SF_ERR_CORRUPT, "entry belongs to another object (%s)", url);
+        st2 = sf__fail(why, why_len, SF_ERR_CORRUPT, "entry belongs to another object (%s)", url);
         goto out;
     }
     if (want_etag && want_etag[0] && strcmp(etag, want_etag) != 0) {
-        st2 = fail(why, why_len, SF_ERR_CORRUPT, "entry has ETag %s, expected %s", etag, want_etag);
+        st2 = sf__fail(why, why_len, SF_ERR_CORRUPT, "entry has ETag %s, expected %s", etag, want_etag);
         goto out;
     }
     size_t nb = n_blocks_for(size);
     if ((size_t)cJSON_GetArraySize(blocks) != nb) {
-        st2 = fail(why, why_len, SF_ERR_CORRUPT, "metadata lists %d blocks for %zu",
+        st2 = sf__fail(why, why_len, SF_ERR_CORRUPT, "metadata lists %d blocks for %zu",
                    cJSON_GetArraySize(blocks), nb);
         goto out;
     }
@@ -491,18 +456,18 @@ static sf_status read_entry(int fd, const struct sf__cache_id *id, const char *w
             v = v << 4 | (uint64_t)(h < 0 ? 0 : h);
         }
         if (!ok) {
-            st2 = fail(why, why_len, SF_ERR_CORRUPT, "metadata block %zu is malformed", i);
+            st2 = sf__fail(why, why_len, SF_ERR_CORRUPT, "metadata block %zu is malformed", i);
             goto out;
         }
         meta->blocks[i++] = v;
     }
-    if (blocks_digest(meta->blocks, nb) != get_le64(t + 24)) {
-        st2 = fail(why, why_len, SF_ERR_CORRUPT, "block list does not match the trailer digest");
+    if (blocks_digest(meta->blocks, nb) != sf__get_le64(t + 24)) {
+        st2 = sf__fail(why, why_len, SF_ERR_CORRUPT, "block list does not match the trailer digest");
         goto out;
     }
     meta->size = size;
-    meta->checksum = get_le64(t + 24);
-    meta->created = (int64_t)get_le64(t + 40);
+    meta->checksum = sf__get_le64(t + 24);
+    meta->created = (int64_t)sf__get_le64(t + 40);
     meta->last_used = (int64_t)st.st_mtime;
     snprintf(meta->etag, sizeof(meta->etag), "%s", etag);
     snprintf(meta->url, sizeof(meta->url), "%s", url);
@@ -521,7 +486,7 @@ sf_status sf__dc_verify_mem(const void *data, const struct sf__dc_meta *meta, ch
         uint64_t off = (uint64_t)i * SF__DC_BLOCK_BYTES;
         uint64_t n = meta->size - off < SF__DC_BLOCK_BYTES ? meta->size - off : SF__DC_BLOCK_BYTES;
         if (XXH3_64bits(p + off, (size_t)n) != meta->blocks[i])
-            return fail(err, err_len, SF_ERR_CORRUPT,
+            return sf__fail(err, err_len, SF_ERR_CORRUPT,
                         "data checksum mismatch in bytes %" PRIu64 "..%" PRIu64, off, off + n - 1);
     }
     return SF_OK;
@@ -549,7 +514,7 @@ static sf_status hash_fd(int fd, uint64_t size, uint64_t *blocks, const uint64_t
                 if (blocks)
                     blocks[i] = h;
                 if (expect && expect[i] != h) {
-                    mst = fail(err, err_len, SF_ERR_CORRUPT,
+                    mst = sf__fail(err, err_len, SF_ERR_CORRUPT,
                                "data checksum mismatch in bytes %" PRIu64 "..%" PRIu64, off,
                                off + n - 1);
                     break;
@@ -572,7 +537,7 @@ static sf_status hash_fd(int fd, uint64_t size, uint64_t *blocks, const uint64_t
             if (r < 0 && errno == EINTR)
                 continue;
             if (r <= 0) {
-                st = fail(err, err_len, r == 0 ? SF_ERR_CORRUPT : SF_ERR_IO,
+                st = sf__fail(err, err_len, r == 0 ? SF_ERR_CORRUPT : SF_ERR_IO,
                           "short read at offset %" PRIu64 "%s%s", off + got, r ? ": " : "",
                           r ? strerror(errno) : "");
                 goto out;
@@ -583,7 +548,7 @@ static sf_status hash_fd(int fd, uint64_t size, uint64_t *blocks, const uint64_t
         if (blocks)
             blocks[i] = h;
         if (expect && expect[i] != h) {
-            st = fail(err, err_len, SF_ERR_CORRUPT,
+            st = sf__fail(err, err_len, SF_ERR_CORRUPT,
                       "data checksum mismatch in bytes %" PRIu64 "..%" PRIu64, off, off + n - 1);
             goto out;
         }
@@ -648,15 +613,15 @@ static sf_status lookup_kh(struct sf__disk_cache *dc, const struct sf__cache_id 
         entry_name(kh, etag, name, sizeof(name));
     else if (find_any_version(dc, kh, name, sizeof(name)) != 0) {
         dc->n.misses++;
-        return fail(err, err_len, SF_ERR_NOT_FOUND, "not cached");
+        return sf__fail(err, err_len, SF_ERR_NOT_FOUND, "not cached");
     }
     snprintf(path, sizeof(path), "%s/%s", dc->root, name);
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) {
         dc->n.misses++;
         if (errno == ENOENT)
-            return fail(err, err_len, SF_ERR_NOT_FOUND, "not cached");
-        return fail(err, err_len, SF_ERR_IO, "cannot open cache entry %s: %s", path,
+            return sf__fail(err, err_len, SF_ERR_NOT_FOUND, "not cached");
+        return sf__fail(err, err_len, SF_ERR_IO, "cannot open cache entry %s: %s", path,
                     strerror(errno));
     }
     char why[512];
@@ -670,13 +635,13 @@ static sf_status lookup_kh(struct sf__disk_cache *dc, const struct sf__cache_id 
         sf__dc_meta_clear(meta);
         dc->n.misses++;
         if (st != SF_ERR_CORRUPT)
-            return fail(err, err_len, st, "cache entry %s: %s", path, why);
+            return sf__fail(err, err_len, st, "cache entry %s: %s", path, why);
         /* A bad entry is never served: delete it so it is fetched again. */
         int64_t freed = have ? unlink_same(path, &seen) : 0;
         if (freed)
             usage_add(dc, -freed);
         dc->n.corrupt++;
-        return fail(err, err_len, SF_ERR_CORRUPT,
+        return sf__fail(err, err_len, SF_ERR_CORRUPT,
                     "cache entry %s for %s/%s failed verification (%s); deleted, it will be "
                     "fetched again",
                     name, id->bucket ? id->bucket : "", id->key ? id->key : "", why);
@@ -706,13 +671,13 @@ static void record_encode(const struct sf__dc_record *r, unsigned char *b)
 {
     memset(b, 0, RECORD_BYTES);
     memcpy(b, RECORD_MAGIC, 8);
-    put_le32(b + 8, SF__DC_FORMAT_VERSION);
-    put_le32(b + 12, r->state);
-    put_le64(b + 16, r->size);
-    put_le64(b + 24, r->contiguous);
-    put_le64(b + 32, r->pid);
+    sf__put_le32(b + 8, SF__DC_FORMAT_VERSION);
+    sf__put_le32(b + 12, r->state);
+    sf__put_le64(b + 16, r->size);
+    sf__put_le64(b + 24, r->contiguous);
+    sf__put_le64(b + 32, r->pid);
     snprintf((char *)b + 40, SF__DC_ETAG_MAX, "%s", r->etag);
-    put_le64(b + RECORD_BYTES - 8, XXH3_64bits(b, RECORD_BYTES - 8));
+    sf__put_le64(b + RECORD_BYTES - 8, XXH3_64bits(b, RECORD_BYTES - 8));
 }
 
 static int record_read(int fd, struct sf__dc_record *r)
@@ -722,15 +687,15 @@ static int record_read(int fd, struct sf__dc_record *r)
     for (int attempt = 0; attempt < 5; attempt++) {
         if (pread(fd, b, sizeof(b), 0) != (ssize_t)sizeof(b))
             return -1;
-        if (memcmp(b, RECORD_MAGIC, 8) != 0 || get_le32(b + 8) != SF__DC_FORMAT_VERSION)
+        if (memcmp(b, RECORD_MAGIC, 8) != 0 || sf__get_le32(b + 8) != SF__DC_FORMAT_VERSION)
             return -1;
-        if (XXH3_64bits(b, RECORD_BYTES - 8) != get_le64(b + RECORD_BYTES - 8))
+        if (XXH3_64bits(b, RECORD_BYTES - 8) != sf__get_le64(b + RECORD_BYTES - 8))
             continue;
         memset(r, 0, sizeof(*r));
-        r->state = get_le32(b + 12);
-        r->size = get_le64(b + 16);
-        r->contiguous = get_le64(b + 24);
-        r->pid = get_le64(b + 32);
+        r->state = sf__get_le32(b + 12);
+        r->size = sf__get_le64(b + 16);
+        r->contiguous = sf__get_le64(b + 24);
+        r->pid = sf__get_le64(b + 32);
         memcpy(r->etag, b + 40, SF__DC_ETAG_MAX);
         r->etag[SF__DC_ETAG_MAX - 1] = 0;
         return 0;
@@ -909,7 +874,7 @@ static sf_status make_room(struct sf__disk_cache *dc, uint64_t need, const char 
     sf_status st = scan_all(dc, &s);
     if (st != SF_OK) {
         free(s.v);
-        return fail(err, err_len, st, "cannot scan the cache directory %s", dc->root);
+        return sf__fail(err, err_len, st, "cannot scan the cache directory %s", dc->root);
     }
     uint64_t total = 0, busy = 0;
     time_t now = time(NULL);
@@ -952,7 +917,7 @@ static sf_status make_room(struct sf__disk_cache *dc, uint64_t need, const char 
     free(s.v);
     if (dc->o.limit_bytes && total + need > dc->o.limit_bytes) {
         usage_write(dc, total);
-        return fail(err, err_len, SF_ERR_LIMIT,
+        return sf__fail(err, err_len, SF_ERR_LIMIT,
                     "cache_limit %" PRIu64 " bytes cannot hold %" PRIu64 " more: %" PRIu64
                     " bytes are held by downloads in progress",
                     dc->o.limit_bytes, need, busy);
@@ -976,7 +941,7 @@ sf_status sf__dc_begin(struct sf__disk_cache *dc, const struct sf__cache_id *id,
     *out = NULL;
     *result = SF__DC_BUSY;
     if (!etag || !etag[0] || strlen(etag) >= SF__DC_ETAG_MAX)
-        return fail(err, err_len, SF_ERR_INVALID_ARGUMENT,
+        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT,
                     "caching %s needs the object's ETag (got none or one too long)",
                     id->key ? id->key : "");
     struct sf__dc_writer *w = calloc(1, sizeof(*w));
@@ -998,21 +963,21 @@ sf_status sf__dc_begin(struct sf__disk_cache *dc, const struct sf__cache_id *id,
     if (sub_path(dc, w->kh, sub, sizeof(sub)) ||
         file_path(dc, w->kh, ".lock", lock_path, sizeof(lock_path)) ||
         file_path(dc, w->kh, ".part", part_path, sizeof(part_path))) {
-        st = fail(err, err_len, SF_ERR_LIMIT, "cache path too long");
+        st = sf__fail(err, err_len, SF_ERR_LIMIT, "cache path too long");
         goto fail;
     }
     if (mkdir_0700(sub) != 0) {
-        st = fail(err, err_len, SF_ERR_IO, "cannot create %s: %s", sub, strerror(errno));
+        st = sf__fail(err, err_len, SF_ERR_IO, "cannot create %s: %s", sub, strerror(errno));
         goto fail;
     }
     w->lock_fd = sf__fdlock_open(lock_path, O_RDWR | O_CREAT | O_NOFOLLOW, 0600);
     if (w->lock_fd < 0) {
-        st = fail(err, err_len, SF_ERR_IO, "cannot open %s: %s", lock_path, strerror(errno));
+        st = sf__fail(err, err_len, SF_ERR_IO, "cannot open %s: %s", lock_path, strerror(errno));
         goto fail;
     }
     if (flock(w->lock_fd, LOCK_EX | LOCK_NB) != 0) {
         if (errno != EWOULDBLOCK) {
-            st = fail(err, err_len, SF_ERR_IO, "cannot lock %s: %s", lock_path, strerror(errno));
+            st = sf__fail(err, err_len, SF_ERR_IO, "cannot lock %s: %s", lock_path, strerror(errno));
             goto fail;
         }
         *result = SF__DC_BUSY;
@@ -1043,7 +1008,7 @@ sf_status sf__dc_begin(struct sf__disk_cache *dc, const struct sf__cache_id *id,
 
     int lk = evict_lock(dc);
     if (lk < 0) {
-        st = fail(err, err_len, SF_ERR_IO, "cannot lock %s/evict.lock: %s", dc->root,
+        st = sf__fail(err, err_len, SF_ERR_IO, "cannot lock %s/evict.lock: %s", dc->root,
                   strerror(errno));
         goto fail;
     }
@@ -1065,7 +1030,7 @@ sf_status sf__dc_begin(struct sf__disk_cache *dc, const struct sf__cache_id *id,
             (!w->resume && fst.st_size != 0 && ftruncate(w->fd, 0) != 0) ||
             ftruncate(w->fd, (off_t)size) != 0 ||
             (size && fallocate(w->fd, 0, 0, (off_t)size) != 0 && errno == ENOSPC)) {
-            st = fail(err, err_len, SF_ERR_IO, "cannot create %s: %s", part_path, strerror(errno));
+            st = sf__fail(err, err_len, SF_ERR_IO, "cannot create %s: %s", part_path, strerror(errno));
             /* Give the reservation back (evict.lock is still held here). */
             uint64_t u = usage_read(dc);
             if (u != UINT64_MAX)
@@ -1291,7 +1256,7 @@ static sf_status hash_block_fd(int fd, uint64_t size, size_t b, uint64_t *out, c
             continue;
         if (r <= 0) {
             free(buf);
-            return fail(err, err_len, r == 0 ? SF_ERR_CORRUPT : SF_ERR_IO,
+            return sf__fail(err, err_len, r == 0 ? SF_ERR_CORRUPT : SF_ERR_IO,
                         "short read at offset %" PRIu64 "%s%s", off + got, r ? ": " : "",
                         r ? strerror(errno) : "");
         }
@@ -1405,7 +1370,7 @@ sf_status sf__dc_writer_publish(struct sf__dc_writer *w, const char *url,
         }
         st = hash_block_fd(w->fd, w->size, i, &blocks[i], why, sizeof(why));
         if (st != SF_OK) {
-            st = fail(err, err_len, st, "cannot read back %s for its checksum: %s", url, why);
+            st = sf__fail(err, err_len, st, "cannot read back %s for its checksum: %s", url, why);
             goto fail;
         }
         from_file++;
@@ -1441,23 +1406,23 @@ sf_status sf__dc_writer_publish(struct sf__dc_writer *w, const char *url,
     unsigned char t[SF__DC_TRAILER_BYTES];
     memset(t, 0, sizeof(t));
     memcpy(t, TRAILER_MAGIC, 8);
-    put_le32(t + 8, SF__DC_FORMAT_VERSION);
-    put_le32(t + 12, (uint32_t)ml);
-    put_le64(t + 16, w->size);
-    put_le64(t + 24, blocks_digest(blocks, nb));
-    put_le64(t + 32, XXH3_64bits(mj, ml));
-    put_le64(t + 40, (uint64_t)created);
-    put_le64(t + 48, XXH3_64bits(t, 48));
+    sf__put_le32(t + 8, SF__DC_FORMAT_VERSION);
+    sf__put_le32(t + 12, (uint32_t)ml);
+    sf__put_le64(t + 16, w->size);
+    sf__put_le64(t + 24, blocks_digest(blocks, nb));
+    sf__put_le64(t + 32, XXH3_64bits(mj, ml));
+    sf__put_le64(t + 40, (uint64_t)created);
+    sf__put_le64(t + 48, XXH3_64bits(t, 48));
     memcpy(t + 56, TRAILER_END, 8);
     if (write_all(w->fd, mj, ml, w->size) != 0 ||
         write_all(w->fd, t, sizeof(t), w->size + ml) != 0 ||
         ftruncate(w->fd, (off_t)(w->size + ml + sizeof(t))) != 0) {
-        st = fail(err, err_len, SF_ERR_IO, "cannot write the cache entry for %s: %s", url,
+        st = sf__fail(err, err_len, SF_ERR_IO, "cannot write the cache entry for %s: %s", url,
                   strerror(errno));
         goto fail;
     }
     if (dc->o.fsync && fsync(w->fd) != 0) {
-        st = fail(err, err_len, SF_ERR_IO, "fsync of the cache entry for %s: %s", url,
+        st = sf__fail(err, err_len, SF_ERR_IO, "fsync of the cache entry for %s: %s", url,
                   strerror(errno));
         goto fail;
     }
@@ -1466,7 +1431,7 @@ sf_status sf__dc_writer_publish(struct sf__dc_writer *w, const char *url,
     file_path(dc, w->kh, ".part", part, sizeof(part));
     snprintf(final, sizeof(final), "%s/%s", dc->root, name);
     if (rename(part, final) != 0) {
-        st = fail(err, err_len, SF_ERR_IO, "cannot publish %s as %s: %s", url, final,
+        st = sf__fail(err, err_len, SF_ERR_IO, "cannot publish %s as %s: %s", url, final,
                   strerror(errno));
         goto fail;
     }
@@ -1497,7 +1462,7 @@ sf_status sf__dc_writer_publish(struct sf__dc_writer *w, const char *url,
     if (meta_out) {
         memset(meta_out, 0, sizeof(*meta_out));
         meta_out->size = w->size;
-        meta_out->checksum = get_le64(t + 24);
+        meta_out->checksum = sf__get_le64(t + 24);
         meta_out->created = meta_out->last_used = created;
         snprintf(meta_out->etag, sizeof(meta_out->etag), "%s", w->etag);
         snprintf(meta_out->url, sizeof(meta_out->url), "%s", url);
@@ -1530,7 +1495,7 @@ sf_status sf__dc_foreach(struct sf__disk_cache *dc,
     sf_status st = scan_all(dc, &s);
     if (st != SF_OK) {
         free(s.v);
-        return fail(err, err_len, st, "cannot scan the cache directory %s", dc->root);
+        return sf__fail(err, err_len, st, "cannot scan the cache directory %s", dc->root);
     }
     if (s.n)
         qsort(s.v, s.n, sizeof(*s.v), by_mtime);
@@ -1581,7 +1546,7 @@ sf_status sf__dc_usage(struct sf__disk_cache *dc, int sweep, struct sf__dc_usage
     sf_status st = scan_all(dc, &s);
     if (st != SF_OK) {
         free(s.v);
-        return fail(err, err_len, st, "cannot scan the cache directory %s", dc->root);
+        return sf__fail(err, err_len, st, "cannot scan the cache directory %s", dc->root);
     }
     time_t now = time(NULL);
     for (size_t i = 0; i < s.n; i++) {
@@ -1620,13 +1585,13 @@ sf_status sf__dc_clear(struct sf__disk_cache *dc, uint64_t *removed, char *err, 
     *removed = 0;
     int lk = evict_lock(dc);
     if (lk < 0)
-        return fail(err, err_len, SF_ERR_IO, "cannot lock %s/evict.lock", dc->root);
+        return sf__fail(err, err_len, SF_ERR_IO, "cannot lock %s/evict.lock", dc->root);
     struct scan s = {0};
     sf_status st = scan_all(dc, &s);
     if (st != SF_OK) {
         free(s.v);
         evict_unlock(lk);
-        return fail(err, err_len, st, "cannot scan the cache directory %s", dc->root);
+        return sf__fail(err, err_len, st, "cannot scan the cache directory %s", dc->root);
     }
     uint64_t left = 0;
     for (size_t i = 0; i < s.n; i++) {

@@ -4,7 +4,7 @@
 #include "mock_server/objects.h"
 #include "mock_server/stats.h"
 #include "s3/sigv4.h"
-#include "s3/strbuf.h"
+#include "common/strbuf.h"
 #include "s3/uri.h"
 
 #include <arpa/inet.h>

@@ -27,7 +27,8 @@
  */
 #include "s3/aws_config.h"
 
-#include "s3/strbuf.h"
+#include "common/strbuf.h"
+#include "common/secret.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -94,16 +95,16 @@ static sf_status set_value(char **slot, const char *v, size_t n)
     char *copy = strndup(v, n);
     if (!copy)
         return SF_ERR_NO_MEMORY;
-    free(*slot);
+    sf__free_secret(*slot); /* any value may be a key */
     *slot = copy;
     return SF_OK;
 }
 
 static void fields_free(struct fields *f)
 {
-    free(f->access_key_id);
-    free(f->secret_access_key);
-    free(f->session_token);
+    sf__free_secret(f->access_key_id);
+    sf__free_secret(f->secret_access_key);
+    sf__free_secret(f->session_token);
     free(f->region);
     free(f->endpoint_url);
     free(f->s3_endpoint_url);
@@ -314,6 +315,13 @@ static sf_status parse_line(struct parser *ps, const char *p, size_t n, size_t l
     return ps->in_target ? apply_top(ps, k, kn, v, vn) : SF_OK;
 }
 
+/* The text of a credentials file holds keys: wiped before it is freed. */
+static void wipe_free(struct sf__strbuf *b)
+{
+    sf__wipe(b->data, b->cap);
+    sf__strbuf_free(b);
+}
+
 /* Parses one file into ps->f. *found = 1 when the profile's section is there. */
 static sf_status parse_file(struct parser *ps, char *err, size_t err_len)
 {
@@ -322,13 +330,13 @@ static sf_status parse_file(struct parser *ps, char *err, size_t err_len)
     int absent = 0;
     sf_status st = read_file(ps->path, &buf, &absent, err, err_len);
     if (st != SF_OK || absent) {
-        sf__strbuf_free(&buf);
+        wipe_free(&buf);
         return st;
     }
     const char *d = sf__strbuf_str(&buf);
     size_t len = buf.len;
     if (memchr(d, '\0', len)) {
-        sf__strbuf_free(&buf);
+        wipe_free(&buf);
         return sf__fail(err, err_len, SF_ERR_PARSE, "%s: contains a NUL byte", ps->path);
     }
     size_t pos = 0;
@@ -349,7 +357,7 @@ static sf_status parse_file(struct parser *ps, char *err, size_t err_len)
             st = parse_line(ps, d + pos, content, lineno, err, err_len);
         pos += n + (nl ? 1 : 0);
     }
-    sf__strbuf_free(&buf);
+    wipe_free(&buf);
     return st;
 }
 
@@ -436,9 +444,9 @@ void sf__aws_profile_free(struct sf__aws_profile *p)
     if (!p)
         return;
     free(p->name);
-    free(p->aws_access_key_id);
-    free(p->aws_secret_access_key);
-    free(p->aws_session_token);
+    sf__free_secret(p->aws_access_key_id);
+    sf__free_secret(p->aws_secret_access_key);
+    sf__free_secret(p->aws_session_token);
     free(p->region);
     free(p->endpoint_url);
     free(p->ca_bundle);

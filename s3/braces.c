@@ -10,7 +10,7 @@
  */
 #include "s3/braces.h"
 
-#include "s3/strbuf.h"
+#include "common/strbuf.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -14,7 +14,8 @@
 #include "s3/credentials.h"
 
 #include "s3/aws_config.h"
-#include "s3/strbuf.h"
+#include "common/strbuf.h"
+#include "common/secret.h"
 
 #include <cjson/cJSON.h>
 #include <curl/curl.h>
@@ -95,20 +96,6 @@ logf_(const struct sf__cred_chain *c, enum sf_log_level level, const char *fmt, 
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
     c->log(c->log_user, level, msg);
-}
-
-static void wipe(void *p, size_t n)
-{
-    if (p && n)
-        explicit_bzero(p, n);
-}
-
-static void free_secret(char *s)
-{
-    if (s) {
-        wipe(s, strlen(s));
-        free(s);
-    }
 }
 
 /* A copy of a non-empty string, else NULL (an empty variable counts as unset,
@@ -331,12 +318,12 @@ sf_status sf__credentials_parse_json(const char *body, size_t n, struct sf__cred
                     err_len);
 done:
     if (st != SF_OK)
-        wipe(out, sizeof(*out));
+        sf__wipe(out, sizeof(*out));
     /* The parsed tree holds the secret too. */
     for (const char *const *k = (const char *const[]){"SecretAccessKey", "Token", NULL}; *k; k++) {
         cJSON *it = cJSON_GetObjectItemCaseSensitive(doc, *k);
         if (cJSON_IsString(it) && it->valuestring)
-            wipe(it->valuestring, strlen(it->valuestring));
+            sf__wipe(it->valuestring, strlen(it->valuestring));
     }
     cJSON_Delete(doc);
     return st;
@@ -361,7 +348,7 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *user)
 static void http_resp_free(struct http_resp *r)
 {
     if (r->body.data)
-        wipe(r->body.data, r->body.cap);
+        sf__wipe(r->body.data, r->body.cap);
     sf__strbuf_free(&r->body);
 }
 
@@ -509,9 +496,9 @@ static sf_status from_profile(struct sf__cred_chain *c, struct sf__credentials *
         if (st != SF_OK)
             sf__fail(why, why_len, st, "profile '%s': %s", c->profile, e);
     }
-    free_secret(p.aws_secret_access_key);
+    sf__free_secret(p.aws_secret_access_key);
     p.aws_secret_access_key = NULL;
-    free_secret(p.aws_session_token);
+    sf__free_secret(p.aws_session_token);
     p.aws_session_token = NULL;
     sf__aws_profile_free(&p);
     return st;
@@ -588,8 +575,8 @@ static sf_status container_auth(const struct sf__cred_chain *c, char **out, char
             if (r < 0 || sf__strbuf_append(&b, chunk, (size_t)r) != SF_OK) {
                 int e = errno;
                 close(fd);
-                wipe(chunk, sizeof(chunk));
-                wipe(b.data, b.cap);
+                sf__wipe(chunk, sizeof(chunk));
+                sf__wipe(b.data, b.cap);
                 sf__strbuf_free(&b);
                 if (r < 0)
                     return sf__fail(why, why_len, SF_ERR_IO,
@@ -601,7 +588,7 @@ static sf_status container_auth(const struct sf__cred_chain *c, char **out, char
             }
         }
         close(fd);
-        wipe(chunk, sizeof(chunk));
+        sf__wipe(chunk, sizeof(chunk));
     } else if (c->container_token) {
         sf__strbuf_puts(&b, c->container_token);
     } else {
@@ -609,7 +596,7 @@ static sf_status container_auth(const struct sf__cred_chain *c, char **out, char
     }
     char *t = sf__strbuf_take(&b);
     if (!t) {
-        wipe(b.data, b.cap);
+        sf__wipe(b.data, b.cap);
         sf__strbuf_free(&b);
         return sf__fail(why, why_len, SF_ERR_NO_MEMORY, "out of memory");
     }
@@ -622,7 +609,7 @@ static sf_status container_auth(const struct sf__cred_chain *c, char **out, char
     t[n - start] = '\0';
     for (const char *p = t; *p; p++) {
         if ((unsigned char)*p < 0x20 || *p == 0x7f) {
-            free_secret(t);
+            sf__free_secret(t);
             return sf__fail(why, why_len, SF_ERR_INVALID_ARGUMENT,
                             "the container authorization token has control characters");
         }
@@ -693,9 +680,9 @@ static sf_status from_container(struct sf__cred_chain *c, time_t now, struct sf_
             headers = h2;
         }
     }
-    free_secret(token);
+    sf__free_secret(token);
     if (auth.data)
-        wipe(auth.data, auth.cap);
+        sf__wipe(auth.data, auth.cap);
     sf__strbuf_free(&auth);
     char shown[512];
     display_url(sf__strbuf_str(&url), shown, sizeof(shown));
@@ -707,7 +694,7 @@ static sf_status from_container(struct sf__cred_chain *c, time_t now, struct sf_
     st = http_request(c, 0, sf__strbuf_str(&url), headers, &r, w, sizeof(w));
     /* The slist holds the authorization token. */
     for (struct curl_slist *h = headers; h; h = h->next)
-        wipe(h->data, strlen(h->data));
+        sf__wipe(h->data, strlen(h->data));
     curl_slist_free_all(headers);
     sf__strbuf_free(&url);
     if (st != SF_OK) {
@@ -725,7 +712,7 @@ static sf_status from_container(struct sf__cred_chain *c, time_t now, struct sf_
     if (st == SF_OK)
         st = check_fresh(out, now, w, sizeof(w));
     if (st != SF_OK) {
-        wipe(out, sizeof(*out));
+        sf__wipe(out, sizeof(*out));
         return sf__fail(why, why_len, st, "container: GET %s: %s", shown, w);
     }
     snprintf(out->source, sizeof(out->source), "container");
@@ -742,7 +729,7 @@ static int imds_token_valid(const struct sf__cred_chain *c)
 
 static void imds_token_drop(struct sf__cred_chain *c)
 {
-    wipe(c->imds_token, sizeof(c->imds_token));
+    sf__wipe(c->imds_token, sizeof(c->imds_token));
     c->imds_token_expiry.tv_sec = 0;
 }
 
@@ -809,11 +796,11 @@ static sf_status imds_get(struct sf__cred_chain *c, const char *path, struct htt
         char hdr[IMDS_TOKEN_MAX + 64];
         snprintf(hdr, sizeof(hdr), "X-aws-ec2-metadata-token: %s", c->imds_token);
         struct curl_slist *headers = curl_slist_append(NULL, hdr);
-        wipe(hdr, sizeof(hdr));
+        sf__wipe(hdr, sizeof(hdr));
         if (!headers)
             return sf__fail(why, why_len, SF_ERR_NO_MEMORY, "out of memory");
         st = http_request(c, 0, url, headers, r, why, why_len);
-        wipe(headers->data, strlen(headers->data));
+        sf__wipe(headers->data, strlen(headers->data));
         curl_slist_free_all(headers);
         if (st != SF_OK)
             return st;
@@ -882,7 +869,7 @@ static sf_status from_imds(struct sf__cred_chain *c, time_t now, struct sf__cred
     if (st == SF_OK)
         st = check_fresh(out, now, w, sizeof(w));
     if (st != SF_OK) {
-        wipe(out, sizeof(*out));
+        sf__wipe(out, sizeof(*out));
         return sf__fail(why, why_len, st, "imds: role %s: %s", role, w);
     }
     snprintf(out->source, sizeof(out->source), "imds:%.58s", role); /* IAM allows 64 */
@@ -951,17 +938,17 @@ static sf_status resolve(struct sf__cred_chain *c, time_t now, struct sf__creden
 static void chain_free_fields(struct sf__cred_chain *c)
 {
     free(c->explicit_ak);
-    free_secret(c->explicit_sk);
-    free_secret(c->explicit_token);
+    sf__free_secret(c->explicit_sk);
+    sf__free_secret(c->explicit_token);
     free(c->env_ak);
-    free_secret(c->env_sk);
-    free_secret(c->env_token);
+    sf__free_secret(c->env_sk);
+    sf__free_secret(c->env_token);
     free(c->profile);
     free(c->cred_path);
     free(c->config_path);
     free(c->container_relative_uri);
     free(c->container_full_uri);
-    free_secret(c->container_token);
+    sf__free_secret(c->container_token);
     free(c->container_token_file);
     free(c->container_base);
     free(c->imds_endpoint);
@@ -1005,7 +992,7 @@ sf_status sf__cred_chain_new(const struct sf__cred_options *o, struct sf__cred_c
         char e[256];
         sf_status st = fill_creds(&probe, o->access_key_id, o->secret_access_key,
                                   have_tok ? o->session_token : NULL, 0, "explicit", e, sizeof(e));
-        wipe(&probe, sizeof(probe));
+        sf__wipe(&probe, sizeof(probe));
         if (st != SF_OK) {
             logf_(c, SF_LOG_ERROR, "credentials: explicit options: %s", e);
             free(c);
@@ -1081,7 +1068,7 @@ void sf__cred_chain_destroy(struct sf__cred_chain *c)
         curl_easy_cleanup(c->curl);
     pthread_mutex_destroy(&c->mu);
     chain_free_fields(c);
-    wipe(c, sizeof(*c));
+    sf__wipe(c, sizeof(*c));
     free(c);
 }
 
@@ -1093,7 +1080,7 @@ void sf__cred_chain_invalidate(struct sf__cred_chain *c)
     c->have = 0;
     c->provider = P_NONE;
     c->retry_after = 0;
-    wipe(&c->cur, sizeof(c->cur));
+    sf__wipe(&c->cur, sizeof(c->cur));
     pthread_mutex_unlock(&c->mu);
 }
 
@@ -1155,7 +1142,7 @@ sf_status sf__cred_chain_get(struct sf__cred_chain *c, time_t now, struct sf__cr
                      "credentials from %s expired at %s and the refresh failed: %s", c->cur.source,
                      t, why);
         }
-        wipe(&fresh, sizeof(fresh));
+        sf__wipe(&fresh, sizeof(fresh));
     }
     pthread_mutex_unlock(&c->mu);
     if (note[0])

@@ -18,7 +18,7 @@
 #define SF_S3_FETCH_H
 
 #include "s3/endpoint.h"
-#include "s3/strbuf.h"
+#include "common/strbuf.h"
 #include "s3/xml.h"
 #include "shardfeed.h"
 

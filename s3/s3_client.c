@@ -10,7 +10,7 @@
 #include "s3/fetch.h"
 #include "s3/s3_client.h"
 #include "s3/sigv4.h"
-#include "s3/strbuf.h"
+#include "common/strbuf.h"
 #include "s3/uri.h"
 #include "s3/xml.h"
 #include "shardfeed.h"

@@ -1,6 +1,6 @@
 #include "s3/sigv4.h"
 
-#include "s3/strbuf.h"
+#include "common/strbuf.h"
 #include "s3/uri.h"
 
 #include <limits.h>

@@ -2,7 +2,7 @@
 #ifndef SF_S3_URI_H
 #define SF_S3_URI_H
 
-#include "s3/strbuf.h"
+#include "common/strbuf.h"
 
 #include <stddef.h>
 

@@ -8,7 +8,7 @@
  */
 #include "s3/xml.h"
 
-#include "s3/strbuf.h"
+#include "common/strbuf.h"
 #include "s3/uri.h"
 
 #include <expat.h>

@@ -8,6 +8,7 @@
 #include "s3/s3_client.h"
 #include "shardfeed.h"
 #include "shardfeed_cache.h"
+#include "common/clock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -70,13 +71,6 @@ struct sf_cache_object {
     sf_status status;
     char errmsg[1024];
 };
-
-static double mono_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static void sleep_ms(int ms)
 {
@@ -405,7 +399,7 @@ static sf_status step_begin(struct sf_cache_object *o)
         }
     }
     o->state = ST_FETCH;
-    o->last_progress = mono_s();
+    o->last_progress = sf__now_s();
     return SF_OK;
 }
 
@@ -442,7 +436,7 @@ static sf_status step_fetch(struct sf_cache_object *o, uint64_t want, int timeou
     o->contiguous = o->fetch_base + p.contiguous;
     if (o->contiguous > before)
         c->n.fetched_bytes += o->contiguous - before;
-    double now = mono_s();
+    double now = sf__now_s();
     if (now - o->last_progress >= PROGRESS_EVERY_S || p.done) {
         sf__dc_writer_progress(o->w, o->contiguous);
         o->last_progress = now;
@@ -469,7 +463,7 @@ static sf_status step_fetch(struct sf_cache_object *o, uint64_t want, int timeou
 static sf_status step_follow(struct sf_cache_object *o, uint64_t want, int timeout_ms)
 {
     struct sf_cache *c = o->c;
-    double deadline = timeout_ms < 0 ? 1e300 : mono_s() + timeout_ms / 1000.0;
+    double deadline = timeout_ms < 0 ? 1e300 : sf__now_s() + timeout_ms / 1000.0;
     for (;;) {
         struct sf__dc_record rec;
         int alive = 0;
@@ -498,7 +492,7 @@ static sf_status step_follow(struct sf_cache_object *o, uint64_t want, int timeo
             if (o->want_data && o->contiguous >= want && o->fd >= 0 && want < o->info.size)
                 return SF_OK;
         }
-        if (mono_s() >= deadline)
+        if (sf__now_s() >= deadline)
             return SF_ERR_TIMEOUT;
         sleep_ms(timeout_ms < 0 || timeout_ms > FOLLOW_POLL_MS ? FOLLOW_POLL_MS : timeout_ms);
     }
@@ -518,10 +512,10 @@ static void fill_progress(const struct sf_cache_object *o, struct sf_cache_objec
 /* Advances o until want bytes are there, it is done, or timeout_ms passes. */
 static sf_status drive(struct sf_cache_object *o, uint64_t want, int timeout_ms)
 {
-    double deadline = timeout_ms < 0 ? 1e300 : mono_s() + timeout_ms / 1000.0;
+    double deadline = timeout_ms < 0 ? 1e300 : sf__now_s() + timeout_ms / 1000.0;
     for (int guard = 0;; guard++) {
         sf_status st = SF_OK;
-        double left_s = deadline - mono_s();
+        double left_s = deadline - sf__now_s();
         int left = timeout_ms < 0 ? -1 : left_s <= 0 ? 0 : (int)(left_s * 1000.0 + 0.5);
         switch (o->state) {
         case ST_READY: return SF_OK;
@@ -537,7 +531,7 @@ static sf_status drive(struct sf_cache_object *o, uint64_t want, int timeout_ms)
             int slice = left < 0 || left > 50 ? 50 : left;
             st = step_fetch(o, want, slice);
             if (st == SF_ERR_TIMEOUT) {
-                if (timeout_ms >= 0 && mono_s() >= deadline)
+                if (timeout_ms >= 0 && sf__now_s() >= deadline)
                     return st;
                 st = SF_OK;
                 continue;
@@ -560,7 +554,7 @@ static sf_status drive(struct sf_cache_object *o, uint64_t want, int timeout_ms)
             return o->status;
         if (st != SF_OK && st != SF_ERR_CORRUPT)
             return st;
-        if (timeout_ms >= 0 && mono_s() >= deadline && o->state != ST_READY)
+        if (timeout_ms >= 0 && sf__now_s() >= deadline && o->state != ST_READY)
             return SF_ERR_TIMEOUT;
     }
 }
@@ -700,7 +694,7 @@ static sf_status warm_cancelled(struct sf_cache *c, const struct sf_warm_options
     snprintf(c->errmsg, sizeof(c->errmsg),
              "warm-cache cancelled after %llu of %llu objects (%llu bytes fetched)",
              s->objects_done, s->objects_total, s->bytes_fetched);
-    s->elapsed_s = mono_s() - t0;
+    s->elapsed_s = sf__now_s() - t0;
     if (wo->progress)
         wo->progress(wo->user, s);
     if (out)
@@ -723,7 +717,7 @@ sf_status sf_cache_warm(struct sf_cache *c, struct sf_s3 *s3, const struct sf_ob
         wo.progress_interval_ms = 200;
     struct sf_warm_stats s;
     memset(&s, 0, sizeof(s));
-    double t0 = mono_s();
+    double t0 = sf__now_s();
     s.objects_total = n;
     sf_status first = SF_OK;
     c->errmsg[0] = 0;
@@ -792,7 +786,7 @@ sf_status sf_cache_warm(struct sf_cache *c, struct sf_s3 *s3, const struct sf_ob
                  s.objects_total, s.bytes_total, c->o.limit_bytes);
         free(objs);
         free(todo);
-        s.elapsed_s = mono_s() - t0;
+        s.elapsed_s = sf__now_s() - t0;
         if (stats_out)
             *stats_out = s;
         return SF_ERR_LIMIT;
@@ -803,7 +797,7 @@ sf_status sf_cache_warm(struct sf_cache *c, struct sf_s3 *s3, const struct sf_ob
                 warm_report(&wo, &objs[i], SF_WARM_WOULD_FETCH, SF_OK, "");
         free(objs);
         free(todo);
-        s.elapsed_s = mono_s() - t0;
+        s.elapsed_s = sf__now_s() - t0;
         if (wo.progress)
             wo.progress(wo.user, &s);
         if (stats_out)
@@ -889,7 +883,7 @@ sf_status sf_cache_warm(struct sf_cache *c, struct sf_s3 *s3, const struct sf_ob
             sf_cache_object_close(o);
             act[k] = act[--n_act];
         }
-        double now = mono_s();
+        double now = sf__now_s();
         if (wo.progress && (now - last_report) * 1000.0 >= wo.progress_interval_ms) {
             s.elapsed_s = now - t0;
             wo.progress(wo.user, &s);
@@ -899,7 +893,7 @@ sf_status sf_cache_warm(struct sf_cache *c, struct sf_s3 *s3, const struct sf_ob
     free(act);
     free(objs);
     free(todo);
-    s.elapsed_s = mono_s() - t0;
+    s.elapsed_s = sf__now_s() - t0;
     if (wo.progress)
         wo.progress(wo.user, &s);
     if (stats_out)

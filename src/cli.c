@@ -136,13 +136,6 @@ void cli_errorf(const char *fmt, ...)
         snprintf(first_error, sizeof(first_error), "%s", msg);
 }
 
-double cli_now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 void cli_log_stderr(void *user, enum sf_log_level level, const char *message)
 {
     (void)user;
@@ -654,7 +647,7 @@ static int job_start(struct sf_s3 *s3, struct job *j)
     fo.size = j->in->size;
     if (j->in->etag[0])
         fo.etag = j->in->etag;
-    j->t0 = cli_now_s();
+    j->t0 = sf__now_s();
     sf_status st = sf_fetch_start(s3, j->in->url, &fo, &j->f);
     if (st != SF_OK) {
         j->st = st;
@@ -668,7 +661,7 @@ static int job_finish(struct job *j)
 {
     struct sf_fetch_progress p;
     j->st = sf_fetch_wait(j->f, ~0ull, -1, &p);
-    j->t1 = cli_now_s();
+    j->t1 = sf__now_s();
     j->bytes = p.total == SF_SIZE_UNKNOWN ? 0 : p.total;
     snprintf(j->etag, sizeof(j->etag), "%s", sf_fetch_etag(j->f));
     int rc = 0;
@@ -786,7 +779,7 @@ static int cmd_get(struct cli *c)
     struct sf_s3 *s3;
     if (cli_open_client(c, &s3))
         return 1;
-    double t0 = cli_now_s();
+    double t0 = sf__now_s();
     int rc = 0;
     size_t n_lists = (size_t)c->n_args;
     struct sf_object_list **lists = calloc(n_lists, sizeof(*lists));
@@ -931,7 +924,7 @@ static int cmd_get(struct cli *c)
         }
         rc = failed ? 1 : 0;
     }
-    double secs = cli_now_s() - t0;
+    double secs = sf__now_s() - t0;
     if (c->json && rc != EXIT_USAGE) {
         struct sf_s3_stats ss;
         sf_s3_get_stats(s3, &ss);

@@ -6,6 +6,7 @@
 #ifndef SF_CLI_H
 #define SF_CLI_H
 
+#include "common/clock.h"
 #include "shardfeed.h"
 
 #include <cjson/cJSON.h>
@@ -43,7 +44,6 @@ int cli_parse_options(int argc, char **argv, struct cli *c, const char *cmd,
 int cli_parse_uint(const char *flag, const char *v, unsigned lo, unsigned hi, unsigned *out);
 
 __attribute__((format(printf, 1, 2))) void cli_errorf(const char *fmt, ...);
-double cli_now_s(void);
 void cli_log_stderr(void *user, enum sf_log_level level, const char *message);
 
 /* Creates the S3 client from c->s3o; prints the reason and returns 1 on failure. */

@@ -147,10 +147,10 @@ int cli_cmd_index(int argc, char **argv)
     }
     struct sf_index_result res;
     char err[1024] = "";
-    double t0 = cli_now_s();
+    double t0 = sf__now_s();
     sf_status st = sf_index_shards(s3, (const char *const *)c.args, (size_t)c.n_args, &a.o, &res,
                                    err, sizeof(err));
-    double secs = cli_now_s() - t0;
+    double secs = sf__now_s() - t0;
     cli_progress_finish(bar); /* and frees it */
     if (st != SF_OK) {
         cli_errorf("index: %s (%s)", err[0] ? err : sf_status_str(st), sf_status_name(st));

@@ -510,7 +510,7 @@ static int load_or_doctor(int argc, char **argv, int doctor)
         return drc;
     }
 
-    double t_open = cli_now_s();
+    double t_open = sf__now_s();
     struct sf_loader *l = NULL;
     st = sf_loader_open(&o, &l, err, sizeof(err));
     sf_loader_options_free_json(keep_cfg);
@@ -545,7 +545,7 @@ static int load_or_doctor(int argc, char **argv, int doctor)
                 break;
             }
             if (first_batch_s < 0)
-                first_batch_s = cli_now_s() - t_open;
+                first_batch_s = sf__now_s() - t_open;
             batches++;
             images += b.size;
             for (size_t i = 0; i < b.size; i++)
@@ -561,7 +561,7 @@ static int load_or_doctor(int argc, char **argv, int doctor)
         if (lc.max_batches && batches >= lc.max_batches)
             break;
     }
-    double seconds = cli_now_s() - t_open;
+    double seconds = sf__now_s() - t_open;
     struct sf_loader_stats s;
     sf_loader_get_stats(l, &s);
     struct rusage ru;
@@ -681,9 +681,9 @@ static sf_status doctor_pipeline(struct sf_loader_options *o, const struct load_
     if (st != SF_OK)
         return st;
     unsigned long long images = 0;
-    double t0 = cli_now_s(), t = 0;
+    double t0 = sf__now_s(), t = 0;
     uint64_t epoch = o->sampler.epoch;
-    while ((t = cli_now_s() - t0) < seconds) {
+    while ((t = sf__now_s() - t0) < seconds) {
         struct sf_batch b;
         st = sf_loader_next(l, &b);
         if (st == SF_END_OF_EPOCH) {

@@ -174,9 +174,9 @@ int cli_cmd_pack(int argc, char **argv)
     }
     struct sf_pack_result res;
     char err[1024] = "";
-    double t0 = cli_now_s();
+    double t0 = sf__now_s();
     sf_status st = sf_pack(src, dest, &a.o, &res, err, sizeof(err));
-    double secs = cli_now_s() - t0;
+    double secs = sf__now_s() - t0;
     cli_progress_finish(pp.bar); /* and frees it */
     sf_s3_destroy(s3);
     if (st != SF_OK) {

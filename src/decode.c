@@ -16,7 +16,7 @@
 #include "src/decode.h"
 #include "src/gpu_kernel.h"
 
-#include "s3/strbuf.h"
+#include "common/strbuf.h"
 #include "src/sampler.h"
 
 #include <cjson/cJSON.h>

@@ -24,6 +24,8 @@
 #include "src/doctor.h"
 #include "src/gpu.h"
 #include "src/pack_reencode.h"
+#include "common/clock.h"
+#include "common/strbuf.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -40,26 +42,6 @@
 #define FETCH_SLOT_BYTES (16ull << 20) /* per fetch in the fetch stage */
 #define MAX_SLOTS        64u           /* fetches in flight in the fetch stage */
 #define FETCH_MEMORY     (256ull << 20) /* their buffers in all */
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static sf_status fail(char *err, size_t len, sf_status st, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static sf_status fail(char *err, size_t len, sf_status st, const char *fmt, ...)
-{
-    if (err && len) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, len, fmt, ap);
-        va_end(ap);
-    }
-    return st;
-}
 
 static unsigned cores_here(void)
 {
@@ -128,7 +110,7 @@ static sf_status list_shards(struct sf__doctor *d, char *err, size_t len)
         if (st != SF_OK) {
             char m[512];
             sf_s3_errmsg(d->s3, m, sizeof(m));
-            return fail(err, len, st, "source '%s': %s", o->sources[i],
+            return sf__fail(err, len, st, "source '%s': %s", o->sources[i],
                         m[0] ? m : sf_status_str(st));
         }
         d->n_lists++;
@@ -146,7 +128,7 @@ static sf_status list_shards(struct sf__doctor *d, char *err, size_t len)
                 d->remote = 1;
         }
     if (d->n_shards == 0)
-        return fail(err, len, SF_ERR_NOT_FOUND, "no shards in the sources (*.tar, *.sfr)");
+        return sf__fail(err, len, SF_ERR_NOT_FOUND, "no shards in the sources (*.tar, *.sfr)");
     return SF_OK;
 }
 
@@ -188,7 +170,7 @@ static sf_status hold_shards(struct sf__doctor *d, char *err, size_t len)
         d->held_name[n] = obj->url;
         st = sf_fetch_start(d->s3, obj->url, &fo, &f[n]);
         if (st != SF_OK)
-            st = fail(err, len, st, "reading %s: %s", obj->url, sf_status_str(st));
+            st = sf__fail(err, len, st, "reading %s: %s", obj->url, sf_status_str(st));
         n++;
         left -= want;
     }
@@ -200,7 +182,7 @@ static sf_status hold_shards(struct sf__doctor *d, char *err, size_t len)
             if (w == SF_OK && p.status != SF_OK)
                 w = p.status;
             if (w != SF_OK)
-                st = fail(err, len, w, "reading %s: %s", d->held_name[i],
+                st = sf__fail(err, len, w, "reading %s: %s", d->held_name[i],
                           sf_fetch_errmsg(f[i])[0] ? sf_fetch_errmsg(f[i]) : sf_status_str(w));
             else
                 d->held_len[i] = p.total == SF_SIZE_UNKNOWN ? 0 : (size_t)p.total;
@@ -236,7 +218,7 @@ static long long parse_all(struct sf__doctor *d, int keep, unsigned long long *b
             enum sf_shard_event ev;
             sf_status st = sf_shard_reader_next(rd, &s, &ev);
             if (st != SF_OK) {
-                fail(err, len, st, "%s", sf_shard_reader_errmsg(rd));
+                sf__fail(err, len, st, "%s", sf_shard_reader_errmsg(rd));
                 sf_shard_reader_destroy(rd);
                 return -1;
             }
@@ -250,7 +232,7 @@ static long long parse_all(struct sf__doctor *d, int keep, unsigned long long *b
                     r->data = malloc(s.fields[k].size ? s.fields[k].size : 1);
                     if (!r->data) {
                         sf_shard_reader_destroy(rd);
-                        fail(err, len, SF_ERR_NO_MEMORY, "out of memory");
+                        sf__fail(err, len, SF_ERR_NO_MEMORY, "out of memory");
                         return -1;
                     }
                     memcpy(r->data, s.fields[k].data, s.fields[k].size);
@@ -273,7 +255,7 @@ static sf_status first_parse(struct sf__doctor *d, char *err, size_t len)
     if (n < 0)
         return SF_ERR_CORRUPT;
     if (n == 0)
-        return fail(err, len, SF_ERR_NOT_FOUND, "no samples in the first shards (%s)",
+        return sf__fail(err, len, SF_ERR_NOT_FOUND, "no samples in the first shards (%s)",
                     d->held_name[0]);
     d->bytes_per_sample = (double)bytes / (double)n;
     d->held_bytes = bytes;
@@ -286,14 +268,14 @@ static sf_status stage_read(struct sf__doctor *d, char *err, size_t len)
     const unsigned long long bytes = d->held_bytes;
     r->bytes_per_sample = d->bytes_per_sample;
     unsigned long long total = 0;
-    double t0 = now_s(), t;
+    double t0 = sf__now_s(), t;
     do {
         unsigned long long b;
         long long k = parse_all(d, 0, &b, err, len);
         if (k < 0)
             return SF_ERR_CORRUPT;
         total += (unsigned long long)k;
-        t = now_s() - t0;
+        t = sf__now_s() - t0;
     } while (t < d->stage_s);
     r->stage_per_s[SF_STAGE_READ] = (double)total / t;
     snprintf(r->stage_note[SF_STAGE_READ], sizeof(r->stage_note[0]),
@@ -324,8 +306,8 @@ static void *decode_main(void *arg)
         free(out);
         return NULL;
     }
-    double t0 = now_s();
-    for (unsigned i = j->first; now_s() < j->until; i++) {
+    double t0 = sf__now_s();
+    for (unsigned i = j->first; sf__now_s() < j->until; i++) {
         const struct raw *r = &d->raw[i % d->n_raw];
         struct sf__decode_info info;
         sf_status st = sf__decode_jpeg(dec, &d->o->image, r->data, r->size,
@@ -337,7 +319,7 @@ static void *decode_main(void *arg)
         }
         j->done++;
     }
-    j->busy_s = now_s() - t0;
+    j->busy_s = sf__now_s() - t0;
     sf__decoder_destroy(dec);
     free(out);
     return NULL;
@@ -356,7 +338,7 @@ static double decode_for(struct sf__doctor *d, unsigned threads, double span_s, 
         *st = SF_ERR_NO_MEMORY;
         return 0;
     }
-    double t0 = now_s();
+    double t0 = sf__now_s();
     unsigned started = 0;
     for (unsigned i = 0; i < threads; i++) {
         jobs[i].d = d;
@@ -372,14 +354,14 @@ static double decode_for(struct sf__doctor *d, unsigned threads, double span_s, 
         done += jobs[i].done;
         if (jobs[i].st != SF_OK && *st == SF_OK) {
             *st = jobs[i].st;
-            fail(err, len, *st, "decoding a sample of %s: %s", d->held_name[0], jobs[i].err);
+            sf__fail(err, len, *st, "decoding a sample of %s: %s", d->held_name[0], jobs[i].err);
         }
     }
-    double t = now_s() - t0;
+    double t = sf__now_s() - t0;
     free(jobs);
     free(tid);
     if (started == 0 && *st == SF_OK)
-        *st = fail(err, len, SF_ERR_NO_MEMORY, "cannot start a decode thread");
+        *st = sf__fail(err, len, SF_ERR_NO_MEMORY, "cannot start a decode thread");
     return *st == SF_OK && t > 0 ? (double)done / t : 0;
 }
 
@@ -395,8 +377,8 @@ static double decode_round(const struct sf__doctor *d, const struct raw *imgs, u
         return 0;
     }
     unsigned long long done = 0;
-    double t0 = now_s(), t = t0;
-    for (unsigned i = 0; t - t0 < span_s || i < n; i++, t = now_s()) {
+    double t0 = sf__now_s(), t = t0;
+    for (unsigned i = 0; t - t0 < span_s || i < n; i++, t = sf__now_s()) {
         *st = sf__decode_jpeg(dec, &d->o->image, imgs[i % n].data, imgs[i % n].size,
                               sf__sample_rng_seed(7, 0, 0, i % n), out, NULL, err, len);
         if (*st != SF_OK)
@@ -485,18 +467,18 @@ static sf_status stage_assembly(struct sf__doctor *d, char *err, size_t len)
         free(src);
         free(dst);
         free(labels);
-        return fail(err, len, SF_ERR_NO_MEMORY, "out of memory for a batch of %u images", bs);
+        return sf__fail(err, len, SF_ERR_NO_MEMORY, "out of memory for a batch of %u images", bs);
     }
     memset(src, 0x5a, 16 * img);
     unsigned long long n = 0;
-    double t0 = now_s(), t;
+    double t0 = sf__now_s(), t;
     do {
         for (unsigned i = 0; i < bs; i++) {
             memcpy(dst + (size_t)i * img, src + (size_t)(i % 16) * img, img);
             labels[i] = (int64_t)i;
         }
         n += bs;
-        t = now_s() - t0;
+        t = sf__now_s() - t0;
     } while (t < d->stage_s / 4);
     r->stage_per_s[SF_STAGE_ASSEMBLY] = (double)n / t;
     snprintf(r->stage_note[SF_STAGE_ASSEMBLY], sizeof(r->stage_note[0]),
@@ -533,12 +515,12 @@ static sf_status stage_device(struct sf__doctor *d, char *err, size_t len)
     char e[256] = "";
     sf_status st = sf__gpu_open(&c, &g, e, sizeof(e));
     if (st != SF_OK)
-        return fail(err, len, st, "device: %s", e);
+        return sf__fail(err, len, st, "device: %s", e);
     int pinned = 0;
     void *host = sf__host_alloc(bs * img, 1, &pinned);
     if (!host) {
         sf__gpu_close(g);
-        return fail(err, len, SF_ERR_NO_MEMORY, "out of memory for a host batch");
+        return sf__fail(err, len, SF_ERR_NO_MEMORY, "out of memory for a host batch");
     }
     memset(host, 0x33, bs * img);
     struct sf__gpu_job job = {.host = host,
@@ -551,7 +533,7 @@ static sf_status stage_device(struct sf__doctor *d, char *err, size_t len)
     memcpy(job.mean, o->image.mean, sizeof(job.mean));
     memcpy(job.std, o->image.std, sizeof(job.std));
     unsigned long long n = 0;
-    double t0 = now_s(), t;
+    double t0 = sf__now_s(), t;
     unsigned slot = 0;
     do {
         st = sf__gpu_submit(g, slot, &job, e, sizeof(e));
@@ -561,12 +543,12 @@ static sf_status stage_device(struct sf__doctor *d, char *err, size_t len)
             break;
         slot ^= 1;
         n += bs;
-        t = now_s() - t0;
+        t = sf__now_s() - t0;
     } while (t < d->stage_s / 2);
     sf__host_free(host, pinned);
     sf__gpu_close(g);
     if (st != SF_OK)
-        return fail(err, len, st, "device: %s", e);
+        return sf__fail(err, len, st, "device: %s", e);
     r->stage_per_s[SF_STAGE_DEVICE] = (double)n / t;
     snprintf(r->stage_note[SF_STAGE_DEVICE], sizeof(r->stage_note[0]),
              "%s: copy%s of one %s host batch of %u images", be == SF__GPU_CUDA ? "CUDA" : "emulated device",
@@ -620,13 +602,13 @@ static sf_status fetch_for(struct sf__doctor *d, unsigned concurrency,
     size_t next = 0;
     unsigned head = 0, live = 0;
     unsigned long long delivered = 0;
-    double t0 = now_s(), t = 0;
+    double t0 = sf__now_s(), t = 0;
     for (unsigned i = 0; i < slots && st == SF_OK; i++) {
         buf[i] = malloc((size_t)per);
         if (!buf[i])
-            st = fail(err, len, SF_ERR_NO_MEMORY, "out of memory");
+            st = sf__fail(err, len, SF_ERR_NO_MEMORY, "out of memory");
     }
-    while (st == SF_OK && (t = now_s() - t0) < span_s) {
+    while (st == SF_OK && (t = sf__now_s() - t0) < span_s) {
         /* top up the window, in order, behind the head */
         while (st == SF_OK && live < slots) {
             const unsigned i = (head + live) % slots;
@@ -642,7 +624,7 @@ static sf_status fetch_for(struct sf__doctor *d, unsigned concurrency,
             length[i] = fo.length;
             st = sf_fetch_start(s3, obj->url, &fo, &f[i]);
             if (st != SF_OK)
-                fail(err, len, st, "fetching %s", obj->url);
+                sf__fail(err, len, st, "fetching %s", obj->url);
             else
                 live++;
         }
@@ -655,7 +637,7 @@ static sf_status fetch_for(struct sf__doctor *d, unsigned concurrency,
         if (!p.done)
             continue;
         if (p.status != SF_OK) {
-            st = fail(err, len, p.status, "fetching: %s", sf_fetch_errmsg(f[head]));
+            st = sf__fail(err, len, p.status, "fetching: %s", sf_fetch_errmsg(f[head]));
             break;
         }
         delivered += length[head];
@@ -734,7 +716,7 @@ sf_status sf__doctor_open(const struct sf_loader_options *o, struct sf__doctor *
     *out = NULL;
     struct sf__doctor *d = calloc(1, sizeof(*d));
     if (!d)
-        return fail(err, err_len, SF_ERR_NO_MEMORY, "out of memory");
+        return sf__fail(err, err_len, SF_ERR_NO_MEMORY, "out of memory");
     d->o = o;
     d->stage_s = 2.0;
     sf_status st = sf_s3_new(&o->s3, &d->s3, err, err_len);
@@ -799,12 +781,12 @@ sf_status sf_doctor_measure(const struct sf_loader_options *o, double stage_s,
                             struct sf_doctor_result *out, char *err, size_t err_len)
 {
     if (!o || !out)
-        return fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "doctor: no options or result");
+        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "doctor: no options or result");
     memset(out, 0, sizeof(*out));
     if (err && err_len)
         err[0] = 0;
     if (o->source_count == 0 || !o->sources)
-        return fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "doctor: no sources");
+        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "doctor: no sources");
     sf_status st = sf__image_options_check(&o->image, err, err_len);
     if (st != SF_OK)
         return st;

@@ -44,6 +44,7 @@
 static void emu_store(float *dst, uint32_t i, float v);
 #define SF_K_STORE(dst, i, v) emu_store((dst), (i), (v))
 #include "src/gpu_kernel.h"
+#include "common/clock.h"
 
 enum {
     EMU_OK = 0,
@@ -208,13 +209,6 @@ int sf__emu_options_from_env(struct sf__emu_options *o, char *err, size_t err_le
 }
 
 /* ------------------------------------------------------------------ helpers */
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 /* Wakes every waiter: some stream completed an operation (or failed). */
 static void publish(struct sf__emu *e)
@@ -457,7 +451,7 @@ static int run_op(struct emu_stream *s, struct emu_op *op)
     case OP_RECORD:
         if (atomic_load_explicit(&op->ev->seq, memory_order_relaxed) == op->seq &&
             atomic_load_explicit(&op->ev->s, memory_order_relaxed) == s) {
-            atomic_store_explicit(&op->ev->t_ns, now_ns(), memory_order_relaxed);
+            atomic_store_explicit(&op->ev->t_ns, sf__now_ns(), memory_order_relaxed);
             atomic_store_explicit(&op->ev->t_seq, op->seq, memory_order_relaxed);
         }
         return 0;

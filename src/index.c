@@ -20,6 +20,7 @@
 #include "shardfeed_pack.h"
 #include "src/record.h"
 #include "src/shard_reader.h"
+#include "common/strbuf.h"
 
 #include <cjson/cJSON.h>
 #include <inttypes.h>
@@ -655,18 +656,6 @@ void sf_index_result_clear(struct sf_index_result *r)
     memset(r, 0, sizeof(*r));
 }
 
-__attribute__((format(printf, 4, 5))) static sf_status put_err(char *err, size_t err_len,
-                                                               sf_status st, const char *fmt, ...)
-{
-    if (err && err_len) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, err_len, fmt, ap);
-        va_end(ap);
-    }
-    return st;
-}
-
 /* The objects the sources name: listings keep *.tar and *.sfr. */
 static sf_status expand(struct sf_s3 *s3, const char *const *sources, size_t n_sources, size_t max,
                         struct sf_object_list **lists, struct indexer *ix, char *err,
@@ -675,22 +664,22 @@ static sf_status expand(struct sf_s3 *s3, const char *const *sources, size_t n_s
     size_t total = 0;
     for (size_t i = 0; i < n_sources; i++) {
         if (!sources[i])
-            return put_err(err, err_len, SF_ERR_INVALID_ARGUMENT, "source %zu is NULL", i);
+            return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "source %zu is NULL", i);
         sf_status st = sf_s3_expand_stat(s3, sources[i], max, &lists[i]);
         if (st != SF_OK) {
             char m[ERR_LEN];
             sf_s3_errmsg(s3, m, sizeof(m));
-            return put_err(err, err_len, st, "source '%s': %s", sources[i],
+            return sf__fail(err, err_len, st, "source '%s': %s", sources[i],
                            m[0] ? m : sf_status_str(st));
         }
         total += sf_object_list_count(lists[i]);
     }
     if (total > max)
-        return put_err(err, err_len, SF_ERR_LIMIT, "the sources name %zu shards, more than %zu",
+        return sf__fail(err, err_len, SF_ERR_LIMIT, "the sources name %zu shards, more than %zu",
                        total, max);
     ix->shards = calloc(total ? total : 1, sizeof(*ix->shards));
     if (!ix->shards)
-        return put_err(err, err_len, SF_ERR_NO_MEMORY, "out of memory for %zu shards", total);
+        return sf__fail(err, err_len, SF_ERR_NO_MEMORY, "out of memory for %zu shards", total);
     for (size_t i = 0; i < n_sources; i++) {
         size_t sl = strlen(sources[i]);
         int listing = sl && sources[i][sl - 1] == '/';
@@ -702,7 +691,7 @@ static sf_status expand(struct sf_s3 *s3, const char *const *sources, size_t n_s
         }
     }
     if (ix->n == 0)
-        return put_err(err, err_len, SF_ERR_NOT_FOUND,
+        return sf__fail(err, err_len, SF_ERR_NOT_FOUND,
                        "no shards in the sources (a listing keeps *.tar and *.sfr)");
     return SF_OK;
 }
@@ -725,26 +714,26 @@ static sf_status name_shards(struct indexer *ix, const char *index_url, struct s
         }
     }
     if (!res->index_url)
-        return put_err(err, err_len, SF_ERR_NO_MEMORY, "out of memory");
+        return sf__fail(err, err_len, SF_ERR_NO_MEMORY, "out of memory");
     const char *slash = strrchr(res->index_url, '/');
     size_t dl = slash ? (size_t)(slash - res->index_url + 1) : 0;
     for (size_t i = 0; i < ix->n; i++) {
         const char *url = ix->shards[i].obj->url;
         const char *name = dl && !strncmp(url, res->index_url, dl) && url[dl] ? url + dl : url;
         if (!(ix->shards[i].name = strdup(name)))
-            return put_err(err, err_len, SF_ERR_NO_MEMORY, "out of memory");
+            return sf__fail(err, err_len, SF_ERR_NO_MEMORY, "out of memory");
     }
     /* The loader finds a shard's entry by base name: two alike would mix. */
     struct shard **by = malloc(ix->n * sizeof(*by));
     if (!by)
-        return put_err(err, err_len, SF_ERR_NO_MEMORY, "out of memory");
+        return sf__fail(err, err_len, SF_ERR_NO_MEMORY, "out of memory");
     for (size_t i = 0; i < ix->n; i++)
         by[i] = &ix->shards[i];
     qsort(by, ix->n, sizeof(*by), cmp_base);
     sf_status st = SF_OK;
     for (size_t i = 1; i < ix->n && st == SF_OK; i++)
         if (!strcmp(base_name(by[i - 1]->obj->url), base_name(by[i]->obj->url)))
-            st = put_err(err, err_len, SF_ERR_INVALID_ARGUMENT,
+            st = sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT,
                          "%s and %s have the same name: index.json entries are matched by "
                          "name, so one index cannot list both",
                          by[i - 1]->obj->url, by[i]->obj->url);
@@ -785,7 +774,7 @@ static sf_status run_workers(struct indexer *ix, const struct sf_index_options *
     size_t nw = o->parallel < ix->n ? o->parallel : ix->n;
     struct worker *w = calloc(nw, sizeof(*w));
     if (!w)
-        return put_err(err, err_len, SF_ERR_NO_MEMORY, "out of memory");
+        return sf__fail(err, err_len, SF_ERR_NO_MEMORY, "out of memory");
     for (size_t i = 0; i < nw; i++) {
         w[i].ix = ix;
         w[i].ring = malloc((size_t)ix->window);
@@ -793,7 +782,7 @@ static sf_status run_workers(struct indexer *ix, const struct sf_index_options *
         w[i].xxh = XXH3_createState();
         if (!w[i].ring || !w[i].slot || !w[i].xxh) {
             free_workers(w, nw);
-            return put_err(err, err_len, SF_ERR_NO_MEMORY,
+            return sf__fail(err, err_len, SF_ERR_NO_MEMORY,
                            "out of memory for %zu windows of %llu bytes", nw,
                            (unsigned long long)ix->window);
         }
@@ -833,21 +822,21 @@ static sf_status run_workers(struct indexer *ix, const struct sf_index_options *
         pthread_join(w[i].th, NULL);
     free_workers(w, nw);
     if (started == 0)
-        return put_err(err, err_len, SF_ERR_NO_MEMORY, "cannot start a worker thread");
+        return sf__fail(err, err_len, SF_ERR_NO_MEMORY, "cannot start a worker thread");
     for (size_t i = 0; i < ix->n; i++) {
         const struct shard *sh = &ix->shards[i];
         if (sh->st != SF_OK && sh->st != SF_ERR_CANCELLED)
-            return put_err(err, err_len, sh->st, "%s", sh->err ? sh->err : sf_status_str(sh->st));
+            return sf__fail(err, err_len, sh->st, "%s", sh->err ? sh->err : sf_status_str(sh->st));
     }
     if (cancelled || ix->shards_done < ix->n)
-        return put_err(err, err_len, SF_ERR_CANCELLED, "index cancelled after %llu of %zu shards",
+        return sf__fail(err, err_len, SF_ERR_CANCELLED, "index cancelled after %llu of %zu shards",
                        (unsigned long long)ix->shards_done, ix->n);
     if (o->progress) {
         pthread_mutex_lock(&ix->mu);
         int rc = report(ix, o);
         pthread_mutex_unlock(&ix->mu);
         if (rc != 0)
-            return put_err(err, err_len, SF_ERR_CANCELLED, "index cancelled at the end");
+            return sf__fail(err, err_len, SF_ERR_CANCELLED, "index cancelled at the end");
     }
     return SF_OK;
 }
@@ -859,10 +848,10 @@ sf_status sf_index_shards(struct sf_s3 *s3, const char *const *sources, size_t n
     if (err && err_len)
         err[0] = '\0';
     if (!result)
-        return put_err(err, err_len, SF_ERR_INVALID_ARGUMENT, "sf_index_shards: result is NULL");
+        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "sf_index_shards: result is NULL");
     memset(result, 0, sizeof(*result));
     if (!s3 || (!sources && n_sources))
-        return put_err(err, err_len, SF_ERR_INVALID_ARGUMENT, "sf_index_shards: %s is NULL",
+        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "sf_index_shards: %s is NULL",
                        s3 ? "sources" : "s3");
     struct sf_index_options d;
     sf_index_options_init_default(&d);
@@ -874,10 +863,10 @@ sf_status sf_index_shards(struct sf_s3 *s3, const char *const *sources, size_t n
             d.window_bytes = DEFAULT_WINDOW;
     }
     if (d.parallel > MAX_PARALLEL)
-        return put_err(err, err_len, SF_ERR_INVALID_ARGUMENT, "parallel %u: at most %u", d.parallel,
+        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "parallel %u: at most %u", d.parallel,
                        MAX_PARALLEL);
     if (d.window_bytes < MIN_WINDOW || d.window_bytes > ((uint64_t)SIZE_MAX >> 2))
-        return put_err(err, err_len, SF_ERR_INVALID_ARGUMENT,
+        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT,
                        "window_bytes %llu: at least %llu bytes", d.window_bytes,
                        (unsigned long long)MIN_WINDOW);
     struct indexer ix;
@@ -890,7 +879,7 @@ sf_status sf_index_shards(struct sf_s3 *s3, const char *const *sources, size_t n
     pthread_mutex_init(&ix.mu, NULL);
     pthread_cond_init(&ix.cond, NULL);
     struct sf_object_list **lists = calloc(n_sources ? n_sources : 1, sizeof(*lists));
-    sf_status st = lists ? SF_OK : put_err(err, err_len, SF_ERR_NO_MEMORY, "out of memory");
+    sf_status st = lists ? SF_OK : sf__fail(err, err_len, SF_ERR_NO_MEMORY, "out of memory");
     if (st == SF_OK)
         st = expand(s3, sources, n_sources, d.max_shards ? d.max_shards : DEFAULT_MAX, lists, &ix,
                     err, err_len);
@@ -903,7 +892,7 @@ sf_status sf_index_shards(struct sf_s3 *s3, const char *const *sources, size_t n
         st = run_workers(&ix, &d, err, err_len);
     }
     if (st == SF_OK && !(result->json = build_json(&ix, result)))
-        st = put_err(err, err_len, SF_ERR_NO_MEMORY, "out of memory for " INDEX_NAME);
+        st = sf__fail(err, err_len, SF_ERR_NO_MEMORY, "out of memory for " INDEX_NAME);
     for (size_t i = 0; ix.shards && i < ix.n; i++) {
         struct shard *sh = &ix.shards[i];
         for (size_t f = 0; f < sh->n_fields; f++)

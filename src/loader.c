@@ -47,13 +47,6 @@
 
 /* ------------------------------------------------------------ helpers */
 
-double sf__loader_now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 void sf__loader_log(struct sf_loader *l, enum sf_log_level lv, const char *fmt, ...)
 {
     if (!l->o.log || lv > l->o.log_level)

@@ -7,6 +7,7 @@
 
 #include "src/decode.h"
 #include "src/gpu.h"
+#include "common/endian.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -30,7 +31,7 @@ static sf_status next_batch(struct sf_loader *l, struct sf_batch *out, double ti
 {
     if (!l || !out)
         return SF_ERR_INVALID_ARGUMENT;
-    double t0 = sf__loader_now_s();
+    double t0 = sf__now_s();
     sf__nvtx_push("wait batch");
     pthread_mutex_lock(&l->mu);
     if (l->waits.t_first == 0)
@@ -116,7 +117,7 @@ static sf_status next_batch(struct sf_loader *l, struct sf_batch *out, double ti
         }
     wait:
         if (timeout_s >= 0) {
-            double left = t0 + timeout_s - sf__loader_now_s();
+            double left = t0 + timeout_s - sf__now_s();
             if (left <= 0) {
                 st = SF_NOT_READY;
                 break;
@@ -127,7 +128,7 @@ static sf_status next_batch(struct sf_loader *l, struct sf_batch *out, double ti
         }
         sf__loader_cond_wait_ms(&l->cv_consumer, &l->mu, 50);
     }
-    const double waited = sf__loader_now_s() - t0;
+    const double waited = sf__now_s() - t0;
     l->consumer_wait_s += waited;
     if (st == SF_OK) {
         sf__wait_log_add(&l->waits, l->waits.pending_s + waited);
@@ -336,20 +337,6 @@ sf_status sf_loader_set_epoch(struct sf_loader *l, uint64_t epoch)
 #define STATE_MAGIC 0x444c4653u
 _Static_assert(SF_LOADER_STATE_BYTES == 32 + SF_SAMPLER_STATE_BYTES + 8, "loader state layout");
 
-static void put64(unsigned char *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint64_t get64(const unsigned char *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
-
 static uint64_t state_sum(const unsigned char *p, size_t n)
 {
     uint64_t h = 0x6c6f616465727631ULL; /* "loaderv1" */
@@ -374,17 +361,17 @@ sf_status sf_loader_state_save(struct sf_loader *l, void *buf, size_t len)
     int length_known = l->epoch_estimated && l->size_known;
     uint64_t length = l->epoch_positions;
     pthread_mutex_unlock(&l->mu);
-    put64(p, STATE_MAGIC | (1ULL << 32));
-    put64(p + 8, l->o.batch_size);
-    put64(p + 16, position);
-    put64(p + 24, epoch);
+    sf__put_le64(p, STATE_MAGIC | (1ULL << 32));
+    sf__put_le64(p + 8, l->o.batch_size);
+    sf__put_le64(p + 16, position);
+    sf__put_le64(p + 24, epoch);
     sf_sampler_set_epoch(l->state_smp, epoch);
     if (length_known)
         sf_sampler_feed(l->state_smp, length, 1); /* open-ended: its real length */
     sf_status st = sf_sampler_state_save_at(l->state_smp, position, p + 32, SF_SAMPLER_STATE_BYTES);
     if (st != SF_OK)
         return st;
-    put64(p + 32 + SF_SAMPLER_STATE_BYTES, state_sum(p, 32 + SF_SAMPLER_STATE_BYTES));
+    sf__put_le64(p + 32 + SF_SAMPLER_STATE_BYTES, state_sum(p, 32 + SF_SAMPLER_STATE_BYTES));
     return SF_OK;
 }
 
@@ -393,18 +380,18 @@ sf_status sf_loader_state_restore(struct sf_loader *l, const void *state, size_t
     if (!l || !state)
         return SF_ERR_INVALID_ARGUMENT;
     const unsigned char *p = state;
-    if (len != SF_LOADER_STATE_BYTES || get64(p) != (STATE_MAGIC | (1ULL << 32)) ||
-        get64(p + 32 + SF_SAMPLER_STATE_BYTES) != state_sum(p, 32 + SF_SAMPLER_STATE_BYTES)) {
+    if (len != SF_LOADER_STATE_BYTES || sf__get_le64(p) != (STATE_MAGIC | (1ULL << 32)) ||
+        sf__get_le64(p + 32 + SF_SAMPLER_STATE_BYTES) != state_sum(p, 32 + SF_SAMPLER_STATE_BYTES)) {
         pthread_mutex_lock(&l->mu);
         snprintf(l->errmsg, sizeof(l->errmsg), "not a loader state (bad magic or checksum)");
         pthread_mutex_unlock(&l->mu);
         return SF_ERR_CORRUPT;
     }
-    if (get64(p + 8) != l->o.batch_size) {
+    if (sf__get_le64(p + 8) != l->o.batch_size) {
         pthread_mutex_lock(&l->mu);
         snprintf(l->errmsg, sizeof(l->errmsg),
                  "the state was saved with batch_size %llu, this loader has %u",
-                 (unsigned long long)get64(p + 8), l->o.batch_size);
+                 (unsigned long long)sf__get_le64(p + 8), l->o.batch_size);
         pthread_mutex_unlock(&l->mu);
         return SF_ERR_INVALID_ARGUMENT;
     }
@@ -421,9 +408,9 @@ sf_status sf_loader_state_restore(struct sf_loader *l, const void *state, size_t
             pthread_mutex_unlock(&l->mu);
             return SF_ERR_INVALID_ARGUMENT;
         }
-        sf_status st = switch_basis(l, want_est, get64(p + 24), p + 32);
+        sf_status st = switch_basis(l, want_est, sf__get_le64(p + 24), p + 32);
         if (st == SF_OK)
-            st = request_reset(l, get64(p + 24), p + 32, get64(p + 16));
+            st = request_reset(l, sf__get_le64(p + 24), p + 32, sf__get_le64(p + 16));
         l->restored_fresh = st == SF_OK;
         return st;
     }
@@ -436,7 +423,7 @@ sf_status sf_loader_state_restore(struct sf_loader *l, const void *state, size_t
         pthread_mutex_unlock(&l->mu);
         return st;
     }
-    st = request_reset(l, get64(p + 24), p + 32, get64(p + 16));
+    st = request_reset(l, sf__get_le64(p + 24), p + 32, sf__get_le64(p + 16));
     l->restored_fresh = st == SF_OK;
     return st;
 }

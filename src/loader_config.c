@@ -2,6 +2,7 @@
  * (include/shardfeed_loader.h, docs/loader.md). */
 #include "src/decode.h"
 #include "src/loader.h"
+#include "common/strbuf.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -34,57 +35,44 @@ void sf_loader_options_init_default(struct sf_loader_options *o)
     o->log_level = SF_LOG_WARN;
 }
 
-static sf_status bad(char *err, size_t len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static sf_status bad(char *err, size_t len, const char *fmt, ...)
-{
-    if (err && len) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, len, fmt, ap);
-        va_end(ap);
-    }
-    return SF_ERR_INVALID_ARGUMENT;
-}
-
 sf_status sf__loader_options_check(const struct sf_loader_options *o, char *err, size_t err_len)
 {
     if (!o->sources || o->source_count == 0)
-        return bad(err, err_len, "sources: at least one shard URL, pattern or prefix is needed");
+        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "sources: at least one shard URL, pattern or prefix is needed");
     for (size_t i = 0; i < o->source_count; i++)
         if (!o->sources[i] || !o->sources[i][0])
-            return bad(err, err_len, "sources[%zu] is empty", i);
+            return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "sources[%zu] is empty", i);
     if (o->batch_size < 1 || o->batch_size > (1u << 20))
-        return bad(err, err_len, "batch_size %u: must be 1..1048576", o->batch_size);
+        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "batch_size %u: must be 1..1048576", o->batch_size);
     if (o->prefetch_batches < 2 || o->prefetch_batches > 1024)
-        return bad(err, err_len, "prefetch_batches %u: must be 2..1024", o->prefetch_batches);
+        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "prefetch_batches %u: must be 2..1024", o->prefetch_batches);
     if (o->prefetch_shards < 1 || o->prefetch_shards > 4096)
-        return bad(err, err_len, "prefetch_shards %u: must be 1..4096", o->prefetch_shards);
+        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "prefetch_shards %u: must be 1..4096", o->prefetch_shards);
     if (o->decode_threads > 1024)
-        return bad(err, err_len, "decode_threads %u: must be 0 (the cores) ..1024",
+        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "decode_threads %u: must be 0 (the cores) ..1024",
                    o->decode_threads);
     if (o->max_shard_bytes < 1024)
-        return bad(err, err_len, "max_shard_bytes %llu: at least 1K", o->max_shard_bytes);
+        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "max_shard_bytes %llu: at least 1K", o->max_shard_bytes);
     if (o->learned_counts < -1 || o->learned_counts > 1)
-        return bad(err, err_len, "learned_counts %d: -1 (auto), 0 (never) or 1 (always)",
+        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "learned_counts %d: -1 (auto), 0 (never) or 1 (always)",
                    o->learned_counts);
     if (o->max_extra_bytes < 1)
-        return bad(err, err_len, "max_extra_bytes: at least 1");
+        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "max_extra_bytes: at least 1");
     if (o->on_error != SF_ON_ERROR_FAIL && o->on_error != SF_ON_ERROR_SKIP)
-        return bad(err, err_len, "on_error %d: fail or skip", (int)o->on_error);
+        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "on_error %d: fail or skip", (int)o->on_error);
     if (o->device != SF_DEVICE_AUTO && o->device != SF_DEVICE_HOST && o->device != SF_DEVICE_CUDA &&
         o->device != SF_DEVICE_EMULATED)
-        return bad(err, err_len, "device %d: auto, host or cuda", (int)o->device);
+        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "device %d: auto, host or cuda", (int)o->device);
     if (o->image_fields && !o->image_fields[0])
-        return bad(err, err_len, "image_fields is empty");
+        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "image_fields is empty");
     sf_status st = sf__image_options_check(&o->image, err, err_len);
     if (st != SF_OK)
         return st;
     if (o->image.width == 0 || o->image.height == 0)
-        return bad(err, err_len, "width and height: the loader needs an output size (1..65535)");
+        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "width and height: the loader needs an output size (1..65535)");
     size_t bytes = sf__image_bytes(&o->image);
     if ((double)bytes * o->batch_size * o->prefetch_batches > 64.0 * (1ULL << 30))
-        return bad(err, err_len,
+        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT,
                    "batch_size x prefetch_batches x image bytes is over 64 GiB of batch memory");
     return SF_OK;
 }
@@ -101,7 +89,7 @@ sf_status sf_loader_options_check(const struct sf_loader_options *o, char *err, 
     if (err && err_len)
         err[0] = '\0';
     if (!o)
-        return bad(err, err_len, "loader options are NULL");
+        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "loader options are NULL");
     return sf__loader_options_check(o, err, err_len);
 }
 
@@ -352,7 +340,7 @@ sf_status sf_loader_options_from_json(struct sf_loader_options *o, const char *j
                                       char *err, size_t err_len)
 {
     if (!o || !json || !keep)
-        return bad(err, err_len, "NULL argument");
+        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "NULL argument");
     *keep = NULL;
     struct keep *k = calloc(1, sizeof(*k));
     if (!k)
@@ -360,7 +348,7 @@ sf_status sf_loader_options_from_json(struct sf_loader_options *o, const char *j
     k->root = cJSON_Parse(json);
     if (!k->root || !cJSON_IsObject(k->root)) {
         const char *at = cJSON_GetErrorPtr();
-        sf_status st = bad(err, err_len, "configuration is not a JSON object%s%.*s%s",
+        sf_status st = sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "configuration is not a JSON object%s%.*s%s",
                            at && k->root == NULL ? " (near '" : "", at && !k->root ? 20 : 0,
                            at ? at : "", at && !k->root ? "')" : "");
         sf_loader_options_free_json(k);
@@ -374,7 +362,7 @@ sf_status sf_loader_options_from_json(struct sf_loader_options *o, const char *j
         if (!strcmp(name, "sources")) {
             if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) < 1) {
                 sf_loader_options_free_json(k);
-                return bad(err, err_len, "sources: an array of URL strings");
+                return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "sources: an array of URL strings");
             }
             size_t n = (size_t)cJSON_GetArraySize(v);
             free(k->sources);
@@ -389,7 +377,7 @@ sf_status sf_loader_options_from_json(struct sf_loader_options *o, const char *j
             {
                 if (!cJSON_IsString(e)) {
                     sf_loader_options_free_json(k);
-                    return bad(err, err_len, "sources[%zu]: not a string", i);
+                    return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "sources[%zu]: not a string", i);
                 }
                 k->sources[i++] = e->valuestring;
             }
@@ -399,8 +387,8 @@ sf_status sf_loader_options_from_json(struct sf_loader_options *o, const char *j
         }
         int r = apply(&tmp, name, v);
         if (r != 0) {
-            sf_status st = r > 0 ? bad(err, err_len, "unknown option '%s'", name)
-                                 : bad(err, err_len, "option '%s': bad value", name);
+            sf_status st = r > 0 ? sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "unknown option '%s'", name)
+                                 : sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "option '%s': bad value", name);
             sf_loader_options_free_json(k);
             return st;
         }

@@ -6,6 +6,7 @@
 #ifndef SF_SRC_LOADER_INTERNAL_H
 #define SF_SRC_LOADER_INTERNAL_H
 
+#include "common/clock.h"
 #include "src/loader.h"
 
 #include <pthread.h>
@@ -128,7 +129,7 @@ struct sf__wait_log {
     uint64_t count;
     double total_s, max_s, first_s;
     double pending_s; /* waited in next_wait() calls that timed out, for the coming batch */
-    double t_first;   /* the window's first next() call (sf__loader_now_s), 0: none yet */
+    double t_first;   /* the window's first next() call (sf__now_s), 0: none yet */
     struct sf_loader_stats base;
 };
 
@@ -244,7 +245,6 @@ struct sf_loader {
 
 /* ---- helpers (loader.c) */
 
-double sf__loader_now_s(void);
 /* CPUs this process may run on (affinity), at least 1. */
 unsigned sf__loader_cores_available(void);
 

@@ -219,7 +219,7 @@ static int reader_wait_slot(struct sf_loader *l, struct reader *rd, uint64_t bin
 {
     struct batch *b = NULL;
     pthread_mutex_lock(&l->mu);
-    double t_wait = sf__loader_now_s();
+    double t_wait = sf__now_s();
     while (!l->stop && l->error == SF_OK && !l->reset_req && !(b = free_slot(l))) {
         /* Keep downloads moving while we wait for the consumer. */
         pthread_mutex_unlock(&l->mu);
@@ -245,7 +245,7 @@ static int reader_wait_slot(struct sf_loader *l, struct reader *rd, uint64_t bin
         memset(b->skipped, 0, l->o.batch_size);
         rd->cur = b;
     }
-    rd->blocked_s += sf__loader_now_s() - t_wait;
+    rd->blocked_s += sf__now_s() - t_wait;
     pthread_mutex_unlock(&l->mu);
     return ok ? 0 : -1;
 }
@@ -618,7 +618,7 @@ void *sf__loader_reader_main(void *arg)
             pthread_mutex_unlock(&l->mu);
             continue;
         }
-        double t0 = sf__loader_now_s();
+        double t0 = sf__now_s();
         sf__nvtx_push("read");
         int progressed = 0;
         if (rd.est) {
@@ -740,7 +740,7 @@ void *sf__loader_reader_main(void *arg)
             reader_close_batch(l, &rd);
         reader_sweep(l, &rd, 0);
         sf__nvtx_pop();
-        busy += sf__loader_now_s() - t0 - rd.blocked_s;
+        busy += sf__now_s() - t0 - rd.blocked_s;
         rd.blocked_s = 0;
         pthread_mutex_lock(&l->mu);
         l->read_busy_s = busy;

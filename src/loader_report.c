@@ -227,7 +227,7 @@ void sf_loader_report(struct sf_loader *l, struct sf_loader_report *out)
     d.gpu_copy_s -= b->gpu_copy_s;
 
     struct sf_loader_report *r = out;
-    r->span_s = w.t_first > 0 ? sf__loader_now_s() - w.t_first : 0;
+    r->span_s = w.t_first > 0 ? sf__now_s() - w.t_first : 0;
     r->batches = w.count;
     r->samples = d.samples_delivered;
     r->wait_s = w.total_s + w.pending_s;

@@ -7,6 +7,7 @@
  * docs/pack.md "Re-encoding" has the decisions.
  */
 #include "src/pack_reencode.h"
+#include "common/strbuf.h"
 
 #include <stb_image_resize.h>
 #include <stdarg.h>
@@ -14,18 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <turbojpeg.h>
-
-__attribute__((format(printf, 3, 4))) static sf_status failf(char *err, size_t len,
-                                                             const char *fmt, ...)
-{
-    if (err && len) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, len, fmt, ap);
-        va_end(ap);
-    }
-    return SF_ERR_CORRUPT;
-}
 
 /* Target size: longer side max_side, the other rounded, at least 1. */
 static void target_size(unsigned w, unsigned h, unsigned max_side, unsigned *tw, unsigned *th)
@@ -49,21 +38,21 @@ sf_status sf__reencode_jpeg(const struct sf__reencode *r, const unsigned char *s
     *out = NULL;
     *out_n = 0;
     if (n > (size_t)0x7fffffff)
-        return failf(err, err_len, "%zu bytes: too large to re-encode", n);
+        return sf__fail(err, err_len, SF_ERR_CORRUPT, "%zu bytes: too large to re-encode", n);
     tjhandle dec = tjInitDecompress();
     if (!dec)
-        return failf(err, err_len, "TurboJPEG: %s", tjGetErrorStr2(NULL));
+        return sf__fail(err, err_len, SF_ERR_CORRUPT, "TurboJPEG: %s", tjGetErrorStr2(NULL));
     int w = 0, h = 0, subsamp = 0, colorspace = 0;
     sf_status st = SF_OK;
     unsigned char *pix = NULL, *small = NULL, *jpeg = NULL;
     if (tjDecompressHeader3(dec, src, (unsigned long)n, &w, &h, &subsamp, &colorspace) != 0) {
-        st = failf(err, err_len, "not a JPEG TurboJPEG can read: %s", tjGetErrorStr2(dec));
+        st = sf__fail(err, err_len, SF_ERR_CORRUPT, "not a JPEG TurboJPEG can read: %s", tjGetErrorStr2(dec));
         goto done;
     }
     if ((unsigned)w <= r->max_side && (unsigned)h <= r->max_side)
         goto done; /* small enough: the original bytes are kept */
     if (colorspace == TJCS_CMYK || colorspace == TJCS_YCCK) {
-        st = failf(err, err_len, "a %dx%d CMYK JPEG: pack --max-side re-encodes RGB and "
+        st = sf__fail(err, err_len, SF_ERR_CORRUPT, "a %dx%d CMYK JPEG: pack --max-side re-encodes RGB and "
                                  "grayscale JPEGs only; convert it first",
                    w, h);
         goto done;
@@ -88,29 +77,29 @@ sf_status sf__reencode_jpeg(const struct sf__reencode *r, const unsigned char *s
     small = malloc((size_t)tw * th * (size_t)ch);
     if (!pix || !small) {
         st = SF_ERR_NO_MEMORY;
-        failf(err, err_len, "no memory to re-encode a %dx%d JPEG", w, h);
+        sf__fail(err, err_len, SF_ERR_NO_MEMORY, "no memory to re-encode a %dx%d JPEG", w, h);
         goto done;
     }
     /* A warning (a truncated file, bad data libjpeg papers over) fails too:
      * the loader refuses such a JPEG, and pack time is the time to know. */
     if (tjDecompress2(dec, src, (unsigned long)n, pix, sw, 0, sh, gray ? TJPF_GRAY : TJPF_RGB,
                       0) != 0) {
-        st = failf(err, err_len, "corrupt %dx%d JPEG: %s", w, h, tjGetErrorStr2(dec));
+        st = sf__fail(err, err_len, SF_ERR_CORRUPT, "corrupt %dx%d JPEG: %s", w, h, tjGetErrorStr2(dec));
         goto done;
     }
     if (!stbir_resize_uint8(pix, sw, sh, 0, small, (int)tw, (int)th, 0, ch)) {
-        st = failf(err, err_len, "resizing %dx%d to %ux%u failed", sw, sh, tw, th);
+        st = sf__fail(err, err_len, SF_ERR_CORRUPT, "resizing %dx%d to %ux%u failed", sw, sh, tw, th);
         goto done;
     }
     tjhandle enc = tjInitCompress();
     if (!enc) {
-        st = failf(err, err_len, "TurboJPEG: %s", tjGetErrorStr2(NULL));
+        st = sf__fail(err, err_len, SF_ERR_CORRUPT, "TurboJPEG: %s", tjGetErrorStr2(NULL));
         goto done;
     }
     unsigned long jn = 0;
     if (tjCompress2(enc, small, (int)tw, 0, (int)th, gray ? TJPF_GRAY : TJPF_RGB, &jpeg, &jn,
                     gray ? TJSAMP_GRAY : TJSAMP_420, r->quality, 0) != 0) {
-        st = failf(err, err_len, "encoding %ux%u at quality %d: %s", tw, th, r->quality,
+        st = sf__fail(err, err_len, SF_ERR_CORRUPT, "encoding %ux%u at quality %d: %s", tw, th, r->quality,
                    tjGetErrorStr2(enc));
         tjDestroy(enc);
         goto done;
@@ -120,7 +109,7 @@ sf_status sf__reencode_jpeg(const struct sf__reencode *r, const unsigned char *s
     *out = malloc(jn ? jn : 1);
     if (!*out) {
         st = SF_ERR_NO_MEMORY;
-        failf(err, err_len, "no memory for a %lu-byte JPEG", jn);
+        sf__fail(err, err_len, SF_ERR_CORRUPT, "no memory for a %lu-byte JPEG", jn);
         goto done;
     }
     memcpy(*out, jpeg, jn);

@@ -1,5 +1,6 @@
 /* Terminal progress bar and plain progress lines for the CLI. */
 #include "progress.h"
+#include "common/clock.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -17,13 +18,6 @@ struct cli_progress {
     double rate; /* bytes/s, smoothed */
     int drawn;   /* the bar line is on screen */
 };
-
-static double mono_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 void cli_format_bytes(double b, char *out, size_t n)
 {
@@ -65,7 +59,7 @@ struct cli_progress *cli_progress_new(FILE *out, enum cli_progress_mode mode, co
     snprintf(p->label, sizeof(p->label), "%s", label);
     snprintf(p->items, sizeof(p->items), "%s", items);
     p->interval_s = interval_s > 0 ? interval_s : 5.0;
-    p->start = p->last_sample = mono_s();
+    p->start = p->last_sample = sf__now_s();
     p->last_draw = p->start;
     return p;
 }
@@ -104,7 +98,7 @@ void cli_progress_update(struct cli_progress *p, uint64_t bd, uint64_t bt, uint6
 {
     if (!p || p->mode == CLI_PROGRESS_OFF)
         return;
-    double now = mono_s();
+    double now = sf__now_s();
     double dt = now - p->last_sample;
     if (dt >= 0.25) {
         double inst = bd >= p->last_bytes ? (double)(bd - p->last_bytes) / dt : 0;

@@ -3,7 +3,8 @@
 #define ZSTD_STATIC_LINKING_ONLY /* ZSTD_getFrameHeader: window size of a frame */
 #include "src/record.h"
 
-#include "s3/strbuf.h"
+#include "common/strbuf.h"
+#include "common/endian.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -18,28 +19,6 @@
 
 static const unsigned char TAG_RECORD[4] = {'S', 'F', 'R', 'D'};
 static const unsigned char TAG_INDEX[4] = {'S', 'F', 'R', 'X'};
-
-static void put32(unsigned char *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static void put64(unsigned char *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint32_t get32(const unsigned char *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static uint64_t get64(const unsigned char *p)
-{
-    return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
-}
 
 /* Grows *buf to at least need bytes (doubling). 0 on success. */
 static int reserve(unsigned char **buf, size_t *cap, size_t need)
@@ -201,8 +180,8 @@ sf_status sf__record_writer_new(const struct sf__record_writer_options *o,
     }
     unsigned char hdr[SF__RECORD_HEADER_BYTES];
     memcpy(hdr, SF__RECORD_MAGIC, 8);
-    put32(hdr + 8, SF__RECORD_VERSION);
-    put32(hdr + 12, 0);
+    sf__put_le32(hdr + 8, SF__RECORD_VERSION);
+    sf__put_le32(hdr + 12, 0);
     sf_status st = emit_bytes(w, hdr, sizeof hdr);
     if (st != SF_OK) {
         sf__fail(err, err_len, st, "%s", w->err);
@@ -283,13 +262,13 @@ sf_status sf__record_writer_add(struct sf__record_writer *w, const char *key,
     if (reserve(&w->pre, &w->pre_cap, (size_t)pre_len) != 0)
         return wfail(w, SF_ERR_NO_MEMORY, "out of memory");
     unsigned char *p = w->pre;
-    put32(p, (uint32_t)klen);
-    put32(p + 4, (uint32_t)n);
+    sf__put_le32(p, (uint32_t)klen);
+    sf__put_le32(p + 4, (uint32_t)n);
     p += 8;
     for (size_t i = 0; i < n; i++, p += SF__RECORD_FIELD_DESC_BYTES) {
-        put32(p, (uint32_t)strlen(fields[i].name));
-        put32(p + 4, 0);
-        put64(p + 8, fields[i].size);
+        sf__put_le32(p, (uint32_t)strlen(fields[i].name));
+        sf__put_le32(p + 4, 0);
+        sf__put_le64(p + 8, fields[i].size);
     }
     memcpy(p, key, klen);
     p += klen;
@@ -325,10 +304,10 @@ sf_status sf__record_writer_add(struct sf__record_writer *w, const char *key,
 
     unsigned char hdr[SF__RECORD_REC_HEADER_BYTES];
     memcpy(hdr, TAG_RECORD, 4);
-    put32(hdr + 4, flags);
-    put64(hdr + 8, w->n);
-    put64(hdr + 16, stored);
-    put64(hdr + 24, raw_len);
+    sf__put_le32(hdr + 4, flags);
+    sf__put_le64(hdr + 8, w->n);
+    sf__put_le64(hdr + 16, stored);
+    sf__put_le64(hdr + 24, raw_len);
     XXH3_64bits_reset(w->xxh);
     XXH3_64bits_update(w->xxh, hdr, 32);
     if (flags & SF__RECORD_FLAG_ZSTD) {
@@ -339,7 +318,7 @@ sf_status sf__record_writer_add(struct sf__record_writer *w, const char *key,
             if (fields[i].size)
                 XXH3_64bits_update(w->xxh, fields[i].data, fields[i].size);
     }
-    put64(hdr + 32, XXH3_64bits_digest(w->xxh));
+    sf__put_le64(hdr + 32, XXH3_64bits_digest(w->xxh));
 
     uint64_t off = w->written;
     sf_status st = emit_bytes(w, hdr, sizeof hdr);
@@ -369,22 +348,22 @@ sf_status sf__record_writer_finish(struct sf__record_writer *w)
     if (!ix)
         return wfail(w, SF_ERR_NO_MEMORY, "out of memory for the index");
     memcpy(ix, TAG_INDEX, 4);
-    put32(ix + 4, 0);
-    put64(ix + 8, w->n);
+    sf__put_le32(ix + 4, 0);
+    sf__put_le64(ix + 8, w->n);
     for (size_t i = 0; i < w->n; i++) {
-        put64(ix + 16 + 16 * i, w->ent[i].off);
-        put64(ix + 24 + 16 * i, w->ent[i].bytes);
+        sf__put_le64(ix + 16 + 16 * i, w->ent[i].off);
+        sf__put_le64(ix + 24 + 16 * i, w->ent[i].bytes);
     }
-    put64(ix + ibytes - 8, XXH3_64bits(ix, ibytes - 8));
+    sf__put_le64(ix + ibytes - 8, XXH3_64bits(ix, ibytes - 8));
     sf_status st = emit_bytes(w, ix, ibytes);
     free(ix);
     if (st != SF_OK)
         return st;
     unsigned char ft[SF__RECORD_FOOTER_BYTES];
-    put64(ft, index_off);
-    put64(ft + 8, ibytes);
-    put64(ft + 16, w->n);
-    put64(ft + 24, XXH3_64bits(ft, 24));
+    sf__put_le64(ft, index_off);
+    sf__put_le64(ft + 8, ibytes);
+    sf__put_le64(ft + 16, w->n);
+    sf__put_le64(ft + 24, XXH3_64bits(ft, 24));
     memcpy(ft + 32, SF__RECORD_FOOTER_MAGIC, 8);
     st = emit_bytes(w, ft, sizeof ft);
     if (st != SF_OK)
@@ -521,16 +500,16 @@ static sf_status check_rec_header(struct sf__record_reader *rr, const unsigned c
     unsigned long long ord = (unsigned long long)ordinal;
     if (memcmp(h, TAG_RECORD, 4) != 0)
         return sf__shard_fail(&rr->c, SF_ERR_CORRUPT, offset, "record %llu: bad record tag", ord);
-    uint32_t flags = get32(h + 4);
+    uint32_t flags = sf__get_le32(h + 4);
     if (flags & ~SF__RECORD_FLAG_ZSTD)
         return sf__shard_fail(&rr->c, SF_ERR_CORRUPT, offset, "record %llu: unknown flags 0x%x",
                               ord, flags);
-    if (get64(h + 8) != ordinal)
+    if (sf__get_le64(h + 8) != ordinal)
         return sf__shard_fail(&rr->c, SF_ERR_CORRUPT, offset,
                               "record %llu: header says it is record %llu", ord,
-                              (unsigned long long)get64(h + 8));
-    *stored = get64(h + 16);
-    *raw = get64(h + 24);
+                              (unsigned long long)sf__get_le64(h + 8));
+    *stored = sf__get_le64(h + 16);
+    *raw = sf__get_le64(h + 24);
     if (*stored > rr->o.max_record_bytes || *raw > rr->o.max_record_bytes)
         return sf__shard_fail(&rr->c, SF_ERR_LIMIT, offset,
                               "record %llu: body of %llu bytes (%llu stored) exceeds "
@@ -559,16 +538,16 @@ static sf_status decode(struct sf__record_reader *rr, const unsigned char *rec, 
         XXH3_64bits_update(rr->xxh, rec, 32);
         XXH3_64bits_update(rr->xxh, src, (size_t)stored);
         uint64_t sum = XXH3_64bits_digest(rr->xxh);
-        if (sum != get64(rec + 32))
+        if (sum != sf__get_le64(rec + 32))
             return sf__shard_fail(&rr->c, SF_ERR_CORRUPT, offset,
                                   "record %llu: checksum mismatch (stored %016llx, computed "
                                   "%016llx)",
-                                  ord, (unsigned long long)get64(rec + 32),
+                                  ord, (unsigned long long)sf__get_le64(rec + 32),
                                   (unsigned long long)sum);
     }
     const unsigned char *body = src;
     int owned = 0;
-    if (get32(rec + 4) & SF__RECORD_FLAG_ZSTD) {
+    if (sf__get_le32(rec + 4) & SF__RECORD_FLAG_ZSTD) {
         ZSTD_frameHeader zfh;
         size_t r = ZSTD_getFrameHeader(&zfh, src, (size_t)stored);
         if (ZSTD_isError(r) || r != 0 || zfh.frameType != ZSTD_frame)
@@ -603,7 +582,7 @@ static sf_status decode(struct sf__record_reader *rr, const unsigned char *rec, 
     }
 
     /* Body layout: counts, descriptors, key, names, data; sizes must add up. */
-    uint32_t klen = get32(body), fc = get32(body + 4);
+    uint32_t klen = sf__get_le32(body), fc = sf__get_le32(body + 4);
     if (fc > rr->o.max_fields)
         return sf__shard_fail(&rr->c, SF_ERR_LIMIT, offset,
                               "record %llu: %u fields exceed max_fields %zu", ord, fc,
@@ -619,9 +598,9 @@ static sf_status decode(struct sf__record_reader *rr, const unsigned char *rec, 
     uint64_t names_at = at + klen, sum = names_at;
     for (uint32_t i = 0; i < fc; i++) {
         const unsigned char *d = body + 8 + (size_t)SF__RECORD_FIELD_DESC_BYTES * i;
-        uint32_t nl = get32(d);
-        uint64_t dl = get64(d + 8);
-        if (nl == 0 || nl > SF__RECORD_MAX_NAME_BYTES || get32(d + 4) != 0 ||
+        uint32_t nl = sf__get_le32(d);
+        uint64_t dl = sf__get_le64(d + 8);
+        if (nl == 0 || nl > SF__RECORD_MAX_NAME_BYTES || sf__get_le32(d + 4) != 0 ||
             __builtin_add_overflow(sum, (uint64_t)nl, &sum) ||
             __builtin_add_overflow(sum, dl, &sum) || sum > raw)
             return sf__shard_fail(&rr->c, SF_ERR_CORRUPT, offset,
@@ -639,11 +618,11 @@ static sf_status decode(struct sf__record_reader *rr, const unsigned char *rec, 
     uint64_t name_at = names_at;
     uint64_t data_at = names_at;
     for (uint32_t i = 0; i < fc; i++)
-        data_at += get32(body + 8 + (size_t)SF__RECORD_FIELD_DESC_BYTES * i);
+        data_at += sf__get_le32(body + 8 + (size_t)SF__RECORD_FIELD_DESC_BYTES * i);
     for (uint32_t i = 0; i < fc; i++) {
         const unsigned char *d = body + 8 + (size_t)SF__RECORD_FIELD_DESC_BYTES * i;
-        uint32_t nl = get32(d);
-        uint64_t dl = get64(d + 8);
+        uint32_t nl = sf__get_le32(d);
+        uint64_t dl = sf__get_le64(d + 8);
         const char *nm = (const char *)body + name_at;
         if (memchr(nm, '\0', nl))
             return sf__shard_fail(&rr->c, SF_ERR_CORRUPT, offset,
@@ -717,11 +696,11 @@ static sf_status check_footer(struct sf__shard_common *c, const unsigned char *f
 {
     if (memcmp(ft + 32, SF__RECORD_FOOTER_MAGIC, 8) != 0)
         return sf__shard_fail(c, SF_ERR_CORRUPT, at, "bad record shard footer magic");
-    if (XXH3_64bits(ft, 24) != get64(ft + 24))
+    if (XXH3_64bits(ft, 24) != sf__get_le64(ft + 24))
         return sf__shard_fail(c, SF_ERR_CORRUPT, at, "record shard footer checksum mismatch");
-    *index_off = get64(ft);
-    *index_bytes = get64(ft + 8);
-    *count = get64(ft + 16);
+    *index_off = sf__get_le64(ft);
+    *index_bytes = sf__get_le64(ft + 8);
+    *count = sf__get_le64(ft + 16);
     if (*count > (UINT64_MAX - SF__RECORD_INDEX_FIXED_BYTES) / SF__RECORD_INDEX_ENTRY_BYTES ||
         *index_bytes != SF__RECORD_INDEX_FIXED_BYTES + SF__RECORD_INDEX_ENTRY_BYTES * *count)
         return sf__shard_fail(c, SF_ERR_CORRUPT, at,
@@ -734,13 +713,13 @@ static sf_status check_footer(struct sf__shard_common *c, const unsigned char *f
 static sf_status check_index(struct sf__shard_common *c, const unsigned char *ix, uint64_t ibytes,
                              uint64_t at, uint64_t count)
 {
-    if (memcmp(ix, TAG_INDEX, 4) != 0 || get32(ix + 4) != 0)
+    if (memcmp(ix, TAG_INDEX, 4) != 0 || sf__get_le32(ix + 4) != 0)
         return sf__shard_fail(c, SF_ERR_CORRUPT, at, "bad index block tag");
-    if (get64(ix + 8) != count)
+    if (sf__get_le64(ix + 8) != count)
         return sf__shard_fail(c, SF_ERR_CORRUPT, at,
                               "index block lists %llu records, the footer %llu",
-                              (unsigned long long)get64(ix + 8), (unsigned long long)count);
-    if (XXH3_64bits(ix, (size_t)ibytes - 8) != get64(ix + ibytes - 8))
+                              (unsigned long long)sf__get_le64(ix + 8), (unsigned long long)count);
+    if (XXH3_64bits(ix, (size_t)ibytes - 8) != sf__get_le64(ix + ibytes - 8))
         return sf__shard_fail(c, SF_ERR_CORRUPT, at, "index block checksum mismatch");
     return SF_OK;
 }
@@ -764,12 +743,12 @@ sf_status sf__record_reader_next(struct sf__record_reader *rr, const struct sf__
                                   (unsigned long long)in->total);
         if (memcmp(b, SF__RECORD_MAGIC, 8) != 0)
             return sf__shard_fail(&rr->c, SF_ERR_PARSE, 0, "not a record shard (bad magic)");
-        if (get32(b + 8) != SF__RECORD_VERSION)
+        if (sf__get_le32(b + 8) != SF__RECORD_VERSION)
             return sf__shard_fail(&rr->c, SF_ERR_PARSE, 8, "unsupported record shard version %u",
-                                  get32(b + 8));
-        if (get32(b + 12) != 0)
+                                  sf__get_le32(b + 8));
+        if (sf__get_le32(b + 12) != 0)
             return sf__shard_fail(&rr->c, SF_ERR_PARSE, 12, "unknown record shard flags 0x%x",
-                                  get32(b + 12));
+                                  sf__get_le32(b + 12));
         rr->pos = SF__RECORD_HEADER_BYTES;
         rr->state = RS_RECORDS;
     }
@@ -835,8 +814,8 @@ sf_status sf__record_reader_next(struct sf__record_reader *rr, const struct sf__
         if (st != SF_OK)
             return st;
         for (size_t i = 0; i < rr->seen_n; i++)
-            if (get64(ix + 16 + 16 * i) != rr->seen[i].off ||
-                get64(ix + 24 + 16 * i) != rr->seen[i].bytes)
+            if (sf__get_le64(ix + 16 + 16 * i) != rr->seen[i].off ||
+                sf__get_le64(ix + 24 + 16 * i) != rr->seen[i].bytes)
                 return sf__shard_fail(&rr->c, SF_ERR_CORRUPT, at + 16 + 16 * i,
                                       "index entry %zu does not match record %zu", i, i);
         uint64_t fat = at + ibytes, io, ib, cnt;
@@ -942,7 +921,7 @@ sf_status sf__record_index_from_tail(const void *tail, size_t tail_bytes, uint64
     idx->count = cnt;
     uint64_t prev_end = SF__RECORD_HEADER_BYTES;
     for (uint64_t i = 0; i < cnt; i++) {
-        uint64_t off = get64(ix + 16 + 16 * i), bytes = get64(ix + 24 + 16 * i);
+        uint64_t off = sf__get_le64(ix + 16 + 16 * i), bytes = sf__get_le64(ix + 24 + 16 * i);
         if (off < prev_end || bytes < SF__RECORD_REC_HEADER_BYTES || off > io || bytes > io - off) {
             sf__record_index_destroy(idx);
             st = sf__shard_fail(&c, SF_ERR_CORRUPT, io + 16 + 16 * i,

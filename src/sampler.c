@@ -11,7 +11,7 @@
  */
 #include "src/sampler.h"
 
-#include "s3/strbuf.h"
+#include "common/strbuf.h"
 
 #include <limits.h>
 #include <stdlib.h>

@@ -25,6 +25,7 @@
 #include "shardfeed_loader.h"
 
 #include "src/doctor.h"
+#include "common/clock.h"
 
 #include <math.h>
 #include <sched.h>
@@ -33,13 +34,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 static unsigned cores_here(void)
 {
@@ -84,8 +78,8 @@ static sf_status pipeline_rate(const struct sf_loader_options *given, unsigned t
         return st;
     unsigned long long n = 0;
     uint64_t epoch = o.sampler.epoch;
-    double t0 = now_s(), t = 0;
-    while ((t = now_s() - t0) < span_s) {
+    double t0 = sf__now_s(), t = 0;
+    while ((t = sf__now_s() - t0) < span_s) {
         struct sf_batch b;
         /* never past the span: a slow point is a slow point, not a long one */
         double left = span_s - t;
@@ -121,7 +115,7 @@ sf_status sf_tune(const struct sf_loader_options *o, double budget_s, struct sf_
         return SF_ERR_INVALID_ARGUMENT;
     }
     memset(r, 0, sizeof(*r));
-    const double t_start = now_s();
+    const double t_start = sf__now_s();
     const double budget = budget_s > 0 ? budget_s : 20.0;
     struct sf__doctor *d = NULL;
     sf_status st = sf__doctor_open(o, &d, err, err_len);
@@ -263,6 +257,6 @@ sf_status sf_tune(const struct sf_loader_options *o, double budget_s, struct sf_
              "\"prefetch_shards\": %u, \"prefetch_batches\": %u}",
              r->decode_threads, r->concurrency, r->chunk_bytes >> 10, r->prefetch_shards,
              r->prefetch_batches);
-    r->seconds = now_s() - t_start;
+    r->seconds = sf__now_s() - t_start;
     return SF_OK;
 }

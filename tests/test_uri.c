@@ -1,6 +1,6 @@
 #include <criterion/criterion.h>
 
-#include "s3/strbuf.h"
+#include "common/strbuf.h"
 #include "s3/uri.h"
 
 #include <stdlib.h>

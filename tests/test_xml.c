@@ -1,6 +1,6 @@
 #include <criterion/criterion.h>
 
-#include "s3/strbuf.h"
+#include "common/strbuf.h"
 #include "s3/xml.h"
 
 #include <stdio.h>

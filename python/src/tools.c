@@ -17,6 +17,7 @@
 #include "sfpy.h"
 #include "shardfeed_cache.h"
 #include "shardfeed_pack.h"
+#include "common/clock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -29,13 +30,6 @@
 
 #define PROGRESS_S 0.2 /* at most 5 progress calls a second (plus the last) */
 #define CHECK_S    0.05
-
-static double mono_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* ------------------------------------------------------------ options */
 
@@ -350,7 +344,7 @@ static int cb_poll(struct pycb *cb)
 {
     if (cb->stop)
         return 1;
-    double now = mono_s();
+    double now = sf__now_s();
     int check = now >= cb->next_check_s;
     int call = cb->progress && cb->pending && now >= cb->next_call_s;
     if (!check && !call)

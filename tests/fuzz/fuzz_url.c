@@ -3,7 +3,7 @@
  * the bucket, the key, the query. Percent-encoding must round-trip. */
 #include "fuzz.h"
 #include "s3/endpoint.h"
-#include "s3/strbuf.h"
+#include "common/strbuf.h"
 #include "s3/uri.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -2,7 +2,7 @@
 #ifndef SF_TEST_S3_CLIENT_H
 #define SF_TEST_S3_CLIENT_H
 
-#include "s3/strbuf.h"
+#include "common/strbuf.h"
 
 #include <stddef.h>
 #include <time.h>

@@ -1,6 +1,6 @@
 /* Growable, NUL-terminated byte buffer with a hard size cap. */
-#ifndef SF_S3_STRBUF_H
-#define SF_S3_STRBUF_H
+#ifndef SF_COMMON_STRBUF_H
+#define SF_COMMON_STRBUF_H
 
 #include "shardfeed.h"
 

@@ -1,4 +1,4 @@
-#include "s3/strbuf.h"
+#include "common/strbuf.h"
 
 #include <stdint.h>
 #include <stdio.h>
