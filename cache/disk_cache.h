@@ -21,7 +21,7 @@
 #ifndef SF_CACHE_DISK_CACHE_H
 #define SF_CACHE_DISK_CACHE_H
 
-#include "shardfeed.h"
+#include "shardfeed/common.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -13,7 +13,7 @@
 #ifndef SF_CACHE_RAM_CACHE_H
 #define SF_CACHE_RAM_CACHE_H
 
-#include "shardfeed.h"
+#include "shardfeed/common.h"
 
 #include <stddef.h>
 #include <stdint.h>

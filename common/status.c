@@ -1,4 +1,4 @@
-#include "shardfeed.h"
+#include "shardfeed/common.h"
 
 #include <stddef.h>
 

@@ -2,7 +2,7 @@
 #ifndef SF_COMMON_STRBUF_H
 #define SF_COMMON_STRBUF_H
 
-#include "shardfeed.h"
+#include "shardfeed/common.h"
 
 #include <stdarg.h>
 #include <stddef.h>

@@ -9,7 +9,7 @@
  * "E" is not a unit: an exbibyte is past any sensible buffer size and 16E
  * would not fit in 64 bits anyway.
  */
-#include "shardfeed.h"
+#include "shardfeed/common.h"
 
 #include <limits.h>
 

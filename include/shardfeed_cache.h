@@ -17,7 +17,8 @@
 #ifndef SHARDFEED_CACHE_H
 #define SHARDFEED_CACHE_H
 
-#include "shardfeed.h"
+#include "shardfeed/common.h"
+#include "shardfeed_s3.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -239,6 +240,5 @@ SF_API sf_status sf_cache_clear(struct sf_cache *c, unsigned long long *removed)
 #endif
 
 /* Lets shardfeed.h include shardfeed_loader.h once these types are complete. */
-#define SHARDFEED_CACHE_H_COMPLETE
 
 #endif

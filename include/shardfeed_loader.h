@@ -28,7 +28,8 @@
 #ifndef SHARDFEED_LOADER_H
 #define SHARDFEED_LOADER_H
 
-#include "shardfeed.h"
+#include "shardfeed/common.h"
+#include "shardfeed_s3.h"
 #include "shardfeed_cache.h"
 #include "shardfeed_sampling.h"
 

@@ -16,8 +16,9 @@
 #ifndef SHARDFEED_PACK_H
 #define SHARDFEED_PACK_H
 
-#include "shardfeed.h"
-#include "shardfeed/export.h"
+#include "shardfeed/common.h"
+#include "shardfeed_s3.h"
+#include "shardfeed_shard.h"
 
 #include <stddef.h>
 

@@ -20,7 +20,7 @@
 #ifndef SHARDFEED_SAMPLING_H
 #define SHARDFEED_SAMPLING_H
 
-#include "shardfeed.h"
+#include "shardfeed/common.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -338,6 +338,5 @@ SF_API const char *sf_sampler_errmsg(const struct sf_sampler *s);
 #endif
 
 /* Lets shardfeed.h include shardfeed_loader.h once these types are complete. */
-#define SHARDFEED_SAMPLING_H_COMPLETE
 
 #endif /* SHARDFEED_SAMPLING_H */

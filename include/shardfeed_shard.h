@@ -18,8 +18,7 @@
 #ifndef SHARDFEED_SHARD_H
 #define SHARDFEED_SHARD_H
 
-#include "shardfeed.h"
-#include "shardfeed/export.h"
+#include "shardfeed/common.h"
 
 #include <stddef.h>
 

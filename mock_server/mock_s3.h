@@ -3,7 +3,7 @@
 #ifndef SF_MOCK_S3_H
 #define SF_MOCK_S3_H
 
-#include "shardfeed.h"
+#include "shardfeed/common.h"
 
 #include <stddef.h>
 #include <stdint.h>

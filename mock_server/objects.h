@@ -3,7 +3,7 @@
 #ifndef SF_MOCK_OBJECTS_H
 #define SF_MOCK_OBJECTS_H
 
-#include "shardfeed.h"
+#include "shardfeed/common.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -2,7 +2,7 @@
 #ifndef SF_MOCK_STATS_H
 #define SF_MOCK_STATS_H
 
-#include "shardfeed.h"
+#include "shardfeed/common.h"
 
 #include <stdint.h>
 

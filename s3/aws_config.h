@@ -14,7 +14,7 @@
 #ifndef SF_S3_AWS_CONFIG_H
 #define SF_S3_AWS_CONFIG_H
 
-#include "shardfeed.h"
+#include "shardfeed/common.h"
 
 #include <stddef.h>
 

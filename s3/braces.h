@@ -16,7 +16,7 @@
 #ifndef SF_S3_BRACES_H
 #define SF_S3_BRACES_H
 
-#include "shardfeed.h"
+#include "shardfeed/common.h"
 
 #include <stddef.h>
 

@@ -21,7 +21,7 @@
 #ifndef SF_S3_CREDENTIALS_H
 #define SF_S3_CREDENTIALS_H
 
-#include "shardfeed.h"
+#include "shardfeed/common.h"
 
 #include <stddef.h>
 #include <stdint.h>

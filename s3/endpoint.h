@@ -6,7 +6,7 @@
 #ifndef SF_S3_ENDPOINT_H
 #define SF_S3_ENDPOINT_H
 
-#include "shardfeed.h"
+#include "shardfeed_s3.h"
 
 #include <stddef.h>
 

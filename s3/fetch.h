@@ -20,7 +20,7 @@
 #include "s3/endpoint.h"
 #include "common/strbuf.h"
 #include "s3/xml.h"
-#include "shardfeed.h"
+#include "shardfeed_s3.h"
 
 #include <curl/curl.h>
 #include <stdint.h>

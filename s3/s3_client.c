@@ -13,7 +13,7 @@
 #include "common/strbuf.h"
 #include "s3/uri.h"
 #include "s3/xml.h"
-#include "shardfeed.h"
+#include "shardfeed_s3.h"
 
 #include <dirent.h>
 #include <errno.h>

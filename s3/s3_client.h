@@ -2,7 +2,7 @@
 #ifndef SF_S3_S3_CLIENT_H
 #define SF_S3_S3_CLIENT_H
 
-#include "shardfeed.h"
+#include "shardfeed_s3.h"
 
 #include <stddef.h>
 

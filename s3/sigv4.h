@@ -11,7 +11,7 @@
 #ifndef SF_S3_SIGV4_H
 #define SF_S3_SIGV4_H
 
-#include "shardfeed.h"
+#include "shardfeed/common.h"
 
 #include <pthread.h>
 #include <stddef.h>

@@ -8,7 +8,7 @@
 #ifndef SF_S3_XML_H
 #define SF_S3_XML_H
 
-#include "shardfeed.h"
+#include "shardfeed/common.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -4,6 +4,7 @@
 #include <criterion/criterion.h>
 
 #include "s3/credentials.h"
+#include "shardfeed.h"
 #include "support/mock_proc.h"
 #include "support/test_cert.h"
 
