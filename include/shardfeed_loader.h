@@ -167,7 +167,10 @@ struct sf_loader_options {
      * the caller makes its stream wait on batch->cuda_event. */
     int sync_device;
 
-    sf_log_fn log; /* NULL: silent; called from any loader thread */
+    /* NULL: silent; called from any loader thread. Also the S3 client's and
+     * the cache's sink (retries, throttling, evictions) unless s3.log or
+     * cache.log is set. */
+    sf_log_fn log;
     void *log_user;
     enum sf_log_level log_level; /* default SF_LOG_WARN */
 

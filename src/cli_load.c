@@ -441,8 +441,6 @@ static int load_or_doctor(int argc, char **argv, int doctor)
     if (c.verbose) {
         o.log = cli_log_stderr;
         o.log_level = c.verbose >= 2 ? SF_LOG_DEBUG : SF_LOG_INFO;
-        o.cache.log = cli_log_stderr;
-        o.cache.log_level = o.log_level;
     } else {
         o.log = cli_log_stderr;
         o.log_level = SF_LOG_WARN;

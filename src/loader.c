@@ -758,7 +758,15 @@ sf_status sf_loader_open(const struct sf_loader_options *opts, struct sf_loader 
     }
     l->on_device = want_gpu;
 
-    st = sf_s3_new(&opts->s3, &l->s3, err, err_len);
+    /* One log sink: the loader's, unless the client or the cache has its own
+     * (retry and throttle messages come from the client). */
+    struct sf_s3_options s3o = opts->s3;
+    if (!s3o.log) {
+        s3o.log = opts->log;
+        s3o.log_user = opts->log_user;
+        s3o.log_level = opts->log_level;
+    }
+    st = sf_s3_new(&s3o, &l->s3, err, err_len);
     if (st != SF_OK)
         goto fail_out;
     l->o.s3.endpoint_url = l->o.s3.region = l->o.s3.profile = NULL;
@@ -772,7 +780,13 @@ sf_status sf_loader_open(const struct sf_loader_options *opts, struct sf_loader 
     for (size_t i = 0; i < l->n_shards; i++)
         all_local &= sf__loader_is_local(l->objs[i]->url);
     if (!opts->ram_only && !all_local) {
-        st = sf_cache_new(&opts->cache, &l->cache, err, err_len);
+        struct sf_cache_options co = opts->cache;
+        if (!co.log) {
+            co.log = opts->log;
+            co.log_user = opts->log_user;
+            co.log_level = opts->log_level;
+        }
+        st = sf_cache_new(&co, &l->cache, err, err_len);
         if (st != SF_OK)
             goto fail_out;
     }

@@ -1578,6 +1578,32 @@ static void keep_log_in(struct sf_loader_options *o)
     o->log_level = SF_LOG_INFO;
 }
 
+/* One log sink (issue 18): the loader's log alone also carries its S3
+ * client's retry messages; before, they went to s3.log and were lost. */
+Test(loader, the_loader_log_carries_the_clients_retries)
+{
+    const char *seed[] = {"--seed", "5", NULL};
+    mock_dataset_with(40, 16 << 10, seed);
+    cr_assert_eq(admin("POST", "/_mock/faults", "p503=0.3\n"), 200);
+    const char *src[] = {"s3://bucket/data/"};
+    struct sf_loader_options o;
+    s3_options(&o, src, NULL);
+    o.s3.max_attempts = 30;
+    cr_assert_null(o.s3.log);
+    log_clear();
+    keep_log_in(&o);
+    struct sf_loader *l = open_loader(&o);
+    struct epoch_log e;
+    cr_assert_eq(run_epoch(l, &e, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
+    cr_expect_eq(e.images, 40u);
+    struct sf_loader_stats st;
+    sf_loader_get_stats(l, &st);
+    cr_assert_gt(st.retries, 0u, "30%% 503s should have caused retries");
+    cr_expect(log_has("; retry "), "no retry message in the loader's log:\n%s", log_text);
+    free(e.seen);
+    sf_loader_close(l);
+}
+
 /* Waits (bounded by the suite's timeout, not a threshold) until the reader
  * has closed every shard. */
 static unsigned shards_open_after_settling(struct sf_loader *l)

@@ -165,10 +165,6 @@ static int loader_init(PyObject *pyself, PyObject *args, PyObject *kw)
 
     o.log = sfpy_log;
     o.log_level = sfpy_log_level();
-    o.s3.log = sfpy_log;
-    o.s3.log_level = o.log_level;
-    o.cache.log = sfpy_log;
-    o.cache.log_level = o.log_level;
 
     struct sf_loader *l = NULL;
     Py_BEGIN_ALLOW_THREADS
