@@ -1,29 +1,23 @@
 /*
- * Decode workers' machinery (docs/decode.md): per-sample randomness, crop
- * geometry, region + DCT-scaled JPEG decode through the libjpeg API of
- * libjpeg-turbo, bilinear resize, flip, layout, normalisation, labels and
- * zstd fields.
+ * Decode workers' JPEG path (docs/decode.md): image options, region +
+ * DCT-scaled JPEG decode through the libjpeg API of libjpeg-turbo, bilinear
+ * resize, flip, layout and normalisation into the batch slot. The crop
+ * window comes from src/crop.c; labels and zstd fields are decoded in
+ * src/decode_fields.c.
  *
  * One struct sf_decoder per thread. It owns a jpeg_decompress_struct (created
  * once, reset with jpeg_abort_decompress between images), the error, source
  * and progress managers that point back into it, a ZSTD_DCtx and scratch
  * buffers that only ever grow, so a worker in its steady state allocates
  * nothing itself (libjpeg's own per-image pools aside).
- *
- * The library is not linked with libm, so the three functions the crop
- * geometry needs (sqrt, exp, log) are defined here; see crop_sqrt & co.
  */
 #include "src/decode.h"
 #include "src/gpu_kernel.h"
 
 #include "common/strbuf.h"
-#include "src/sampler.h"
 
-#include <cjson/cJSON.h>
 #include <zstd.h>
-#include <zstd_errors.h>
 
-#include <limits.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -38,165 +32,6 @@
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
-
-/* ------------------------------------------------------------------ per-sample randomness */
-
-/* "sf/image" read as a little-endian uint64 (docs/decode.md, docs/sampling.md). */
-#define SF__TAG_IMAGE 0x6567616d692f6673ULL
-
-uint64_t sf__sample_rng_seed(uint64_t seed, uint64_t epoch, uint64_t shard, uint64_t sample)
-{
-    uint64_t h = sf__absorb64(SF__TAG_IMAGE, seed);
-    h = sf__absorb64(h, epoch);
-    h = sf__absorb64(h, shard);
-    return sf__absorb64(h, sample);
-}
-
-/* A double in [0, 1) from the top 53 bits of one draw (Python:
- * (next() >> 11) * 2.0**-53). */
-static double rng_uniform(struct sf__rng *r)
-{
-    return (double)(sf__rng_next(r) >> 11) * 0x1.0p-53;
-}
-
-/* ------------------------------------------------------------------ math without libm */
-
-static double from_bits(uint64_t b)
-{
-    double x;
-    memcpy(&x, &b, sizeof x);
-    return x;
-}
-
-static uint64_t to_bits(double x)
-{
-    uint64_t b;
-    memcpy(&b, &x, sizeof b);
-    return b;
-}
-
-/* 2^k for -1022 <= k <= 1023, exactly. */
-static double pow2i(int k)
-{
-    return from_bits((uint64_t)(k + 1023) << 52);
-}
-
-/* floor(x) for 0 <= x < 2^63. */
-static double floor_pos(double x)
-{
-    return (double)(uint64_t)x;
-}
-
-/* Python's round(x) for 0 <= x: nearest integer, ties to even. x - floor(x)
- * is exact for x < 2^52; from 2^52 on every double is an integer. */
-static double round_even(double x)
-{
-    if (!(x < 0x1.0p52))
-        return x;
-    double f = floor_pos(x);
-    double frac = x - f;
-    if (frac > 0.5 || (frac == 0.5 && ((uint64_t)f & 1u)))
-        f += 1.0;
-    return f;
-}
-
-/*
- * Correctly rounded square root of a positive finite double (what IEEE sqrt
- * and Python's math.sqrt return): the integer square root of the 53-bit
- * significand shifted left by 64 has 59 or 60 bits; a non-zero remainder is
- * folded into its lowest bit (a sticky bit well below the rounding position),
- * so converting it to double rounds exactly as the real root would.
- */
-static double crop_sqrt(double x)
-{
-    if (!(x > 0.0) || x > 0x1.0p1000)
-        return x > 0.0 ? x : 0.0; /* not reached with the crop's arguments */
-    uint64_t b = to_bits(x);
-    int be = (int)(b >> 52);
-    uint64_t m = b & ((1ULL << 52) - 1);
-    int e;
-    if (be == 0) { /* subnormal: normalise */
-        e = -1074;
-        while (!(m & (1ULL << 52))) {
-            m <<= 1;
-            e--;
-        }
-    } else {
-        m |= 1ULL << 52;
-        e = be - 1075;
-    }
-    if (e & 1) { /* make the exponent even */
-        m <<= 1;
-        e--;
-    }
-    unsigned __int128 n = (unsigned __int128)m << 64, root = 0;
-    unsigned __int128 bit = (unsigned __int128)1 << 126;
-    while (bit > n)
-        bit >>= 2;
-    while (bit) {
-        if (n >= root + bit) {
-            n -= root + bit;
-            root = (root >> 1) + bit;
-        } else {
-            root >>= 1;
-        }
-        bit >>= 2;
-    }
-    uint64_t r = (uint64_t)root | (n != 0);
-    return (double)r * pow2i((e - 64) / 2);
-}
-
-/* Natural logarithm of a positive normal double, within 1 ulp (fdlibm's
- * scheme): x = (1 + f) 2^k with 1 + f in [sqrt(1/2), sqrt(2)); s = f / (2 + f);
- * log(1 + f) = 2 atanh(s) = f - f^2/2 + s (f^2/2 + R), R = sum 2 s^2n / (2n+1)
- * to n = 12 (|s| < 0.172). */
-static double crop_log(double x)
-{
-    static const double ln2_hi = 6.93147180369123816490e-01; /* ln 2 = hi + lo, */
-    static const double ln2_lo = 1.90821492927058770002e-10; /* k hi exact */
-    uint64_t b = to_bits(x);
-    int k = (int)((b >> 52) & 0x7ff) - 1023;
-    double m = from_bits((b & ((1ULL << 52) - 1)) | 0x3ff0000000000000ULL);
-    if (m > 1.41421356237309504880) {
-        m *= 0.5;
-        k++;
-    }
-    double f = m - 1.0; /* exact */
-    double s = f / (2.0 + f), z = s * s;
-    double R = 0.0;
-    for (int n = 12; n >= 1; n--)
-        R = z * (2.0 / (2 * n + 1) + R);
-    double hfsq = 0.5 * f * f;
-    double dk = (double)k;
-    return dk * ln2_hi - ((hfsq - (s * (hfsq + R) + dk * ln2_lo)) - f);
-}
-
-/* e^x for |x| <= 700, within 1 ulp (fdlibm's scheme): x = k ln2 + r,
- * |r| <= ln2/2, r = hi - lo; c = r - (r coth(r/2) - 2) by the Bernoulli series
- * of r coth(r/2) to r^12; e^r = 1 - ((lo - r c / (2 - c)) - hi); times 2^k. */
-static double crop_exp(double x)
-{
-    static const double ln2_hi = 6.93147180369123816490e-01;
-    static const double ln2_lo = 1.90821492927058770002e-10;
-    static const double inv_ln2 = 1.44269504088896338700e+00;
-    /* 2 B_2n / (2n)! for n = 1..6 */
-    static const double P[6] = {1.0 / 6.0,       -1.0 / 360.0,     1.0 / 15120.0,
-                                -1.0 / 604800.0, 1.0 / 23950080.0, -691.0 / 653837184000.0};
-    if (x > 700.0)
-        x = 700.0;
-    if (x < -700.0)
-        x = -700.0;
-    double kd = x * inv_ln2;
-    int k = (int)(kd < 0 ? kd - 0.5 : kd + 0.5);
-    double hi = x - (double)k * ln2_hi, lo = (double)k * ln2_lo;
-    double r = hi - lo, t = r * r;
-    double q = 0.0;
-    for (int n = 5; n >= 0; n--)
-        q = P[n] + t * q;
-    double c = r - t * q;
-    double e = 1.0 - ((lo - (r * c) / (2.0 - c)) - hi);
-    return e * pow2i(k);
-}
 
 /* ------------------------------------------------------------------ options */
 
@@ -290,99 +125,6 @@ size_t sf__image_bytes(const struct sf_image_options *o)
 {
     size_t elem = o->dtype == SF_DTYPE_FLOAT32 ? sizeof(float) : 1;
     return (size_t)o->width * o->height * 3 * elem;
-}
-
-/* ------------------------------------------------------------------ crop geometry */
-
-/* uniform(a, b) = a + (b - a) * u, the float options widened to double. */
-static double uniform(struct sf__rng *r, double a, double b)
-{
-    return a + (b - a) * rng_uniform(r);
-}
-
-static struct sf__crop_box random_resized(const struct sf_image_options *o, unsigned W, unsigned H,
-                                          struct sf__rng *rng)
-{
-    double area = (double)W * (double)H;
-    double lmin = crop_log((double)o->ratio_min), lmax = crop_log((double)o->ratio_max);
-    for (int attempt = 0; attempt < 10; attempt++) {
-        double target = area * uniform(rng, (double)o->scale_min, (double)o->scale_max);
-        double aspect = crop_exp(uniform(rng, lmin, lmax));
-        double w = round_even(crop_sqrt(target * aspect));
-        double h = round_even(crop_sqrt(target / aspect));
-        if (w > 0.0 && w <= (double)W && h > 0.0 && h <= (double)H) {
-            struct sf__crop_box b;
-            b.w = (unsigned)w;
-            b.h = (unsigned)h;
-            b.y = (unsigned)sf__rng_below(rng, (uint64_t)(H - b.h) + 1);
-            b.x = (unsigned)sf__rng_below(rng, (uint64_t)(W - b.w) + 1);
-            return b;
-        }
-    }
-    /* torchvision's fallback: the whole image, cut to the nearest allowed
-     * ratio, centred. */
-    double in_ratio = (double)W / (double)H;
-    double w = W, h = H;
-    if (in_ratio < (double)o->ratio_min)
-        h = round_even((double)W / (double)o->ratio_min);
-    else if (in_ratio > (double)o->ratio_max)
-        w = round_even((double)H * (double)o->ratio_max);
-    if (w < 1.0)
-        w = 1.0;
-    if (h < 1.0)
-        h = 1.0;
-    if (w > (double)W)
-        w = W;
-    if (h > (double)H)
-        h = H;
-    struct sf__crop_box b = {0, 0, (unsigned)w, (unsigned)h};
-    b.x = (W - b.w) / 2;
-    b.y = (H - b.h) / 2;
-    return b;
-}
-
-/* torchvision Resize(S) (shorter side to S = floor(max(width, height) /
- * center_fraction)) then CenterCrop(height, width), expressed in source
- * pixels: one resized pixel is short/S source pixels. */
-static struct sf__crop_box center_box(const struct sf_image_options *o, unsigned W, unsigned H)
-{
-    unsigned side = o->width > o->height ? o->width : o->height;
-    double S = floor_pos((double)side / (double)o->center_fraction);
-    if (S < 1.0)
-        S = 1.0;
-    double per = (double)(W < H ? W : H) / S;
-    double bw = round_even((double)o->width * per), bh = round_even((double)o->height * per);
-    if (bw < 1.0)
-        bw = 1.0;
-    if (bh < 1.0)
-        bh = 1.0;
-    if (bw > (double)W)
-        bw = W;
-    if (bh > (double)H)
-        bh = H;
-    struct sf__crop_box b = {0, 0, (unsigned)bw, (unsigned)bh};
-    b.x = (unsigned)round_even((double)(W - b.w) / 2.0);
-    b.y = (unsigned)round_even((double)(H - b.h) / 2.0);
-    return b;
-}
-
-void sf__crop_window(const struct sf_image_options *o, unsigned src_w, unsigned src_h,
-                     uint64_t rng_seed, struct sf__crop_box *box, int *flip)
-{
-    struct sf__rng rng = {rng_seed};
-    struct sf__crop_box b = {0, 0, src_w, src_h};
-    if (src_w > 0 && src_h > 0) {
-        if (o->crop == SF_CROP_RANDOM_RESIZED)
-            b = random_resized(o, src_w, src_h, &rng);
-        else if (o->crop == SF_CROP_CENTER && o->width > 0 && o->height > 0)
-            b = center_box(o, src_w, src_h);
-    }
-    /* Always drawn, so the flip is the same whatever hflip's value decides. */
-    int f = rng_uniform(&rng) < (double)o->hflip;
-    if (box)
-        *box = b;
-    if (flip)
-        *flip = f;
 }
 
 /* ------------------------------------------------------------------ decoder */
@@ -598,6 +340,11 @@ void sf__decoder_destroy(struct sf_decoder *d)
     free(d);
 }
 
+ZSTD_DCtx *sf__decoder_zstd(struct sf_decoder *d)
+{
+    return d->zstd;
+}
+
 /* Grows *buf to at least n bytes (raises SF_ERR_NO_MEMORY). */
 static void *grow(struct sf_decoder *d, void **buf, size_t *cap, size_t n)
 {
@@ -748,7 +495,7 @@ static void axis_table(int32_t *t, unsigned n, unsigned lo, unsigned len, unsign
             f = first;
         if (f > last)
             f = last;
-        double fl = floor_pos(f);
+        double fl = (double)(uint64_t)f; /* floor: f >= 0 */
         unsigned i0 = (unsigned)fl;
         int w = (int)((f - fl) * W_ONE + 0.5);
         if (w >= W_ONE) {
@@ -1136,207 +883,4 @@ void sf__normalize_u8(const uint8_t *src, float *dst, size_t n_images, unsigned 
                     o[c * plane + i] = lut[c][s[c * plane + i]];
         }
     }
-}
-
-/* ------------------------------------------------------------------ labels */
-
-/* The field's text for a message: at most 24 bytes, non-printables as '.'. */
-static void preview(const unsigned char *p, size_t n, char *buf, size_t cap)
-{
-    size_t k = 0;
-    for (size_t i = 0; i < n && k + 4 < cap && i < 24; i++)
-        buf[k++] = (p[i] >= 0x20 && p[i] < 0x7f && p[i] != '"') ? (char)p[i] : '.';
-    if (n > 24 && k + 4 < cap) {
-        memcpy(buf + k, "...", 3);
-        k += 3;
-    }
-    buf[k] = '\0';
-}
-
-static int is_space(unsigned char c)
-{
-    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
-}
-
-/* [spaces] ['-'] digits [whitespace]; 0 when not that or out of int64. */
-static int parse_decimal(const unsigned char *p, size_t n, int64_t *out)
-{
-    size_t i = 0;
-    while (i < n && is_space(p[i]))
-        i++;
-    int neg = 0;
-    if (i < n && p[i] == '-') {
-        neg = 1;
-        i++;
-    }
-    size_t start = i;
-    uint64_t v = 0;
-    const uint64_t lim = neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX;
-    while (i < n && p[i] >= '0' && p[i] <= '9') {
-        uint64_t digit = (uint64_t)(p[i] - '0');
-        if (v > (lim - digit) / 10)
-            return 0;
-        v = v * 10 + digit;
-        i++;
-    }
-    if (i == start)
-        return 0;
-    while (i < n && is_space(p[i]))
-        i++;
-    if (i != n)
-        return 0;
-    *out = neg ? (v == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)v) : (int64_t)v;
-    return 1;
-}
-
-/* An integral JSON number (exact in a double: |v| <= 2^53). */
-static int json_integer(const cJSON *item, int64_t *out)
-{
-    if (!cJSON_IsNumber(item))
-        return 0;
-    double v = item->valuedouble;
-    if (!(v >= -0x1.0p53 && v <= 0x1.0p53))
-        return 0;
-    int64_t i = (int64_t)v;
-    if ((double)i != v)
-        return 0;
-    *out = i;
-    return 1;
-}
-
-/* The syntax comes from the name's last dot-separated part: "json" is JSON,
- * anything else ("cls", "txt", "cls2", ...) a decimal integer. */
-static int name_is_json(const char *name)
-{
-    const char *dot = strrchr(name, '.');
-    return strcmp(dot ? dot + 1 : name, "json") == 0;
-}
-
-sf_status sf__parse_label(const char *name, const void *data, size_t size, int64_t *out, char *err,
-                          size_t err_len)
-{
-    if (!name || (!data && size) || !out)
-        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT,
-                        "sf__parse_label: name, data or out is NULL");
-    const unsigned char *p = data;
-    char shown[40];
-    preview(p, size, shown, sizeof shown);
-    if (memchr(p, '\0', size))
-        return sf__fail(err, err_len, SF_ERR_PARSE, "label field \"%s\" contains a NUL byte", name);
-    if (!name_is_json(name)) {
-        if (parse_decimal(p, size, out))
-            return SF_OK;
-        return sf__fail(err, err_len, SF_ERR_PARSE,
-                        "label field \"%s\" (\"%s\", %zu bytes) is not a decimal integer", name,
-                        shown, size);
-    }
-    /* A bare number, the common case, without a parse tree. */
-    if (parse_decimal(p, size, out))
-        return SF_OK;
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts((const char *)p, size, &end, 0);
-    if (!root)
-        return sf__fail(err, err_len, SF_ERR_PARSE,
-                        "label field \"%s\" (\"%s\", %zu bytes) is not valid JSON", name, shown,
-                        size);
-    size_t rest = end ? (size_t)(end - (const char *)p) : size;
-    while (rest < size && is_space(p[rest]))
-        rest++;
-    int64_t v = 0;
-    int ok = rest == size;
-    if (ok) {
-        if (cJSON_IsObject(root))
-            ok = json_integer(cJSON_GetObjectItemCaseSensitive(root, "label"), &v);
-        else
-            ok = json_integer(root, &v);
-    }
-    cJSON_Delete(root);
-    if (!ok)
-        return sf__fail(err, err_len, SF_ERR_PARSE,
-                        "label field \"%s\" (\"%s\", %zu bytes) is neither an integer nor an "
-                        "object with an integer member \"label\"",
-                        name, shown, size);
-    *out = v;
-    return SF_OK;
-}
-
-/* ------------------------------------------------------------------ zstd */
-
-/* The largest window a zstd field may ask for: 2^27 (128 MiB), zstd's own
- * default limit, set explicitly so it does not depend on the version. */
-#define SF__ZSTD_WINDOW_LOG_MAX 27
-
-sf_status sf__decode_zstd(struct sf_decoder *d, const void *src, size_t size,
-                          unsigned long long max_bytes, unsigned char **out, size_t *cap,
-                          size_t *out_len, char *err, size_t err_len)
-{
-    if (!d || (!src && size) || !out || !cap || !out_len)
-        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT,
-                        "sf__decode_zstd: decoder, src, out, cap or out_len is NULL");
-    *out_len = 0;
-    if (size == 0)
-        return sf__fail(err, err_len, SF_ERR_CORRUPT, "zstd field is empty (0 bytes)");
-    /* Room for one byte more than allowed: producing it proves the limit is
-     * exceeded, whatever zstd still holds back. */
-    size_t limit = max_bytes >= SIZE_MAX - 1 ? SIZE_MAX - 1 : (size_t)max_bytes;
-    size_t hard_cap = limit + 1;
-
-    unsigned long long declared = ZSTD_getFrameContentSize(src, size);
-    if (declared == ZSTD_CONTENTSIZE_ERROR)
-        return sf__fail(err, err_len, SF_ERR_CORRUPT, "not a zstd frame (%zu bytes)", size);
-    if (declared != ZSTD_CONTENTSIZE_UNKNOWN && declared > limit)
-        return sf__fail(err, err_len, SF_ERR_LIMIT,
-                        "zstd frame declares %llu bytes, over the limit of %llu", declared,
-                        max_bytes);
-
-    size_t want = declared != ZSTD_CONTENTSIZE_UNKNOWN ? (size_t)declared
-                  : size <= hard_cap / 4               ? size * 4
-                                                       : hard_cap;
-    if (want == 0)
-        want = 1;
-    if (want > hard_cap)
-        want = hard_cap;
-
-    ZSTD_DCtx_reset(d->zstd, ZSTD_reset_session_only);
-    ZSTD_DCtx_setParameter(d->zstd, ZSTD_d_windowLogMax, SF__ZSTD_WINDOW_LOG_MAX);
-    ZSTD_inBuffer in = {src, size, 0};
-    size_t len = 0;
-    for (;;) {
-        if (*cap < want || !*out) {
-            unsigned char *p = realloc(*out, want);
-            if (!p)
-                return sf__fail(err, err_len, SF_ERR_NO_MEMORY,
-                                "out of memory for %zu bytes of zstd output", want);
-            *out = p;
-            *cap = want;
-        }
-        ZSTD_outBuffer ob = {*out, *cap, len};
-        size_t in_before = in.pos;
-        size_t ret = ZSTD_decompressStream(d->zstd, &ob, &in);
-        if (ZSTD_isError(ret)) {
-            ZSTD_ErrorCode code = ZSTD_getErrorCode(ret);
-            sf_status st = code == ZSTD_error_frameParameter_windowTooLarge ? SF_ERR_LIMIT
-                           : code == ZSTD_error_memory_allocation           ? SF_ERR_NO_MEMORY
-                                                                            : SF_ERR_CORRUPT;
-            return sf__fail(err, err_len, st, "zstd: %s (input byte %zu of %zu)",
-                            ZSTD_getErrorName(ret), in.pos, size);
-        }
-        int progress = ob.pos != len || in.pos != in_before;
-        len = ob.pos;
-        if (len > limit)
-            return sf__fail(err, err_len, SF_ERR_LIMIT,
-                            "zstd field decompresses to more than %llu bytes", max_bytes);
-        if (ret == 0 && in.pos == in.size)
-            break;
-        if (len == *cap) { /* full: grow, up to one byte past the limit */
-            want = *cap > hard_cap / 2 ? hard_cap : *cap * 2;
-            continue;
-        }
-        if (!progress)
-            return sf__fail(err, err_len, SF_ERR_CORRUPT,
-                            "zstd frame is truncated (%zu bytes of input, %zu bytes out)", size,
-                            len);
-    }
-    *out_len = len;
-    return SF_OK;
 }

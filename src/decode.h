@@ -1,21 +1,18 @@
 /* Decode workers' per-thread machinery: JPEG (the libjpeg API of
- * libjpeg-turbo for every path: whole, region and DCT-scaled decode), crop
- * geometry, bilinear resize, flip, layout, CPU normalisation, labels and
- * zstd pass-through fields. One struct sf_decoder per thread; nothing here
- * locks. Internal (sf__ prefix). */
+ * libjpeg-turbo for every path: whole, region and DCT-scaled decode),
+ * bilinear resize, flip, layout, CPU normalisation (src/decode.c), labels and
+ * zstd pass-through fields (src/decode_fields.c); the crop geometry is in
+ * src/crop.h. One struct sf_decoder per thread; nothing here locks.
+ * Internal (sf__ prefix). */
 #ifndef SF_DECODE_H
 #define SF_DECODE_H
 
 #include "shardfeed.h"
 #include "shardfeed_loader.h"
+#include "src/crop.h"
 
 #include <stddef.h>
 #include <stdint.h>
-
-/* The crop window in source pixels, and how it is read. */
-struct sf__crop_box {
-    unsigned x, y, w, h; /* window in the full-resolution source image */
-};
 
 /* What one decode did (for tests, stats and error messages). */
 struct sf__decode_info {
@@ -25,24 +22,6 @@ struct sf__decode_info {
     int flipped;                    /* 1 when mirrored horizontally */
     int progressive;
 };
-
-/*
- * Per-sample random state: a splitmix64 hash of (seed, epoch, shard, sample),
- * so the same sample in the same epoch gets the same crop and flip on every
- * run, whatever thread decodes it. Defined exactly in docs/decode.md.
- */
-uint64_t sf__sample_rng_seed(uint64_t seed, uint64_t epoch, uint64_t shard, uint64_t sample);
-
-/*
- * The crop window of an image of src_w x src_h for the options and rng seed:
- * RandomResizedCrop (torchvision's algorithm: 10 tries of area in
- * [scale_min, scale_max] x src area and log-uniform ratio, then the centre
- * fallback clamped to [ratio_min, ratio_max]), Resize + CenterCrop mapped
- * back to source pixels, or the whole image. *flip gets the flip decision.
- * Pure function; the tests check its geometry.
- */
-void sf__crop_window(const struct sf_image_options *o, unsigned src_w, unsigned src_h,
-                     uint64_t rng_seed, struct sf__crop_box *box, int *flip);
 
 /* Bytes of one output image for the options (width x height x 3 x 1 or 4). */
 size_t sf__image_bytes(const struct sf_image_options *o);
@@ -102,6 +81,10 @@ sf_status sf__parse_label(const char *name, const void *data, size_t size, int64
 sf_status sf__decode_zstd(struct sf_decoder *d, const void *src, size_t size,
                           unsigned long long max_bytes, unsigned char **out, size_t *cap,
                           size_t *out_len, char *err, size_t err_len);
+
+struct ZSTD_DCtx_s;
+/* The decoder's zstd context, for sf__decode_zstd (decode_fields.c). */
+struct ZSTD_DCtx_s *sf__decoder_zstd(struct sf_decoder *d);
 
 /* Fills o with the defaults of struct sf_image_options (shardfeed_loader.h). */
 void sf__image_options_default(struct sf_image_options *o);
