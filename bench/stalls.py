@@ -3,7 +3,7 @@
 faster than the pipeline.
 
     python3 bench/stalls.py SHARDS [--epochs 10] [--batch-size 64]
-        [--decode-threads N] [--fraction 0.9] [--json]
+        [--decode-threads N] [--fraction 0.9] [--rounds N] [--json]
 
 1. Measures the pipeline's own rate: one epoch of shardfeed.Loader over
    SHARDS (a folder of tar shards with index.json) with no step.
@@ -57,18 +57,7 @@ def pct(xs, q):
     return s[min(len(s) - 1, max(0, math.ceil(q * len(s)) - 1))]
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("shards")
-    ap.add_argument("--epochs", type=int, default=10)
-    ap.add_argument("--batch-size", type=int, default=64)
-    ap.add_argument("--decode-threads", type=int, default=0)
-    ap.add_argument("--fraction", type=float, default=0.9)
-    ap.add_argument("--json", action="store_true")
-    a = ap.parse_args()
-    opts = dict(batch_size=a.batch_size, device="host", prefetch_batches=4)
-    if a.decode_threads:
-        opts["decode_threads"] = a.decode_threads
+def one_round(a, opts):
     with shardfeed.Loader([a.shards], **opts) as loader:
         waits = []
         t0 = time.perf_counter()
@@ -107,6 +96,39 @@ def main():
            "epoch_first_batch_max_later_ms": max(edge[1:]) if len(edge) > 1 else 0,
            "loader_wait_share": [r["wait_share"] for r in reports],
            "loader_bound": [r["bound"] for r in reports]}
+    return res, ms, edge, rate, step_s, images, wall
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("shards")
+    ap.add_argument("--epochs", type=int, default=10)
+    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--decode-threads", type=int, default=0)
+    ap.add_argument("--fraction", type=float, default=0.9)
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="calibrate and run the epochs this many times (the machine's load "
+                         "moves the pipeline's rate; the median of the rounds is printed)")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    opts = dict(batch_size=a.batch_size, device="host", prefetch_batches=4)
+    if a.decode_threads:
+        opts["decode_threads"] = a.decode_threads
+    rounds = []
+    for r in range(a.rounds):
+        rounds.append(one_round(a, opts))
+        if a.rounds > 1 and not a.json:
+            rr = rounds[-1][0]
+            print(f"round {r + 1}: pipeline {rr['pipeline_per_s']:.0f} img/s, wait share "
+                  f"{100 * rr['wait_share']:.1f} %, p99 / p50 {rr['p99_over_p50']:.2f}, within "
+                  f"epochs {rr['within_epoch_p99_over_p50']:.2f}")
+    if a.rounds > 1 and not a.json:
+        print(f"median of {a.rounds} rounds: p99 / p50 "
+              f"{statistics.median(x[0]['p99_over_p50'] for x in rounds):.2f}, within epochs "
+              f"{statistics.median(x[0]['within_epoch_p99_over_p50'] for x in rounds):.2f} "
+              f"(target <= 2); the last round in full:")
+    res, ms, edge, rate, step_s, images, wall = rounds[-1]
+    p50, p90, p99, mx = pct(ms, .5), pct(ms, .9), pct(ms, .99), max(ms)
     if a.json:
         print(json.dumps(res))
         return
