@@ -2527,8 +2527,12 @@ static enum MHD_Result begin(struct request *rq, struct MHD_Connection *conn)
         enum mock_op_kind kind = multipart && !is_put && !is_del ? MOCK_OP_OTHER
                                  : is_put                        ? MOCK_OP_PUT
                                                                  : MOCK_OP_DELETE;
-        if (mock_faults_plan(srv->faults, rq->target, NULL, header(conn, FAULT_HEADER), kind, 0,
-                             &plan, ferr, sizeof(ferr)) != SF_OK) {
+        /* each part of an upload has its own sequence of fault decisions */
+        char part_scope[32];
+        snprintf(part_scope, sizeof(part_scope), "part=%u", rq->part_number);
+        if (mock_faults_plan(srv->faults, rq->target, rq->part_number ? part_scope : NULL,
+                             header(conn, FAULT_HEADER), kind, 0, &plan, ferr,
+                             sizeof(ferr)) != SF_OK) {
             set_error(&e, 400, "InvalidArgument", "%s", ferr);
             return respond_error(rq, conn, &e, NULL);
         }
