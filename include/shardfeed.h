@@ -285,10 +285,10 @@ SF_API sf_status sf_s3_list(struct sf_s3 *s3, const char *url, int flags, size_t
  * file or buffer must not change until the call returns. Transient failures
  * (5xx, throttling, resets, stalls) are retried with the client's policy,
  * each attempt resending the whole body. Bodies over SF_PUT_MAX_BYTES fail
- * with SF_ERR_LIMIT (sf_s3_upload_file() sends larger files in parts). When etag_out is not
- * NULL it receives the ETag the server returned (quoted, "" when none),
- * truncated to etag_len. Blocks the caller; any thread. On failure the
- * detail is in sf_s3_errmsg().
+ * with SF_ERR_LIMIT (sf_s3_upload_file() sends larger files in parts). When
+ * etag_out is not NULL it receives the ETag the server returned (quoted, ""
+ * when none), truncated to etag_len. Blocks the caller; any thread. On
+ * failure the detail is in sf_s3_errmsg().
  */
 SF_API sf_status sf_s3_put(struct sf_s3 *s3, const char *url, const char *path, const void *data,
                            size_t len, char *etag_out, size_t etag_len);

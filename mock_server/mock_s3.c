@@ -36,7 +36,7 @@
 #define MAX_SKEW_S     (15 * 60)
 #define MAX_PARAMS     64
 #define MAX_HEADERS    128
-#define MAX_SMALL_BODY (4 << 20) /* admin rules, CompleteMultipartUpload's part list */
+#define MAX_SMALL_BODY (4 << 20)    /* admin rules, CompleteMultipartUpload's part list */
 #define MAX_PUT_BYTES  (5ull << 30) /* S3's single-PUT limit */
 #define BODY_BLOCK     (256 * 1024)
 #define FAULT_HEADER   "x-sfmock-fault"
@@ -135,9 +135,9 @@ struct request {
      * (the client closed, a reset), on_completed takes back what was not
      * sent, so bytes_sent counts the bytes that really went out. */
     int body_tracked;
-    uint64_t body_counted;   /* bytes_sent added when queued */
+    uint64_t body_counted; /* bytes_sent added when queued */
     int body_is_callback;
-    uint64_t body_handed;    /* callback bodies: bytes handed to libmicrohttpd */
+    uint64_t body_handed; /* callback bodies: bytes handed to libmicrohttpd */
     int have_tcp_start;
     uint64_t tcp_acked_start; /* tcpi_bytes_acked of the socket when queued */
 };
@@ -1777,8 +1777,8 @@ static int assemble_object(struct request *rq, const struct mock_part *const *us
         int in = open(use[i]->path, O_RDONLY | O_CLOEXEC);
         uint64_t left = use[i]->size;
         while (in >= 0 && left > 0) {
-            ssize_t c = copy_file_range(in, NULL, out, NULL, left > (1u << 30) ? (1u << 30) : left,
-                                        0);
+            ssize_t c =
+                copy_file_range(in, NULL, out, NULL, left > (1u << 30) ? (1u << 30) : left, 0);
             if (c < 0 && errno == EINTR)
                 continue;
             if (c <= 0)
@@ -1844,9 +1844,9 @@ static enum MHD_Result op_complete_upload(struct request *rq, struct MHD_Connect
     struct sf__xml_part *given = NULL;
     size_t n_given = 0;
     char xerr[256] = "";
-    sf_status st = sf__xml_parse_complete(sf__strbuf_str(&rq->body), rq->body.len,
-                                          MOCK_MAX_PART_NUMBER, &given, &n_given, xerr,
-                                          sizeof(xerr));
+    sf_status st =
+        sf__xml_parse_complete(sf__strbuf_str(&rq->body), rq->body.len, MOCK_MAX_PART_NUMBER,
+                               &given, &n_given, xerr, sizeof(xerr));
     if (st != SF_OK || n_given == 0) {
         free(given);
         set_error(&e, 400, "MalformedXML",
@@ -2002,7 +2002,8 @@ static enum MHD_Result op_list_parts(struct request *rq, struct MHD_Connection *
         max_parts = 1000;
     struct mock_part *parts = NULL;
     size_t n = 0;
-    sf_status st = mock_uploads_parts(srv->uploads, rq->bucket, rq->key, rq->upload_id, 0, &parts, &n);
+    sf_status st =
+        mock_uploads_parts(srv->uploads, rq->bucket, rq->key, rq->upload_id, 0, &parts, &n);
     if (st == SF_ERR_NOT_FOUND)
         return respond_no_such_upload(rq, conn);
     if (st != SF_OK) {
@@ -2119,8 +2120,8 @@ static enum MHD_Result op_list_uploads(struct request *rq, struct MHD_Connection
     xml_elem(&b, "Prefix", prefix, url);
     if (url)
         xml_elem(&b, "EncodingType", "url", 0);
-    sf__strbuf_printf(&b, "<MaxUploads>%lu</MaxUploads><IsTruncated>%s</IsTruncated>",
-                      max_uploads, truncated ? "true" : "false");
+    sf__strbuf_printf(&b, "<MaxUploads>%lu</MaxUploads><IsTruncated>%s</IsTruncated>", max_uploads,
+                      truncated ? "true" : "false");
     sf__strbuf_append(&b, sf__strbuf_str(&items), items.len);
     sf__strbuf_free(&items);
     sf__strbuf_puts(&b, "</ListMultipartUploadsResult>");
@@ -2380,8 +2381,8 @@ static const char *const multipart_params[] = {
 };
 
 static const char *const list_uploads_params[] = {
-    "uploads", "prefix", "key-marker", "upload-id-marker", "max-uploads", "encoding-type",
-    "x-id",    NULL,
+    "uploads",     "prefix",        "key-marker", "upload-id-marker",
+    "max-uploads", "encoding-type", "x-id",       NULL,
 };
 
 static int in_list(const char *s, const char *const *list)
@@ -2461,7 +2462,6 @@ static enum MHD_Result begin(struct request *rq, struct MHD_Connection *conn)
                                : "Unknown";
     }
 
-
     if (authenticate(rq, conn, &e) != 0)
         return respond_error(rq, conn, &e, NULL);
 
@@ -2494,9 +2494,9 @@ static enum MHD_Result begin(struct request *rq, struct MHD_Connection *conn)
             continue;
         int unsupported = list_uploads ? 1
                           : rq->key    ? in_list(name, object_subresources)
-                                  : (is_get && !in_list(name, list_params) &&
-                                     strcmp(rq->op, "GetBucketLocation") != 0) ||
-                                        (!is_get && *name);
+                                       : (is_get && !in_list(name, list_params) &&
+                                       strcmp(rq->op, "GetBucketLocation") != 0) ||
+                                          (!is_get && *name);
         if (unsupported) {
             set_error(&e, 501, "NotImplemented",
                       "The '%s' subresource is not implemented by "

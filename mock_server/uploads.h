@@ -12,11 +12,11 @@
 #include <stdint.h>
 #include <time.h>
 
-#define MOCK_MAX_UPLOADS      1000   /* uploads in progress, whole server */
-#define MOCK_MAX_PARTS_TOTAL  100000 /* parts held by all uploads in progress */
-#define MOCK_MAX_PART_NUMBER  10000  /* S3: part numbers 1..10000 */
-#define MOCK_MIN_PART_BYTES   (5ull << 20) /* S3: every part but the last */
-#define MOCK_UPLOAD_ID_LEN    40
+#define MOCK_MAX_UPLOADS     1000         /* uploads in progress, whole server */
+#define MOCK_MAX_PARTS_TOTAL 100000       /* parts held by all uploads in progress */
+#define MOCK_MAX_PART_NUMBER 10000        /* S3: part numbers 1..10000 */
+#define MOCK_MIN_PART_BYTES  (5ull << 20) /* S3: every part but the last */
+#define MOCK_UPLOAD_ID_LEN   40
 
 struct mock_part {
     unsigned number;

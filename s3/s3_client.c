@@ -659,7 +659,6 @@ SF_API sf_status sf_s3_put(struct sf_s3 *s3, const char *url, const char *path, 
     return st;
 }
 
-
 /* ------------------------------------------------------------ multipart upload */
 
 #define UPLOAD_PARALLEL_DEFAULT 4u
@@ -789,8 +788,8 @@ static sf_status mpu_create(struct sf_s3 *s3, const struct sf__locator *loc, cha
 {
     struct sf__body empty = {.data = "", .fd = -1, .len = 0, .sha256_hex = SF__EMPTY_SHA256};
     struct sf__response r;
-    sf_status st = sf__engine_call_body(s3->engine, "POST", loc, "uploads", &empty,
-                                        UPLOAD_SMALL_BODY, &r);
+    sf_status st =
+        sf__engine_call_body(s3->engine, "POST", loc, "uploads", &empty, UPLOAD_SMALL_BODY, &r);
     if (st != SF_OK) {
         set_err(s3, st, "starting the multipart upload: %s", r.errmsg);
         sf__response_free(&r);
@@ -813,7 +812,8 @@ static sf_status mpu_complete(struct mpu *m, char *etag_out, size_t etag_len)
 {
     struct sf__strbuf x;
     sf__strbuf_init(&x, 0);
-    sf__strbuf_puts(&x, "<CompleteMultipartUpload xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">");
+    sf__strbuf_puts(&x,
+                    "<CompleteMultipartUpload xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">");
     for (unsigned i = 0; i < m->n_parts; i++) {
         sf__strbuf_printf(&x, "<Part><PartNumber>%u</PartNumber><ETag>", i + 1);
         xml_text(&x, m->etags[i]);
@@ -892,8 +892,7 @@ SF_API sf_status sf_s3_upload_file(struct sf_s3 *s3, const char *url, const char
         int e = errno;
         if (fd >= 0)
             close(fd);
-        return set_err(s3, e == ENOENT ? SF_ERR_NOT_FOUND : SF_ERR_IO, "%s: %s", path,
-                       strerror(e));
+        return set_err(s3, e == ENOENT ? SF_ERR_NOT_FOUND : SF_ERR_IO, "%s: %s", path, strerror(e));
     }
     if (!S_ISREG(sb.st_mode)) {
         close(fd);

@@ -439,8 +439,7 @@ static void multipart_leaf(struct xml_ctx *c, enum tag t)
     const char *s = trimmed(&c->text, &n);
     if (c->kind == DOC_INITIATE) {
         if (n == 0 || n >= c->upload_id_len) {
-            fail(c, n ? SF_ERR_LIMIT : SF_ERR_PARSE, "<UploadId> is %s",
-                 n ? "too long" : "empty");
+            fail(c, n ? SF_ERR_LIMIT : SF_ERR_PARSE, "<UploadId> is %s", n ? "too long" : "empty");
             return;
         }
         memcpy(c->upload_id, s, n);
@@ -451,8 +450,8 @@ static void multipart_leaf(struct xml_ctx *c, enum tag t)
     if (t == T_PART_NUMBER) {
         uint64_t v;
         if (parse_u64(s, n, &v) != 0 || v > UINT32_MAX) {
-            fail(c, SF_ERR_PARSE, "part %zu: <PartNumber> \"%.*s\" is not a number",
-                 c->n_parts + 1, (int)(n > 32 ? 32 : n), s);
+            fail(c, SF_ERR_PARSE, "part %zu: <PartNumber> \"%.*s\" is not a number", c->n_parts + 1,
+                 (int)(n > 32 ? 32 : n), s);
             return;
         }
         c->cur_part.number = (unsigned)v;
@@ -770,8 +769,8 @@ void sf__list_page_free(struct sf__list_page *p)
 
 /* ------------------------------------------------------------------ multipart */
 
-sf_status sf__xml_parse_initiate(const char *body, size_t n, char *upload_id, size_t cap,
-                                 char *err, size_t err_len)
+sf_status sf__xml_parse_initiate(const char *body, size_t n, char *upload_id, size_t cap, char *err,
+                                 size_t err_len)
 {
     if (!upload_id || cap < 2) {
         sf__fail(err, err_len, SF_OK, "NULL argument");

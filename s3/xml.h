@@ -61,8 +61,8 @@ void sf__list_page_free(struct sf__list_page *p);
 /* The UploadId of an InitiateMultipartUploadResult (CreateMultipartUpload)
  * into upload_id (cap bytes). SF_ERR_PARSE when malformed, another root or
  * no UploadId; SF_ERR_LIMIT when it does not fit. */
-sf_status sf__xml_parse_initiate(const char *body, size_t n, char *upload_id, size_t cap,
-                                 char *err, size_t err_len);
+sf_status sf__xml_parse_initiate(const char *body, size_t n, char *upload_id, size_t cap, char *err,
+                                 size_t err_len);
 
 /* One <Part> of a CompleteMultipartUpload body. */
 struct sf__xml_part {

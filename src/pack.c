@@ -1743,8 +1743,8 @@ static sf_status resolve_dest(struct packer *p, const char *dest_url)
                       "shard size %llu: an S3 object holds at most 5 TiB", p->o->shard_bytes);
         else if (p->o->part_bytes && (p->o->part_bytes < SF_UPLOAD_PART_BYTES_MIN ||
                                       p->o->part_bytes > SF_UPLOAD_PART_BYTES_MAX))
-            st = fail(p, SF_ERR_INVALID_ARGUMENT,
-                      "part size %llu: S3 parts are 5 MiB to 5 GiB", p->o->part_bytes);
+            st = fail(p, SF_ERR_INVALID_ARGUMENT, "part size %llu: S3 parts are 5 MiB to 5 GiB",
+                      p->o->part_bytes);
         else {
             /* s3://bucket/prefix without trailing slashes; keys are joined with '/' */
             size_t n = strlen(dest_url);

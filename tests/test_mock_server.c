@@ -1645,11 +1645,8 @@ static long complete_upload(const char *key_path, const char *id, const char *xm
 {
     char target[512];
     snprintf(target, sizeof(target), "%s?uploadId=%s", key_path, id);
-    struct s3_call c = {.method = "POST",
-                        .target = target,
-                        .body = xml,
-                        .body_len = strlen(xml),
-                        .creds = &creds};
+    struct s3_call c = {
+        .method = "POST", .target = target, .body = xml, .body_len = strlen(xml), .creds = &creds};
     s3_call(srv.url, &c, r);
     return r->status;
 }
@@ -1695,9 +1692,9 @@ Test(mock_server, multipart_upload_round_trip_has_the_s3_etag)
     cr_assert_eq(upload_part("/bucket1/dir/big.bin", id, 2, data + sizes[0], sizes[1], etags[1],
                              sizeof(etags[1])),
                  200);
-    cr_assert_eq(upload_part("/bucket1/dir/big.bin", id, 1, data, sizes[0], etags[0],
-                             sizeof(etags[0])),
-                 200);
+    cr_assert_eq(
+        upload_part("/bucket1/dir/big.bin", id, 1, data, sizes[0], etags[0], sizeof(etags[0])),
+        200);
     unsigned char md[16];
     md5_of(data, sizes[0], md);
     char want[40];
@@ -1780,31 +1777,37 @@ Test(mock_server, complete_multipart_refuses_bad_part_lists_as_s3_does)
     struct s3_resp r;
 #define PART(num, tag) "<Part><PartNumber>" #num "</PartNumber><ETag>" tag "</ETag></Part>"
     /* a wrong ETag */
-    snprintf(xml, sizeof(xml), "<CompleteMultipartUpload>" PART(1, "%s") PART(2, "%s")
-             "</CompleteMultipartUpload>", e1, "\"00000000000000000000000000000000\"");
+    snprintf(xml, sizeof(xml),
+             "<CompleteMultipartUpload>" PART(1, "%s") PART(2, "%s") "</CompleteMultipartUpload>",
+             e1, "\"00000000000000000000000000000000\"");
     complete_upload("/bucket1/k", id, xml, &r);
     expect_error(&r, 400, "InvalidPart");
     s3_resp_free(&r);
     /* a part never uploaded */
-    snprintf(xml, sizeof(xml), "<CompleteMultipartUpload>" PART(1, "%s") PART(4, "%s")
-             "</CompleteMultipartUpload>", e1, e2);
+    snprintf(xml, sizeof(xml),
+             "<CompleteMultipartUpload>" PART(1, "%s") PART(4, "%s") "</CompleteMultipartUpload>",
+             e1, e2);
     complete_upload("/bucket1/k", id, xml, &r);
     expect_error(&r, 400, "InvalidPart");
     s3_resp_free(&r);
     /* out of order, and a repeated number */
-    snprintf(xml, sizeof(xml), "<CompleteMultipartUpload>" PART(2, "%s") PART(1, "%s")
-             "</CompleteMultipartUpload>", e2, e1);
+    snprintf(xml, sizeof(xml),
+             "<CompleteMultipartUpload>" PART(2, "%s") PART(1, "%s") "</CompleteMultipartUpload>",
+             e2, e1);
     complete_upload("/bucket1/k", id, xml, &r);
     expect_error(&r, 400, "InvalidPartOrder");
     s3_resp_free(&r);
-    snprintf(xml, sizeof(xml), "<CompleteMultipartUpload>" PART(1, "%s") PART(1, "%s")
-             "</CompleteMultipartUpload>", e1, e1);
+    snprintf(xml, sizeof(xml),
+             "<CompleteMultipartUpload>" PART(1, "%s") PART(1, "%s") "</CompleteMultipartUpload>",
+             e1, e1);
     complete_upload("/bucket1/k", id, xml, &r);
     expect_error(&r, 400, "InvalidPartOrder");
     s3_resp_free(&r);
     /* a part under 5 MiB that is not the last */
-    snprintf(xml, sizeof(xml), "<CompleteMultipartUpload>" PART(1, "%s") PART(2, "%s")
-             PART(3, "%s") "</CompleteMultipartUpload>", e1, e2, e3);
+    snprintf(xml, sizeof(xml),
+             "<CompleteMultipartUpload>" PART(1, "%s") PART(2, "%s")
+                 PART(3, "%s") "</CompleteMultipartUpload>",
+             e1, e2, e3);
     complete_upload("/bucket1/k", id, xml, &r);
     expect_error(&r, 400, "EntityTooSmall");
     cr_expect(strstr(sf__strbuf_str(&r.body), "<ProposedSize>1000</ProposedSize>"), "%s",
@@ -1835,8 +1838,9 @@ Test(mock_server, complete_multipart_refuses_bad_part_lists_as_s3_does)
 
     /* the refused lists left the upload as it was: a good list completes it,
      * and part 3, not listed, is dropped */
-    snprintf(xml, sizeof(xml), "<CompleteMultipartUpload>" PART(1, "%s") PART(2, "%s")
-             "</CompleteMultipartUpload>", e1, e2);
+    snprintf(xml, sizeof(xml),
+             "<CompleteMultipartUpload>" PART(1, "%s") PART(2, "%s") "</CompleteMultipartUpload>",
+             e1, e2);
 #undef PART
     cr_expect_eq(complete_upload("/bucket1/k", id, xml, &r), 200, "%s", sf__strbuf_str(&r.body));
     s3_resp_free(&r);
@@ -1964,8 +1968,7 @@ Test(mock_server_cfg, bytes_sent_counts_what_a_cut_transfer_sent)
         CURL *h = curl_easy_init();
         char url[256];
         snprintf(url, sizeof(url), "%s/bucket1/huge.bin", srv.url);
-        struct curl_slist *hdr =
-            round ? curl_slist_append(NULL, "x-sfmock-fault: stall=10") : NULL;
+        struct curl_slist *hdr = round ? curl_slist_append(NULL, "x-sfmock-fault: stall=10") : NULL;
         size_t got = 0;
         curl_easy_setopt(h, CURLOPT_URL, url);
         curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
@@ -1985,7 +1988,7 @@ Test(mock_server_cfg, bytes_sent_counts_what_a_cut_transfer_sent)
         }
         cr_expect_lt(sent, (double)size / 2, "round %d: %.0f of %zu bytes counted as sent", round,
                      sent, size);
-        cr_expect_geq(sent, (double)got, "round %d: %.0f sent but the client read %zu", round,
-                      sent, got);
+        cr_expect_geq(sent, (double)got, "round %d: %.0f sent but the client read %zu", round, sent,
+                      got);
     }
 }

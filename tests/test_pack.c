@@ -1256,8 +1256,8 @@ Test(pack, large_shards_go_up_in_parts_with_retries_and_match_a_local_pack)
      * are retried one by one */
     const char *rule = "prefix=bucket/mp/shard-000001,p500=0.5";
     char *body = NULL;
-    struct s3_call c = {.method = "POST", .target = "/_mock/faults", .body = rule,
-                        .body_len = strlen(rule)};
+    struct s3_call c = {
+        .method = "POST", .target = "/_mock/faults", .body = rule, .body_len = strlen(rule)};
     struct s3_resp r;
     cr_assert(s3_call(srv.url, &c, &r) == 0 && r.status == 200);
     s3_resp_free(&r);
@@ -1311,9 +1311,8 @@ Test(pack, a_part_that_fails_for_good_aborts_the_upload)
     make_large();
     start_mock();
     /* the first PUT of the first shard is its first part: a 400 is not retried */
-    cr_assert_eq(admin("POST", "/_mock/fault?prefix=bucket/mp/shard-000000&fault=400&count=1",
-                       NULL),
-                 200);
+    cr_assert_eq(
+        admin("POST", "/_mock/fault?prefix=bucket/mp/shard-000000&fault=400&count=1", NULL), 200);
     struct sf_pack_options o;
     sf_pack_options_init_default(&o);
     o.shard_bytes = 13ull << 20;
@@ -1573,9 +1572,8 @@ Test(pack, cli_pack_to_s3_in_parts_and_a_failed_part_names_the_object)
     cr_expect(strstr(etag, "-3\""), "ETag %s", etag);
 
     /* a part refused for good: non-zero exit, the object named, nothing left */
-    cr_assert_eq(admin("POST", "/_mock/fault?prefix=bucket/cli2/shard-000001&fault=400&count=1",
-                       NULL),
-                 200);
+    cr_assert_eq(
+        admin("POST", "/_mock/fault?prefix=bucket/cli2/shard-000001&fault=400&count=1", NULL), 200);
     snprintf(args, sizeof(args),
              "pack '%s' s3://bucket/cli2 --endpoint-url %s --shard-size 13M --part-size 5M "
              "--tmp-dir '%s' --no-progress",
