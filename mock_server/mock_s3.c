@@ -138,6 +138,7 @@ struct request {
     uint64_t body_counted; /* bytes_sent added when queued */
     int body_is_callback;
     uint64_t body_handed; /* callback bodies: bytes handed to libmicrohttpd */
+    int body_reset;       /* a reset fault cut the connection (its TCP_INFO is gone) */
     int have_tcp_start;
     uint64_t tcp_acked_start; /* tcpi_bytes_acked of the socket when queued */
 };
@@ -1115,15 +1116,17 @@ static int tcp_bytes_acked(struct MHD_Connection *conn, uint64_t *out)
 /* A GET body that ended early: takes back from bytes_sent what did not go
  * out. What went out is what the peer's TCP acknowledged since the answer
  * was queued (the headers included), and for callback bodies at most what
- * was handed to libmicrohttpd. */
+ * was handed to libmicrohttpd. A reset fault counted its bytes exactly
+ * (reset_connection() waits until they left) and its disconnected socket
+ * has no TCP counters left. */
 static void body_ended_early(struct request *rq, struct MHD_Connection *conn)
 {
     uint64_t sent = rq->body_counted;
     if (rq->body_is_callback && rq->body_handed < sent)
         sent = rq->body_handed;
     uint64_t acked;
-    if (rq->have_tcp_start && tcp_bytes_acked(conn, &acked) == 0 && acked >= rq->tcp_acked_start &&
-        acked - rq->tcp_acked_start < sent)
+    if (rq->have_tcp_start && !rq->body_reset && tcp_bytes_acked(conn, &acked) == 0 &&
+        acked >= rq->tcp_acked_start && acked - rq->tcp_acked_start < sent)
         sent = acked - rq->tcp_acked_start;
     if (sent < rq->body_counted)
         mock_stats_unsent(rq->srv->stats, rq->body_counted - sent);
@@ -1133,6 +1136,7 @@ struct body_src {
     struct mock_server *srv;
     struct MHD_Connection *conn;
     uint64_t *handed; /* the request's count of bytes handed over */
+    int *reset;       /* set when a reset fault cuts the connection */
     int fd;
     uint64_t offset;
     uint64_t len;
@@ -1156,6 +1160,7 @@ static void reset_connection(struct body_src *b)
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(b->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     mock_stats_fault(b->srv->stats, "reset");
+    *b->reset = 1;
     if (!ci)
         return;
     int fd = ci->connect_fd;
@@ -1356,6 +1361,7 @@ static enum MHD_Result op_get_object(struct request *rq, struct MHD_Connection *
             .srv = srv,
             .conn = conn,
             .handed = &rq->body_handed,
+            .reset = &rq->body_reset,
             .fd = fd,
             .offset = start,
             .len = body_len,
