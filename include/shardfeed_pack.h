@@ -77,7 +77,8 @@ struct sf_pack_options {
     enum sf_pack_layout layout;     /* default SF_PACK_LAYOUT_AUTO */
     unsigned long long shard_bytes; /* a shard is closed before the sample that would make it
                                        larger than this (a bigger sample gets a shard of its
-                                       own); default 256 MiB; for s3:// at most SF_PUT_MAX_BYTES */
+                                       own); default 256 MiB; for s3:// at most
+                                       SF_UPLOAD_MAX_BYTES (5 TiB) */
     int zstd_level;                 /* 0 = off (default); 1..22: compress each record that
                                        shrinks; record format only (SF_ERR_UNSUPPORTED with tar) */
     const char *name_pattern;       /* shard file names: one %u (or %0Nu, %d) for the shard
@@ -98,6 +99,10 @@ struct sf_pack_options {
     unsigned max_side;
     int jpeg_quality; /* with max_side: 1..100; 0 = 90 */
     unsigned threads; /* re-encoding threads; 0 = the cores online */
+    /* s3:// only: a shard larger than this is uploaded as a multipart upload
+     * in parts of this size, 4 parts in flight (sf_s3_upload_file());
+     * 0 = SF_UPLOAD_PART_BYTES_DEFAULT (64 MiB); else 5 MiB..5 GiB. */
+    unsigned long long part_bytes;
 };
 
 /* Fills o with the defaults. o may not be NULL. */
@@ -126,7 +131,7 @@ struct sf_pack_result {
  * dest_url: a local folder (a path or file:// URL; created with its parents
  * when missing; it may not lie inside src_dir) or "s3://bucket/prefix"
  * (o->s3 must be a client; each shard is staged in o->tmp_dir and uploaded
- * with sf_s3_put() by a second thread while the next one is written, so at
+ * with sf_s3_upload_file() by a second thread while the next one is written, so at
  * most two staged shards exist at a time and memory does not grow with the
  * shard size). Local shards are written to a hidden temporary name in the
  * destination and renamed into place; existing files of the same names are
@@ -137,7 +142,8 @@ struct sf_pack_result {
  * index.json is written, shards renamed into a local destination by this
  * call are removed (shards already uploaded to S3 are left), and err (when
  * not NULL) receives a message naming the file or object and what went wrong,
- * truncated to err_len. Returns SF_ERR_NOT_FOUND (src_dir missing or
+ * truncated to err_len. A shard whose multipart upload failed is aborted, so
+ * no parts of it stay stored. Returns SF_ERR_NOT_FOUND (src_dir missing or
  * without files), SF_ERR_INVALID_ARGUMENT (options, names that cannot be
  * keys, a symbolic link, a file at the top of an ImageFolder tree, two files
  * giving the same field of one sample), SF_ERR_IO (a file cannot be read or

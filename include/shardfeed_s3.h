@@ -191,13 +191,56 @@ SF_API sf_status sf_s3_list(struct sf_s3 *s3, const char *url, int flags, size_t
  * file or buffer must not change until the call returns. Transient failures
  * (5xx, throttling, resets, stalls) are retried with the client's policy,
  * each attempt resending the whole body. Bodies over SF_PUT_MAX_BYTES fail
- * with SF_ERR_LIMIT; multipart upload is not supported. When etag_out is not
- * NULL it receives the ETag the server returned (quoted, "" when none),
- * truncated to etag_len. Blocks the caller; any thread. On failure the
- * detail is in sf_s3_errmsg().
+ * with SF_ERR_LIMIT (sf_s3_upload_file() sends larger files in parts). When
+ * etag_out is not NULL it receives the ETag the server returned (quoted, ""
+ * when none), truncated to etag_len. Blocks the caller; any thread. On
+ * failure the detail is in sf_s3_errmsg().
  */
 SF_API sf_status sf_s3_put(struct sf_s3 *s3, const char *url, const char *path, const void *data,
                            size_t len, char *etag_out, size_t etag_len);
+
+/* Multipart upload (sf_s3_upload_file()): S3's limits. */
+#define SF_UPLOAD_PART_BYTES_DEFAULT (64ull << 20) /* part size unless told */
+#define SF_UPLOAD_PART_BYTES_MIN     (5ull << 20)  /* S3: every part but the last */
+#define SF_UPLOAD_PART_BYTES_MAX     (5ull << 30)  /* S3: one part */
+#define SF_UPLOAD_MAX_PARTS          10000u        /* S3: parts of one object */
+#define SF_UPLOAD_MAX_BYTES          (5ull << 40)  /* S3: one object, 5 TiB */
+
+struct sf_s3_upload_options {
+    /* A file larger than this goes up in parts of this size (the last one
+     * smaller); a smaller file in one PUT. 0 = SF_UPLOAD_PART_BYTES_DEFAULT;
+     * else SF_UPLOAD_PART_BYTES_MIN..SF_UPLOAD_PART_BYTES_MAX. When the file
+     * would need more than SF_UPLOAD_MAX_PARTS parts, the part size grows
+     * (to a multiple of 1 MiB) so it fits. */
+    unsigned long long part_bytes;
+    /* Parts in flight at once (each read from the file as it is sent; the
+     * client's `concurrency` also bounds requests); 0 = 4; at most 64. */
+    unsigned parallel_parts;
+};
+
+/* Fills o with the defaults. */
+SF_API void sf_s3_upload_options_init_default(struct sf_s3_upload_options *o);
+
+/*
+ * Uploads the regular file at path to url ("s3://bucket/key"): with one PUT
+ * (as sf_s3_put()) when it is at most o->part_bytes, else as an S3
+ * multipart upload (CreateMultipartUpload, o->parallel_parts UploadPart
+ * requests at a time, CompleteMultipartUpload). Every part is signed with
+ * its own SHA-256 and read from the file at its offset for each attempt, so
+ * memory does not grow with the file or the part size (a 1 MiB hashing
+ * buffer per part in flight). A part that fails transiently is retried with
+ * the client's policy; when a part fails for good, or completing fails, the
+ * upload is aborted (AbortMultipartUpload) so no parts are left stored, and
+ * the message names the object, the part number and its offset. Files over
+ * SF_UPLOAD_MAX_BYTES fail with SF_ERR_LIMIT. etag_out (may be NULL)
+ * receives the object's ETag as the server returned it ("\"hex-N\"" for a
+ * multipart upload on S3). o may be NULL (defaults). The file must not
+ * change until the call returns. Blocks the caller; any thread. On failure
+ * the detail is in sf_s3_errmsg().
+ */
+SF_API sf_status sf_s3_upload_file(struct sf_s3 *s3, const char *url, const char *path,
+                                   const struct sf_s3_upload_options *o, char *etag_out,
+                                   size_t etag_len);
 
 /* ------------------------------------------------------------------ fetch */
 

@@ -438,8 +438,8 @@ sf_status mock_faults_queue(struct mock_faults *f, const char *prefix, const cha
     return SF_OK;
 }
 
-/* Faults a HEAD must not use up: body faults, and a 400, whose S3 error
- * code only a GET's body can carry. */
+/* Faults only a GET may use up: body faults, and a 400 (which a PUT may
+ * use too), whose S3 error code a HEAD's answer cannot carry. */
 static int is_body_fault(const char *fault)
 {
     return strcmp(fault, "400") == 0 || strncmp(fault, "reset=", 6) == 0 ||
@@ -466,8 +466,10 @@ sf_status mock_faults_plan(struct mock_faults *f, const char *target, const char
     int is_get = op == MOCK_OP_GET;
     for (size_t i = 0; i < f->n_queued; i++) {
         struct queued *q = &f->queue[i];
-        /* A body fault waits for a GET: a HEAD must not use it up. */
-        if (!is_get && is_body_fault(q->fault))
+        /* A body fault waits for a GET: a HEAD must not use it up. A 400
+         * may fail a PUT too (a part of a multipart upload). */
+        if (!is_get && is_body_fault(q->fault) &&
+            !(op == MOCK_OP_PUT && strcmp(q->fault, "400") == 0))
             continue;
         if (q->remaining && has_prefix(target, q->prefix)) {
             memcpy(queued_fault, q->fault, sizeof(queued_fault));

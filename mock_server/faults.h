@@ -43,8 +43,10 @@ sf_status mock_faults_queue(struct mock_faults *f, const char *prefix, const cha
                             unsigned count, char *err, size_t err_len);
 
 /* The operations faults apply to: body faults and the rate limit to GETs,
- * etag_change_after counts GETs and HEADs, errors and latency to all. */
-enum mock_op_kind { MOCK_OP_GET, MOCK_OP_HEAD, MOCK_OP_PUT, MOCK_OP_DELETE };
+ * etag_change_after counts GETs and HEADs, errors and latency to all; a
+ * queued 400 waits for a GET or a PUT (PutObject, UploadPart). MOCK_OP_OTHER
+ * is every other object request (multipart uploads' POSTs, ListParts). */
+enum mock_op_kind { MOCK_OP_GET, MOCK_OP_HEAD, MOCK_OP_PUT, MOCK_OP_DELETE, MOCK_OP_OTHER };
 
 /*
  * Decides the faults of one object request. target is "bucket/key"; range the Range header or NULL;

@@ -3,9 +3,11 @@
 #include "mock_server/faults.h"
 #include "mock_server/objects.h"
 #include "mock_server/stats.h"
+#include "mock_server/uploads.h"
 #include "s3/sigv4.h"
 #include "common/strbuf.h"
 #include "s3/uri.h"
+#include "s3/xml.h"
 
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
@@ -22,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <linux/sockios.h>
+#include <linux/tcp.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -33,7 +36,7 @@
 #define MAX_SKEW_S     (15 * 60)
 #define MAX_PARAMS     64
 #define MAX_HEADERS    128
-#define MAX_ADMIN_BODY (1 << 20)
+#define MAX_SMALL_BODY (4 << 20)    /* admin rules, CompleteMultipartUpload's part list */
 #define MAX_PUT_BYTES  (5ull << 30) /* S3's single-PUT limit */
 #define BODY_BLOCK     (256 * 1024)
 #define FAULT_HEADER   "x-sfmock-fault"
@@ -75,6 +78,7 @@ struct mock_server {
     struct mock_store *store;
     struct mock_faults *faults;
     struct mock_stats *stats;
+    struct mock_uploads *uploads;
     struct sf__sigv4_signer signer;
     atomic_int stopping;
     atomic_ullong next_id;
@@ -124,6 +128,19 @@ struct request {
     char up_expect_sha[SF__SHA256_HEX_LEN + 1];
     int begun;              /* begin() ran */
     struct sf__strbuf body; /* bodies of requests other than object PUTs */
+    /* UploadPart: the part number (0 for PutObject) and upload id */
+    unsigned part_number;
+    const char *upload_id; /* points into params */
+    /* A GET body is counted whole when queued; when the transfer ends early
+     * (the client closed, a reset), on_completed takes back what was not
+     * sent, so bytes_sent counts the bytes that really went out. */
+    int body_tracked;
+    uint64_t body_counted; /* bytes_sent added when queued */
+    int body_is_callback;
+    uint64_t body_handed; /* callback bodies: bytes handed to libmicrohttpd */
+    int body_reset;       /* a reset fault cut the connection (its TCP_INFO is gone) */
+    int have_tcp_start;
+    uint64_t tcp_acked_start; /* tcpi_bytes_acked of the socket when queued */
 };
 
 /* An S3 error to answer with. */
@@ -1079,9 +1096,47 @@ static enum range_result parse_range(const char *h, uint64_t size, uint64_t *sta
     return RANGE_OK;
 }
 
+/* The bytes the peer has acknowledged on conn's socket (Linux TCP_INFO). */
+static int tcp_bytes_acked(struct MHD_Connection *conn, uint64_t *out)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci)
+        return -1;
+    struct tcp_info ti;
+    memset(&ti, 0, sizeof(ti));
+    socklen_t len = sizeof(ti);
+    if (getsockopt(ci->connect_fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
+        len < offsetof(struct tcp_info, tcpi_bytes_acked) + sizeof(ti.tcpi_bytes_acked))
+        return -1;
+    *out = ti.tcpi_bytes_acked;
+    return 0;
+}
+
+/* A GET body that ended early: takes back from bytes_sent what did not go
+ * out. What went out is what the peer's TCP acknowledged since the answer
+ * was queued (the headers included), and for callback bodies at most what
+ * was handed to libmicrohttpd. A reset fault counted its bytes exactly
+ * (reset_connection() waits until they left) and its disconnected socket
+ * has no TCP counters left. */
+static void body_ended_early(struct request *rq, struct MHD_Connection *conn)
+{
+    uint64_t sent = rq->body_counted;
+    if (rq->body_is_callback && rq->body_handed < sent)
+        sent = rq->body_handed;
+    uint64_t acked;
+    if (rq->have_tcp_start && !rq->body_reset && tcp_bytes_acked(conn, &acked) == 0 &&
+        acked >= rq->tcp_acked_start && acked - rq->tcp_acked_start < sent)
+        sent = acked - rq->tcp_acked_start;
+    if (sent < rq->body_counted)
+        mock_stats_unsent(rq->srv->stats, rq->body_counted - sent);
+}
+
 struct body_src {
     struct mock_server *srv;
     struct MHD_Connection *conn;
+    uint64_t *handed; /* the request's count of bytes handed over */
+    int *reset;       /* set when a reset fault cuts the connection */
     int fd;
     uint64_t offset;
     uint64_t len;
@@ -1105,6 +1160,7 @@ static void reset_connection(struct body_src *b)
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(b->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     mock_stats_fault(b->srv->stats, "reset");
+    *b->reset = 1;
     if (!ci)
         return;
     int fd = ci->connect_fd;
@@ -1166,6 +1222,7 @@ static ssize_t body_read(void *cls, uint64_t pos, char *buf, size_t max)
     while (got < 0 && errno == EINTR);
     if (got <= 0)
         return MHD_CONTENT_READER_END_WITH_ERROR;
+    *b->handed = pos + (uint64_t)got;
     return got;
 }
 
@@ -1303,6 +1360,8 @@ static enum MHD_Result op_get_object(struct request *rq, struct MHD_Connection *
         *src = (struct body_src){
             .srv = srv,
             .conn = conn,
+            .handed = &rq->body_handed,
+            .reset = &rq->body_reset,
             .fd = fd,
             .offset = start,
             .len = body_len,
@@ -1338,6 +1397,12 @@ static enum MHD_Result op_get_object(struct request *rq, struct MHD_Connection *
         }
     }
     uint64_t sent = plan.reset_at >= 0 && !head ? (uint64_t)plan.reset_at : body_len;
+    if (!head && sent > 0) {
+        rq->body_tracked = 1;
+        rq->body_counted = sent;
+        rq->body_is_callback = body_faults;
+        rq->have_tcp_start = tcp_bytes_acked(conn, &rq->tcp_acked_start) == 0;
+    }
     return queue(rq, conn, ranged ? 206 : 200, resp, sent, fault);
 }
 
@@ -1398,6 +1463,22 @@ static int make_parents(struct mock_server *srv, const char *bucket, const char 
     return 0;
 }
 
+static enum MHD_Result respond_no_such_upload(struct request *rq, struct MHD_Connection *conn)
+{
+    struct s3_error e = {0};
+    set_error(&e, 404, "NoSuchUpload",
+              "The specified upload does not exist. The upload ID may be invalid, or the upload "
+              "may have been aborted or completed.");
+    struct sf__strbuf x;
+    sf__strbuf_init(&x, 0);
+    xml_elem(&x, "UploadId", rq->upload_id ? rq->upload_id : "", 0);
+    e.extra_xml = sf__strbuf_take(&x);
+    return respond_error(rq, conn, &e, NULL);
+}
+
+static enum MHD_Result upload_part_finish(struct request *rq, struct MHD_Connection *conn,
+                                          const unsigned char md5[16]);
+
 static void upload_abort(struct request *rq)
 {
     if (rq->up_fd >= 0) {
@@ -1416,7 +1497,8 @@ static enum MHD_Result op_put_object_begin(struct request *rq, struct MHD_Connec
     struct mock_server *srv = rq->srv;
     struct s3_error e = {0};
     if (header(conn, "x-amz-copy-source")) {
-        set_error(&e, 501, "NotImplemented", "CopyObject is not supported by the mock");
+        set_error(&e, 501, "NotImplemented", "%s is not supported by the mock",
+                  rq->part_number ? "UploadPartCopy" : "CopyObject");
         return respond_error(rq, conn, &e, NULL);
     }
     const char *enc = header(conn, "Content-Encoding");
@@ -1435,19 +1517,24 @@ static enum MHD_Result op_put_object_begin(struct request *rq, struct MHD_Connec
                   "allowed size");
         return respond_error(rq, conn, &e, NULL);
     }
+    if (rq->part_number &&
+        mock_uploads_check(srv->uploads, rq->bucket, rq->key, rq->upload_id) != SF_OK)
+        return respond_no_such_upload(rq, conn);
     const char *payload = header(conn, "x-amz-content-sha256");
     if (payload && strlen(payload) == SF__SHA256_HEX_LEN) {
         rq->up_check_sha = 1;
         memcpy(rq->up_expect_sha, payload, SF__SHA256_HEX_LEN + 1);
     }
     char *dir = mock_store_path(srv->store, rq->bucket, NULL);
+    /* a part's file keeps its temporary name until the upload ends */
+    const char *kind = rq->part_number ? "part" : "upload";
     size_t n = dir ? strlen(dir) + sizeof("/" MOCK_TMP_PREFIX "upload-XXXXXX") : 0;
     rq->up_tmp = dir ? malloc(n) : NULL;
     if (!rq->up_tmp) {
         free(dir);
         return MHD_NO;
     }
-    snprintf(rq->up_tmp, n, "%s/" MOCK_TMP_PREFIX "upload-XXXXXX", dir);
+    snprintf(rq->up_tmp, n, "%s/" MOCK_TMP_PREFIX "%s-XXXXXX", dir, kind);
     free(dir);
     rq->up_fd = mkostemp(rq->up_tmp, O_CLOEXEC);
     rq->up_md5 = EVP_MD_CTX_new();
@@ -1529,6 +1616,8 @@ static enum MHD_Result op_put_object_finish(struct request *rq, struct MHD_Conne
             return respond_error(rq, conn, &e, NULL);
         }
     }
+    if (rq->part_number)
+        return upload_part_finish(rq, conn, md5);
     /* mkostemp makes 0600 files; objects are plain readable files like the rest. */
     if (fchmod(rq->up_fd, 0644) != 0 || fsync(rq->up_fd) != 0 || close(rq->up_fd) != 0) {
         rq->up_fd = -1;
@@ -1563,6 +1652,487 @@ static enum MHD_Result op_put_object_finish(struct request *rq, struct MHD_Conne
     if (resp)
         MHD_add_response_header(resp, "ETag", etag);
     return queue(rq, conn, 200, resp, 0, NULL);
+}
+
+/* -------------------------------------------------------------- multipart */
+
+static void format_etag(const unsigned char md5[16], char out[MOCK_ETAG_LEN + 1])
+{
+    out[0] = '"';
+    sf__hex_encode(md5, 16, out + 1);
+    out[33] = '"';
+    out[34] = '\0';
+}
+
+/* The end of an UploadPart whose body was received and checked: the
+ * temporary file becomes the part. */
+static enum MHD_Result upload_part_finish(struct request *rq, struct MHD_Connection *conn,
+                                          const unsigned char md5[16])
+{
+    struct mock_server *srv = rq->srv;
+    struct s3_error e = {0};
+    if (fsync(rq->up_fd) != 0 || close(rq->up_fd) != 0) {
+        rq->up_fd = -1;
+        upload_abort(rq);
+        set_error(&e, 500, "InternalError", "Writing part %u failed", rq->part_number);
+        return respond_error(rq, conn, &e, NULL);
+    }
+    rq->up_fd = -1;
+    struct mock_part part = {
+        .number = rq->part_number,
+        .size = rq->up_bytes,
+        .mtime = time(NULL),
+        .path = rq->up_tmp,
+    };
+    memcpy(part.md5, md5, 16);
+    sf_status st = mock_uploads_add_part(srv->uploads, rq->bucket, rq->key, rq->upload_id, &part);
+    if (st == SF_ERR_NOT_FOUND) {
+        upload_abort(rq);
+        return respond_no_such_upload(rq, conn);
+    }
+    if (st != SF_OK) {
+        upload_abort(rq);
+        if (st == SF_ERR_LIMIT)
+            set_error(&e, 400, "InvalidRequest",
+                      "The mock holds at most %d parts of uploads in progress; complete or abort "
+                      "some uploads",
+                      MOCK_MAX_PARTS_TOTAL);
+        else
+            set_error(&e, 500, "InternalError", "Recording part %u failed: %s", rq->part_number,
+                      sf_status_str(st));
+        return respond_error(rq, conn, &e, NULL);
+    }
+    rq->up_tmp = NULL; /* the registry owns the file now */
+    char etag[MOCK_ETAG_LEN + 1];
+    format_etag(md5, etag);
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (resp)
+        MHD_add_response_header(resp, "ETag", etag);
+    return queue(rq, conn, 200, resp, 0, NULL);
+}
+
+static enum MHD_Result op_create_upload(struct request *rq, struct MHD_Connection *conn)
+{
+    struct mock_server *srv = rq->srv;
+    struct s3_error e = {0};
+    if (!mock_bucket_exists(srv->store, rq->bucket)) {
+        set_error(&e, 404, "NoSuchBucket", "The specified bucket does not exist");
+        return respond_error(rq, conn, &e, NULL);
+    }
+    char id[MOCK_UPLOAD_ID_LEN + 1];
+    sf_status st = mock_uploads_create(srv->uploads, rq->bucket, rq->key, id);
+    if (st != SF_OK) {
+        if (st == SF_ERR_LIMIT)
+            set_error(&e, 400, "InvalidRequest",
+                      "The mock holds at most %d multipart uploads in progress; complete or "
+                      "abort some first",
+                      MOCK_MAX_UPLOADS);
+        else
+            set_error(&e, 500, "InternalError", "Cannot start the upload: %s", sf_status_str(st));
+        return respond_error(rq, conn, &e, NULL);
+    }
+    struct sf__strbuf b;
+    sf__strbuf_init(&b, 0);
+    sf__strbuf_puts(&b, XML_DECL "<InitiateMultipartUploadResult xmlns=\"" S3_XMLNS "\">");
+    xml_elem(&b, "Bucket", rq->bucket, 0);
+    xml_elem(&b, "Key", rq->key, 0);
+    xml_elem(&b, "UploadId", id, 0);
+    sf__strbuf_puts(&b, "</InitiateMultipartUploadResult>");
+    return respond_buffer(rq, conn, 200, "application/xml", &b, NULL);
+}
+
+/* Compares a part's ETag as a client sends it (quoted or bare, any case). */
+static int part_etag_matches(const char *given, const unsigned char md5[16])
+{
+    size_t n = strlen(given);
+    if (n >= 2 && given[0] == '"' && given[n - 1] == '"') {
+        given++;
+        n -= 2;
+    }
+    char hex[33];
+    sf__hex_encode(md5, 16, hex);
+    return n == 32 && strncasecmp(given, hex, 32) == 0;
+}
+
+/* Concatenates the listed parts into a temporary file in the bucket and
+ * publishes it as the key, with the multipart ETag pinned. */
+static int assemble_object(struct request *rq, const struct mock_part *const *use, size_t n,
+                           const char *etag, struct s3_error *e)
+{
+    struct mock_server *srv = rq->srv;
+    char *dir = mock_store_path(srv->store, rq->bucket, NULL);
+    size_t len = dir ? strlen(dir) + sizeof("/" MOCK_TMP_PREFIX "upload-XXXXXX") : 0;
+    char *tmp = dir ? malloc(len) : NULL;
+    if (!tmp) {
+        free(dir);
+        set_error(e, 500, "InternalError", "Out of memory");
+        return -1;
+    }
+    snprintf(tmp, len, "%s/" MOCK_TMP_PREFIX "upload-XXXXXX", dir);
+    free(dir);
+    int out = mkostemp(tmp, O_CLOEXEC);
+    if (out < 0) {
+        set_error(e, 500, "InternalError", "Cannot create the object file: %s", strerror(errno));
+        free(tmp);
+        return -1;
+    }
+    int ok = 1;
+    uint64_t total = 0;
+    for (size_t i = 0; ok && i < n; i++) {
+        int in = open(use[i]->path, O_RDONLY | O_CLOEXEC);
+        uint64_t left = use[i]->size;
+        while (in >= 0 && left > 0) {
+            ssize_t c =
+                copy_file_range(in, NULL, out, NULL, left > (1u << 30) ? (1u << 30) : left, 0);
+            if (c < 0 && errno == EINTR)
+                continue;
+            if (c <= 0)
+                break;
+            left -= (uint64_t)c;
+        }
+        if (in < 0 || left > 0) {
+            set_error(e, 500, "InternalError", "Copying part %u into the object failed: %s",
+                      use[i]->number, in < 0 ? strerror(errno) : "short copy");
+            ok = 0;
+        }
+        if (in >= 0)
+            close(in);
+        total += use[i]->size;
+    }
+    struct stat sb;
+    if (ok && (fchmod(out, 0644) != 0 || fsync(out) != 0 || fstat(out, &sb) != 0 ||
+               (uint64_t)sb.st_size != total)) {
+        set_error(e, 500, "InternalError", "Writing the object failed");
+        ok = 0;
+    }
+    if (ok)
+        mock_store_set_etag(srv->store, &sb, etag);
+    close(out);
+    char *final = ok ? mock_store_path(srv->store, rq->bucket, rq->key) : NULL;
+    if (ok && (!final || make_parents(srv, rq->bucket, rq->key) != 0 || rename(tmp, final) != 0)) {
+        int err = errno;
+        if (err == EISDIR || err == ENOTDIR || err == EEXIST || err == ENOTEMPTY)
+            set_error(e, 400, "InvalidArgument",
+                      "The key conflicts with a key prefix already stored (the mock keeps "
+                      "objects as files)");
+        else
+            set_error(e, 500, "InternalError", "Publishing the object failed: %s", strerror(err));
+        ok = 0;
+    }
+    if (!ok)
+        unlink(tmp);
+    free(final);
+    free(tmp);
+    return ok ? 0 : -1;
+}
+
+static enum MHD_Result op_complete_upload(struct request *rq, struct MHD_Connection *conn)
+{
+    struct mock_server *srv = rq->srv;
+    struct s3_error e = {0};
+    if (rq->body.err != SF_OK) {
+        set_error(&e, 400, "MalformedXML", "The part list is larger than the mock's %d bytes",
+                  MAX_SMALL_BODY);
+        return respond_error(rq, conn, &e, NULL);
+    }
+    const char *payload = header(conn, "x-amz-content-sha256");
+    if (payload && strlen(payload) == SF__SHA256_HEX_LEN) {
+        char hex[SF__SHA256_HEX_LEN + 1];
+        sf__sha256_hex(rq->body.data ? rq->body.data : "", rq->body.len, hex);
+        if (strcmp(hex, payload) != 0) {
+            set_error(&e, 400, "XAmzContentSHA256Mismatch",
+                      "The provided 'x-amz-content-sha256' header does not match what was "
+                      "computed.");
+            return respond_error(rq, conn, &e, NULL);
+        }
+    }
+    struct sf__xml_part *given = NULL;
+    size_t n_given = 0;
+    char xerr[256] = "";
+    sf_status st =
+        sf__xml_parse_complete(sf__strbuf_str(&rq->body), rq->body.len, MOCK_MAX_PART_NUMBER,
+                               &given, &n_given, xerr, sizeof(xerr));
+    if (st != SF_OK || n_given == 0) {
+        free(given);
+        set_error(&e, 400, "MalformedXML",
+                  "The XML you provided was not well-formed or did not validate against our "
+                  "published schema (%s)",
+                  st != SF_OK ? xerr : "no <Part>");
+        return respond_error(rq, conn, &e, NULL);
+    }
+    struct mock_part *parts = NULL;
+    size_t n_parts = 0;
+    st = mock_uploads_parts(srv->uploads, rq->bucket, rq->key, rq->upload_id, 1, &parts, &n_parts);
+    if (st != SF_OK) {
+        free(given);
+        if (st == SF_ERR_NOT_FOUND)
+            return respond_no_such_upload(rq, conn);
+        set_error(&e, 500, "InternalError", "%s", sf_status_str(st));
+        return respond_error(rq, conn, &e, NULL);
+    }
+    /* The checks of S3 (and MinIO): ascending order first, then each part
+     * exists with that ETag, then every part but the last is >= 5 MiB. */
+    const struct mock_part **use = calloc(n_given, sizeof(*use));
+    int bad = !use;
+    if (bad)
+        set_error(&e, 500, "InternalError", "Out of memory");
+    for (size_t i = 1; !bad && i < n_given; i++) {
+        if (given[i].number <= given[i - 1].number) {
+            set_error(&e, 400, "InvalidPartOrder",
+                      "The list of parts was not in ascending order. The parts list must be "
+                      "specified in order by part number. (part %u after part %u)",
+                      given[i].number, given[i - 1].number);
+            bad = 1;
+        }
+    }
+    for (size_t i = 0; !bad && i < n_given; i++) {
+        const struct mock_part *found = NULL;
+        for (size_t j = 0; j < n_parts && !found; j++)
+            if (parts[j].number == given[i].number)
+                found = &parts[j];
+        if (!found || !part_etag_matches(given[i].etag, found->md5)) {
+            set_error(&e, 400, "InvalidPart",
+                      "One or more of the specified parts could not be found. The part may not "
+                      "have been uploaded, or the specified entity tag may not match the part's "
+                      "entity tag. (part %u: %s)",
+                      given[i].number, found ? "ETag differs" : "not uploaded");
+            struct sf__strbuf x;
+            sf__strbuf_init(&x, 0);
+            xml_elem(&x, "UploadId", rq->upload_id, 0);
+            sf__strbuf_printf(&x, "<PartNumber>%u</PartNumber>", given[i].number);
+            xml_elem(&x, "ETag", given[i].etag, 0);
+            e.extra_xml = sf__strbuf_take(&x);
+            bad = 1;
+        }
+        use[i] = found;
+    }
+    for (size_t i = 0; !bad && i + 1 < n_given; i++) {
+        if (use[i]->size < MOCK_MIN_PART_BYTES) {
+            set_error(&e, 400, "EntityTooSmall",
+                      "Your proposed upload is smaller than the minimum allowed object size. "
+                      "(part %u: %llu bytes, every part but the last needs %llu)",
+                      use[i]->number, (unsigned long long)use[i]->size, MOCK_MIN_PART_BYTES);
+            struct sf__strbuf x;
+            sf__strbuf_init(&x, 0);
+            sf__strbuf_printf(&x,
+                              "<ProposedSize>%llu</ProposedSize><MinSizeAllowed>%llu"
+                              "</MinSizeAllowed><PartNumber>%u</PartNumber>",
+                              (unsigned long long)use[i]->size, MOCK_MIN_PART_BYTES,
+                              use[i]->number);
+            xml_elem(&x, "ETag", given[i].etag, 0);
+            e.extra_xml = sf__strbuf_take(&x);
+            bad = 1;
+        }
+    }
+    char etag[MOCK_ETAG_LEN + 1];
+    if (!bad) {
+        /* S3's multipart ETag: MD5 of the parts' binary MD5s, then "-N" */
+        EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+        unsigned char md[16];
+        unsigned int md_len = 0;
+        if (!ctx || !EVP_DigestInit_ex(ctx, EVP_md5(), NULL)) {
+            set_error(&e, 500, "InternalError", "MD5 failed");
+            bad = 1;
+        }
+        for (size_t i = 0; !bad && i < n_given; i++)
+            EVP_DigestUpdate(ctx, use[i]->md5, 16);
+        if (!bad && (!EVP_DigestFinal_ex(ctx, md, &md_len) || md_len != 16)) {
+            set_error(&e, 500, "InternalError", "MD5 failed");
+            bad = 1;
+        }
+        EVP_MD_CTX_free(ctx);
+        if (!bad) {
+            char hex[33];
+            sf__hex_encode(md, 16, hex);
+            snprintf(etag, sizeof(etag), "\"%s-%zu\"", hex, n_given);
+            bad = assemble_object(rq, use, n_given, etag, &e) != 0;
+        }
+    }
+    free(use);
+    free(given);
+    mock_parts_free(parts, n_parts);
+    mock_uploads_end_complete(srv->uploads, rq->upload_id, !bad);
+    if (bad)
+        return respond_error(rq, conn, &e, NULL);
+    struct sf__strbuf b;
+    sf__strbuf_init(&b, 0);
+    sf__strbuf_puts(&b, XML_DECL "<CompleteMultipartUploadResult xmlns=\"" S3_XMLNS "\">");
+    struct sf__strbuf loc;
+    sf__strbuf_init(&loc, 0);
+    sf__strbuf_printf(&loc, "%s://%s%s", mock_server_scheme(srv),
+                      header(conn, "Host") ? header(conn, "Host") : "localhost", rq->path);
+    xml_elem(&b, "Location", sf__strbuf_str(&loc), 0);
+    sf__strbuf_free(&loc);
+    xml_elem(&b, "Bucket", rq->bucket, 0);
+    xml_elem(&b, "Key", rq->key, 0);
+    xml_elem(&b, "ETag", etag, 0);
+    sf__strbuf_puts(&b, "</CompleteMultipartUploadResult>");
+    return respond_buffer(rq, conn, 200, "application/xml", &b, NULL);
+}
+
+static enum MHD_Result op_abort_upload(struct request *rq, struct MHD_Connection *conn)
+{
+    if (mock_uploads_abort(rq->srv->uploads, rq->bucket, rq->key, rq->upload_id) != SF_OK)
+        return respond_no_such_upload(rq, conn);
+    return respond_empty(rq, conn, 204);
+}
+
+/* A query parameter that must be an integer in [lo, hi] when present. */
+static int param_uint(struct request *rq, const char *name, unsigned long lo, unsigned long hi,
+                      unsigned long *out, struct s3_error *e)
+{
+    const char *v = param_get(rq, name);
+    if (!v)
+        return 0;
+    char *end;
+    errno = 0;
+    unsigned long x = strtoul(v, &end, 10);
+    if (!*v || *v == '-' || *end || errno || x < lo || x > hi) {
+        set_error(e, 400, "InvalidArgument", "%s must be an integer from %lu to %lu", name, lo, hi);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+static enum MHD_Result op_list_parts(struct request *rq, struct MHD_Connection *conn)
+{
+    struct mock_server *srv = rq->srv;
+    struct s3_error e = {0};
+    unsigned long max_parts = 1000, marker = 0;
+    if (param_uint(rq, "max-parts", 0, 2147483647ul, &max_parts, &e) != 0 ||
+        param_uint(rq, "part-number-marker", 0, 2147483647ul, &marker, &e) != 0)
+        return respond_error(rq, conn, &e, NULL);
+    if (max_parts > 1000)
+        max_parts = 1000;
+    struct mock_part *parts = NULL;
+    size_t n = 0;
+    sf_status st =
+        mock_uploads_parts(srv->uploads, rq->bucket, rq->key, rq->upload_id, 0, &parts, &n);
+    if (st == SF_ERR_NOT_FOUND)
+        return respond_no_such_upload(rq, conn);
+    if (st != SF_OK) {
+        set_error(&e, 500, "InternalError", "%s", sf_status_str(st));
+        return respond_error(rq, conn, &e, NULL);
+    }
+    struct sf__strbuf items;
+    sf__strbuf_init(&items, 0);
+    unsigned long count = 0;
+    unsigned last = 0;
+    int truncated = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (parts[i].number <= marker)
+            continue;
+        if (count == max_parts) {
+            truncated = 1;
+            break;
+        }
+        char when[32], etag[MOCK_ETAG_LEN + 1];
+        mock_format_iso8601(parts[i].mtime, when);
+        format_etag(parts[i].md5, etag);
+        sf__strbuf_printf(&items, "<Part><PartNumber>%u</PartNumber>", parts[i].number);
+        xml_elem(&items, "LastModified", when, 0);
+        xml_elem(&items, "ETag", etag, 0);
+        sf__strbuf_printf(&items, "<Size>%llu</Size></Part>", (unsigned long long)parts[i].size);
+        last = parts[i].number;
+        count++;
+    }
+    mock_parts_free(parts, n);
+    struct sf__strbuf b;
+    sf__strbuf_init(&b, 0);
+    sf__strbuf_puts(&b, XML_DECL "<ListPartsResult xmlns=\"" S3_XMLNS "\">");
+    xml_elem(&b, "Bucket", rq->bucket, 0);
+    xml_elem(&b, "Key", rq->key, 0);
+    xml_elem(&b, "UploadId", rq->upload_id, 0);
+    sf__strbuf_puts(&b, "<Initiator><ID>mock</ID><DisplayName>mock</DisplayName></Initiator>"
+                        "<Owner><ID>mock</ID><DisplayName>mock</DisplayName></Owner>"
+                        "<StorageClass>STANDARD</StorageClass>");
+    sf__strbuf_printf(&b,
+                      "<PartNumberMarker>%lu</PartNumberMarker><NextPartNumberMarker>%u"
+                      "</NextPartNumberMarker><MaxParts>%lu</MaxParts><IsTruncated>%s"
+                      "</IsTruncated>",
+                      marker, last, max_parts, truncated ? "true" : "false");
+    sf__strbuf_append(&b, sf__strbuf_str(&items), items.len);
+    sf__strbuf_free(&items);
+    sf__strbuf_puts(&b, "</ListPartsResult>");
+    return respond_buffer(rq, conn, 200, "application/xml", &b, NULL);
+}
+
+static enum MHD_Result op_list_uploads(struct request *rq, struct MHD_Connection *conn)
+{
+    struct mock_server *srv = rq->srv;
+    struct s3_error e = {0};
+    const char *prefix = param_get(rq, "prefix");
+    const char *key_marker = param_get(rq, "key-marker");
+    const char *id_marker = param_get(rq, "upload-id-marker");
+    const char *enc = param_get(rq, "encoding-type");
+    if (!prefix)
+        prefix = "";
+    if (!key_marker)
+        key_marker = "";
+    if (enc && strcmp(enc, "url") != 0) {
+        set_error(&e, 400, "InvalidArgument", "Invalid Encoding Method specified in Request");
+        return respond_error(rq, conn, &e, NULL);
+    }
+    int url = enc != NULL;
+    unsigned long max_uploads = 1000;
+    if (param_uint(rq, "max-uploads", 0, 2147483647ul, &max_uploads, &e) != 0)
+        return respond_error(rq, conn, &e, NULL);
+    if (max_uploads > 1000)
+        max_uploads = 1000;
+    struct mock_upload_info *v = NULL;
+    size_t n = 0;
+    if (mock_uploads_list(srv->uploads, rq->bucket, prefix, &v, &n) != SF_OK)
+        return MHD_NO;
+    struct sf__strbuf items;
+    sf__strbuf_init(&items, 0);
+    unsigned long count = 0;
+    int truncated = 0;
+    const struct mock_upload_info *last = NULL;
+    for (size_t i = 0; i < n; i++) {
+        /* after the markers: keys past key-marker, or the same key past
+         * upload-id-marker (S3 ignores the id marker without a key marker) */
+        int c = strcmp(v[i].key, key_marker);
+        if (*key_marker && (c < 0 || (c == 0 && (!id_marker || strcmp(v[i].id, id_marker) <= 0))))
+            continue;
+        if (count == max_uploads) {
+            truncated = 1;
+            break;
+        }
+        char when[32];
+        mock_format_iso8601(v[i].initiated, when);
+        sf__strbuf_puts(&items, "<Upload>");
+        xml_elem(&items, "Key", v[i].key, url);
+        xml_elem(&items, "UploadId", v[i].id, 0);
+        sf__strbuf_puts(&items, "<Initiator><ID>mock</ID><DisplayName>mock</DisplayName>"
+                                "</Initiator><Owner><ID>mock</ID><DisplayName>mock</DisplayName>"
+                                "</Owner><StorageClass>STANDARD</StorageClass>");
+        xml_elem(&items, "Initiated", when, 0);
+        sf__strbuf_puts(&items, "</Upload>");
+        last = &v[i];
+        count++;
+    }
+    struct sf__strbuf b;
+    sf__strbuf_init(&b, 0);
+    sf__strbuf_puts(&b, XML_DECL "<ListMultipartUploadsResult xmlns=\"" S3_XMLNS "\">");
+    xml_elem(&b, "Bucket", rq->bucket, 0);
+    xml_elem(&b, "KeyMarker", key_marker, url);
+    xml_elem(&b, "UploadIdMarker", id_marker ? id_marker : "", 0);
+    if (truncated && last) {
+        xml_elem(&b, "NextKeyMarker", last->key, url);
+        xml_elem(&b, "NextUploadIdMarker", last->id, 0);
+    }
+    xml_elem(&b, "Prefix", prefix, url);
+    if (url)
+        xml_elem(&b, "EncodingType", "url", 0);
+    sf__strbuf_printf(&b, "<MaxUploads>%lu</MaxUploads><IsTruncated>%s</IsTruncated>", max_uploads,
+                      truncated ? "true" : "false");
+    sf__strbuf_append(&b, sf__strbuf_str(&items), items.len);
+    sf__strbuf_free(&items);
+    sf__strbuf_puts(&b, "</ListMultipartUploadsResult>");
+    mock_upload_infos_free(v, n);
+    return respond_buffer(rq, conn, 200, "application/xml", &b, NULL);
 }
 
 /* ------------------------------------------------------------------ json */
@@ -1811,6 +2381,16 @@ static const char *const list_params[] = {
     "start-after", "fetch-owner", "marker",    "x-id",          NULL,
 };
 
+/* The parameters of the multipart operations on an object. */
+static const char *const multipart_params[] = {
+    "uploads", "uploadId", "partNumber", "max-parts", "part-number-marker", NULL,
+};
+
+static const char *const list_uploads_params[] = {
+    "uploads",     "prefix",        "key-marker", "upload-id-marker",
+    "max-uploads", "encoding-type", "x-id",       NULL,
+};
+
 static int in_list(const char *s, const char *const *list)
 {
     for (; *list; list++)
@@ -1826,6 +2406,7 @@ static enum MHD_Result begin(struct request *rq, struct MHD_Connection *conn)
     const char *m = rq->method;
     int is_get = strcmp(m, "GET") == 0, is_head = strcmp(m, "HEAD") == 0;
     int is_put = strcmp(m, "PUT") == 0, is_del = strcmp(m, "DELETE") == 0;
+    int is_post = strcmp(m, "POST") == 0;
 
     rq->begun = 1;
     if (parse_query(rq, &e) != 0)
@@ -1845,11 +2426,14 @@ static enum MHD_Result begin(struct request *rq, struct MHD_Connection *conn)
         return respond_error(rq, conn, &e, NULL);
 
     /* Name the operation first so errors are counted under it. */
+    int multipart = 0;
     if (!rq->bucket) {
         rq->op = is_get ? "ListBuckets" : "Unknown";
     } else if (!rq->key) {
         if (is_get && param_has(rq, "location"))
             rq->op = "GetBucketLocation";
+        else if (is_get && param_has(rq, "uploads"))
+            rq->op = "ListMultipartUploads";
         else if (is_get)
             rq->op = strcmp(param_get(rq, "list-type") ? param_get(rq, "list-type") : "", "2") == 0
                          ? "ListObjectsV2"
@@ -1863,11 +2447,25 @@ static enum MHD_Result begin(struct request *rq, struct MHD_Connection *conn)
         else
             rq->op = "Unknown";
     } else {
-        rq->op = is_get    ? "GetObject"
-                 : is_head ? "HeadObject"
-                 : is_put  ? "PutObject"
-                 : is_del  ? "DeleteObject"
-                           : "Unknown";
+        rq->upload_id = param_get(rq, "uploadId");
+        multipart = (is_post && param_has(rq, "uploads")) ||
+                    (rq->upload_id && (is_post || is_put || is_del || is_get));
+        if (is_post && param_has(rq, "uploads"))
+            rq->op = "CreateMultipartUpload";
+        else if (is_post && rq->upload_id)
+            rq->op = "CompleteMultipartUpload";
+        else if (is_put && rq->upload_id)
+            rq->op = "UploadPart";
+        else if (is_del && rq->upload_id)
+            rq->op = "AbortMultipartUpload";
+        else if (is_get && rq->upload_id)
+            rq->op = "ListParts";
+        else
+            rq->op = is_get    ? "GetObject"
+                     : is_head ? "HeadObject"
+                     : is_put  ? "PutObject"
+                     : is_del  ? "DeleteObject"
+                               : "Unknown";
     }
 
     if (authenticate(rq, conn, &e) != 0)
@@ -1891,14 +2489,20 @@ static enum MHD_Result begin(struct request *rq, struct MHD_Connection *conn)
                   "bytes and the '" MOCK_TMP_PREFIX "' prefix are refused");
         return respond_error(rq, conn, &e, NULL);
     }
+    int list_uploads = strcmp(rq->op, "ListMultipartUploads") == 0;
     for (size_t i = 0; i < rq->n_params; i++) {
         const char *name = rq->params[i].name;
         if (strcmp(name, "x-id") == 0)
             continue; /* SDKs tag requests with their operation name */
-        int unsupported = rq->key ? in_list(name, object_subresources)
-                                  : (is_get && !in_list(name, list_params) &&
-                                     strcmp(rq->op, "GetBucketLocation") != 0) ||
-                                        (!is_get && *name);
+        if (multipart && in_list(name, multipart_params))
+            continue;
+        if (list_uploads && in_list(name, list_uploads_params))
+            continue;
+        int unsupported = list_uploads ? 1
+                          : rq->key    ? in_list(name, object_subresources)
+                                       : (is_get && !in_list(name, list_params) &&
+                                       strcmp(rq->op, "GetBucketLocation") != 0) ||
+                                          (!is_get && *name);
         if (unsupported) {
             set_error(&e, 501, "NotImplemented",
                       "The '%s' subresource is not implemented by "
@@ -1908,14 +2512,32 @@ static enum MHD_Result begin(struct request *rq, struct MHD_Connection *conn)
         }
     }
 
-    if (rq->key && (is_get || is_head))
+    if (strcmp(rq->op, "UploadPart") == 0) {
+        const char *pn = param_get(rq, "partNumber");
+        char *end = NULL;
+        unsigned long v = pn && *pn >= '0' && *pn <= '9' ? strtoul(pn, &end, 10) : 0;
+        if (!end || *end || v < 1 || v > MOCK_MAX_PART_NUMBER) {
+            set_error(&e, 400, "InvalidArgument",
+                      "Part number must be an integer between 1 and %d, inclusive",
+                      MOCK_MAX_PART_NUMBER);
+            return respond_error(rq, conn, &e, NULL);
+        }
+        rq->part_number = (unsigned)v;
+    }
+    if (rq->key && !multipart && (is_get || is_head))
         return op_get_object(rq, conn, is_head); /* plans its own faults */
 
     if (rq->key) {
         struct mock_fault_plan plan;
         char ferr[256];
-        if (mock_faults_plan(srv->faults, rq->target, NULL, header(conn, FAULT_HEADER),
-                             is_put ? MOCK_OP_PUT : MOCK_OP_DELETE, 0, &plan, ferr,
+        enum mock_op_kind kind = multipart && !is_put && !is_del ? MOCK_OP_OTHER
+                                 : is_put                        ? MOCK_OP_PUT
+                                                                 : MOCK_OP_DELETE;
+        /* each part of an upload has its own sequence of fault decisions */
+        char part_scope[32];
+        snprintf(part_scope, sizeof(part_scope), "part=%u", rq->part_number);
+        if (mock_faults_plan(srv->faults, rq->target, rq->part_number ? part_scope : NULL,
+                             header(conn, FAULT_HEADER), kind, 0, &plan, ferr,
                              sizeof(ferr)) != SF_OK) {
             set_error(&e, 400, "InvalidArgument", "%s", ferr);
             return respond_error(rq, conn, &e, NULL);
@@ -1924,6 +2546,14 @@ static enum MHD_Result begin(struct request *rq, struct MHD_Connection *conn)
             return MHD_NO;
         if (plan.status)
             return respond_fault_status(rq, conn, &plan);
+        if (strcmp(rq->op, "CreateMultipartUpload") == 0)
+            return op_create_upload(rq, conn);
+        if (strcmp(rq->op, "CompleteMultipartUpload") == 0)
+            return op_complete_upload(rq, conn);
+        if (strcmp(rq->op, "AbortMultipartUpload") == 0)
+            return op_abort_upload(rq, conn);
+        if (strcmp(rq->op, "ListParts") == 0)
+            return op_list_parts(rq, conn);
         return is_put ? op_put_object_begin(rq, conn) : op_delete_object(rq, conn);
     }
     if (is_put)
@@ -1938,6 +2568,8 @@ static enum MHD_Result begin(struct request *rq, struct MHD_Connection *conn)
         return op_delete_bucket(rq, conn);
     if (strcmp(rq->op, "GetBucketLocation") == 0)
         return op_bucket_location(rq, conn);
+    if (list_uploads)
+        return op_list_uploads(rq, conn);
     return op_list_objects(rq, conn, strcmp(rq->op, "ListObjectsV2") == 0);
 }
 
@@ -1971,7 +2603,7 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
     rq->srv = srv;
     rq->up_fd = -1;
     rq->uri = strdup(uri ? uri : "/");
-    sf__strbuf_init(&rq->body, MAX_ADMIN_BODY);
+    sf__strbuf_init(&rq->body, MAX_SMALL_BODY);
     clock_gettime(CLOCK_MONOTONIC, &rq->t0);
     snprintf(rq->request_id, sizeof(rq->request_id), "%016llX",
              (unsigned long long)atomic_fetch_add(&srv->next_id, 1) + 1);
@@ -2048,8 +2680,9 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
                          enum MHD_RequestTerminationCode toe)
 {
     (void)cls;
-    (void)conn;
-    (void)toe;
+    struct request *rq = *req_cls;
+    if (rq && rq->body_tracked && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
+        body_ended_early(rq, conn);
     request_free(*req_cls);
     *req_cls = NULL;
 }
@@ -2119,6 +2752,7 @@ static void server_free(struct mock_server *srv)
 {
     sf__sigv4_signer_destroy(&srv->signer);
     mock_stats_destroy(srv->stats);
+    mock_uploads_destroy(srv->uploads);
     mock_faults_destroy(srv->faults);
     mock_store_destroy(srv->store);
     pthread_mutex_destroy(&srv->tokens_lock);
@@ -2156,6 +2790,8 @@ sf_status mock_server_start(const struct mock_config *cfg, struct mock_server **
     rc = mock_faults_new(cfg->seed, &srv->faults);
     if (rc == SF_OK)
         rc = mock_stats_new(&srv->stats);
+    if (rc == SF_OK)
+        rc = mock_uploads_new(&srv->uploads);
     if (rc != SF_OK) {
         snprintf(err, err_len, "out of memory");
         goto fail;

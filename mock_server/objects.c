@@ -209,14 +209,21 @@ sf_status mock_store_etag(struct mock_store *st, int fd, const struct stat *sb,
     out[33] = '"';
     out[34] = '\0';
 
+    mock_store_set_etag(st, sb, out); /* a failure leaves the answer right, just not cached */
+    return SF_OK;
+}
+
+void mock_store_set_etag(struct mock_store *st, const struct stat *sb, const char *etag)
+{
+    size_t slot = etag_slot(sb->st_dev, sb->st_ino);
     struct etag_item *item = malloc(sizeof(*item));
     if (!item)
-        return SF_OK; /* the answer is right, just not cached */
+        return;
     item->dev = sb->st_dev;
     item->ino = sb->st_ino;
     item->size = (uint64_t)sb->st_size;
-    item->mtime_ns = mtime_ns;
-    memcpy(item->etag, out, MOCK_ETAG_LEN + 1);
+    item->mtime_ns = stat_mtime_ns(sb);
+    snprintf(item->etag, sizeof(item->etag), "%s", etag);
     pthread_mutex_lock(&st->lock);
     /* Replace a stale entry for the same inode instead of growing the chain. */
     struct etag_item **pp = &st->cache[slot];
@@ -238,7 +245,6 @@ sf_status mock_store_etag(struct mock_store *st, int fd, const struct stat *sb,
     }
     pthread_mutex_unlock(&st->lock);
     free(item);
-    return SF_OK;
 }
 
 struct list_ctx {

@@ -11,7 +11,8 @@
 #include <time.h>
 
 #define MOCK_TMP_PREFIX ".sfmock-"
-#define MOCK_ETAG_LEN   34 /* quotes + 32 hex */
+/* Longest ETag: quotes + 32 hex, and "-N" (N <= 10000) for multipart objects. */
+#define MOCK_ETAG_LEN 40
 
 struct mock_store;
 
@@ -52,6 +53,13 @@ int mock_bucket_exists(const struct mock_store *st, const char *bucket);
  */
 sf_status mock_store_etag(struct mock_store *st, int fd, const struct stat *sb,
                           char out[MOCK_ETAG_LEN + 1]);
+
+/*
+ * Pins the ETag of the file sb describes (a completed multipart upload's
+ * "hex-N"), so mock_store_etag() answers it instead of the content's MD5
+ * while the file keeps its inode, size and mtime. Held in memory only.
+ */
+void mock_store_set_etag(struct mock_store *st, const struct stat *sb, const char *etag);
 
 /* All objects of bucket whose key starts with prefix, sorted. */
 sf_status mock_store_list(const struct mock_store *st, const char *bucket, const char *prefix,

@@ -101,6 +101,13 @@ void mock_stats_record(struct mock_stats *s, const char *op, int status, const c
     pthread_mutex_unlock(&s->lock);
 }
 
+void mock_stats_unsent(struct mock_stats *s, uint64_t bytes)
+{
+    pthread_mutex_lock(&s->lock);
+    bump(s->root, "bytes_sent", -(double)bytes);
+    pthread_mutex_unlock(&s->lock);
+}
+
 void mock_stats_fault(struct mock_stats *s, const char *fault)
 {
     pthread_mutex_lock(&s->lock);

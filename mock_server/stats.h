@@ -15,6 +15,9 @@ void mock_stats_destroy(struct mock_stats *s);
  * fault names the injected fault ("503", "reset", ...) or NULL. */
 void mock_stats_record(struct mock_stats *s, const char *op, int status, const char *key,
                        uint64_t bytes_sent, uint64_t bytes_received, const char *fault);
+/* Takes back bytes counted as sent by mock_stats_record() that did not go
+ * out (a transfer that ended early). */
+void mock_stats_unsent(struct mock_stats *s, uint64_t bytes);
 /* Counts a fault that happens after the answer started (reset, stall). */
 void mock_stats_fault(struct mock_stats *s, const char *fault);
 /* Counts one credential event under "credentials": name is one of

@@ -54,6 +54,11 @@ enum tag {
     T_REQUEST_ID,
     T_HOST_ID,
     T_BUCKET_NAME,
+    T_INITIATE_RESULT,
+    T_UPLOAD_ID,
+    T_COMPLETE_UPLOAD,
+    T_PART,
+    T_PART_NUMBER,
     T_COUNT_
 };
 
@@ -82,9 +87,14 @@ static const char *const tag_names[T_COUNT_] = {
     [T_REQUEST_ID] = "RequestId",
     [T_HOST_ID] = "HostId",
     [T_BUCKET_NAME] = "BucketName",
+    [T_INITIATE_RESULT] = "InitiateMultipartUploadResult",
+    [T_UPLOAD_ID] = "UploadId",
+    [T_COMPLETE_UPLOAD] = "CompleteMultipartUpload",
+    [T_PART] = "Part",
+    [T_PART_NUMBER] = "PartNumber",
 };
 
-enum doc_kind { DOC_LIST_V2, DOC_BUCKETS, DOC_ERROR };
+enum doc_kind { DOC_LIST_V2, DOC_BUCKETS, DOC_ERROR, DOC_INITIATE, DOC_COMPLETE };
 
 struct xml_ctx {
     XML_Parser parser;
@@ -110,6 +120,17 @@ struct xml_ctx {
     /* DOC_ERROR */
     struct sf__s3_error *error;
     int have_code;
+
+    /* DOC_INITIATE */
+    char *upload_id;
+    size_t upload_id_len;
+    int have_upload_id;
+
+    /* DOC_COMPLETE */
+    struct sf__xml_part *parts;
+    size_t n_parts, cap_parts, max_parts;
+    struct sf__xml_part cur_part;
+    int cur_has_number, cur_has_etag;
 };
 
 /* Records the first failure and stops expat; later calls keep the first. */
@@ -165,6 +186,9 @@ static int wanted_leaf(const struct xml_ctx *c)
     case DOC_ERROR:
         return c->depth == 2 && (t == T_CODE || t == T_MESSAGE || t == T_REQUEST_ID ||
                                  t == T_HOST_ID || t == T_KEY || t == T_BUCKET_NAME);
+    case DOC_INITIATE: return c->depth == 2 && t == T_UPLOAD_ID;
+    case DOC_COMPLETE:
+        return c->depth == 3 && s[1] == T_PART && (t == T_PART_NUMBER || t == T_ETAG);
     }
     return 0;
 }
@@ -175,6 +199,8 @@ static enum tag expected_root(enum doc_kind kind)
     case DOC_LIST_V2: return T_LIST_BUCKET_RESULT;
     case DOC_BUCKETS: return T_LIST_ALL_MY_BUCKETS_RESULT;
     case DOC_ERROR: return T_ERROR;
+    case DOC_INITIATE: return T_INITIATE_RESULT;
+    case DOC_COMPLETE: return T_COMPLETE_UPLOAD;
     }
     return T_OTHER;
 }
@@ -214,6 +240,9 @@ static void XMLCALL on_start(void *ud, const XML_Char *name, const XML_Char **at
     } else if (c->kind == DOC_BUCKETS && c->depth == 3 && t == T_BUCKET) {
         free(c->cur.key);
         memset(&c->cur, 0, sizeof c->cur);
+    } else if (c->kind == DOC_COMPLETE && c->depth == 2 && t == T_PART) {
+        memset(&c->cur_part, 0, sizeof c->cur_part);
+        c->cur_has_number = c->cur_has_etag = 0;
     }
     if (wanted_leaf(c)) {
         sf__strbuf_reset(&c->text);
@@ -404,6 +433,53 @@ static int grow(void **arr, size_t *cap, size_t used, size_t max, size_t elem)
     return 0;
 }
 
+static void multipart_leaf(struct xml_ctx *c, enum tag t)
+{
+    size_t n;
+    const char *s = trimmed(&c->text, &n);
+    if (c->kind == DOC_INITIATE) {
+        if (n == 0 || n >= c->upload_id_len) {
+            fail(c, n ? SF_ERR_LIMIT : SF_ERR_PARSE, "<UploadId> is %s", n ? "too long" : "empty");
+            return;
+        }
+        memcpy(c->upload_id, s, n);
+        c->upload_id[n] = '\0';
+        c->have_upload_id = 1;
+        return;
+    }
+    if (t == T_PART_NUMBER) {
+        uint64_t v;
+        if (parse_u64(s, n, &v) != 0 || v > UINT32_MAX) {
+            fail(c, SF_ERR_PARSE, "part %zu: <PartNumber> \"%.*s\" is not a number", c->n_parts + 1,
+                 (int)(n > 32 ? 32 : n), s);
+            return;
+        }
+        c->cur_part.number = (unsigned)v;
+        c->cur_has_number = 1;
+    } else if (t == T_ETAG) {
+        copy_field(c->cur_part.etag, sizeof c->cur_part.etag, s, n);
+        c->cur_has_etag = 1;
+    }
+}
+
+static void push_part(struct xml_ctx *c)
+{
+    if (!c->cur_has_number || !c->cur_has_etag) {
+        fail(c, SF_ERR_PARSE, "<Part> %zu has no <%s>", c->n_parts + 1,
+             c->cur_has_number ? "ETag" : "PartNumber");
+        return;
+    }
+    if (c->n_parts == c->max_parts) {
+        fail(c, SF_ERR_LIMIT, "more than %zu parts", c->max_parts);
+        return;
+    }
+    if (grow((void **)&c->parts, &c->cap_parts, c->n_parts, c->max_parts, sizeof *c->parts) != 0) {
+        fail(c, SF_ERR_NO_MEMORY, "out of memory");
+        return;
+    }
+    c->parts[c->n_parts++] = c->cur_part;
+}
+
 static void push_entry(struct xml_ctx *c, const char *what)
 {
     struct sf__list_page *p = c->page;
@@ -454,6 +530,8 @@ static void XMLCALL on_end(void *ud, const XML_Char *name)
         c->collect = 0;
         if (c->kind == DOC_ERROR)
             error_leaf(c, t);
+        else if (c->kind == DOC_INITIATE || c->kind == DOC_COMPLETE)
+            multipart_leaf(c, t);
         else
             list_leaf(c, t);
     } else if (c->kind == DOC_LIST_V2 && c->depth == 2 && t == T_CONTENTS) {
@@ -462,6 +540,8 @@ static void XMLCALL on_end(void *ud, const XML_Char *name)
         push_prefix(c);
     } else if (c->kind == DOC_BUCKETS && c->depth == 3 && t == T_BUCKET) {
         push_entry(c, "Bucket");
+    } else if (c->kind == DOC_COMPLETE && c->depth == 2 && t == T_PART) {
+        push_part(c);
     }
     c->depth--;
 }
@@ -685,6 +765,55 @@ void sf__list_page_free(struct sf__list_page *p)
     free(p->prefixes);
     free(p->next_token);
     memset(p, 0, sizeof *p);
+}
+
+/* ------------------------------------------------------------------ multipart */
+
+sf_status sf__xml_parse_initiate(const char *body, size_t n, char *upload_id, size_t cap, char *err,
+                                 size_t err_len)
+{
+    if (!upload_id || cap < 2) {
+        sf__fail(err, err_len, SF_OK, "NULL argument");
+        return SF_ERR_INVALID_ARGUMENT;
+    }
+    upload_id[0] = '\0';
+    struct xml_ctx c;
+    ctx_init(&c, DOC_INITIATE, err, err_len);
+    c.upload_id = upload_id;
+    c.upload_id_len = cap;
+    sf_status st = run_parser(&c, body, n);
+    ctx_free(&c);
+    if (st == SF_OK && !c.have_upload_id) {
+        sf__fail(err, err_len, SF_OK, "<InitiateMultipartUploadResult> has no <UploadId>");
+        st = SF_ERR_PARSE;
+    }
+    if (st != SF_OK)
+        upload_id[0] = '\0';
+    return st;
+}
+
+sf_status sf__xml_parse_complete(const char *body, size_t n, size_t max_parts,
+                                 struct sf__xml_part **parts, size_t *n_parts, char *err,
+                                 size_t err_len)
+{
+    if (!parts || !n_parts) {
+        sf__fail(err, err_len, SF_OK, "NULL argument");
+        return SF_ERR_INVALID_ARGUMENT;
+    }
+    *parts = NULL;
+    *n_parts = 0;
+    struct xml_ctx c;
+    ctx_init(&c, DOC_COMPLETE, err, err_len);
+    c.max_parts = max_parts ? max_parts : XML_DEFAULT_MAX_ENTRIES;
+    sf_status st = run_parser(&c, body, n);
+    ctx_free(&c);
+    if (st != SF_OK) {
+        free(c.parts);
+        return st;
+    }
+    *parts = c.parts;
+    *n_parts = c.n_parts;
+    return SF_OK;
 }
 
 /* ------------------------------------------------------------------ dates */

@@ -58,6 +58,26 @@ sf_status sf__xml_parse_list_buckets(const char *body, size_t n, struct sf__list
 
 void sf__list_page_free(struct sf__list_page *p);
 
+/* The UploadId of an InitiateMultipartUploadResult (CreateMultipartUpload)
+ * into upload_id (cap bytes). SF_ERR_PARSE when malformed, another root or
+ * no UploadId; SF_ERR_LIMIT when it does not fit. */
+sf_status sf__xml_parse_initiate(const char *body, size_t n, char *upload_id, size_t cap, char *err,
+                                 size_t err_len);
+
+/* One <Part> of a CompleteMultipartUpload body. */
+struct sf__xml_part {
+    unsigned number;
+    char etag[80]; /* as sent (quotes kept), cut to fit */
+};
+
+/* The parts of a CompleteMultipartUpload body, in document order, into a
+ * malloc'd *parts (free it; NULL when there are none). At most max_parts
+ * (0 = 100000), else SF_ERR_LIMIT; a <Part> without <PartNumber> or <ETag>,
+ * a number that is not one, another root or malformed XML: SF_ERR_PARSE. */
+sf_status sf__xml_parse_complete(const char *body, size_t n, size_t max_parts,
+                                 struct sf__xml_part **parts, size_t *n_parts, char *err,
+                                 size_t err_len);
+
 /* "2009-10-12T17:50:30.000Z" or without fraction -> seconds since the epoch (UTC). */
 sf_status sf__parse_iso8601(const char *s, int64_t *out);
 

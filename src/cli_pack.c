@@ -28,6 +28,7 @@ enum {
     O_MAX_SIDE,
     O_QUALITY,
     O_THREADS,
+    O_PART_SIZE,
 };
 
 struct pack_args {
@@ -96,6 +97,17 @@ static int pack_option(void *ctx, int val, const char *arg)
     }
     case O_THREADS:
         return cli_parse_uint("--threads", arg, 1, 256, &a->o.threads) ? EXIT_USAGE : 0;
+    case O_PART_SIZE: {
+        unsigned long long b;
+        if (sf_parse_bytes(arg, &b) != SF_OK || b < SF_UPLOAD_PART_BYTES_MIN ||
+            b > SF_UPLOAD_PART_BYTES_MAX) {
+            cli_errorf("pack: --part-size: expected a size from 5M to 5G such as 64M, got '%s'",
+                       arg);
+            return EXIT_USAGE;
+        }
+        a->o.part_bytes = b;
+        return 0;
+    }
     }
     return EXIT_USAGE;
 }
@@ -125,6 +137,7 @@ int cli_cmd_pack(int argc, char **argv)
         {"max-side", required_argument, NULL, O_MAX_SIDE},
         {"quality", required_argument, NULL, O_QUALITY},
         {"threads", required_argument, NULL, O_THREADS},
+        {"part-size", required_argument, NULL, O_PART_SIZE},
         {NULL, 0, NULL, 0},
     };
     struct pack_args a;

@@ -74,6 +74,7 @@ struct uploader {
     pthread_t thread;
     int started;
     struct sf_s3 *s3;
+    struct sf_s3_upload_options upload;
     pthread_mutex_t lock; /* guards everything below */
     pthread_cond_t cond;
     char *path; /* the staged shard being uploaded (unlinked after), NULL when idle */
@@ -683,7 +684,7 @@ static void *upload_main(void *arg)
         char *path = u->path, *url = u->url;
         pthread_mutex_unlock(&u->lock);
         char etag[128];
-        sf_status st = sf_s3_put(u->s3, url, path, NULL, 0, etag, sizeof(etag));
+        sf_status st = sf_s3_upload_file(u->s3, url, path, &u->upload, etag, sizeof(etag));
         char msg[1024] = "";
         if (st != SF_OK)
             sf_s3_errmsg(u->s3, msg, sizeof(msg));
@@ -708,6 +709,9 @@ static sf_status uploader_start(struct packer *p)
 {
     struct uploader *u = &p->up;
     u->s3 = p->o->s3;
+    sf_s3_upload_options_init_default(&u->upload);
+    if (p->o->part_bytes)
+        u->upload.part_bytes = p->o->part_bytes;
     pthread_mutex_init(&u->lock, NULL);
     pthread_cond_init(&u->cond, NULL);
     if (pthread_create(&u->thread, NULL, upload_main, u) != 0) {
@@ -1734,9 +1738,13 @@ static sf_status resolve_dest(struct packer *p, const char *dest_url)
         else if (!p->o->s3)
             st = fail(p, SF_ERR_INVALID_ARGUMENT, "%s: an s3:// destination needs a client (s3)",
                       dest_url);
-        else if (p->o->shard_bytes > SF_PUT_MAX_BYTES)
+        else if (p->o->shard_bytes > SF_UPLOAD_MAX_BYTES)
             st = fail(p, SF_ERR_INVALID_ARGUMENT,
-                      "shard size %llu: a single PUT carries at most 5 GiB", p->o->shard_bytes);
+                      "shard size %llu: an S3 object holds at most 5 TiB", p->o->shard_bytes);
+        else if (p->o->part_bytes && (p->o->part_bytes < SF_UPLOAD_PART_BYTES_MIN ||
+                                      p->o->part_bytes > SF_UPLOAD_PART_BYTES_MAX))
+            st = fail(p, SF_ERR_INVALID_ARGUMENT, "part size %llu: S3 parts are 5 MiB to 5 GiB",
+                      p->o->part_bytes);
         else {
             /* s3://bucket/prefix without trailing slashes; keys are joined with '/' */
             size_t n = strlen(dest_url);

@@ -8,6 +8,7 @@
 #include <cjson/cJSON.h>
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <curl/curl.h>
@@ -828,7 +829,7 @@ Test(mock_server_cfg, anonymous_mode_serves_unsigned_but_checks_signed)
 
 Test(mock_server, unsupported_operations_answer_not_implemented)
 {
-    expect_call_error("POST", "/bucket1/k?uploads", NULL, 501, "NotImplemented");
+    expect_call_error("GET", "/bucket1/k?partNumber=1", NULL, 501, "NotImplemented");
     expect_call_error("GET", "/bucket1?versioning", NULL, 501, "NotImplemented");
     const char *copy[] = {"x-amz-copy-source: /bucket1/a", NULL};
     expect_call_error("PUT", "/bucket1/b", copy, 501, "NotImplemented");
@@ -1581,4 +1582,413 @@ Test(mock_server_cli, bad_credential_and_tls_flags_exit_with_a_reason, .timeout 
     }
     test_rmtree(dir);
     free(dir);
+}
+
+/* ============================================================ multipart upload */
+
+#define MiB (1024 * 1024)
+
+static void md5_of(const void *data, size_t n, unsigned char out[16])
+{
+    unsigned int len = 0;
+    EVP_Digest(data, n, out, &len, EVP_md5(), NULL);
+}
+
+/* S3's ETag of an object made of these parts: md5 of the binary md5s, "-N". */
+static void multipart_etag(const unsigned char *data, const size_t *sizes, size_t n, char *out,
+                           size_t out_len)
+{
+    unsigned char *cat = malloc(16 * n), md[16];
+    cr_assert(cat);
+    size_t off = 0;
+    for (size_t i = 0; i < n; i++) {
+        md5_of(data + off, sizes[i], cat + 16 * i);
+        off += sizes[i];
+    }
+    md5_of(cat, 16 * n, md);
+    free(cat);
+    char hex[33];
+    for (int i = 0; i < 16; i++)
+        snprintf(hex + 2 * i, 3, "%02x", md[i]);
+    snprintf(out, out_len, "\"%s-%zu\"", hex, n);
+}
+
+static void create_upload(const char *key_path, char *id, size_t id_len)
+{
+    char target[512];
+    snprintf(target, sizeof(target), "%s?uploads", key_path);
+    struct s3_resp r;
+    cr_assert_eq(call("POST", target, NULL, &r), 200, "%s", sf__strbuf_str(&r.body));
+    cr_assert_eq(s3_xml_value(&r, "UploadId", id, id_len), 0, "%s", sf__strbuf_str(&r.body));
+    s3_resp_free(&r);
+}
+
+/* UploadPart; returns the status and writes the ETag header. */
+static long upload_part(const char *key_path, const char *id, unsigned n, const void *data,
+                        size_t len, char *etag, size_t etag_len)
+{
+    char target[512];
+    snprintf(target, sizeof(target), "%s?partNumber=%u&uploadId=%s", key_path, n, id);
+    struct s3_call c = {
+        .method = "PUT", .target = target, .body = data, .body_len = len, .creds = &creds};
+    struct s3_resp r;
+    s3_call(srv.url, &c, &r);
+    if (etag && s3_resp_header(&r, "ETag", etag, etag_len) != 0)
+        etag[0] = '\0';
+    long st = r.status;
+    s3_resp_free(&r);
+    return st;
+}
+
+static long complete_upload(const char *key_path, const char *id, const char *xml,
+                            struct s3_resp *r)
+{
+    char target[512];
+    snprintf(target, sizeof(target), "%s?uploadId=%s", key_path, id);
+    struct s3_call c = {
+        .method = "POST", .target = target, .body = xml, .body_len = strlen(xml), .creds = &creds};
+    s3_call(srv.url, &c, r);
+    return r->status;
+}
+
+/* Files under the bucket folder whose names start with the mock's
+ * temporary prefix: staged parts or uploads. */
+static int staged_files(void)
+{
+    char path[700];
+    snprintf(path, sizeof(path), "%s/bucket1", root);
+    DIR *d = opendir(path);
+    cr_assert(d);
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)))
+        n += strncmp(de->d_name, ".sfmock-", 8) == 0;
+    closedir(d);
+    return n;
+}
+
+static int count_tag(const struct s3_resp *r, const char *tag)
+{
+    int n = 0;
+    for (const char *p = sf__strbuf_str(&r->body); (p = strstr(p, tag)); p += strlen(tag))
+        n++;
+    return n;
+}
+
+Test(mock_server, multipart_upload_round_trip_has_the_s3_etag)
+{
+    size_t sizes[3] = {5 * MiB, 5 * MiB + 3, 1000};
+    size_t total = sizes[0] + sizes[1] + sizes[2];
+    unsigned char *data = malloc(total);
+    cr_assert(data);
+    test_fill(data, total, 77);
+    char id[128], etags[3][64];
+    create_upload("/bucket1/dir/big.bin", id, sizeof(id));
+    /* parts arrive in any order; part 2 is sent twice, the second one counts */
+    cr_assert_eq(upload_part("/bucket1/dir/big.bin", id, 3, data + sizes[0] + sizes[1], sizes[2],
+                             etags[2], sizeof(etags[2])),
+                 200);
+    cr_assert_eq(upload_part("/bucket1/dir/big.bin", id, 2, data, 100, NULL, 0), 200);
+    cr_assert_eq(upload_part("/bucket1/dir/big.bin", id, 2, data + sizes[0], sizes[1], etags[1],
+                             sizeof(etags[1])),
+                 200);
+    cr_assert_eq(
+        upload_part("/bucket1/dir/big.bin", id, 1, data, sizes[0], etags[0], sizeof(etags[0])),
+        200);
+    unsigned char md[16];
+    md5_of(data, sizes[0], md);
+    char want[40];
+    snprintf(want, sizeof(want), "\"");
+    for (int i = 0; i < 16; i++)
+        snprintf(want + 1 + 2 * i, 3, "%02x", md[i]);
+    strcat(want, "\"");
+    cr_expect_str_eq(etags[0], want, "a part's ETag is its quoted MD5");
+    cr_expect_eq(staged_files(), 3, "three parts held as files");
+
+    struct s3_resp r;
+    char target[512];
+    snprintf(target, sizeof(target), "/bucket1/dir/big.bin?uploadId=%s", id);
+    cr_assert_eq(call("GET", target, NULL, &r), 200, "ListParts: %s", sf__strbuf_str(&r.body));
+    cr_expect_eq(count_tag(&r, "<Part>"), 3);
+    cr_expect(strstr(sf__strbuf_str(&r.body), "<Size>5242883</Size>"), "%s",
+              sf__strbuf_str(&r.body));
+    s3_resp_free(&r);
+    snprintf(target, sizeof(target), "/bucket1/dir/big.bin?uploadId=%s&max-parts=2", id);
+    cr_assert_eq(call("GET", target, NULL, &r), 200);
+    cr_expect_eq(count_tag(&r, "<Part>"), 2);
+    char v[64];
+    cr_expect(s3_xml_value(&r, "IsTruncated", v, sizeof(v)) == 0 && !strcmp(v, "true"));
+    s3_resp_free(&r);
+    cr_assert_eq(call("GET", "/bucket1?uploads", NULL, &r), 200);
+    cr_expect_eq(count_tag(&r, "<Upload>"), 1, "%s", sf__strbuf_str(&r.body));
+    cr_expect(s3_xml_value(&r, "Key", v, sizeof(v)) == 0 && !strcmp(v, "dir/big.bin"));
+    s3_resp_free(&r);
+
+    char xml[1024];
+    snprintf(xml, sizeof(xml),
+             "<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>%s</ETag></Part>"
+             "<Part><PartNumber>2</PartNumber><ETag>%s</ETag></Part>"
+             "<Part><ETag>%s</ETag><PartNumber>3</PartNumber></Part></CompleteMultipartUpload>",
+             etags[0], etags[1], etags[2]);
+    cr_assert_eq(complete_upload("/bucket1/dir/big.bin", id, xml, &r), 200, "%s",
+                 sf__strbuf_str(&r.body));
+    char etag[64] = "", want_etag[64];
+    multipart_etag(data, sizes, 3, want_etag, sizeof(want_etag));
+    s3_xml_value(&r, "ETag", etag, sizeof(etag));
+    cr_expect(strstr(sf__strbuf_str(&r.body), "-3&quot;") || strstr(etag, "-3\""), "%s",
+              sf__strbuf_str(&r.body));
+    s3_resp_free(&r);
+
+    cr_assert_eq(call("GET", "/bucket1/dir/big.bin", NULL, &r), 200);
+    cr_expect(r.body.len == total && memcmp(r.body.data, data, total) == 0, "object differs");
+    cr_expect_eq(s3_resp_header(&r, "ETag", etag, sizeof(etag)), 0);
+    cr_expect_str_eq(etag, want_etag);
+    s3_resp_free(&r);
+    cr_assert_eq(call("GET", "/bucket1?list-type=2", NULL, &r), 200);
+    cr_expect(strstr(sf__strbuf_str(&r.body), "-3&quot;</ETag>"), "listing: %s",
+              sf__strbuf_str(&r.body));
+    s3_resp_free(&r);
+    cr_assert_eq(call("GET", "/bucket1?uploads", NULL, &r), 200);
+    cr_expect_eq(count_tag(&r, "<Upload>"), 0, "%s", sf__strbuf_str(&r.body));
+    s3_resp_free(&r);
+    cr_expect_eq(staged_files(), 0, "no part file left");
+    expect_call_error("GET", target, NULL, 404, "NoSuchUpload");
+
+    cJSON *j = stats();
+    cJSON *ops = cJSON_GetObjectItem(j, "operations");
+    cr_expect_eq(cJSON_GetObjectItem(ops, "UploadPart")->valuedouble, 4);
+    cr_expect_eq(cJSON_GetObjectItem(ops, "CompleteMultipartUpload")->valuedouble, 1);
+    cr_expect_eq(cJSON_GetObjectItem(ops, "CreateMultipartUpload")->valuedouble, 1);
+    cJSON_Delete(j);
+    free(data);
+}
+
+Test(mock_server, complete_multipart_refuses_bad_part_lists_as_s3_does)
+{
+    size_t n = 5 * MiB;
+    unsigned char *data = malloc(n);
+    cr_assert(data);
+    test_fill(data, n, 78);
+    char id[128], e1[64], e2[64], e3[64], xml[1024];
+    create_upload("/bucket1/k", id, sizeof(id));
+    cr_assert_eq(upload_part("/bucket1/k", id, 1, data, n, e1, sizeof(e1)), 200);
+    cr_assert_eq(upload_part("/bucket1/k", id, 2, data, 1000, e2, sizeof(e2)), 200);
+    cr_assert_eq(upload_part("/bucket1/k", id, 3, data, 10, e3, sizeof(e3)), 200);
+    struct s3_resp r;
+#define PART(num, tag) "<Part><PartNumber>" #num "</PartNumber><ETag>" tag "</ETag></Part>"
+    /* a wrong ETag */
+    snprintf(xml, sizeof(xml),
+             "<CompleteMultipartUpload>" PART(1, "%s") PART(2, "%s") "</CompleteMultipartUpload>",
+             e1, "\"00000000000000000000000000000000\"");
+    complete_upload("/bucket1/k", id, xml, &r);
+    expect_error(&r, 400, "InvalidPart");
+    s3_resp_free(&r);
+    /* a part never uploaded */
+    snprintf(xml, sizeof(xml),
+             "<CompleteMultipartUpload>" PART(1, "%s") PART(4, "%s") "</CompleteMultipartUpload>",
+             e1, e2);
+    complete_upload("/bucket1/k", id, xml, &r);
+    expect_error(&r, 400, "InvalidPart");
+    s3_resp_free(&r);
+    /* out of order, and a repeated number */
+    snprintf(xml, sizeof(xml),
+             "<CompleteMultipartUpload>" PART(2, "%s") PART(1, "%s") "</CompleteMultipartUpload>",
+             e2, e1);
+    complete_upload("/bucket1/k", id, xml, &r);
+    expect_error(&r, 400, "InvalidPartOrder");
+    s3_resp_free(&r);
+    snprintf(xml, sizeof(xml),
+             "<CompleteMultipartUpload>" PART(1, "%s") PART(1, "%s") "</CompleteMultipartUpload>",
+             e1, e1);
+    complete_upload("/bucket1/k", id, xml, &r);
+    expect_error(&r, 400, "InvalidPartOrder");
+    s3_resp_free(&r);
+    /* a part under 5 MiB that is not the last */
+    snprintf(xml, sizeof(xml),
+             "<CompleteMultipartUpload>" PART(1, "%s") PART(2, "%s")
+                 PART(3, "%s") "</CompleteMultipartUpload>",
+             e1, e2, e3);
+    complete_upload("/bucket1/k", id, xml, &r);
+    expect_error(&r, 400, "EntityTooSmall");
+    cr_expect(strstr(sf__strbuf_str(&r.body), "<ProposedSize>1000</ProposedSize>"), "%s",
+              sf__strbuf_str(&r.body));
+    s3_resp_free(&r);
+    /* no parts, or not XML */
+    complete_upload("/bucket1/k", id, "<CompleteMultipartUpload></CompleteMultipartUpload>", &r);
+    expect_error(&r, 400, "MalformedXML");
+    s3_resp_free(&r);
+    complete_upload("/bucket1/k", id, "<CompleteMultipartUpload><Part>", &r);
+    expect_error(&r, 400, "MalformedXML");
+    s3_resp_free(&r);
+    /* an unknown upload id, on every operation; and another key's id */
+    complete_upload("/bucket1/k", "nosuchupload", xml, &r);
+    expect_error(&r, 404, "NoSuchUpload");
+    s3_resp_free(&r);
+    complete_upload("/bucket1/other", id, xml, &r);
+    expect_error(&r, 404, "NoSuchUpload");
+    s3_resp_free(&r);
+    cr_expect_eq(upload_part("/bucket1/k", "nosuchupload", 1, data, 10, NULL, 0), 404);
+    expect_call_error("GET", "/bucket1/k?uploadId=nosuchupload", NULL, 404, "NoSuchUpload");
+    expect_call_error("DELETE", "/bucket1/k?uploadId=nosuchupload", NULL, 404, "NoSuchUpload");
+    /* part numbers outside 1..10000 */
+    cr_expect_eq(upload_part("/bucket1/k", id, 0, data, 10, NULL, 0), 400);
+    cr_expect_eq(upload_part("/bucket1/k", id, 10001, data, 10, NULL, 0), 400);
+    cr_expect_eq(call("HEAD", "/bucket1/k", NULL, &r), 404, "nothing was published");
+    s3_resp_free(&r);
+
+    /* the refused lists left the upload as it was: a good list completes it,
+     * and part 3, not listed, is dropped */
+    snprintf(xml, sizeof(xml),
+             "<CompleteMultipartUpload>" PART(1, "%s") PART(2, "%s") "</CompleteMultipartUpload>",
+             e1, e2);
+#undef PART
+    cr_expect_eq(complete_upload("/bucket1/k", id, xml, &r), 200, "%s", sf__strbuf_str(&r.body));
+    s3_resp_free(&r);
+    cr_assert_eq(call("GET", "/bucket1/k", NULL, &r), 200);
+    cr_expect(r.body.len == n + 1000 && memcmp(r.body.data, data, n) == 0 &&
+                  memcmp((char *)r.body.data + n, data, 1000) == 0,
+              "object differs");
+    s3_resp_free(&r);
+    cr_expect_eq(staged_files(), 0, "the dropped part's file is gone too");
+    free(data);
+}
+
+Test(mock_server, abort_multipart_frees_its_parts)
+{
+    char id[128], id2[128];
+    create_upload("/bucket1/a", id, sizeof(id));
+    create_upload("/bucket1/a", id2, sizeof(id2));
+    cr_expect_str_neq(id, id2);
+    cr_assert_eq(upload_part("/bucket1/a", id, 1, "hello", 5, NULL, 0), 200);
+    cr_assert_eq(upload_part("/bucket1/a", id, 2, "world", 5, NULL, 0), 200);
+    cr_expect_eq(staged_files(), 2);
+    struct s3_resp r;
+    cr_assert_eq(call("GET", "/bucket1?uploads&prefix=a", NULL, &r), 200);
+    cr_expect_eq(count_tag(&r, "<Upload>"), 2, "%s", sf__strbuf_str(&r.body));
+    s3_resp_free(&r);
+    char target[512];
+    snprintf(target, sizeof(target), "/bucket1/a?uploadId=%s", id);
+    cr_expect_eq(call("DELETE", target, NULL, &r), 204);
+    s3_resp_free(&r);
+    cr_expect_eq(staged_files(), 0, "an aborted upload's parts are deleted");
+    expect_call_error("GET", target, NULL, 404, "NoSuchUpload");
+    cr_expect_eq(upload_part("/bucket1/a", id, 3, "late", 4, NULL, 0), 404);
+    cr_expect_eq(call("HEAD", "/bucket1/a", NULL, &r), 404);
+    s3_resp_free(&r);
+    cr_assert_eq(call("GET", "/bucket1?uploads", NULL, &r), 200);
+    cr_expect_eq(count_tag(&r, "<Upload>"), 1);
+    s3_resp_free(&r);
+    snprintf(target, sizeof(target), "/bucket1/a?uploadId=%s", id2);
+    cr_expect_eq(call("DELETE", target, NULL, &r), 204);
+    s3_resp_free(&r);
+    cr_assert_eq(call("GET", "/bucket1?uploads", NULL, &r), 200);
+    cr_expect_eq(count_tag(&r, "<Upload>"), 0);
+    s3_resp_free(&r);
+    expect_call_error("POST", "/nosuchbucket/a?uploads", NULL, 404, "NoSuchBucket");
+}
+
+Test(mock_server, upload_part_is_authenticated_and_hash_checked)
+{
+    char id[128], target[512];
+    create_upload("/bucket1/p", id, sizeof(id));
+    snprintf(target, sizeof(target), "/bucket1/p?partNumber=1&uploadId=%s", id);
+    struct s3_resp r;
+    struct s3_call c = {.method = "PUT",
+                        .target = target,
+                        .body = "data",
+                        .body_len = 4,
+                        .creds = &creds,
+                        .payload_hash =
+                            "0000000000000000000000000000000000000000000000000000000000000000"};
+    s3_call(srv.url, &c, &r);
+    expect_error(&r, 400, "XAmzContentSHA256Mismatch");
+    s3_resp_free(&r);
+    const struct s3_creds bad = {"test-ak", "wrong-secret", NULL, NULL};
+    c.payload_hash = NULL;
+    c.creds = &bad;
+    s3_call(srv.url, &c, &r);
+    expect_error(&r, 403, "SignatureDoesNotMatch");
+    s3_resp_free(&r);
+    c.creds = NULL;
+    s3_call(srv.url, &c, &r);
+    expect_error(&r, 403, "AccessDenied");
+    s3_resp_free(&r);
+    c.creds = &creds;
+    c.unsigned_payload = 1;
+    cr_expect_eq(s3_call(srv.url, &c, &r), 0);
+    cr_expect_eq(r.status, 200, "UNSIGNED-PAYLOAD: %s", sf__strbuf_str(&r.body));
+    s3_resp_free(&r);
+    cr_expect_eq(staged_files(), 1, "only the accepted part is kept");
+    /* the complete request's body is hash-checked too */
+    snprintf(target, sizeof(target), "/bucket1/p?uploadId=%s", id);
+    struct s3_call cc = {.method = "POST",
+                         .target = target,
+                         .body = "<CompleteMultipartUpload/>",
+                         .body_len = 26,
+                         .creds = &creds,
+                         .payload_hash =
+                             "0000000000000000000000000000000000000000000000000000000000000000"};
+    s3_call(srv.url, &cc, &r);
+    expect_error(&r, 400, "XAmzContentSHA256Mismatch");
+    s3_resp_free(&r);
+}
+
+static size_t stop_after(char *ptr, size_t size, size_t nmemb, void *user)
+{
+    (void)ptr;
+    size_t *got = user;
+    *got += size * nmemb;
+    return *got >= 4096 ? 0 : size * nmemb; /* 0 aborts the transfer */
+}
+
+static double bytes_sent(void)
+{
+    cJSON *j = stats();
+    double v = cJSON_GetObjectItem(j, "bytes_sent")->valuedouble;
+    cJSON_Delete(j);
+    return v;
+}
+
+/* A client that reads a few KiB of a large object and hangs up: the
+ * statistics count what went out, not the whole object. Once over plain
+ * GET (sendfile), once with a body fault (the callback body). */
+Test(mock_server_cfg, bytes_sent_counts_what_a_cut_transfer_sent)
+{
+    const char *args[] = {"--anonymous", NULL};
+    start_with(args);
+    size_t size = 64 * MiB;
+    char path[700];
+    snprintf(path, sizeof(path), "%s/bucket1/huge.bin", root);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    cr_assert(fd >= 0);
+    cr_assert_eq(ftruncate(fd, (off_t)size), 0);
+    close(fd);
+    for (int round = 0; round < 2; round++) {
+        cr_assert_eq(admin_post("/_mock/reset", NULL), 200);
+        CURL *h = curl_easy_init();
+        char url[256];
+        snprintf(url, sizeof(url), "%s/bucket1/huge.bin", srv.url);
+        struct curl_slist *hdr = round ? curl_slist_append(NULL, "x-sfmock-fault: stall=10") : NULL;
+        size_t got = 0;
+        curl_easy_setopt(h, CURLOPT_URL, url);
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
+        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, stop_after);
+        curl_easy_setopt(h, CURLOPT_WRITEDATA, &got);
+        curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 4096L);
+        CURLcode rc = curl_easy_perform(h);
+        curl_easy_cleanup(h); /* closes the connection */
+        curl_slist_free_all(hdr);
+        cr_expect_eq(rc, CURLE_WRITE_ERROR);
+        cr_expect_geq(got, 4096);
+        /* the server learns of the hang-up when its next write fails */
+        double sent = bytes_sent();
+        for (int i = 0; i < 100 && sent >= (double)size; i++) {
+            usleep(50000);
+            sent = bytes_sent();
+        }
+        cr_expect_lt(sent, (double)size / 2, "round %d: %.0f of %zu bytes counted as sent", round,
+                     sent, size);
+        cr_expect_geq(sent, (double)got, "round %d: %.0f sent but the client read %zu", round, sent,
+                      got);
+    }
 }

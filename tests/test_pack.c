@@ -11,6 +11,7 @@
 
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
+#include <openssl/evp.h>
 #include <dirent.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -1170,6 +1171,203 @@ Test(pack, s3_put_from_memory_and_from_a_file)
     free(data);
 }
 
+/* ------------------------------------------------------------ multipart */
+
+static const struct s3_creds mock_creds = {"mock-access-key", "mock-secret-key", NULL, NULL};
+
+/* A signed request to the mock; returns the status, the body in *out (free it). */
+static long signed_call(const char *method, const char *target, char **out, char *etag,
+                        size_t etag_len)
+{
+    struct s3_call c = {.method = method, .target = target, .creds = &mock_creds};
+    struct s3_resp r;
+    cr_assert(s3_call(srv.url, &c, &r) == 0, "%s %s: no answer", method, target);
+    if (etag && s3_resp_header(&r, "ETag", etag, etag_len) != 0)
+        etag[0] = '\0';
+    if (out)
+        *out = sf__strbuf_take(&r.body);
+    s3_resp_free(&r);
+    return r.status;
+}
+
+/* Multipart uploads in progress in the mock's bucket. */
+static int uploads_in_progress(void)
+{
+    char *body = NULL;
+    cr_assert_eq(signed_call("GET", "/bucket?uploads", &body, NULL, 0), 200);
+    int n = 0;
+    for (const char *p = body; (p = strstr(p, "<Upload>")); p += 8)
+        n++;
+    free(body);
+    return n;
+}
+
+static double mock_key_count(const char *key, const char *op)
+{
+    char *body = NULL;
+    cr_assert_eq(admin("GET", "/_mock/stats", &body), 200);
+    cJSON *j = cJSON_Parse(body);
+    free(body);
+    cr_assert(j);
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, "keys");
+    x = cJSON_GetObjectItemCaseSensitive(x, key);
+    x = cJSON_GetObjectItemCaseSensitive(x, "operations");
+    x = cJSON_GetObjectItemCaseSensitive(x, op);
+    double n = cJSON_IsNumber(x) ? x->valuedouble : 0;
+    cJSON_Delete(j);
+    return n;
+}
+
+/* S3's ETag of a file sent in parts of part bytes: md5 of the parts' md5s, "-N". */
+static void multipart_etag_of(const unsigned char *data, size_t n, size_t part, char *out,
+                              size_t out_len)
+{
+    size_t parts = (n + part - 1) / part;
+    unsigned char *cat = malloc(16 * parts), md[16];
+    cr_assert(cat);
+    unsigned int len;
+    for (size_t i = 0; i < parts; i++) {
+        size_t l = n - i * part < part ? n - i * part : part;
+        EVP_Digest(data + i * part, l, cat + 16 * i, &len, EVP_md5(), NULL);
+    }
+    EVP_Digest(cat, 16 * parts, md, &len, EVP_md5(), NULL);
+    free(cat);
+    char hex[33];
+    for (int i = 0; i < 16; i++)
+        snprintf(hex + 2 * i, 3, "%02x", md[i]);
+    snprintf(out, out_len, "\"%s-%zu\"", hex, parts);
+}
+
+/* 24 random files taking 1 MiB each in a tar: two shards of 12 MiB with --shard-size 13M. */
+static void make_large(void)
+{
+    for (int i = 0; i < 24; i++) {
+        char rel[64];
+        snprintf(rel, sizeof(rel), "%06d.bin", i);
+        add_random(rel, 1024 * 1024 - 700, 500 + (unsigned)i);
+    }
+}
+
+Test(pack, large_shards_go_up_in_parts_with_retries_and_match_a_local_pack)
+{
+    make_large();
+    start_mock();
+    /* half of the requests to the second shard fail with 500 (seeded): parts
+     * are retried one by one */
+    const char *rule = "prefix=bucket/mp/shard-000001,p500=0.5";
+    char *body = NULL;
+    struct s3_call c = {
+        .method = "POST", .target = "/_mock/faults", .body = rule, .body_len = strlen(rule)};
+    struct s3_resp r;
+    cr_assert(s3_call(srv.url, &c, &r) == 0 && r.status == 200);
+    s3_resp_free(&r);
+    struct sf_pack_options o;
+    sf_pack_options_init_default(&o);
+    o.shard_bytes = 13ull << 20;
+    o.part_bytes = 5ull << 20;
+    o.s3 = s3;
+    o.tmp_dir = tmp;
+    char err[1024] = "";
+    struct sf_pack_result res;
+    sf_status st = do_pack("s3://bucket/mp/", &o, &res, err, sizeof(err));
+    cr_assert_eq(st, SF_OK, "%s: %s", sf_status_name(st), err);
+    cr_assert_eq(res.shards, 2);
+    cr_expect_geq(mock_count("CompleteMultipartUpload", NULL), 2, "one per shard, and retries");
+    cr_expect_eq(mock_count("PutObject", NULL), 1, "index.json only: the shards went in parts");
+    cr_expect_gt(mock_count(NULL, "500"), 0, "faults were injected");
+    cr_expect_gt(mock_key_count("bucket/mp/shard-000001.tar", "UploadPart"), 3,
+                 "a failed part was sent again");
+    cr_expect_eq(uploads_in_progress(), 0);
+
+    o.s3 = NULL;
+    char local[800];
+    dest_path(local, sizeof(local), "local");
+    cr_assert_eq(do_pack(local, &o, NULL, err, sizeof(err)), SF_OK, "%s", err);
+    static char names[16][256];
+    size_t n = list_shards(local, names, 16);
+    cr_assert_eq(n, 2);
+    for (size_t i = 0; i < n; i++) {
+        char url[4400], path[4400], target[4400], etag[128] = "", want[128];
+        snprintf(url, sizeof(url), "s3://bucket/mp/%s", names[i]);
+        path_in(path, sizeof(path), local, names[i]);
+        size_t got_n, want_n;
+        unsigned char *got = get_object(url, &got_n);
+        unsigned char *data = load(path, &want_n);
+        cr_assert_gt(want_n, 10u << 20);
+        cr_expect(got_n == want_n && memcmp(got, data, want_n) == 0, "%s differs", url);
+        snprintf(target, sizeof(target), "/bucket/mp/%s", names[i]);
+        cr_expect_eq(signed_call("HEAD", target, NULL, etag, sizeof(etag)), 200);
+        multipart_etag_of(data, want_n, 5u << 20, want, sizeof(want));
+        cr_expect_str_eq(etag, want, "%s: the ETag of 3 parts of 5 MiB", url);
+        cr_expect(strstr(etag, "-3\""), "%s", etag);
+        free(got);
+        free(data);
+    }
+    free(body);
+}
+
+Test(pack, a_part_that_fails_for_good_aborts_the_upload)
+{
+    make_large();
+    start_mock();
+    /* the first PUT of the first shard is its first part: a 400 is not retried */
+    cr_assert_eq(
+        admin("POST", "/_mock/fault?prefix=bucket/mp/shard-000000&fault=400&count=1", NULL), 200);
+    struct sf_pack_options o;
+    sf_pack_options_init_default(&o);
+    o.shard_bytes = 13ull << 20;
+    o.part_bytes = 5ull << 20;
+    o.s3 = s3;
+    o.tmp_dir = tmp;
+    char err[1024] = "";
+    sf_status st = do_pack("s3://bucket/mp/", &o, NULL, err, sizeof(err));
+    cr_expect_neq(st, SF_OK);
+    cr_expect(strstr(err, "s3://bucket/mp/shard-000000.tar") && strstr(err, "part ") &&
+                  strstr(err, "400"),
+              "message: %s", err);
+    cr_expect_eq(mock_count("AbortMultipartUpload", NULL), 1);
+    cr_expect_eq(mock_count("CompleteMultipartUpload", NULL), 0);
+    cr_expect_eq(uploads_in_progress(), 0, "no upload left in progress");
+    char *body = NULL;
+    cr_expect_eq(signed_call("HEAD", "/bucket/mp/shard-000000.tar", &body, NULL, 0), 404);
+    free(body);
+    /* no part file is left in the mock's bucket either */
+    char dir[900];
+    snprintf(dir, sizeof(dir), "%s/root/bucket", tmp);
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    while ((de = readdir(d)))
+        cr_expect(strncmp(de->d_name, ".sfmock-", 8) != 0, "%s left in the bucket", de->d_name);
+    closedir(d);
+}
+
+Test(pack, bad_part_sizes_are_refused)
+{
+    make_flat();
+    start_mock();
+    struct sf_pack_options o;
+    sf_pack_options_init_default(&o);
+    o.s3 = s3;
+    o.tmp_dir = tmp;
+    o.part_bytes = 1 << 20;
+    char err[1024] = "";
+    cr_expect_eq(do_pack("s3://bucket/x", &o, NULL, err, sizeof(err)), SF_ERR_INVALID_ARGUMENT);
+    cr_expect(strstr(err, "part size"), "%s", err);
+    o.part_bytes = 0;
+    o.shard_bytes = (5ull << 40) + 1;
+    err[0] = '\0';
+    cr_expect_eq(do_pack("s3://bucket/x", &o, NULL, err, sizeof(err)), SF_ERR_INVALID_ARGUMENT);
+    cr_expect(strstr(err, "5 TiB"), "%s", err);
+    o.shard_bytes = 6ull << 30; /* over one PUT's 5 GiB: fine with parts */
+    cr_expect_eq(do_pack("s3://bucket/x", &o, NULL, err, sizeof(err)), SF_OK, "%s", err);
+    struct sf_s3_upload_options uo;
+    sf_s3_upload_options_init_default(&uo);
+    cr_expect_eq(uo.part_bytes, 64ull << 20);
+    uo.part_bytes = 4ull << 20;
+    cr_expect_eq(sf_s3_upload_file(s3, "s3://bucket/y", "/etc/hostname", &uo, NULL, 0),
+                 SF_ERR_INVALID_ARGUMENT);
+}
+
 /* ============================================================ CLI */
 
 static char out_path[900], err_path[900];
@@ -1350,6 +1548,44 @@ Test(pack, cli_pack_to_s3)
     cr_expect_str_eq(jstr(j, "format"), "record");
     cr_expect_gt(jnum(j, "sample_count"), 0);
     cJSON_Delete(j);
+}
+
+Test(pack, cli_pack_to_s3_in_parts_and_a_failed_part_names_the_object)
+{
+    make_large();
+    start_mock();
+    setenv("AWS_ACCESS_KEY_ID", "mock-access-key", 1);
+    setenv("AWS_SECRET_ACCESS_KEY", "mock-secret-key", 1);
+    char args[4096];
+    snprintf(args, sizeof(args),
+             "pack '%s' s3://bucket/cli --endpoint-url %s --shard-size 13M --part-size 5M "
+             "--tmp-dir '%s' --json --no-progress",
+             src, srv.url, tmp);
+    int rc = cli(args);
+    char *err = slurp(err_path);
+    cr_assert_eq(rc, 0, "stderr: %s", err);
+    free(err);
+    cr_expect_eq(mock_count("CompleteMultipartUpload", NULL), 2);
+    char etag[128] = "";
+    cr_expect_eq(signed_call("HEAD", "/bucket/cli/shard-000001.tar", NULL, etag, sizeof(etag)),
+                 200);
+    cr_expect(strstr(etag, "-3\""), "ETag %s", etag);
+
+    /* a part refused for good: non-zero exit, the object named, nothing left */
+    cr_assert_eq(
+        admin("POST", "/_mock/fault?prefix=bucket/cli2/shard-000001&fault=400&count=1", NULL), 200);
+    snprintf(args, sizeof(args),
+             "pack '%s' s3://bucket/cli2 --endpoint-url %s --shard-size 13M --part-size 5M "
+             "--tmp-dir '%s' --no-progress",
+             src, srv.url, tmp);
+    rc = cli(args);
+    err = slurp(err_path);
+    cr_expect_neq(rc, 0);
+    cr_expect(strstr(err, "s3://bucket/cli2/shard-000001.tar") && strstr(err, "part "),
+              "stderr: %s", err);
+    free(err);
+    cr_expect_eq(uploads_in_progress(), 0);
+    cr_expect_eq(cli("pack a b --part-size 1M"), 2, "a part size under 5M is a usage error");
 }
 
 /* ============================================================ --max-side */

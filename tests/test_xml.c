@@ -675,3 +675,50 @@ Test(xml, iso8601_invalid)
     cr_expect_eq(sf__parse_iso8601(NULL, &t), SF_ERR_INVALID_ARGUMENT);
     cr_expect_eq(sf__parse_iso8601("2009-10-12T17:50:30Z", NULL), SF_ERR_INVALID_ARGUMENT);
 }
+
+Test(xml, multipart_initiate_and_complete_bodies)
+{
+    char id[64], err[256];
+    const char *init = "<?xml version=\"1.0\"?><InitiateMultipartUploadResult xmlns=\"x\">"
+                       "<Bucket>b</Bucket><Key>k</Key><UploadId> abc.DEF-1 </UploadId>"
+                       "</InitiateMultipartUploadResult>";
+    cr_assert_eq(sf__xml_parse_initiate(init, strlen(init), id, sizeof(id), err, sizeof(err)),
+                 SF_OK, "%s", err);
+    cr_expect_str_eq(id, "abc.DEF-1");
+    const char *none =
+        "<InitiateMultipartUploadResult><Key>k</Key></InitiateMultipartUploadResult>";
+    cr_expect_eq(sf__xml_parse_initiate(none, strlen(none), id, sizeof(id), err, sizeof(err)),
+                 SF_ERR_PARSE);
+    cr_expect_str_eq(id, "");
+    const char *other = "<Error><Code>NoSuchBucket</Code></Error>";
+    cr_expect_eq(sf__xml_parse_initiate(other, strlen(other), id, sizeof(id), err, sizeof(err)),
+                 SF_ERR_PARSE);
+    cr_expect_eq(sf__xml_parse_initiate(init, strlen(init), id, 4, err, sizeof(err)), SF_ERR_LIMIT);
+
+    const char *list = "<CompleteMultipartUpload xmlns=\"x\"><Part><PartNumber>1</PartNumber>"
+                       "<ETag>&quot;aa&quot;</ETag><ChecksumCRC32>x</ChecksumCRC32></Part>"
+                       "<Part><ETag>\"bb\"</ETag><PartNumber> 7 </PartNumber></Part>"
+                       "</CompleteMultipartUpload>";
+    struct sf__xml_part *parts = NULL;
+    size_t n = 0;
+    cr_assert_eq(sf__xml_parse_complete(list, strlen(list), 0, &parts, &n, err, sizeof(err)), SF_OK,
+                 "%s", err);
+    cr_assert_eq(n, 2);
+    cr_expect_eq(parts[0].number, 1);
+    cr_expect_str_eq(parts[0].etag, "\"aa\"");
+    cr_expect_eq(parts[1].number, 7);
+    cr_expect_str_eq(parts[1].etag, "\"bb\"");
+    free(parts);
+    cr_expect_eq(sf__xml_parse_complete(list, strlen(list), 1, &parts, &n, err, sizeof(err)),
+                 SF_ERR_LIMIT);
+    cr_expect_null(parts);
+    const char *no_etag = "<CompleteMultipartUpload><Part><PartNumber>1</PartNumber></Part>"
+                          "</CompleteMultipartUpload>";
+    cr_expect_eq(sf__xml_parse_complete(no_etag, strlen(no_etag), 0, &parts, &n, err, sizeof(err)),
+                 SF_ERR_PARSE);
+    cr_expect(strstr(err, "ETag"), "%s", err);
+    const char *bad_num = "<CompleteMultipartUpload><Part><PartNumber>x1</PartNumber><ETag>e"
+                          "</ETag></Part></CompleteMultipartUpload>";
+    cr_expect_eq(sf__xml_parse_complete(bad_num, strlen(bad_num), 0, &parts, &n, err, sizeof(err)),
+                 SF_ERR_PARSE);
+}

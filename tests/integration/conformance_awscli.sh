@@ -100,6 +100,7 @@ aws() { command aws --endpoint-url "$URL" "$@"; }
 # ---- test data ---------------------------------------------------------------
 head -c 100000 /dev/urandom >"$TMP/data/small.bin"
 head -c 3000000 /dev/urandom >"$TMP/data/three-mb.bin"   # under the 8 MiB multipart threshold
+head -c 20000000 /dev/urandom >"$TMP/data/twenty-mb.bin" # over it: a multipart upload
 printf 'hello from the aws cli\n' >"$TMP/data/with space.txt"
 mkdir -p "$TMP/data/tree/sub"
 for i in 1 2 3; do echo "tree file $i" >"$TMP/data/tree/f$i.txt"; done
@@ -115,6 +116,9 @@ run "aws s3 cp upload key with a space" \
 run "aws s3 cp --recursive upload of a tree" \
   aws s3 cp --recursive "$TMP/data/tree" "s3://$BUCKET/tree/"
 
+run "aws s3 cp upload 20 MB file (multipart)" \
+  aws s3 cp "$TMP/data/twenty-mb.bin" "s3://$BUCKET/big/twenty-mb.bin"
+
 mkdir "$TMP/down"
 for pair in "small.bin:small.bin" "dir/three-mb.bin:three-mb.bin" "dir/with space.txt:with space.txt"; do
   key=${pair%%:*} file=${pair#*:}
@@ -127,6 +131,46 @@ for pair in "small.bin:small.bin" "dir/three-mb.bin:three-mb.bin" "dir/with spac
   fi
 done
 
+# The CLI sends 8 MiB parts: 3 parts, and S3's ETag is the md5 of the parts' md5s, "-3".
+name="aws s3 cp of the 20 MB multipart object back matches; ETag is md5 of md5s -3"
+want_etag=$(python3 - "$TMP/data/twenty-mb.bin" <<'PY'
+import hashlib, sys
+data = open(sys.argv[1], "rb").read()
+step = 8 * 1024 * 1024
+md5s = b"".join(hashlib.md5(data[i:i + step]).digest() for i in range(0, len(data), step))
+print('"%s-%d"' % (hashlib.md5(md5s).hexdigest(), (len(data) + step - 1) // step))
+PY
+)
+if aws s3 cp "s3://$BUCKET/big/twenty-mb.bin" "$TMP/down/twenty-mb.bin" >"$TMP/out" 2>&1 &&
+   cmp "$TMP/data/twenty-mb.bin" "$TMP/down/twenty-mb.bin" >>"$TMP/out" 2>&1 &&
+   aws s3api head-object --bucket "$BUCKET" --key big/twenty-mb.bin \
+     --query ETag --output text >"$TMP/etag" 2>>"$TMP/out" &&
+   [[ $(cat "$TMP/etag") == "$want_etag" ]]; then
+  pass "$name"
+else
+  echo "ETag $(cat "$TMP/etag" 2>/dev/null), want $want_etag" >>"$TMP/out"
+  fail "$name"
+fi
+
+name="aws s3api multipart: create, upload-part, list-parts, abort leaves nothing"
+if up=$(aws s3api create-multipart-upload --bucket "$BUCKET" --key mp/aborted \
+          --query UploadId --output text 2>"$TMP/out") &&
+   aws s3api upload-part --bucket "$BUCKET" --key mp/aborted --upload-id "$up" \
+     --part-number 1 --body "$TMP/data/small.bin" >>"$TMP/out" 2>&1 &&
+   [[ $(aws s3api list-parts --bucket "$BUCKET" --key mp/aborted --upload-id "$up" \
+          --query 'Parts[].Size' --output text 2>>"$TMP/out") == 100000 ]] &&
+   [[ $(aws s3api list-multipart-uploads --bucket "$BUCKET" \
+          --query 'Uploads[].UploadId' --output text 2>>"$TMP/out") == "$up" ]] &&
+   aws s3api abort-multipart-upload --bucket "$BUCKET" --key mp/aborted --upload-id "$up" \
+     >>"$TMP/out" 2>&1 &&
+   [[ $(aws s3api list-multipart-uploads --bucket "$BUCKET" \
+          --query 'length(Uploads || `[]`)' --output text 2>>"$TMP/out") == 0 ]] &&
+   ! aws s3api head-object --bucket "$BUCKET" --key mp/aborted >>"$TMP/out" 2>&1; then
+  pass "$name"
+else
+  fail "$name"
+fi
+
 name="aws s3 cp --recursive download of a prefix matches (diff -r)"
 if aws s3 cp --recursive "s3://$BUCKET/tree/" "$TMP/down/tree" >"$TMP/out" 2>&1 &&
    diff -r "$TMP/data/tree" "$TMP/down/tree" >>"$TMP/out" 2>&1; then
@@ -138,11 +182,12 @@ fi
 name="aws s3 ls lists the bucket"
 if aws s3 ls >"$TMP/out" 2>&1 && grep -q " $BUCKET\$" "$TMP/out"; then pass "$name"; else fail "$name"; fi
 
-# Top level: one object and the rolled-up prefixes dir/ and tree/.
-name="aws s3 ls s3://$BUCKET/ shows PRE dir/, PRE tree/ and small.bin"
+# Top level: one object and the rolled-up prefixes big/, dir/ and tree/.
+name="aws s3 ls s3://$BUCKET/ shows PRE big/, PRE dir/, PRE tree/ and small.bin"
 if aws s3 ls "s3://$BUCKET/" >"$TMP/out" 2>&1 &&
    grep -Eq '^ +PRE dir/$' "$TMP/out" && grep -Eq '^ +PRE tree/$' "$TMP/out" &&
-   grep -Eq ' 100000 small\.bin$' "$TMP/out" && [[ $(wc -l <"$TMP/out") -eq 3 ]]; then
+   grep -Eq '^ +PRE big/$' "$TMP/out" &&
+   grep -Eq ' 100000 small\.bin$' "$TMP/out" && [[ $(wc -l <"$TMP/out") -eq 4 ]]; then
   pass "$name"
 else
   fail "$name"
@@ -151,6 +196,7 @@ fi
 # --recursive prints "DATE TIME SIZE KEY"; compare key and size of every object.
 name="aws s3 ls --recursive lists every key with its size"
 cat >"$TMP/want" <<EOF
+20000000 big/twenty-mb.bin
 3000000 dir/three-mb.bin
 23 dir/with space.txt
 100000 small.bin

@@ -412,7 +412,7 @@ def run_checks(c, server, tmp):
 
     # ---- transfers (s3transfer) ----------------------------------------------
     # Thresholds high so both transfers are single requests (no multipart, no
-    # ranged parallel download): the server answers multipart with 501.
+    # ranged parallel download); the multipart checks come after.
     tcfg = TransferConfig(multipart_threshold=64 * MIB, preferred_transfer_client="classic")
     with c.check("download_file of the 3 MiB object, sha256 matches"):
         path = os.path.join(tmp, "download.bin")
@@ -433,6 +433,80 @@ def run_checks(c, server, tmp):
         gets += 1
         expect_eq(r["ETag"], md5_etag(upload), "ETag")
         expect(r["Body"].read() == upload, "body differs")
+
+    # ---- multipart upload ------------------------------------------------------
+    mp_data = rng.randbytes(20 * MIB + 4321)
+    mp_cfg = TransferConfig(multipart_threshold=5 * MIB, multipart_chunksize=5 * MIB,
+                            max_concurrency=4, preferred_transfer_client="classic")
+    mp_parts = [mp_data[i:i + 5 * MIB] for i in range(0, len(mp_data), 5 * MIB)]
+    mp_etag = '"%s-%d"' % (hashlib.md5(b"".join(hashlib.md5(p).digest()
+                                                 for p in mp_parts)).hexdigest(), len(mp_parts))
+    with c.check("upload_file of 20 MiB in 5 MiB parts (4 threads): ETag is md5 of md5s -5"):
+        path = os.path.join(tmp, "multipart.bin")
+        with open(path, "wb") as f:
+            f.write(mp_data)
+        s3.upload_file(path, BUCKET, "uploads/multipart.bin", Config=mp_cfg)
+        objects["uploads/multipart.bin"] = mp_data
+        h = s3.head_object(Bucket=BUCKET, Key="uploads/multipart.bin")
+        expect_eq(h["ContentLength"], len(mp_data), "ContentLength")
+        expect_eq(h["ETag"], mp_etag, "ETag")
+
+    with c.check("download_file of the multipart object (ranged, 4 threads) is identical"):
+        path = os.path.join(tmp, "multipart-down.bin")
+        s3.download_file(BUCKET, "uploads/multipart.bin", path, Config=mp_cfg)
+        with open(path, "rb") as f:
+            expect(f.read() == mp_data, "downloaded bytes differ")
+        r = s3.get_object(Bucket=BUCKET, Key="uploads/multipart.bin")
+        gets += 1
+        expect_eq(r["ETag"], mp_etag, "GetObject ETag")
+        expect(r["Body"].read() == mp_data, "get_object bytes differ")
+
+    small = b"x" * 1000
+    big_part = mp_data[:5 * MIB]
+    with c.check("list_parts lists the parts; list_multipart_uploads lists the upload"):
+        up = s3.create_multipart_upload(Bucket=BUCKET, Key="mp/listed")
+        uid = up["UploadId"]
+        e1 = s3.upload_part(Bucket=BUCKET, Key="mp/listed", UploadId=uid, PartNumber=1,
+                            Body=big_part)["ETag"]
+        e2 = s3.upload_part(Bucket=BUCKET, Key="mp/listed", UploadId=uid, PartNumber=2,
+                            Body=small)["ETag"]
+        expect_eq(e1, md5_etag(big_part), "part 1 ETag")
+        parts = s3.list_parts(Bucket=BUCKET, Key="mp/listed", UploadId=uid)["Parts"]
+        expect_eq([(p["PartNumber"], p["Size"], p["ETag"]) for p in parts],
+                  [(1, len(big_part), e1), (2, len(small), e2)], "parts")
+        ups = s3.list_multipart_uploads(Bucket=BUCKET).get("Uploads", [])
+        expect_eq([(u["Key"], u["UploadId"]) for u in ups], [("mp/listed", uid)], "uploads")
+
+    with c.check("complete_multipart_upload errors: InvalidPart, InvalidPartOrder, "
+                 "EntityTooSmall, NoSuchUpload"):
+        e3 = s3.upload_part(Bucket=BUCKET, Key="mp/listed", UploadId=uid, PartNumber=3,
+                            Body=small)["ETag"]
+
+        def complete(parts, upload_id=uid):
+            s3.complete_multipart_upload(
+                Bucket=BUCKET, Key="mp/listed", UploadId=upload_id,
+                MultipartUpload={"Parts": [{"PartNumber": n, "ETag": e} for n, e in parts]})
+        bad = '"0123456789abcdef0123456789abcdef"'
+        expect_eq(client_error(complete, [(1, e1), (2, bad)]), ("InvalidPart", 400),
+                  "wrong ETag")
+        expect_eq(client_error(complete, [(2, e2), (1, e1)]), ("InvalidPartOrder", 400),
+                  "out of order")
+        expect_eq(client_error(complete, [(1, e1), (2, e2), (3, e3)]), ("EntityTooSmall", 400),
+                  "small part before the last")
+        expect_eq(client_error(complete, [(1, e1)], upload_id="no-such-upload"),
+                  ("NoSuchUpload", 404), "unknown upload id")
+
+    with c.check("abort_multipart_upload: no object, no upload listed, its parts gone"):
+        r = s3.abort_multipart_upload(Bucket=BUCKET, Key="mp/listed", UploadId=uid)
+        expect_eq(r["ResponseMetadata"]["HTTPStatusCode"], 204, "status")
+        expect_eq(client_error(s3.head_object, Bucket=BUCKET, Key="mp/listed")[1], 404,
+                  "head after abort")
+        expect_eq(s3.list_multipart_uploads(Bucket=BUCKET).get("Uploads", []), [], "uploads")
+        expect_eq(client_error(s3.list_parts, Bucket=BUCKET, Key="mp/listed", UploadId=uid),
+                  ("NoSuchUpload", 404), "list_parts after abort")
+        left = [n for n in os.listdir(os.path.join(tmp, "root", BUCKET))
+                if n.startswith(".sfmock-")]
+        expect_eq(left, [], "staged part files")
 
     with c.check("put_object overwrite changes content and ETag"):
         s3.put_object(Bucket=BUCKET, Key="plus+sign.txt", Body=b"overwritten")
