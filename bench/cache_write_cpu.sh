@@ -14,6 +14,7 @@
 # measure: it leaves out the mock server and other jobs, and counts what the
 # write path costs the process that also has to decode.
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 
 SHARDS= ROUNDS=7 CACHE_PARENT=/tmp BUILDS=()
 while [[ $# -gt 0 ]]; do
@@ -38,17 +39,8 @@ cleanup() { [[ -n $MOCK_PID ]] && kill "$MOCK_PID" 2>/dev/null; wait 2>/dev/null
 trap cleanup EXIT
 mkdir -p "$TMP/root/bench/d"
 cp -l "$SHARDS"/* "$TMP/root/bench/d/" 2>/dev/null || cp "$SHARDS"/* "$TMP/root/bench/d/"
-"${BUILDS[0]}/shardfeed-mock-s3" --root "$TMP/root" --port 0 --quiet >"$TMP/mock.out" 2>&1 &
-MOCK_PID=$!
-URL=
-for _ in $(seq 100); do
-  URL=$(sed -n 's/^listening on \(http:\/\/[0-9.:]*\)$/\1/p' "$TMP/mock.out")
-  [[ -n $URL ]] && break
-  sleep 0.1
-done
-[[ -n $URL ]] || { echo "mock did not start" >&2; exit 2; }
-unset AWS_PROFILE AWS_SESSION_TOKEN AWS_ENDPOINT_URL AWS_ENDPOINT_URL_S3 AWS_CA_BUNDLE
-export AWS_ACCESS_KEY_ID=mock-access-key AWS_SECRET_ACCESS_KEY=mock-secret-key AWS_REGION=us-east-1
+mock_start "${BUILDS[0]}/shardfeed-mock-s3" "$TMP/mock.out" --root "$TMP/root" --quiet
+mock_env
 MIB=$(du -smL "$TMP/root/bench/d" | cut -f1)
 
 declare -A CPU WALL

@@ -24,6 +24,7 @@
 # first batch is out: the start-up latency left out, as in a long epoch).
 # Ratios compare runs of the same build in the same rounds.
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 
 PHOTOS= SHARDS= ROUNDS=5 SHARD_SIZE=64M BUILD_DIR= BASE_DIR= CACHE_PARENT=/tmp
 EXTRA=()
@@ -69,18 +70,8 @@ else
   "$SF" pack "$PHOTOS" "$TMP/root/bench/train/" --shard-size "$SHARD_SIZE" --no-progress >&2
 fi
 
-"$BUILD_DIR/shardfeed-mock-s3" --root "$TMP/root" --port 0 --quiet >"$TMP/mock.out" 2>&1 &
-MOCK_PID=$!
-URL=
-for _ in $(seq 100); do
-  URL=$(sed -n 's/^listening on \(http:\/\/[0-9.:]*\)$/\1/p' "$TMP/mock.out")
-  [[ -n $URL ]] && break
-  sleep 0.1
-done
-[[ -n $URL ]] || { echo "mock did not start" >&2; cat "$TMP/mock.out" >&2; exit 2; }
-unset AWS_PROFILE AWS_SESSION_TOKEN AWS_ENDPOINT_URL AWS_ENDPOINT_URL_S3 AWS_CA_BUNDLE
-export AWS_ACCESS_KEY_ID=mock-access-key AWS_SECRET_ACCESS_KEY=mock-secret-key
-export AWS_REGION=us-east-1
+mock_start "$BUILD_DIR/shardfeed-mock-s3" "$TMP/mock.out" --root "$TMP/root" --quiet
+mock_env
 SRC=s3://bench/train/
 
 TIME=$(command -v /usr/bin/time || true)

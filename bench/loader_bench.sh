@@ -18,6 +18,7 @@
 #                    scripts/make-sample-dataset.sh from mate-backgrounds)
 #   --per-photo N    images cut per source photo when making it (default 150)
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 
 PHOTOS=
 PER_PHOTO=150
@@ -54,18 +55,8 @@ fi
 mkdir -p "$TMP/root/bench"
 "$SF" pack "$PHOTOS" "$TMP/root/bench/train/" --shard-size "$SHARD_SIZE" --no-progress >&2
 
-"$MOCK" --root "$TMP/root" --port 0 >"$TMP/mock.out" 2>&1 &
-MOCK_PID=$!
-URL=
-for _ in $(seq 100); do
-  URL=$(sed -n 's/^listening on \(http:\/\/[0-9.:]*\)$/\1/p' "$TMP/mock.out")
-  [[ -n $URL ]] && break
-  sleep 0.1
-done
-[[ -n $URL ]] || { echo "mock did not start" >&2; cat "$TMP/mock.out" >&2; exit 2; }
-unset AWS_PROFILE AWS_SESSION_TOKEN AWS_ENDPOINT_URL AWS_ENDPOINT_URL_S3 AWS_CA_BUNDLE
-export AWS_ACCESS_KEY_ID=mock-access-key AWS_SECRET_ACCESS_KEY=mock-secret-key
-export AWS_REGION=us-east-1
+mock_start "$MOCK" "$TMP/mock.out" --root "$TMP/root"
+mock_env
 SRC=s3://bench/train/
 
 echo "== 1. warm cache vs decode limit"

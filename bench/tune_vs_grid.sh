@@ -10,6 +10,7 @@
 # Usage: bash bench/tune_vs_grid.sh [--per-photo N] [--bandwidth 2M] [--budget-s B]
 #          [--build-dir DIR]
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 PER_PHOTO=60 BANDWIDTH=2M BUDGET=6 BUILD_DIR=
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -32,18 +33,8 @@ bash "$HERE/scripts/make-sample-dataset.sh" "$TMP/photos" --per-photo "$PER_PHOT
   --build-dir "$BUILD_DIR" >/dev/null
 mkdir -p "$TMP/root/bench"
 "$SF" pack "$TMP/photos" "$TMP/root/bench/train/" --shard-size 8M --no-progress >/dev/null
-"$BUILD_DIR/shardfeed-mock-s3" --root "$TMP/root" --port 0 --quiet \
-  --fault "prefix=bench/train,bandwidth=$BANDWIDTH" >"$TMP/mock.out" 2>&1 &
-MOCK_PID=$!
-URL=
-for _ in $(seq 100); do
-  URL=$(sed -n 's/^listening on \(http:\/\/[0-9.:]*\)$/\1/p' "$TMP/mock.out")
-  [[ -n $URL ]] && break
-  sleep 0.1
-done
-[[ -n $URL ]] || { echo "mock did not start" >&2; cat "$TMP/mock.out" >&2; exit 2; }
-unset AWS_PROFILE AWS_SESSION_TOKEN AWS_ENDPOINT_URL AWS_ENDPOINT_URL_S3 AWS_CA_BUNDLE
-export AWS_ACCESS_KEY_ID=mock-access-key AWS_SECRET_ACCESS_KEY=mock-secret-key AWS_REGION=us-east-1
+mock_start "$BUILD_DIR/shardfeed-mock-s3" "$TMP/mock.out" --root "$TMP/root" --quiet --fault "prefix=bench/train,bandwidth=$BANDWIDTH"
+mock_env
 COMMON=(s3://bench/train/ --endpoint-url "$URL" --device host --ram-only --batch-size 64 --seed 1)
 
 now() { python3 -c 'import time; print(time.monotonic())'; }
