@@ -176,13 +176,9 @@ static void start_mock(const char *const *extra)
 
 static long admin(const char *method, const char *path_query, char **out)
 {
-    struct s3_call c = {.method = method, .target = path_query};
-    struct s3_resp r;
-    cr_assert(s3_call(srv.url, &c, &r) == 0, "%s %s: no answer", method, path_query);
-    if (out)
-        *out = sf__strbuf_take(&r.body);
-    s3_resp_free(&r);
-    return r.status;
+    long st = mock_admin(srv.url, method, path_query, NULL, out);
+    cr_assert(st >= 0, "%s %s: no answer", method, path_query);
+    return st;
 }
 
 /* A number from /_mock/stats: stats[group][name], or stats[name] when

@@ -547,15 +547,8 @@ static void s3_options(struct sf_loader_options *o, const char *const *src, cons
 
 static long admin(const char *method, const char *path_query, const char *body)
 {
-    struct s3_call c = {.method = method, .target = path_query};
-    if (body) {
-        c.body = body;
-        c.body_len = strlen(body);
-    }
-    struct s3_resp r;
-    cr_assert(s3_call(srv.url, &c, &r) == 0, "%s %s: no answer", method, path_query);
-    long st = r.status;
-    s3_resp_free(&r);
+    long st = mock_admin(srv.url, method, path_query, body, NULL);
+    cr_assert(st >= 0, "%s %s: no answer", method, path_query);
     return st;
 }
 

@@ -60,13 +60,9 @@ TestSuite(s3, .fini = teardown, .timeout = 60);
 /* One unsigned request to the mock's admin endpoints; the body into *out. */
 static long admin(const char *method, const char *path_query, char **out)
 {
-    struct s3_call c = {.method = method, .target = path_query};
-    struct s3_resp r;
-    cr_assert(s3_call(srv.url, &c, &r) == 0, "%s %s: no answer", method, path_query);
-    if (out)
-        *out = sf__strbuf_take(&r.body);
-    s3_resp_free(&r);
-    return r.status;
+    long st = mock_admin(srv.url, method, path_query, NULL, out);
+    cr_assert(st >= 0, "%s %s: no answer", method, path_query);
+    return st;
 }
 
 static cJSON *mock_stats(void)
@@ -112,12 +108,8 @@ static void md5_etag(const void *p, size_t n, char out[35])
 /* Writes root/bucket/key with n pseudo-random bytes; returns them (malloc'd). */
 static unsigned char *put_object(const char *key, size_t n, unsigned seed)
 {
-    unsigned char *data = malloc(n ? n : 1);
-    cr_assert(data);
-    test_fill(data, n, seed);
-    char rel[700];
-    snprintf(rel, sizeof(rel), "bucket/%s", key);
-    cr_assert(test_write_file(root, rel, data, n) == 0, "%s", rel);
+    unsigned char *data = test_put_object(root, "bucket", key, n, seed);
+    cr_assert(data, "bucket/%s", key);
     return data;
 }
 

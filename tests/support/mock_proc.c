@@ -174,3 +174,19 @@ void test_isolate_aws_env(const char *dir)
     snprintf(path, sizeof(path), "%s/no-aws-credentials", dir);
     setenv("AWS_SHARED_CREDENTIALS_FILE", path, 1);
 }
+
+unsigned char *test_put_object(const char *root, const char *bucket, const char *key, size_t n,
+                               unsigned seed)
+{
+    unsigned char *data = malloc(n ? n : 1);
+    if (!data)
+        return NULL;
+    test_fill(data, n, seed);
+    char rel[1024];
+    if (snprintf(rel, sizeof(rel), "%s/%s", bucket, key) >= (int)sizeof(rel) ||
+        test_write_file(root, rel, data, n) != 0) {
+        free(data);
+        return NULL;
+    }
+    return data;
+}

@@ -28,6 +28,10 @@ void test_rmtree(const char *path);
 int test_write_file(const char *root, const char *rel, const void *data, size_t n);
 /* Fills buf with deterministic pseudo-random bytes. */
 void test_fill(void *buf, size_t n, unsigned seed);
+/* Writes n bytes of test_fill(seed) to root/bucket/key (an object of the
+ * mock whose root is root); returns them (malloc'd), NULL on failure. */
+unsigned char *test_put_object(const char *root, const char *bucket, const char *key, size_t n,
+                               unsigned seed);
 
 /* Unsets the AWS_* variables a developer's shell may carry, disables IMDS and
  * points the AWS config and credentials files at absent files in dir, so no

@@ -182,3 +182,20 @@ int s3_xml_value(const struct s3_resp *r, const char *tag, char *out, size_t out
     out[n] = '\0';
     return 0;
 }
+
+long mock_admin(const char *base, const char *method, const char *path_query, const char *body,
+                char **out)
+{
+    struct s3_call c = {.method = method, .target = path_query, .body = body,
+                        .body_len = body ? strlen(body) : 0};
+    struct s3_resp r;
+    if (s3_call(base, &c, &r) != 0) {
+        s3_resp_free(&r);
+        return -1;
+    }
+    if (out)
+        *out = sf__strbuf_take(&r.body);
+    long st = r.status;
+    s3_resp_free(&r);
+    return st;
+}

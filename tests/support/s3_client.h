@@ -45,4 +45,11 @@ int s3_resp_header(const struct s3_resp *r, const char *name, char *out, size_t 
 /* Text of the first <tag>...</tag> of the body into out; 0 if found. */
 int s3_xml_value(const struct s3_resp *r, const char *tag, char *out, size_t out_len);
 
+/* One unsigned request to the mock's admin endpoints ("/_mock/stats",
+ * "/_mock/faults") with body (may be NULL). Returns the HTTP status, or -1
+ * when no answer came; the response body into *out (malloc'd) when out is
+ * not NULL and an answer came. */
+long mock_admin(const char *base, const char *method, const char *path_query, const char *body,
+                char **out);
+
 #endif
