@@ -20,6 +20,9 @@
  *  - check: the whole pipeline (no step, RAM only so the user's cache stays
  *    untouched) with the given options and with the tuned ones; the given
  *    ones stay when the tuned point is not faster.
+ *
+ * A fetch point starts only while it and the check still fit in the budget
+ * (room_for); the search stops there rather than overrun it.
  */
 #include "shardfeed.h"
 #include "shardfeed_loader.h"
@@ -106,6 +109,19 @@ static sf_status pipeline_rate(const struct sf_loader_options *given, unsigned t
     return st;
 }
 
+/* Room for one more search point of span seconds, keeping what the final
+ * check needs (two pipeline runs of two spans each, plus their opens):
+ * the search stops early rather than overrun the budget. */
+static int room_for(double t_start, double budget, double span, struct sf_tune_result *r)
+{
+    const double reserve = 4.0 * span + 0.5;
+    if (sf__now_s() - t_start + span + reserve <= budget)
+        return 1;
+    if (!strstr(r->trace, "budget:"))
+        trace(r, "budget: search stopped at %.1f s of %.1f", sf__now_s() - t_start, budget);
+    return 0;
+}
+
 sf_status sf_tune(const struct sf_loader_options *o, double budget_s, struct sf_tune_result *r,
                   char *err, size_t err_len)
 {
@@ -153,14 +169,15 @@ sf_status sf_tune(const struct sf_loader_options *o, double budget_s, struct sf_
      * only be judged once the chunk lets objects be read in parallel. */
     r->concurrency = o->s3.concurrency ? o->s3.concurrency : 16;
     r->chunk_bytes = o->s3.chunk_bytes ? o->s3.chunk_bytes : 8ull << 20;
-    if (st == SF_OK && remote) {
+    if (st == SF_OK && remote && room_for(t_start, budget, span, r)) {
         /* The chunk on the in-order rate (what the reader can parse). */
         double cur = 0;
         st = sf__doctor_fetch_rate(d, r->concurrency, r->chunk_bytes, span, &cur, NULL, err,
                                    err_len);
         r->points++;
         trace(r, "start c=%u chunk=%lluK:%.1fMiB/s", r->concurrency, r->chunk_bytes >> 10, cur);
-        while (st == SF_OK && r->chunk_bytes / 2 >= (1ull << 20)) {
+        while (st == SF_OK && r->chunk_bytes / 2 >= (1ull << 20) &&
+               room_for(t_start, budget, span, r)) {
             double c = 0;
             st = sf__doctor_fetch_rate(d, r->concurrency, r->chunk_bytes / 2, span, &c, NULL, err,
                                        err_len);
@@ -171,7 +188,8 @@ sf_status sf_tune(const struct sf_loader_options *o, double budget_s, struct sf_
             r->chunk_bytes /= 2;
             cur = fmax(cur, c);
         }
-        if (st == SF_OK && r->chunk_bytes * 2 <= (64ull << 20)) {
+        if (st == SF_OK && r->chunk_bytes * 2 <= (64ull << 20) &&
+            room_for(t_start, budget, span, r)) {
             double c = 0;
             st = sf__doctor_fetch_rate(d, r->concurrency, r->chunk_bytes * 2, span, &c, NULL, err,
                                        err_len);
@@ -185,13 +203,16 @@ sf_status sf_tune(const struct sf_loader_options *o, double budget_s, struct sf_
          * flight) the reader parses what arrived, and a span too short to
          * finish the head object would not tell more connections apart. */
         double agg = 0, ignored = 0;
-        if (st == SF_OK)
+        int measured = st == SF_OK && room_for(t_start, budget, span, r);
+        if (measured) {
             st = sf__doctor_fetch_rate(d, r->concurrency, r->chunk_bytes, span, &ignored, &agg,
                                        err, err_len);
-        r->points++;
-        trace(r, "concurrency=%u:%.1fMiB/s", r->concurrency, agg);
+            r->points++;
+            trace(r, "concurrency=%u:%.1fMiB/s", r->concurrency, agg);
+        }
         int raised = 0;
-        while (st == SF_OK && r->concurrency * 2 <= 256) {
+        while (st == SF_OK && measured && r->concurrency * 2 <= 256 &&
+               room_for(t_start, budget, span, r)) {
             double more = 0;
             st = sf__doctor_fetch_rate(d, r->concurrency * 2, r->chunk_bytes, span, &ignored,
                                        &more, err, err_len);
@@ -203,7 +224,8 @@ sf_status sf_tune(const struct sf_loader_options *o, double budget_s, struct sf_
             agg = more;
             raised = 1;
         }
-        if (st == SF_OK && !raised && r->concurrency >= 4) {
+        if (st == SF_OK && measured && !raised && r->concurrency >= 4 &&
+            room_for(t_start, budget, span, r)) {
             double less = 0;
             st = sf__doctor_fetch_rate(d, r->concurrency / 2, r->chunk_bytes, span, &ignored,
                                        &less, err, err_len);

@@ -2597,6 +2597,30 @@ Test(loader, tune_searches_concurrency_against_a_capped_link)
     cr_expect(r.fetch_mib_per_s > 0, "%s", r.trace);
 }
 
+/* A budget too small for the fetch search: tune stops searching (and says
+ * so) instead of overrunning it; the given concurrency and chunk stay. The
+ * decode points alone take at least 3 spans of 0.25 s, so no fetch point
+ * fits in 1 s whatever the machine's speed. */
+Test(loader, tune_stops_its_search_at_the_budget)
+{
+    const char *slow[] = {"--fault", "prefix=bucket/data,bandwidth=64K", NULL};
+    mock_dataset_with(60, 24 << 10, slow);
+    const char *src[] = {"s3://bucket/data/"};
+    struct sf_loader_options o;
+    s3_options(&o, src, NULL);
+    o.extra_fields = NULL;
+    o.s3.concurrency = 2;
+    o.s3.chunk_bytes = 4ull << 20;
+    struct sf_tune_result r;
+    char err[1024] = "";
+    cr_assert_eq(sf_tune(&o, 1.0, &r, err, sizeof(err)), SF_OK, "%s", err);
+    cr_expect(strstr(r.trace, "budget: search stopped") != NULL, "%s", r.trace);
+    cr_expect(strstr(r.trace, "concurrency=") == NULL && strstr(r.trace, "chunk=") == NULL, "%s",
+              r.trace);
+    cr_expect_eq(r.concurrency, 2u, "%s", r.trace);
+    cr_expect_eq(r.chunk_bytes, 4ull << 20, "%s", r.trace);
+}
+
 /* ------------------------------------------------------------ CLI exit codes */
 
 /* run_cli, with stderr kept too. */
