@@ -963,7 +963,7 @@ static enum MHD_Result op_list_objects(struct request *rq, struct MHD_Connection
             int fd = path ? open(path, O_RDONLY | O_CLOEXEC) : -1;
             struct stat sb;
             if (fd >= 0 && fstat(fd, &sb) == 0)
-                mock_store_etag(srv->store, fd, &sb, etag);
+                mock_store_etag(srv->store, path, fd, &sb, etag);
             if (fd >= 0)
                 close(fd);
             free(path);
@@ -1316,7 +1316,10 @@ static enum MHD_Result op_get_object(struct request *rq, struct MHD_Connection *
         return respond_error(rq, conn, &e, NULL);
     }
     char etag[MOCK_ETAG_LEN + 1];
-    if (mock_store_etag(srv->store, fd, &sb, etag) != SF_OK) {
+    char *obj_path = mock_store_path(srv->store, rq->bucket, rq->key);
+    sf_status etag_st = mock_store_etag(srv->store, obj_path, fd, &sb, etag);
+    free(obj_path);
+    if (etag_st != SF_OK) {
         close(fd);
         set_error(&e, 500, "InternalError", "Cannot read the object");
         return respond_error(rq, conn, &e, NULL);
@@ -1458,8 +1461,10 @@ static enum MHD_Result op_delete_object(struct request *rq, struct MHD_Connectio
     if (!path)
         return MHD_NO;
     struct stat sb;
-    if (lstat(path, &sb) == 0 && S_ISREG(sb.st_mode) && unlink(path) == 0)
+    if (lstat(path, &sb) == 0 && S_ISREG(sb.st_mode) && unlink(path) == 0) {
+        mock_store_forget_etag(path);
         prune_parents(rq->srv, rq->bucket, rq->key);
+    }
     free(path);
     return respond_empty(rq, conn, 204);
 }
@@ -1888,6 +1893,7 @@ static enum MHD_Result op_put_object_finish(struct request *rq, struct MHD_Conne
             set_error(&e, 500, "InternalError", "Publishing the upload failed: %s", strerror(err));
         return respond_error(rq, conn, &e, NULL);
     }
+    mock_store_forget_etag(final); /* a multipart object's ETag goes with it */
     free(final);
     free(rq->up_tmp);
     rq->up_tmp = NULL;
@@ -2040,7 +2046,24 @@ static int assemble_object(struct request *rq, const struct mock_part *const *us
         mock_store_set_etag(srv->store, &sb, etag);
     close(out);
     char *final = ok ? mock_store_path(srv->store, rq->bucket, rq->key) : NULL;
-    if (ok && (!final || make_parents(srv, rq->bucket, rq->key) != 0 || rename(tmp, final) != 0)) {
+    if (ok && !final) {
+        set_error(e, 500, "InternalError", "Out of memory");
+        ok = 0;
+    }
+    /* the sidecar first: the object never appears without its ETag */
+    if (ok && (make_parents(srv, rq->bucket, rq->key) != 0 ||
+               mock_store_persist_etag(final, &sb, etag) != SF_OK)) {
+        int err = errno;
+        if (err == EISDIR || err == ENOTDIR || err == EEXIST || err == ENOTEMPTY)
+            set_error(e, 400, "InvalidArgument",
+                      "The key conflicts with a key prefix already stored (the mock keeps "
+                      "objects as files)");
+        else
+            set_error(e, 500, "InternalError", "Persisting the ETag of %s failed: %s",
+                      rq->target, strerror(err));
+        ok = 0;
+    }
+    if (ok && rename(tmp, final) != 0) {
         int err = errno;
         if (err == EISDIR || err == ENOTDIR || err == EEXIST || err == ENOTEMPTY)
             set_error(e, 400, "InvalidArgument",
@@ -2048,6 +2071,7 @@ static int assemble_object(struct request *rq, const struct mock_part *const *us
                       "objects as files)");
         else
             set_error(e, 500, "InternalError", "Publishing the object failed: %s", strerror(err));
+        mock_store_forget_etag(final);
         ok = 0;
     }
     if (!ok)

@@ -2370,3 +2370,80 @@ Test(mock_server, checksum_headers_of_plain_uploads_are_verified_and_echoed)
     cr_expect_eq(staged_files(), 0);
     free(data);
 }
+
+/* Uploads data as a 2-part multipart object (5 MiB + the rest); its ETag. */
+static void multipart_put(const char *key_path, const unsigned char *data, size_t n,
+                          char *etag, size_t etag_len)
+{
+    size_t sizes[2] = {5 * MiB, n - 5 * MiB};
+    char id[128], etags[2][64], xml[512];
+    create_upload(key_path, id, sizeof id);
+    cr_assert_eq(upload_part(key_path, id, 1, data, sizes[0], etags[0], sizeof etags[0]), 200);
+    cr_assert_eq(upload_part(key_path, id, 2, data + sizes[0], sizes[1], etags[1], sizeof etags[1]),
+                 200);
+    snprintf(xml, sizeof xml,
+             "<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>%s</ETag></Part>"
+             "<Part><PartNumber>2</PartNumber><ETag>%s</ETag></Part></CompleteMultipartUpload>",
+             etags[0], etags[1]);
+    struct s3_resp r;
+    cr_assert_eq(complete_upload(key_path, id, xml, &r), 200, "%s", sf__strbuf_str(&r.body));
+    s3_resp_free(&r);
+    multipart_etag(data, sizes, 2, etag, etag_len);
+}
+
+static void expect_etag(const char *target, const char *want)
+{
+    struct s3_resp r;
+    char etag[64] = "";
+    cr_assert_eq(call("HEAD", target, NULL, &r), 200, "HEAD %s", target);
+    s3_resp_header(&r, "ETag", etag, sizeof etag);
+    s3_resp_free(&r);
+    cr_expect_str_eq(etag, want, "ETag of %s", target);
+}
+
+Test(mock_server, multipart_etag_survives_a_restart_and_goes_with_the_object)
+{
+    size_t n = 5 * MiB + 1000;
+    unsigned char *data = malloc(n);
+    cr_assert(data);
+    test_fill(data, n, 10);
+    char want[64], want2[64];
+    multipart_put("/bucket1/mp.bin", data, n, want, sizeof want);
+    multipart_put("/bucket1/d/mp2.bin", data, n, want2, sizeof want2);
+    expect_etag("/bucket1/mp.bin", want);
+    cr_expect_eq(staged_files(), 1, "one hidden ETag file next to mp.bin");
+
+    /* a new server on the same root answers the multipart ETags */
+    cr_assert_eq(mock_proc_stop(&srv), 0);
+    const char *args[] = {"--access-key", "test-ak", "--secret-key", "test-secret", NULL};
+    cr_assert_eq(mock_proc_start(&srv, root, args), 0);
+    expect_etag("/bucket1/mp.bin", want);
+    expect_etag("/bucket1/d/mp2.bin", want2);
+    struct s3_resp r;
+    cr_assert_eq(call("GET", "/bucket1?list-type=2", NULL, &r), 200);
+    cr_expect(strstr(sf__strbuf_str(&r.body), "-2&quot;</ETag>"), "listing: %s",
+              sf__strbuf_str(&r.body));
+    cr_expect(!strstr(sf__strbuf_str(&r.body), ".sfmock"), "the sidecar is listed: %s",
+              sf__strbuf_str(&r.body));
+    s3_resp_free(&r);
+
+    /* overwritten: the content's MD5 again, and the sidecar is gone */
+    put_object("/bucket1/mp.bin", data, 100);
+    unsigned char md[16];
+    md5_of(data, 100, md);
+    char md5_etag[40] = "\"";
+    for (int i = 0; i < 16; i++)
+        snprintf(md5_etag + 1 + 2 * i, 3, "%02x", md[i]);
+    strcat(md5_etag, "\"");
+    expect_etag("/bucket1/mp.bin", md5_etag);
+    cr_expect_eq(staged_files(), 0);
+
+    /* deleted: the folder d/ holds nothing and is pruned */
+    cr_assert_eq(call("DELETE", "/bucket1/d/mp2.bin", NULL, &r), 204);
+    s3_resp_free(&r);
+    char path[700];
+    snprintf(path, sizeof path, "%s/bucket1/d", root);
+    struct stat sb;
+    cr_expect_neq(stat(path, &sb), 0, "bucket1/d still exists (a sidecar left in it?)");
+    free(data);
+}
