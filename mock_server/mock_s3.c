@@ -1991,6 +1991,18 @@ static int part_etag_matches(const char *given, const unsigned char md5[16])
     return n == 32 && strncasecmp(given, hex, 32) == 0;
 }
 
+/* errno of a failed publish that means the key clashes with a key prefix
+ * (a file where a folder is needed, or the reverse): 400, set in e. */
+static int key_conflict(int err, struct s3_error *e)
+{
+    if (err != EISDIR && err != ENOTDIR && err != EEXIST && err != ENOTEMPTY)
+        return 0;
+    set_error(e, 400, "InvalidArgument",
+              "The key conflicts with a key prefix already stored (the mock keeps objects as "
+              "files)");
+    return 1;
+}
+
 /* Concatenates the listed parts into a temporary file in the bucket and
  * publishes it as the key, with the multipart ETag pinned. */
 static int assemble_object(struct request *rq, const struct mock_part *const *use, size_t n,
@@ -2054,22 +2066,14 @@ static int assemble_object(struct request *rq, const struct mock_part *const *us
     if (ok && (make_parents(srv, rq->bucket, rq->key) != 0 ||
                mock_store_persist_etag(final, &sb, etag) != SF_OK)) {
         int err = errno;
-        if (err == EISDIR || err == ENOTDIR || err == EEXIST || err == ENOTEMPTY)
-            set_error(e, 400, "InvalidArgument",
-                      "The key conflicts with a key prefix already stored (the mock keeps "
-                      "objects as files)");
-        else
+        if (!key_conflict(err, e))
             set_error(e, 500, "InternalError", "Persisting the ETag of %s failed: %s",
                       rq->target, strerror(err));
         ok = 0;
     }
     if (ok && rename(tmp, final) != 0) {
         int err = errno;
-        if (err == EISDIR || err == ENOTDIR || err == EEXIST || err == ENOTEMPTY)
-            set_error(e, 400, "InvalidArgument",
-                      "The key conflicts with a key prefix already stored (the mock keeps "
-                      "objects as files)");
-        else
+        if (!key_conflict(err, e))
             set_error(e, 500, "InternalError", "Publishing the object failed: %s", strerror(err));
         mock_store_forget_etag(final);
         ok = 0;

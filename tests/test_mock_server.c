@@ -2179,6 +2179,16 @@ static void expect_absent(const char *target)
     cr_expect_eq(staged_files(), 0, "temporary files left behind");
 }
 
+/* The aws-chunked PUT p is refused with status and code, and nothing is stored. */
+static void expect_chunked_refused(const struct chunked_put *p, long status, const char *code)
+{
+    struct s3_resp r;
+    chunked_put(p, &r);
+    expect_error(&r, status, code);
+    s3_resp_free(&r);
+    expect_absent(p->target);
+}
+
 static double group_count(cJSON *st, const char *group, const char *name)
 {
     cJSON *v = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItem(st, group), name);
@@ -2248,22 +2258,15 @@ Test(mock_server, aws_chunked_bad_signatures_are_refused_and_not_stored)
     unsigned char *data = malloc(n);
     cr_assert(data);
     test_fill(data, n, 6);
-    struct s3_resp r;
     struct chunked_put p = {.target = "/bucket1/k", .data = data, .n = n, .chunk = 32 * 1024,
                             .mode = STREAMING_SIGNED, .decoded_len = -1, .bad_chunk_sig = 1};
-    chunked_put(&p, &r);
-    expect_error(&r, 403, "SignatureDoesNotMatch");
-    s3_resp_free(&r);
-    expect_absent("/bucket1/k");
+    expect_chunked_refused(&p, 403, "SignatureDoesNotMatch");
 
     p.mode = STREAMING_SIGNED_TRAILER;
     p.trailer = "x-amz-checksum-crc32";
     p.bad_chunk_sig = 0;
     p.bad_trailer_sig = 1;
-    chunked_put(&p, &r);
-    expect_error(&r, 403, "SignatureDoesNotMatch");
-    s3_resp_free(&r);
-    expect_absent("/bucket1/k");
+    expect_chunked_refused(&p, 403, "SignatureDoesNotMatch");
     free(data);
 }
 
@@ -2275,14 +2278,10 @@ Test(mock_server, aws_chunked_wrong_trailer_checksum_is_bad_digest)
     test_fill(data, n, 7);
     const char *modes[2] = {STREAMING_UNSIGNED, STREAMING_SIGNED_TRAILER};
     for (int i = 0; i < 2; i++) {
-        struct s3_resp r;
         struct chunked_put p = {.target = "/bucket1/k", .data = data, .n = n, .chunk = 16384,
                                 .mode = modes[i], .trailer = "x-amz-checksum-crc32",
                                 .trailer_value = "AAAAAA==", .decoded_len = -1};
-        chunked_put(&p, &r);
-        expect_error(&r, 400, "BadDigest");
-        s3_resp_free(&r);
-        expect_absent("/bucket1/k");
+        expect_chunked_refused(&p, 400, "BadDigest");
     }
     free(data);
 }
@@ -2296,10 +2295,7 @@ Test(mock_server, aws_chunked_length_and_framing_errors_are_400)
     struct s3_resp r;
     struct chunked_put p = {.target = "/bucket1/k", .data = data, .n = n, .chunk = 16384,
                             .mode = STREAMING_SIGNED, .decoded_len = (long long)n + 1};
-    chunked_put(&p, &r);
-    expect_error(&r, 400, "IncompleteBody");
-    s3_resp_free(&r);
-    expect_absent("/bucket1/k");
+    expect_chunked_refused(&p, 400, "IncompleteBody");
 
     p.decoded_len = -2;
     chunked_put(&p, &r);
@@ -2309,19 +2305,13 @@ Test(mock_server, aws_chunked_length_and_framing_errors_are_400)
     /* cut inside the second chunk's data: a complete HTTP body, a truncated encoding */
     p.decoded_len = -1;
     p.cut = 16384 + 20000;
-    chunked_put(&p, &r);
-    expect_error(&r, 400, "IncompleteBody");
-    s3_resp_free(&r);
-    expect_absent("/bucket1/k");
+    expect_chunked_refused(&p, 400, "IncompleteBody");
 
     p.cut = 0;
     p.mode = STREAMING_UNSIGNED;
     p.trailer = "x-amz-checksum-crc32";
     p.garbage = "zz";
-    chunked_put(&p, &r);
-    expect_error(&r, 400, "InvalidRequest");
-    s3_resp_free(&r);
-    expect_absent("/bucket1/k");
+    expect_chunked_refused(&p, 400, "InvalidRequest");
     free(data);
 }
 

@@ -534,31 +534,41 @@ Test(sigv4, s3_doc_chunked_seed_signature)
     sf__sigv4_signer_destroy(&s);
 }
 
+/* Signs AWS's three example chunks (65536, 1024 and 0 bytes of 'a') on the
+ * chain seeded by seed, expecting want[i]; leaves the last signature in prev. */
+static void doc_chunk_chain(struct sf__sigv4_signer *s, const char *seed, const char *const want[3],
+                            char prev[SF__SHA256_HEX_LEN + 1])
+{
+    static char data[65536];
+    memset(data, 'a', sizeof data);
+    const size_t sizes[3] = {65536, 1024, 0};
+    memcpy(prev, seed, SF__SHA256_HEX_LEN + 1);
+    for (int i = 0; i < 3; i++) {
+        char hash[SF__SHA256_HEX_LEN + 1], sig[SF__SHA256_HEX_LEN + 1];
+        sf__sha256_hex(data, sizes[i], hash);
+        cr_assert_eq(sf__sigv4_sign_chunk(s, DOC_DATE, "20130524", "us-east-1", "s3", prev, 0,
+                                          hash, sig),
+                     SF_OK);
+        cr_expect_str_eq(sig, want[i], "chunk %d", i);
+        memcpy(prev, sig, SF__SHA256_HEX_LEN + 1);
+    }
+}
+
 Test(sigv4, s3_doc_chunk_signatures_chain)
 {
     struct sf__sigv4_signer s;
     sf__sigv4_signer_init(&s, DOC_AK, DOC_SECRET, NULL, "us-east-1", "s3");
-    static char data[65536];
-    memset(data, 'a', sizeof data);
-    const size_t sizes[3] = {65536, 1024, 0};
-    const char *want[3] = {
+    const char *const want[3] = {
         "ad80c730a21e5b8d04586a2213dd63b9a0e99e0e2307b0ade35a65485a288648",
         "0055627c9e194cb4542bae2aa5492e3c1575bbb81b612b7d234b86a503ef5497",
         "b6c6ea8a5354eaf15b3cb7646744f4275b71ea724fed81ceb9323e279d449df9",
     };
-    char prev[SF__SHA256_HEX_LEN + 1] = CHUNK_SEED;
-    for (int i = 0; i < 3; i++) {
-        char hash[SF__SHA256_HEX_LEN + 1], sig[SF__SHA256_HEX_LEN + 1];
-        sf__sha256_hex(data, sizes[i], hash);
-        cr_assert_eq(sf__sigv4_sign_chunk(&s, DOC_DATE, "20130524", "us-east-1", "s3", prev, 0,
-                                          hash, sig),
-                     SF_OK);
-        cr_expect_str_eq(sig, want[i], "chunk %d", i);
-        memcpy(prev, sig, sizeof prev);
-    }
-    /* A chunk signed on another chain does not match. */
-    char hash[SF__SHA256_HEX_LEN + 1], sig[SF__SHA256_HEX_LEN + 1];
-    sf__sha256_hex(data, 1024, hash);
+    char prev[SF__SHA256_HEX_LEN + 1];
+    doc_chunk_chain(&s, CHUNK_SEED, want, prev);
+    /* The second chunk signed on another chain (the seed) does not match. */
+    char data[1024], hash[SF__SHA256_HEX_LEN + 1], sig[SF__SHA256_HEX_LEN + 1];
+    memset(data, 'a', sizeof data);
+    sf__sha256_hex(data, sizeof data, hash);
     cr_assert_eq(sf__sigv4_sign_chunk(&s, DOC_DATE, "20130524", "us-east-1", "s3", CHUNK_SEED, 0,
                                       hash, sig),
                  SF_OK);
@@ -576,25 +586,14 @@ Test(sigv4, s3_doc_trailer_signature)
 {
     struct sf__sigv4_signer s;
     sf__sigv4_signer_init(&s, DOC_AK, DOC_SECRET, NULL, "us-east-1", "s3");
-    static char data[65536];
-    memset(data, 'a', sizeof data);
-    const size_t sizes[3] = {65536, 1024, 0};
-    const char *want[3] = {
+    const char *const want[3] = {
         "b474d8862b1487a5145d686f57f013e54db672cee1c953b3010fb58501ef5aa2",
         "1c1344b170168f8e65b41376b44b20fe354e373826ccbbe2c1d40a8cae51e5c7",
         "2ca2aba2005185cf7159c6277faf83795951dd77a3a99e6e65d5c9f85863f992",
     };
-    char prev[SF__SHA256_HEX_LEN + 1] =
-        "106e2a8a18243abcf37539882f36619c00e2dfc72633413f02d3b74544bfeb8e";
-    char hash[SF__SHA256_HEX_LEN + 1], sig[SF__SHA256_HEX_LEN + 1];
-    for (int i = 0; i < 3; i++) {
-        sf__sha256_hex(data, sizes[i], hash);
-        cr_assert_eq(sf__sigv4_sign_chunk(&s, DOC_DATE, "20130524", "us-east-1", "s3", prev, 0,
-                                          hash, sig),
-                     SF_OK);
-        cr_expect_str_eq(sig, want[i], "chunk %d", i);
-        memcpy(prev, sig, sizeof prev);
-    }
+    char prev[SF__SHA256_HEX_LEN + 1], hash[SF__SHA256_HEX_LEN + 1], sig[SF__SHA256_HEX_LEN + 1];
+    doc_chunk_chain(&s, "106e2a8a18243abcf37539882f36619c00e2dfc72633413f02d3b74544bfeb8e", want,
+                    prev);
     const char trailer[] = "x-amz-checksum-crc32c:sOO8/Q==\n";
     sf__sha256_hex(trailer, sizeof trailer - 1, hash);
     cr_assert_eq(

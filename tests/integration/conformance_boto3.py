@@ -109,6 +109,19 @@ def md5_etag(data):
     return '"' + hashlib.md5(data).hexdigest() + '"'
 
 
+def expect_download(s3, key, path, cfg, want):
+    """download_file of key to path gives exactly want."""
+    s3.download_file(BUCKET, key, path, Config=cfg)
+    with open(path, "rb") as f:
+        expect(f.read() == want, f"downloaded bytes of {key} differ")
+
+
+def multipart_etag(parts):
+    """S3's ETag of an object uploaded in these parts: md5 of the md5s, "-N"."""
+    md5s = b"".join(hashlib.md5(p).digest() for p in parts)
+    return '"%s-%d"' % (hashlib.md5(md5s).hexdigest(), len(parts))
+
+
 class Server:
     """The mock server as a child process; port read from its first stdout line."""
 
@@ -443,8 +456,7 @@ def run_checks(c, server, tmp):
     mp_cfg = TransferConfig(multipart_threshold=5 * MIB, multipart_chunksize=5 * MIB,
                             max_concurrency=4, preferred_transfer_client="classic")
     mp_parts = [mp_data[i:i + 5 * MIB] for i in range(0, len(mp_data), 5 * MIB)]
-    mp_etag = '"%s-%d"' % (hashlib.md5(b"".join(hashlib.md5(p).digest()
-                                                 for p in mp_parts)).hexdigest(), len(mp_parts))
+    mp_etag = multipart_etag(mp_parts)
     with c.check("upload_file of 20 MiB in 5 MiB parts (4 threads): ETag is md5 of md5s -5"):
         path = os.path.join(tmp, "multipart.bin")
         with open(path, "wb") as f:
@@ -456,10 +468,8 @@ def run_checks(c, server, tmp):
         expect_eq(h["ETag"], mp_etag, "ETag")
 
     with c.check("download_file of the multipart object (ranged, 4 threads) is identical"):
-        path = os.path.join(tmp, "multipart-down.bin")
-        s3.download_file(BUCKET, "uploads/multipart.bin", path, Config=mp_cfg)
-        with open(path, "rb") as f:
-            expect(f.read() == mp_data, "downloaded bytes differ")
+        expect_download(s3, "uploads/multipart.bin", os.path.join(tmp, "multipart-down.bin"),
+                        mp_cfg, mp_data)
         r = s3.get_object(Bucket=BUCKET, Key="uploads/multipart.bin")
         gets += 1
         expect_eq(r["ETag"], mp_etag, "GetObject ETag")
@@ -667,8 +677,7 @@ def run_tls_checks(c, binary, tmp):
     s3 = make_client(server.url, verify=tls[0])
     mp_data = rng.randbytes(15 * MIB + 777)
     mp_parts = [mp_data[i:i + 5 * MIB] for i in range(0, len(mp_data), 5 * MIB)]
-    mp_etag = '"%s-%d"' % (hashlib.md5(b"".join(hashlib.md5(p).digest()
-                                                 for p in mp_parts)).hexdigest(), len(mp_parts))
+    mp_etag = multipart_etag(mp_parts)
     try:
         with c.check("TLS: bucket created"):
             s3.create_bucket(Bucket=BUCKET)
@@ -705,10 +714,8 @@ def run_tls_checks(c, binary, tmp):
             expect_eq(h["ETag"], mp_etag, "ETag")
 
         with c.check("TLS: download_file of the multipart object is identical"):
-            path = os.path.join(tmp, "tls-multipart-down.bin")
-            s3.download_file(BUCKET, "tls/multipart.bin", path, Config=mp_cfg)
-            with open(path, "rb") as f:
-                expect(f.read() == mp_data, "downloaded bytes differ")
+            expect_download(s3, "tls/multipart.bin", os.path.join(tmp, "tls-down.bin"),
+                            mp_cfg, mp_data)
 
         with c.check("TLS: a wrong x-amz-checksum-crc32 is 400 BadDigest, nothing stored"):
             code = client_error(s3.put_object, Bucket=BUCKET, Key="tls/bad.bin",
