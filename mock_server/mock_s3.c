@@ -1,5 +1,7 @@
 #include "mock_server/mock_s3.h"
 
+#include "mock_server/checksum.h"
+#include "mock_server/chunked.h"
 #include "mock_server/faults.h"
 #include "mock_server/objects.h"
 #include "mock_server/stats.h"
@@ -126,6 +128,22 @@ struct request {
     int up_failed; /* a write failed: the rest of the body is discarded */
     int up_too_large;
     char up_expect_sha[SF__SHA256_HEX_LEN + 1];
+    /* aws-chunked bodies: the decoder, the declared decoded length */
+    struct mock_chunked *up_chunked;
+    const char *up_chunked_mode; /* the x-amz-content-sha256 value, for stats */
+    uint64_t up_decoded_len;
+    /* x-amz-checksum-*: computed for the algorithms in up_ck.want; the
+     * values a header gave (header_mask) or x-amz-trailer announced */
+    struct mock_checksums up_ck;
+    int up_ck_on;
+    unsigned up_ck_header_mask;
+    unsigned up_ck_trailer_mask;
+    char up_ck_given[MOCK_CK_COUNT][MOCK_CK_B64_MAX];
+    char up_ck_echo[MOCK_CK_COUNT][MOCK_CK_B64_MAX]; /* checked values, echoed */
+    /* the verified Authorization, for the chunk signatures */
+    int auth_signed;
+    struct sf__sigv4_auth auth;
+    char amz_date[SF__AMZ_DATE_LEN + 1];
     int begun;              /* begin() ran */
     struct sf__strbuf body; /* bodies of requests other than object PUTs */
     /* UploadPart: the part number (0 for PutObject) and upload id */
@@ -599,12 +617,14 @@ static int authenticate(struct request *rq, struct MHD_Connection *conn, struct 
                   "Missing required header for this request: x-amz-content-sha256");
         return -1;
     }
-    if (strncmp(payload, "STREAMING-", 10) == 0) {
+    enum mock_chunked_mode chunked_mode;
+    int streaming = mock_chunked_mode_of(payload, &chunked_mode) == 0;
+    if (!streaming && strncmp(payload, "STREAMING-", 10) == 0) {
         set_error(e, 501, "NotImplemented",
-                  "aws-chunked payloads (%s) are not supported by the mock", payload);
+                  "aws-chunked payloads of the form %s are not supported by the mock", payload);
         return -1;
     }
-    if (strcmp(payload, SF__UNSIGNED_PAYLOAD) != 0) {
+    if (!streaming && strcmp(payload, SF__UNSIGNED_PAYLOAD) != 0) {
         size_t n = strlen(payload);
         int hex = n == SF__SHA256_HEX_LEN;
         for (size_t i = 0; hex && i < n; i++)
@@ -637,6 +657,9 @@ static int authenticate(struct request *rq, struct MHD_Connection *conn, struct 
     sf_status rc = sf__sigv4_verify(&srv->signer, &auth, &sreq, amz_date, &res);
     if (rc == SF_OK) {
         sf__sigv4_result_free(&res);
+        rq->auth_signed = 1;
+        rq->auth = auth;
+        snprintf(rq->amz_date, sizeof rq->amz_date, "%s", amz_date);
         return 0;
     }
     if (rc == SF_ERR_SIGNATURE || rc == SF_ERR_PARSE) {
@@ -940,7 +963,7 @@ static enum MHD_Result op_list_objects(struct request *rq, struct MHD_Connection
             int fd = path ? open(path, O_RDONLY | O_CLOEXEC) : -1;
             struct stat sb;
             if (fd >= 0 && fstat(fd, &sb) == 0)
-                mock_store_etag(srv->store, fd, &sb, etag);
+                mock_store_etag(srv->store, path, fd, &sb, etag);
             if (fd >= 0)
                 close(fd);
             free(path);
@@ -1293,7 +1316,10 @@ static enum MHD_Result op_get_object(struct request *rq, struct MHD_Connection *
         return respond_error(rq, conn, &e, NULL);
     }
     char etag[MOCK_ETAG_LEN + 1];
-    if (mock_store_etag(srv->store, fd, &sb, etag) != SF_OK) {
+    char *obj_path = mock_store_path(srv->store, rq->bucket, rq->key);
+    sf_status etag_st = mock_store_etag(srv->store, obj_path, fd, &sb, etag);
+    free(obj_path);
+    if (etag_st != SF_OK) {
         close(fd);
         set_error(&e, 500, "InternalError", "Cannot read the object");
         return respond_error(rq, conn, &e, NULL);
@@ -1435,8 +1461,10 @@ static enum MHD_Result op_delete_object(struct request *rq, struct MHD_Connectio
     if (!path)
         return MHD_NO;
     struct stat sb;
-    if (lstat(path, &sb) == 0 && S_ISREG(sb.st_mode) && unlink(path) == 0)
+    if (lstat(path, &sb) == 0 && S_ISREG(sb.st_mode) && unlink(path) == 0) {
+        mock_store_forget_etag(path);
         prune_parents(rq->srv, rq->bucket, rq->key);
+    }
     free(path);
     return respond_empty(rq, conn, 204);
 }
@@ -1492,6 +1520,213 @@ static void upload_abort(struct request *rq)
     }
 }
 
+static int parse_decimal_u64(const char *s, uint64_t *out)
+{
+    if (!s || *s < '0' || *s > '9' || strlen(s) > 19)
+        return 0;
+    char *end = NULL;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end)
+        return 0;
+    *out = v;
+    return 1;
+}
+
+/* The x-amz-checksum-* headers of an upload, and the checksums x-amz-trailer
+ * announces for an aws-chunked one: which to compute while the body streams. */
+static int checksums_begin(struct request *rq, struct MHD_Connection *conn, int chunked,
+                           struct s3_error *e)
+{
+    for (int i = 0; i < MOCK_CK_COUNT; i++) {
+        const char *v = header(conn, mock_checksum_header(i));
+        if (!v)
+            continue;
+        if (strlen(v) >= MOCK_CK_B64_MAX) {
+            set_error(e, 400, "InvalidRequest", "Value for %s header is invalid (%s).",
+                      mock_checksum_header(i), rq->target);
+            return -1;
+        }
+        rq->up_ck_header_mask |= 1u << i;
+        snprintf(rq->up_ck_given[i], MOCK_CK_B64_MAX, "%s", v);
+    }
+    const char *trailer = chunked ? header(conn, "x-amz-trailer") : NULL;
+    while (trailer && *trailer) {
+        while (*trailer == ' ' || *trailer == ',')
+            trailer++;
+        size_t n = strcspn(trailer, ", ");
+        char name[64];
+        if (n > 0 && n < sizeof name) {
+            memcpy(name, trailer, n);
+            name[n] = '\0';
+            int alg = mock_checksum_from_header(name);
+            if (alg >= 0)
+                rq->up_ck_trailer_mask |= 1u << alg;
+        }
+        trailer += n;
+    }
+    unsigned want = rq->up_ck_header_mask | rq->up_ck_trailer_mask;
+    if (!want)
+        return 0;
+    rq->up_ck_on = 1;
+    if (mock_checksums_init(&rq->up_ck, want) != 0) {
+        set_error(e, 500, "InternalError", "Out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+static int put_consume(struct request *rq, const char *data, size_t n);
+
+/* Where an aws-chunked decoder puts the decoded bytes. */
+static int chunked_sink(void *cls, const char *data, size_t n)
+{
+    struct request *rq = cls;
+    if (put_consume(rq, data, n) == 0)
+        return 0;
+    if (rq->up_too_large)
+        mock_chunked_fail(rq->up_chunked, 400, "EntityTooLarge",
+                          "Your proposed upload exceeds the maximum allowed size");
+    return -1;
+}
+
+static int chunked_begin(struct request *rq, enum mock_chunked_mode mode, const char *payload,
+                         struct s3_error *e)
+{
+    if (mode != MOCK_CHUNKED_UNSIGNED_TRAILER && !rq->auth_signed) {
+        set_error(e, 400, "InvalidRequest",
+                  "%s needs a signed request (the chunks are signed with its signature)",
+                  payload);
+        return -1;
+    }
+    struct mock_chunked_config cfg = {
+        .mode = mode,
+        .sink = chunked_sink,
+        .sink_cls = rq,
+        .signer = &rq->srv->signer,
+        .amz_date = rq->amz_date,
+        .scope_date = rq->auth.date,
+        .region = rq->auth.region,
+        .service = rq->auth.service,
+        .seed_signature = rq->auth.signature,
+    };
+    rq->up_chunked = mock_chunked_new(&cfg);
+    if (!rq->up_chunked) {
+        set_error(e, 500, "InternalError", "Out of memory");
+        return -1;
+    }
+    rq->up_chunked_mode = mode == MOCK_CHUNKED_UNSIGNED_TRAILER ? "STREAMING-UNSIGNED-PAYLOAD-TRAILER"
+                          : mode == MOCK_CHUNKED_SIGNED ? "STREAMING-AWS4-HMAC-SHA256-PAYLOAD"
+                                                        : "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER";
+    return 0;
+}
+
+/* An aws-chunked body that ended: complete, of the declared length, with
+ * every announced trailer; the trailers' checksums join the headers'. */
+static int chunked_end(struct request *rq, int failed, struct s3_error *e)
+{
+    struct mock_chunked *c = rq->up_chunked;
+    if (failed || mock_chunked_finish(c) != 0) {
+        int status;
+        const char *code, *msg;
+        mock_chunked_error(c, &status, &code, &msg);
+        set_error(e, status, code, "%s (%s)", msg, rq->target);
+        return -1;
+    }
+    uint64_t got = mock_chunked_decoded_bytes(c);
+    if (got != rq->up_decoded_len) {
+        set_error(e, 400, "IncompleteBody",
+                  "You did not provide the number of bytes specified by the "
+                  "x-amz-decoded-content-length HTTP header: it says %llu, the aws-chunked "
+                  "body of %s decoded to %llu",
+                  (unsigned long long)rq->up_decoded_len, rq->target, (unsigned long long)got);
+        return -1;
+    }
+    size_t n = 0;
+    const struct mock_trailer *t = mock_chunked_trailers(c, &n);
+    unsigned seen = 0;
+    for (size_t i = 0; i < n; i++) {
+        int alg = mock_checksum_from_header(t[i].name);
+        if (alg < 0)
+            continue; /* a checksum the mock cannot compute, or another trailer */
+        if (!(rq->up_ck_trailer_mask & (1u << alg))) {
+            set_error(e, 400, "MalformedTrailerError",
+                      "The trailer %s of %s was not announced in x-amz-trailer", t[i].name,
+                      rq->target);
+            return -1;
+        }
+        if (strlen(t[i].value) >= MOCK_CK_B64_MAX) {
+            set_error(e, 400, "InvalidRequest", "Value for %s trailer is invalid (%s).",
+                      t[i].name, rq->target);
+            return -1;
+        }
+        seen |= 1u << alg;
+        snprintf(rq->up_ck_given[alg], MOCK_CK_B64_MAX, "%s", t[i].value);
+    }
+    if (seen != rq->up_ck_trailer_mask) {
+        set_error(e, 400, "MalformedTrailerError",
+                  "The request of %s announced a checksum trailer in x-amz-trailer that the "
+                  "body did not carry",
+                  rq->target);
+        return -1;
+    }
+    mock_stats_count(rq->srv->stats, "aws_chunked", rq->up_chunked_mode);
+    return 0;
+}
+
+/* Checks the computed checksums against the given ones (headers, trailers);
+ * the checked values are kept to be echoed in the answer. */
+static int checksums_end(struct request *rq, struct s3_error *e)
+{
+    if (!rq->up_ck_on)
+        return 0;
+    char got[MOCK_CK_COUNT][MOCK_CK_B64_MAX];
+    if (mock_checksums_final(&rq->up_ck, got) != 0) {
+        set_error(e, 500, "InternalError", "Computing the checksum of %s failed", rq->target);
+        return -1;
+    }
+    for (int i = 0; i < MOCK_CK_COUNT; i++) {
+        if (!(rq->up_ck.want & (1u << i)))
+            continue;
+        if (strcmp(got[i], rq->up_ck_given[i]) != 0) {
+            set_error(e, 400, "BadDigest",
+                      "The %s you specified did not match the calculated checksum (%s: given "
+                      "%s, computed %s).",
+                      mock_checksum_name(i), rq->target, rq->up_ck_given[i], got[i]);
+            return -1;
+        }
+        memcpy(rq->up_ck_echo[i], got[i], MOCK_CK_B64_MAX);
+    }
+    for (int i = 0; i < MOCK_CK_COUNT; i++)
+        if (rq->up_ck.want & (1u << i))
+            mock_stats_count(rq->srv->stats, "checksums", mock_checksum_name(i));
+    return 0;
+}
+
+static void format_etag(const unsigned char md5[16], char out[MOCK_ETAG_LEN + 1])
+{
+    out[0] = '"';
+    sf__hex_encode(md5, 16, out + 1);
+    out[33] = '"';
+    out[34] = '\0';
+}
+
+/* The answer of a stored PutObject or UploadPart: its ETag and, as S3, the
+ * checksums that were checked. */
+static enum MHD_Result respond_stored(struct request *rq, struct MHD_Connection *conn,
+                                      const char *etag)
+{
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (resp) {
+        MHD_add_response_header(resp, "ETag", etag);
+        for (int i = 0; i < MOCK_CK_COUNT; i++)
+            if (rq->up_ck_echo[i][0])
+                MHD_add_response_header(resp, mock_checksum_header(i), rq->up_ck_echo[i]);
+    }
+    return queue(rq, conn, 200, resp, 0, NULL);
+}
+
 static enum MHD_Result op_put_object_begin(struct request *rq, struct MHD_Connection *conn)
 {
     struct mock_server *srv = rq->srv;
@@ -1501,16 +1736,22 @@ static enum MHD_Result op_put_object_begin(struct request *rq, struct MHD_Connec
                   rq->part_number ? "UploadPartCopy" : "CopyObject");
         return respond_error(rq, conn, &e, NULL);
     }
-    const char *enc = header(conn, "Content-Encoding");
-    if (enc && strstr(enc, "aws-chunked")) {
-        set_error(&e, 501, "NotImplemented", "aws-chunked uploads are not supported by the mock");
-        return respond_error(rq, conn, &e, NULL);
-    }
     if (!mock_bucket_exists(srv->store, rq->bucket)) {
         set_error(&e, 404, "NoSuchBucket", "The specified bucket does not exist");
         return respond_error(rq, conn, &e, NULL);
     }
-    const char *clen = header(conn, "Content-Length");
+    const char *payload = header(conn, "x-amz-content-sha256");
+    enum mock_chunked_mode chunked_mode;
+    int chunked = mock_chunked_mode_of(payload, &chunked_mode) == 0;
+    /* an aws-chunked body's size is the decoded one */
+    const char *clen = header(conn, chunked ? "x-amz-decoded-content-length" : "Content-Length");
+    if (chunked && !parse_decimal_u64(clen, &rq->up_decoded_len)) {
+        set_error(&e, 411, "MissingContentLength",
+                  "An aws-chunked upload of %s needs x-amz-decoded-content-length (a decimal "
+                  "byte count)",
+                  rq->target);
+        return respond_error(rq, conn, &e, NULL);
+    }
     if (clen && strtoull(clen, NULL, 10) > MAX_PUT_BYTES) {
         set_error(&e, 400, "EntityTooLarge",
                   "Your proposed upload exceeds the maximum "
@@ -1520,11 +1761,14 @@ static enum MHD_Result op_put_object_begin(struct request *rq, struct MHD_Connec
     if (rq->part_number &&
         mock_uploads_check(srv->uploads, rq->bucket, rq->key, rq->upload_id) != SF_OK)
         return respond_no_such_upload(rq, conn);
-    const char *payload = header(conn, "x-amz-content-sha256");
     if (payload && strlen(payload) == SF__SHA256_HEX_LEN) {
         rq->up_check_sha = 1;
         memcpy(rq->up_expect_sha, payload, SF__SHA256_HEX_LEN + 1);
     }
+    if (checksums_begin(rq, conn, chunked, &e) != 0)
+        return respond_error(rq, conn, &e, NULL);
+    if (chunked && chunked_begin(rq, chunked_mode, payload, &e) != 0)
+        return respond_error(rq, conn, &e, NULL);
     char *dir = mock_store_path(srv->store, rq->bucket, NULL);
     /* a part's file keeps its temporary name until the upload ends */
     const char *kind = rq->part_number ? "part" : "upload";
@@ -1572,6 +1816,8 @@ static int put_consume(struct request *rq, const char *data, size_t n)
     }
     EVP_DigestUpdate(rq->up_md5, data, n);
     EVP_DigestUpdate(rq->up_sha, data, n);
+    if (rq->up_ck_on)
+        mock_checksums_update(&rq->up_ck, data, n);
     rq->up_bytes += n;
     return 0;
 }
@@ -1581,6 +1827,10 @@ static enum MHD_Result op_put_object_finish(struct request *rq, struct MHD_Conne
 {
     struct mock_server *srv = rq->srv;
     struct s3_error e = {0};
+    if (rq->up_chunked && rq->up_fd >= 0 && chunked_end(rq, failed, &e) != 0) {
+        upload_abort(rq);
+        return respond_error(rq, conn, &e, NULL);
+    }
     if (failed || rq->up_fd < 0) {
         upload_abort(rq);
         if (rq->up_too_large)
@@ -1616,6 +1866,10 @@ static enum MHD_Result op_put_object_finish(struct request *rq, struct MHD_Conne
             return respond_error(rq, conn, &e, NULL);
         }
     }
+    if (checksums_end(rq, &e) != 0) {
+        upload_abort(rq);
+        return respond_error(rq, conn, &e, NULL);
+    }
     if (rq->part_number)
         return upload_part_finish(rq, conn, md5);
     /* mkostemp makes 0600 files; objects are plain readable files like the rest. */
@@ -1639,30 +1893,16 @@ static enum MHD_Result op_put_object_finish(struct request *rq, struct MHD_Conne
             set_error(&e, 500, "InternalError", "Publishing the upload failed: %s", strerror(err));
         return respond_error(rq, conn, &e, NULL);
     }
+    mock_store_forget_etag(final); /* a multipart object's ETag goes with it */
     free(final);
     free(rq->up_tmp);
     rq->up_tmp = NULL;
     char etag[MOCK_ETAG_LEN + 1];
-    etag[0] = '"';
-    sf__hex_encode(md5, 16, etag + 1);
-    etag[33] = '"';
-    etag[34] = '\0';
-    struct MHD_Response *resp =
-        MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
-    if (resp)
-        MHD_add_response_header(resp, "ETag", etag);
-    return queue(rq, conn, 200, resp, 0, NULL);
+    format_etag(md5, etag);
+    return respond_stored(rq, conn, etag);
 }
 
 /* -------------------------------------------------------------- multipart */
-
-static void format_etag(const unsigned char md5[16], char out[MOCK_ETAG_LEN + 1])
-{
-    out[0] = '"';
-    sf__hex_encode(md5, 16, out + 1);
-    out[33] = '"';
-    out[34] = '\0';
-}
 
 /* The end of an UploadPart whose body was received and checked: the
  * temporary file becomes the part. */
@@ -1705,11 +1945,7 @@ static enum MHD_Result upload_part_finish(struct request *rq, struct MHD_Connect
     rq->up_tmp = NULL; /* the registry owns the file now */
     char etag[MOCK_ETAG_LEN + 1];
     format_etag(md5, etag);
-    struct MHD_Response *resp =
-        MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
-    if (resp)
-        MHD_add_response_header(resp, "ETag", etag);
-    return queue(rq, conn, 200, resp, 0, NULL);
+    return respond_stored(rq, conn, etag);
 }
 
 static enum MHD_Result op_create_upload(struct request *rq, struct MHD_Connection *conn)
@@ -1753,6 +1989,18 @@ static int part_etag_matches(const char *given, const unsigned char md5[16])
     char hex[33];
     sf__hex_encode(md5, 16, hex);
     return n == 32 && strncasecmp(given, hex, 32) == 0;
+}
+
+/* errno of a failed publish that means the key clashes with a key prefix
+ * (a file where a folder is needed, or the reverse): 400, set in e. */
+static int key_conflict(int err, struct s3_error *e)
+{
+    if (err != EISDIR && err != ENOTDIR && err != EEXIST && err != ENOTEMPTY)
+        return 0;
+    set_error(e, 400, "InvalidArgument",
+              "The key conflicts with a key prefix already stored (the mock keeps objects as "
+              "files)");
+    return 1;
 }
 
 /* Concatenates the listed parts into a temporary file in the bucket and
@@ -1810,14 +2058,24 @@ static int assemble_object(struct request *rq, const struct mock_part *const *us
         mock_store_set_etag(srv->store, &sb, etag);
     close(out);
     char *final = ok ? mock_store_path(srv->store, rq->bucket, rq->key) : NULL;
-    if (ok && (!final || make_parents(srv, rq->bucket, rq->key) != 0 || rename(tmp, final) != 0)) {
+    if (ok && !final) {
+        set_error(e, 500, "InternalError", "Out of memory");
+        ok = 0;
+    }
+    /* the sidecar first: the object never appears without its ETag */
+    if (ok && (make_parents(srv, rq->bucket, rq->key) != 0 ||
+               mock_store_persist_etag(final, &sb, etag) != SF_OK)) {
         int err = errno;
-        if (err == EISDIR || err == ENOTDIR || err == EEXIST || err == ENOTEMPTY)
-            set_error(e, 400, "InvalidArgument",
-                      "The key conflicts with a key prefix already stored (the mock keeps "
-                      "objects as files)");
-        else
+        if (!key_conflict(err, e))
+            set_error(e, 500, "InternalError", "Persisting the ETag of %s failed: %s",
+                      rq->target, strerror(err));
+        ok = 0;
+    }
+    if (ok && rename(tmp, final) != 0) {
+        int err = errno;
+        if (!key_conflict(err, e))
             set_error(e, 500, "InternalError", "Publishing the object failed: %s", strerror(err));
+        mock_store_forget_etag(final);
         ok = 0;
     }
     if (!ok)
@@ -2580,6 +2838,8 @@ static void request_free(struct request *rq)
     upload_abort(rq);
     EVP_MD_CTX_free(rq->up_md5);
     EVP_MD_CTX_free(rq->up_sha);
+    mock_chunked_destroy(rq->up_chunked);
+    mock_checksums_free(&rq->up_ck);
     for (size_t i = 0; i < rq->n_params; i++) {
         free(rq->params[i].name);
         free(rq->params[i].value);
@@ -2658,7 +2918,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                 /* libmicrohttpd 0.9.75 refuses a response while the body is
                  * still arriving: remember the failure, drain the body, and
                  * answer once it is complete. */
-                if (!rq->up_failed && put_consume(rq, upload_data, *upload_data_size) != 0)
+                if (!rq->up_failed &&
+                    (rq->up_chunked ? mock_chunked_feed(rq->up_chunked, upload_data,
+                                                        *upload_data_size)
+                                    : put_consume(rq, upload_data, *upload_data_size)) != 0)
                     rq->up_failed = 1;
             } else {
                 /* Small bodies of other requests (admin rules, bucket

@@ -48,10 +48,14 @@ char *mock_store_path(const struct mock_store *st, const char *bucket, const cha
 int mock_bucket_exists(const struct mock_store *st, const char *bucket);
 
 /*
- * The quoted hex MD5 of a file's content, cached by (dev, inode, size, mtime),
- * so repeated GETs of a large object cost one hash. fd is read with pread.
+ * The ETag of the object file at path (open as fd, described by sb): the one
+ * pinned by mock_store_set_etag() or persisted by mock_store_persist_etag()
+ * while the file keeps its inode, size and mtime, else the quoted hex MD5 of
+ * its content. Cached by (dev, inode, size, mtime), so repeated GETs of a
+ * large object cost one hash. fd is read with pread; path may be NULL (then
+ * no persisted ETag is looked for).
  */
-sf_status mock_store_etag(struct mock_store *st, int fd, const struct stat *sb,
+sf_status mock_store_etag(struct mock_store *st, const char *path, int fd, const struct stat *sb,
                           char out[MOCK_ETAG_LEN + 1]);
 
 /*
@@ -60,6 +64,20 @@ sf_status mock_store_etag(struct mock_store *st, int fd, const struct stat *sb,
  * while the file keeps its inode, size and mtime. Held in memory only.
  */
 void mock_store_set_etag(struct mock_store *st, const struct stat *sb, const char *etag);
+
+/*
+ * Persists etag for the object file that will be at path and is described by
+ * sb (a temporary file renamed there next: rename keeps inode, size and
+ * mtime), in a hidden sidecar file next to it (MOCK_TMP_PREFIX "etag-" and
+ * the file's name), so the ETag survives a restart of the server. The
+ * sidecar is written atomically and ignored once the file's inode, size or
+ * mtime differ. SF_ERR_IO when it cannot be written.
+ */
+sf_status mock_store_persist_etag(const char *path, const struct stat *sb, const char *etag);
+
+/* Removes the sidecar of the object file at path, if any (the object was
+ * overwritten or deleted). */
+void mock_store_forget_etag(const char *path);
 
 /* All objects of bucket whose key starts with prefix, sorted. */
 sf_status mock_store_list(const struct mock_store *st, const char *bucket, const char *prefix,

@@ -122,6 +122,13 @@ void mock_stats_credential(struct mock_stats *s, const char *name)
     pthread_mutex_unlock(&s->lock);
 }
 
+void mock_stats_count(struct mock_stats *s, const char *group, const char *name)
+{
+    pthread_mutex_lock(&s->lock);
+    bump(child(s->root, group), name, 1);
+    pthread_mutex_unlock(&s->lock);
+}
+
 char *mock_stats_json(struct mock_stats *s)
 {
     pthread_mutex_lock(&s->lock);

@@ -24,6 +24,9 @@ void mock_stats_fault(struct mock_stats *s, const char *fault);
  * "imds_token", "imds_role_list", "imds_credentials", "container",
  * "expired_token_rejections". */
 void mock_stats_credential(struct mock_stats *s, const char *name);
+/* Counts one event under root[group][name] ("aws_chunked", "checksums"),
+ * the group appearing with its first event. */
+void mock_stats_count(struct mock_stats *s, const char *group, const char *name);
 /* The counters as a malloc'd JSON string. */
 char *mock_stats_json(struct mock_stats *s);
 void mock_stats_reset(struct mock_stats *s);

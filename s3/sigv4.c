@@ -924,3 +924,36 @@ sf_status sf__sigv4_verify(struct sf__sigv4_signer *s, const struct sf__sigv4_au
         return SF_ERR_SIGNATURE;
     return SF_OK;
 }
+
+/* ------------------------------------------------- aws-chunked signatures */
+
+sf_status sf__sigv4_sign_chunk(struct sf__sigv4_signer *s, const char *amz_date,
+                               const char *scope_date, const char *region, const char *service,
+                               const char *prev_signature, int trailer, const char *sha256_hex,
+                               char out[SF__SHA256_HEX_LEN + 1])
+{
+    if (!s || !amz_date || !scope_date || !region || !service || !prev_signature ||
+        !sha256_hex || !out || !sigv4_signer_ok(s) ||
+        strlen(prev_signature) != SF__SHA256_HEX_LEN || strlen(sha256_hex) != SF__SHA256_HEX_LEN)
+        return SF_ERR_INVALID_ARGUMENT;
+    struct sf__strbuf sts;
+    sf__strbuf_init(&sts, SIGV4_MAX_SMALL_BYTES);
+    sf__strbuf_printf(&sts, "%s\n%s\n%s/%s/%s/" SIGV4_TERMINATOR "\n%s\n",
+                      trailer ? SIGV4_ALGORITHM "-TRAILER" : SIGV4_ALGORITHM "-PAYLOAD", amz_date,
+                      scope_date, region, service, prev_signature);
+    if (!trailer)
+        sf__strbuf_puts(&sts, SF__EMPTY_SHA256 "\n");
+    sf__strbuf_puts(&sts, sha256_hex);
+    unsigned char key[32], mac[32];
+    sf_status st = sts.err;
+    if (st == SF_OK)
+        st = sigv4_signing_key(s, scope_date, region, service, key);
+    if (st == SF_OK)
+        st = sigv4_hmac(key, sizeof key, sts.data, sts.len, mac);
+    OPENSSL_cleanse(key, sizeof key);
+    sf__strbuf_free(&sts);
+    if (st != SF_OK)
+        return st;
+    sf__hex_encode(mac, sizeof mac, out);
+    return SF_OK;
+}

@@ -122,4 +122,24 @@ sf_status sf__sigv4_verify(struct sf__sigv4_signer *s, const struct sf__sigv4_au
                            const struct sf__sigv4_request *req, const char *amz_date,
                            struct sf__sigv4_result *out);
 
+/*
+ * The signature of one piece of an aws-chunked body signed in streaming mode
+ * (x-amz-content-sha256: STREAMING-AWS4-HMAC-SHA256-PAYLOAD[-TRAILER]). Each
+ * chunk's signature chains on the previous one, the first on the request's
+ * own (seed) signature:
+ *   chunk:   "AWS4-HMAC-SHA256-PAYLOAD\n" amz_date "\n" scope "\n" prev "\n"
+ *            hex(sha256("")) "\n" sha256_hex
+ *   trailer: "AWS4-HMAC-SHA256-TRAILER\n" amz_date "\n" scope "\n" prev "\n"
+ *            sha256_hex
+ * where scope is "scope_date/region/service/aws4_request", sha256_hex the
+ * lower-case hex SHA-256 of the chunk's data, or of the trailer headers as
+ * "name:value\n" lines. Writes the lower-case hex signature to out.
+ * SF_ERR_INVALID_ARGUMENT when an argument is NULL or prev/sha256_hex are not
+ * 64 characters. Thread-safe for one signer.
+ */
+sf_status sf__sigv4_sign_chunk(struct sf__sigv4_signer *s, const char *amz_date,
+                               const char *scope_date, const char *region, const char *service,
+                               const char *prev_signature, int trailer, const char *sha256_hex,
+                               char out[SF__SHA256_HEX_LEN + 1]);
+
 #endif

@@ -1651,9 +1651,8 @@ static long complete_upload(const char *key_path, const char *id, const char *xm
     return r->status;
 }
 
-/* Files under the bucket folder whose names start with the mock's
- * temporary prefix: staged parts or uploads. */
-static int staged_files(void)
+/* Files under the bucket folder whose names start with prefix. */
+static int files_named(const char *prefix)
 {
     char path[700];
     snprintf(path, sizeof(path), "%s/bucket1", root);
@@ -1662,9 +1661,16 @@ static int staged_files(void)
     int n = 0;
     struct dirent *de;
     while ((de = readdir(d)))
-        n += strncmp(de->d_name, ".sfmock-", 8) == 0;
+        n += strncmp(de->d_name, prefix, strlen(prefix)) == 0;
     closedir(d);
     return n;
+}
+
+/* Staged parts or uploads: the mock's temporary files, not the hidden ETag
+ * files of multipart objects. */
+static int staged_files(void)
+{
+    return files_named(".sfmock-") - files_named(".sfmock-etag-");
 }
 
 static int count_tag(const struct s3_resp *r, const char *tag)
@@ -1991,4 +1997,451 @@ Test(mock_server_cfg, bytes_sent_counts_what_a_cut_transfer_sent)
         cr_expect_geq(sent, (double)got, "round %d: %.0f sent but the client read %zu", round, sent,
                       got);
     }
+}
+
+/* ------------------------------------------------------------ aws-chunked */
+
+#define STREAMING_SIGNED         "STREAMING-AWS4-HMAC-SHA256-PAYLOAD"
+#define STREAMING_SIGNED_TRAILER "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER"
+#define STREAMING_UNSIGNED       "STREAMING-UNSIGNED-PAYLOAD-TRAILER"
+
+/* Bitwise reflected CRCs, independent of the mock's zlib and table code. */
+static uint32_t crc_bitwise(uint32_t poly, const void *data, size_t n)
+{
+    const unsigned char *p = data;
+    uint32_t c = 0xffffffffu;
+    for (size_t i = 0; i < n; i++) {
+        c ^= p[i];
+        for (int k = 0; k < 8; k++)
+            c = (c & 1) ? (c >> 1) ^ poly : c >> 1;
+    }
+    return ~c;
+}
+
+static void crc_b64(uint32_t v, char out[16])
+{
+    unsigned char be[4] = {(unsigned char)(v >> 24), (unsigned char)(v >> 16),
+                           (unsigned char)(v >> 8), (unsigned char)v};
+    EVP_EncodeBlock((unsigned char *)out, be, 4);
+}
+
+static void crc32_b64(const void *data, size_t n, char out[16])
+{
+    crc_b64(crc_bitwise(0xEDB88320u, data, n), out);
+}
+
+/* An aws-chunked PUT built by hand, as SDKs send it. */
+struct chunked_put {
+    const char *target;
+    const void *data;
+    size_t n;
+    size_t chunk;          /* data bytes per chunk */
+    const char *mode;      /* one of the STREAMING_* values */
+    const char *trailer;   /* trailer header name ("x-amz-checksum-crc32"), or NULL */
+    const char *trailer_value; /* NULL: the right CRC32 of data */
+    int bad_chunk_sig;     /* corrupt the second chunk's signature */
+    int bad_trailer_sig;   /* corrupt the trailer signature */
+    long long decoded_len; /* x-amz-decoded-content-length; -1: n, -2: absent */
+    size_t cut;            /* send only the first `cut` encoded bytes (0: all) */
+    const char *garbage;   /* replaces the first chunk header line */
+};
+
+static void chunk_sign(struct sf__sigv4_signer *s, const char *amz_date, char prev[65],
+                       int trailer, const void *data, size_t n)
+{
+    char hash[65], sig[65];
+    sf__sha256_hex(data, n, hash);
+    char day[9];
+    memcpy(day, amz_date, 8);
+    day[8] = '\0';
+    cr_assert_eq(sf__sigv4_sign_chunk(s, amz_date, day, "us-east-1", "s3", prev, trailer, hash, sig),
+                 SF_OK);
+    memcpy(prev, sig, 65);
+}
+
+static long chunked_put(const struct chunked_put *p, struct s3_resp *r)
+{
+    int is_signed = strcmp(p->mode, STREAMING_UNSIGNED) != 0;
+    int has_trailer = strcmp(p->mode, STREAMING_SIGNED) != 0;
+    char crc[64];
+    if (p->trailer_value)
+        snprintf(crc, sizeof crc, "%s", p->trailer_value);
+    else
+        crc32_b64(p->data, p->n, crc);
+
+    /* the request's own signature seeds the chain */
+    char amz_date[SF__AMZ_DATE_LEN + 1], dlen[32], trailer_hdr[96];
+    snprintf(dlen, sizeof dlen, "%lld", p->decoded_len == -1 ? (long long)p->n : p->decoded_len);
+    snprintf(trailer_hdr, sizeof trailer_hdr, "%s",
+             p->trailer ? p->trailer : "x-amz-checksum-crc32");
+    struct sf__header hdrs[6];
+    size_t nh = 0;
+    hdrs[nh++] = (struct sf__header){"host", srv.host};
+    hdrs[nh++] = (struct sf__header){"content-encoding", "aws-chunked"};
+    if (p->decoded_len != -2)
+        hdrs[nh++] = (struct sf__header){"x-amz-decoded-content-length", dlen};
+    if (has_trailer)
+        hdrs[nh++] = (struct sf__header){"x-amz-trailer", trailer_hdr};
+    struct sf__sigv4_signer s;
+    sf__sigv4_signer_init(&s, creds.access_key, creds.secret_key, NULL, "us-east-1", "s3");
+    const char *q = strchr(p->target, '?');
+    char path[512];
+    snprintf(path, sizeof path, "%.*s", (int)(q ? q - p->target : (long)strlen(p->target)),
+             p->target);
+    struct sf__sigv4_request req = {"PUT", path, q ? q + 1 : NULL, hdrs, nh, p->mode};
+    struct sf__header extra[3];
+    size_t n_extra = 0;
+    struct sf__sigv4_result res = {0};
+    cr_assert_eq(sf__sigv4_sign_request(&s, &req, time(NULL), amz_date, extra, &n_extra, &res),
+                 SF_OK);
+    char prev[65];
+    memcpy(prev, res.signature, 65);
+
+    struct sf__strbuf b;
+    sf__strbuf_init(&b, 0);
+    const unsigned char *d = p->data;
+    size_t off = 0;
+    for (int i = 0;; i++) {
+        size_t len = p->n - off < p->chunk ? p->n - off : p->chunk;
+        if (i == 0 && p->garbage) {
+            sf__strbuf_puts(&b, p->garbage);
+        } else {
+            sf__strbuf_printf(&b, "%zx", len);
+            if (is_signed) {
+                chunk_sign(&s, amz_date, prev, 0, d + off, len);
+                char sig[65];
+                memcpy(sig, prev, 65);
+                if (i == 1 && p->bad_chunk_sig)
+                    sig[0] = sig[0] == '0' ? '1' : '0';
+                sf__strbuf_printf(&b, ";chunk-signature=%s", sig);
+            }
+        }
+        sf__strbuf_puts(&b, "\r\n");
+        sf__strbuf_append(&b, (const char *)d + off, len);
+        if (len == 0)
+            break;
+        sf__strbuf_puts(&b, "\r\n");
+        off += len;
+    }
+    if (has_trailer) {
+        char line[256];
+        snprintf(line, sizeof line, "%s:%s\n", trailer_hdr, crc);
+        sf__strbuf_printf(&b, "%s:%s\r\n", trailer_hdr, crc);
+        if (is_signed) {
+            chunk_sign(&s, amz_date, prev, 1, line, strlen(line));
+            if (p->bad_trailer_sig)
+                prev[5] = prev[5] == 'a' ? 'b' : 'a';
+            sf__strbuf_printf(&b, "x-amz-trailer-signature:%s\r\n", prev);
+        }
+    }
+    sf__strbuf_puts(&b, "\r\n");
+    cr_assert_eq(b.err, SF_OK);
+
+    char lines[8][640];
+    const char *hl[9];
+    size_t nl = 0;
+    for (size_t i = 1; i < nh; i++) /* host: curl sends it */
+        snprintf(lines[nl++], sizeof lines[0], "%s: %s", hdrs[i].name, hdrs[i].value);
+    for (size_t i = 0; i < n_extra; i++)
+        snprintf(lines[nl++], sizeof lines[0], "%s: %s", extra[i].name, extra[i].value);
+    snprintf(lines[nl++], sizeof lines[0], "Authorization: %s", res.authorization);
+    for (size_t i = 0; i < nl; i++)
+        hl[i] = lines[i];
+    hl[nl] = NULL;
+    struct s3_call c = {.method = "PUT",
+                        .target = p->target,
+                        .headers = hl,
+                        .body = b.data,
+                        .body_len = p->cut ? p->cut : b.len};
+    s3_call(srv.url, &c, r);
+    sf__strbuf_free(&b);
+    sf__sigv4_result_free(&res);
+    sf__sigv4_signer_destroy(&s);
+    return r->status;
+}
+
+/* The object's bytes over GET equal data. */
+static void expect_object(const char *target, const void *data, size_t n)
+{
+    struct s3_resp r;
+    cr_assert_eq(call("GET", target, NULL, &r), 200, "GET %s", target);
+    cr_expect_eq(r.body.len, n, "%s: %zu bytes, want %zu", target, r.body.len, n);
+    cr_expect(r.body.len == n && (n == 0 || memcmp(r.body.data, data, n) == 0), "%s differs",
+              target);
+    s3_resp_free(&r);
+}
+
+static void expect_absent(const char *target)
+{
+    struct s3_resp r;
+    cr_expect_eq(call("HEAD", target, NULL, &r), 404, "%s was stored", target);
+    s3_resp_free(&r);
+    cr_expect_eq(staged_files(), 0, "temporary files left behind");
+}
+
+/* The aws-chunked PUT p is refused with status and code, and nothing is stored. */
+static void expect_chunked_refused(const struct chunked_put *p, long status, const char *code)
+{
+    struct s3_resp r;
+    chunked_put(p, &r);
+    expect_error(&r, status, code);
+    s3_resp_free(&r);
+    expect_absent(p->target);
+}
+
+static double group_count(cJSON *st, const char *group, const char *name)
+{
+    cJSON *v = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItem(st, group), name);
+    return v ? v->valuedouble : 0;
+}
+
+Test(mock_server, aws_chunked_uploads_are_decoded_byte_exact)
+{
+    size_t n = 200 * 1024 + 17;
+    unsigned char *data = malloc(n);
+    cr_assert(data);
+    test_fill(data, n, 5);
+    struct s3_resp r;
+    struct chunked_put p = {.target = "/bucket1/signed.bin", .data = data, .n = n,
+                            .chunk = 64 * 1024, .mode = STREAMING_SIGNED, .decoded_len = -1};
+    cr_assert_eq(chunked_put(&p, &r), 200, "%s", sf__strbuf_str(&r.body));
+    s3_resp_free(&r);
+    expect_object("/bucket1/signed.bin", data, n);
+
+    /* botocore's form: unsigned chunks, a CRC32 trailer; echoed as S3 does */
+    p = (struct chunked_put){.target = "/bucket1/unsigned.bin", .data = data, .n = n,
+                             .chunk = 8192, .mode = STREAMING_UNSIGNED,
+                             .trailer = "x-amz-checksum-crc32", .decoded_len = -1};
+    cr_assert_eq(chunked_put(&p, &r), 200, "%s", sf__strbuf_str(&r.body));
+    char echo[64] = "", want[16];
+    crc32_b64(data, n, want);
+    s3_resp_header(&r, "x-amz-checksum-crc32", echo, sizeof echo);
+    cr_expect_str_eq(echo, want);
+    s3_resp_free(&r);
+    expect_object("/bucket1/unsigned.bin", data, n);
+
+    /* AWS's trailer example: 66560 'a' have CRC32C sOO8/Q== */
+    char *as = malloc(66560);
+    cr_assert(as);
+    memset(as, 'a', 66560);
+    p = (struct chunked_put){.target = "/bucket1/trailer.bin", .data = as, .n = 66560,
+                             .chunk = 65536, .mode = STREAMING_SIGNED_TRAILER,
+                             .trailer = "x-amz-checksum-crc32c", .trailer_value = "sOO8/Q==",
+                             .decoded_len = -1};
+    cr_assert_eq(chunked_put(&p, &r), 200, "%s", sf__strbuf_str(&r.body));
+    s3_resp_header(&r, "x-amz-checksum-crc32c", echo, sizeof echo);
+    cr_expect_str_eq(echo, "sOO8/Q==");
+    s3_resp_free(&r);
+    expect_object("/bucket1/trailer.bin", as, 66560);
+
+    /* an empty object is one final chunk */
+    p = (struct chunked_put){.target = "/bucket1/empty", .data = "", .n = 0, .chunk = 1,
+                             .mode = STREAMING_SIGNED, .decoded_len = -1};
+    cr_assert_eq(chunked_put(&p, &r), 200, "%s", sf__strbuf_str(&r.body));
+    s3_resp_free(&r);
+    expect_object("/bucket1/empty", "", 0);
+
+    cJSON *st = stats();
+    cr_expect_eq(group_count(st, "aws_chunked", STREAMING_SIGNED), 2);
+    cr_expect_eq(group_count(st, "aws_chunked", STREAMING_UNSIGNED), 1);
+    cr_expect_eq(group_count(st, "aws_chunked", STREAMING_SIGNED_TRAILER), 1);
+    cr_expect_eq(group_count(st, "checksums", "CRC32"), 1);
+    cr_expect_eq(group_count(st, "checksums", "CRC32C"), 1);
+    cJSON_Delete(st);
+    free(as);
+    free(data);
+}
+
+Test(mock_server, aws_chunked_bad_signatures_are_refused_and_not_stored)
+{
+    size_t n = 100 * 1024;
+    unsigned char *data = malloc(n);
+    cr_assert(data);
+    test_fill(data, n, 6);
+    struct chunked_put p = {.target = "/bucket1/k", .data = data, .n = n, .chunk = 32 * 1024,
+                            .mode = STREAMING_SIGNED, .decoded_len = -1, .bad_chunk_sig = 1};
+    expect_chunked_refused(&p, 403, "SignatureDoesNotMatch");
+
+    p.mode = STREAMING_SIGNED_TRAILER;
+    p.trailer = "x-amz-checksum-crc32";
+    p.bad_chunk_sig = 0;
+    p.bad_trailer_sig = 1;
+    expect_chunked_refused(&p, 403, "SignatureDoesNotMatch");
+    free(data);
+}
+
+Test(mock_server, aws_chunked_wrong_trailer_checksum_is_bad_digest)
+{
+    size_t n = 50 * 1024;
+    unsigned char *data = malloc(n);
+    cr_assert(data);
+    test_fill(data, n, 7);
+    const char *modes[2] = {STREAMING_UNSIGNED, STREAMING_SIGNED_TRAILER};
+    for (int i = 0; i < 2; i++) {
+        struct chunked_put p = {.target = "/bucket1/k", .data = data, .n = n, .chunk = 16384,
+                                .mode = modes[i], .trailer = "x-amz-checksum-crc32",
+                                .trailer_value = "AAAAAA==", .decoded_len = -1};
+        expect_chunked_refused(&p, 400, "BadDigest");
+    }
+    free(data);
+}
+
+Test(mock_server, aws_chunked_length_and_framing_errors_are_400)
+{
+    size_t n = 40 * 1024;
+    unsigned char *data = malloc(n);
+    cr_assert(data);
+    test_fill(data, n, 8);
+    struct s3_resp r;
+    struct chunked_put p = {.target = "/bucket1/k", .data = data, .n = n, .chunk = 16384,
+                            .mode = STREAMING_SIGNED, .decoded_len = (long long)n + 1};
+    expect_chunked_refused(&p, 400, "IncompleteBody");
+
+    p.decoded_len = -2;
+    chunked_put(&p, &r);
+    expect_error(&r, 411, "MissingContentLength");
+    s3_resp_free(&r);
+
+    /* cut inside the second chunk's data: a complete HTTP body, a truncated encoding */
+    p.decoded_len = -1;
+    p.cut = 16384 + 20000;
+    expect_chunked_refused(&p, 400, "IncompleteBody");
+
+    p.cut = 0;
+    p.mode = STREAMING_UNSIGNED;
+    p.trailer = "x-amz-checksum-crc32";
+    p.garbage = "zz";
+    expect_chunked_refused(&p, 400, "InvalidRequest");
+    free(data);
+}
+
+Test(mock_server, checksum_headers_of_plain_uploads_are_verified_and_echoed)
+{
+    size_t n = 3000;
+    unsigned char *data = malloc(n);
+    cr_assert(data);
+    test_fill(data, n, 9);
+    char crc[16], crcc[16], sha[64], hdr[3][128];
+    crc32_b64(data, n, crc);
+    crc_b64(crc_bitwise(0x82F63B78u, data, n), crcc);
+    unsigned char md[32];
+    unsigned int ml = 0;
+    EVP_Digest(data, n, md, &ml, EVP_sha256(), NULL);
+    EVP_EncodeBlock((unsigned char *)sha, md, 32);
+    snprintf(hdr[0], sizeof hdr[0], "x-amz-checksum-crc32: %s", crc);
+    snprintf(hdr[1], sizeof hdr[1], "x-amz-checksum-crc32c: %s", crcc);
+    snprintf(hdr[2], sizeof hdr[2], "x-amz-checksum-sha256: %s", sha);
+    for (int i = 0; i < 3; i++) {
+        const char *h[] = {hdr[i], NULL};
+        struct s3_call c = {.method = "PUT", .target = "/bucket1/ok", .headers = h, .body = data,
+                            .body_len = n, .creds = &creds};
+        struct s3_resp r;
+        s3_call(srv.url, &c, &r);
+        cr_expect_eq(r.status, 200, "%s: %s", hdr[i], sf__strbuf_str(&r.body));
+        char name[64], echo[64] = "";
+        snprintf(name, sizeof name, "%.*s", (int)(strchr(hdr[i], ':') - hdr[i]), hdr[i]);
+        s3_resp_header(&r, name, echo, sizeof echo);
+        cr_expect_str_eq(echo, strchr(hdr[i], ' ') + 1);
+        s3_resp_free(&r);
+    }
+    const char *bad[] = {"x-amz-checksum-sha1: 2jmj7l5rSw0yVb/vlWAYkK/YBwk=", NULL};
+    struct s3_call c = {.method = "PUT", .target = "/bucket1/bad", .headers = bad, .body = data,
+                        .body_len = n, .creds = &creds};
+    struct s3_resp r;
+    s3_call(srv.url, &c, &r);
+    expect_error(&r, 400, "BadDigest");
+    s3_resp_free(&r);
+    expect_absent("/bucket1/bad");
+
+    /* UploadPart checks them the same way */
+    char id[128];
+    create_upload("/bucket1/mp", id, sizeof id);
+    char target[256];
+    snprintf(target, sizeof target, "/bucket1/mp?partNumber=1&uploadId=%s", id);
+    const char *wrong[] = {"x-amz-checksum-crc32: AAAAAA==", NULL};
+    c = (struct s3_call){.method = "PUT", .target = target, .headers = wrong, .body = data,
+                         .body_len = n, .creds = &creds};
+    s3_call(srv.url, &c, &r);
+    expect_error(&r, 400, "BadDigest");
+    s3_resp_free(&r);
+    cr_expect_eq(staged_files(), 0);
+    free(data);
+}
+
+/* Uploads data as a 2-part multipart object (5 MiB + the rest); its ETag. */
+static void multipart_put(const char *key_path, const unsigned char *data, size_t n,
+                          char *etag, size_t etag_len)
+{
+    size_t sizes[2] = {5 * MiB, n - 5 * MiB};
+    char id[128], etags[2][64], xml[512];
+    create_upload(key_path, id, sizeof id);
+    cr_assert_eq(upload_part(key_path, id, 1, data, sizes[0], etags[0], sizeof etags[0]), 200);
+    cr_assert_eq(upload_part(key_path, id, 2, data + sizes[0], sizes[1], etags[1], sizeof etags[1]),
+                 200);
+    snprintf(xml, sizeof xml,
+             "<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>%s</ETag></Part>"
+             "<Part><PartNumber>2</PartNumber><ETag>%s</ETag></Part></CompleteMultipartUpload>",
+             etags[0], etags[1]);
+    struct s3_resp r;
+    cr_assert_eq(complete_upload(key_path, id, xml, &r), 200, "%s", sf__strbuf_str(&r.body));
+    s3_resp_free(&r);
+    multipart_etag(data, sizes, 2, etag, etag_len);
+}
+
+static void expect_etag(const char *target, const char *want)
+{
+    struct s3_resp r;
+    char etag[64] = "";
+    cr_assert_eq(call("HEAD", target, NULL, &r), 200, "HEAD %s", target);
+    s3_resp_header(&r, "ETag", etag, sizeof etag);
+    s3_resp_free(&r);
+    cr_expect_str_eq(etag, want, "ETag of %s", target);
+}
+
+Test(mock_server, multipart_etag_survives_a_restart_and_goes_with_the_object)
+{
+    size_t n = 5 * MiB + 1000;
+    unsigned char *data = malloc(n);
+    cr_assert(data);
+    test_fill(data, n, 10);
+    char want[64], want2[64];
+    multipart_put("/bucket1/mp.bin", data, n, want, sizeof want);
+    multipart_put("/bucket1/d/mp2.bin", data, n, want2, sizeof want2);
+    expect_etag("/bucket1/mp.bin", want);
+    cr_expect_eq(files_named(".sfmock-etag-mp.bin"), 1, "the hidden ETag file of mp.bin");
+    cr_expect_eq(staged_files(), 0);
+
+    /* a new server on the same root answers the multipart ETags */
+    cr_assert_eq(mock_proc_stop(&srv), 0);
+    const char *args[] = {"--access-key", "test-ak", "--secret-key", "test-secret", NULL};
+    cr_assert_eq(mock_proc_start(&srv, root, args), 0);
+    expect_etag("/bucket1/mp.bin", want);
+    expect_etag("/bucket1/d/mp2.bin", want2);
+    struct s3_resp r;
+    cr_assert_eq(call("GET", "/bucket1?list-type=2", NULL, &r), 200);
+    cr_expect(strstr(sf__strbuf_str(&r.body), "-2&quot;</ETag>"), "listing: %s",
+              sf__strbuf_str(&r.body));
+    cr_expect(!strstr(sf__strbuf_str(&r.body), ".sfmock"), "the sidecar is listed: %s",
+              sf__strbuf_str(&r.body));
+    s3_resp_free(&r);
+
+    /* overwritten: the content's MD5 again, and the sidecar is gone */
+    put_object("/bucket1/mp.bin", data, 100);
+    unsigned char md[16];
+    md5_of(data, 100, md);
+    char md5_etag[40] = "\"";
+    for (int i = 0; i < 16; i++)
+        snprintf(md5_etag + 1 + 2 * i, 3, "%02x", md[i]);
+    strcat(md5_etag, "\"");
+    expect_etag("/bucket1/mp.bin", md5_etag);
+    cr_expect_eq(files_named(".sfmock-"), 0, "a hidden file is left");
+
+    /* deleted: the folder d/ holds nothing and is pruned */
+    cr_assert_eq(call("DELETE", "/bucket1/d/mp2.bin", NULL, &r), 204);
+    s3_resp_free(&r);
+    char path[700];
+    snprintf(path, sizeof path, "%s/bucket1/d", root);
+    struct stat sb;
+    cr_expect_neq(stat(path, &sb), 0, "bucket1/d still exists (a sidecar left in it?)");
+    free(data);
 }

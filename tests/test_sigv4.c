@@ -507,6 +507,102 @@ Test(sigv4, s3_doc_get_object_vector)
     sf__sigv4_signer_destroy(&s);
 }
 
+/* AWS's "Transferring Payload in Multiple Chunks" example: 66560 bytes of
+ * 'a' sent as chunks of 65536, 1024 and 0 bytes. The seed signature is the
+ * request's own; each chunk's signature chains on the previous one. */
+#define CHUNK_SEED "4f232c4386841ef735655705268965c44a0e4690baa4adea153f7db9fa80a0a9"
+
+Test(sigv4, s3_doc_chunked_seed_signature)
+{
+    struct sf__sigv4_signer s;
+    sf__sigv4_signer_init(&s, DOC_AK, DOC_SECRET, NULL, "us-east-1", "s3");
+    const struct sf__header hdrs[] = {
+        {"Host", "s3.amazonaws.com"},
+        {"x-amz-date", DOC_DATE},
+        {"x-amz-storage-class", "REDUCED_REDUNDANCY"},
+        {"Content-Encoding", "aws-chunked"},
+        {"Content-Length", "66824"},
+        {"x-amz-content-sha256", "STREAMING-AWS4-HMAC-SHA256-PAYLOAD"},
+        {"x-amz-decoded-content-length", "66560"},
+    };
+    struct sf__sigv4_request req = {"PUT", "/examplebucket/chunkObject.txt", NULL, hdrs, 7,
+                                    "STREAMING-AWS4-HMAC-SHA256-PAYLOAD"};
+    struct sf__sigv4_result res;
+    cr_assert_eq(sf__sigv4_sign(&s, &req, DOC_DATE, &res), SF_OK);
+    cr_expect_str_eq(res.signature, CHUNK_SEED);
+    sf__sigv4_result_free(&res);
+    sf__sigv4_signer_destroy(&s);
+}
+
+/* Signs AWS's three example chunks (65536, 1024 and 0 bytes of 'a') on the
+ * chain seeded by seed, expecting want[i]; leaves the last signature in prev. */
+static void doc_chunk_chain(struct sf__sigv4_signer *s, const char *seed, const char *const want[3],
+                            char prev[SF__SHA256_HEX_LEN + 1])
+{
+    static char data[65536];
+    memset(data, 'a', sizeof data);
+    const size_t sizes[3] = {65536, 1024, 0};
+    memcpy(prev, seed, SF__SHA256_HEX_LEN + 1);
+    for (int i = 0; i < 3; i++) {
+        char hash[SF__SHA256_HEX_LEN + 1], sig[SF__SHA256_HEX_LEN + 1];
+        sf__sha256_hex(data, sizes[i], hash);
+        cr_assert_eq(sf__sigv4_sign_chunk(s, DOC_DATE, "20130524", "us-east-1", "s3", prev, 0,
+                                          hash, sig),
+                     SF_OK);
+        cr_expect_str_eq(sig, want[i], "chunk %d", i);
+        memcpy(prev, sig, SF__SHA256_HEX_LEN + 1);
+    }
+}
+
+Test(sigv4, s3_doc_chunk_signatures_chain)
+{
+    struct sf__sigv4_signer s;
+    sf__sigv4_signer_init(&s, DOC_AK, DOC_SECRET, NULL, "us-east-1", "s3");
+    const char *const want[3] = {
+        "ad80c730a21e5b8d04586a2213dd63b9a0e99e0e2307b0ade35a65485a288648",
+        "0055627c9e194cb4542bae2aa5492e3c1575bbb81b612b7d234b86a503ef5497",
+        "b6c6ea8a5354eaf15b3cb7646744f4275b71ea724fed81ceb9323e279d449df9",
+    };
+    char prev[SF__SHA256_HEX_LEN + 1];
+    doc_chunk_chain(&s, CHUNK_SEED, want, prev);
+    /* The second chunk signed on another chain (the seed) does not match. */
+    char data[1024], hash[SF__SHA256_HEX_LEN + 1], sig[SF__SHA256_HEX_LEN + 1];
+    memset(data, 'a', sizeof data);
+    sf__sha256_hex(data, sizeof data, hash);
+    cr_assert_eq(sf__sigv4_sign_chunk(&s, DOC_DATE, "20130524", "us-east-1", "s3", CHUNK_SEED, 0,
+                                      hash, sig),
+                 SF_OK);
+    cr_expect_str_neq(sig, want[1]);
+    cr_expect_eq(sf__sigv4_sign_chunk(&s, DOC_DATE, "20130524", "us-east-1", "s3", "abc", 0, hash,
+                                      sig),
+                 SF_ERR_INVALID_ARGUMENT);
+    sf__sigv4_signer_destroy(&s);
+}
+
+/* AWS's trailing-headers example: the same 66560 bytes sent as
+ * STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER, with the trailer
+ * "x-amz-checksum-crc32c:sOO8/Q==" signed after the final chunk. */
+Test(sigv4, s3_doc_trailer_signature)
+{
+    struct sf__sigv4_signer s;
+    sf__sigv4_signer_init(&s, DOC_AK, DOC_SECRET, NULL, "us-east-1", "s3");
+    const char *const want[3] = {
+        "b474d8862b1487a5145d686f57f013e54db672cee1c953b3010fb58501ef5aa2",
+        "1c1344b170168f8e65b41376b44b20fe354e373826ccbbe2c1d40a8cae51e5c7",
+        "2ca2aba2005185cf7159c6277faf83795951dd77a3a99e6e65d5c9f85863f992",
+    };
+    char prev[SF__SHA256_HEX_LEN + 1], hash[SF__SHA256_HEX_LEN + 1], sig[SF__SHA256_HEX_LEN + 1];
+    doc_chunk_chain(&s, "106e2a8a18243abcf37539882f36619c00e2dfc72633413f02d3b74544bfeb8e", want,
+                    prev);
+    const char trailer[] = "x-amz-checksum-crc32c:sOO8/Q==\n";
+    sf__sha256_hex(trailer, sizeof trailer - 1, hash);
+    cr_assert_eq(
+        sf__sigv4_sign_chunk(&s, DOC_DATE, "20130524", "us-east-1", "s3", prev, 1, hash, sig),
+        SF_OK);
+    cr_expect_str_eq(sig, "d81f82fc3505edab99d459891051a732e8730629a2e4a59689829ca17fe2e435");
+    sf__sigv4_signer_destroy(&s);
+}
+
 Test(sigv4, sign_request_adds_date_and_payload_headers)
 {
     struct sf__sigv4_signer s;

@@ -148,7 +148,8 @@ def warm_cache(sources, *, cache_dir, cache_limit=None, verify=False, dry_run=Fa
 
 
 def pack(src_dir, dest_url, *, format="tar", shard_bytes=None, zstd_level=0, name_pattern=None,
-         layout="auto", follow_symlinks=False, tmp_dir=None, progress=None, **s3):
+         layout="auto", follow_symlinks=False, tmp_dir=None, progress=None, part_size=None,
+         **s3):
     """Packs the folder ``src_dir`` (ImageFolder: one folder per class; or
     flat, WebDataset-style) into tar or record shards plus index.json at
     ``dest_url`` (a local folder or ``s3://bucket/prefix``), as
@@ -159,6 +160,9 @@ def pack(src_dir, dest_url, *, format="tar", shard_bytes=None, zstd_level=0, nam
     compresses records (record format only; 0 = off). name_pattern: shard
     names with one %u (default "shard-%06u.tar" / ".sfr"). layout: "auto",
     "imagefolder" or "flat". tmp_dir: staging folder for s3:// uploads.
+    part_size: s3:// only, a shard larger than this is uploaded as a
+    multipart upload in parts of this size (int or "64M"; 5 MiB to 5 GiB;
+    default 64 MiB), as ``--part-size``.
 
     progress gets {bytes_done, bytes_total, files_done, files_total,
     shards_done}. Returns a dict of the sf_pack_result fields (format,
@@ -176,7 +180,8 @@ def pack(src_dir, dest_url, *, format="tar", shard_bytes=None, zstd_level=0, nam
         _choice(fn, "format", format, ("tar", "record")), shard_bytes, zstd_level, name_pattern,
         _choice(fn, "layout", layout, ("auto", "imagefolder", "flat")),
         _flag(fn, "follow_symlinks", follow_symlinks),
-        None if tmp_dir is None else _path(fn, "tmp_dir", tmp_dir), _callable(fn, progress))
+        None if tmp_dir is None else _path(fn, "tmp_dir", tmp_dir), _callable(fn, progress),
+        part_size)
 
 
 def index(sources, *, dry_run=False, output=None, parallel=None, window=None, progress=None,

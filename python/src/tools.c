@@ -802,15 +802,15 @@ done:
 /* ------------------------------------------------------------ pack */
 
 /* _pack(src, dest, options_json, format, shard_bytes, zstd_level, name_pattern,
- *       layout, follow_symlinks, tmp_dir, progress) -> dict */
+ *       layout, follow_symlinks, tmp_dir, progress, part_bytes) -> dict */
 static PyObject *py_pack(PyObject *self, PyObject *args)
 {
     (void)self;
     const char *src, *dest, *json, *format, *pattern, *layout, *tmp_dir;
-    PyObject *shard_obj, *zstd_obj, *progress;
+    PyObject *shard_obj, *zstd_obj, *progress, *part_obj;
     int follow;
-    if (!PyArg_ParseTuple(args, "ssssOOzspzO:_pack", &src, &dest, &json, &format, &shard_obj,
-                          &zstd_obj, &pattern, &layout, &follow, &tmp_dir, &progress))
+    if (!PyArg_ParseTuple(args, "ssssOOzspzOO:_pack", &src, &dest, &json, &format, &shard_obj,
+                          &zstd_obj, &pattern, &layout, &follow, &tmp_dir, &progress, &part_obj))
         return NULL;
     struct sf_pack_options o;
     sf_pack_options_init_default(&o);
@@ -839,6 +839,12 @@ static PyObject *py_pack(PyObject *self, PyObject *args)
         if (get_size(shard_obj, "pack", "shard_bytes", 1024, &u) < 0)
             return NULL;
         o.shard_bytes = u;
+    }
+    if (part_obj != Py_None) {
+        /* sf_pack() checks the upper bound (5 GiB) and names it */
+        if (get_size(part_obj, "pack", "part_size", SF_UPLOAD_PART_BYTES_MIN, &u) < 0)
+            return NULL;
+        o.part_bytes = u;
     }
     if (get_uint(zstd_obj, "pack", "zstd_level", 0, 22, &u) < 0)
         return NULL;
@@ -1238,7 +1244,7 @@ static PyMethodDef methods[] = {
      "_warm_cache(sources, options_json, verify, dry_run, max_objects, progress) -> dict"},
     {"_pack", py_pack, METH_VARARGS,
      "_pack(src, dest, options_json, format, shard_bytes, zstd_level, name_pattern, layout, "
-     "follow_symlinks, tmp_dir, progress) -> dict"},
+     "follow_symlinks, tmp_dir, progress, part_bytes) -> dict"},
     {"_index", py_index, METH_VARARGS,
      "_index(sources, options_json, dry_run, output, parallel, window, progress) -> "
      "(json_text, index_url)"},

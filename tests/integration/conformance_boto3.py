@@ -11,6 +11,7 @@ Only the standard library and boto3 are used.
 """
 
 import argparse
+import base64
 import concurrent.futures
 import contextlib
 import hashlib
@@ -21,6 +22,7 @@ import random
 import re
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -29,6 +31,7 @@ import time
 import traceback
 import urllib.error
 import urllib.request
+import zlib
 
 import boto3
 from boto3.s3.transfer import TransferConfig
@@ -106,20 +109,34 @@ def md5_etag(data):
     return '"' + hashlib.md5(data).hexdigest() + '"'
 
 
+def expect_download(s3, key, path, cfg, want):
+    """download_file of key to path gives exactly want."""
+    s3.download_file(BUCKET, key, path, Config=cfg)
+    with open(path, "rb") as f:
+        expect(f.read() == want, f"downloaded bytes of {key} differ")
+
+
+def multipart_etag(parts):
+    """S3's ETag of an object uploaded in these parts: md5 of the md5s, "-N"."""
+    md5s = b"".join(hashlib.md5(p).digest() for p in parts)
+    return '"%s-%d"' % (hashlib.md5(md5s).hexdigest(), len(parts))
+
+
 class Server:
     """The mock server as a child process; port read from its first stdout line."""
 
-    def __init__(self, binary, root):
+    def __init__(self, binary, root, tls=None):
+        extra = ["--tls-cert", tls[0], "--tls-key", tls[1]] if tls else []
         self.proc = subprocess.Popen(
             [binary, "--port", "0", "--root", root,
-             "--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY, "--quiet"],
+             "--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY, "--quiet"] + extra,
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=None)
         line = self._first_line(timeout=15)
-        m = re.fullmatch(r"listening on http://127\.0\.0\.1:(\d+)", line.strip())
+        m = re.fullmatch(r"listening on (https?)://127\.0\.0\.1:(\d+)", line.strip())
         if not m:
             raise RuntimeError(f"unexpected first stdout line: {line!r}")
-        self.port = int(m.group(1))
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.port = int(m.group(2))
+        self.url = f"{m.group(1)}://127.0.0.1:{self.port}"
         # Keep draining stdout so a chatty server can never block on a full pipe.
         threading.Thread(target=self._drain, daemon=True).start()
 
@@ -154,7 +171,7 @@ class Server:
             self.proc.wait()
 
 
-def make_client(url, access_key=ACCESS_KEY, secret_key=SECRET_KEY):
+def make_client(url, access_key=ACCESS_KEY, secret_key=SECRET_KEY, verify=None):
     cfg = Config(
         s3={"addressing_style": "path"},
         signature_version="s3v4",
@@ -167,7 +184,7 @@ def make_client(url, access_key=ACCESS_KEY, secret_key=SECRET_KEY):
     )
     return boto3.session.Session().client(
         "s3", endpoint_url=url, region_name=REGION, config=cfg,
-        aws_access_key_id=access_key, aws_secret_access_key=secret_key)
+        aws_access_key_id=access_key, aws_secret_access_key=secret_key, verify=verify)
 
 
 def open_stalled_get(url, path, stall_ms):
@@ -439,8 +456,7 @@ def run_checks(c, server, tmp):
     mp_cfg = TransferConfig(multipart_threshold=5 * MIB, multipart_chunksize=5 * MIB,
                             max_concurrency=4, preferred_transfer_client="classic")
     mp_parts = [mp_data[i:i + 5 * MIB] for i in range(0, len(mp_data), 5 * MIB)]
-    mp_etag = '"%s-%d"' % (hashlib.md5(b"".join(hashlib.md5(p).digest()
-                                                 for p in mp_parts)).hexdigest(), len(mp_parts))
+    mp_etag = multipart_etag(mp_parts)
     with c.check("upload_file of 20 MiB in 5 MiB parts (4 threads): ETag is md5 of md5s -5"):
         path = os.path.join(tmp, "multipart.bin")
         with open(path, "wb") as f:
@@ -452,10 +468,8 @@ def run_checks(c, server, tmp):
         expect_eq(h["ETag"], mp_etag, "ETag")
 
     with c.check("download_file of the multipart object (ranged, 4 threads) is identical"):
-        path = os.path.join(tmp, "multipart-down.bin")
-        s3.download_file(BUCKET, "uploads/multipart.bin", path, Config=mp_cfg)
-        with open(path, "rb") as f:
-            expect(f.read() == mp_data, "downloaded bytes differ")
+        expect_download(s3, "uploads/multipart.bin", os.path.join(tmp, "multipart-down.bin"),
+                        mp_cfg, mp_data)
         r = s3.get_object(Bucket=BUCKET, Key="uploads/multipart.bin")
         gets += 1
         expect_eq(r["ETag"], mp_etag, "GetObject ETag")
@@ -620,6 +634,112 @@ def run_checks(c, server, tmp):
     return held
 
 
+def make_cert(tmp):
+    """A self-signed P-256 certificate for 127.0.0.1 (its own CA): (cert, key) paths."""
+    cert, key = os.path.join(tmp, "cert.pem"), os.path.join(tmp, "key.pem")
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+         "-nodes", "-keyout", key, "-out", cert, "-days", "1", "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+         "-addext", "basicConstraints=critical,CA:TRUE"],
+        check=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE)
+    return cert, key
+
+
+def run_tls_checks(c, binary, tmp):
+    """boto3 over HTTPS: botocore then sends PutObject and UploadPart bodies
+    aws-chunked (STREAMING-UNSIGNED-PAYLOAD-TRAILER, a CRC32 trailer). The mock
+    counts those bodies in /_mock/stats, so these checks fail if botocore stops
+    using aws-chunked (the point of the section) as well as if the mock
+    decodes them wrong. Then a restart on the same root keeps the multipart
+    ETag."""
+    root = os.path.join(tmp, "tls-root")
+    os.mkdir(root)
+    tls = None
+    with c.check("TLS: a self-signed certificate is made (openssl)"):
+        tls = make_cert(tmp)
+    if tls is None:
+        return
+    server = None
+    with c.check("TLS: the server starts on https"):
+        server = Server(binary, root, tls=tls)
+        expect(server.url.startswith("https://"), server.url)
+    if server is None:
+        return
+    ctx = ssl.create_default_context(cafile=tls[0])
+
+    def mock_stats():
+        with urllib.request.urlopen(server.url + "/_mock/stats", context=ctx, timeout=10) as r:
+            return json.loads(r.read())
+
+    rng = random.Random(4242)
+    s3 = make_client(server.url, verify=tls[0])
+    mp_data = rng.randbytes(15 * MIB + 777)
+    mp_parts = [mp_data[i:i + 5 * MIB] for i in range(0, len(mp_data), 5 * MIB)]
+    mp_etag = multipart_etag(mp_parts)
+    try:
+        with c.check("TLS: bucket created"):
+            s3.create_bucket(Bucket=BUCKET)
+
+        small = rng.randbytes(300 * 1024 + 5)
+        with c.check("TLS: put_object is sent aws-chunked with a CRC32 trailer, stored exactly"):
+            before = mock_stats().get("aws_chunked", {})
+            r = s3.put_object(Bucket=BUCKET, Key="tls/small.bin", Body=small)
+            after = mock_stats()
+            chunked = after.get("aws_chunked", {})
+            got = sum(chunked.values()) - sum(before.values())
+            expect_eq(got, 1, "aws-chunked bodies seen by the mock (botocore over https)")
+            expect(after.get("checksums", {}).get("CRC32", 0) >= 1, "no CRC32 checked")
+            crc = base64.b64encode(zlib.crc32(small).to_bytes(4, "big")).decode()
+            expect_eq(r.get("ChecksumCRC32"), crc, "echoed x-amz-checksum-crc32")
+            expect_eq(r["ETag"], md5_etag(small), "ETag")
+            body = s3.get_object(Bucket=BUCKET, Key="tls/small.bin")["Body"].read()
+            expect(body == small, "body differs")
+
+        mp_cfg = TransferConfig(multipart_threshold=5 * MIB, multipart_chunksize=5 * MIB,
+                                max_concurrency=4, preferred_transfer_client="classic")
+        with c.check("TLS: upload_file of 15 MiB in 5 MiB parts, each part aws-chunked"):
+            before = sum(mock_stats().get("aws_chunked", {}).values())
+            path = os.path.join(tmp, "tls-multipart.bin")
+            with open(path, "wb") as f:
+                f.write(mp_data)
+            s3.upload_file(path, BUCKET, "tls/multipart.bin", Config=mp_cfg)
+            after = mock_stats()
+            expect_eq(sum(after.get("aws_chunked", {}).values()) - before, len(mp_parts),
+                      "aws-chunked UploadPart bodies")
+            expect_eq(after["operations"].get("UploadPart"), len(mp_parts), "UploadPart count")
+            h = s3.head_object(Bucket=BUCKET, Key="tls/multipart.bin")
+            expect_eq(h["ContentLength"], len(mp_data), "ContentLength")
+            expect_eq(h["ETag"], mp_etag, "ETag")
+
+        with c.check("TLS: download_file of the multipart object is identical"):
+            expect_download(s3, "tls/multipart.bin", os.path.join(tmp, "tls-down.bin"),
+                            mp_cfg, mp_data)
+
+        with c.check("TLS: a wrong x-amz-checksum-crc32 is 400 BadDigest, nothing stored"):
+            code = client_error(s3.put_object, Bucket=BUCKET, Key="tls/bad.bin",
+                                Body=b"0123456789", ChecksumCRC32="AAAAAA==")
+            expect_eq(code, ("BadDigest", 400), "error")
+            expect_eq(client_error(s3.head_object, Bucket=BUCKET, Key="tls/bad.bin"),
+                      ("404", 404), "HEAD of the refused key")
+    finally:
+        with c.check("TLS: SIGTERM -> exit status 0"):
+            expect_eq(server.terminate(timeout=10), 0, "exit status")
+        server.kill()
+
+    with c.check("TLS: after a restart on the same root, the multipart ETag is the same"):
+        again = Server(binary, root, tls=tls)
+        try:
+            s3 = make_client(again.url, verify=tls[0])
+            h = s3.head_object(Bucket=BUCKET, Key="tls/multipart.bin")
+            expect_eq(h["ETag"], mp_etag, "ETag after the restart")
+            expect_eq(h["ContentLength"], len(mp_data), "ContentLength")
+        finally:
+            again.terminate(timeout=10)
+            again.kill()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--server", required=True, help="path to shardfeed-mock-s3")
@@ -651,6 +771,7 @@ def main():
                 expect_eq(rc, 0, f"exit status (after {time.monotonic() - start:.2f} s)")
             for conn in held:
                 conn.close()
+            run_tls_checks(c, args.server, tmp)
     except Exception:  # noqa: BLE001 - an unexpected crash of the script itself
         c.failed += 1
         print("FAIL unexpected error in the test script:", flush=True)

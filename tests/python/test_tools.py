@@ -325,6 +325,29 @@ def test_pack_to_s3_then_ls_shows_the_shards_and_the_index(mock_s3, tmp_path):
     assert last["shards_done"] == res["shards"]
 
 
+def test_pack_part_size_uploads_a_large_shard_in_parts(mock_s3, tmp_path):
+    b = mock_s3.bucket("parts")
+    src, n_files, n_bytes = image_folder(tmp_path, 3, 2 * 1024 * 1024)  # one ~12 MiB shard
+    res = shardfeed.pack(str(src), b + "/ds", shard_bytes="64M", part_size="5M",
+                         tmp_dir=str(tmp_path), endpoint_url=mock_s3.endpoint_url)
+    assert res["shards"] == 1 and res["files"] == n_files
+    st = shardfeed.stat(b + "/ds/shard-000000.tar", endpoint_url=mock_s3.endpoint_url)
+    assert st["size"] == res["shard_bytes"]
+    # 5 MiB parts: S3's multipart ETag ends in -3 (md5 of the parts' md5s, "-N")
+    with open(os.path.join(mock_s3.root, "parts", "ds", "shard-000000.tar"), "rb") as f:
+        data = f.read()
+    part = 5 * 1024 * 1024
+    md5s = b"".join(hashlib.md5(data[i:i + part]).digest() for i in range(0, len(data), part))
+    assert st["etag"].strip('"') == f"{hashlib.md5(md5s).hexdigest()}-3"
+    assert mock_s3.stats()["operations"].get("UploadPart") == 3
+
+    with pytest.raises(shardfeed.ConfigError, match="part_size"):
+        shardfeed.pack(str(src), b + "/x", part_size="1M", endpoint_url=mock_s3.endpoint_url)
+    with pytest.raises(shardfeed.Error, match="part size"):
+        shardfeed.pack(str(src), b + "/y", part_size="6G", tmp_dir=str(tmp_path),
+                       endpoint_url=mock_s3.endpoint_url)
+
+
 def test_pack_progress_exception_cancels_and_leaves_nothing(tmp_path):
     src, _n, _b = image_folder(tmp_path, 6, 2000)
     dest = tmp_path / "dest"
