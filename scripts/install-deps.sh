@@ -7,6 +7,7 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config git ca-certificates curl
   libcurl4-openssl-dev libssl-dev libzstd-dev libturbojpeg0-dev libjpeg62-turbo-dev libstb-dev
   libjpeg-turbo-progs libcjson-dev libexpat1-dev libxxhash-dev libmicrohttpd-dev libcriterion-dev
+  zlib1g-dev openssl # the mock's CRC32 checksums; the TLS conformance test's certificate
   python3 python3-dev python3-pip python3-boto3 awscli nginx-light
   oclgrind ocl-icd-opencl-dev opencl-c-headers
   clang-14 libclang-rt-14-dev # scripts/fuzz.sh: clang -fsanitize=fuzzer needs libclang_rt.fuzzer
