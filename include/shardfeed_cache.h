@@ -72,8 +72,9 @@ SF_API sf_status sf_cache_new(const struct sf_cache_options *o, struct sf_cache 
 SF_API void sf_cache_destroy(struct sf_cache *c);
 /* The directory in use (the resolved default when o->dir was NULL). */
 SF_API const char *sf_cache_dir(const struct sf_cache *c);
-/* Detail of the last failure of a call on c; "" when none. */
-SF_API void sf_cache_errmsg(const struct sf_cache *c, char *buf, size_t len);
+/* Copies the detail of the last failure of a call on c ("" when none) into
+ * buf and returns buf, as sf_s3_errmsg() does. */
+SF_API const char *sf_cache_errmsg(const struct sf_cache *c, char *buf, size_t len);
 
 /* ------------------------------------------------------------ objects */
 

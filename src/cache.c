@@ -167,10 +167,11 @@ const char *sf_cache_dir(const struct sf_cache *c)
     return c->dir;
 }
 
-void sf_cache_errmsg(const struct sf_cache *c, char *buf, size_t len)
+const char *sf_cache_errmsg(const struct sf_cache *c, char *buf, size_t len)
 {
-    if (len)
-        snprintf(buf, len, "%s", c->errmsg);
+    if (buf && len)
+        snprintf(buf, len, "%s", c ? c->errmsg : "");
+    return buf;
 }
 
 /* ------------------------------------------------------------ objects */
