@@ -23,7 +23,7 @@
  * window halve, and halve again on every throttled answer among the first
  * 4 after a halving (over a limit by k, about log2 k halvings of a few
  * answers each, not the share rule's dozen per rank). The answers during
- * descents are the evidence: at least 3 throttled and a third of them
+ * descents are the evidence: at least 3 throttled, a third of the answers,
  * confirm a limit (congestion avoidance, below); otherwise the descent was
  * noise, the rate before it comes back and slow start goes on (6 descents
  * at most, then only the rules below).
@@ -140,7 +140,8 @@ enum sf__verdict sf__policy_record(struct sf__policy *p, uint64_t now_ns, uint64
  * tried again. If so takes the quota (adding it to *tokens_held) and sets
  * *delay_ms to a full-jitter back-off: uniform in [0, min(cap, base x 2^(attempts-1))]
  * with the throttling base while the rate is cut (verdict CUT/PROBE/CONFIRM or
- * a cap in force) and the short base otherwise.
+ * a cap in force; not a slow start's cap, nor a descent before it confirms a
+ * limit) and the short base otherwise.
  */
 enum sf__retry_refusal sf__policy_retry(struct sf__policy *p, unsigned attempts,
                                         enum sf__outcome o, enum sf__verdict v,
