@@ -9,7 +9,7 @@
 #    warm-cache, emptied before each run). Rounds rotate the tool order. The
 #    warm-cache output is checked with `shardfeed cache verify`, the others'
 #    with sha256 on the first run and sizes after.
-#      warm-cache  shardfeed warm-cache --cache-dir DIR   (defaults: --concurrency 16
+#      warm-cache  shardfeed warm-cache --cache-dir DIR   (defaults: --concurrency 32
 #                  --chunk-size 8M, --io-threads min(CPUs, 4))
 #      s5cmd       s5cmd --endpoint-url URL cp 's3://bench/*' DIR/   (defaults)
 #      aws         aws --endpoint-url URL s3 cp --recursive s3://bench/ DIR/

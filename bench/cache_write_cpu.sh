@@ -7,7 +7,7 @@
 # Serves the files of DIR (e.g. tar shards) from one shardfeed-mock-s3 and, each
 # round, for each build in turn (the order rotates), runs `shardfeed warm-cache`
 # of all of them into an empty cache directory under --cache-parent (default
-# /tmp, a disk) with the defaults (concurrency 16, chunk 8M), then `sync`.
+# /tmp, a disk) with the defaults (concurrency 32, chunk 8M), then `sync`.
 # Reports per build the medians of the client's CPU time (user + sys, from
 # /usr/bin/time) and of the wall time; each run's entries are checked with
 # `shardfeed cache verify`. On a shared machine CPU time is the steadier

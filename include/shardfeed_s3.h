@@ -43,7 +43,7 @@ struct sf_s3_options {
     int insecure;          /* 1: do not verify TLS certificates (never the default) */
     int http2;             /* 1: offer HTTP/2 over TLS; default 0 (HTTP/1.1) */
 
-    unsigned concurrency;                /* requests in flight in total; default 16 */
+    unsigned concurrency;                /* requests in flight in total; default 32 */
     unsigned io_threads;                 /* I/O threads sharing concurrency, each with its
                                             own connection pool; 0 (default): the CPUs this
                                             process may use, at most 4; 1: one thread */

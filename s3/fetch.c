@@ -1727,6 +1727,9 @@ sf_status sf__engine_new(const struct sf__engine_config *c, struct sf__engine **
         .throttle_base_ms = e->cfg.throttle_base_ms,
         .retry_cap_ms = e->cfg.retry_cap_ms,
         .retry_quota = e->cfg.retry_quota,
+        /* S3 asks clients to ramp up gradually; from 100/s a rank doubles
+         * in about 0.14 s of successes (docs/transport.md, "Slow start") */
+        .start_rps = SF__START_RPS,
     };
     int policy_ok = sf__policy_init(&e->policy, &pc, e->rng) == 0;
     /* no more threads than requests in flight: each has a share of them */

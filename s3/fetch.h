@@ -32,6 +32,8 @@
  * run on (sched_getaffinity), at most SF__IO_THREADS_DEFAULT_MAX. */
 #define SF__IO_THREADS_MAX         64
 #define SF__IO_THREADS_DEFAULT_MAX 4
+/* The request rate a new engine starts at (slow start, s3/fetch_policy.h). */
+#define SF__START_RPS 100.0
 unsigned sf__io_threads_default(void);
 
 /* What the I/O thread asks the client to turn into a request. */

@@ -16,6 +16,18 @@
  * at the current rate cut again whatever the share (congestion avoidance:
  * every rank sharing the limit decreases, so AIMD converges to fair shares).
  *
+ * Slow start (start_rps > 0): a new policy caps its request rate at
+ * start_rps (half the window may start at once) and adds a few requests/s
+ * per success, doubling in a fraction of a second, until the cap would no
+ * longer bind. Its first 2 throttled answers start a descent: the rate and
+ * window halve, and halve again on every throttled answer among the first
+ * 4 after a halving (over a limit by k, about log2 k halvings of a few
+ * answers each, not the share rule's dozen per rank). The answers during
+ * descents are the evidence: at least 3 throttled, a third of the answers,
+ * confirm a limit (congestion avoidance, below); otherwise the descent was
+ * noise, the rate before it comes back and slow start goes on (6 descents
+ * at most, then only the rules below).
+ *
  * Threads: every function locks the policy, so several I/O threads may share
  * one; times are CLOCK_MONOTONIC nanoseconds given by the caller.
  */
@@ -32,6 +44,9 @@ struct sf__policy_config {
     unsigned throttle_base_ms; /* back-off base: throttling while the rate is cut */
     unsigned retry_cap_ms;
     unsigned retry_quota; /* client-wide retry tokens */
+    /* Slow start: the request rate a new policy starts at, growing with
+     * every success until the first throttling (0: no slow start, no cap). */
+    double start_rps;
 };
 
 enum sf__outcome {
@@ -77,6 +92,12 @@ struct sf__policy {
     unsigned long long tot_n, tot_throttled;
     double noise_floor;           /* throttled share known not to fall with the rate */
     int limited;                  /* a limit was confirmed and the rate is still capped */
+    /* slow start (ss): the cap grows with successes; its first throttled
+     * answers start a descent (desc) that halves the rate while throttling
+     * stays dense; desc_cuts counts its halvings, ss_tries the descents */
+    int ss, desc;
+    unsigned desc_cuts, ss_tries, desc_n, desc_thr;
+    double desc_rps, desc_cwnd; /* the rate and window before the descent */
     /* a probe in progress (probing), or when the last one ended */
     int probing;
     double probe_share, probe_cwnd, probe_rps;
@@ -119,7 +140,8 @@ enum sf__verdict sf__policy_record(struct sf__policy *p, uint64_t now_ns, uint64
  * tried again. If so takes the quota (adding it to *tokens_held) and sets
  * *delay_ms to a full-jitter back-off: uniform in [0, min(cap, base x 2^(attempts-1))]
  * with the throttling base while the rate is cut (verdict CUT/PROBE/CONFIRM or
- * a cap in force) and the short base otherwise.
+ * a cap in force; not a slow start's cap, nor a descent before it confirms a
+ * limit) and the short base otherwise.
  */
 enum sf__retry_refusal sf__policy_retry(struct sf__policy *p, unsigned attempts,
                                         enum sf__outcome o, enum sf__verdict v,

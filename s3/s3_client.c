@@ -93,7 +93,7 @@ SF_API const char *sf_s3_errmsg(struct sf_s3 *s3, char *buf, size_t buf_len)
 SF_API void sf_s3_options_init_default(struct sf_s3_options *o)
 {
     memset(o, 0, sizeof(*o));
-    o->concurrency = 16;
+    o->concurrency = 32;
     o->chunk_bytes = 8ull << 20;
     o->max_attempts = 10;
     o->retry_base_ms = 50;

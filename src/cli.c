@@ -58,7 +58,7 @@ static void usage(FILE *f)
           "  --ca-bundle FILE       PEM CA certificates (AWS_CA_BUNDLE)\n"
           "  --insecure             do not verify TLS certificates\n"
           "  --http2                offer HTTP/2 over TLS\n"
-          "  --concurrency N        requests in flight in total (default 16)\n"
+          "  --concurrency N        requests in flight in total (default 32)\n"
           "  --io-threads N         I/O threads sharing them, each its own connections\n"
           "                         (default: the CPUs usable, at most 4)\n"
           "  --chunk-size SIZE      bytes per ranged GET: 8M, 8MiB, 512K (default 8M)\n"

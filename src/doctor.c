@@ -672,7 +672,7 @@ static sf_status stage_fetch(struct sf__doctor *d, char *err, size_t len)
                  "local files: nothing to fetch");
         return SF_OK;
     }
-    r->concurrency = d->o->s3.concurrency ? d->o->s3.concurrency : 16;
+    r->concurrency = d->o->s3.concurrency ? d->o->s3.concurrency : 32;
     r->concurrency_more = r->concurrency * 4;
     double in_order = 0;
     sf_status st = fetch_for(d, r->concurrency, 0, d->stage_s / 2, &in_order,

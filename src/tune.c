@@ -167,7 +167,7 @@ sf_status sf_tune(const struct sf_loader_options *o, double budget_s, struct sf_
      * large as the shards) the object read first crawls at one
      * connection's rate whatever the concurrency, so the concurrency can
      * only be judged once the chunk lets objects be read in parallel. */
-    r->concurrency = o->s3.concurrency ? o->s3.concurrency : 16;
+    r->concurrency = o->s3.concurrency ? o->s3.concurrency : 32;
     r->chunk_bytes = o->s3.chunk_bytes ? o->s3.chunk_bytes : 8ull << 20;
     if (st == SF_OK && remote && room_for(t_start, budget, span, r)) {
         /* The chunk on the in-order rate (what the reader can parse). */
@@ -256,7 +256,7 @@ sf_status sf_tune(const struct sf_loader_options *o, double budget_s, struct sf_
     /* the check */
     if (st == SF_OK)
         st = pipeline_rate(o, o->decode_threads ? o->decode_threads : cores,
-                           o->s3.concurrency ? o->s3.concurrency : 16,
+                           o->s3.concurrency ? o->s3.concurrency : 32,
                            o->s3.chunk_bytes ? o->s3.chunk_bytes : 8ull << 20, o->prefetch_shards,
                            o->prefetch_batches, 2 * span, &r->given_per_s, err, err_len);
     if (st == SF_OK)
@@ -269,7 +269,7 @@ sf_status sf_tune(const struct sf_loader_options *o, double budget_s, struct sf_
     if (r->tuned_per_s < r->given_per_s) {
         r->kept_given = 1;
         r->decode_threads = o->decode_threads ? o->decode_threads : cores;
-        r->concurrency = o->s3.concurrency ? o->s3.concurrency : 16;
+        r->concurrency = o->s3.concurrency ? o->s3.concurrency : 32;
         r->chunk_bytes = o->s3.chunk_bytes ? o->s3.chunk_bytes : 8ull << 20;
         r->prefetch_shards = o->prefetch_shards;
         r->prefetch_batches = o->prefetch_batches;

@@ -293,6 +293,169 @@ Test(fetch_policy, never_falls_below_the_floor)
     cr_expect_geq(started, 5 * 60, "%u starts in 60 s: a crawl", started);
 }
 
+/* ---- slow start (start_rps > 0), in a model of one engine: at most the
+ * window in flight, starts gated by the rate cap, every answer rtt after
+ * its start, on a synthetic clock in 0.1 ms ticks. */
+
+static void policy_ss(unsigned concurrency, double start_rps, uint64_t seed)
+{
+    struct sf__policy_config c = {
+        .concurrency = concurrency,
+        .max_attempts = 10,
+        .retry_base_ms = 50,
+        .throttle_base_ms = 500,
+        .retry_cap_ms = 20000,
+        .retry_quota = 500,
+        .start_rps = start_rps,
+    };
+    cr_assert_eq(sf__policy_init(&pol, &c, seed), 0);
+}
+
+struct server {
+    double noise;     /* share throttled at random */
+    double limit_rps; /* token bucket, 0 = none */
+    double tokens, burst;
+    uint64_t tokens_ns;
+};
+
+/* Is a request arriving at now throttled? */
+static int server_throttles(struct server *s, uint64_t now)
+{
+    if (s->limit_rps > 0) {
+        s->tokens += (double)(now - s->tokens_ns) / 1e9 * s->limit_rps;
+        s->tokens_ns = now;
+        if (s->tokens > s->burst)
+            s->tokens = s->burst;
+        if (s->tokens < 1)
+            return 1;
+        s->tokens -= 1;
+    }
+    return uniform() < s->noise;
+}
+
+struct model_result {
+    unsigned ok, throttled;
+    uint64_t end_ns;
+};
+
+/* Runs until `want` successes (or 120 s); a throttled request counts as done
+ * (the engine would retry it later, as a new request). */
+static struct model_result model(uint64_t *now, struct server *srv, unsigned want, uint64_t rtt_ns,
+                                 unsigned verdicts[6])
+{
+    struct model_result r = {0};
+    uint64_t started[64];
+    unsigned n = 0;
+    uint64_t stop = *now + 120000 * MS;
+    while (r.ok < want && *now < stop) {
+        while (n < 64 && n < sf__policy_window(&pol) && sf__policy_may_start(&pol, *now))
+            started[n++] = *now;
+        *now += MS / 10;
+        for (unsigned i = 0; i < n;) {
+            if (*now - started[i] < rtt_ns) {
+                i++;
+                continue;
+            }
+            int thr = server_throttles(srv, started[i]);
+            unsigned held = 0;
+            enum sf__verdict v = sf__policy_record(
+                &pol, *now, started[i], thr ? SF__OUTCOME_THROTTLED : SF__OUTCOME_OK, &held);
+            if (verdicts)
+                verdicts[v]++;
+            if (thr)
+                r.throttled++;
+            else
+                r.ok++;
+            started[i] = started[--n];
+        }
+    }
+    r.end_ns = *now;
+    return r;
+}
+
+Test(fetch_policy, slow_start_caps_a_new_engine_and_lifts_the_cap_as_answers_succeed)
+{
+    policy_ss(16, 100, 42);
+    cr_expect_eq(sf__policy_rate(&pol), 100);
+    /* half the window at once, then paced */
+    uint64_t now = 1000 * MS;
+    unsigned burst = 0;
+    while (sf__policy_may_start(&pol, now))
+        burst++;
+    cr_expect_eq(burst, 8, "%u requests at once", burst);
+    struct server clean = {0};
+    struct model_result r = model(&now, &clean, 20, 5 * MS, NULL);
+    cr_expect_gt(sf__policy_rate(&pol), 100, "the cap did not grow with successes");
+    r = model(&now, &clean, 2000, 5 * MS, NULL);
+    cr_expect_eq(r.throttled, 0);
+    cr_expect_eq(sf__policy_rate(&pol), 0, "still capped at %.1f/s after 2,000 successes",
+                 sf__policy_rate(&pol));
+    cr_expect_eq(sf__policy_window(&pol), 16);
+    cr_expect_eq(sf__policy_cuts(&pol), 0);
+}
+
+Test(fetch_policy, slow_start_meets_a_limit_with_fewer_throttled_answers)
+{
+    /* one engine against a prefix that takes 25/s (burst 25), 3,000 answers
+     * in all, with and without slow start; the same server and seed */
+    unsigned thr[2];
+    for (int ss = 0; ss < 2; ss++) {
+        lcg = 12345;
+        policy_ss(16, ss ? 100 : 0, 42);
+        uint64_t now = 1000 * MS;
+        struct server srv = {.limit_rps = 25, .burst = 25, .tokens = 25, .tokens_ns = now};
+        unsigned v[6] = {0};
+        struct model_result r = model(&now, &srv, 250, 20 * MS, v);
+        thr[ss] = r.throttled;
+        cr_expect_geq(sf__policy_cuts(&pol), 1, "ss %d: the limit was not judged one", ss);
+        cr_expect(pol.limited, "ss %d: not in congestion avoidance at the end", ss);
+        cr_expect_gt(sf__policy_rate(&pol), 0, "ss %d: uncapped over a limit", ss);
+        cr_expect_lt(sf__policy_rate(&pol), 60, "ss %d: capped at %.1f/s over 25/s", ss,
+                     sf__policy_rate(&pol));
+        if (ss) {
+            cr_expect_geq(v[SF__VERDICT_PROBE], 1, "no descent");
+            cr_expect_geq(v[SF__VERDICT_CONFIRM], 1, "the descent did not confirm a limit");
+        }
+        sf__policy_free(&pol);
+        memset(&pol, 0, sizeof(pol));
+    }
+    cr_expect_lt(thr[1], thr[0], "%u throttled answers with slow start, %u without", thr[1],
+                 thr[0]);
+}
+
+Test(fetch_policy, slow_start_under_five_percent_noise_is_not_a_limit)
+{
+    /* 100 engines (seeds) each fetching 4,000 requests from a server with
+     * 5 % random SlowDown and no limit: almost all end uncapped, and the
+     * noise costs them little of the clean run's rate (mean of the engines'
+     * rates: the few judged limited crawl, as they do without slow start) */
+    unsigned capped = 0, limited = 0;
+    double noisy_rps = 0, clean_rps = 0;
+    for (uint64_t seed = 1; seed <= 100; seed++) {
+        for (int noisy = 0; noisy < 2; noisy++) {
+            lcg = seed * 7919;
+            policy_ss(16, 100, seed);
+            uint64_t now = 1000 * MS, t0 = now;
+            struct server srv = {.noise = noisy ? 0.05 : 0};
+            model(&now, &srv, 4000, 5 * MS, NULL);
+            double rps = 4000 / ((double)(now - t0) / 1e9);
+            if (noisy) {
+                noisy_rps += rps / 100;
+                capped += sf__policy_rate(&pol) > 0;
+                limited += pol.limited;
+            } else {
+                clean_rps += rps / 100;
+            }
+            sf__policy_free(&pol);
+            memset(&pol, 0, sizeof(pol));
+        }
+    }
+    cr_expect_leq(limited, 5, "%u of 100 noisy engines judged a limit", limited);
+    cr_expect_leq(capped, 10, "%u of 100 noisy engines capped at the end", capped);
+    cr_expect_gt(noisy_rps, 0.75 * clean_rps, "noise: %.0f requests/s (model time), clean %.0f",
+                 noisy_rps, clean_rps);
+}
+
 Test(fetch_policy, retries_are_bounded_jittered_and_paid_for)
 {
     policy(16);

@@ -6,7 +6,7 @@ Every function takes the S3 options as keywords (``**s3``):
   default AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, the profile's, else AWS.
 - ``region`` (str), ``profile`` (str): as the AWS tools resolve them.
 - ``no_sign_request`` (bool): anonymous requests, no credential lookup.
-- ``concurrency`` (int): requests in flight in total (default 16).
+- ``concurrency`` (int): requests in flight in total (default 32).
 - ``io_threads`` (int): I/O threads sharing them, each with its own connections
   (default 0: the CPUs the process may use, at most 4).
 - ``chunk_size`` (int bytes or a string such as ``"8M"``): bytes per ranged GET.
