@@ -23,6 +23,15 @@ enum sf_addressing {
     SF_ADDRESSING_VIRTUAL = 2, /* https://bucket.endpoint/key */
 };
 
+/* The ranges of sf_s3_options that sf_s3_new() accepts; the CLI flags and
+ * the loader's JSON options take the same ones (written only here). */
+#define SF_S3_CONCURRENCY_MAX  1024u
+#define SF_S3_IO_THREADS_MAX   64u
+#define SF_S3_CHUNK_BYTES_MIN  1024ull
+#define SF_S3_CHUNK_BYTES_MAX  (5ull << 30)
+#define SF_S3_MAX_ATTEMPTS_MAX 100u
+#define SF_S3_TIMEOUT_MS_MAX   3600000u /* every *_timeout_ms: at most an hour */
+
 /*
  * Options of an S3 client. Strings are copied by sf_s3_new(); NULL / 0 mean
  * "the default", which for endpoint, region, profile and credentials follows

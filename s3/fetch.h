@@ -30,7 +30,7 @@
 
 /* io_threads: at most this many; the default is the CPUs this process may
  * run on (sched_getaffinity), at most SF__IO_THREADS_DEFAULT_MAX. */
-#define SF__IO_THREADS_MAX         64
+#define SF__IO_THREADS_MAX         SF_S3_IO_THREADS_MAX
 #define SF__IO_THREADS_DEFAULT_MAX 4
 /* The request rate a new engine starts at (slow start, s3/fetch_policy.h). */
 #define SF__START_RPS 100.0

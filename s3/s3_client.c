@@ -243,8 +243,9 @@ SF_API sf_status sf_s3_new(const struct sf_s3_options *o, struct sf_s3 **out, ch
         sf_s3_options_init_default(&def);
         o = &def;
     }
-    if (o->concurrency < 1 || o->concurrency > 1024) {
-        snprintf(err, err_len, "concurrency must be 1..1024, not %u", o->concurrency);
+    if (o->concurrency < 1 || o->concurrency > SF_S3_CONCURRENCY_MAX) {
+        snprintf(err, err_len, "concurrency must be 1..%u, not %u", SF_S3_CONCURRENCY_MAX,
+                 o->concurrency);
         return SF_ERR_INVALID_ARGUMENT;
     }
     if (o->io_threads > SF__IO_THREADS_MAX) {
@@ -252,14 +253,28 @@ SF_API sf_status sf_s3_new(const struct sf_s3_options *o, struct sf_s3 **out, ch
                  SF__IO_THREADS_MAX, o->io_threads);
         return SF_ERR_INVALID_ARGUMENT;
     }
-    if (o->chunk_bytes < 1024 || o->chunk_bytes > (5ull << 30)) {
+    if (o->chunk_bytes < SF_S3_CHUNK_BYTES_MIN || o->chunk_bytes > SF_S3_CHUNK_BYTES_MAX) {
         snprintf(err, err_len, "chunk_bytes must be 1 KiB..5 GiB, not %llu", o->chunk_bytes);
         return SF_ERR_INVALID_ARGUMENT;
     }
-    if (o->max_attempts < 1 || o->max_attempts > 100) {
-        snprintf(err, err_len, "max_attempts must be 1..100, not %u", o->max_attempts);
+    if (o->max_attempts < 1 || o->max_attempts > SF_S3_MAX_ATTEMPTS_MAX) {
+        snprintf(err, err_len, "max_attempts must be 1..%u, not %u", SF_S3_MAX_ATTEMPTS_MAX,
+                 o->max_attempts);
         return SF_ERR_INVALID_ARGUMENT;
     }
+    const struct {
+        const char *name;
+        unsigned v, min;
+    } timeouts[] = {{"stall_timeout_ms", o->stall_timeout_ms, 1},
+                    {"connect_timeout_ms", o->connect_timeout_ms, 1},
+                    {"first_byte_timeout_ms", o->first_byte_timeout_ms, 0},
+                    {"request_timeout_ms", o->request_timeout_ms, 0}};
+    for (size_t i = 0; i < sizeof(timeouts) / sizeof(timeouts[0]); i++)
+        if (timeouts[i].v < timeouts[i].min || timeouts[i].v > SF_S3_TIMEOUT_MS_MAX) {
+            snprintf(err, err_len, "%s must be %u..%u, not %u", timeouts[i].name, timeouts[i].min,
+                     SF_S3_TIMEOUT_MS_MAX, timeouts[i].v);
+            return SF_ERR_INVALID_ARGUMENT;
+        }
     if (!o->access_key_id != !o->secret_access_key) {
         snprintf(err, err_len, "access_key_id and secret_access_key go together");
         return SF_ERR_INVALID_ARGUMENT;

@@ -253,18 +253,18 @@ int cli_parse_options(int argc, char **argv, struct cli *c, const char *cmd,
         case O_INSECURE: c->s3o.insecure = 1; break;
         case O_HTTP2: c->s3o.http2 = 1; break;
         case O_CONCURRENCY:
-            if (cli_parse_uint("--concurrency", optarg, 1, 1024, &u))
+            if (cli_parse_uint("--concurrency", optarg, 1, SF_S3_CONCURRENCY_MAX, &u))
                 return EXIT_USAGE;
             c->s3o.concurrency = u;
             break;
         case O_IO_THREADS:
-            if (cli_parse_uint("--io-threads", optarg, 1, 64, &u))
+            if (cli_parse_uint("--io-threads", optarg, 1, SF_S3_IO_THREADS_MAX, &u))
                 return EXIT_USAGE;
             c->s3o.io_threads = u;
             break;
         case O_CHUNK: {
             unsigned long long b;
-            if (sf_parse_bytes(optarg, &b) != SF_OK || b < 1024 || b > (5ull << 30)) {
+            if (sf_parse_bytes(optarg, &b) != SF_OK || b < SF_S3_CHUNK_BYTES_MIN || b > SF_S3_CHUNK_BYTES_MAX) {
                 cli_errorf("--chunk-size: expected a size from 1K to 5G such as 8M or 8MiB, got "
                            "'%s'",
                            optarg);
@@ -274,27 +274,27 @@ int cli_parse_options(int argc, char **argv, struct cli *c, const char *cmd,
             break;
         }
         case O_MAX_ATTEMPTS:
-            if (cli_parse_uint("--max-attempts", optarg, 1, 100, &u))
+            if (cli_parse_uint("--max-attempts", optarg, 1, SF_S3_MAX_ATTEMPTS_MAX, &u))
                 return EXIT_USAGE;
             c->s3o.max_attempts = u;
             break;
         case O_STALL:
-            if (cli_parse_uint("--stall-timeout-ms", optarg, 1, 3600000, &u))
+            if (cli_parse_uint("--stall-timeout-ms", optarg, 1, SF_S3_TIMEOUT_MS_MAX, &u))
                 return EXIT_USAGE;
             c->s3o.stall_timeout_ms = u;
             break;
         case O_CONNECT_TIMEOUT:
-            if (cli_parse_uint("--connect-timeout-ms", optarg, 1, 3600000, &u))
+            if (cli_parse_uint("--connect-timeout-ms", optarg, 1, SF_S3_TIMEOUT_MS_MAX, &u))
                 return EXIT_USAGE;
             c->s3o.connect_timeout_ms = u;
             break;
         case O_FIRST_BYTE_TIMEOUT:
-            if (cli_parse_uint("--first-byte-timeout-ms", optarg, 0, 3600000, &u))
+            if (cli_parse_uint("--first-byte-timeout-ms", optarg, 0, SF_S3_TIMEOUT_MS_MAX, &u))
                 return EXIT_USAGE;
             c->s3o.first_byte_timeout_ms = u;
             break;
         case O_REQUEST_TIMEOUT:
-            if (cli_parse_uint("--request-timeout-ms", optarg, 0, 3600000, &u))
+            if (cli_parse_uint("--request-timeout-ms", optarg, 0, SF_S3_TIMEOUT_MS_MAX, &u))
                 return EXIT_USAGE;
             c->s3o.request_timeout_ms = u;
             break;

@@ -280,18 +280,18 @@ static int apply(struct sf_loader_options *o, const char *k, const cJSON *v)
     S("profile", o->s3.profile)
     B("no_sign_request", o->s3.no_sign_request)
     if (!strcmp(k, "concurrency")) {
-        if (get_uint(v, 1024, &u) || u < 1)
+        if (get_uint(v, SF_S3_CONCURRENCY_MAX, &u) || u < 1)
             return -1;
         o->s3.concurrency = (unsigned)u;
         return 0;
     }
-    U("io_threads", o->s3.io_threads, 64) /* 0: automatic */
+    U("io_threads", o->s3.io_threads, SF_S3_IO_THREADS_MAX) /* 0: automatic */
     SZ("chunk_size", o->s3.chunk_bytes)
-    U("max_attempts", o->s3.max_attempts, 1000)
-    U("stall_timeout_ms", o->s3.stall_timeout_ms, 3600000)
-    U("connect_timeout_ms", o->s3.connect_timeout_ms, 3600000)
-    U("first_byte_timeout_ms", o->s3.first_byte_timeout_ms, 3600000)
-    U("request_timeout_ms", o->s3.request_timeout_ms, 3600000)
+    U("max_attempts", o->s3.max_attempts, SF_S3_MAX_ATTEMPTS_MAX)
+    U("stall_timeout_ms", o->s3.stall_timeout_ms, SF_S3_TIMEOUT_MS_MAX)
+    U("connect_timeout_ms", o->s3.connect_timeout_ms, SF_S3_TIMEOUT_MS_MAX)
+    U("first_byte_timeout_ms", o->s3.first_byte_timeout_ms, SF_S3_TIMEOUT_MS_MAX)
+    U("request_timeout_ms", o->s3.request_timeout_ms, SF_S3_TIMEOUT_MS_MAX)
 #undef U
 #undef SZ
 #undef F

@@ -2518,6 +2518,76 @@ Test(loader, doctor_fails_naming_a_missing_source)
     cr_expect_eq(run_cli(bad, out, sizeof(out)), 2);
 }
 
+/* Each S3 limit is written once (SF_S3_*): the JSON options, the CLI and
+ * sf_s3_new() take the same range, so a value the JSON accepts opens, and
+ * the first value past it is refused by all three, naming the option. */
+Test(loader, s3_limits_agree_between_json_cli_and_the_client)
+{
+    const struct {
+        const char *json, *flag;
+        unsigned long long max;
+    } lim[] = {{"max_attempts", "--max-attempts", SF_S3_MAX_ATTEMPTS_MAX},
+               {"concurrency", "--concurrency", SF_S3_CONCURRENCY_MAX},
+               {"io_threads", "--io-threads", SF_S3_IO_THREADS_MAX},
+               {"stall_timeout_ms", "--stall-timeout-ms", SF_S3_TIMEOUT_MS_MAX},
+               {"request_timeout_ms", "--request-timeout-ms", SF_S3_TIMEOUT_MS_MAX}};
+    for (size_t i = 0; i < sizeof(lim) / sizeof(lim[0]); i++) {
+        for (int past = 0; past < 2; past++) {
+            unsigned long long v = lim[i].max + (unsigned long long)past;
+            char json[128], err[512] = "";
+            snprintf(json, sizeof(json), "{\"%s\": %llu}", lim[i].json, v);
+            struct sf_loader_options o;
+            sf_loader_options_init_default(&o);
+            void *keep = NULL;
+            sf_status st = sf_loader_options_from_json(&o, json, &keep, err, sizeof(err));
+            sf_loader_options_free_json(keep);
+            cr_expect_eq(st, past ? SF_ERR_INVALID_ARGUMENT : SF_OK, "%s: %s", json, err);
+            if (past) {
+                cr_expect(strstr(err, lim[i].json), "%s: %s", json, err);
+                /* the client refuses the same value set directly */
+                struct sf_s3_options so;
+                sf_s3_options_init_default(&so);
+                so.endpoint_url = "http://127.0.0.1:9";
+                so.access_key_id = "k";
+                so.secret_access_key = "s";
+                if (!strcmp(lim[i].json, "max_attempts"))
+                    so.max_attempts = (unsigned)v;
+                else if (!strcmp(lim[i].json, "concurrency"))
+                    so.concurrency = (unsigned)v;
+                else if (!strcmp(lim[i].json, "io_threads"))
+                    so.io_threads = (unsigned)v;
+                else if (!strcmp(lim[i].json, "stall_timeout_ms"))
+                    so.stall_timeout_ms = (unsigned)v;
+                else
+                    so.request_timeout_ms = (unsigned)v;
+                struct sf_s3 *s3 = NULL;
+                cr_expect_eq(sf_s3_new(&so, &s3, err, sizeof(err)), SF_ERR_INVALID_ARGUMENT,
+                             "sf_s3_new took %s = %llu", lim[i].json, v);
+                cr_expect(strstr(err, lim[i].json), "%s", err);
+                sf_s3_destroy(s3);
+            } else {
+                struct sf_s3 *s3 = NULL;
+                cr_expect_eq(sf_s3_new(&o.s3, &s3, err, sizeof(err)), SF_OK, "%s = %llu: %s",
+                             lim[i].json, v, err);
+                sf_s3_destroy(s3);
+            }
+            /* the CLI, as bad usage (exit 2) past the limit */
+            char val[32], out[4096];
+            snprintf(val, sizeof(val), "%llu", v);
+            const char *cli[] = {SF_CLI_BIN, "stat",     "s3://b/k", "--endpoint-url",
+                                 "http://127.0.0.1:9", "--no-sign-request", lim[i].flag, val,
+                                 "--max-attempts", "1", NULL};
+            if (!strcmp(lim[i].flag, "--max-attempts"))
+                cli[8] = NULL;
+            int rc = run_cli(cli, out, sizeof(out));
+            if (past)
+                cr_expect_eq(rc, 2, "%s %s: %s", lim[i].flag, val, out);
+            else
+                cr_expect_neq(rc, 2, "%s %s refused: %s", lim[i].flag, val, out);
+        }
+    }
+}
+
 /* ------------------------------------------------------------ tune */
 
 Test(loader, tune_writes_a_config_the_loader_takes)
