@@ -1,4 +1,5 @@
 #include "mock_server/faults.h"
+#include "common/clock.h"
 
 #include <errno.h>
 #include <math.h>
@@ -69,13 +70,6 @@ static uint64_t splitmix64(uint64_t *state)
 static double uniform01(uint64_t *state)
 {
     return (double)(splitmix64(state) >> 11) * (1.0 / 9007199254740992.0);
-}
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 static uint32_t counter_bump(struct counter_map *m, uint64_t key)
@@ -277,7 +271,7 @@ static sf_status parse_rule(const char *spec, struct rule *r, char *err, size_t 
         }
     }
     free(copy);
-    r->last_refill = now_seconds();
+    r->last_refill = sf__now_s();
     return rc;
 }
 
@@ -518,7 +512,7 @@ sf_status mock_faults_plan(struct mock_faults *f, const char *target, const char
             plan->no206 = u206 < r->no206;
             plan->no_content_range = ucr < r->no_content_range;
             if (r->rate_limit > 0 && plan->status == 0) {
-                double now = now_seconds();
+                double now = sf__now_s();
                 r->tokens += (now - r->last_refill) * r->rate_limit;
                 if (r->tokens > rule_burst(r))
                     r->tokens = rule_burst(r);

@@ -10,6 +10,7 @@
 #include "common/strbuf.h"
 #include "s3/uri.h"
 #include "s3/xml.h"
+#include "common/clock.h"
 
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
@@ -180,13 +181,6 @@ static int sleep_ms_interruptible(struct mock_server *srv, int ms)
         ms -= step;
     }
     return atomic_load(&srv->stopping) ? -1 : 0;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 static void xml_escape(struct sf__strbuf *b, const char *s, size_t n)
@@ -1233,7 +1227,7 @@ static ssize_t body_read(void *cls, uint64_t pos, char *buf, size_t max)
         if (n > slice)
             n = slice;
         double due = b->t_start + (double)(pos + n) / (double)b->bandwidth;
-        double wait = due - now_s();
+        double wait = due - sf__now_s();
         if (wait > 0 && sleep_ms_interruptible(b->srv, (int)(wait * 1000.0) + 1) != 0)
             return MHD_CONTENT_READER_END_WITH_ERROR;
     }
@@ -1395,7 +1389,7 @@ static enum MHD_Result op_get_object(struct request *rq, struct MHD_Connection *
             .stall_at = plan.stall_at,
             .stall_ms = plan.stall_ms,
             .bandwidth = plan.bandwidth,
-            .t_start = now_s(),
+            .t_start = sf__now_s(),
         };
         resp = MHD_create_response_from_callback(body_len, BODY_BLOCK, body_read, src, body_free);
         if (!resp)

@@ -27,6 +27,7 @@
  */
 #include "s3/fetch.h"
 #include "s3/fetch_policy.h"
+#include "common/clock.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -226,13 +227,6 @@ struct sf__engine {
 };
 
 /* ------------------------------------------------------------ helpers */
-
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 __attribute__((format(printf, 3, 4))) static void
 elog(struct sf__engine *e, enum sf_log_level level, const char *fmt, ...)
@@ -584,7 +578,7 @@ static size_t on_header(char *buf, size_t size, size_t nitems, void *ud)
     struct xfer *x = ud;
     size_t n = size * nitems;
     x->answered = 1;
-    x->last_progress_ns = x->quiet_since_ns = mono_ns();
+    x->last_progress_ns = x->quiet_since_ns = sf__now_ns();
     if (n >= 5 && strncmp(buf, "HTTP/", 5) == 0) {
         /* a new response (after a 100 Continue or a redirect): start over */
         const char *sp = memchr(buf, ' ', n);
@@ -774,7 +768,7 @@ static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_
     (void)dltotal;
     (void)ultotal;
     struct xfer *x = ud;
-    uint64_t now = mono_ns();
+    uint64_t now = sf__now_ns();
     /* bytes moved either way: an upload progresses while nothing comes back */
     curl_off_t moved = dlnow + ulnow;
     if (moved != x->last_dlnow) {
@@ -967,7 +961,7 @@ static sf_status attempt_start(struct sf__engine *e, struct xfer *x)
     x->abort_msg[0] = '\0';
     x->errbuf[0] = '\0';
     x->last_dlnow = 0;
-    x->last_progress_ns = mono_ns();
+    x->last_progress_ns = sf__now_ns();
     x->attempt_bytes = 0;
     sf__strbuf_init(&x->errbody, MAX_ERROR_BODY + 1);
     x->ranged = spec.range_first != SF__NO_RANGE;
@@ -976,7 +970,7 @@ static sf_status attempt_start(struct sf__engine *e, struct xfer *x)
     const char *auth = strstr(url, "://");
     size_t olen = auth ? (size_t)(strcspn(auth + 3, "/?#") + (size_t)(auth + 3 - url)) : 0;
     snprintf(x->origin, sizeof(x->origin), "%.*s", (int)olen, url);
-    uint64_t now0 = mono_ns();
+    uint64_t now0 = sf__now_ns();
     if (!x->quiet_since_ns)
         x->quiet_since_ns = now0;
     x->answered = 0;
@@ -1047,7 +1041,7 @@ static sf_status attempt_start(struct sf__engine *e, struct xfer *x)
         return SF_ERR_INTERNAL;
     }
     x->attempts++;
-    x->start_ns = mono_ns();
+    x->start_ns = sf__now_ns();
     x->state = X_RUNNING;
     e->in_flight++;
     x->w->in_flight++;
@@ -1238,7 +1232,7 @@ static void retry_or_fail(struct sf__engine *e, struct xfer *x, sf_status st, in
         pthread_mutex_unlock(&e->lock);
     }
     enum sf__outcome oc = outcome_of(st, retry);
-    enum sf__verdict v = sf__policy_record(&e->policy, mono_ns(), x->start_ns, oc, NULL);
+    enum sf__verdict v = sf__policy_record(&e->policy, sf__now_ns(), x->start_ns, oc, NULL);
     log_verdict(e, v);
     if (!retry) {
         char msg[1024];
@@ -1263,7 +1257,7 @@ static void retry_or_fail(struct sf__engine *e, struct xfer *x, sf_status st, in
         return;
     }
     uint64_t rt_ns = (uint64_t)e->cfg.request_timeout_ms * 1000000ull;
-    uint64_t now = mono_ns();
+    uint64_t now = sf__now_ns();
     if (rt_ns && x->quiet_since_ns && now + delay_ms * 1000000ull - x->quiet_since_ns >= rt_ns) {
         char msg[1024];
         snprintf(msg, sizeof(msg),
@@ -1420,7 +1414,7 @@ static void attempt_done(struct sf__engine *e, struct xfer *x, CURLcode code)
         retry_or_fail(e, x, st, retry, why);
         return;
     }
-    log_verdict(e, sf__policy_record(&e->policy, mono_ns(), x->start_ns, SF__OUTCOME_OK,
+    log_verdict(e, sf__policy_record(&e->policy, sf__now_ns(), x->start_ns, SF__OUTCOME_OK,
                                       &x->tokens_held));
     publish_limits(e);
     x->state = X_DONE;
@@ -1531,7 +1525,7 @@ static int work_left(const struct sf__engine *e, uint64_t now)
 
 static void schedule(struct sf__engine *e)
 {
-    uint64_t now = mono_ns();
+    uint64_t now = sf__now_ns();
     unsigned limit = sf__policy_window(&e->policy);
     if (schedule_group(e, now, limit, 1))
         schedule_group(e, now, limit, 0);
@@ -1554,7 +1548,7 @@ static void schedule(struct sf__engine *e)
 
 static int next_timeout_ms(struct sf__engine *e)
 {
-    uint64_t now = mono_ns();
+    uint64_t now = sf__now_ns();
     int t = sf__policy_wait_ms(&e->policy, now, 1000);
     for (struct xfer *x = e->waiting; x; x = x->next_wait) {
         if (x->due_ns <= now)
@@ -1717,7 +1711,7 @@ sf_status sf__engine_new(const struct sf__engine_config *c, struct sf__engine **
     e->cfg.ca_bundle = e->ca_bundle;
     e->stats.concurrency_limit = e->cfg.concurrency;
     e->stats.retry_tokens = e->cfg.retry_quota;
-    e->rng = (uint64_t)mono_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)e;
+    e->rng = (uint64_t)sf__now_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)e;
     if (!e->rng)
         e->rng = 0x9E3779B97F4A7C15ull;
     struct sf__policy_config pc = {

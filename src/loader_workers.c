@@ -262,15 +262,11 @@ void *sf__loader_worker_main(void *arg)
 
         sf_status st = SF_OK;
         if (!failed) {
-            struct timespec t0, t1;
-            clock_gettime(CLOCK_MONOTONIC, &t0);
+            const uint64_t t0 = sf__now_ns();
             sf__nvtx_push("decode");
             st = decode_one(l, d, &w, err, sizeof(err));
             sf__nvtx_pop();
-            clock_gettime(CLOCK_MONOTONIC, &t1);
-            atomic_fetch_add(&l->decode_busy_ns,
-                             (unsigned long long)((t1.tv_sec - t0.tv_sec) * 1000000000LL +
-                                                  (t1.tv_nsec - t0.tv_nsec)));
+            atomic_fetch_add(&l->decode_busy_ns, (unsigned long long)(sf__now_ns() - t0));
         }
         if (st == SF_OK && !failed) {
             atomic_fetch_add(&l->n_decoded, 1);
