@@ -1,7 +1,8 @@
 /*
  * The public S3 client: configuration resolution (options, environment,
  * profile), request preparation and signing for the fetch engine, stat,
- * listings, source expansion, and fetches of local files.
+ * listings, source expansion, and fetches of local files. Uploads (PUT and
+ * multipart) are in s3/s3_upload.c; s3/s3_client_impl.h is what both share.
  */
 #include "s3/aws_config.h"
 #include "s3/braces.h"
@@ -9,6 +10,7 @@
 #include "s3/endpoint.h"
 #include "s3/fetch.h"
 #include "s3/s3_client.h"
+#include "s3/s3_client_impl.h"
 #include "s3/sigv4.h"
 #include "common/strbuf.h"
 #include "s3/uri.h"
@@ -19,7 +21,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <openssl/evp.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -32,17 +33,6 @@
 
 #define MAX_LIST_BODY       (16u << 20)
 #define DEFAULT_MAX_OBJECTS ((size_t)10 * 1000 * 1000)
-
-struct sf_s3 {
-    struct sf_s3_options opt; /* strings below are owned copies */
-    char *endpoint_url, *region, *profile, *access_key_id, *secret_access_key, *session_token,
-        *ca_bundle;
-    struct sf__endpoint ep;
-    struct sf__cred_chain *creds;
-    struct sf__engine *engine;
-    pthread_mutex_t lock; /* guards errmsg */
-    char errmsg[1024];
-};
 
 struct sf_object_list {
     struct sf_object_info *items;
@@ -62,7 +52,7 @@ static const char *env_nonempty(const char *name)
     return v && *v ? v : NULL;
 }
 
-__attribute__((format(printf, 3, 4))) static sf_status set_err(struct sf_s3 *s3, sf_status st,
+__attribute__((format(printf, 3, 4))) sf_status sf__s3_set_err(struct sf_s3 *s3, sf_status st,
                                                                const char *fmt, ...)
 {
     char buf[1024];
@@ -206,14 +196,14 @@ static void invalidate(void *user)
 /* Resolves (or refreshes) credentials on the caller's thread, so the I/O
  * thread rarely waits for IMDS or a container endpoint while signing, and a
  * missing credential fails at once with the chain's explanation. */
-static sf_status ensure_creds(struct sf_s3 *s3, const char *display)
+sf_status sf__s3_ensure_creds(struct sf_s3 *s3, const char *display)
 {
     struct sf__credentials cr;
     char err[768] = "";
     sf_status st = sf__cred_chain_get(s3->creds, time(NULL), &cr, err, sizeof(err));
     memset(&cr, 0, sizeof(cr));
     if (st != SF_OK)
-        set_err(s3, st, "%s: %s", display, err);
+        sf__s3_set_err(s3, st, "%s: %s", display, err);
     return st;
 }
 
@@ -497,11 +487,11 @@ static sf_status stat_local(struct sf_s3 *s3, const char *path, const char *disp
     struct stat sb;
     if (stat(path, &sb) != 0) {
         int e = errno;
-        return set_err(s3, e == ENOENT ? SF_ERR_NOT_FOUND : SF_ERR_IO, "%s: %s", display,
-                       strerror(e));
+        return sf__s3_set_err(s3, e == ENOENT ? SF_ERR_NOT_FOUND : SF_ERR_IO, "%s: %s", display,
+                              strerror(e));
     }
     if (!S_ISREG(sb.st_mode))
-        return set_err(s3, SF_ERR_INVALID_ARGUMENT, "%s: not a regular file", display);
+        return sf__s3_set_err(s3, SF_ERR_INVALID_ARGUMENT, "%s: not a regular file", display);
     out->url = strdup(display);
     out->key = strdup(path);
     out->size = (uint64_t)sb.st_size;
@@ -520,12 +510,12 @@ static sf_status head_object(struct sf_s3 *s3, const struct sf__locator *loc,
                              struct sf_object_info *out)
 {
     sf_status st = SF_OK;
-    if (loc->kind == SF__LOC_S3 && (st = ensure_creds(s3, loc->display)) != SF_OK)
+    if (loc->kind == SF__LOC_S3 && (st = sf__s3_ensure_creds(s3, loc->display)) != SF_OK)
         return st;
     struct sf__response r;
     st = sf__engine_call(s3->engine, "HEAD", loc, NULL, 1024, &r);
     if (st != SF_OK) {
-        set_err(s3, st, "%s", r.errmsg);
+        sf__s3_set_err(s3, st, "%s", r.errmsg);
     } else {
         out->size = r.content_length;
         snprintf(out->etag, sizeof(out->etag), "%s", r.etag);
@@ -544,7 +534,7 @@ SF_API sf_status sf_s3_stat(struct sf_s3 *s3, const char *url, struct sf_object_
     char err[512];
     sf_status st = sf__locator_parse(url, &loc, err, sizeof(err));
     if (st != SF_OK)
-        return set_err(s3, st, "%s", err);
+        return sf__s3_set_err(s3, st, "%s", err);
     if (loc.kind == SF__LOC_FILE) {
         st = stat_local(s3, loc.key, loc.display, out);
         sf__locator_free(&loc);
@@ -552,7 +542,7 @@ SF_API sf_status sf_s3_stat(struct sf_s3 *s3, const char *url, struct sf_object_
     }
     if (loc.kind == SF__LOC_S3 && (!*loc.bucket || !*loc.key)) {
         sf__locator_free(&loc);
-        return set_err(s3, SF_ERR_INVALID_ARGUMENT, "%s: stat needs s3://bucket/key", url);
+        return sf__s3_set_err(s3, SF_ERR_INVALID_ARGUMENT, "%s: stat needs s3://bucket/key", url);
     }
     st = head_object(s3, &loc, out);
     if (st == SF_OK) {
@@ -567,420 +557,6 @@ SF_API sf_status sf_s3_stat(struct sf_s3 *s3, const char *url, struct sf_object_
     return st;
 }
 
-/* ------------------------------------------------------------ put */
-
-#define HASH_READ_BYTES (1u << 20)
-
-/* Hex SHA-256 of len bytes of fd from offset, read with pread(). */
-static sf_status sha256_fd(int fd, uint64_t offset, uint64_t len, char out[SF__SHA256_HEX_LEN + 1],
-                           char *msg, size_t msg_len)
-{
-    unsigned char *buf = malloc(HASH_READ_BYTES);
-    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-    sf_status st = SF_OK;
-    if (!buf || !ctx || !EVP_DigestInit_ex(ctx, EVP_sha256(), NULL)) {
-        snprintf(msg, msg_len, "cannot set up SHA-256");
-        st = SF_ERR_NO_MEMORY;
-    }
-    uint64_t done = 0;
-    while (st == SF_OK && done < len) {
-        size_t want = len - done < HASH_READ_BYTES ? (size_t)(len - done) : HASH_READ_BYTES;
-        ssize_t r = pread(fd, buf, want, (off_t)(offset + done));
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0) {
-            snprintf(msg, msg_len, "read at offset %" PRIu64 ": %s", offset + done,
-                     r < 0 ? strerror(errno) : "the file shrank");
-            st = r < 0 ? SF_ERR_IO : SF_ERR_CHANGED;
-            break;
-        }
-        EVP_DigestUpdate(ctx, buf, (size_t)r);
-        done += (uint64_t)r;
-    }
-    unsigned char md[32];
-    unsigned int md_len = 0;
-    if (st == SF_OK && (!EVP_DigestFinal_ex(ctx, md, &md_len) || md_len != 32)) {
-        snprintf(msg, msg_len, "SHA-256 failed");
-        st = SF_ERR_INTERNAL;
-    }
-    if (st == SF_OK)
-        sf__hex_encode(md, 32, out);
-    EVP_MD_CTX_free(ctx);
-    free(buf);
-    return st;
-}
-
-SF_API sf_status sf_s3_put(struct sf_s3 *s3, const char *url, const char *path, const void *data,
-                           size_t len, char *etag_out, size_t etag_len)
-{
-    if (etag_out && etag_len)
-        etag_out[0] = '\0';
-    if (!s3 || !url)
-        return SF_ERR_INVALID_ARGUMENT;
-    if (path && data)
-        return set_err(s3, SF_ERR_INVALID_ARGUMENT, "%s: a PUT body is a file or memory, not both",
-                       url);
-    if (!path && !data && len)
-        return set_err(s3, SF_ERR_INVALID_ARGUMENT, "%s: %zu body bytes at NULL", url, len);
-    struct sf__locator loc;
-    char err[512];
-    sf_status st = sf__locator_parse(url, &loc, err, sizeof(err));
-    if (st != SF_OK)
-        return set_err(s3, st, "%s", err);
-    if (loc.kind != SF__LOC_S3 || !*loc.bucket || !*loc.key) {
-        sf__locator_free(&loc);
-        return set_err(s3, SF_ERR_UNSUPPORTED, "%s: PUT needs s3://bucket/key", url);
-    }
-    char hash[SF__SHA256_HEX_LEN + 1];
-    struct sf__body body = {.data = data, .fd = -1, .len = len, .sha256_hex = hash};
-    if (path) {
-        struct stat sb;
-        body.fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (body.fd < 0 || fstat(body.fd, &sb) != 0) {
-            int e = errno;
-            st = set_err(s3, e == ENOENT ? SF_ERR_NOT_FOUND : SF_ERR_IO, "%s: %s", path,
-                         strerror(e));
-        } else if (!S_ISREG(sb.st_mode)) {
-            st = set_err(s3, SF_ERR_INVALID_ARGUMENT, "%s: not a regular file", path);
-        } else {
-            body.len = (uint64_t)sb.st_size;
-        }
-    }
-    if (st == SF_OK && body.len > SF_PUT_MAX_BYTES)
-        st = set_err(s3, SF_ERR_LIMIT, "%s: %" PRIu64 " bytes, over the 5 GiB of one PUT", url,
-                     body.len);
-    if (st == SF_OK && path) {
-        char msg[512];
-        st = sha256_fd(body.fd, 0, body.len, hash, msg, sizeof(msg));
-        if (st != SF_OK)
-            set_err(s3, st, "%s: %s", path, msg);
-    } else if (st == SF_OK) {
-        sf__sha256_hex(data ? data : "", len, hash);
-    }
-    if (st == SF_OK)
-        st = ensure_creds(s3, loc.display);
-    if (st == SF_OK) {
-        struct sf__response r;
-        st = sf__engine_call_body(s3->engine, "PUT", &loc, NULL, &body, 4096, &r);
-        if (st != SF_OK)
-            set_err(s3, st, "%s", r.errmsg);
-        else if (etag_out && etag_len)
-            snprintf(etag_out, etag_len, "%s", r.etag);
-        sf__response_free(&r);
-    }
-    if (body.fd >= 0)
-        close(body.fd);
-    sf__locator_free(&loc);
-    return st;
-}
-
-/* ------------------------------------------------------------ multipart upload */
-
-#define UPLOAD_PARALLEL_DEFAULT 4u
-#define UPLOAD_PARALLEL_MAX     64u
-#define UPLOAD_ID_MAX           1024
-#define UPLOAD_SMALL_BODY       (64u << 10)
-
-SF_API void sf_s3_upload_options_init_default(struct sf_s3_upload_options *o)
-{
-    memset(o, 0, sizeof(*o));
-    o->part_bytes = SF_UPLOAD_PART_BYTES_DEFAULT;
-    o->parallel_parts = UPLOAD_PARALLEL_DEFAULT;
-}
-
-/* One multipart upload in progress; the part workers share it. */
-struct mpu {
-    struct sf_s3 *s3;
-    const struct sf__locator *loc;
-    int fd;
-    uint64_t size, part_bytes;
-    unsigned n_parts;
-    char *query_id; /* the upload id, URI-encoded for the query */
-    char (*etags)[128];
-    pthread_mutex_t lock; /* guards the fields below */
-    unsigned next;        /* index of the next part to send */
-    sf_status st;         /* first failure */
-    char err[1024];
-};
-
-static void mpu_fail(struct mpu *m, sf_status st, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void mpu_fail(struct mpu *m, sf_status st, const char *fmt, ...)
-{
-    pthread_mutex_lock(&m->lock);
-    if (m->st == SF_OK) {
-        m->st = st;
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(m->err, sizeof(m->err), fmt, ap);
-        va_end(ap);
-    }
-    pthread_mutex_unlock(&m->lock);
-}
-
-static void *mpu_worker(void *arg)
-{
-    struct mpu *m = arg;
-    for (;;) {
-        pthread_mutex_lock(&m->lock);
-        int stop = m->st != SF_OK || m->next == m->n_parts;
-        unsigned i = m->next;
-        if (!stop)
-            m->next++;
-        pthread_mutex_unlock(&m->lock);
-        if (stop)
-            break;
-        uint64_t off = (uint64_t)i * m->part_bytes;
-        uint64_t len = m->size - off < m->part_bytes ? m->size - off : m->part_bytes;
-        char hash[SF__SHA256_HEX_LEN + 1], msg[512];
-        sf_status st = sha256_fd(m->fd, off, len, hash, msg, sizeof(msg));
-        if (st != SF_OK) {
-            mpu_fail(m, st, "%s: part %u of %u (offset %" PRIu64 "): %s", m->loc->display, i + 1,
-                     m->n_parts, off, msg);
-            break;
-        }
-        char query[UPLOAD_ID_MAX * 3 + 64];
-        snprintf(query, sizeof(query), "partNumber=%u&uploadId=%s", i + 1, m->query_id);
-        struct sf__body body = {.fd = m->fd, .offset = off, .len = len, .sha256_hex = hash};
-        struct sf__response r;
-        st = sf__engine_call_body(m->s3->engine, "PUT", m->loc, query, &body, 4096, &r);
-        if (st == SF_OK && !r.etag[0])
-            st = SF_ERR_HTTP;
-        if (st != SF_OK)
-            mpu_fail(m, st, "part %u of %u (offset %" PRIu64 ", %" PRIu64 " bytes): %s", i + 1,
-                     m->n_parts, off, len,
-                     r.errmsg[0] ? r.errmsg : "the server's answer has no ETag");
-        else
-            snprintf(m->etags[i], sizeof(m->etags[i]), "%s", r.etag);
-        sf__response_free(&r);
-        if (st != SF_OK)
-            break;
-    }
-    return NULL;
-}
-
-static void xml_text(struct sf__strbuf *b, const char *s)
-{
-    for (; *s; s++) {
-        if (*s == '&')
-            sf__strbuf_puts(b, "&amp;");
-        else if (*s == '<')
-            sf__strbuf_puts(b, "&lt;");
-        else if (*s == '>')
-            sf__strbuf_puts(b, "&gt;");
-        else
-            sf__strbuf_putc(b, *s);
-    }
-}
-
-/* The <ETag> of a CompleteMultipartUploadResult, with &quot; decoded. */
-static void complete_etag(const struct sf__strbuf *body, char *out, size_t out_len)
-{
-    out[0] = '\0';
-    const char *s = sf__strbuf_str(body);
-    const char *a = strstr(s, "<ETag>");
-    const char *z = a ? strstr(a, "</ETag>") : NULL;
-    if (!z)
-        return;
-    size_t o = 0;
-    for (const char *p = a + 6; p < z && o + 1 < out_len;) {
-        if (!strncmp(p, "&quot;", 6)) {
-            out[o++] = '"';
-            p += 6;
-        } else if (!strncmp(p, "&#34;", 5)) {
-            out[o++] = '"';
-            p += 5;
-        } else {
-            out[o++] = *p++;
-        }
-    }
-    out[o] = '\0';
-}
-
-/* Starts the upload: the server's UploadId, URI-encoded into *query_id. */
-static sf_status mpu_create(struct sf_s3 *s3, const struct sf__locator *loc, char **query_id)
-{
-    struct sf__body empty = {.data = "", .fd = -1, .len = 0, .sha256_hex = SF__EMPTY_SHA256};
-    struct sf__response r;
-    sf_status st =
-        sf__engine_call_body(s3->engine, "POST", loc, "uploads", &empty, UPLOAD_SMALL_BODY, &r);
-    if (st != SF_OK) {
-        set_err(s3, st, "starting the multipart upload: %s", r.errmsg);
-        sf__response_free(&r);
-        return st;
-    }
-    char id[UPLOAD_ID_MAX], err[256];
-    st = sf__xml_parse_initiate(sf__strbuf_str(&r.body), r.body.len, id, sizeof(id), err,
-                                sizeof(err));
-    sf__response_free(&r);
-    if (st != SF_OK)
-        return set_err(s3, st, "%s: CreateMultipartUpload answer: %s", loc->display, err);
-    struct sf__strbuf q;
-    sf__strbuf_init(&q, 0);
-    sf__uri_encode(&q, id, strlen(id), 1);
-    *query_id = sf__strbuf_take(&q);
-    return *query_id ? SF_OK : SF_ERR_NO_MEMORY;
-}
-
-static sf_status mpu_complete(struct mpu *m, char *etag_out, size_t etag_len)
-{
-    struct sf__strbuf x;
-    sf__strbuf_init(&x, 0);
-    sf__strbuf_puts(&x,
-                    "<CompleteMultipartUpload xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">");
-    for (unsigned i = 0; i < m->n_parts; i++) {
-        sf__strbuf_printf(&x, "<Part><PartNumber>%u</PartNumber><ETag>", i + 1);
-        xml_text(&x, m->etags[i]);
-        sf__strbuf_puts(&x, "</ETag></Part>");
-    }
-    sf__strbuf_puts(&x, "</CompleteMultipartUpload>");
-    if (x.err != SF_OK) {
-        sf__strbuf_free(&x);
-        return set_err(m->s3, SF_ERR_NO_MEMORY, "%s: out of memory", m->loc->display);
-    }
-    char hash[SF__SHA256_HEX_LEN + 1];
-    sf__sha256_hex(sf__strbuf_str(&x), x.len, hash);
-    struct sf__body body = {.data = sf__strbuf_str(&x), .fd = -1, .len = x.len, .sha256_hex = hash};
-    char query[UPLOAD_ID_MAX * 3 + 32];
-    snprintf(query, sizeof(query), "uploadId=%s", m->query_id);
-    struct sf__response r;
-    sf_status st =
-        sf__engine_call_body(m->s3->engine, "POST", m->loc, query, &body, UPLOAD_SMALL_BODY, &r);
-    sf__strbuf_free(&x);
-    if (st != SF_OK) {
-        set_err(m->s3, st, "completing the multipart upload of %u parts: %s", m->n_parts, r.errmsg);
-    } else {
-        /* S3 may answer 200 and still fail: the error is then in the body */
-        struct sf__s3_error e;
-        if (sf__xml_parse_error(sf__strbuf_str(&r.body), r.body.len, &e) == SF_OK) {
-            st = SF_ERR_HTTP;
-            set_err(m->s3, st, "%s: completing the multipart upload: %s: %s", m->loc->display,
-                    e.code, e.message);
-        } else if (etag_out && etag_len) {
-            complete_etag(&r.body, etag_out, etag_len);
-        }
-    }
-    sf__response_free(&r);
-    return st;
-}
-
-/* Aborts the upload so no part stays stored; appends a failure to the message. */
-static void mpu_abort(struct mpu *m)
-{
-    char query[UPLOAD_ID_MAX * 3 + 32];
-    snprintf(query, sizeof(query), "uploadId=%s", m->query_id);
-    struct sf__response r;
-    sf_status st = sf__engine_call(m->s3->engine, "DELETE", m->loc, query, 4096, &r);
-    if (st != SF_OK) {
-        char msg[1024];
-        sf_s3_errmsg(m->s3, msg, sizeof(msg));
-        set_err(m->s3, SF_OK, "%s (and aborting the upload failed, its parts may stay stored: %s)",
-                msg, r.errmsg);
-    }
-    sf__response_free(&r);
-}
-
-SF_API sf_status sf_s3_upload_file(struct sf_s3 *s3, const char *url, const char *path,
-                                   const struct sf_s3_upload_options *o, char *etag_out,
-                                   size_t etag_len)
-{
-    if (etag_out && etag_len)
-        etag_out[0] = '\0';
-    if (!s3 || !url || !path)
-        return SF_ERR_INVALID_ARGUMENT;
-    struct sf_s3_upload_options def;
-    sf_s3_upload_options_init_default(&def);
-    if (!o)
-        o = &def;
-    uint64_t part = o->part_bytes ? o->part_bytes : SF_UPLOAD_PART_BYTES_DEFAULT;
-    unsigned parallel = o->parallel_parts ? o->parallel_parts : UPLOAD_PARALLEL_DEFAULT;
-    if (part < SF_UPLOAD_PART_BYTES_MIN || part > SF_UPLOAD_PART_BYTES_MAX)
-        return set_err(s3, SF_ERR_INVALID_ARGUMENT,
-                       "%s: part size %" PRIu64 " is outside S3's 5 MiB..5 GiB", url, part);
-    if (parallel > UPLOAD_PARALLEL_MAX)
-        return set_err(s3, SF_ERR_INVALID_ARGUMENT, "%s: %u parallel parts, at most %u", url,
-                       parallel, UPLOAD_PARALLEL_MAX);
-    struct stat sb;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0 || fstat(fd, &sb) != 0) {
-        int e = errno;
-        if (fd >= 0)
-            close(fd);
-        return set_err(s3, e == ENOENT ? SF_ERR_NOT_FOUND : SF_ERR_IO, "%s: %s", path, strerror(e));
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        return set_err(s3, SF_ERR_INVALID_ARGUMENT, "%s: not a regular file", path);
-    }
-    uint64_t size = (uint64_t)sb.st_size;
-    if (size <= part) {
-        close(fd);
-        return sf_s3_put(s3, url, path, NULL, 0, etag_out, etag_len);
-    }
-    if (size > SF_UPLOAD_MAX_BYTES) {
-        close(fd);
-        return set_err(s3, SF_ERR_LIMIT, "%s: %" PRIu64 " bytes, over S3's 5 TiB for one object",
-                       url, size);
-    }
-    if ((size + part - 1) / part > SF_UPLOAD_MAX_PARTS) {
-        /* the smallest whole number of MiB that fits in 10,000 parts */
-        uint64_t mib = 1ull << 20;
-        part = ((size + SF_UPLOAD_MAX_PARTS - 1) / SF_UPLOAD_MAX_PARTS + mib - 1) / mib * mib;
-    }
-    struct sf__locator loc;
-    char err[512];
-    sf_status st = sf__locator_parse(url, &loc, err, sizeof(err));
-    if (st != SF_OK) {
-        close(fd);
-        return set_err(s3, st, "%s", err);
-    }
-    if (loc.kind != SF__LOC_S3 || !*loc.bucket || !*loc.key) {
-        close(fd);
-        sf__locator_free(&loc);
-        return set_err(s3, SF_ERR_UNSUPPORTED, "%s: an upload needs s3://bucket/key", url);
-    }
-    struct mpu m = {
-        .s3 = s3,
-        .loc = &loc,
-        .fd = fd,
-        .size = size,
-        .part_bytes = part,
-        .n_parts = (unsigned)((size + part - 1) / part),
-    };
-    pthread_mutex_init(&m.lock, NULL);
-    m.etags = calloc(m.n_parts, sizeof(*m.etags));
-    st = m.etags ? ensure_creds(s3, loc.display) : SF_ERR_NO_MEMORY;
-    if (st == SF_OK)
-        st = mpu_create(s3, &loc, &m.query_id);
-    if (st == SF_OK) {
-        if (parallel > m.n_parts)
-            parallel = m.n_parts;
-        pthread_t threads[UPLOAD_PARALLEL_MAX];
-        unsigned started = 0;
-        for (; started < parallel; started++)
-            if (pthread_create(&threads[started], NULL, mpu_worker, &m) != 0)
-                break;
-        if (started == 0)
-            mpu_fail(&m, SF_ERR_NO_MEMORY, "%s: cannot start an upload thread", loc.display);
-        for (unsigned i = 0; i < started; i++)
-            pthread_join(threads[i], NULL);
-        st = m.st;
-        if (st != SF_OK)
-            set_err(s3, st, "%s", m.err);
-        else
-            st = mpu_complete(&m, etag_out, etag_len);
-        if (st != SF_OK)
-            mpu_abort(&m);
-    }
-    free(m.query_id);
-    free(m.etags);
-    pthread_mutex_destroy(&m.lock);
-    close(fd);
-    sf__locator_free(&loc);
-    return st;
-}
-
 /* ------------------------------------------------------------ listing */
 
 static sf_status list_buckets(struct sf_s3 *s3, const struct sf__locator *loc, size_t max,
@@ -989,7 +565,7 @@ static sf_status list_buckets(struct sf_s3 *s3, const struct sf__locator *loc, s
     struct sf__response r;
     sf_status st = sf__engine_call(s3->engine, "GET", loc, NULL, MAX_LIST_BODY, &r);
     if (st != SF_OK) {
-        set_err(s3, st, "%s", r.errmsg);
+        sf__s3_set_err(s3, st, "%s", r.errmsg);
         sf__response_free(&r);
         return st;
     }
@@ -999,7 +575,7 @@ static sf_status list_buckets(struct sf_s3 *s3, const struct sf__locator *loc, s
     st = sf__xml_parse_list_buckets(r.body.data ? r.body.data : "", r.body.len, &page, err,
                                     sizeof(err));
     if (st != SF_OK)
-        set_err(s3, st, "s3://: bad ListBuckets answer: %s", err);
+        sf__s3_set_err(s3, st, "s3://: bad ListBuckets answer: %s", err);
     for (size_t i = 0; st == SF_OK && i < page.n_entries; i++) {
         const struct sf__list_entry *en = &page.entries[i];
         st = list_push(l, max, s3_url(en->key, ""), strdup(en->key), 0, "", en->last_modified, 1);
@@ -1029,7 +605,7 @@ static sf_status list_page(struct sf_s3 *s3, const struct sf__locator *bucket_lo
         sf__engine_call(s3->engine, "GET", bucket_loc, sf__strbuf_str(q), MAX_LIST_BODY, &r);
     sf__strbuf_free(q);
     if (st != SF_OK) {
-        set_err(s3, st, "%s", r.errmsg);
+        sf__s3_set_err(s3, st, "%s", r.errmsg);
         sf__response_free(&r);
         return st;
     }
@@ -1038,7 +614,7 @@ static sf_status list_page(struct sf_s3 *s3, const struct sf__locator *bucket_lo
                                sizeof(err));
     sf__response_free(&r);
     if (st != SF_OK) {
-        set_err(s3, st, "%s: bad ListObjectsV2 answer: %s", display, err);
+        sf__s3_set_err(s3, st, "%s: bad ListObjectsV2 answer: %s", display, err);
         sf__list_page_free(page);
         memset(page, 0, sizeof(*page));
     }
@@ -1064,7 +640,7 @@ static sf_status list_objects(struct sf_s3 *s3, const struct sf__locator *loc, i
         if (*loc->key)
             append_query(&q, "prefix", loc->key);
         if (q.err) {
-            st = set_err(s3, q.err, "%s: listing query too long", loc->display);
+            st = sf__s3_set_err(s3, q.err, "%s: listing query too long", loc->display);
             sf__strbuf_free(&q);
             break;
         }
@@ -1087,15 +663,16 @@ static sf_status list_objects(struct sf_s3 *s3, const struct sf__locator *loc, i
         token = NULL;
         if (st == SF_OK && page.is_truncated) {
             if (!page.next_token || !*page.next_token)
-                st = set_err(s3, SF_ERR_PARSE, "%s: truncated listing without a continuation token",
-                             loc->display);
+                st = sf__s3_set_err(s3, SF_ERR_PARSE,
+                                    "%s: truncated listing without a continuation token",
+                                    loc->display);
             else
                 token = strdup(page.next_token);
         }
         sf__list_page_free(&page);
     } while (st == SF_OK && token);
     if (st == SF_ERR_LIMIT)
-        set_err(s3, st, "%s: more than %zu objects", loc->display, max);
+        sf__s3_set_err(s3, st, "%s: more than %zu objects", loc->display, max);
     free(token);
     return st;
 }
@@ -1117,15 +694,15 @@ SF_API sf_status sf_s3_list(struct sf_s3 *s3, const char *url, int flags, size_t
     char err[512];
     sf_status st = sf__locator_parse(url, &loc, err, sizeof(err));
     if (st != SF_OK)
-        return set_err(s3, st, "%s", err);
+        return sf__s3_set_err(s3, st, "%s", err);
     struct sf_object_list *l = list_new();
     if (!l) {
         sf__locator_free(&loc);
         return SF_ERR_NO_MEMORY;
     }
     if (loc.kind != SF__LOC_S3)
-        st = set_err(s3, SF_ERR_UNSUPPORTED, "%s: only s3:// URLs can be listed", url);
-    else if ((st = ensure_creds(s3, loc.display)) == SF_OK) {
+        st = sf__s3_set_err(s3, SF_ERR_UNSUPPORTED, "%s: only s3:// URLs can be listed", url);
+    else if ((st = sf__s3_ensure_creds(s3, loc.display)) == SF_OK) {
         if (!*loc.bucket)
             st = list_buckets(s3, &loc, max_objects, l);
         else
@@ -1152,11 +729,12 @@ static sf_status walk_dir(struct sf_s3 *s3, const char *dir, int depth, size_t m
                           struct sf_object_list *l)
 {
     if (depth > 64)
-        return set_err(s3, SF_ERR_LIMIT, "%s: directories nested more than 64 deep", dir);
+        return sf__s3_set_err(s3, SF_ERR_LIMIT, "%s: directories nested more than 64 deep", dir);
     DIR *d = opendir(dir);
     if (!d) {
         int e = errno;
-        return set_err(s3, e == ENOENT ? SF_ERR_NOT_FOUND : SF_ERR_IO, "%s: %s", dir, strerror(e));
+        return sf__s3_set_err(s3, e == ENOENT ? SF_ERR_NOT_FOUND : SF_ERR_IO, "%s: %s", dir,
+                              strerror(e));
     }
     sf_status st = SF_OK;
     struct dirent *de;
@@ -1172,14 +750,14 @@ static sf_status walk_dir(struct sf_s3 *s3, const char *dir, int depth, size_t m
         snprintf(path, n, "%s%s%s", dir, dir[strlen(dir) - 1] == '/' ? "" : "/", de->d_name);
         struct stat sb;
         if (stat(path, &sb) != 0) {
-            st = set_err(s3, SF_ERR_IO, "%s: %s", path, strerror(errno));
+            st = sf__s3_set_err(s3, SF_ERR_IO, "%s: %s", path, strerror(errno));
         } else if (S_ISDIR(sb.st_mode)) {
             st = walk_dir(s3, path, depth + 1, max, l);
         } else if (S_ISREG(sb.st_mode)) {
             st = list_push(l, max, strdup(path), strdup(path), (uint64_t)sb.st_size, "",
                            sb.st_mtim.tv_sec, 0);
             if (st == SF_ERR_LIMIT)
-                set_err(s3, st, "%s: more than %zu files", dir, max);
+                sf__s3_set_err(s3, st, "%s: more than %zu files", dir, max);
         }
         free(path);
     }
@@ -1194,18 +772,19 @@ static sf_status expand_one(struct sf_s3 *s3, const char *source, size_t max,
     char err[512];
     sf_status st = sf__locator_parse(source, &loc, err, sizeof(err));
     if (st != SF_OK)
-        return set_err(s3, st, "%s", err);
+        return sf__s3_set_err(s3, st, "%s", err);
     if (loc.kind == SF__LOC_S3) {
         size_t kl = strlen(loc.key);
         if (!*loc.bucket)
-            st = set_err(s3, SF_ERR_INVALID_ARGUMENT, "%s: name a bucket", source);
+            st = sf__s3_set_err(s3, SF_ERR_INVALID_ARGUMENT, "%s: name a bucket", source);
         else if (kl == 0 || loc.key[kl - 1] == '/') {
             size_t before = l->n;
-            st = ensure_creds(s3, loc.display);
+            st = sf__s3_ensure_creds(s3, loc.display);
             if (st == SF_OK)
                 st = list_objects(s3, &loc, 1, 1, max, l);
             if (st == SF_OK && l->n == before)
-                st = set_err(s3, SF_ERR_NOT_FOUND, "%s: no objects under this prefix", source);
+                st = sf__s3_set_err(s3, SF_ERR_NOT_FOUND, "%s: no objects under this prefix",
+                                    source);
         } else
             st = list_push(l, max, strdup(source), strdup(loc.key), SF_SIZE_UNKNOWN, "", 0, 0);
     } else if (loc.kind == SF__LOC_HTTP) {
@@ -1214,22 +793,22 @@ static sf_status expand_one(struct sf_s3 *s3, const char *source, size_t max,
         struct stat sb;
         if (stat(loc.key, &sb) != 0) {
             int e = errno;
-            st = set_err(s3, e == ENOENT ? SF_ERR_NOT_FOUND : SF_ERR_IO, "%s: %s", source,
-                         strerror(e));
+            st = sf__s3_set_err(s3, e == ENOENT ? SF_ERR_NOT_FOUND : SF_ERR_IO, "%s: %s", source,
+                                strerror(e));
         } else if (S_ISDIR(sb.st_mode)) {
             size_t before = l->n;
             st = walk_dir(s3, loc.key, 0, max, l);
             if (st == SF_OK)
                 qsort(l->items + before, l->n - before, sizeof(*l->items), cmp_info);
             if (st == SF_OK && l->n == before)
-                st = set_err(s3, SF_ERR_NOT_FOUND, "%s: no files in this directory", source);
+                st = sf__s3_set_err(s3, SF_ERR_NOT_FOUND, "%s: no files in this directory", source);
         } else {
             st = list_push(l, max, strdup(loc.key), strdup(loc.key), (uint64_t)sb.st_size, "",
                            sb.st_mtim.tv_sec, 0);
         }
     }
     if (st == SF_ERR_LIMIT)
-        set_err(s3, st, "%s: more than %zu objects", source, max);
+        sf__s3_set_err(s3, st, "%s: more than %zu objects", source, max);
     sf__locator_free(&loc);
     return st;
 }
@@ -1252,12 +831,12 @@ SF_API sf_status sf_s3_expand(struct sf_s3 *s3, const char *source, size_t max_o
         char err[512] = "";
         st = sf__brace_expand(source, max_objects, &v, &n, err, sizeof(err));
         if (st != SF_OK)
-            set_err(s3, st, "%s: %s", source, err);
+            sf__s3_set_err(s3, st, "%s: %s", source, err);
         for (size_t i = 0; st == SF_OK && i < n; i++) {
             struct sf__locator loc;
             st = sf__locator_parse(v[i], &loc, err, sizeof(err));
             if (st != SF_OK) {
-                set_err(s3, st, "%s", err);
+                sf__s3_set_err(s3, st, "%s", err);
                 break;
             }
             size_t kl = strlen(loc.key);
@@ -1268,7 +847,7 @@ SF_API sf_status sf_s3_expand(struct sf_s3 *s3, const char *source, size_t max_o
                                0, 0);
             sf__locator_free(&loc);
             if (st == SF_ERR_LIMIT)
-                set_err(s3, st, "%s: more than %zu objects", source, max_objects);
+                sf__s3_set_err(s3, st, "%s: more than %zu objects", source, max_objects);
         }
         sf__strv_free(v, n);
     } else {
@@ -1398,7 +977,7 @@ static sf_status list_range(struct sf_s3 *s3, const char *bucket, struct pending
             append_query(&q, "start-after", sa);
         free(start);
         if (q.err) {
-            st = set_err(s3, q.err, "%s: listing query too long", display);
+            st = sf__s3_set_err(s3, q.err, "%s: listing query too long", display);
             sf__strbuf_free(&q);
             break;
         }
@@ -1420,7 +999,8 @@ static sf_status list_range(struct sf_s3 *s3, const char *bucket, struct pending
         }
         if (p < m && page.is_truncated) {
             if (page.n_entries == 0) {
-                st = set_err(s3, SF_ERR_PARSE, "%s: truncated listing without keys", display);
+                st =
+                    sf__s3_set_err(s3, SF_ERR_PARSE, "%s: truncated listing without keys", display);
             } else {
                 free(after);
                 if (!(after = strdup(page.entries[page.n_entries - 1].key)))
@@ -1464,7 +1044,7 @@ static sf_status check_pending(struct sf_s3 *s3, struct pending_set *ps, struct 
             char err[512];
             st = sf__locator_parse(it->url, &loc, err, sizeof(err));
             if (st != SF_OK) {
-                set_err(s3, st, "%s", err);
+                sf__s3_set_err(s3, st, "%s", err);
                 break;
             }
             st = head_object(s3, &loc, it);
@@ -1488,7 +1068,7 @@ static sf_status check_pending(struct sf_s3 *s3, struct pending_set *ps, struct 
         size_t b = a + 1;
         while (b < n_s3 && !strcmp(w[b]->bucket, w[a]->bucket))
             b++;
-        st = ensure_creds(s3, l->items[w[a]->slot].url);
+        st = sf__s3_ensure_creds(s3, l->items[w[a]->slot].url);
         if (st == SF_OK && b - a > SF_EXPAND_HEAD_MAX) {
             st = list_range(s3, w[a]->bucket, w + a, b - a, l);
         } else {
@@ -1529,7 +1109,7 @@ SF_API sf_status sf_s3_expand_stat(struct sf_s3 *s3, const char *source, size_t 
     if (braces) {
         st = sf__brace_expand(source, max_objects, &v, &n, err, sizeof(err));
         if (st != SF_OK)
-            set_err(s3, st, "%s: %s", source, err);
+            sf__s3_set_err(s3, st, "%s: %s", source, err);
     }
     struct pending_set ps;
     memset(&ps, 0, sizeof(ps));
@@ -1538,13 +1118,13 @@ SF_API sf_status sf_s3_expand_stat(struct sf_s3 *s3, const char *source, size_t 
         struct sf__locator loc;
         st = sf__locator_parse(item, &loc, err, sizeof(err));
         if (st != SF_OK) {
-            set_err(s3, st, "%s", err);
+            sf__s3_set_err(s3, st, "%s", err);
             break;
         }
         size_t kl = strlen(loc.key);
         struct stat sb;
         if (loc.kind == SF__LOC_S3 && !*loc.bucket)
-            st = set_err(s3, SF_ERR_INVALID_ARGUMENT, "%s: name a bucket", item);
+            st = sf__s3_set_err(s3, SF_ERR_INVALID_ARGUMENT, "%s: name a bucket", item);
         else if ((loc.kind == SF__LOC_S3 && (kl == 0 || loc.key[kl - 1] == '/')) ||
                  (!braces && loc.kind == SF__LOC_FILE && stat(loc.key, &sb) == 0 &&
                   S_ISDIR(sb.st_mode)))
@@ -1553,7 +1133,7 @@ SF_API sf_status sf_s3_expand_stat(struct sf_s3 *s3, const char *source, size_t 
             st = pending_add(&ps, l, max_objects, item, &loc);
         sf__locator_free(&loc);
         if (st == SF_ERR_LIMIT)
-            set_err(s3, st, "%s: more than %zu objects", source, max_objects);
+            sf__s3_set_err(s3, st, "%s: more than %zu objects", source, max_objects);
     }
     if (st == SF_OK)
         st = check_pending(s3, &ps, l);
@@ -1562,9 +1142,10 @@ SF_API sf_status sf_s3_expand_stat(struct sf_s3 *s3, const char *source, size_t 
         if (!ps.v[i].found && missing++ == 0)
             first = i;
     if (missing && (braces || ps.n > 1))
-        st = set_err(s3, SF_ERR_NOT_FOUND, "%s: no such object (%zu of the %zu objects of %s %s)",
-                     l->items[ps.v[first].slot].url, missing, ps.n, source,
-                     missing == 1 ? "is missing" : "are missing");
+        st = sf__s3_set_err(s3, SF_ERR_NOT_FOUND,
+                            "%s: no such object (%zu of the %zu objects of %s %s)",
+                            l->items[ps.v[first].slot].url, missing, ps.n, source,
+                            missing == 1 ? "is missing" : "are missing");
     else if (missing)
         st = SF_ERR_NOT_FOUND; /* the HEAD or stat() already said why */
     pending_free(&ps);
@@ -1661,7 +1242,7 @@ static sf_status read_local(struct sf_s3 *s3, const struct sf__locator *loc,
     if (st != SF_OK) {
         free(owned);
         owned = NULL;
-        set_err(s3, st, "%s", msg);
+        sf__s3_set_err(s3, st, "%s", msg);
     }
     return sf__fetch_new_done(o, object_size, total, st, st == SF_OK ? NULL : msg, owned, out);
 }
@@ -1678,29 +1259,29 @@ SF_API sf_status sf_fetch_start(struct sf_s3 *s3, const char *url, const struct 
         o = &def;
     }
     if (o->buffer && o->fd >= 0)
-        return set_err(s3, SF_ERR_INVALID_ARGUMENT,
-                       "%s: a fetch has one destination: buffer or fd, not both", url);
+        return sf__s3_set_err(s3, SF_ERR_INVALID_ARGUMENT,
+                              "%s: a fetch has one destination: buffer or fd, not both", url);
     struct sf__locator loc;
     char err[512];
     sf_status st = sf__locator_parse(url, &loc, err, sizeof(err));
     if (st != SF_OK)
-        return set_err(s3, st, "%s", err);
+        return sf__s3_set_err(s3, st, "%s", err);
     if (loc.kind == SF__LOC_S3 && (!*loc.bucket || !*loc.key)) {
         sf__locator_free(&loc);
-        return set_err(s3, SF_ERR_INVALID_ARGUMENT, "%s: fetch needs s3://bucket/key", url);
+        return sf__s3_set_err(s3, SF_ERR_INVALID_ARGUMENT, "%s: fetch needs s3://bucket/key", url);
     }
     if (loc.kind == SF__LOC_FILE) {
         st = read_local(s3, &loc, o, out);
         sf__locator_free(&loc);
         return st == SF_OK ? SF_OK : st;
     }
-    if (loc.kind == SF__LOC_S3 && (st = ensure_creds(s3, loc.display)) != SF_OK) {
+    if (loc.kind == SF__LOC_S3 && (st = sf__s3_ensure_creds(s3, loc.display)) != SF_OK) {
         sf__locator_free(&loc);
         return st;
     }
     st = sf__engine_fetch(s3->engine, &loc, o, out, err, sizeof(err));
     if (st != SF_OK)
-        set_err(s3, st, "%s", err);
+        sf__s3_set_err(s3, st, "%s", err);
     sf__locator_free(&loc);
     return st;
 }
@@ -1714,7 +1295,7 @@ sf_status sf__s3_identity(struct sf_s3 *s3, const char *url, char *endpoint, siz
     char err[256];
     sf_status st = sf__locator_parse(url, &loc, err, sizeof(err));
     if (st != SF_OK)
-        return set_err(s3, st, "%s", err);
+        return sf__s3_set_err(s3, st, "%s", err);
     int n1, n2, n3;
     if (loc.kind == SF__LOC_S3) {
         n1 = snprintf(endpoint, endpoint_len, "%s://%s%s", s3->ep.scheme, s3->ep.authority,
@@ -1728,6 +1309,6 @@ sf_status sf__s3_identity(struct sf_s3 *s3, const char *url, char *endpoint, siz
     }
     sf__locator_free(&loc);
     if (n1 >= (int)endpoint_len || n2 >= (int)bucket_len || n3 >= (int)key_len)
-        return set_err(s3, SF_ERR_LIMIT, "%s: name too long for a cache identity", url);
+        return sf__s3_set_err(s3, SF_ERR_LIMIT, "%s: name too long for a cache identity", url);
     return SF_OK;
 }

@@ -1,0 +1,36 @@
+/*
+ * What the two files of the S3 client share (s3/s3_client.c: configuration,
+ * signing, stat, listing, expansion, fetch; s3/s3_upload.c: PUT and
+ * multipart upload). Private to them: the rest of the library sees only
+ * shardfeed_s3.h and s3/s3_client.h.
+ */
+#ifndef SF_S3_S3_CLIENT_IMPL_H
+#define SF_S3_S3_CLIENT_IMPL_H
+
+#include "s3/credentials.h"
+#include "s3/endpoint.h"
+#include "s3/fetch.h"
+#include "shardfeed_s3.h"
+
+#include <pthread.h>
+
+struct sf_s3 {
+    struct sf_s3_options opt; /* strings below are owned copies */
+    char *endpoint_url, *region, *profile, *access_key_id, *secret_access_key, *session_token,
+        *ca_bundle;
+    struct sf__endpoint ep;
+    struct sf__cred_chain *creds;
+    struct sf__engine *engine;
+    pthread_mutex_t lock; /* guards errmsg */
+    char errmsg[1024];
+};
+
+/* Keeps the message (printf-style) as the client's detail; returns st. */
+__attribute__((format(printf, 3, 4))) sf_status sf__s3_set_err(struct sf_s3 *s3, sf_status st,
+                                                               const char *fmt, ...);
+
+/* Resolves (or refreshes) the credentials on the caller's thread; on failure
+ * the detail names display. */
+sf_status sf__s3_ensure_creds(struct sf_s3 *s3, const char *display);
+
+#endif
