@@ -196,6 +196,7 @@ struct worker {
     size_t n_stages;
     /* under sched */
     unsigned in_flight;
+    unsigned long long loops; /* turns of io_main (test hook: an idle engine sleeps) */
     struct xfer *doomed; /* ranges of ended fetches to take out of this multi */
 };
 
@@ -1549,7 +1550,10 @@ static void schedule(struct sf__engine *e)
 static int next_timeout_ms(struct sf__engine *e)
 {
     uint64_t now = sf__now_ns();
-    int t = sf__policy_wait_ms(&e->policy, now, 1000);
+    /* The rate limiter's wait counts only when something could start: with
+     * nothing to send, a token in the bucket must not wake the thread at
+     * once (an idle engine spun on every I/O thread); new work wakes it. */
+    int t = work_left(e, now) ? sf__policy_wait_ms(&e->policy, now, 1000) : 1000;
     for (struct xfer *x = e->waiting; x; x = x->next_wait) {
         if (x->due_ns <= now)
             return 0;
@@ -1672,6 +1676,7 @@ static void *io_main(void *arg)
          * not for a due retry it may not start. */
         unsigned limit = sf__policy_window(&e->policy);
         int timeout_ms = has_room(e, limit) ? next_timeout_ms(e) : 1000;
+        w->loops++;
         sched_unlock(w);
         curl_multi_poll(w->multi, NULL, 0, timeout_ms, NULL);
     }
@@ -2132,6 +2137,16 @@ SF_API void sf_fetch_destroy(struct sf_fetch *f)
     pthread_mutex_destroy(&f->data_lock);
     pthread_mutex_destroy(&f->lock);
     free(f);
+}
+
+unsigned long long sf__engine_io_loops(struct sf__engine *e)
+{
+    pthread_mutex_lock(&e->sched);
+    unsigned long long n = 0;
+    for (unsigned i = 0; i < e->n_workers; i++)
+        n += e->workers[i].loops;
+    pthread_mutex_unlock(&e->sched);
+    return n;
 }
 
 unsigned sf__fetch_io_threads_used(struct sf_fetch *f)

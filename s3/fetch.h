@@ -138,6 +138,9 @@ void sf__engine_stats(struct sf__engine *e, struct sf_s3_stats *out);
 
 /* Test hook: how many I/O threads ran ranges of f. */
 unsigned sf__fetch_io_threads_used(struct sf_fetch *f);
+/* Test hook: turns of every I/O thread's loop so far (an idle engine sleeps
+ * between events; it does not spin). */
+unsigned long long sf__engine_io_loops(struct sf__engine *e);
 
 /* Maps an HTTP status and S3 error code to an sf_status; sets *retry to 0
  * (fatal), 1 (transient) or 2 (throttled). Exposed for tests. */

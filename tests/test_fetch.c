@@ -2,7 +2,8 @@
  * test starts its own server on a free port with a fresh root and stops it.
  * Faults are forced through the mock's admin endpoints and counted with its
  * exact statistics, so attempt counts are asserted exactly. */
-#include "s3/fetch.h" /* sf__fetch_io_threads_used */
+#include "s3/fetch.h" /* sf__fetch_io_threads_used, sf__engine_io_loops */
+#include "s3/s3_client_impl.h" /* the engine of a client */
 #include "shardfeed.h"
 #include "support/mock_proc.h"
 #include "support/s3_client.h"
@@ -224,6 +225,27 @@ static void expect_fetch_whole(const char *key, const unsigned char *want, size_
     cr_assert(d, "no engine buffer");
     expect_same_bytes(d, want, n);
     sf_fetch_destroy(f);
+}
+
+/* An engine with nothing to do sleeps: after a fetch (the slow start's rate
+ * cap holds tokens then), half a second idle costs each I/O thread at most a
+ * turn or two of its loop (its poll waits up to 1 s or a wake-up). Before,
+ * a token in the bucket made the wait 0 and every I/O thread spun. */
+Test(fetch, an_idle_engine_sleeps)
+{
+    start_mock(NULL);
+    struct sf_s3_options o;
+    opts_init(&o);
+    o.io_threads = 2;
+    client(&o);
+    unsigned char *want = put_object("idle.bin", 64 * KiB, 91);
+    struct sf_fetch_progress p;
+    expect_fetch_whole("idle.bin", want, 64 * KiB, &p);
+    free(want);
+    unsigned long long before = sf__engine_io_loops(s3->engine);
+    usleep(500 * 1000);
+    unsigned long long turns = sf__engine_io_loops(s3->engine) - before;
+    cr_expect_leq(turns, 8ull, "idle I/O threads turned %llu times in 0.5 s", turns);
 }
 
 /* ============================================================ destinations */
