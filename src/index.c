@@ -18,11 +18,11 @@
  */
 #include "shardfeed.h"
 #include "shardfeed_pack.h"
+#include "src/index_json.h"
 #include "src/record.h"
 #include "src/shard_reader.h"
 #include "common/strbuf.h"
 
-#include <cjson/cJSON.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -43,8 +43,6 @@
 #define MAX_TAIL_BYTES    (64ull << 20) /* a record index read apart: 4M records */
 #define MAX_FIELD_NAMES   1024u         /* distinct field names counted per shard */
 #define DEFAULT_MAX       10000000u
-#define INDEX_NAME        "index.json"
-#define INDEX_VERSION     1
 #define ERR_LEN           1024
 
 struct field_count {
@@ -556,9 +554,6 @@ static int cmp_field(const void *a, const void *b)
 
 static char *build_json(const struct indexer *ix, struct sf_index_result *res)
 {
-    cJSON *j = cJSON_CreateObject();
-    if (!j)
-        return NULL;
     int zstd = 0, whole = 1;
     for (size_t i = 0; i < ix->n; i++) {
         const struct shard *sh = &ix->shards[i];
@@ -576,65 +571,53 @@ static char *build_json(const struct indexer *ix, struct sf_index_result *res)
     const char *format = res->record_shards == 0 ? "tar"
                          : res->tar_shards == 0  ? "record"
                                                  : "mixed";
-    cJSON_AddStringToObject(j, "format", format);
-    cJSON_AddNumberToObject(j, "version", INDEX_VERSION);
-    cJSON_AddStringToObject(j, "compression", zstd ? "zstd" : "none");
-    cJSON_AddStringToObject(j, "checksum", "xxh3_64");
-    cJSON *arr = cJSON_AddArrayToObject(j, "shards");
-    for (size_t i = 0; arr && i < ix->n; i++) {
+    struct sf__index_json_shard *shards = calloc(ix->n ? ix->n : 1, sizeof(*shards));
+    if (!shards)
+        return NULL;
+    for (size_t i = 0; i < ix->n; i++) {
         const struct shard *sh = &ix->shards[i];
-        cJSON *s = cJSON_CreateObject();
-        char hex[17];
-        snprintf(hex, sizeof(hex), "%016" PRIx64, sh->xxh3);
-        cJSON_AddStringToObject(s, "name", sh->name);
-        cJSON_AddNumberToObject(s, "bytes", (double)sh->bytes);
-        cJSON_AddNumberToObject(s, "samples", (double)sh->samples);
-        cJSON_AddStringToObject(s, "xxh3_64", hex);
-        cJSON_AddItemToArray(arr, s);
+        shards[i] = (struct sf__index_json_shard){sh->name, sh->bytes, sh->samples, sh->xxh3};
     }
-    cJSON_AddNumberToObject(j, "shard_count", (double)res->shards);
-    cJSON_AddNumberToObject(j, "sample_count", (double)res->samples);
-    cJSON_AddNumberToObject(j, "bytes", (double)res->bytes);
-    int ok = arr != NULL;
-    if (whole && ok) {
-        /* field name -> samples that have it, over all shards, by name */
-        size_t total = 0;
-        for (size_t i = 0; i < ix->n; i++)
-            total += ix->shards[i].n_fields;
-        struct field_count *all = calloc(total ? total : 1, sizeof(*all));
-        ok = all != NULL;
+    /* field name -> samples that have it, over all shards, by name */
+    size_t total = 0;
+    for (size_t i = 0; whole && i < ix->n; i++)
+        total += ix->shards[i].n_fields;
+    struct field_count *all = calloc(total ? total : 1, sizeof(*all));
+    struct sf__index_json_field *fields = calloc(total ? total : 1, sizeof(*fields));
+    size_t nf = 0;
+    if (all && fields && whole) {
         size_t k = 0;
-        for (size_t i = 0; ok && i < ix->n; i++)
+        for (size_t i = 0; i < ix->n; i++)
             for (size_t f = 0; f < ix->shards[i].n_fields; f++)
                 all[k++] = ix->shards[i].fields[f];
-        if (ok) {
-            qsort(all, k, sizeof(*all), cmp_field);
-            cJSON *fields = cJSON_AddObjectToObject(j, "fields");
-            ok = fields != NULL;
-            for (size_t i = 0; ok && i < k;) {
-                uint64_t n = 0;
-                size_t m = i;
-                while (m < k && !strcmp(all[m].name, all[i].name))
-                    n += all[m++].n;
-                ok = cJSON_AddNumberToObject(fields, all[i].name, (double)n) != NULL;
-                i = m;
-            }
+        qsort(all, k, sizeof(*all), cmp_field);
+        for (size_t i = 0; i < k;) {
+            uint64_t n = 0;
+            size_t m = i;
+            while (m < k && !strcmp(all[m].name, all[i].name))
+                n += all[m++].n;
+            fields[nf++] = (struct sf__index_json_field){all[i].name, n};
+            i = m;
         }
-        free(all);
     }
-    char *text = ok ? cJSON_Print(j) : NULL;
-    cJSON_Delete(j);
-    if (!text)
-        return NULL;
-    size_t len = strlen(text);
-    char *out = realloc(text, len + 2);
-    if (!out) {
-        free(text);
-        return NULL;
+    char *out = NULL;
+    if (all && fields) {
+        struct sf__index_json j = {
+            .format = format,
+            .zstd = zstd,
+            .shards = shards,
+            .n_shards = ix->n,
+            .sample_count = res->samples,
+            .bytes = res->bytes,
+            .fields = fields,
+            .n_fields = nf,
+            .has_fields = whole,
+        };
+        out = sf__index_json_write(&j, &res->json_len);
     }
-    out[len] = '\n';
-    out[len + 1] = '\0';
-    res->json_len = len + 1;
+    free(fields);
+    free(all);
+    free(shards);
     return out;
 }
 
@@ -707,10 +690,10 @@ static sf_status name_shards(struct indexer *ix, const char *index_url, struct s
         const char *first = ix->shards[0].obj->url;
         const char *slash = strrchr(first, '/');
         size_t dl = slash ? (size_t)(slash - first + 1) : 0;
-        res->index_url = malloc(dl + sizeof(INDEX_NAME));
+        res->index_url = malloc(dl + sizeof(SF__INDEX_JSON_NAME));
         if (res->index_url) {
             memcpy(res->index_url, first, dl);
-            memcpy(res->index_url + dl, INDEX_NAME, sizeof(INDEX_NAME));
+            memcpy(res->index_url + dl, SF__INDEX_JSON_NAME, sizeof(SF__INDEX_JSON_NAME));
         }
     }
     if (!res->index_url)
@@ -892,7 +875,7 @@ sf_status sf_index_shards(struct sf_s3 *s3, const char *const *sources, size_t n
         st = run_workers(&ix, &d, err, err_len);
     }
     if (st == SF_OK && !(result->json = build_json(&ix, result)))
-        st = sf__fail(err, err_len, SF_ERR_NO_MEMORY, "out of memory for " INDEX_NAME);
+        st = sf__fail(err, err_len, SF_ERR_NO_MEMORY, "out of memory for " SF__INDEX_JSON_NAME);
     for (size_t i = 0; ix.shards && i < ix.n; i++) {
         struct shard *sh = &ix.shards[i];
         for (size_t f = 0; f < sh->n_fields; f++)

@@ -29,11 +29,10 @@
 
 #include "src/counts.h"
 #include "src/decode.h"
+#include "src/index_json.h"
 #include "src/gpu.h"
 
-#include <cjson/cJSON.h>
 #include <errno.h>
-#include <math.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdarg.h>
@@ -338,95 +337,10 @@ static sf_status read_small(struct sf_loader *l, const char *url, char **out, si
     return st;
 }
 
-static const char *base_name(const char *url)
-{
-    const char *s = strrchr(url, '/');
-    return s ? s + 1 : url;
-}
-
-static int cmp_base_name(const void *a, const void *b)
-{
-    const struct sf_object_info *x = *(const struct sf_object_info *const *)a;
-    const struct sf_object_info *y = *(const struct sf_object_info *const *)b;
-    return strcmp(base_name(x->url), base_name(y->url));
-}
-
-/* index.json against the objects: a shard it names whose size (or ETag,
- * when it records one) differs from the object's is an error naming it; so
- * is one that is missing when every source is a listed folder (a listing
- * cannot name what is gone, and the epoch would silently lose its samples).
- * Shards it does not name are not its business here. */
-static sf_status index_check(struct sf_loader *l, const char *text, const char *index_url,
-                             size_t dir_len, char *err, size_t err_len)
-{
-    cJSON *j = cJSON_Parse(text);
-    cJSON *arr = cJSON_GetObjectItemCaseSensitive(j, "shards");
-    const struct sf_object_info **by_name = calloc(l->n_shards ? l->n_shards : 1, sizeof(*by_name));
-    if (!cJSON_IsArray(arr) || !by_name) {
-        cJSON_Delete(j);
-        free(by_name);
-        return cJSON_IsArray(arr) ? SF_ERR_NO_MEMORY : SF_OK; /* counts_from_index judges it */
-    }
-    memcpy(by_name, l->objs, l->n_shards * sizeof(*by_name));
-    qsort(by_name, l->n_shards, sizeof(*by_name), cmp_base_name);
-    sf_status st = SF_OK;
-    cJSON *s;
-    cJSON_ArrayForEach(s, arr)
-    {
-        const cJSON *name = cJSON_GetObjectItemCaseSensitive(s, "name");
-        if (!cJSON_IsString(name))
-            continue;
-        const char *want = base_name(name->valuestring);
-        const struct sf_object_info *obj = NULL;
-        for (size_t lo = 0, hi = l->n_shards; lo < hi && !obj;) {
-            size_t mid = lo + (hi - lo) / 2;
-            int c = strcmp(want, base_name(by_name[mid]->url));
-            if (c == 0)
-                obj = by_name[mid];
-            else if (c < 0)
-                hi = mid;
-            else
-                lo = mid + 1;
-        }
-        if (!obj) {
-            if (!l->sources_listed)
-                continue;
-            st = SF_ERR_NOT_FOUND;
-            snprintf(err, err_len,
-                     "%.*s%s: named by %s but not in the listing: a shard of the data set is "
-                     "missing",
-                     (int)dir_len, index_url, want, index_url);
-            break;
-        }
-        const cJSON *bytes = cJSON_GetObjectItemCaseSensitive(s, "bytes");
-        const cJSON *etag = cJSON_GetObjectItemCaseSensitive(s, "etag");
-        if (cJSON_IsNumber(bytes) && obj->size != SF_SIZE_UNKNOWN &&
-            bytes->valuedouble != (double)obj->size) {
-            st = SF_ERR_CHANGED;
-            snprintf(err, err_len,
-                     "%s: %llu bytes, but %s says %.0f: the shard was replaced or the index is "
-                     "stale (shardfeed index writes it again)",
-                     obj->url, obj->size, index_url, bytes->valuedouble);
-            break;
-        }
-        if (cJSON_IsString(etag) && obj->etag[0] && strcmp(etag->valuestring, obj->etag)) {
-            st = SF_ERR_CHANGED;
-            snprintf(err, err_len,
-                     "%s: ETag %s, but %s says %s: the shard was replaced or the index is stale "
-                     "(shardfeed index writes it again)",
-                     obj->url, obj->etag, index_url, etag->valuestring);
-            break;
-        }
-    }
-    cJSON_Delete(j);
-    free(by_name);
-    return st;
-}
-
 /* counts[] from index.json beside the shards (pack writes it), when it
  * lists every shard: *from_index = 1. An index.json whose entry for one of
  * the shards has no valid count, or that does not match the objects
- * (index_check), fails the open (whoever controls the bucket controls
+ * (sf__index_json_check), fails the open (whoever controls the bucket controls
  * index.json). */
 static sf_status counts_from_index(struct sf_loader *l, int *from_index, char *err, size_t err_len)
 {
@@ -435,9 +349,9 @@ static sf_status counts_from_index(struct sf_loader *l, int *from_index, char *e
     const char *slash = strrchr(first, '/');
     char url[4096];
     if (slash)
-        snprintf(url, sizeof(url), "%.*sindex.json", (int)(slash - first + 1), first);
+        snprintf(url, sizeof(url), "%.*s" SF__INDEX_JSON_NAME, (int)(slash - first + 1), first);
     else
-        snprintf(url, sizeof(url), "index.json");
+        snprintf(url, sizeof(url), SF__INDEX_JSON_NAME);
     /* Its names are relative to its folder: a shard outside that folder is
      * not the one it names, even under the same name (a wrong count fails
      * the shard mid-epoch, or silently cuts it). Such sources run on
@@ -450,82 +364,18 @@ static sf_status counts_from_index(struct sf_loader *l, int *from_index, char *e
     size_t len = 0;
     if (read_small(l, url, &text, &len) != SF_OK)
         return SF_OK;
-    sf_status st = index_check(l, text, url, dir_len, err, err_len);
+    /* An index.json that does not match the objects fails the open: a shard
+     * it names whose size (or ETag, when it records one) differs, or that is
+     * missing when every source is a listed folder (the epoch would silently
+     * lose its samples). Shards it does not name are not its business. */
+    sf_status st = sf__index_json_check(text, url, dir_len, l->objs, l->n_shards, l->sources_listed,
+                                        err, err_len);
     if (st == SF_OK)
-        st = sf__loader_counts_from_index_json(text, url, l->objs, l->n_shards, l->counts,
-                                               from_index, err, err_len);
+        st = sf__index_json_counts(text, url, l->objs, l->n_shards, l->counts, from_index, err,
+                                   err_len);
     free(text);
     if (st == SF_OK && *from_index)
         sf__loader_log(l, SF_LOG_INFO, "sample counts of %zu shards from %s", l->n_shards, url);
-    return st;
-}
-
-/* A count in index.json: a finite whole number in [0, 2^64). cJSON keeps
- * numbers as doubles: 1e300 or 1e999 (inf) would convert out of range, and
- * 12.5 would be cut silently. */
-static int json_count(const cJSON *v, uint64_t *out)
-{
-    if (!cJSON_IsNumber(v))
-        return 0;
-    double d = v->valuedouble;
-    if (!isfinite(d) || d < 0 || d >= 18446744073709551616.0 || d != floor(d))
-        return 0;
-    *out = (uint64_t)d;
-    return 1;
-}
-
-sf_status sf__loader_counts_from_index_json(const char *text, const char *index_name,
-                                            const struct sf_object_info *const *objs, size_t n,
-                                            uint64_t *counts, int *all, char *err, size_t err_len)
-{
-    *all = 0;
-    if (!index_name)
-        index_name = "index.json";
-    cJSON *j = cJSON_Parse(text);
-    if (!j)
-        return SF_OK;
-    cJSON *arr = cJSON_GetObjectItemCaseSensitive(j, "shards");
-    int ok = cJSON_IsArray(arr);
-    sf_status st = SF_OK;
-    for (size_t i = 0; ok && i < n; i++) {
-        const char *want = base_name(objs[i]->url);
-        int found = 0;
-        cJSON *s;
-        cJSON_ArrayForEach(s, arr)
-        {
-            cJSON *name = cJSON_GetObjectItemCaseSensitive(s, "name");
-            if (!cJSON_IsString(name) || strcmp(base_name(name->valuestring), want) != 0)
-                continue;
-            cJSON *samples = cJSON_GetObjectItemCaseSensitive(s, "samples");
-            if (!json_count(samples, &counts[i])) {
-                char shown[64] = "missing";
-                if (cJSON_IsNumber(samples)) {
-                    /* Shortest of 15 or 17 digits that reads back the same. */
-                    snprintf(shown, sizeof(shown), "%.15g", samples->valuedouble);
-                    if (strtod(shown, NULL) != samples->valuedouble)
-                        snprintf(shown, sizeof(shown), "%.17g", samples->valuedouble);
-                }
-                else if (samples)
-                    snprintf(shown, sizeof(shown), "not a number");
-                /* The shard's own file name (the entry's may be a longer path
-                 * ending in it), capped: the message must still name the
-                 * field whatever the bucket put there (fuzz_index). */
-                if (err && err_len)
-                    snprintf(err, err_len,
-                             "%.512s: shard '%.128s%s': \"samples\" is %s, not a whole number "
-                             "from 0 to 2^64 - 1",
-                             index_name, want, strlen(want) > 128 ? "..." : "", shown);
-                st = SF_ERR_CORRUPT;
-                ok = 0;
-                break;
-            }
-            found = 1;
-            break;
-        }
-        ok = ok && found;
-    }
-    cJSON_Delete(j);
-    *all = st == SF_OK && ok;
     return st;
 }
 

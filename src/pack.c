@@ -15,6 +15,7 @@
  * pack_index.c (index.json), pack_reencode_pool.c (--max-side).
  */
 #include "src/pack_internal.h"
+#include "src/index_json.h"
 
 #include "s3/endpoint.h"
 
@@ -163,7 +164,7 @@ SF_API sf_status sf_pack_shard_name(const char *pattern, enum sf_pack_format for
     char name[NAME_MAX + 1];
     if (!*pat || strchr(pat, '/') || pattern_expand(pat, index, name, sizeof(name)) != 0)
         return SF_ERR_INVALID_ARGUMENT;
-    if (name[0] == '.' || !strcmp(name, INDEX_NAME))
+    if (name[0] == '.' || !strcmp(name, SF__INDEX_JSON_NAME))
         return SF_ERR_INVALID_ARGUMENT;
     if (strlen(name) >= n)
         return SF_ERR_LIMIT;
@@ -178,7 +179,7 @@ static sf_status check_pattern(struct packer *p, const char *pat)
         return sf__pack_fail(
             p, SF_ERR_INVALID_ARGUMENT,
             "name pattern '%s': expected one %%u (or %%06u, %%d) for the shard number, "
-            "%%%% for '%%', no '/', not starting with '.', not " INDEX_NAME,
+            "%%%% for '%%', no '/', not starting with '.', not " SF__INDEX_JSON_NAME,
             pat);
     return SF_OK;
 }

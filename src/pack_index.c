@@ -1,117 +1,116 @@
 /*
  * pack's index.json (docs/pack.md): what was packed, each shard's size,
  * sample count and XXH3-64, written last, once every shard is in place.
- * Its readers: sf__loader_counts_from_index_json() (src/loader.c); the
- * index.json of shards made elsewhere is written by src/index.c.
+ * The schema, its writer and its readers are src/index_json.c's; this file
+ * describes the pack and puts the text in place.
  */
 #include "src/pack_internal.h"
+#include "src/index_json.h"
 
-#include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#define INDEX_VERSION 1
-
-static cJSON *build_index(struct packer *p, uint64_t total_bytes)
+/* fields seen: lower-cased name -> samples that have it, sorted by name;
+ * then "cls" for every sample of an imagefolder. NULL when out of memory;
+ * *names (each freed by the caller, then the array) holds the strings. */
+static struct sf__index_json_field *count_fields(struct packer *p, char ***names_out, size_t *n_out)
 {
-    cJSON *j = cJSON_CreateObject();
-    if (!j)
-        return NULL;
-    cJSON_AddStringToObject(j, "format", sf_pack_format_name(p->o->format));
-    cJSON_AddNumberToObject(j, "version", INDEX_VERSION);
-    cJSON_AddStringToObject(j, "layout", sf_pack_layout_name(p->layout));
-    cJSON_AddStringToObject(j, "compression", p->o->zstd_level ? "zstd" : "none");
-    if (p->o->zstd_level)
-        cJSON_AddNumberToObject(j, "zstd_level", p->o->zstd_level);
-    cJSON_AddStringToObject(j, "checksum", "xxh3_64");
-    if (p->o->max_side) {
-        cJSON *re = cJSON_AddObjectToObject(j, "reencode");
-        cJSON_AddNumberToObject(re, "max_side", p->o->max_side);
-        cJSON_AddNumberToObject(re, "quality",
-                                p->o->jpeg_quality ? p->o->jpeg_quality : DEFAULT_QUALITY);
-    }
-    cJSON_AddNumberToObject(j, "shard_size_limit", (double)p->o->shard_bytes);
-    cJSON *arr = cJSON_AddArrayToObject(j, "shards");
-    for (size_t i = 0; arr && i < p->n_shards; i++) {
-        cJSON *s = cJSON_CreateObject();
-        char hex[17];
-        snprintf(hex, sizeof(hex), "%016" PRIx64, p->shards[i].xxh3);
-        cJSON_AddStringToObject(s, "name", p->shards[i].name);
-        cJSON_AddNumberToObject(s, "bytes", (double)p->shards[i].bytes);
-        cJSON_AddNumberToObject(s, "samples", (double)p->shards[i].samples);
-        cJSON_AddStringToObject(s, "xxh3_64", hex);
-        cJSON_AddItemToArray(arr, s);
-    }
-    cJSON_AddNumberToObject(j, "shard_count", (double)p->n_shards);
-    cJSON_AddNumberToObject(j, "sample_count", (double)p->n_samples);
-    cJSON_AddNumberToObject(j, "file_count", (double)p->n_entries);
-    cJSON_AddNumberToObject(j, "bytes", (double)total_bytes);
-    cJSON_AddNumberToObject(j, "source_bytes", (double)p->source_bytes);
-    if (p->layout == SF_PACK_LAYOUT_IMAGEFOLDER) {
-        cJSON *c = cJSON_AddArrayToObject(j, "classes");
-        cJSON *cc = cJSON_AddArrayToObject(j, "class_counts");
-        for (size_t i = 0; c && cc && i < p->n_classes; i++) {
-            cJSON_AddItemToArray(c, cJSON_CreateString(p->classes[i]));
-            cJSON_AddItemToArray(cc, cJSON_CreateNumber((double)p->class_counts[i]));
-        }
-    }
-    /* fields seen: lower-cased name -> samples that have it, sorted by name */
-    cJSON *fields = cJSON_AddObjectToObject(j, "fields");
     size_t n = p->n_entries + (p->layout == SF_PACK_LAYOUT_IMAGEFOLDER ? 1 : 0);
     char **names = calloc(n ? n : 1, sizeof(*names));
+    struct sf__index_json_field *fields = calloc(n ? n : 1, sizeof(*fields));
+    *names_out = names;
+    *n_out = 0;
+    if (!names || !fields) {
+        free(fields);
+        return NULL;
+    }
     size_t k = 0;
-    int ok = fields && names;
-    for (size_t i = 0; ok && i < p->n_entries; i++) {
+    for (size_t i = 0; i < p->n_entries; i++) {
         names[k] = strdup(sf__pack_field_of(&p->entries[i]));
         if (!names[k]) {
-            ok = 0;
-            break;
+            free(fields);
+            return NULL;
         }
         for (char *c = names[k]; *c; c++)
             if (*c >= 'A' && *c <= 'Z')
                 *c = (char)(*c - 'A' + 'a');
         k++;
     }
-    if (ok) {
-        qsort(names, k, sizeof(*names), sf__pack_cmp_str);
-        for (size_t i = 0; i < k;) {
-            size_t m = i + 1;
-            while (m < k && !strcmp(names[m], names[i]))
-                m++;
-            cJSON_AddNumberToObject(fields, names[i], (double)(m - i));
-            i = m;
-        }
-        if (p->layout == SF_PACK_LAYOUT_IMAGEFOLDER)
-            cJSON_AddNumberToObject(fields, "cls", (double)p->n_samples);
+    qsort(names, k, sizeof(*names), sf__pack_cmp_str);
+    size_t nf = 0;
+    for (size_t i = 0; i < k;) {
+        size_t m = i + 1;
+        while (m < k && !strcmp(names[m], names[i]))
+            m++;
+        fields[nf++] = (struct sf__index_json_field){names[i], m - i};
+        i = m;
     }
-    for (size_t i = 0; names && i < k; i++)
+    if (p->layout == SF_PACK_LAYOUT_IMAGEFOLDER)
+        fields[nf++] = (struct sf__index_json_field){"cls", p->n_samples};
+    *n_out = nf;
+    return fields;
+}
+
+static char *build_index(struct packer *p, uint64_t total_bytes, size_t *len)
+{
+    struct sf__index_json_shard *shards = calloc(p->n_shards ? p->n_shards : 1, sizeof(*shards));
+    char **names = NULL;
+    size_t n_fields = 0;
+    struct sf__index_json_field *fields = shards ? count_fields(p, &names, &n_fields) : NULL;
+    char *text = NULL;
+    if (fields) {
+        for (size_t i = 0; i < p->n_shards; i++)
+            shards[i] = (struct sf__index_json_shard){p->shards[i].name, p->shards[i].bytes,
+                                                      p->shards[i].samples, p->shards[i].xxh3};
+        struct sf__index_json_pack pk = {
+            .layout = sf_pack_layout_name(p->layout),
+            .zstd_level = p->o->zstd_level,
+            .reencode_max_side = p->o->max_side,
+            .reencode_quality = p->o->jpeg_quality ? p->o->jpeg_quality : DEFAULT_QUALITY,
+            .shard_size_limit = p->o->shard_bytes,
+            .file_count = p->n_entries,
+            .source_bytes = p->source_bytes,
+            .classes = (const char *const *)p->classes,
+            .class_counts = p->class_counts,
+            .n_classes = p->n_classes,
+            .has_classes = p->layout == SF_PACK_LAYOUT_IMAGEFOLDER,
+        };
+        struct sf__index_json ix = {
+            .format = sf_pack_format_name(p->o->format),
+            .zstd = p->o->zstd_level != 0,
+            .pack = &pk,
+            .shards = shards,
+            .n_shards = p->n_shards,
+            .sample_count = p->n_samples,
+            .bytes = total_bytes,
+            .fields = fields,
+            .n_fields = n_fields,
+            .has_fields = 1,
+        };
+        text = sf__index_json_write(&ix, len);
+    }
+    for (size_t i = 0; names && i < p->n_entries && names[i]; i++)
         free(names[i]);
     free(names);
-    if (!ok) {
-        cJSON_Delete(j);
-        return NULL;
-    }
-    return j;
+    free(fields);
+    free(shards);
+    return text;
 }
 
 sf_status sf__pack_write_index(struct packer *p, uint64_t total_bytes)
 {
-    cJSON *j = build_index(p, total_bytes);
-    char *text = j ? cJSON_Print(j) : NULL;
-    cJSON_Delete(j);
+    size_t len = 0;
+    char *text = build_index(p, total_bytes, &len);
     if (!text)
-        return sf__pack_fail(p, SF_ERR_NO_MEMORY, "no memory for " INDEX_NAME);
-    size_t len = strlen(text);
-    text[len++] = '\n'; /* replaces the NUL; the length is what is written */
+        return sf__pack_fail(p, SF_ERR_NO_MEMORY, "no memory for " SF__INDEX_JSON_NAME);
     sf_status st = SF_OK;
     if (p->to_s3) {
-        char *url = sf__pack_object_url(p, INDEX_NAME);
+        char *url = sf__pack_object_url(p, SF__INDEX_JSON_NAME);
         if (!url)
             st = SF_ERR_NO_MEMORY;
         else if ((st = sf_s3_put(p->o->s3, url, NULL, text, len, NULL, 0)) != SF_OK) {
@@ -121,13 +120,13 @@ sf_status sf__pack_write_index(struct packer *p, uint64_t total_bytes)
         }
         free(url);
     } else {
-        char *final = sf__pack_path_join(p->dest_dir, INDEX_NAME);
+        char *final = sf__pack_path_join(p->dest_dir, SF__INDEX_JSON_NAME);
         size_t n = final ? strlen(final) + 64 : 0;
         char *tmp = final ? malloc(n) : NULL;
         if (!tmp) {
             st = SF_ERR_NO_MEMORY;
         } else {
-            snprintf(tmp, n, "%s/." INDEX_NAME ".sfpack-%ld", p->dest_dir, (long)getpid());
+            snprintf(tmp, n, "%s/." SF__INDEX_JSON_NAME ".sfpack-%ld", p->dest_dir, (long)getpid());
             struct shard s = {.fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644),
                               .tmp_path = tmp};
             if (s.fd < 0)

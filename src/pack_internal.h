@@ -20,7 +20,6 @@
 
 #define OUT_BUFFER_BYTES (1u << 20)
 #define TAR_BLOCK        512u
-#define INDEX_NAME       "index.json"
 #define DEFAULT_QUALITY  90
 
 /* One source file. */

@@ -6,7 +6,7 @@
  * is read through it. */
 #include "shardfeed.h"
 #include "shardfeed_pack.h"
-#include "src/loader.h"
+#include "src/index_json.h"
 #include "support/mock_proc.h"
 #include "support/s3_client.h"
 
@@ -328,9 +328,8 @@ static void expect_loader_counts(const char *json, const char *source, const cJS
     uint64_t counts[64];
     int all = 0;
     char err[256] = "";
-    cr_expect_eq(
-        sf__loader_counts_from_index_json(json, NULL, objs, n, counts, &all, err, sizeof err),
-        SF_OK, "%s", err);
+    cr_expect_eq(sf__index_json_counts(json, NULL, objs, n, counts, &all, err, sizeof err), SF_OK,
+                 "%s", err);
     cr_expect_eq(all, 1, "the loader does not take its counts from the index");
     for (size_t i = 0; i < n; i++)
         cr_expect_eq(counts[i], jnum(cJSON_GetArrayItem(shards, (int)i), "samples"));
@@ -357,8 +356,8 @@ Test(index, loader_counts_are_whole_numbers_in_range)
         uint64_t counts[2] = {0, 0};
         int all = -1;
         char err[256] = "";
-        sf_status st = sf__loader_counts_from_index_json(json, "s3://b/ds/index.json", objs, 2,
-                                                         counts, &all, err, sizeof err);
+        sf_status st = sf__index_json_counts(json, "s3://b/ds/index.json", objs, 2, counts, &all,
+                                             err, sizeof err);
         cr_expect_eq(st, SF_ERR_CORRUPT, "samples %s: status %d", bad[k], (int)st);
         cr_expect_eq(all, 0, "samples %s taken", bad[k]);
         cr_expect(strstr(err, "s3://b/ds/index.json") && strstr(err, "'b.tar'") &&
@@ -379,9 +378,9 @@ Test(index, loader_counts_are_whole_numbers_in_range)
         uint64_t counts[2];
         int all = -1;
         char err[256] = "";
-        cr_expect_eq(sf__loader_counts_from_index_json(json, "index.json", objs, 2, counts, &all,
-                                                       err, sizeof err),
-                     SF_ERR_CORRUPT);
+        cr_expect_eq(
+            sf__index_json_counts(json, "index.json", objs, 2, counts, &all, err, sizeof err),
+            SF_ERR_CORRUPT);
         cr_expect(strstr(err, "'b.tar'") && strstr(err, "\"samples\" is 1.5"), "%s", err);
     }
     /* The largest whole doubles in range, zero, and an entry without a
@@ -392,20 +391,17 @@ Test(index, loader_counts_are_whole_numbers_in_range)
     uint64_t counts[2] = {7, 7};
     int all = 0;
     char err[256] = "";
-    cr_expect_eq(
-        sf__loader_counts_from_index_json(good, NULL, objs, 2, counts, &all, err, sizeof err),
-        SF_OK, "%s", err);
+    cr_expect_eq(sf__index_json_counts(good, NULL, objs, 2, counts, &all, err, sizeof err), SF_OK,
+                 "%s", err);
     cr_expect_eq(all, 1);
     cr_expect_eq(counts[0], 0u);
     cr_expect_eq(counts[1], 18446744073709549568ull);
     /* Not JSON, or a shard not listed: no counts, no error (estimates). */
-    cr_expect_eq(
-        sf__loader_counts_from_index_json("{", NULL, objs, 2, counts, &all, err, sizeof err),
-        SF_OK);
+    cr_expect_eq(sf__index_json_counts("{", NULL, objs, 2, counts, &all, err, sizeof err), SF_OK);
     cr_expect_eq(all, 0);
-    cr_expect_eq(sf__loader_counts_from_index_json("{\"shards\": [{\"name\": \"a.tar\", "
-                                                   "\"samples\": 1}]}",
-                                                   NULL, objs, 2, counts, &all, err, sizeof err),
+    cr_expect_eq(sf__index_json_counts("{\"shards\": [{\"name\": \"a.tar\", "
+                                       "\"samples\": 1}]}",
+                                       NULL, objs, 2, counts, &all, err, sizeof err),
                  SF_OK);
     cr_expect_eq(all, 0);
 }

@@ -1,8 +1,8 @@
-/* index.json as the loader reads it (src/loader.c): sample counts for three
+/* index.json as the loader reads it (src/index_json.c): sample counts for three
  * shards. The whole input is the JSON text. */
 #include "fuzz.h"
 #include "shardfeed.h"
-#include "src/loader.h"
+#include "src/index_json.h"
 
 #include <math.h>
 
@@ -17,8 +17,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int all = -1;
     char err[256];
     err[0] = '\0';
-    sf_status st = sf__loader_counts_from_index_json(json, "index.json", objs, 3, counts, &all, err,
-                                                     sizeof err);
+    sf_status st =
+        sf__index_json_counts(json, "index.json", objs, 3, counts, &all, err, sizeof err);
     if (st != SF_OK)
         fz_check(all == 0 && strstr(err, "index.json") && strstr(err, "samples"),
                  "a refusal that does not name the index and the field: %s", err);
