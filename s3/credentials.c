@@ -1,5 +1,9 @@
 /*
- * The credential provider chain (see s3/credentials.h for the order).
+ * The credential provider chain (see s3/credentials.h for the order): the
+ * explicit, environment and profile providers, the order, caching and
+ * refresh, the JSON credentials document. The container and IMDS providers
+ * are in cred_container.c and cred_imds.c, their request in cred_http.c;
+ * what the files share is in credentials_internal.h.
  *
  * Everything the chain needs from the environment is read once, in
  * sf__cred_chain_new; files and the network are touched on the first get.
@@ -11,35 +15,19 @@
  * token, the IMDS token) never reach a message or a log line; an access key
  * id, a role name, a path or a URL (without user info or query) may.
  */
-#include "s3/credentials.h"
+#include "s3/credentials_internal.h"
 
 #include "s3/aws_config.h"
-#include "common/strbuf.h"
 #include "common/secret.h"
 
 #include <cjson/cJSON.h>
-#include <curl/curl.h>
-#include <ctype.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <arpa/inet.h>
-#include <unistd.h>
 
-#define BODY_MAX_BYTES         ((size_t)64 * 1024)
-#define TOKEN_FILE_MAX_BYTES   ((size_t)16 * 1024)
 #define MSG_MAX_BYTES          ((size_t)4096)
-#define WHY_BYTES              1024
-#define IMDS_TOKEN_TTL_S       21600
-#define STR_(x)                #x
-#define STR(x)                 STR_(x)
-#define IMDS_TOKEN_EARLY_S     300 /* fetch a new IMDS token this long before the old one expires */
-#define IMDS_TOKEN_MAX         1024
 #define REFRESH_RETRY_S        10 /* after a failed refresh of still-valid credentials */
 #define DEFAULT_TIMEOUT_MS     1000u
 #define DEFAULT_ATTEMPTS       2u
@@ -47,43 +35,6 @@
 #define DEFAULT_CONTAINER_BASE "http://169.254.170.2"
 #define DEFAULT_IMDS_ENDPOINT  "http://169.254.169.254"
 #define IMDS_IPV6_ENDPOINT     "http://[fd00:ec2::254]"
-#define IMDS_CREDS_PATH        "/latest/meta-data/iam/security-credentials/"
-
-enum provider {
-    P_NONE,
-    P_EXPLICIT,
-    P_ENV,
-    P_PROFILE,
-    P_CONTAINER,
-    P_IMDS,
-};
-
-struct sf__cred_chain {
-    /* Set by sf__cred_chain_new, read-only afterwards (any thread). */
-    char *explicit_ak, *explicit_sk, *explicit_token;
-    int no_sign_request;
-    char *env_ak, *env_sk, *env_token;
-    char *profile;                 /* resolved name */
-    char *cred_path, *config_path; /* NULL: no such file (HOME unset) */
-    char *container_full_uri, *container_relative_uri, *container_base;
-    char *container_token, *container_token_file;
-    int imds_disabled;
-    char *imds_endpoint; /* no trailing '/' */
-    char *ca_bundle;
-    unsigned timeout_ms, attempts, margin_s;
-    void (*log)(void *user, enum sf_log_level level, const char *message);
-    void *log_user;
-
-    pthread_mutex_t mu;
-    /* Under mu. */
-    CURL *curl; /* reused so IMDS's three requests share a connection */
-    int have;
-    enum provider provider; /* the one that gave cur */
-    struct sf__credentials cur;
-    time_t retry_after; /* no refresh attempt before this while cur is still valid */
-    char imds_token[IMDS_TOKEN_MAX];
-    struct timespec imds_token_expiry; /* CLOCK_MONOTONIC */
-};
 
 __attribute__((format(printf, 3, 4))) static void
 logf_(const struct sf__cred_chain *c, enum sf_log_level level, const char *fmt, ...)
@@ -179,14 +130,14 @@ static int parse_iso8601(const char *s, int64_t *out)
     return 1;
 }
 
-static void format_time(time_t t, char *buf, size_t len)
+void sf__cred_format_time(time_t t, char *buf, size_t len)
 {
     struct tm tm;
     if (!gmtime_r(&t, &tm) || strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm) == 0)
         snprintf(buf, len, "%lld", (long long)t);
 }
 
-static struct timespec mono_now(void)
+struct timespec sf__cred_mono_now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -196,7 +147,7 @@ static struct timespec mono_now(void)
 /* ------------------------------------------------------------ credentials */
 
 /* Key ids, secrets and tokens go into HTTP headers: visible ASCII only. */
-static int visible_ascii(const char *s)
+int sf__cred_visible_ascii(const char *s)
 {
     for (; *s; s++)
         if ((unsigned char)*s < 0x21 || (unsigned char)*s > 0x7e)
@@ -224,15 +175,15 @@ static sf_status fill_creds(struct sf__credentials *out, const char *ak, const c
     if (token && strlen(token) >= sizeof(out->session_token))
         return sf__fail(err, err_len, SF_ERR_LIMIT, "session token longer than %zu bytes",
                         sizeof(out->session_token) - 1);
-    if (!visible_ascii(ak))
+    if (!sf__cred_visible_ascii(ak))
         return sf__fail(err, err_len, SF_ERR_PARSE,
                         "access key id has characters other than "
                         "visible ASCII");
-    if (!visible_ascii(sk))
+    if (!sf__cred_visible_ascii(sk))
         return sf__fail(err, err_len, SF_ERR_PARSE,
                         "secret access key has characters other than "
                         "visible ASCII");
-    if (token && !visible_ascii(token))
+    if (token && !sf__cred_visible_ascii(token))
         return sf__fail(err, err_len, SF_ERR_PARSE,
                         "session token has characters other than "
                         "visible ASCII");
@@ -252,7 +203,7 @@ static const char *json_string(const cJSON *doc, const char *name)
 }
 
 /* Copies an untrusted, non-secret string (an error Code) for a message. */
-static void sanitize(const char *s, char *buf, size_t len)
+void sf__cred_sanitize(const char *s, char *buf, size_t len)
 {
     size_t j = 0;
     for (; s && *s && j + 1 < len; s++)
@@ -284,7 +235,7 @@ sf_status sf__credentials_parse_json(const char *body, size_t n, struct sf__cred
     const char *code = json_string(doc, "Code");
     if (cJSON_GetObjectItemCaseSensitive(doc, "Code") && (!code || strcmp(code, "Success") != 0)) {
         char c[64];
-        sanitize(code ? code : "(not a string)", c, sizeof(c));
+        sf__cred_sanitize(code ? code : "(not a string)", c, sizeof(c));
         st = sf__fail(err, err_len, SF_ERR_ACCESS_DENIED, "credentials document has Code '%s'", c);
         goto done;
     }
@@ -329,113 +280,16 @@ done:
     return st;
 }
 
-/* ------------------------------------------------------------ HTTP */
-
-struct http_resp {
-    long status;
-    struct sf__strbuf body;
-};
-
-static size_t on_body(char *data, size_t size, size_t nmemb, void *user)
+/* Checks what a network provider returned: the expiration must be ahead. */
+sf_status sf__cred_check_fresh(const struct sf__credentials *cr, time_t now, char *why,
+                               size_t why_len)
 {
-    struct http_resp *r = user;
-    size_t n = size * nmemb;
-    if (sf__strbuf_append(&r->body, data, n) != SF_OK)
-        return 0; /* over the cap: CURLE_WRITE_ERROR */
-    return n;
-}
-
-static void http_resp_free(struct http_resp *r)
-{
-    if (r->body.data)
-        sf__wipe(r->body.data, r->body.cap);
-    sf__strbuf_free(&r->body);
-}
-
-/* url for messages: no user info, no query, no fragment. */
-static void display_url(const char *url, char *buf, size_t len)
-{
-    CURLU *u = curl_url();
-    char *s = NULL;
-    if (u && curl_url_set(u, CURLUPART_URL, url, 0) == CURLUE_OK) {
-        curl_url_set(u, CURLUPART_USER, NULL, 0);
-        curl_url_set(u, CURLUPART_PASSWORD, NULL, 0);
-        curl_url_set(u, CURLUPART_QUERY, NULL, 0);
-        curl_url_set(u, CURLUPART_FRAGMENT, NULL, 0);
-        curl_url_get(u, CURLUPART_URL, &s, 0);
+    if (cr->expiration != 0 && cr->expiration <= now) {
+        char t[32];
+        sf__cred_format_time(cr->expiration, t, sizeof(t));
+        return sf__fail(why, why_len, SF_ERR_PARSE, "returned credentials that expired at %s", t);
     }
-    snprintf(buf, len, "%s", s ? s : "(unparsable URL)");
-    curl_free(s);
-    curl_url_cleanup(u);
-}
-
-/*
- * One request, retried up to c->attempts times on transport errors and 5xx.
- * put: an empty-bodied PUT. headers may hold secrets; they are never
- * reported. On a transport failure why says what curl said.
- */
-static sf_status http_request(struct sf__cred_chain *c, int put, const char *url,
-                              struct curl_slist *headers, struct http_resp *r, char *why,
-                              size_t why_len)
-{
-    char shown[512];
-    display_url(url, shown, sizeof(shown));
-    if (!c->curl) {
-        c->curl = curl_easy_init();
-        if (!c->curl)
-            return sf__fail(why, why_len, SF_ERR_NO_MEMORY, "curl_easy_init failed");
-    }
-    sf_status st = SF_ERR_NETWORK;
-    for (unsigned attempt = 1; attempt <= c->attempts; attempt++) {
-        CURL *h = c->curl;
-        curl_easy_reset(h);
-        http_resp_free(r);
-        sf__strbuf_init(&r->body, BODY_MAX_BYTES);
-        r->status = 0;
-        char ebuf[CURL_ERROR_SIZE];
-        ebuf[0] = '\0';
-        curl_easy_setopt(h, CURLOPT_URL, url);
-        curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-        /* Credentials endpoints are link-local or loopback: never via a proxy. */
-        curl_easy_setopt(h, CURLOPT_PROXY, "");
-        curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
-#if LIBCURL_VERSION_NUM >= 0x075500
-        curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
-#endif
-        curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)c->timeout_ms);
-        curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)c->timeout_ms);
-        curl_easy_setopt(h, CURLOPT_USERAGENT, "shardfeed/" SF_VERSION_STRING);
-        curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
-        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
-        curl_easy_setopt(h, CURLOPT_WRITEDATA, r);
-        curl_easy_setopt(h, CURLOPT_ERRORBUFFER, ebuf);
-        if (c->ca_bundle)
-            curl_easy_setopt(h, CURLOPT_CAINFO, c->ca_bundle);
-        if (put) {
-            curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, "PUT");
-            curl_easy_setopt(h, CURLOPT_POSTFIELDS, "");
-            curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, 0L);
-        }
-        CURLcode rc = curl_easy_perform(h);
-        /* Nothing of ours may outlive this call inside the reused handle. */
-        curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL);
-        curl_easy_setopt(h, CURLOPT_ERRORBUFFER, NULL);
-        if (rc == CURLE_WRITE_ERROR && r->body.err == SF_ERR_LIMIT)
-            return sf__fail(why, why_len, SF_ERR_LIMIT, "%s %s: response over %zu bytes",
-                            put ? "PUT" : "GET", shown, BODY_MAX_BYTES);
-        if (rc == CURLE_OK) {
-            curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &r->status);
-            if (r->status < 500 || attempt == c->attempts)
-                return SF_OK;
-            sf__fail(why, why_len, SF_OK, "%s %s: HTTP %ld", put ? "PUT" : "GET", shown, r->status);
-            continue;
-        }
-        st = rc == CURLE_OPERATION_TIMEDOUT ? SF_ERR_TIMEOUT : SF_ERR_NETWORK;
-        sf__fail(why, why_len, SF_OK, "%s %s: %s (%u attempt%s, timeout %u ms each)",
-                 put ? "PUT" : "GET", shown, ebuf[0] ? ebuf : curl_easy_strerror(rc), c->attempts,
-                 c->attempts == 1 ? "" : "s", c->timeout_ms);
-    }
-    return st;
+    return SF_OK;
 }
 
 /* ------------------------------------------------------------ providers */
@@ -503,379 +357,6 @@ static sf_status from_profile(struct sf__cred_chain *c, struct sf__credentials *
     sf__aws_profile_free(&p);
     return st;
 }
-
-static int host_is_allowed_for_http(const char *host)
-{
-    static const char *const allowed[] = {"localhost", "169.254.170.2",  "169.254.170.23",
-                                          "[::1]",     "[fd00:ec2::23]", NULL};
-    for (size_t i = 0; allowed[i]; i++)
-        if (strcasecmp(host, allowed[i]) == 0)
-            return 1;
-    struct in_addr a;
-    if (inet_pton(AF_INET, host, &a) == 1 && (ntohl(a.s_addr) >> 24) == 127)
-        return 1;
-    return 0;
-}
-
-/* FULL_URI may be https anywhere, or http to loopback or to the ECS / EKS
- * Pod Identity agents (the AWS SDKs' rule): credentials must not cross a
- * network in clear text. */
-static sf_status check_full_uri(const char *uri, char *why, size_t why_len)
-{
-    CURLU *u = curl_url();
-    if (!u)
-        return sf__fail(why, why_len, SF_ERR_NO_MEMORY, "out of memory");
-    char *scheme = NULL, *host = NULL;
-    sf_status st = SF_OK;
-    if (curl_url_set(u, CURLUPART_URL, uri, 0) != CURLUE_OK ||
-        curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
-        curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK) {
-        st = sf__fail(why, why_len, SF_ERR_INVALID_ARGUMENT,
-                      "AWS_CONTAINER_CREDENTIALS_FULL_URI is not a valid URL");
-    } else if (strcasecmp(scheme, "https") == 0) {
-        st = SF_OK;
-    } else if (strcasecmp(scheme, "http") != 0) {
-        st = sf__fail(why, why_len, SF_ERR_INVALID_ARGUMENT,
-                      "AWS_CONTAINER_CREDENTIALS_FULL_URI must be http or https");
-    } else if (!host_is_allowed_for_http(host)) {
-        char h[128];
-        sanitize(host, h, sizeof(h));
-        st = sf__fail(why, why_len, SF_ERR_INVALID_ARGUMENT,
-                      "AWS_CONTAINER_CREDENTIALS_FULL_URI: http is only allowed to a loopback host "
-                      "(127.0.0.0/8, [::1], localhost), 169.254.170.2, 169.254.170.23 or "
-                      "[fd00:ec2::23]; use https for '%s'",
-                      h);
-    }
-    curl_free(scheme);
-    curl_free(host);
-    curl_url_cleanup(u);
-    return st;
-}
-
-/* The container authorization token, read from the file on every fetch
- * (EKS rotates it), trimmed. Returns a malloc'd string in *out or NULL when
- * none is configured. */
-static sf_status container_auth(const struct sf__cred_chain *c, char **out, char *why,
-                                size_t why_len)
-{
-    *out = NULL;
-    struct sf__strbuf b;
-    sf__strbuf_init(&b, TOKEN_FILE_MAX_BYTES);
-    if (c->container_token_file) {
-        int fd = open(c->container_token_file, O_RDONLY | O_CLOEXEC | O_NOCTTY);
-        if (fd < 0)
-            return sf__fail(why, why_len, SF_ERR_IO,
-                            "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE %s: %s",
-                            c->container_token_file, strerror(errno));
-        char chunk[4096];
-        ssize_t r;
-        while ((r = read(fd, chunk, sizeof(chunk))) != 0) {
-            if (r < 0 && errno == EINTR)
-                continue;
-            if (r < 0 || sf__strbuf_append(&b, chunk, (size_t)r) != SF_OK) {
-                int e = errno;
-                close(fd);
-                sf__wipe(chunk, sizeof(chunk));
-                sf__wipe(b.data, b.cap);
-                sf__strbuf_free(&b);
-                if (r < 0)
-                    return sf__fail(why, why_len, SF_ERR_IO,
-                                    "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE %s: %s",
-                                    c->container_token_file, strerror(e));
-                return sf__fail(why, why_len, SF_ERR_LIMIT,
-                                "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE %s: over %zu bytes",
-                                c->container_token_file, TOKEN_FILE_MAX_BYTES);
-            }
-        }
-        close(fd);
-        sf__wipe(chunk, sizeof(chunk));
-    } else if (c->container_token) {
-        sf__strbuf_puts(&b, c->container_token);
-    } else {
-        return SF_OK;
-    }
-    char *t = sf__strbuf_take(&b);
-    if (!t) {
-        sf__wipe(b.data, b.cap);
-        sf__strbuf_free(&b);
-        return sf__fail(why, why_len, SF_ERR_NO_MEMORY, "out of memory");
-    }
-    size_t n = strlen(t), start = 0;
-    while (n > 0 && isspace((unsigned char)t[n - 1]))
-        n--;
-    while (start < n && isspace((unsigned char)t[start]))
-        start++;
-    memmove(t, t + start, n - start);
-    t[n - start] = '\0';
-    for (const char *p = t; *p; p++) {
-        if ((unsigned char)*p < 0x20 || *p == 0x7f) {
-            sf__free_secret(t);
-            return sf__fail(why, why_len, SF_ERR_INVALID_ARGUMENT,
-                            "the container authorization token has control characters");
-        }
-    }
-    *out = t;
-    return SF_OK;
-}
-
-/* Checks what a network provider returned: the expiration must be ahead. */
-static sf_status check_fresh(const struct sf__credentials *cr, time_t now, char *why,
-                             size_t why_len)
-{
-    if (cr->expiration != 0 && cr->expiration <= now) {
-        char t[32];
-        format_time(cr->expiration, t, sizeof(t));
-        return sf__fail(why, why_len, SF_ERR_PARSE, "returned credentials that expired at %s", t);
-    }
-    return SF_OK;
-}
-
-static sf_status from_container(struct sf__cred_chain *c, time_t now, struct sf__credentials *out,
-                                char *why, size_t why_len)
-{
-    char w[WHY_BYTES];
-    w[0] = '\0';
-    sf_status st;
-    struct sf__strbuf url;
-    sf__strbuf_init(&url, 8192);
-    /* RELATIVE_URI wins when both are set, as in botocore and the Java SDK. */
-    if (c->container_relative_uri) {
-        sf__strbuf_puts(&url, c->container_base);
-        if (c->container_relative_uri[0] != '/')
-            sf__strbuf_putc(&url, '/');
-        sf__strbuf_puts(&url, c->container_relative_uri);
-    } else if (c->container_full_uri) {
-        st = check_full_uri(c->container_full_uri, w, sizeof(w));
-        if (st != SF_OK) {
-            sf__strbuf_free(&url);
-            return sf__fail(why, why_len, st, "container: %s", w);
-        }
-        sf__strbuf_puts(&url, c->container_full_uri);
-    } else {
-        sf__strbuf_free(&url);
-        return sf__fail(why, why_len, SF_ERR_NOT_FOUND,
-                        "container: AWS_CONTAINER_CREDENTIALS_RELATIVE_URI and _FULL_URI not set");
-    }
-    if (url.err != SF_OK) {
-        st = url.err;
-        sf__strbuf_free(&url);
-        return sf__fail(why, why_len, st, "container: URL too long");
-    }
-    char *token = NULL;
-    st = container_auth(c, &token, w, sizeof(w));
-    if (st != SF_OK) {
-        sf__strbuf_free(&url);
-        return sf__fail(why, why_len, st, "container: %s", w);
-    }
-    struct curl_slist *headers = curl_slist_append(NULL, "Accept: application/json");
-    struct sf__strbuf auth;
-    sf__strbuf_init(&auth, TOKEN_FILE_MAX_BYTES + 64);
-    if (token && *token) {
-        sf__strbuf_printf(&auth, "Authorization: %s", token);
-        struct curl_slist *h2 = auth.err == SF_OK ? curl_slist_append(headers, auth.data) : NULL;
-        if (!h2) {
-            curl_slist_free_all(headers);
-            headers = NULL;
-        } else {
-            headers = h2;
-        }
-    }
-    sf__free_secret(token);
-    if (auth.data)
-        sf__wipe(auth.data, auth.cap);
-    sf__strbuf_free(&auth);
-    char shown[512];
-    display_url(sf__strbuf_str(&url), shown, sizeof(shown));
-    if (!headers) {
-        sf__strbuf_free(&url);
-        return sf__fail(why, why_len, SF_ERR_NO_MEMORY, "container: out of memory");
-    }
-    struct http_resp r = {0};
-    st = http_request(c, 0, sf__strbuf_str(&url), headers, &r, w, sizeof(w));
-    /* The slist holds the authorization token. */
-    for (struct curl_slist *h = headers; h; h = h->next)
-        sf__wipe(h->data, strlen(h->data));
-    curl_slist_free_all(headers);
-    sf__strbuf_free(&url);
-    if (st != SF_OK) {
-        http_resp_free(&r);
-        return sf__fail(why, why_len, st, "container: %s", w);
-    }
-    if (r.status != 200) {
-        http_resp_free(&r);
-        return sf__fail(why, why_len,
-                        r.status == 401 || r.status == 403 ? SF_ERR_ACCESS_DENIED : SF_ERR_HTTP,
-                        "container: GET %s: HTTP %ld", shown, r.status);
-    }
-    st = sf__credentials_parse_json(sf__strbuf_str(&r.body), r.body.len, out, w, sizeof(w));
-    http_resp_free(&r);
-    if (st == SF_OK)
-        st = check_fresh(out, now, w, sizeof(w));
-    if (st != SF_OK) {
-        sf__wipe(out, sizeof(*out));
-        return sf__fail(why, why_len, st, "container: GET %s: %s", shown, w);
-    }
-    snprintf(out->source, sizeof(out->source), "container");
-    return SF_OK;
-}
-
-static int imds_token_valid(const struct sf__cred_chain *c)
-{
-    if (!c->imds_token[0])
-        return 0;
-    struct timespec now = mono_now();
-    return now.tv_sec < c->imds_token_expiry.tv_sec;
-}
-
-static void imds_token_drop(struct sf__cred_chain *c)
-{
-    sf__wipe(c->imds_token, sizeof(c->imds_token));
-    c->imds_token_expiry.tv_sec = 0;
-}
-
-/* PUT /latest/api/token unless the cached token is still good. */
-static sf_status imds_get_token(struct sf__cred_chain *c, char *why, size_t why_len)
-{
-    if (imds_token_valid(c))
-        return SF_OK;
-    imds_token_drop(c);
-    char url[600];
-    snprintf(url, sizeof(url), "%s/latest/api/token", c->imds_endpoint);
-    struct curl_slist *headers =
-        curl_slist_append(NULL, "X-aws-ec2-metadata-token-ttl-seconds: " STR(IMDS_TOKEN_TTL_S));
-    if (!headers)
-        return sf__fail(why, why_len, SF_ERR_NO_MEMORY, "out of memory");
-    struct http_resp r = {0};
-    struct timespec asked = mono_now();
-    sf_status st = http_request(c, 1, url, headers, &r, why, why_len);
-    curl_slist_free_all(headers);
-    if (st == SF_OK && r.status != 200) {
-        char shown[512];
-        display_url(url, shown, sizeof(shown));
-        st = sf__fail(why, why_len,
-                      r.status == 401 || r.status == 403 ? SF_ERR_ACCESS_DENIED : SF_ERR_HTTP,
-                      "PUT %s: HTTP %ld", shown, r.status);
-    }
-    if (st == SF_OK) {
-        const char *t = sf__strbuf_str(&r.body);
-        size_t n = r.body.len;
-        while (n && isspace((unsigned char)t[n - 1]))
-            n--;
-        if (n == 0 || n >= sizeof(c->imds_token)) {
-            st = sf__fail(why, why_len, SF_ERR_PARSE, "PUT %s/latest/api/token: token of %zu bytes",
-                          c->imds_endpoint, n);
-        } else {
-            memcpy(c->imds_token, t, n);
-            c->imds_token[n] = '\0';
-            if (!visible_ascii(c->imds_token)) {
-                imds_token_drop(c);
-                st = sf__fail(why, why_len, SF_ERR_PARSE,
-                              "PUT %s/latest/api/token: token is not visible ASCII",
-                              c->imds_endpoint);
-            } else {
-                /* Counted from before the request, so it is never late. */
-                c->imds_token_expiry.tv_sec = asked.tv_sec + IMDS_TOKEN_TTL_S - IMDS_TOKEN_EARLY_S;
-            }
-        }
-    }
-    http_resp_free(&r);
-    return st;
-}
-
-/* GET an IMDS path with the session token; one retry with a new token after
- * a 401 (the token expired or the instance was restarted). */
-static sf_status imds_get(struct sf__cred_chain *c, const char *path, struct http_resp *r,
-                          char *why, size_t why_len)
-{
-    char url[700];
-    snprintf(url, sizeof(url), "%s%s", c->imds_endpoint, path);
-    for (int round = 0; round < 2; round++) {
-        sf_status st = imds_get_token(c, why, why_len);
-        if (st != SF_OK)
-            return st;
-        char hdr[IMDS_TOKEN_MAX + 64];
-        snprintf(hdr, sizeof(hdr), "X-aws-ec2-metadata-token: %s", c->imds_token);
-        struct curl_slist *headers = curl_slist_append(NULL, hdr);
-        sf__wipe(hdr, sizeof(hdr));
-        if (!headers)
-            return sf__fail(why, why_len, SF_ERR_NO_MEMORY, "out of memory");
-        st = http_request(c, 0, url, headers, r, why, why_len);
-        sf__wipe(headers->data, strlen(headers->data));
-        curl_slist_free_all(headers);
-        if (st != SF_OK)
-            return st;
-        if (r->status != 401)
-            break;
-        imds_token_drop(c);
-    }
-    if (r->status != 200) {
-        char shown[800];
-        display_url(url, shown, sizeof(shown));
-        return sf__fail(why, why_len,
-                        r->status == 401 || r->status == 403 ? SF_ERR_ACCESS_DENIED
-                        : r->status == 404                   ? SF_ERR_NOT_FOUND
-                                                             : SF_ERR_HTTP,
-                        "GET %s: HTTP %ld", shown, r->status);
-    }
-    return SF_OK;
-}
-
-/* IAM role names: [A-Za-z0-9+=,.@_-], 1..64 (we allow 128). */
-static int valid_role(const char *s, size_t n)
-{
-    if (n == 0 || n > 128)
-        return 0;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char ch = (unsigned char)s[i];
-        if (!isalnum(ch) && !strchr("+=,.@_-", ch))
-            return 0;
-    }
-    return 1;
-}
-
-static sf_status from_imds(struct sf__cred_chain *c, time_t now, struct sf__credentials *out,
-                           char *why, size_t why_len)
-{
-    if (c->imds_disabled)
-        return sf__fail(why, why_len, SF_ERR_NOT_FOUND,
-                        "imds: disabled by AWS_EC2_METADATA_DISABLED");
-    char w[WHY_BYTES];
-    w[0] = '\0';
-    struct http_resp r = {0};
-    sf_status st = imds_get(c, IMDS_CREDS_PATH, &r, w, sizeof(w));
-    if (st != SF_OK) {
-        http_resp_free(&r);
-        return sf__fail(why, why_len, st, "imds: %s", w);
-    }
-    const char *list = sf__strbuf_str(&r.body);
-    size_t n = strcspn(list, "\r\n");
-    while (n && isspace((unsigned char)list[n - 1]))
-        n--;
-    if (!valid_role(list, n)) {
-        http_resp_free(&r);
-        return sf__fail(why, why_len, n ? SF_ERR_PARSE : SF_ERR_NOT_FOUND,
-                        n ? "imds: the instance profile's role name is not a valid IAM role name"
-                          : "imds: no IAM role attached to the instance");
-    }
-    char role[129];
-    memcpy(role, list, n);
-    role[n] = '\0';
-    char path[sizeof(IMDS_CREDS_PATH) + sizeof(role)];
-    snprintf(path, sizeof(path), "%s%s", IMDS_CREDS_PATH, role);
-    st = imds_get(c, path, &r, w, sizeof(w));
-    if (st == SF_OK)
-        st = sf__credentials_parse_json(sf__strbuf_str(&r.body), r.body.len, out, w, sizeof(w));
-    http_resp_free(&r);
-    if (st == SF_OK)
-        st = check_fresh(out, now, w, sizeof(w));
-    if (st != SF_OK) {
-        sf__wipe(out, sizeof(*out));
-        return sf__fail(why, why_len, st, "imds: role %s: %s", role, w);
-    }
-    snprintf(out->source, sizeof(out->source), "imds:%.58s", role); /* IAM allows 64 */
-    return SF_OK;
-}
-
 static sf_status fetch(struct sf__cred_chain *c, enum provider p, time_t now,
                        struct sf__credentials *out, char *why, size_t why_len)
 {
@@ -883,8 +364,8 @@ static sf_status fetch(struct sf__cred_chain *c, enum provider p, time_t now,
     case P_EXPLICIT: return from_explicit(c, out, why, why_len);
     case P_ENV: return from_env(c, out, why, why_len);
     case P_PROFILE: return from_profile(c, out, why, why_len);
-    case P_CONTAINER: return from_container(c, now, out, why, why_len);
-    case P_IMDS: return from_imds(c, now, out, why, why_len);
+    case P_CONTAINER: return sf__cred_from_container(c, now, out, why, why_len);
+    case P_IMDS: return sf__cred_from_imds(c, now, out, why, why_len);
     case P_NONE: break;
     }
     return sf__fail(why, why_len, SF_ERR_INTERNAL, "no provider");
@@ -1111,7 +592,7 @@ sf_status sf__cred_chain_get(struct sf__cred_chain *c, time_t now, struct sf__cr
         if (st == SF_OK) {
             char t[32] = "never";
             if (out->expiration)
-                format_time(out->expiration, t, sizeof(t));
+                sf__cred_format_time(out->expiration, t, sizeof(t));
             snprintf(note, sizeof(note), "credentials: from %s (access key id %s), expire %s",
                      out->source, out->access_key_id, t);
         }
@@ -1123,7 +604,7 @@ sf_status sf__cred_chain_get(struct sf__cred_chain *c, time_t now, struct sf__cr
         struct sf__credentials fresh;
         st = fetch(c, c->provider, now, &fresh, why, sizeof(why));
         char t[32];
-        format_time(c->cur.expiration, t, sizeof(t));
+        sf__cred_format_time(c->cur.expiration, t, sizeof(t));
         if (st == SF_OK) {
             adopt(c, c->provider, &fresh, now);
             *out = fresh;

@@ -1,0 +1,181 @@
+/*
+ * _index: builds a dataset's index (sf_index) and writes it to a local
+ * path or an S3 object, with progress. Shared helpers in tools.h.
+ */
+#include "tools.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int index_progress_cb(void *user, const struct sf_index_progress *p)
+{
+    struct pycb *cb = user;
+    cb->last.index = *p;
+    cb->pending = 1;
+    return sfpy_cb_poll(cb);
+}
+
+/* ------------------------------------------------------------ index */
+
+/* Writes text to a local path through a temporary file beside it, renamed
+ * over it (as `shardfeed index`). Without the GIL; the failure into msg. */
+static sf_status write_local(const char *url, const char *text, size_t len, char *msg, size_t n)
+{
+    const char *path = !strncmp(url, "file://", 7) ? url + 7 : url;
+    const char *slash = strrchr(path, '/');
+    size_t dl = slash ? (size_t)(slash - path + 1) : 0;
+    size_t tl = strlen(path) + 64;
+    char *tmp = malloc(tl);
+    if (!tmp)
+        return SF_ERR_NO_MEMORY;
+    snprintf(tmp, tl, "%.*s.%s.sfindex-%ld", (int)dl, path, path + dl, (long)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        snprintf(msg, n, "%s: cannot create: %s", tmp, strerror(errno));
+        free(tmp);
+        return errno == ENOENT ? SF_ERR_NOT_FOUND : SF_ERR_IO;
+    }
+    sf_status st = SF_OK;
+    size_t done = 0;
+    while (done < len) {
+        ssize_t w = write(fd, text + done, len - done);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            snprintf(msg, n, "%s: write at byte %zu: %s", tmp, done,
+                     w < 0 ? strerror(errno) : "no progress");
+            st = SF_ERR_IO;
+            break;
+        }
+        done += (size_t)w;
+    }
+    if (close(fd) != 0 && st == SF_OK) {
+        snprintf(msg, n, "%s: close: %s", tmp, strerror(errno));
+        st = SF_ERR_IO;
+    }
+    if (st == SF_OK && rename(tmp, path) != 0) {
+        snprintf(msg, n, "%s: cannot rename into place: %s", path, strerror(errno));
+        st = SF_ERR_IO;
+    }
+    if (st != SF_OK)
+        unlink(tmp);
+    free(tmp);
+    return st;
+}
+
+static int is_http(const char *url)
+{
+    return !strncmp(url, "http://", 7) || !strncmp(url, "https://", 8);
+}
+
+/* _index(sources, options_json, dry_run, output, parallel, window, progress)
+ *   -> (json_text, index_url) */
+PyObject *sfpy_index(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *sources, *par_obj, *win_obj, *progress;
+    const char *json, *output;
+    int dry_run;
+    if (!PyArg_ParseTuple(args, "OspzOOO:_index", &sources, &json, &dry_run, &output, &par_obj,
+                          &win_obj, &progress))
+        return NULL;
+    struct sf_index_options o;
+    sf_index_options_init_default(&o);
+    unsigned long long u;
+    if (par_obj != Py_None) {
+        if (sfpy_get_uint(par_obj, "index", "parallel", 1, 1024, &u) < 0)
+            return NULL;
+        o.parallel = (unsigned)u;
+    }
+    if (win_obj != Py_None) {
+        if (sfpy_get_size(win_obj, "index", "window", 64u << 10, &u) < 0)
+            return NULL;
+        if (u > (16ull << 30))
+            return sfpy_raise(SF_ERR_INVALID_ARGUMENT,
+                              "index: window: expected a size from 64K to 16G such as 8M");
+        o.window_bytes = u;
+    }
+    if (output && (!*output || is_http(output))) {
+        char msg[512];
+        snprintf(msg, sizeof(msg),
+                 "index: output: expected a local path or an s3:// URL, got '%.400s'", output);
+        return sfpy_raise(SF_ERR_INVALID_ARGUMENT, msg);
+    }
+    if (progress != Py_None && !PyCallable_Check(progress))
+        return sfpy_raise(SF_ERR_INVALID_ARGUMENT, "index: progress: expected a callable");
+    o.index_url = output;
+    struct strv src;
+    if (sfpy_strv_from(sources, "index", &src) < 0) {
+        sfpy_strv_clear(&src);
+        return NULL;
+    }
+    struct sf_loader_options lo;
+    void *keep;
+    if (sfpy_parse_options(json, &lo, &keep) < 0) {
+        sfpy_strv_clear(&src);
+        return NULL;
+    }
+    struct sf_s3 *s3 = sfpy_open_client(&lo);
+    if (!s3) {
+        sf_loader_options_free_json(keep);
+        sfpy_strv_clear(&src);
+        return NULL;
+    }
+    struct pycb cb;
+    sfpy_cb_init(&cb, progress, CB_INDEX);
+    o.progress = index_progress_cb;
+    o.progress_user = &cb;
+    struct sf_index_result res;
+    memset(&res, 0, sizeof(res));
+    char err[1024] = "";
+    sf_status st;
+    Py_BEGIN_ALLOW_THREADS st = sf_index_shards(s3, src.v, src.n, &o, &res, err, sizeof(err));
+    Py_END_ALLOW_THREADS PyObject *out = NULL;
+    if (sfpy_cb_finish(&cb, st == SF_OK) < 0)
+        goto done;
+    if (st != SF_OK) {
+        sfpy_raise(st, err);
+        goto done;
+    }
+    if (!dry_run) {
+        if (!strncmp(res.index_url, "s3://", 5)) {
+            Py_BEGIN_ALLOW_THREADS st =
+                sf_s3_put(s3, res.index_url, NULL, res.json, res.json_len, NULL, 0);
+            Py_END_ALLOW_THREADS if (st != SF_OK)
+            {
+                sfpy_raise_s3(s3, st);
+                goto done;
+            }
+        } else if (is_http(res.index_url)) {
+            char msg[600];
+            snprintf(msg, sizeof(msg),
+                     "index: %.400s: cannot write over http(s); name a local path or s3:// URL "
+                     "with output=, or use dry_run=True",
+                     res.index_url);
+            sfpy_raise(SF_ERR_INVALID_ARGUMENT, msg);
+            goto done;
+        } else {
+            char msg[1024] = "";
+            Py_BEGIN_ALLOW_THREADS st =
+                write_local(res.index_url, res.json, res.json_len, msg, sizeof(msg));
+            Py_END_ALLOW_THREADS if (st != SF_OK)
+            {
+                sfpy_raise(st, msg);
+                goto done;
+            }
+        }
+    }
+    out = Py_BuildValue("(s#s)", res.json, (Py_ssize_t)res.json_len, res.index_url);
+done:
+    sf_index_result_clear(&res);
+    sf_s3_destroy(s3);
+    sf_loader_options_free_json(keep);
+    sfpy_strv_clear(&src);
+    if (sfpy_log_drain() < 0)
+        Py_CLEAR(out);
+    return out;
+}
