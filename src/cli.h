@@ -52,6 +52,12 @@ int cli_open_client(struct cli *c, struct sf_s3 **s3);
 void cli_report(struct sf_s3 *s3, sf_status st);
 void cli_print_json(cJSON *j);
 
+/* The S3 commands (cli_s3.c), run with the common options parsed into c.
+ * Each returns the exit status. */
+int cli_cmd_ls(struct cli *c);
+int cli_cmd_stat(struct cli *c);
+int cli_cmd_get(struct cli *c);
+
 /* Commands that live in their own files: argv starts at the command name. */
 int cli_cmd_warm_cache(int argc, char **argv);
 int cli_cmd_cache(int argc, char **argv);

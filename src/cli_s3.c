@@ -1,0 +1,549 @@
+/* The S3 commands of the command-line tool: ls, stat and get. */
+#include "cli.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_OPEN_FETCHES 64
+
+static void format_time(long long t, char *out, size_t n)
+{
+    if (t <= 0) {
+        snprintf(out, n, "-");
+        return;
+    }
+    time_t tt = (time_t)t;
+    struct tm tm;
+    gmtime_r(&tt, &tm);
+    strftime(out, n, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+static cJSON *info_json(const struct sf_object_info *in)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "url", in->url);
+    cJSON_AddStringToObject(o, "key", in->key);
+    if (in->is_prefix) {
+        cJSON_AddBoolToObject(o, "prefix", 1);
+        return o;
+    }
+    if (in->size != SF_SIZE_UNKNOWN)
+        cJSON_AddNumberToObject(o, "size", (double)in->size);
+    if (in->etag[0])
+        cJSON_AddStringToObject(o, "etag", in->etag);
+    if (in->last_modified > 0) {
+        char t[32];
+        format_time(in->last_modified, t, sizeof(t));
+        cJSON_AddStringToObject(o, "last_modified", t);
+    }
+    return o;
+}
+
+/* ------------------------------------------------------------ ls, stat */
+
+/* 1 when url holds a brace pattern ("{a,b}", "{0..9}") or a brace syntax
+ * error, as the library's expansion sees it; "{x}" alone is literal. */
+static int is_pattern(const char *url)
+{
+    for (const char *s = url; *s; s++) {
+        if (*s == '}')
+            return 1; /* a '}' without its '{': an error the library names */
+        if (*s != '{')
+            continue;
+        const char *e = s + 1;
+        while (*e && *e != '}' && *e != '{')
+            e++;
+        if (*e != '}')
+            return 1; /* unbalanced or nested */
+        for (const char *x = s + 1; x < e; x++)
+            if (*x == ',' || (x[0] == '.' && x[1] == '.' && x + 1 < e))
+                return 1;
+        s = e;
+    }
+    return 0;
+}
+
+static void print_ls_line(const struct sf_object_info *in)
+{
+    if (in->is_prefix) {
+        printf("%20s %12s  %s\n", "", "PRE", in->key);
+    } else {
+        char t[32];
+        format_time(in->last_modified, t, sizeof(t));
+        printf("%20s %12llu  %s\n", t, in->size, in->key);
+    }
+}
+
+int cli_cmd_ls(struct cli *c)
+{
+    if (c->n_args != 1) {
+        cli_errorf("ls: expected one URL, got %d", c->n_args);
+        return EXIT_USAGE;
+    }
+    struct sf_s3 *s3;
+    if (cli_open_client(c, &s3))
+        return 1;
+    struct sf_object_list *l = NULL;
+    /* a pattern lists the objects it names, each checked to exist */
+    sf_status st = is_pattern(c->args[0])
+                       ? sf_s3_expand_stat(s3, c->args[0], 0, &l)
+                       : sf_s3_list(s3, c->args[0], c->recursive ? SF_LIST_RECURSIVE : 0, 0, &l);
+    if (st != SF_OK) {
+        cli_report(s3, st);
+        sf_s3_destroy(s3);
+        return 1;
+    }
+    size_t n = sf_object_list_count(l);
+    if (c->json) {
+        cJSON *arr = cJSON_CreateArray();
+        for (size_t i = 0; i < n; i++)
+            cJSON_AddItemToArray(arr, info_json(sf_object_list_get(l, i)));
+        cli_print_json(arr);
+        cJSON_Delete(arr);
+    } else {
+        for (size_t i = 0; i < n; i++)
+            print_ls_line(sf_object_list_get(l, i));
+    }
+    sf_object_list_destroy(l);
+    sf_s3_destroy(s3);
+    return 0;
+}
+
+static void print_stat(const struct sf_object_info *in)
+{
+    char t[32];
+    format_time(in->last_modified, t, sizeof(t));
+    printf("url:           %s\n", in->url);
+    if (in->size == SF_SIZE_UNKNOWN)
+        printf("size:          unknown\n");
+    else
+        printf("size:          %llu\n", in->size);
+    printf("etag:          %s\n", in->etag[0] ? in->etag : "-");
+    printf("last-modified: %s\n", t);
+}
+
+/* Every URL in turn (a pattern: each object it names); what could not be
+ * read is reported and makes the exit status 1, the rest is printed. */
+int cli_cmd_stat(struct cli *c)
+{
+    if (c->n_args < 1) {
+        cli_errorf("stat: expected at least one URL");
+        return EXIT_USAGE;
+    }
+    struct sf_s3 *s3;
+    if (cli_open_client(c, &s3))
+        return 1;
+    /* --json: one object for one plain URL (as it always was), else an array */
+    int single = c->n_args == 1 && !is_pattern(c->args[0]);
+    cJSON *arr = c->json && !single ? cJSON_CreateArray() : NULL;
+    int rc = 0, printed = 0;
+    for (int a = 0; a < c->n_args; a++) {
+        const char *url = c->args[a];
+        struct sf_object_list *l = NULL;
+        struct sf_object_info one;
+        memset(&one, 0, sizeof(one));
+        sf_status st =
+            is_pattern(url) ? sf_s3_expand_stat(s3, url, 0, &l) : sf_s3_stat(s3, url, &one);
+        if (st != SF_OK) {
+            cli_report(s3, st);
+            rc = 1;
+            continue;
+        }
+        size_t n = l ? sf_object_list_count(l) : 1;
+        for (size_t i = 0; i < n; i++) {
+            const struct sf_object_info *in = l ? sf_object_list_get(l, i) : &one;
+            if (arr) {
+                cJSON_AddItemToArray(arr, info_json(in));
+            } else if (c->json) {
+                cJSON *o = info_json(in);
+                cli_print_json(o);
+                cJSON_Delete(o);
+            } else {
+                if (printed++)
+                    putchar('\n');
+                print_stat(in);
+            }
+        }
+        sf_object_list_destroy(l);
+        sf_object_info_clear(&one);
+    }
+    if (arr) {
+        cli_print_json(arr);
+        cJSON_Delete(arr);
+    }
+    sf_s3_destroy(s3);
+    return rc;
+}
+
+/* ------------------------------------------------------------ get */
+
+struct job {
+    const struct sf_object_info *in;
+    char *dest; /* final path, NULL for stdout */
+    char *tmp;  /* temporary path, renamed into place on success */
+    int fd;
+    struct sf_fetch *f;
+    double t0, t1;
+    unsigned long long bytes;
+    sf_status st;
+    char etag[128];
+};
+
+static const char *base_name(const char *key)
+{
+    const char *s = strrchr(key, '/');
+    return s ? s + 1 : key;
+}
+
+static int is_dir(const char *p)
+{
+    struct stat sb;
+    return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+static int job_open(struct job *j)
+{
+    size_t n = strlen(j->dest) + 32;
+    j->tmp = malloc(n);
+    if (!j->tmp)
+        return -1;
+    snprintf(j->tmp, n, "%s.sfpart-%ld", j->dest, (long)getpid());
+    j->fd = open(j->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (j->fd < 0) {
+        cli_errorf("%s: cannot create: %s", j->tmp, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+static int job_start(struct sf_s3 *s3, struct job *j)
+{
+    if (job_open(j))
+        return -1;
+    struct sf_fetch_options fo;
+    sf_fetch_options_init_default(&fo);
+    fo.fd = j->fd;
+    fo.size = j->in->size;
+    if (j->in->etag[0])
+        fo.etag = j->in->etag;
+    j->t0 = sf__now_s();
+    sf_status st = sf_fetch_start(s3, j->in->url, &fo, &j->f);
+    if (st != SF_OK) {
+        j->st = st;
+        cli_report(s3, st);
+        return -1;
+    }
+    return 0;
+}
+
+static int job_finish(struct job *j)
+{
+    struct sf_fetch_progress p;
+    j->st = sf_fetch_wait(j->f, ~0ull, -1, &p);
+    j->t1 = sf__now_s();
+    j->bytes = p.total == SF_SIZE_UNKNOWN ? 0 : p.total;
+    snprintf(j->etag, sizeof(j->etag), "%s", sf_fetch_etag(j->f));
+    int rc = 0;
+    if (j->st != SF_OK) {
+        cli_errorf("%s (%s)", sf_fetch_errmsg(j->f), sf_status_name(j->st));
+        rc = -1;
+    } else if (ftruncate(j->fd, (off_t)j->bytes) != 0 || close(j->fd) != 0) {
+        cli_errorf("%s: %s", j->tmp, strerror(errno));
+        j->fd = -1;
+        j->st = SF_ERR_IO;
+        rc = -1;
+    } else {
+        j->fd = -1;
+        if (rename(j->tmp, j->dest) != 0) {
+            cli_errorf("%s: cannot rename into place: %s", j->dest, strerror(errno));
+            j->st = SF_ERR_IO;
+            rc = -1;
+        }
+    }
+    if (j->fd >= 0)
+        close(j->fd);
+    j->fd = -1;
+    if (rc != 0 && j->tmp)
+        unlink(j->tmp);
+    sf_fetch_destroy(j->f);
+    j->f = NULL;
+    return rc;
+}
+
+/* stdout that is not a regular file: windows of concurrency x chunk bytes,
+ * the next window downloading while the previous one is written. Every
+ * window after the first carries the first one's ETag as If-Match. */
+static int start_window(struct sf_s3 *s3, const char *url, unsigned char *buf,
+                        unsigned long long window, unsigned long long off, unsigned long long size,
+                        const char *etag, struct sf_fetch **f)
+{
+    struct sf_fetch_options fo;
+    sf_fetch_options_init_default(&fo);
+    fo.buffer = buf;
+    fo.buffer_bytes = window;
+    fo.offset = off;
+    fo.length = window;
+    fo.size = size;
+    fo.etag = etag && etag[0] ? etag : NULL;
+    sf_status st = sf_fetch_start(s3, url, &fo, f);
+    if (st != SF_OK)
+        cli_report(s3, st);
+    return st == SF_OK ? 0 : -1;
+}
+
+static int get_to_pipe(struct sf_s3 *s3, struct cli *c, const struct sf_object_info *in,
+                       unsigned long long *bytes_out)
+{
+    unsigned long long window = (unsigned long long)c->s3o.concurrency * c->s3o.chunk_bytes;
+    if (window > (1ull << 30))
+        window = 1ull << 30;
+    unsigned char *buf[2] = {malloc(window), malloc(window)};
+    struct sf_fetch *f[2] = {NULL, NULL};
+    unsigned long long size = in->size, off = 0;
+    char etag[128];
+    snprintf(etag, sizeof(etag), "%s", in->etag);
+    int rc = 0, cur = 0;
+    if (!buf[0] || !buf[1]) {
+        cli_errorf("cannot allocate the %llu-byte stream window", window);
+        rc = -1;
+    } else {
+        rc = start_window(s3, in->url, buf[0], window, 0, size, etag, &f[0]);
+    }
+    while (rc == 0) {
+        struct sf_fetch_progress p;
+        sf_status st = sf_fetch_wait(f[cur], ~0ull, -1, &p);
+        if (st != SF_OK) {
+            cli_errorf("%s (%s)", sf_fetch_errmsg(f[cur]), sf_status_name(st));
+            rc = -1;
+            break;
+        }
+        if (off == 0) {
+            size = p.object_size;
+            snprintf(etag, sizeof(etag), "%s", sf_fetch_etag(f[cur]));
+        }
+        unsigned long long next_off = off + p.total;
+        int more = p.total > 0 && next_off < size;
+        if (more &&
+            start_window(s3, in->url, buf[cur ^ 1], window, next_off, size, etag, &f[cur ^ 1]) != 0)
+            rc = -1;
+        if (p.total && fwrite(buf[cur], 1, p.total, stdout) != p.total) {
+            cli_errorf("stdout: %s", strerror(errno));
+            rc = -1;
+        }
+        sf_fetch_destroy(f[cur]);
+        f[cur] = NULL;
+        off = next_off;
+        if (!more)
+            break;
+        cur ^= 1;
+    }
+    sf_fetch_destroy(f[0]);
+    sf_fetch_destroy(f[1]);
+    free(buf[0]);
+    free(buf[1]);
+    if (fflush(stdout) != 0 && rc == 0) {
+        cli_errorf("stdout: %s", strerror(errno));
+        rc = -1;
+    }
+    *bytes_out = off;
+    return rc;
+}
+
+int cli_cmd_get(struct cli *c)
+{
+    if (c->n_args < 1) {
+        cli_errorf("get: expected at least one URL");
+        return EXIT_USAGE;
+    }
+    struct sf_s3 *s3;
+    if (cli_open_client(c, &s3))
+        return 1;
+    double t0 = sf__now_s();
+    int rc = 0;
+    size_t n_lists = (size_t)c->n_args;
+    struct sf_object_list **lists = calloc(n_lists, sizeof(*lists));
+    size_t total_objects = 0;
+    for (size_t i = 0; lists && i < n_lists; i++) {
+        sf_status st = sf_s3_expand(s3, c->args[i], 0, &lists[i]);
+        if (st != SF_OK) {
+            cli_report(s3, st);
+            rc = 1;
+            break;
+        }
+        total_objects += sf_object_list_count(lists[i]);
+    }
+    struct job *jobs = NULL;
+    const char *out = c->output;
+    int to_stdout = !out || !strcmp(out, "-");
+    int to_dir = 0;
+    if (rc == 0) {
+        size_t ol = out ? strlen(out) : 0;
+        to_dir = !to_stdout && (total_objects > 1 || out[ol - 1] == '/' || is_dir(out));
+        struct stat osb;
+        if (!to_stdout && !to_dir && stat(out, &osb) == 0 && !S_ISREG(osb.st_mode) &&
+            total_objects == 1) {
+            /* A device or FIFO (/dev/null, a named pipe) is written in place,
+             * as stdout is: never replaced by a renamed temporary file. */
+            int fd = open(out, O_WRONLY | O_CLOEXEC);
+            if (fd < 0 || dup2(fd, STDOUT_FILENO) < 0) {
+                cli_errorf("%s: cannot open for writing: %s", out, strerror(errno));
+                rc = 1;
+            }
+            if (fd > STDOUT_FILENO)
+                close(fd);
+            to_stdout = 1;
+        }
+        if (total_objects > 1 && to_stdout) {
+            cli_errorf("get: %zu objects: name a directory with -o DIR", total_objects);
+            rc = EXIT_USAGE;
+        } else if (to_dir && mkdir(out, 0755) != 0 && errno != EEXIST) {
+            cli_errorf("%s: cannot create directory: %s", out, strerror(errno));
+            rc = 1;
+        }
+    }
+    if (rc == 0)
+        jobs = calloc(total_objects ? total_objects : 1, sizeof(*jobs));
+    size_t n_jobs = 0;
+    for (size_t i = 0; rc == 0 && jobs && i < n_lists; i++) {
+        for (size_t k = 0; k < sf_object_list_count(lists[i]); k++) {
+            struct job *j = &jobs[n_jobs++];
+            j->in = sf_object_list_get(lists[i], k);
+            j->fd = -1;
+            if (to_stdout)
+                continue;
+            if (to_dir) {
+                const char *b = base_name(j->in->key);
+                size_t len = strlen(out) + strlen(b) + 2;
+                j->dest = malloc(len);
+                if (j->dest)
+                    snprintf(j->dest, len, "%s%s%s", out, out[strlen(out) - 1] == '/' ? "" : "/",
+                             b);
+                if (!*b) {
+                    cli_errorf("%s: no file name in the key", j->in->url);
+                    rc = 1;
+                }
+            } else {
+                j->dest = strdup(out);
+            }
+        }
+    }
+    /* two objects must not land on the same file */
+    for (size_t i = 0; rc == 0 && to_dir && i < n_jobs; i++)
+        for (size_t k = i + 1; k < n_jobs; k++)
+            if (jobs[i].dest && jobs[k].dest && !strcmp(jobs[i].dest, jobs[k].dest)) {
+                cli_errorf("get: %s and %s would both be written to %s", jobs[i].in->url,
+                           jobs[k].in->url, jobs[i].dest);
+                rc = 1;
+                break;
+            }
+    unsigned long long bytes = 0;
+    size_t failed = 0;
+    if (rc == 0 && to_stdout && n_jobs == 1) {
+        struct stat sb;
+        if (fstat(STDOUT_FILENO, &sb) == 0 && S_ISREG(sb.st_mode)) {
+            struct sf_fetch_options fo;
+            sf_fetch_options_init_default(&fo);
+            fo.fd = STDOUT_FILENO;
+            off_t pos = lseek(STDOUT_FILENO, 0, SEEK_CUR);
+            fo.file_offset = pos > 0 ? (unsigned long long)pos : 0;
+            struct sf_fetch *f;
+            sf_status st = sf_fetch_start(s3, jobs[0].in->url, &fo, &f);
+            if (st != SF_OK) {
+                cli_report(s3, st);
+                rc = 1;
+            } else {
+                struct sf_fetch_progress p;
+                st = sf_fetch_wait(f, ~0ull, -1, &p);
+                if (st != SF_OK) {
+                    cli_errorf("%s (%s)", sf_fetch_errmsg(f), sf_status_name(st));
+                    rc = 1;
+                } else {
+                    bytes = p.total;
+                    lseek(STDOUT_FILENO, (off_t)(fo.file_offset + bytes), SEEK_SET);
+                }
+                sf_fetch_destroy(f);
+            }
+            if (rc != 0) {
+                /* Ranges land in place, in any order: a failed download leaves
+                 * holes up to the declared size, a file that looks complete.
+                 * Cut it back to where it started (empty for `> file`); bytes
+                 * it had past that point were there before us and stay. */
+                off_t keep =
+                    sb.st_size > (off_t)fo.file_offset ? sb.st_size : (off_t)fo.file_offset;
+                if (ftruncate(STDOUT_FILENO, keep) != 0)
+                    cli_errorf("stdout: the partial download could not be cut off: %s",
+                               strerror(errno));
+                lseek(STDOUT_FILENO, (off_t)fo.file_offset, SEEK_SET);
+            }
+        } else if (get_to_pipe(s3, c, jobs[0].in, &bytes) != 0) {
+            rc = 1;
+        }
+        failed = rc != 0;
+    } else if (rc == 0) {
+        /* a window of open fetches; the engine runs them oldest first */
+        size_t next = 0, done = 0;
+        while (done < n_jobs) {
+            while (next < n_jobs && next - done < MAX_OPEN_FETCHES) {
+                if (job_start(s3, &jobs[next]) != 0) {
+                    if (jobs[next].fd >= 0) {
+                        close(jobs[next].fd);
+                        unlink(jobs[next].tmp);
+                        jobs[next].fd = -1;
+                    }
+                    if (jobs[next].st == SF_OK)
+                        jobs[next].st = SF_ERR_IO;
+                }
+                next++;
+            }
+            struct job *j = &jobs[done++];
+            if (!j->f || job_finish(j) != 0)
+                failed++;
+            else
+                bytes += j->bytes;
+        }
+        rc = failed ? 1 : 0;
+    }
+    double secs = sf__now_s() - t0;
+    if (c->json && rc != EXIT_USAGE) {
+        struct sf_s3_stats ss;
+        sf_s3_get_stats(s3, &ss);
+        cJSON *o = cJSON_CreateObject();
+        cJSON *arr = cJSON_AddArrayToObject(o, "objects");
+        for (size_t i = 0; i < n_jobs && !to_stdout; i++) {
+            cJSON *x = cJSON_CreateObject();
+            cJSON_AddStringToObject(x, "url", jobs[i].in->url);
+            cJSON_AddStringToObject(x, "path", jobs[i].dest ? jobs[i].dest : "-");
+            cJSON_AddNumberToObject(x, "bytes", (double)jobs[i].bytes);
+            cJSON_AddStringToObject(x, "etag", jobs[i].etag);
+            cJSON_AddStringToObject(x, "status", sf_status_name(jobs[i].st));
+            cJSON_AddItemToArray(arr, x);
+        }
+        cJSON_AddNumberToObject(o, "objects_failed", (double)failed);
+        cJSON_AddNumberToObject(o, "bytes", (double)bytes);
+        cJSON_AddNumberToObject(o, "seconds", secs);
+        cJSON_AddNumberToObject(o, "mib_per_s", secs > 0 ? (double)bytes / 1048576.0 / secs : 0);
+        cJSON_AddNumberToObject(o, "requests", (double)ss.requests);
+        cJSON_AddNumberToObject(o, "retries", (double)ss.retries);
+        cJSON_AddNumberToObject(o, "throttled", (double)ss.throttled);
+        cJSON_AddNumberToObject(o, "connections", (double)ss.connections);
+        cli_print_json(o);
+        cJSON_Delete(o);
+    }
+    for (size_t i = 0; jobs && i < n_jobs; i++) {
+        free(jobs[i].dest);
+        free(jobs[i].tmp);
+    }
+    free(jobs);
+    for (size_t i = 0; lists && i < n_lists; i++)
+        sf_object_list_destroy(lists[i]);
+    free(lists);
+    sf_s3_destroy(s3);
+    return rc;
+}
