@@ -9,6 +9,7 @@
 # median wall time, median CPU seconds (user + sys, GNU time) and CPU/wall, and
 # the median per-round ratio s5cmd_time / tool_time (above 1: faster than s5cmd).
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 
 OBJECTS=16 SIZE_MIB=64 ROUNDS=5
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -37,16 +38,8 @@ NAMES=()
 for ((i = 0; i < OBJECTS; i++)); do NAMES+=("$(printf 'obj-%02d.bin' "$i")"); done
 for n in "${NAMES[@]}"; do head -c $((SIZE_MIB << 20)) /dev/urandom >"$TMP/root/bench/$n"; done
 (cd "$TMP/root/bench" && sha256sum -- "${NAMES[@]}") >"$TMP/SUMS"
-"$MOCK" --root "$TMP/root" --port 0 --quiet </dev/null >"$TMP/mock.out" 2>&1 &
-MOCK_PID=$!
-URL=''
-for _ in $(seq 100); do
-  [[ -s $TMP/mock.out ]] && [[ $(head -n1 "$TMP/mock.out") =~ (http://[0-9.:]+) ]] &&
-    { URL=${BASH_REMATCH[1]}; break; }
-  sleep 0.1
-done
-[[ -n $URL ]] || { echo "mock did not start" >&2; exit 2; }
-export AWS_ACCESS_KEY_ID=mock-access-key AWS_SECRET_ACCESS_KEY=mock-secret-key AWS_REGION=us-east-1
+mock_start "$MOCK" "$TMP/mock.out" --root "$TMP/root" --quiet
+mock_env
 export AWS_CONFIG_FILE=/dev/null AWS_SHARED_CREDENTIALS_FILE=/dev/null
 SRC="s3://bench/obj-{00..$(printf '%02d' $((OBJECTS - 1)))}.bin"
 

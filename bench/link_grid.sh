@@ -18,6 +18,7 @@
 # (target >= 0.90). Exits 1 when a run fails or writes wrong bytes, 2 on setup
 # errors.
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 
 OBJECTS=8 SIZE_MIB=32 ROUNDS=3
 FAULT=latency_ms=20,bandwidth=80M
@@ -61,17 +62,8 @@ NAMES=()
 for ((i = 0; i < OBJECTS; i++)); do NAMES+=("$(printf 'obj-%02d.bin' "$i")"); done
 for n in "${NAMES[@]}"; do head -c $((SIZE_MIB << 20)) /dev/urandom >"$TMP/root/bench/$n"; done
 (cd "$TMP/root/bench" && sha256sum -- "${NAMES[@]}") >"$TMP/SUMS"
-"$MOCK" --root "$TMP/root" --port 0 --quiet --fault "$FAULT" </dev/null >"$TMP/mock.out" 2>&1 &
-MOCK_PID=$!
-URL=''
-for _ in $(seq 100); do
-  [[ -s $TMP/mock.out ]] && [[ $(head -n1 "$TMP/mock.out") =~ (http://[0-9.:]+) ]] &&
-    { URL=${BASH_REMATCH[1]}; break; }
-  sleep 0.1
-done
-[[ -n $URL ]] || { echo "mock did not start" >&2; cat "$TMP/mock.out" >&2; exit 2; }
-unset AWS_PROFILE AWS_SESSION_TOKEN AWS_ENDPOINT_URL AWS_ENDPOINT_URL_S3 AWS_CA_BUNDLE
-export AWS_ACCESS_KEY_ID=mock-access-key AWS_SECRET_ACCESS_KEY=mock-secret-key AWS_REGION=us-east-1
+mock_start "$MOCK" "$TMP/mock.out" --root "$TMP/root" --quiet --fault "$FAULT"
+mock_env
 export NO_PROXY=127.0.0.1,localhost no_proxy=127.0.0.1,localhost
 if ((OBJECTS == 1)); then SRC=s3://bench/${NAMES[0]}
 else SRC="s3://bench/obj-{00..$(printf '%02d' $((OBJECTS - 1)))}.bin"; fi

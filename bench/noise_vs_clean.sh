@@ -7,6 +7,7 @@
 #     default options: time to the error.
 # Usage: bench/noise_vs_clean.sh [--per-photo N (250: 3,000 photos)]   (BUILD_DIR, default build/)
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 PER_PHOTO=${PER_PHOTO:-250}
 [[ ${1:-} == --per-photo ]] && PER_PHOTO=$2
 HERE=$(cd "$(dirname "$0")/.." && pwd)
@@ -25,18 +26,8 @@ bash "$HERE/scripts/make-sample-dataset.sh" "$TMP/photos" --per-photo "$PER_PHOT
 mkdir -p "$TMP/root/bench"
 "$SF" pack "$TMP/photos" "$TMP/root/bench/clean/" --shard-size 8M --no-progress >&2
 cp -r "$TMP/root/bench/clean" "$TMP/root/bench/noisy"
-"$MOCK" --root "$TMP/root" --port 0 --fault "prefix=bench/noisy/,p503=0.05,reset=0.01" \
-  >"$TMP/mock.out" 2>&1 &
-MOCK_PID=$!
-URL=
-for _ in $(seq 100); do
-  URL=$(sed -n 's/^listening on \(http:\/\/[0-9.:]*\)$/\1/p' "$TMP/mock.out")
-  [[ -n $URL ]] && break
-  sleep 0.1
-done
-[[ -n $URL ]] || { echo "mock did not start" >&2; exit 2; }
-unset AWS_PROFILE AWS_SESSION_TOKEN AWS_ENDPOINT_URL AWS_ENDPOINT_URL_S3 AWS_CA_BUNDLE
-export AWS_ACCESS_KEY_ID=mock-access-key AWS_SECRET_ACCESS_KEY=mock-secret-key AWS_REGION=us-east-1
+mock_start "$MOCK" "$TMP/mock.out" --root "$TMP/root" --fault "prefix=bench/noisy/,p503=0.05,reset=0.01"
+mock_env
 epoch() { # prefix -> seconds
   rm -rf "$TMP/cache"
   local t0 t1

@@ -33,6 +33,7 @@
 # useful GETs less the burst (R, the bucket starts full), divided by R. Exit
 # status 1 when a rank failed or fell short.
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 
 PROCS=8 PER=4 OSIZE=4M CHUNK=64K RATE=200 TMO=300 BUILD_DIR='' KEEP=0
 EXTRA=()
@@ -85,19 +86,8 @@ for ((r = 0; r < PROCS; r++)); do
   done
 done
 
-"$BUILD_DIR/shardfeed-mock-s3" --root "$TMP/root" --port 0 --quiet \
-  --fault "prefix=bench/train/,rate_limit=$RATE" >"$TMP/mock.out" 2>&1 &
-MOCK_PID=$!
-URL=
-for _ in $(seq 100); do
-  URL=$(sed -n 's/^listening on \(http:\/\/[0-9.:]*\)$/\1/p' "$TMP/mock.out")
-  [[ -n $URL ]] && break
-  sleep 0.1
-done
-[[ -n $URL ]] || { echo "mock did not start" >&2; cat "$TMP/mock.out" >&2; exit 2; }
-unset AWS_PROFILE AWS_SESSION_TOKEN AWS_ENDPOINT_URL AWS_ENDPOINT_URL_S3 AWS_CA_BUNDLE
-export AWS_ACCESS_KEY_ID=mock-access-key AWS_SECRET_ACCESS_KEY=mock-secret-key
-export AWS_REGION=us-east-1
+mock_start "$BUILD_DIR/shardfeed-mock-s3" "$TMP/mock.out" --root "$TMP/root" --quiet --fault "prefix=bench/train/,rate_limit=$RATE"
+mock_env
 
 curl -sf -X POST "$URL/_mock/reset" >/dev/null   # the counters start from 0 (HEADs are never limited)
 T0=$(date +%s.%N)

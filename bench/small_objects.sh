@@ -17,6 +17,7 @@
 # rounds of s5cmd_time / tool_time in the same round (target >= 1.2 for
 # sf-default). Exits 1 when a tool fails or writes wrong bytes, 2 on setup errors.
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 
 OBJECTS=2000 SIZE_KIB=64 ROUNDS=5
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -59,17 +60,8 @@ head -c $((OBJECTS * SIZE_KIB * 1024)) /dev/urandom |
   split -a "$WIDTH" -d -b $((SIZE_KIB * 1024)) --additional-suffix=.bin - "$TMP/root/bench/obj-"
 (cd "$TMP/root/bench" && find . -type f -name '*.bin' -printf '%P\0' | sort -z | xargs -0 sha256sum) >"$TMP/SUMS"
 [[ $(wc -l <"$TMP/SUMS") -eq $OBJECTS ]] || { echo "data generation failed" >&2; exit 2; }
-"$MOCK" --root "$TMP/root" --port 0 --quiet </dev/null >"$TMP/mock.out" 2>&1 &
-MOCK_PID=$!
-URL=''
-for _ in $(seq 100); do
-  [[ -s $TMP/mock.out ]] && [[ $(head -n1 "$TMP/mock.out") =~ (http://[0-9.:]+) ]] &&
-    { URL=${BASH_REMATCH[1]}; break; }
-  sleep 0.1
-done
-[[ -n $URL ]] || { echo "mock did not start" >&2; cat "$TMP/mock.out" >&2; exit 2; }
-unset AWS_PROFILE AWS_SESSION_TOKEN AWS_ENDPOINT_URL AWS_ENDPOINT_URL_S3 AWS_CA_BUNDLE
-export AWS_ACCESS_KEY_ID=mock-access-key AWS_SECRET_ACCESS_KEY=mock-secret-key AWS_REGION=us-east-1
+mock_start "$MOCK" "$TMP/mock.out" --root "$TMP/root" --quiet
+mock_env
 export AWS_CONFIG_FILE=/dev/null AWS_SHARED_CREDENTIALS_FILE=/dev/null
 export NO_PROXY=127.0.0.1,localhost no_proxy=127.0.0.1,localhost
 
