@@ -156,8 +156,12 @@ struct sf_warm_stats {
     double elapsed_s;
 };
 
+/* The most objects sf_cache_warm() downloads at once (max_objects). */
+#define SF_WARM_MAX_OBJECTS_MAX 256u
+
 struct sf_warm_options {
-    unsigned max_objects; /* objects downloading at once; 0 = 8 */
+    unsigned max_objects; /* objects downloading at once; 0 = 8; at most
+                             SF_WARM_MAX_OBJECTS_MAX (SF_ERR_INVALID_ARGUMENT above) */
     int verify;           /* hash cached entries before skipping them (default 0:
                              trailer and metadata checks only) */
     int dry_run;          /* report, download nothing */

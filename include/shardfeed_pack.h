@@ -71,6 +71,12 @@ struct sf_pack_progress {
  */
 typedef int (*sf_pack_progress_fn)(void *user, const struct sf_pack_progress *progress);
 
+/* Limits of sf_pack_options (SF_ERR_INVALID_ARGUMENT outside them). */
+#define SF_PACK_ZSTD_LEVEL_MAX   22   /* zstd_level: 0 (off) or 1..this */
+#define SF_PACK_MAX_SIDE_MIN     16u  /* max_side: 0 (keep the JPEGs) or at least this */
+#define SF_PACK_JPEG_QUALITY_MAX 100  /* jpeg_quality: 0 (the default) or 1..this */
+#define SF_PACK_THREADS_MAX      256u /* threads: more are taken as this many */
+
 /* Options of sf_pack(). Strings are borrowed for the duration of the call. */
 struct sf_pack_options {
     enum sf_pack_format format;     /* default SF_PACK_FORMAT_TAR */
@@ -195,13 +201,20 @@ struct sf_index_progress {
  */
 typedef int (*sf_index_progress_fn)(void *user, const struct sf_index_progress *progress);
 
+/* Limits of sf_index_options (SF_ERR_INVALID_ARGUMENT outside them). */
+#define SF_INDEX_PARALLEL_MAX     1024u
+#define SF_INDEX_WINDOW_BYTES_MIN (64ull << 10) /* 64 KiB */
+#define SF_INDEX_WINDOW_BYTES_MAX (16ull << 30) /* 16 GiB */
+
 /* Options of sf_index_shards(). Strings are borrowed for the duration of the call. */
 struct sf_index_options {
-    unsigned parallel;               /* shards read at once; default 8, at most 1024 */
+    unsigned parallel;               /* shards read at once; default 8, at most
+                                        SF_INDEX_PARALLEL_MAX */
     unsigned long long window_bytes; /* bytes of each shard in flight held in memory: the shard
                                         streams through this window in ranged GETs of
-                                        min(chunk_bytes, window_bytes / 4); default 8 MiB, at
-                                        least 64 KiB (SF_ERR_INVALID_ARGUMENT below) */
+                                        min(chunk_bytes, window_bytes / 4); default 8 MiB,
+                                        SF_INDEX_WINDOW_BYTES_MIN..._MAX
+                                        (SF_ERR_INVALID_ARGUMENT outside) */
     const char *index_url;           /* where the index will be written: shard names are made
                                         relative to its folder. NULL = "index.json" in the
                                         folder of the first shard (see sf_index_result) */

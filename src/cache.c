@@ -714,6 +714,11 @@ sf_status sf_cache_warm(struct sf_cache *c, struct sf_s3 *s3, const struct sf_ob
         sf_warm_options_init_default(&wo);
     if (!wo.max_objects)
         wo.max_objects = 8;
+    if (wo.max_objects > SF_WARM_MAX_OBJECTS_MAX) {
+        snprintf(c->errmsg, sizeof(c->errmsg), "max_objects %u: at most %u", wo.max_objects,
+                 SF_WARM_MAX_OBJECTS_MAX);
+        return SF_ERR_INVALID_ARGUMENT;
+    }
     if (!wo.progress_interval_ms)
         wo.progress_interval_ms = 200;
     struct sf_warm_stats s;

@@ -34,9 +34,7 @@
 #include <xxhash.h>
 
 #define DEFAULT_PARALLEL  8u
-#define MAX_PARALLEL      1024u
 #define DEFAULT_WINDOW    (8ull << 20)
-#define MIN_WINDOW        (64ull << 10)
 #define PIECES_PER_WINDOW 4u
 #define WAIT_SLICE_MS     100
 #define PROGRESS_MS       100
@@ -845,13 +843,15 @@ sf_status sf_index_shards(struct sf_s3 *s3, const char *const *sources, size_t n
         if (!d.window_bytes)
             d.window_bytes = DEFAULT_WINDOW;
     }
-    if (d.parallel > MAX_PARALLEL)
-        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "parallel %u: at most %u", d.parallel,
-                       MAX_PARALLEL);
-    if (d.window_bytes < MIN_WINDOW || d.window_bytes > ((uint64_t)SIZE_MAX >> 2))
+    if (d.parallel > SF_INDEX_PARALLEL_MAX)
+        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "parallel %u: at most %u",
+                        d.parallel, SF_INDEX_PARALLEL_MAX);
+    if (d.window_bytes < SF_INDEX_WINDOW_BYTES_MIN || d.window_bytes > SF_INDEX_WINDOW_BYTES_MAX ||
+        d.window_bytes > ((uint64_t)SIZE_MAX >> 2))
         return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT,
-                       "window_bytes %llu: at least %llu bytes", d.window_bytes,
-                       (unsigned long long)MIN_WINDOW);
+                        "window_bytes %llu: expected %llu to %llu bytes", d.window_bytes,
+                        (unsigned long long)SF_INDEX_WINDOW_BYTES_MIN,
+                        (unsigned long long)SF_INDEX_WINDOW_BYTES_MAX);
     struct indexer ix;
     memset(&ix, 0, sizeof(ix));
     ix.s3 = s3;

@@ -31,8 +31,6 @@
 #include <unistd.h>
 
 #define DEFAULT_SHARD_BYTES (256ull << 20)
-#define MAX_ZSTD_LEVEL      22
-#define MIN_MAX_SIDE        16
 
 /* ------------------------------------------------------------ errors */
 
@@ -429,24 +427,24 @@ SF_API sf_status sf_pack(const char *src_dir, const char *dest_url, const struct
         st = sf__pack_fail(p, SF_ERR_INVALID_ARGUMENT, "unknown layout %d", (int)o->layout);
     else if (o->shard_bytes == 0)
         st = sf__pack_fail(p, SF_ERR_INVALID_ARGUMENT, "the shard size must be at least 1 byte");
-    else if (o->zstd_level < 0 || o->zstd_level > MAX_ZSTD_LEVEL)
+    else if (o->zstd_level < 0 || o->zstd_level > SF_PACK_ZSTD_LEVEL_MAX)
         st = sf__pack_fail(p, SF_ERR_INVALID_ARGUMENT, "zstd level %d: expected 0 (off) to %d",
-                           o->zstd_level, MAX_ZSTD_LEVEL);
+                           o->zstd_level, SF_PACK_ZSTD_LEVEL_MAX);
     else if (o->zstd_level && o->format == SF_PACK_FORMAT_TAR)
         st = sf__pack_fail(
             p, SF_ERR_UNSUPPORTED,
             "zstd compresses record shards only: readers stream plain tar (compressed "
             "tars cannot be read without copies); use the record format");
-    else if (o->max_side && o->max_side < MIN_MAX_SIDE)
+    else if (o->max_side && o->max_side < SF_PACK_MAX_SIDE_MIN)
         st = sf__pack_fail(p, SF_ERR_INVALID_ARGUMENT,
                            "max side %u: expected 0 (keep the JPEGs) or at "
-                           "least %d pixels",
-                           o->max_side, MIN_MAX_SIDE);
-    else if (o->jpeg_quality < 0 || o->jpeg_quality > 100)
+                           "least %u pixels",
+                           o->max_side, SF_PACK_MAX_SIDE_MIN);
+    else if (o->jpeg_quality < 0 || o->jpeg_quality > SF_PACK_JPEG_QUALITY_MAX)
         st = sf__pack_fail(p, SF_ERR_INVALID_ARGUMENT,
-                           "JPEG quality %d: expected 1 to 100 (0: the "
+                           "JPEG quality %d: expected 1 to %d (0: the "
                            "default, %d)",
-                           o->jpeg_quality, DEFAULT_QUALITY);
+                           o->jpeg_quality, SF_PACK_JPEG_QUALITY_MAX, DEFAULT_QUALITY);
     else if (o->jpeg_quality && !o->max_side)
         st = sf__pack_fail(p, SF_ERR_INVALID_ARGUMENT,
                            "a JPEG quality is for re-encoding: give the "

@@ -151,8 +151,8 @@ sf_status sf__pack_reencoder_start(struct packer *p)
     q->r.quality = p->o->jpeg_quality ? p->o->jpeg_quality : DEFAULT_QUALITY;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     q->n_threads = p->o->threads ? p->o->threads : cores > 0 ? (unsigned)cores : 1;
-    if (q->n_threads > 256)
-        q->n_threads = 256;
+    if (q->n_threads > SF_PACK_THREADS_MAX)
+        q->n_threads = SF_PACK_THREADS_MAX;
     q->done = calloc(p->n_samples ? p->n_samples : 1, 1);
     q->threads = calloc(q->n_threads, sizeof(*q->threads));
     if (!q->done || !q->threads)

@@ -87,14 +87,14 @@ PyObject *sfpy_index(PyObject *self, PyObject *args)
     sf_index_options_init_default(&o);
     unsigned long long u;
     if (par_obj != Py_None) {
-        if (sfpy_get_uint(par_obj, "index", "parallel", 1, 1024, &u) < 0)
+        if (sfpy_get_uint(par_obj, "index", "parallel", 1, SF_INDEX_PARALLEL_MAX, &u) < 0)
             return NULL;
         o.parallel = (unsigned)u;
     }
     if (win_obj != Py_None) {
-        if (sfpy_get_size(win_obj, "index", "window", 64u << 10, &u) < 0)
+        if (sfpy_get_size(win_obj, "index", "window", SF_INDEX_WINDOW_BYTES_MIN, &u) < 0)
             return NULL;
-        if (u > (16ull << 30))
+        if (u > SF_INDEX_WINDOW_BYTES_MAX)
             return sfpy_raise(SF_ERR_INVALID_ARGUMENT,
                               "index: window: expected a size from 64K to 16G such as 8M");
         o.window_bytes = u;

@@ -61,7 +61,7 @@ PyObject *sfpy_pack(PyObject *self, PyObject *args)
             return NULL;
         o.part_bytes = u;
     }
-    if (sfpy_get_uint(zstd_obj, "pack", "zstd_level", 0, 22, &u) < 0)
+    if (sfpy_get_uint(zstd_obj, "pack", "zstd_level", 0, SF_PACK_ZSTD_LEVEL_MAX, &u) < 0)
         return NULL;
     o.zstd_level = (int)u;
     if (o.zstd_level && o.format == SF_PACK_FORMAT_TAR)
