@@ -4,7 +4,6 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -15,7 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static void usage(FILE *f)
+void cli_usage(FILE *f)
 {
     fputs("usage: shardfeed [options] COMMAND [options]\n"
           "\n"
@@ -145,197 +144,6 @@ void cli_log_stderr(void *user, enum sf_log_level level, const char *message)
             message);
 }
 
-/* ------------------------------------------------------------ options */
-
-enum {
-    O_ENDPOINT = 1000,
-    O_REGION,
-    O_PROFILE,
-    O_NO_SIGN,
-    O_ADDRESSING,
-    O_CA_BUNDLE,
-    O_INSECURE,
-    O_HTTP2,
-    O_CONCURRENCY,
-    O_IO_THREADS,
-    O_CHUNK,
-    O_MAX_ATTEMPTS,
-    O_STALL,
-    O_CONNECT_TIMEOUT,
-    O_FIRST_BYTE_TIMEOUT,
-    O_REQUEST_TIMEOUT,
-    O_JSON,
-};
-
-int cli_parse_uint(const char *flag, const char *v, unsigned lo, unsigned hi, unsigned *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long x = strtoul(v, &end, 10);
-    if (!*v || *end || errno || v[0] == '-' || x < lo || x > hi) {
-        cli_errorf("%s: expected an integer in %u..%u, got '%s'", flag, lo, hi, v);
-        return -1;
-    }
-    *out = (unsigned)x;
-    return 0;
-}
-
-/* The options every command takes; also accepted before the command. */
-static const struct option common[] = {
-    {"endpoint-url", required_argument, NULL, O_ENDPOINT},
-    {"region", required_argument, NULL, O_REGION},
-    {"profile", required_argument, NULL, O_PROFILE},
-    {"no-sign-request", no_argument, NULL, O_NO_SIGN},
-    {"addressing", required_argument, NULL, O_ADDRESSING},
-    {"ca-bundle", required_argument, NULL, O_CA_BUNDLE},
-    {"insecure", no_argument, NULL, O_INSECURE},
-    {"http2", no_argument, NULL, O_HTTP2},
-    {"concurrency", required_argument, NULL, O_CONCURRENCY},
-    {"io-threads", required_argument, NULL, O_IO_THREADS},
-    {"chunk-size", required_argument, NULL, O_CHUNK},
-    {"max-attempts", required_argument, NULL, O_MAX_ATTEMPTS},
-    {"stall-timeout-ms", required_argument, NULL, O_STALL},
-    {"connect-timeout-ms", required_argument, NULL, O_CONNECT_TIMEOUT},
-    {"first-byte-timeout-ms", required_argument, NULL, O_FIRST_BYTE_TIMEOUT},
-    {"request-timeout-ms", required_argument, NULL, O_REQUEST_TIMEOUT},
-    {"json", no_argument, NULL, O_JSON},
-    {"recursive", no_argument, NULL, 'r'},
-    {"output", required_argument, NULL, 'o'},
-    {"verbose", no_argument, NULL, 'v'},
-    {"help", no_argument, NULL, 'h'},
-    {NULL, 0, NULL, 0},
-};
-
-/* Parses argv after the command name. Returns 0, or EXIT_USAGE. */
-int cli_parse_options(int argc, char **argv, struct cli *c, const char *cmd,
-                      const struct cli_extra *extra)
-{
-    /* Common options first, then the command's own; getopt needs one table. */
-    struct option longopts[160];
-    size_t n = 0;
-    for (; common[n].name; n++)
-        longopts[n] = common[n];
-    for (size_t i = 0; extra && extra->longopts && extra->longopts[i].name; i++) {
-        if (n + 1 >= sizeof(longopts) / sizeof(longopts[0]))
-            abort(); /* a programming error, not user input */
-        longopts[n++] = extra->longopts[i];
-    }
-    memset(&longopts[n], 0, sizeof(longopts[n]));
-    memset(c, 0, sizeof(*c));
-    sf_s3_options_init_default(&c->s3o);
-    optind = 1;
-    opterr = 0;
-    int ch;
-    /* The leading ':' makes a missing value ':' rather than '?', so the two
-     * get their own messages. */
-    while ((ch = getopt_long(argc, argv, ":ro:vh", longopts, NULL)) != -1) {
-        unsigned u;
-        switch (ch) {
-        case O_ENDPOINT: c->s3o.endpoint_url = optarg; break;
-        case O_REGION: c->s3o.region = optarg; break;
-        case O_PROFILE: c->s3o.profile = optarg; break;
-        case O_NO_SIGN: c->s3o.no_sign_request = 1; break;
-        case O_ADDRESSING:
-            if (!strcmp(optarg, "path"))
-                c->s3o.addressing = SF_ADDRESSING_PATH;
-            else if (!strcmp(optarg, "virtual"))
-                c->s3o.addressing = SF_ADDRESSING_VIRTUAL;
-            else if (!strcmp(optarg, "auto"))
-                c->s3o.addressing = SF_ADDRESSING_AUTO;
-            else {
-                cli_errorf("--addressing: expected path, virtual or auto, got '%s'", optarg);
-                return EXIT_USAGE;
-            }
-            break;
-        case O_CA_BUNDLE: c->s3o.ca_bundle = optarg; break;
-        case O_INSECURE: c->s3o.insecure = 1; break;
-        case O_HTTP2: c->s3o.http2 = 1; break;
-        case O_CONCURRENCY:
-            if (cli_parse_uint("--concurrency", optarg, 1, SF_S3_CONCURRENCY_MAX, &u))
-                return EXIT_USAGE;
-            c->s3o.concurrency = u;
-            break;
-        case O_IO_THREADS:
-            if (cli_parse_uint("--io-threads", optarg, 1, SF_S3_IO_THREADS_MAX, &u))
-                return EXIT_USAGE;
-            c->s3o.io_threads = u;
-            break;
-        case O_CHUNK: {
-            unsigned long long b;
-            if (sf_parse_bytes(optarg, &b) != SF_OK || b < SF_S3_CHUNK_BYTES_MIN || b > SF_S3_CHUNK_BYTES_MAX) {
-                cli_errorf("--chunk-size: expected a size from 1K to 5G such as 8M or 8MiB, got "
-                           "'%s'",
-                           optarg);
-                return EXIT_USAGE;
-            }
-            c->s3o.chunk_bytes = b;
-            break;
-        }
-        case O_MAX_ATTEMPTS:
-            if (cli_parse_uint("--max-attempts", optarg, 1, SF_S3_MAX_ATTEMPTS_MAX, &u))
-                return EXIT_USAGE;
-            c->s3o.max_attempts = u;
-            break;
-        case O_STALL:
-            if (cli_parse_uint("--stall-timeout-ms", optarg, 1, SF_S3_TIMEOUT_MS_MAX, &u))
-                return EXIT_USAGE;
-            c->s3o.stall_timeout_ms = u;
-            break;
-        case O_CONNECT_TIMEOUT:
-            if (cli_parse_uint("--connect-timeout-ms", optarg, 1, SF_S3_TIMEOUT_MS_MAX, &u))
-                return EXIT_USAGE;
-            c->s3o.connect_timeout_ms = u;
-            break;
-        case O_FIRST_BYTE_TIMEOUT:
-            if (cli_parse_uint("--first-byte-timeout-ms", optarg, 0, SF_S3_TIMEOUT_MS_MAX, &u))
-                return EXIT_USAGE;
-            c->s3o.first_byte_timeout_ms = u;
-            break;
-        case O_REQUEST_TIMEOUT:
-            if (cli_parse_uint("--request-timeout-ms", optarg, 0, SF_S3_TIMEOUT_MS_MAX, &u))
-                return EXIT_USAGE;
-            c->s3o.request_timeout_ms = u;
-            break;
-        case O_JSON: c->json = 1; break;
-        case 'r': c->recursive = 1; break;
-        case 'o': c->output = optarg; break;
-        case 'v': c->verbose++; break;
-        case 'h': usage(stdout); exit(0);
-        default:
-            if (ch >= CLI_OPT_EXTRA && extra && extra->on_option) {
-                /* any refusal is bad usage, whatever the handler returned */
-                if (extra->on_option(extra->ctx, ch, optarg))
-                    return EXIT_USAGE;
-                break;
-            }
-            if (ch == ':') {
-                /* optopt holds the option's value (a long option's is no
-                 * character): name it as it was typed */
-                if (optopt > 0 && optopt < 128 && argv[optind - 1][1] != '-')
-                    cli_errorf("%s: option '-%c' needs a value, and it is missing", cmd, optopt);
-                else
-                    cli_errorf("%s: option '%s' needs a value, and it is missing", cmd,
-                               argv[optind - 1]);
-            } else if (optopt > 0 && optopt < 128 && argv[optind - 1][1] != '-') {
-                cli_errorf("%s: unknown option '-%c'", cmd, optopt);
-            } else if (optopt) {
-                /* a known long option given a value it does not take */
-                cli_errorf("%s: option '%s' takes no value", cmd, argv[optind - 1]);
-            } else {
-                cli_errorf("%s: unknown option '%s'", cmd, argv[optind - 1]);
-            }
-            return EXIT_USAGE;
-        }
-    }
-    c->args = argv + optind;
-    c->n_args = argc - optind;
-    c->s3o.log = cli_log_stderr;
-    c->s3o.log_level = c->verbose >= 2 ? SF_LOG_DEBUG : c->verbose ? SF_LOG_INFO : SF_LOG_ERROR;
-    if (c->verbose == 0)
-        c->s3o.log = NULL;
-    return 0;
-}
-
 int cli_open_client(struct cli *c, struct sf_s3 **s3)
 {
     char err[512] = "";
@@ -440,35 +248,6 @@ static int cmd_version(void)
     return 0;
 }
 
-/* The option argv[i] (a common one, else NULL); *takes_next: its value is
- * the next word. */
-static const struct option *common_option(const char *arg, int *takes_next)
-{
-    *takes_next = 0;
-    if (arg[0] != '-' || arg[1] == '\0')
-        return NULL;
-    if (arg[1] != '-') {
-        /* short options: -v, -vv, -r, -o PATH / -oPATH */
-        for (const char *p = arg + 1; *p; p++) {
-            if (*p == 'o') {
-                *takes_next = p[1] == '\0';
-                return &common[0];
-            }
-            if (*p != 'v' && *p != 'r')
-                return NULL;
-        }
-        return &common[0];
-    }
-    const char *name = arg + 2;
-    size_t n = strcspn(name, "=");
-    for (const struct option *o = common; o->name; o++)
-        if (strlen(o->name) == n && !strncmp(o->name, name, n)) {
-            *takes_next = o->has_arg == required_argument && name[n] != '=';
-            return o;
-        }
-    return NULL;
-}
-
 static int run(int argc, char **argv);
 
 int main(int argc, char **argv)
@@ -484,7 +263,7 @@ int main(int argc, char **argv)
 static int run(int argc, char **argv)
 {
     if (argc < 2) {
-        usage(stderr);
+        cli_usage(stderr);
         return EXIT_USAGE;
     }
     /* Global options may come first, as with aws-cli and s5cmd
@@ -498,7 +277,7 @@ static int run(int argc, char **argv)
             int takes_next;
             if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))
                 break; /* help wins, with or without a command */
-            if (!common_option(argv[i], &takes_next)) {
+            if (!cli_common_flag(argv[i], &takes_next)) {
                 cli_errorf("unknown option '%s' before the command (only the options every "
                            "command takes may come first; see `shardfeed help`)",
                            argv[i]);
@@ -512,7 +291,7 @@ static int run(int argc, char **argv)
         }
         if (i >= argc) {
             cli_errorf("no command after the options");
-            usage(stderr);
+            cli_usage(stderr);
             return EXIT_USAGE;
         }
         moved = malloc(((size_t)argc + 1) * sizeof(*moved));
@@ -552,7 +331,7 @@ static int run(int argc, char **argv)
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0)
         return cmd_version();
     if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
-        usage(stdout);
+        cli_usage(stdout);
         return 0;
     }
     int (*fn)(struct cli *) = NULL;
@@ -564,11 +343,11 @@ static int run(int argc, char **argv)
         fn = cli_cmd_stat;
     if (!fn) {
         cli_errorf("unknown command '%s'", cmd);
-        usage(stderr);
+        cli_usage(stderr);
         return EXIT_USAGE;
     }
     struct cli c;
-    int rc = cli_parse_options(argc - 1, argv + 1, &c, cmd, NULL);
+    int rc = cli_parse_options(argc - 1, argv + 1, &c, cmd, NULL, 0);
     if (rc)
         return rc;
     return fn(&c);

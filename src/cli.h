@@ -10,12 +10,10 @@
 #include "shardfeed.h"
 
 #include <cjson/cJSON.h>
-#include <getopt.h>
+#include <stddef.h>
+#include <stdio.h>
 
 #define EXIT_USAGE 2
-
-/* getopt values of command-specific options start here. */
-#define CLI_OPT_EXTRA 2000
 
 struct cli {
     struct sf_s3_options s3o;
@@ -28,20 +26,75 @@ struct cli {
 };
 
 /*
- * A command's own long options. `longopts` ends with a zeroed entry and uses
- * values >= CLI_OPT_EXTRA; `on_option` gets each one with its argument (NULL
- * for flags) and returns 0, or EXIT_USAGE after printing why.
+ * Flags are declared in tables, one per command (struct cli_flag), and parsed
+ * by cli_parse_options(): value syntax, range checks and the messages naming
+ * the flag and its value are written once, in cli_flags.c. Where the library
+ * defines a limit, the table uses its constant (SF_S3_*, SF_PACK_*, ...).
  */
-struct cli_extra {
-    const struct option *longopts;
-    int (*on_option)(void *ctx, int val, const char *arg);
-    void *ctx;
+enum cli_kind {
+    CLI_SET,    /* no value: int = 1 (0 for --no-NAME when negatable) */
+    CLI_COUNT,  /* no value, may repeat: int counts them (-v -v) */
+    CLI_HELP,   /* no value: prints `shardfeed help` and exits 0 */
+    CLI_UINT,   /* unsigned, decimal, in lo..hi (hi 0: up to UINT_MAX) */
+    CLI_INT,    /* int, decimal, in lo..hi (hi 0: any int, negative too) */
+    CLI_U64,    /* unsigned long long, decimal, in lo..hi (hi 0: no bound) */
+    CLI_SIZE,   /* unsigned long long bytes (8M, 8MiB, 512K), in lo..hi (hi 0: no bound) */
+    CLI_REAL,   /* double in min..max (both 0: any number) */
+    CLI_REAL3,  /* three numbers a,b,c (into JSON only) */
+    CLI_STR,    /* const char * into argv; lo 1: not empty */
+    CLI_CHOICE, /* int: the value of the name given, from choices */
 };
 
-/* Parses argv after the command name into c. Returns 0, or EXIT_USAGE. */
+struct cli_choice {
+    const char *name;
+    int value;
+};
+
+struct cli_flag {
+    const char *name; /* the long option, without "--" */
+    char short_name;  /* -X, or 0 */
+    enum cli_kind kind;
+    /* Where the value goes: the field at `off` in the struct given with the
+     * table (CLI_AT), or with `json` set, the JSON object given with the
+     * table under the flag's name with '_' for '-' (loader options: the
+     * library checks their ranges). A CLI_SIZE into JSON stays the text
+     * given, which the library parses. */
+    size_t off;
+    int json;
+    unsigned long long lo, hi;
+    double min, max;
+    const struct cli_choice *choices; /* CLI_CHOICE: ends with a NULL name */
+    const char *bare; /* the value of the flag given alone (--zstd): its value is optional */
+    int negatable;    /* CLI_SET: --no-NAME too */
+};
+
+/* offsetof(type, member), refused at compile time unless the member has the
+ * size of ctype, the type the flag's kind stores (unsigned for CLI_UINT,
+ * int for CLI_SET, CLI_COUNT, CLI_INT and CLI_CHOICE, unsigned long long for
+ * CLI_U64 and CLI_SIZE, double for CLI_REAL, const char * for CLI_STR). */
+#define CLI_AT(type, member, ctype)                                                                \
+    (offsetof(type, member) +                                                                      \
+     0 * sizeof(char[sizeof(((type *)0)->member) == sizeof(ctype) ? 1 : -1]))
+
+/* One command's table, the struct its fields are in and the JSON object its
+ * json flags go into (either may be NULL when no flag uses it). */
+struct cli_flags {
+    const struct cli_flag *flag;
+    size_t n;
+    void *base;
+    cJSON *json;
+};
+#define CLI_FLAGS(table, base_, json_) {(table), sizeof(table) / sizeof((table)[0]), (base_), (json_)}
+
+/* Parses argv after the command name into c: the options every command
+ * takes, then those of the n_sets tables in sets. Returns 0, or EXIT_USAGE
+ * after printing why (naming the flag, the value and what it takes). */
 int cli_parse_options(int argc, char **argv, struct cli *c, const char *cmd,
-                      const struct cli_extra *extra);
-int cli_parse_uint(const char *flag, const char *v, unsigned lo, unsigned hi, unsigned *out);
+                      const struct cli_flags *sets, size_t n_sets);
+/* The option every command takes that argv word arg names (-v, --region=X,
+ * -oPATH ...), else NULL; *takes_next: its value is the next word. */
+const struct cli_flag *cli_common_flag(const char *arg, int *takes_next);
+void cli_usage(FILE *f);
 
 __attribute__((format(printf, 1, 2))) void cli_errorf(const char *fmt, ...);
 void cli_log_stderr(void *user, enum sf_log_level level, const char *message);

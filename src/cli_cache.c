@@ -7,17 +7,6 @@
 #include <string.h>
 #include <time.h>
 
-enum {
-    O_CACHE_DIR = CLI_OPT_EXTRA,
-    O_CACHE_LIMIT,
-    O_VERIFY,
-    O_DRY_RUN,
-    O_MAX_OBJECTS,
-    O_FSYNC,
-    O_REVALIDATE,
-    O_PROGRESS,
-};
-
 struct cache_flags {
     struct sf_cache_options co;
     int verify;
@@ -26,80 +15,41 @@ struct cache_flags {
     enum cli_progress_mode progress;
 };
 
-static const struct option cache_longopts[] = {
-    {"cache-dir", required_argument, NULL, O_CACHE_DIR},
-    {"cache-limit", required_argument, NULL, O_CACHE_LIMIT},
-    {"verify", no_argument, NULL, O_VERIFY},
-    {"dry-run", no_argument, NULL, O_DRY_RUN},
-    {"max-objects", required_argument, NULL, O_MAX_OBJECTS},
-    {"fsync", no_argument, NULL, O_FSYNC},
-    {"revalidate", required_argument, NULL, O_REVALIDATE},
-    {"progress", required_argument, NULL, O_PROGRESS},
-    {NULL, 0, NULL, 0},
+static const struct cli_choice revalidate[] = {
+    {"trust", SF_REVALIDATE_TRUST},
+    {"head", SF_REVALIDATE_HEAD},
+    {NULL, 0},
 };
 
-static int on_cache_option(void *ctx, int val, const char *arg)
-{
-    struct cache_flags *f = ctx;
-    switch (val) {
-    case O_CACHE_DIR:
-        if (!arg[0]) {
-            cli_errorf("--cache-dir: expected a directory");
-            return EXIT_USAGE;
-        }
-        f->co.dir = arg;
-        return 0;
-    case O_CACHE_LIMIT: {
-        unsigned long long b;
-        if (sf_parse_bytes(arg, &b) != SF_OK) {
-            cli_errorf("--cache-limit: expected a size such as 50G or 500MiB (0 = no limit), got "
-                       "'%s'",
-                       arg);
-            return EXIT_USAGE;
-        }
-        f->co.limit_bytes = b;
-        return 0;
-    }
-    case O_VERIFY: f->verify = 1; return 0;
-    case O_DRY_RUN: f->dry_run = 1; return 0;
-    case O_FSYNC: f->co.fsync = 1; return 0;
-    case O_MAX_OBJECTS:
-        return cli_parse_uint("--max-objects", arg, 1, 256, &f->max_objects) ? EXIT_USAGE : 0;
-    case O_REVALIDATE:
-        if (!strcmp(arg, "trust"))
-            f->co.revalidate = SF_REVALIDATE_TRUST;
-        else if (!strcmp(arg, "head"))
-            f->co.revalidate = SF_REVALIDATE_HEAD;
-        else {
-            cli_errorf("--revalidate: expected trust or head, got '%s'", arg);
-            return EXIT_USAGE;
-        }
-        return 0;
-    case O_PROGRESS:
-        if (!strcmp(arg, "auto"))
-            f->progress = CLI_PROGRESS_AUTO;
-        else if (!strcmp(arg, "bar"))
-            f->progress = CLI_PROGRESS_BAR;
-        else if (!strcmp(arg, "lines"))
-            f->progress = CLI_PROGRESS_LINES;
-        else if (!strcmp(arg, "off"))
-            f->progress = CLI_PROGRESS_OFF;
-        else {
-            cli_errorf("--progress: expected auto, bar, lines or off, got '%s'", arg);
-            return EXIT_USAGE;
-        }
-        return 0;
-    }
-    return EXIT_USAGE;
-}
+static const struct cli_choice progress[] = {
+    {"auto", CLI_PROGRESS_AUTO},
+    {"bar", CLI_PROGRESS_BAR},
+    {"lines", CLI_PROGRESS_LINES},
+    {"off", CLI_PROGRESS_OFF},
+    {NULL, 0},
+};
+
+#define AT(member, ctype) CLI_AT(struct cache_flags, member, ctype)
+static const struct cli_flag cache_flags[] = {
+    {"cache-dir", 0, CLI_STR, .off = AT(co.dir, const char *), .lo = 1},
+    {"cache-limit", 0, CLI_SIZE, .off = AT(co.limit_bytes, unsigned long long)},
+    {"verify", 0, CLI_SET, .off = AT(verify, int)},
+    {"dry-run", 0, CLI_SET, .off = AT(dry_run, int)},
+    {"max-objects", 0, CLI_UINT, .off = AT(max_objects, unsigned), .lo = 1,
+     .hi = SF_WARM_MAX_OBJECTS_MAX},
+    {"fsync", 0, CLI_SET, .off = AT(co.fsync, int)},
+    {"revalidate", 0, CLI_CHOICE, .off = AT(co.revalidate, int), .choices = revalidate},
+    {"progress", 0, CLI_CHOICE, .off = AT(progress, int), .choices = progress},
+};
+#undef AT
 
 static int parse(int argc, char **argv, const char *cmd, struct cli *c, struct cache_flags *f)
 {
     memset(f, 0, sizeof(*f));
     sf_cache_options_init_default(&f->co);
     f->progress = CLI_PROGRESS_AUTO;
-    struct cli_extra extra = {cache_longopts, on_cache_option, f};
-    int rc = cli_parse_options(argc, argv, c, cmd, &extra);
+    const struct cli_flags set = CLI_FLAGS(cache_flags, f, NULL);
+    int rc = cli_parse_options(argc, argv, c, cmd, &set, 1);
     if (rc)
         return rc;
     if (c->verbose) {

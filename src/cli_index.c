@@ -13,40 +13,20 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-enum {
-    O_DRY_RUN = CLI_OPT_EXTRA,
-    O_PARALLEL,
-    O_WINDOW,
-    O_NO_PROGRESS,
-};
-
 struct index_args {
     struct sf_index_options o;
     int dry_run;
     int no_progress;
 };
 
-static int index_option(void *ctx, int val, const char *arg)
-{
-    struct index_args *a = ctx;
-    switch (val) {
-    case O_DRY_RUN: a->dry_run = 1; return 0;
-    case O_PARALLEL:
-        return cli_parse_uint("--parallel", arg, 1, 1024, &a->o.parallel) ? EXIT_USAGE : 0;
-    case O_WINDOW: {
-        unsigned long long b;
-        if (sf_parse_bytes(arg, &b) != SF_OK || b < (64u << 10) || b > (16ull << 30)) {
-            cli_errorf("index: --window: expected a size from 64K to 16G such as 8M, got '%s'",
-                       arg);
-            return EXIT_USAGE;
-        }
-        a->o.window_bytes = b;
-        return 0;
-    }
-    case O_NO_PROGRESS: a->no_progress = 1; return 0;
-    }
-    return EXIT_USAGE;
-}
+static const struct cli_flag index_flags[] = {
+    {"dry-run", 0, CLI_SET, .off = CLI_AT(struct index_args, dry_run, int)},
+    {"parallel", 0, CLI_UINT, .off = CLI_AT(struct index_args, o.parallel, unsigned), .lo = 1,
+     .hi = SF_INDEX_PARALLEL_MAX},
+    {"window", 0, CLI_SIZE, .off = CLI_AT(struct index_args, o.window_bytes, unsigned long long),
+     .lo = SF_INDEX_WINDOW_BYTES_MIN, .hi = SF_INDEX_WINDOW_BYTES_MAX},
+    {"no-progress", 0, CLI_SET, .off = CLI_AT(struct index_args, no_progress, int)},
+};
 
 static int on_index_progress(void *user, const struct sf_index_progress *p)
 {
@@ -107,19 +87,12 @@ static int write_local(const char *url, const char *text, size_t len)
 
 int cli_cmd_index(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        {"dry-run", no_argument, NULL, O_DRY_RUN},
-        {"parallel", required_argument, NULL, O_PARALLEL},
-        {"window", required_argument, NULL, O_WINDOW},
-        {"no-progress", no_argument, NULL, O_NO_PROGRESS},
-        {NULL, 0, NULL, 0},
-    };
     struct index_args a;
     memset(&a, 0, sizeof(a));
     sf_index_options_init_default(&a.o);
-    struct cli_extra extra = {longopts, index_option, &a};
+    const struct cli_flags set = CLI_FLAGS(index_flags, &a, NULL);
     struct cli c;
-    int rc = cli_parse_options(argc, argv, &c, "index", &extra);
+    int rc = cli_parse_options(argc, argv, &c, "index", &set, 1);
     if (rc)
         return rc;
     if (c.n_args < 1) {

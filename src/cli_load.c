@@ -13,76 +13,59 @@
 #include <sys/resource.h>
 #include <time.h>
 
-enum kind { K_UINT, K_SIZE, K_FLOAT, K_BOOL, K_STR, K_FLOAT3, K_INT };
-
-struct load_flag {
-    const char *flag; /* long option */
-    const char *key;  /* loader option (JSON key) */
-    enum kind kind;
+/* Loader options as flags, into the JSON object under their own names
+ * ("batch_size" for --batch-size); a boolean's --no- form sets false. Their
+ * ranges and enum values are the library's to check. */
+#define LOADER(name, kind) {name, 0, kind, .json = 1, .negatable = (kind) == CLI_SET}
+static const struct cli_flag load_flags[] = {
+    LOADER("batch-size", CLI_U64),
+    LOADER("decode-threads", CLI_U64),
+    LOADER("prefetch-batches", CLI_U64),
+    LOADER("prefetch-shards", CLI_U64),
+    LOADER("shuffle-buffer", CLI_U64),
+    LOADER("initial-fill", CLI_U64),
+    LOADER("seed", CLI_U64),
+    LOADER("epoch", CLI_U64),
+    LOADER("rank", CLI_INT),
+    LOADER("world-size", CLI_INT),
+    LOADER("epoch-policy", CLI_STR),
+    LOADER("learned-counts", CLI_STR),
+    LOADER("partition", CLI_STR),
+    LOADER("drop-last", CLI_SET),
+    LOADER("ram-only", CLI_SET),
+    LOADER("require-end-marker", CLI_SET),
+    LOADER("cache-dir", CLI_STR),
+    LOADER("cache-limit", CLI_SIZE),
+    LOADER("ram-cache-limit", CLI_SIZE),
+    LOADER("max-shard-bytes", CLI_SIZE),
+    LOADER("size", CLI_U64),
+    LOADER("width", CLI_U64),
+    LOADER("height", CLI_U64),
+    LOADER("crop", CLI_STR),
+    LOADER("scale-min", CLI_REAL),
+    LOADER("scale-max", CLI_REAL),
+    LOADER("ratio-min", CLI_REAL),
+    LOADER("ratio-max", CLI_REAL),
+    LOADER("center-fraction", CLI_REAL),
+    LOADER("hflip", CLI_REAL),
+    LOADER("layout", CLI_STR),
+    LOADER("dtype", CLI_STR),
+    LOADER("mean", CLI_REAL3),
+    LOADER("std", CLI_REAL3),
+    LOADER("max-side", CLI_U64),
+    LOADER("max-pixels", CLI_U64),
+    LOADER("max-scans", CLI_U64),
+    LOADER("image-fields", CLI_STR),
+    LOADER("label-fields", CLI_STR),
+    LOADER("extra-fields", CLI_STR),
+    LOADER("max-extra-bytes", CLI_SIZE),
+    LOADER("on-error", CLI_STR),
+    LOADER("device", CLI_STR),
+    LOADER("cuda-device", CLI_INT),
+    LOADER("normalize-on-device", CLI_SET),
+    LOADER("sync-device", CLI_SET),
 };
-
-/* Loader options as flags. Enum values are checked by the library. */
-static const struct load_flag load_flags[] = {
-    {"batch-size", "batch_size", K_UINT},
-    {"decode-threads", "decode_threads", K_UINT},
-    {"prefetch-batches", "prefetch_batches", K_UINT},
-    {"prefetch-shards", "prefetch_shards", K_UINT},
-    {"shuffle-buffer", "shuffle_buffer", K_UINT},
-    {"initial-fill", "initial_fill", K_UINT},
-    {"seed", "seed", K_UINT},
-    {"epoch", "epoch", K_UINT},
-    {"rank", "rank", K_INT},
-    {"world-size", "world_size", K_INT},
-    {"epoch-policy", "epoch_policy", K_STR},
-    {"learned-counts", "learned_counts", K_STR},
-    {"partition", "partition", K_STR},
-    {"drop-last", "drop_last", K_BOOL},
-    {"ram-only", "ram_only", K_BOOL},
-    {"require-end-marker", "require_end_marker", K_BOOL},
-    {"cache-dir", "cache_dir", K_STR},
-    {"cache-limit", "cache_limit", K_SIZE},
-    {"ram-cache-limit", "ram_cache_limit", K_SIZE},
-    {"max-shard-bytes", "max_shard_bytes", K_SIZE},
-    {"size", "size", K_UINT},
-    {"width", "width", K_UINT},
-    {"height", "height", K_UINT},
-    {"crop", "crop", K_STR},
-    {"scale-min", "scale_min", K_FLOAT},
-    {"scale-max", "scale_max", K_FLOAT},
-    {"ratio-min", "ratio_min", K_FLOAT},
-    {"ratio-max", "ratio_max", K_FLOAT},
-    {"center-fraction", "center_fraction", K_FLOAT},
-    {"hflip", "hflip", K_FLOAT},
-    {"layout", "layout", K_STR},
-    {"dtype", "dtype", K_STR},
-    {"mean", "mean", K_FLOAT3},
-    {"std", "std", K_FLOAT3},
-    {"max-side", "max_side", K_UINT},
-    {"max-pixels", "max_pixels", K_UINT},
-    {"max-scans", "max_scans", K_UINT},
-    {"image-fields", "image_fields", K_STR},
-    {"label-fields", "label_fields", K_STR},
-    {"extra-fields", "extra_fields", K_STR},
-    {"max-extra-bytes", "max_extra_bytes", K_SIZE},
-    {"on-error", "on_error", K_STR},
-    {"device", "device", K_STR},
-    {"cuda-device", "cuda_device", K_INT},
-    {"normalize-on-device", "normalize_on_device", K_BOOL},
-    {"sync-device", "sync_device", K_BOOL},
-};
-#define N_LOAD_FLAGS (sizeof(load_flags) / sizeof(load_flags[0]))
-
-enum {
-    O_EPOCHS = CLI_OPT_EXTRA + 500,
-    O_CONFIG,
-    O_MAX_BATCHES,
-    O_STEP_MS,
-    O_DIGEST,
-    O_SECONDS,
-    O_BUDGET,
-    O_AUTOTUNE,
-    O_NO_FLAG, /* --no-<bool> */
-};
+#undef LOADER
 
 struct load_ctx {
     cJSON *set; /* flags given, as loader JSON */
@@ -97,110 +80,25 @@ struct load_ctx {
     double seconds;   /* doctor: per stage */
 };
 
-static int on_load_option(void *ctx, int val, const char *arg)
-{
-    struct load_ctx *lc = ctx;
-    switch (val) {
-    case O_EPOCHS: return cli_parse_uint("--epochs", arg, 1, 1000000, &lc->epochs) ? EXIT_USAGE : 0;
-    case O_CONFIG: lc->config = arg; return 0;
-    case O_MAX_BATCHES: {
-        char *end;
-        errno = 0;
-        unsigned long long v = strtoull(arg, &end, 10);
-        if (!arg[0] || *end || errno || arg[0] == '-') {
-            cli_errorf("--max-batches: expected a count, got '%s'", arg);
-            return EXIT_USAGE;
-        }
-        lc->max_batches = v;
-        return 0;
-    }
-    case O_STEP_MS: {
-        char *end;
-        double v = strtod(arg, &end);
-        if (!arg[0] || *end || !(v >= 0 && v <= 60000)) {
-            cli_errorf("--step-ms: expected milliseconds 0..60000, got '%s'", arg);
-            return EXIT_USAGE;
-        }
-        lc->step_ms = v;
-        return 0;
-    }
-    case O_DIGEST: lc->digest = 1; return 0;
-    case O_SECONDS: {
-        char *end;
-        double v = strtod(arg, &end);
-        if (!arg[0] || *end || !(v >= 0.1 && v <= 3600)) {
-            cli_errorf("--seconds: expected seconds 0.1..3600, got '%s'", arg);
-            return EXIT_USAGE;
-        }
-        lc->seconds = v;
-        return 0;
-    }
-    case O_BUDGET:
-    case O_AUTOTUNE: {
-        char *end;
-        double v = strtod(arg, &end);
-        const char *flag = val == O_BUDGET ? "--budget-s" : "--autotune";
-        if (!arg[0] || *end || !(v >= 1 && v <= 3600)) {
-            cli_errorf("%s: expected seconds 1..3600, got '%s'", flag, arg);
-            return EXIT_USAGE;
-        }
-        *(val == O_BUDGET ? &lc->budget_s : &lc->autotune_s) = v;
-        return 0;
-    }
-    }
-    int neg = val >= O_NO_FLAG + 1000;
-    size_t i = (size_t)(val - (neg ? O_NO_FLAG + 1000 : CLI_OPT_EXTRA));
-    if (i >= N_LOAD_FLAGS)
-        return EXIT_USAGE;
-    const struct load_flag *f = &load_flags[i];
-    cJSON *v = NULL;
-    char *end;
-    switch (f->kind) {
-    case K_BOOL: v = cJSON_CreateBool(!neg); break;
-    case K_STR:
-    case K_SIZE: v = cJSON_CreateString(arg); break;
-    case K_UINT:
-    case K_INT: {
-        errno = 0;
-        long long n = strtoll(arg, &end, 10);
-        if (!arg[0] || *end || errno || (f->kind == K_UINT && (n < 0 || arg[0] == '-'))) {
-            cli_errorf("--%s: expected %s integer, got '%s'", f->flag,
-                       f->kind == K_UINT ? "a non-negative" : "an", arg);
-            return EXIT_USAGE;
-        }
-        v = cJSON_CreateNumber((double)n);
-        break;
-    }
-    case K_FLOAT: {
-        double d = strtod(arg, &end);
-        if (!arg[0] || *end) {
-            cli_errorf("--%s: expected a number, got '%s'", f->flag, arg);
-            return EXIT_USAGE;
-        }
-        v = cJSON_CreateNumber(d);
-        break;
-    }
-    case K_FLOAT3: {
-        double d[3];
-        const char *p = arg;
-        for (int k = 0; k < 3; k++) {
-            d[k] = strtod(p, &end);
-            if (end == p || (k < 2 && *end != ',') || (k == 2 && *end)) {
-                cli_errorf("--%s: expected three numbers a,b,c, got '%s'", f->flag, arg);
-                return EXIT_USAGE;
-            }
-            p = end + 1;
-        }
-        v = cJSON_CreateDoubleArray(d, 3);
-        break;
-    }
-    }
-    if (!v)
-        return EXIT_USAGE;
-    cJSON_DeleteItemFromObjectCaseSensitive(lc->set, f->key);
-    cJSON_AddItemToObject(lc->set, f->key, v);
-    return 0;
-}
+#define AT(member, ctype) CLI_AT(struct load_ctx, member, ctype)
+/* The flags of load, doctor and tune that are no loader option. */
+static const struct cli_flag run_flags[] = {
+    {"epochs", 0, CLI_UINT, .off = AT(epochs, unsigned), .lo = 1, .hi = 1000000},
+    {"config", 0, CLI_STR, .off = AT(config, const char *)},
+    {"max-batches", 0, CLI_U64, .off = AT(max_batches, unsigned long long)},
+    {"step-ms", 0, CLI_REAL, .off = AT(step_ms, double), .min = 0, .max = 60000},
+};
+static const struct cli_flag load_only_flags[] = {
+    {"digest", 0, CLI_SET, .off = AT(digest, int)},
+    {"autotune", 0, CLI_REAL, .off = AT(autotune_s, double), .min = 1, .max = 3600},
+};
+static const struct cli_flag doctor_flags[] = {
+    {"seconds", 0, CLI_REAL, .off = AT(seconds, double), .min = 0.1, .max = 3600},
+};
+static const struct cli_flag tune_flags[] = {
+    {"budget-s", 0, CLI_REAL, .off = AT(budget_s, double), .min = 1, .max = 3600},
+};
+#undef AT
 
 static void load_usage(void)
 {
@@ -377,31 +275,6 @@ static void print_json_error(const char *msg, sf_status st)
 
 static int load_or_doctor(int argc, char **argv, int doctor)
 {
-    struct option longopts[N_LOAD_FLAGS * 2 + 8];
-    char names[N_LOAD_FLAGS][48];
-    size_t n = 0;
-    for (size_t i = 0; i < N_LOAD_FLAGS; i++) {
-        int has_arg = load_flags[i].kind == K_BOOL ? no_argument : required_argument;
-        longopts[n++] = (struct option){load_flags[i].flag, has_arg, NULL, CLI_OPT_EXTRA + (int)i};
-        if (load_flags[i].kind == K_BOOL) {
-            snprintf(names[i], sizeof(names[i]), "no-%s", load_flags[i].flag);
-            longopts[n++] = (struct option){names[i], no_argument, NULL, O_NO_FLAG + 1000 + (int)i};
-        }
-    }
-    longopts[n++] = (struct option){"epochs", required_argument, NULL, O_EPOCHS};
-    longopts[n++] = (struct option){"config", required_argument, NULL, O_CONFIG};
-    longopts[n++] = (struct option){"max-batches", required_argument, NULL, O_MAX_BATCHES};
-    longopts[n++] = (struct option){"step-ms", required_argument, NULL, O_STEP_MS};
-    if (!doctor) {
-        longopts[n++] = (struct option){"digest", no_argument, NULL, O_DIGEST};
-        longopts[n++] = (struct option){"autotune", required_argument, NULL, O_AUTOTUNE};
-    }
-    else if (doctor == 1)
-        longopts[n++] = (struct option){"seconds", required_argument, NULL, O_SECONDS};
-    else
-        longopts[n++] = (struct option){"budget-s", required_argument, NULL, O_BUDGET};
-    longopts[n++] = (struct option){NULL, 0, NULL, 0};
-
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             if (doctor == 2)
@@ -416,9 +289,15 @@ static int load_or_doctor(int argc, char **argv, int doctor)
     if (!lc.set)
         return 1;
     struct cli c;
-    struct cli_extra extra = {longopts, on_load_option, &lc};
+    const struct cli_flags sets[] = {
+        CLI_FLAGS(load_flags, NULL, lc.set),
+        CLI_FLAGS(run_flags, &lc, NULL),
+        doctor == 2 ? (struct cli_flags)CLI_FLAGS(tune_flags, &lc, NULL)
+        : doctor    ? (struct cli_flags)CLI_FLAGS(doctor_flags, &lc, NULL)
+                    : (struct cli_flags)CLI_FLAGS(load_only_flags, &lc, NULL),
+    };
     const char *name = doctor == 2 ? "tune" : doctor ? "doctor" : "load";
-    int rc = cli_parse_options(argc, argv, &c, name, &extra);
+    int rc = cli_parse_options(argc, argv, &c, name, sets, sizeof(sets) / sizeof(sets[0]));
     if (rc) {
         cJSON_Delete(lc.set);
         return rc;

@@ -12,105 +12,47 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define DEFAULT_ZSTD_LEVEL 3
-
 /* ------------------------------------------------------------ pack */
-
-enum {
-    O_FORMAT = CLI_OPT_EXTRA,
-    O_SHARD_SIZE,
-    O_ZSTD,
-    O_LAYOUT,
-    O_NAME_PATTERN,
-    O_FOLLOW,
-    O_TMP_DIR,
-    O_NO_PROGRESS,
-    O_MAX_SIDE,
-    O_QUALITY,
-    O_THREADS,
-    O_PART_SIZE,
-};
 
 struct pack_args {
     struct sf_pack_options o;
-    int zstd_flag;
     int no_progress;
 };
 
-static int pack_option(void *ctx, int val, const char *arg)
-{
-    struct pack_args *a = ctx;
-    switch (val) {
-    case O_FORMAT:
-        if (!strcmp(arg, "tar"))
-            a->o.format = SF_PACK_FORMAT_TAR;
-        else if (!strcmp(arg, "record"))
-            a->o.format = SF_PACK_FORMAT_RECORD;
-        else {
-            cli_errorf("pack: --format: expected tar or record, got '%s'", arg);
-            return EXIT_USAGE;
-        }
-        return 0;
-    case O_SHARD_SIZE: {
-        unsigned long long b;
-        if (sf_parse_bytes(arg, &b) != SF_OK || b < 1024) {
-            cli_errorf("pack: --shard-size: expected a size of at least 1K such as 256M, got "
-                       "'%s'",
-                       arg);
-            return EXIT_USAGE;
-        }
-        a->o.shard_bytes = b;
-        return 0;
-    }
-    case O_ZSTD: {
-        unsigned level = DEFAULT_ZSTD_LEVEL;
-        if (arg && cli_parse_uint("--zstd", arg, 1, 22, &level))
-            return EXIT_USAGE;
-        a->o.zstd_level = (int)level;
-        a->zstd_flag = 1;
-        return 0;
-    }
-    case O_LAYOUT:
-        if (!strcmp(arg, "auto"))
-            a->o.layout = SF_PACK_LAYOUT_AUTO;
-        else if (!strcmp(arg, "imagefolder"))
-            a->o.layout = SF_PACK_LAYOUT_IMAGEFOLDER;
-        else if (!strcmp(arg, "flat"))
-            a->o.layout = SF_PACK_LAYOUT_FLAT;
-        else {
-            cli_errorf("pack: --layout: expected auto, imagefolder or flat, got '%s'", arg);
-            return EXIT_USAGE;
-        }
-        return 0;
-    case O_NAME_PATTERN: a->o.name_pattern = arg; return 0;
-    case O_FOLLOW: a->o.follow_symlinks = 1; return 0;
-    case O_TMP_DIR: a->o.tmp_dir = arg; return 0;
-    case O_NO_PROGRESS: a->no_progress = 1; return 0;
-    case O_MAX_SIDE:
-        return cli_parse_uint("--max-side", arg, 16, 65535, &a->o.max_side) ? EXIT_USAGE : 0;
-    case O_QUALITY: {
-        unsigned q;
-        if (cli_parse_uint("--quality", arg, 1, 100, &q))
-            return EXIT_USAGE;
-        a->o.jpeg_quality = (int)q;
-        return 0;
-    }
-    case O_THREADS:
-        return cli_parse_uint("--threads", arg, 1, 256, &a->o.threads) ? EXIT_USAGE : 0;
-    case O_PART_SIZE: {
-        unsigned long long b;
-        if (sf_parse_bytes(arg, &b) != SF_OK || b < SF_UPLOAD_PART_BYTES_MIN ||
-            b > SF_UPLOAD_PART_BYTES_MAX) {
-            cli_errorf("pack: --part-size: expected a size from 5M to 5G such as 64M, got '%s'",
-                       arg);
-            return EXIT_USAGE;
-        }
-        a->o.part_bytes = b;
-        return 0;
-    }
-    }
-    return EXIT_USAGE;
-}
+static const struct cli_choice formats[] = {
+    {"tar", SF_PACK_FORMAT_TAR},
+    {"record", SF_PACK_FORMAT_RECORD},
+    {NULL, 0},
+};
+
+static const struct cli_choice layouts[] = {
+    {"auto", SF_PACK_LAYOUT_AUTO},
+    {"imagefolder", SF_PACK_LAYOUT_IMAGEFOLDER},
+    {"flat", SF_PACK_LAYOUT_FLAT},
+    {NULL, 0},
+};
+
+/* The CLI's own bounds: shards under 1K (one tar header and a little) and
+ * sides over 65535 (JPEG's largest) are mistakes. */
+#define AT(member, ctype) CLI_AT(struct pack_args, o.member, ctype)
+static const struct cli_flag pack_flags[] = {
+    {"format", 0, CLI_CHOICE, .off = AT(format, int), .choices = formats},
+    {"shard-size", 0, CLI_SIZE, .off = AT(shard_bytes, unsigned long long), .lo = 1024},
+    {"zstd", 0, CLI_INT, .off = AT(zstd_level, int), .lo = 1, .hi = SF_PACK_ZSTD_LEVEL_MAX,
+     .bare = "3" /* the default level */},
+    {"layout", 0, CLI_CHOICE, .off = AT(layout, int), .choices = layouts},
+    {"name-pattern", 0, CLI_STR, .off = AT(name_pattern, const char *)},
+    {"follow-symlinks", 0, CLI_SET, .off = AT(follow_symlinks, int)},
+    {"tmp-dir", 0, CLI_STR, .off = AT(tmp_dir, const char *)},
+    {"no-progress", 0, CLI_SET, .off = CLI_AT(struct pack_args, no_progress, int)},
+    {"max-side", 0, CLI_UINT, .off = AT(max_side, unsigned), .lo = SF_PACK_MAX_SIDE_MIN,
+     .hi = 65535},
+    {"quality", 0, CLI_INT, .off = AT(jpeg_quality, int), .lo = 1, .hi = SF_PACK_JPEG_QUALITY_MAX},
+    {"threads", 0, CLI_UINT, .off = AT(threads, unsigned), .lo = 1, .hi = SF_PACK_THREADS_MAX},
+    {"part-size", 0, CLI_SIZE, .off = AT(part_bytes, unsigned long long),
+     .lo = SF_UPLOAD_PART_BYTES_MIN, .hi = SF_UPLOAD_PART_BYTES_MAX},
+};
+#undef AT
 
 struct pack_progress {
     struct cli_progress *bar;
@@ -125,34 +67,19 @@ static int on_pack_progress(void *user, const struct sf_pack_progress *p)
 
 int cli_cmd_pack(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        {"format", required_argument, NULL, O_FORMAT},
-        {"shard-size", required_argument, NULL, O_SHARD_SIZE},
-        {"zstd", optional_argument, NULL, O_ZSTD},
-        {"layout", required_argument, NULL, O_LAYOUT},
-        {"name-pattern", required_argument, NULL, O_NAME_PATTERN},
-        {"follow-symlinks", no_argument, NULL, O_FOLLOW},
-        {"tmp-dir", required_argument, NULL, O_TMP_DIR},
-        {"no-progress", no_argument, NULL, O_NO_PROGRESS},
-        {"max-side", required_argument, NULL, O_MAX_SIDE},
-        {"quality", required_argument, NULL, O_QUALITY},
-        {"threads", required_argument, NULL, O_THREADS},
-        {"part-size", required_argument, NULL, O_PART_SIZE},
-        {NULL, 0, NULL, 0},
-    };
     struct pack_args a;
     memset(&a, 0, sizeof(a));
     sf_pack_options_init_default(&a.o);
-    struct cli_extra extra = {longopts, pack_option, &a};
+    const struct cli_flags set = CLI_FLAGS(pack_flags, &a, NULL);
     struct cli c;
-    int rc = cli_parse_options(argc, argv, &c, "pack", &extra);
+    int rc = cli_parse_options(argc, argv, &c, "pack", &set, 1);
     if (rc)
         return rc;
     if (c.n_args != 2) {
         cli_errorf("pack: expected SRC and DEST, got %d operand(s)", c.n_args);
         return EXIT_USAGE;
     }
-    if (a.zstd_flag && a.o.format == SF_PACK_FORMAT_TAR) {
+    if (a.o.zstd_level && a.o.format == SF_PACK_FORMAT_TAR) {
         cli_errorf("pack: --zstd compresses record shards only (readers stream plain tar): add "
                    "--format record");
         return EXIT_USAGE;
@@ -292,7 +219,7 @@ static const char *format_name(enum sf_shard_format f)
 int cli_cmd_inspect(int argc, char **argv)
 {
     struct cli c;
-    int rc = cli_parse_options(argc, argv, &c, "inspect", NULL);
+    int rc = cli_parse_options(argc, argv, &c, "inspect", NULL, 0);
     if (rc)
         return rc;
     if (c.n_args != 1) {
