@@ -1,0 +1,156 @@
+/* The CLI's flag tables (src/cli_flags.c): every kind of value is checked
+ * the same way, bad usage exits 2 and the message names the flag, the value
+ * and, for numbers, the range. Nothing here reaches a server. */
+#include "shardfeed.h"
+
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* Runs the CLI with argv (NULL-terminated, without the program); its stderr
+ * goes into err. Returns the exit status. */
+static int run(const char *const *args, char *err, size_t err_len)
+{
+    const char *argv[32] = {SF_CLI_BIN};
+    size_t n = 1;
+    for (; args[n - 1]; n++)
+        cr_assert_lt(n, 31);
+    memcpy(argv + 1, args, n * sizeof(*argv));
+    int fd[2];
+    cr_assert_eq(pipe(fd), 0);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        dup2(fd[1], 2);
+        close(fd[0]);
+        close(fd[1]);
+        int null = open("/dev/null", O_WRONLY);
+        dup2(null, 1);
+        execv(SF_CLI_BIN, (char *const *)argv);
+        _exit(127);
+    }
+    close(fd[1]);
+    size_t got = 0;
+    ssize_t r;
+    while ((r = read(fd[0], err + got, err_len - 1 - got)) > 0)
+        got += (size_t)r;
+    err[got] = '\0';
+    close(fd[0]);
+    int status;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+struct bad {
+    const char *args[8];
+    const char *words[3]; /* each must be in the message */
+};
+
+static void expect_usage_errors(const struct bad *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        char err[4096];
+        int rc = run(b[i].args, err, sizeof(err));
+        cr_expect_eq(rc, 2, "%s %s: exit %d, stderr: %s", b[i].args[0], b[i].words[0], rc, err);
+        for (int w = 0; w < 3 && b[i].words[w]; w++)
+            cr_expect(strstr(err, b[i].words[w]), "%s: '%s' missing from: %s", b[i].args[0],
+                      b[i].words[w], err);
+    }
+}
+
+Test(cli, a_bad_value_of_each_kind_names_the_flag_and_the_value)
+{
+    const struct bad bad[] = {
+        /* unsigned, common to every command */
+        {{"ls", "s3://b/", "--concurrency", "many", NULL}, {"--concurrency", "'many'"}},
+        /* int (pack's own), and a loader option's signed int */
+        {{"pack", "a", "b", "--quality", "9x", NULL}, {"pack: --quality", "'9x'"}},
+        {{"load", "s3://b/", "--rank", "two", NULL}, {"load: --rank", "'two'"}},
+        /* a count, and a loader option that takes no sign */
+        {{"load", "s3://b/", "--max-batches", "-3", NULL}, {"--max-batches", "'-3'"}},
+        {{"load", "s3://b/", "--batch-size", "-1", NULL}, {"--batch-size", "'-1'", "non-negative"}},
+        /* sizes */
+        {{"get", "s3://b/k", "--chunk-size", "12X", NULL}, {"--chunk-size", "'12X'", "size"}},
+        {{"warm-cache", "s3://b/", "--cache-limit", "lots", NULL}, {"--cache-limit", "'lots'"}},
+        {{"load", "s3://b/", "--cache-limit", "lots", NULL}, {"load: --cache-limit", "'lots'"}},
+        /* reals, and three of them */
+        {{"load", "s3://b/", "--hflip", "half", NULL}, {"--hflip", "'half'", "a number"}},
+        {{"load", "s3://b/", "--step-ms", "", NULL}, {"--step-ms", "''"}},
+        {{"load", "s3://b/", "--mean", "1,2", NULL}, {"--mean", "'1,2'", "three numbers"}},
+        /* a string that may not be empty */
+        {{"warm-cache", "s3://b/", "--cache-dir", "", NULL}, {"--cache-dir", "''"}},
+        /* choices list what they take */
+        {{"ls", "s3://b/", "--addressing", "sideways", NULL},
+         {"--addressing", "'sideways'", "path, virtual or auto"}},
+        {{"pack", "a", "b", "--layout", "trees", NULL},
+         {"--layout", "'trees'", "auto, imagefolder or flat"}},
+        {{"cache", "ls", "--progress", "loud", NULL}, {"--progress", "'loud'", "lines or off"}},
+        /* flags take no value, and a value may not be missing */
+        {{"ls", "s3://b/", "--insecure=1", NULL}, {"'--insecure=1'", "takes no value"}},
+        {{"load", "s3://b/", "--no-drop-last=yes", NULL}, {"'--no-drop-last=yes'", "no value"}},
+        {{"index", "s3://b/", "--window", NULL}, {"'--window'", "missing"}},
+    };
+    expect_usage_errors(bad, sizeof(bad) / sizeof(bad[0]));
+}
+
+Test(cli, out_of_range_numbers_are_refused_with_the_range)
+{
+    char conc[64], zstd[64];
+    snprintf(conc, sizeof(conc), "%u", SF_S3_CONCURRENCY_MAX + 1);
+    snprintf(zstd, sizeof(zstd), "--zstd=%d", SF_PACK_ZSTD_LEVEL_MAX + 1);
+    char conc_range[64], zstd_range[64], par_range[64], warm_range[64];
+    snprintf(conc_range, sizeof(conc_range), "1..%u", SF_S3_CONCURRENCY_MAX);
+    snprintf(zstd_range, sizeof(zstd_range), "1..%d", SF_PACK_ZSTD_LEVEL_MAX);
+    snprintf(par_range, sizeof(par_range), "1..%u", SF_INDEX_PARALLEL_MAX);
+    snprintf(warm_range, sizeof(warm_range), "1..%u", SF_WARM_MAX_OBJECTS_MAX);
+    const struct bad bad[] = {
+        {{"ls", "s3://b/", "--concurrency", "0", NULL}, {"--concurrency", "'0'", conc_range}},
+        {{"ls", "s3://b/", "--concurrency", conc, NULL}, {"--concurrency", conc_range}},
+        {{"ls", "s3://b/", "--stall-timeout-ms", "3600001", NULL},
+         {"--stall-timeout-ms", "1..3600000"}},
+        {{"pack", "a", "b", "--format", "record", zstd, NULL}, {"--zstd", zstd_range}},
+        {{"pack", "a", "b", "--max-side", "8", NULL}, {"--max-side", "16..65535"}},
+        {{"index", "s3://b/", "--parallel", "0", NULL}, {"--parallel", par_range}},
+        {{"warm-cache", "s3://b/", "--max-objects", "257", NULL}, {"--max-objects", warm_range}},
+        {{"load", "s3://b/", "--epochs", "0", NULL}, {"--epochs", "1..1000000"}},
+        /* sizes name theirs in units */
+        {{"get", "s3://b/k", "--chunk-size", "6G", NULL}, {"--chunk-size", "from 1K to 5G"}},
+        {{"pack", "a", "b", "--part-size", "4M", NULL}, {"--part-size", "from 5M to 5G"}},
+        {{"index", "s3://b/", "--window", "17G", NULL}, {"--window", "from 64K to 16G"}},
+        {{"pack", "a", "b", "--shard-size", "100", NULL}, {"--shard-size", "at least 1K"}},
+        /* reals */
+        {{"doctor", "s3://b/", "--seconds", "0.05", NULL}, {"--seconds", "0.1..3600"}},
+        {{"tune", "s3://b/", "--budget-s", "3601", NULL}, {"--budget-s", "1..3600"}},
+        {{"load", "s3://b/", "--step-ms", "-1", NULL}, {"--step-ms", "0..60000"}},
+    };
+    expect_usage_errors(bad, sizeof(bad) / sizeof(bad[0]));
+}
+
+/* The bounds themselves are allowed: the command gets past its options and
+ * fails for want of a server (1), not for bad usage (2). */
+Test(cli, values_at_the_limits_are_accepted)
+{
+    char conc[32], chunk[32];
+    snprintf(conc, sizeof(conc), "%u", SF_S3_CONCURRENCY_MAX);
+    snprintf(chunk, sizeof(chunk), "%llu", SF_S3_CHUNK_BYTES_MAX);
+    const char *args[] = {"ls",
+                          "s3://b/",
+                          "--endpoint-url=http://127.0.0.1:1",
+                          "--no-sign-request",
+                          "--max-attempts",
+                          "1",
+                          "--concurrency",
+                          conc,
+                          "--chunk-size",
+                          chunk,
+                          "--first-byte-timeout-ms",
+                          "0",
+                          "-v",
+                          NULL};
+    char err[4096];
+    cr_expect_eq(run(args, err, sizeof(err)), 1, "%s", err);
+    cr_expect_null(strstr(err, "expected"), "%s", err);
+}
