@@ -9,6 +9,7 @@
 # Usage: bash bench/emulated_vs_host.sh [--photos DIR | --per-photo N] [--rounds R]
 #          [--build-dir DIR]
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 
 PHOTOS=
 PER_PHOTO=60
@@ -29,11 +30,7 @@ SF=$BUILD_DIR/shardfeed
 TMP=$(mktemp -d /tmp/sf-emulated-bench.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
 
-if [[ -z $PHOTOS ]]; then
-  PHOTOS=$TMP/photos
-  bash "$HERE/scripts/make-sample-dataset.sh" "$PHOTOS" --per-photo "$PER_PHOTO" \
-    --build-dir "$BUILD_DIR" >&2
-fi
+sample_photos PHOTOS "$TMP" "$PER_PHOTO" "$BUILD_DIR"
 "$SF" pack "$PHOTOS" "$TMP/shards/" --shard-size 16M --no-progress >&2
 SRC=$(ls "$TMP"/shards/*.tar | tr '\n' ' ')
 field() { python3 -c "import json,sys; print(json.load(sys.stdin)['$1'])"; }

@@ -50,6 +50,7 @@
 # Exits 0 (a benchmark, not a test) unless setup failed (2) or a tool failed or
 # wrote wrong bytes (1).
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 
 OBJECTS=${SF_BENCH_OBJECTS:-16}
 SIZE_MIB=${SF_BENCH_SIZE_MIB:-64}
@@ -138,15 +139,7 @@ TMP=$(mktemp -d "$TMP_PARENT/sf-bench-fetch.XXXXXX")
 FSTYPE=$(df -PT "$TMP" | awk 'NR == 2 { print $2 }')
 
 MOCK_PID=''
-stop() {  # stop PID: SIGTERM, then SIGKILL after 5 s
-  local pid=$1
-  [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null || return 0
-  kill -TERM "$pid" 2>/dev/null || true
-  for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  kill -KILL "$pid" 2>/dev/null || true
-  wait "$pid" 2>/dev/null || true
-}
-cleanup() { stop "$MOCK_PID"; rm -rf "$TMP"; }
+cleanup() { proc_stop "$MOCK_PID"; rm -rf "$TMP"; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
@@ -165,20 +158,7 @@ for n in "${NAMES[@]}"; do
 done
 (cd "$ROOT/$BUCKET" && sha256sum -- "${NAMES[@]}") >"$TMP/SHA256SUMS"
 
-"$MOCK_BIN" --root "$ROOT" --port 0 --quiet </dev/null >"$TMP/mock.out" 2>"$TMP/mock.err" &
-MOCK_PID=$!
-URL=''
-for _ in $(seq 100); do
-  if [[ -s $TMP/mock.out ]]; then
-    line=$(head -n 1 "$TMP/mock.out")
-    [[ $line =~ ^listening\ on\ (http://[0-9.]+:[0-9]+)$ ]] && URL=${BASH_REMATCH[1]}
-    break
-  fi
-  kill -0 "$MOCK_PID" 2>/dev/null || break
-  sleep 0.1
-done
-[[ -n $URL ]] || { echo "mock server did not start; stdout: $(head -c 300 "$TMP/mock.out")" >&2;
-                   cat "$TMP/mock.err" >&2; exit 2; }
+mock_start "$MOCK_BIN" "$TMP/mock.out" --root "$ROOT" --quiet
 
 # Every tool gets the mock's default credentials from the environment and nothing
 # from ~/.aws (an empty config file: the tools' own defaults).
@@ -187,10 +167,7 @@ done
 read -r AWS_T_CONC AWS_T_CHUNK <<<"$AWS_TUNED"
 printf '[default]\ns3 =\n  max_concurrent_requests = %s\n  multipart_chunksize = %s\n' \
   "$AWS_T_CONC" "$AWS_T_CHUNK" >"$TMP/aws-tuned.cfg"
-unset AWS_PROFILE AWS_DEFAULT_PROFILE AWS_SESSION_TOKEN AWS_SECURITY_TOKEN AWS_ENDPOINT_URL \
-  AWS_ENDPOINT_URL_S3 S3_ENDPOINT_URL AWS_CA_BUNDLE
-export AWS_ACCESS_KEY_ID=mock-access-key AWS_SECRET_ACCESS_KEY=mock-secret-key
-export AWS_REGION=us-east-1 AWS_DEFAULT_REGION=us-east-1
+mock_env
 export AWS_CONFIG_FILE=$TMP/aws-default.cfg AWS_SHARED_CREDENTIALS_FILE=$TMP/aws-credentials
 export NO_PROXY=127.0.0.1,localhost no_proxy=127.0.0.1,localhost
 

@@ -67,6 +67,7 @@
 # Exits 0 (a benchmark, not a test) unless setup failed (2) or a tool failed or
 # delivered a wrong image count (1). Needs scripts/install-bench-deps.sh.
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 
 PER_PHOTO=${SF_BENCH_PER_PHOTO:-250}
 NSHARDS=${SF_BENCH_SHARDS:-12}
@@ -144,28 +145,13 @@ fi
 
 # The dataset (~110 KB an image) three times: the tree and two copies of the shards.
 need_kib=$((PER_PHOTO * 12 * 110 * 3 + 65536))
-if [[ -z $TMP_PARENT ]]; then
-  TMP_PARENT=/tmp
-  if [[ -d /dev/shm ]]; then
-    shm_kib=$(df -Pk /dev/shm | awk 'NR == 2 { print $4 }')
-    if [[ ${shm_kib:-0} -gt $need_kib ]]; then TMP_PARENT=/dev/shm; fi
-  fi
-fi
-WORK=$(mktemp -d "$TMP_PARENT/sf-first-batch-XXXXXX")
+WORK=$(roomy_tmp sf-first-batch "$need_kib" "$TMP_PARENT")
 CACHES=$(mktemp -d "$CACHE_PARENT/sf-first-batch-cache-XXXXXX")
 NGINX_PID='' MOCK_PID=''
-stop() { # PID: SIGTERM, then SIGKILL after 5 s (never fails: it runs in the EXIT trap)
-  local pid=$1
-  [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null || return 0
-  kill -TERM "$pid" 2>/dev/null || true
-  for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  kill -KILL "$pid" 2>/dev/null || true
-  wait "$pid" 2>/dev/null || true
-}
 cleanup() {
   set +e
-  stop "$NGINX_PID"
-  stop "$MOCK_PID"
+  proc_stop "$NGINX_PID"
+  proc_stop "$MOCK_PID"
   rm -rf "$WORK" "$CACHES"
 }
 trap cleanup EXIT
@@ -208,80 +194,12 @@ print(c["sample_count"], sum(s["bytes"] for s in c["shards"]),
 cat "$PLAIN"/*.tar "$INDEXED"/*.tar >/dev/null # page cache (tmpfs: already)
 
 # ------------------------------------------------------------ servers
-start_mock() {
-  "$MOCK" --port 0 --root "$SITE" --quiet </dev/null >"$WORK/mock.out" 2>"$WORK/mock.err" &
-  MOCK_PID=$!
-  local line
-  for _ in $(seq 100); do
-    line=$(head -n 1 "$WORK/mock.out")
-    if [[ $line =~ ^listening\ on\ (http://[0-9.]+:[0-9]+)$ ]]; then
-      MOCK_URL=${BASH_REMATCH[1]}
-      return 0
-    fi
-    kill -0 "$MOCK_PID" 2>/dev/null || break
-    sleep 0.1
-  done
-  cat "$WORK/mock.err" >&2
-  setup_fail "shardfeed-mock-s3 did not start"
-}
-
-# Debian's nginx has absolute compiled-in temp and log paths; they are
-# overridden so that it runs as any user, everything under $WORK/nginx.
-start_nginx() {
-  local port user_line=
-  mkdir -p "$WORK/nginx/tmp"
-  # As root, nginx would drop its workers to "nobody", who cannot read $WORK.
-  [[ $(id -u) -eq 0 ]] && user_line="user $(id -un) $(id -gn);"
-  for _ in 1 2 3 4 5 6 7 8; do
-    port=$((20000 + RANDOM % 40000))
-    cat >"$WORK/nginx/nginx.conf" <<EOF
-$user_line
-worker_processes auto;
-pid $WORK/nginx/nginx.pid;
-error_log $WORK/nginx/error.log warn;
-events { worker_connections 1024; }
-http {
-  access_log off;
-  sendfile on;
-  tcp_nopush on;
-  keepalive_timeout 65;
-  default_type application/octet-stream;
-  client_body_temp_path $WORK/nginx/tmp/body;
-  proxy_temp_path $WORK/nginx/tmp/proxy;
-  fastcgi_temp_path $WORK/nginx/tmp/fastcgi;
-  uwsgi_temp_path $WORK/nginx/tmp/uwsgi;
-  scgi_temp_path $WORK/nginx/tmp/scgi;
-  server {
-    listen 127.0.0.1:$port;
-    root $SITE;
-  }
-}
-EOF
-    "$NGINX" -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" -e "$WORK/nginx/error.log" \
-      -g 'daemon off;' </dev/null >/dev/null 2>>"$WORK/nginx/error.log" &
-    NGINX_PID=$!
-    for _ in $(seq 50); do
-      kill -0 "$NGINX_PID" 2>/dev/null || break # exited: port taken or bad config
-      if curl -s -f -o /dev/null --noproxy '*' \
-           "http://127.0.0.1:$port/bench/plain/train-000000.tar"; then
-        NGINX_URL=http://127.0.0.1:$port
-        return 0
-      fi
-      sleep 0.1
-    done
-    stop "$NGINX_PID"
-    NGINX_PID=
-    grep -q 'Address already in use' "$WORK/nginx/error.log" || break
-  done
-  cat "$WORK/nginx/error.log" >&2
-  setup_fail "nginx did not start"
-}
-
-start_mock
-((TORCH)) && start_nginx
-unset AWS_PROFILE AWS_SESSION_TOKEN AWS_ENDPOINT_URL AWS_ENDPOINT_URL_S3 AWS_CA_BUNDLE
-export AWS_ACCESS_KEY_ID=mock-access-key AWS_SECRET_ACCESS_KEY=mock-secret-key
-export AWS_REGION=us-east-1
+# The mock signs with its default keys; nginx (bench/lib.sh) serves the same
+# folder to webdataset's curl.
+mock_start "$MOCK" "$WORK/mock.out" --root "$SITE" --quiet
+MOCK_URL=$URL
+((TORCH)) && nginx_start "$NGINX" "$WORK/nginx" "$SITE" /bench/plain/train-000000.tar
+mock_env
 export NO_PROXY='*' no_proxy='*'
 # Nothing of the user's cache is read or written ($XDG_CACHE_HOME/shardfeed).
 export XDG_CACHE_HOME=$CACHES/xdg

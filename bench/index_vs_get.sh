@@ -16,6 +16,7 @@
 # speed of downloading). Before the rounds, index's sample count is checked
 # against the files written. Exits 0 unless setup failed (2) or a run failed (1).
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 
 SHARDS=${SF_BENCH_SHARDS:-16}
 SIZE_MIB=${SF_BENCH_SIZE_MIB:-64}
@@ -47,17 +48,9 @@ MOCK=$BUILD_DIR/shardfeed-mock-s3
 [[ -x $SF && -x $MOCK ]] || { echo "build first: $SF, $MOCK" >&2; exit 2; }
 command -v tar >/dev/null || { echo "tar not found" >&2; exit 2; }
 
-need_kib=$(( SHARDS * SIZE_MIB * 1024 * 3 ))
-parent=/tmp
-if [[ -d /dev/shm ]] && (( $(df -Pk /dev/shm | awk 'NR==2 {print $4}') > need_kib )); then
-  parent=/dev/shm
-fi
-work=$(mktemp -d "$parent/sf-index-bench.XXXXXX")
-mock_pid=
-cleanup() {
-  [[ -n $mock_pid ]] && kill "$mock_pid" 2>/dev/null && wait "$mock_pid" 2>/dev/null
-  rm -rf "$work"
-}
+work=$(roomy_tmp sf-index-bench $((SHARDS * SIZE_MIB * 1024 * 3)))
+MOCK_PID=
+cleanup() { proc_stop "$MOCK_PID"; rm -rf "$work"; }
 trap cleanup EXIT
 echo "data in $work ($SHARDS shards of ~$SIZE_MIB MiB)"
 
@@ -76,12 +69,9 @@ rm -rf "$work/files"
 total_samples=$(( SHARDS * per_shard ))
 bytes=$(du -cb "$work/root/bench"/*.tar | tail -1 | cut -f1)
 
-"$MOCK" --root "$work/root" --port 0 --anonymous --quiet > "$work/mock.out" 2>&1 &
-mock_pid=$!
-for _ in $(seq 50); do grep -q 'listening on' "$work/mock.out" 2>/dev/null && break; sleep 0.1; done
-url=$(grep -o 'http://[0-9.:]*' "$work/mock.out" | head -1)
-[[ -n $url ]] || { echo "the mock server did not start" >&2; exit 2; }
-export AWS_ACCESS_KEY_ID=mock-access-key AWS_SECRET_ACCESS_KEY=mock-secret-key
+mock_start "$MOCK" "$work/mock.out" --root "$work/root" --anonymous --quiet
+url=$URL
+mock_env
 pattern="s3://bench/shard-{000..$(printf '%03d' $((SHARDS - 1)))}.tar"
 common=(--endpoint-url "$url" --concurrency "$CONC" --chunk-size "$CHUNK")
 

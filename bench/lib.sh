@@ -24,7 +24,99 @@ mock_start() {
 # mock_env: the mock's keys and region; nothing else of the caller's AWS
 # environment (profiles, endpoints, tokens) leaks into a run.
 mock_env() {
-  unset AWS_PROFILE AWS_SESSION_TOKEN AWS_ENDPOINT_URL AWS_ENDPOINT_URL_S3 AWS_CA_BUNDLE
+  unset AWS_PROFILE AWS_DEFAULT_PROFILE AWS_SESSION_TOKEN AWS_SECURITY_TOKEN AWS_ENDPOINT_URL \
+    AWS_ENDPOINT_URL_S3 S3_ENDPOINT_URL AWS_CA_BUNDLE
   export AWS_ACCESS_KEY_ID=mock-access-key AWS_SECRET_ACCESS_KEY=mock-secret-key
   export AWS_REGION=us-east-1 AWS_DEFAULT_REGION=us-east-1
+}
+
+# proc_stop PID: SIGTERM, then SIGKILL after 5 s, and reaps it. Never fails
+# (it runs in EXIT traps); an empty PID or one already gone is fine.
+proc_stop() {
+  local pid=$1
+  [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null || return 0
+  kill -TERM "$pid" 2>/dev/null || true
+  for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+}
+
+# roomy_tmp NAME NEED_KIB [PARENT]: a new temp dir NAME.XXXXXX under PARENT,
+# else /dev/shm when it has NEED_KIB free, else /tmp; prints its path.
+roomy_tmp() {
+  local parent=${3:-}
+  if [[ -z $parent ]]; then
+    parent=/tmp
+    if [[ -d /dev/shm ]] && (($(df -Pk /dev/shm | awk 'NR == 2 { print $4 }') > $2)); then
+      parent=/dev/shm
+    fi
+  fi
+  mktemp -d "$parent/$1.XXXXXX"
+}
+
+# nginx_start NGINX DIR ROOT PROBE: nginx in the foreground serving ROOT on a
+# free port of 127.0.0.1, its config, logs and temp files under DIR (Debian's
+# nginx has absolute compiled-in temp and log paths: overridden so it runs as
+# any user). Ready when PROBE (a path, /bench/f0000) answers 200. Sets
+# NGINX_PID and NGINX_URL; exits 2 with nginx's log when it does not start.
+nginx_start() {
+  local nginx=$1 dir=$2 root=$3 probe=$4 port user_line=
+  mkdir -p "$dir/tmp"
+  # As root, nginx would drop its workers to "nobody", who cannot read ROOT.
+  [[ $(id -u) -eq 0 ]] && user_line="user $(id -un) $(id -gn);"
+  for _ in 1 2 3 4 5 6 7 8; do
+    port=$((20000 + RANDOM % 40000))
+    cat >"$dir/nginx.conf" <<CONF
+$user_line
+worker_processes auto;
+pid $dir/nginx.pid;
+error_log $dir/error.log warn;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  sendfile on;
+  tcp_nopush on;
+  keepalive_timeout 65;
+  keepalive_requests 100000;
+  default_type application/octet-stream;
+  client_body_temp_path $dir/tmp/body;
+  proxy_temp_path $dir/tmp/proxy;
+  fastcgi_temp_path $dir/tmp/fastcgi;
+  uwsgi_temp_path $dir/tmp/uwsgi;
+  scgi_temp_path $dir/tmp/scgi;
+  server {
+    listen 127.0.0.1:$port;
+    root $root;
+  }
+}
+CONF
+    "$nginx" -p "$dir" -c "$dir/nginx.conf" -e "$dir/error.log" -g 'daemon off;' \
+      </dev/null >/dev/null 2>>"$dir/error.log" &
+    NGINX_PID=$!
+    for _ in $(seq 50); do
+      kill -0 "$NGINX_PID" 2>/dev/null || break # exited: port taken or bad config
+      if curl -s -f -o /dev/null --noproxy '*' "http://127.0.0.1:$port$probe"; then
+        NGINX_URL=http://127.0.0.1:$port
+        return 0
+      fi
+      sleep 0.1
+    done
+    proc_stop "$NGINX_PID"
+    NGINX_PID=
+    grep -q 'Address already in use' "$dir/error.log" || break
+  done
+  echo "nginx did not start:" >&2
+  cat "$dir/error.log" >&2
+  exit 2
+}
+
+# sample_photos VAR TMP PER_PHOTO BUILD_DIR: when $VAR is empty, makes an
+# ImageFolder of JPEGs in TMP/photos (scripts/make-sample-dataset.sh, PER_PHOTO
+# images cut from each photograph; its output on stderr) and sets VAR to it.
+sample_photos() {
+  local -n photos_var=$1
+  [[ -z $photos_var ]] || return 0
+  photos_var=$2/photos
+  bash "$(dirname "${BASH_SOURCE[0]}")/../scripts/make-sample-dataset.sh" "$photos_var" \
+    --per-photo "$3" --build-dir "$4" >&2
 }

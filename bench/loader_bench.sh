@@ -47,11 +47,7 @@ MOCK_PID=
 cleanup() { [[ -n $MOCK_PID ]] && kill "$MOCK_PID" 2>/dev/null; wait 2>/dev/null; rm -rf "$TMP"; }
 trap cleanup EXIT
 
-if [[ -z $PHOTOS ]]; then
-  PHOTOS=$TMP/photos
-  bash "$HERE/scripts/make-sample-dataset.sh" "$PHOTOS" --per-photo "$PER_PHOTO" \
-    --build-dir "$BUILD_DIR" >&2
-fi
+sample_photos PHOTOS "$TMP" "$PER_PHOTO" "$BUILD_DIR"
 mkdir -p "$TMP/root/bench"
 "$SF" pack "$PHOTOS" "$TMP/root/bench/train/" --shard-size "$SHARD_SIZE" --no-progress >&2
 

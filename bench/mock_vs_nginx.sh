@@ -23,6 +23,7 @@
 # Exits 0 (a benchmark, not a test) unless a server failed to start (2) or a
 # transfer failed or came back short (1).
 set -u -o pipefail
+. "$(dirname "$0")/lib.sh"
 
 FILES=${SF_BENCH_FILES:-16}
 FILE_MIB=${SF_BENCH_FILE_MIB:-64}
@@ -59,22 +60,14 @@ command -v curl >/dev/null || { echo "curl not found" >&2; exit 2; }
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/sf-bench-mock-vs-nginx.XXXXXX")
 NGINX_PID='' MOCK_PID=''
-stop() {  # stop PID: SIGTERM, then SIGKILL after 5 s
-  local pid=$1
-  [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null || return 0
-  kill -TERM "$pid" 2>/dev/null
-  for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  kill -KILL "$pid" 2>/dev/null
-  wait "$pid" 2>/dev/null
-}
-cleanup() { stop "$NGINX_PID"; stop "$MOCK_PID"; rm -rf "$TMP"; }
+cleanup() { proc_stop "$NGINX_PID"; proc_stop "$MOCK_PID"; rm -rf "$TMP"; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # ---- data: generated once, then read once so both servers start from a warm page cache
 BUCKET=bench
 ROOT=$TMP/root
-mkdir -p "$ROOT/$BUCKET" "$TMP/nginx/tmp"
+mkdir -p "$ROOT/$BUCKET"
 FILE_BYTES=$((FILE_MIB * 1024 * 1024))
 echo "generating $FILES x $FILE_MIB MiB of random data in $ROOT/$BUCKET ..."
 for ((i = 0; i < FILES; i++)); do
@@ -82,82 +75,10 @@ for ((i = 0; i < FILES; i++)); do
 done
 cat "$ROOT/$BUCKET"/* >/dev/null
 
-# ---- nginx: foreground, everything under $TMP/nginx so no root and no system paths
-# Debian's nginx has absolute compiled-in temp and log paths (/var/lib/nginx,
-# /var/log/nginx); they are overridden here so it runs as any user.
-start_nginx() {
-  local port user_line=
-  # As root, nginx would drop its workers to "nobody", who cannot read $TMP.
-  [[ $(id -u) -eq 0 ]] && user_line="user $(id -un) $(id -gn);"
-  for _ in 1 2 3 4 5 6 7 8; do
-    port=$((20000 + RANDOM % 40000))
-    cat >"$TMP/nginx/nginx.conf" <<EOF
-$user_line
-worker_processes auto;
-pid $TMP/nginx/nginx.pid;
-error_log $TMP/nginx/error.log warn;
-events { worker_connections 1024; }
-http {
-  access_log off;
-  sendfile on;
-  tcp_nopush on;
-  keepalive_timeout 65;
-  keepalive_requests 100000;
-  default_type application/octet-stream;
-  client_body_temp_path $TMP/nginx/tmp/body;
-  proxy_temp_path $TMP/nginx/tmp/proxy;
-  fastcgi_temp_path $TMP/nginx/tmp/fastcgi;
-  uwsgi_temp_path $TMP/nginx/tmp/uwsgi;
-  scgi_temp_path $TMP/nginx/tmp/scgi;
-  server {
-    listen 127.0.0.1:$port;
-    root $ROOT;
-  }
-}
-EOF
-    "$NGINX" -p "$TMP/nginx" -c "$TMP/nginx/nginx.conf" -e "$TMP/nginx/error.log" \
-      -g 'daemon off;' </dev/null >/dev/null 2>>"$TMP/nginx/error.log" &
-    NGINX_PID=$!
-    for _ in $(seq 50); do
-      kill -0 "$NGINX_PID" 2>/dev/null || break   # exited: port taken or bad config
-      if curl -s -o /dev/null --noproxy '*' "http://127.0.0.1:$port/"; then
-        NGINX_URL=http://127.0.0.1:$port
-        return 0
-      fi
-      sleep 0.1
-    done
-    stop "$NGINX_PID"; NGINX_PID=
-    grep -q 'Address already in use' "$TMP/nginx/error.log" || break
-  done
-  echo "nginx did not start:" >&2
-  cat "$TMP/nginx/error.log" >&2
-  exit 2
-}
-
-start_mock() {
-  "$MOCK_BIN" --port 0 --root "$ROOT" --anonymous --quiet \
-    </dev/null >"$TMP/mock.out" 2>"$TMP/mock.err" &
-  MOCK_PID=$!
-  for _ in $(seq 100); do
-    if [[ $(wc -l <"$TMP/mock.out") -ge 1 ]]; then
-      local line
-      line=$(head -n 1 "$TMP/mock.out")
-      if [[ $line =~ ^listening\ on\ (http://[0-9.]+:[0-9]+)$ ]]; then
-        MOCK_URL=${BASH_REMATCH[1]}
-        return 0
-      fi
-      break
-    fi
-    kill -0 "$MOCK_PID" 2>/dev/null || break
-    sleep 0.1
-  done
-  echo "mock server did not start; stdout: $(head -c 300 "$TMP/mock.out")" >&2
-  cat "$TMP/mock.err" >&2
-  exit 2
-}
-
-start_nginx
-start_mock
+# ---- servers: nginx (bench/lib.sh) and the mock, anonymous, on the same folder
+nginx_start "$NGINX" "$TMP/nginx" "$ROOT" "/$BUCKET/f0000"
+mock_start "$MOCK_BIN" "$TMP/mock.out" --root "$ROOT" --anonymous --quiet
+MOCK_URL=$URL
 
 # One curl config per server: every file to /dev/null, parallel transfers.
 for name in nginx mock; do

@@ -10,6 +10,7 @@
 # Usage: bash bench/pack_max_side.sh [--photos DIR | --per-photo N] [--epochs E]
 #          [--build-dir DIR]
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 PHOTOS= PER_PHOTO=100 EPOCHS=3 BUILD_DIR=
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -26,11 +27,7 @@ SF=$BUILD_DIR/shardfeed
 [[ -x $SF ]] || { echo "missing $SF: build first" >&2; exit 2; }
 TMP=$(mktemp -d /tmp/sf-maxside-bench.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
-if [[ -z $PHOTOS ]]; then
-  PHOTOS=$TMP/photos
-  bash "$HERE/scripts/make-sample-dataset.sh" "$PHOTOS" --per-photo "$PER_PHOTO" \
-    --build-dir "$BUILD_DIR" >&2
-fi
+sample_photos PHOTOS "$TMP" "$PER_PHOTO" "$BUILD_DIR"
 
 rate() { # shards dir -> images/s of one epoch
   "$SF" load "$1/" --epochs 1 --json 2>/dev/null |

@@ -33,6 +33,7 @@
 # Exits 0 (a benchmark, not a test) unless setup failed (2) or a tool failed or
 # wrote wrong bytes (1).
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 
 FILES=${SF_BENCH_FILES:-2000}
 SIZE_KIB=${SF_BENCH_SIZE_KIB:-110}
@@ -74,14 +75,8 @@ if ! tar --version 2>/dev/null | grep -q 'GNU tar'; then
 fi
 
 need_kib=$((FILES * SIZE_KIB * 3 + 65536)) # source + two outputs + slack
-if [[ -z $TMP_PARENT ]]; then
-  TMP_PARENT=/tmp
-  if [[ -d /dev/shm ]]; then
-    shm_kib=$(df -Pk /dev/shm | awk 'NR == 2 { print $4 }')
-    if [[ ${shm_kib:-0} -gt $need_kib ]]; then TMP_PARENT=/dev/shm; fi
-  fi
-fi
-WORK=$(mktemp -d "$TMP_PARENT/sf-pack-bench-XXXXXX")
+WORK=$(roomy_tmp sf-pack-bench "$need_kib" "$TMP_PARENT")
+TMP_PARENT=$(dirname "$WORK")
 trap 'rm -rf "$WORK"' EXIT
 SRC=$WORK/src
 mkdir -p "$SRC"
