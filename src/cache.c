@@ -28,7 +28,6 @@
 #define FOLLOW_POLL_MS   10
 #define PROGRESS_EVERY_S 0.05
 
-
 static void sleep_ms(int ms)
 {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
@@ -623,7 +622,6 @@ void sf_cache_object_close(struct sf_cache_object *o)
     free(o->url_copy);
     free(o);
 }
-
 
 /* ------------------------------------------------------------ inspection */
 

@@ -420,7 +420,7 @@ sf_status sf__record_reader_next(struct sf__record_reader *rr, const struct sf__
             if (st != SF_OK)
                 return st;
             if (sf__record_push_entry(&rr->seen, &rr->seen_n, &rr->seen_cap, at,
-                           SF__RECORD_REC_HEADER_BYTES + stored))
+                                      SF__RECORD_REC_HEADER_BYTES + stored))
                 return sf__shard_fail(&rr->c, SF_ERR_NO_MEMORY, at, "out of memory");
             rr->pos = at + SF__RECORD_REC_HEADER_BYTES + stored;
             rr->nrec++;

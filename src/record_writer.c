@@ -288,7 +288,8 @@ sf_status sf__record_writer_add(struct sf__record_writer *w, const char *key,
     }
     if (st != SF_OK)
         return st;
-    if (sf__record_push_entry(&w->ent, &w->n, &w->cap, off, SF__RECORD_REC_HEADER_BYTES + (uint64_t)stored))
+    if (sf__record_push_entry(&w->ent, &w->n, &w->cap, off,
+                              SF__RECORD_REC_HEADER_BYTES + (uint64_t)stored))
         return wfail(w, SF_ERR_NO_MEMORY, "out of memory");
     return SF_OK;
 }
