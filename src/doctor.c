@@ -25,11 +25,11 @@
 #include "src/gpu.h"
 #include "src/pack_reencode.h"
 #include "common/clock.h"
+#include "common/cpu.h"
 #include "common/strbuf.h"
 
 #include <math.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,15 +42,6 @@
 #define FETCH_SLOT_BYTES (16ull << 20) /* per fetch in the fetch stage */
 #define MAX_SLOTS        64u           /* fetches in flight in the fetch stage */
 #define FETCH_MEMORY     (256ull << 20) /* their buffers in all */
-
-static unsigned cores_here(void)
-{
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
-        return (unsigned)CPU_COUNT(&set);
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (unsigned)n : 1;
-}
 
 struct raw {
     unsigned char *data;
@@ -792,7 +783,7 @@ sf_status sf_doctor_measure(const struct sf_loader_options *o, double stage_s,
     sf_status st = sf__image_options_check(&o->image, err, err_len);
     if (st != SF_OK)
         return st;
-    out->cores = cores_here();
+    out->cores = sf__cores_available();
     out->decode_threads = o->decode_threads ? o->decode_threads : out->cores;
     out->bound = SF_STAGE_NONE;
     struct sf__doctor *d = NULL;
