@@ -32,17 +32,24 @@ static void warm_report(const struct sf_warm_options *wo, const struct sf_object
         wo->on_object(wo->user, obj, out, st, msg ? msg : "");
 }
 
+/* The last report of a run: elapsed time, a final progress call, *out. */
+static void warm_finish(const struct sf_warm_options *wo, struct sf_warm_stats *s, double t0,
+                        struct sf_warm_stats *out)
+{
+    s->elapsed_s = sf__now_s() - t0;
+    if (wo->progress)
+        wo->progress(wo->user, s);
+    if (out)
+        *out = *s;
+}
+
 static sf_status warm_cancelled(struct sf_cache *c, const struct sf_warm_options *wo,
                                 struct sf_warm_stats *s, double t0, struct sf_warm_stats *out)
 {
     snprintf(c->errmsg, sizeof(c->errmsg),
              "warm-cache cancelled after %llu of %llu objects (%llu bytes fetched)",
              s->objects_done, s->objects_total, s->bytes_fetched);
-    s->elapsed_s = sf__now_s() - t0;
-    if (wo->progress)
-        wo->progress(wo->user, s);
-    if (out)
-        *out = *s;
+    warm_finish(wo, s, t0, out);
     return SF_ERR_CANCELLED;
 }
 
@@ -141,11 +148,7 @@ sf_status sf_cache_warm(struct sf_cache *c, struct sf_s3 *s3, const struct sf_ob
                 warm_report(&wo, &objs[i], SF_WARM_WOULD_FETCH, SF_OK, "");
         free(objs);
         free(todo);
-        s.elapsed_s = sf__now_s() - t0;
-        if (wo.progress)
-            wo.progress(wo.user, &s);
-        if (stats_out)
-            *stats_out = s;
+        warm_finish(&wo, &s, t0, stats_out);
         return first;
     }
 
@@ -237,10 +240,6 @@ sf_status sf_cache_warm(struct sf_cache *c, struct sf_s3 *s3, const struct sf_ob
     free(act);
     free(objs);
     free(todo);
-    s.elapsed_s = sf__now_s() - t0;
-    if (wo.progress)
-        wo.progress(wo.user, &s);
-    if (stats_out)
-        *stats_out = s;
+    warm_finish(&wo, &s, t0, stats_out);
     return first;
 }
