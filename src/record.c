@@ -6,6 +6,7 @@
 
 #include "common/strbuf.h"
 #include "common/endian.h"
+#include "common/grow.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -33,14 +34,10 @@ int sf__record_reserve(unsigned char **buf, size_t *cap, size_t need)
 int sf__record_push_entry(struct sf__record_entry **v, size_t *n, size_t *cap, uint64_t off,
                           uint64_t bytes)
 {
-    if (*n == *cap) {
-        size_t c = *cap ? *cap * 2 : 64;
-        struct sf__record_entry *p = realloc(*v, c * sizeof *p);
-        if (!p)
-            return -1;
-        *v = p;
-        *cap = c;
-    }
+    struct sf__record_entry *p = sf__grow(*v, *n, cap, sizeof *p, 64);
+    if (!p)
+        return -1;
+    *v = p;
     (*v)[*n].off = off;
     (*v)[*n].bytes = bytes;
     (*n)++;
