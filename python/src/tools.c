@@ -184,6 +184,13 @@ int sfpy_sources_options(PyObject *sources, const char *json, const char *fn, st
     return 0;
 }
 
+int sfpy_sources_options_free(struct strv *sv, void *keep)
+{
+    sf_loader_options_free_json(keep);
+    sfpy_strv_clear(sv);
+    return sfpy_log_drain();
+}
+
 void sfpy_strv_clear(struct strv *s)
 {
     free(s->v);

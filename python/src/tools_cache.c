@@ -293,9 +293,7 @@ done:
     free(objs);
     sf_cache_destroy(cache);
     sf_s3_destroy(s3);
-    sf_loader_options_free_json(keep);
-    sfpy_strv_clear(&src);
-    if (sfpy_log_drain() < 0)
+    if (sfpy_sources_options_free(&src, keep) < 0)
         Py_CLEAR(out);
     return out;
 }

@@ -12,9 +12,7 @@
  * -1 with an exception set when either fails. */
 static int options_done(struct strv *sv, void *keep, sf_status st, const char *err)
 {
-    sf_loader_options_free_json(keep);
-    sfpy_strv_clear(sv);
-    if (sfpy_log_drain() < 0)
+    if (sfpy_sources_options_free(sv, keep) < 0)
         return -1;
     if (st != SF_OK) {
         sfpy_raise(st, err);
