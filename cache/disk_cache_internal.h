@@ -76,6 +76,10 @@ sf_status sf__dc_lookup_kh(struct sf__disk_cache *dc, const struct sf__cache_id 
  */
 sf_status sf__dc_read_entry(int fd, const struct sf__cache_id *id, const char *want_etag,
                             struct sf__dc_meta *meta, char *why, size_t why_len);
+/* Reads n bytes of fd at off into buf, retrying short reads; a file that ends
+ * first is SF_ERR_CORRUPT, a read error SF_ERR_IO (err names the offset). */
+sf_status sf__dc_pread_full(int fd, unsigned char *buf, size_t n, uint64_t off, char *err,
+                            size_t err_len);
 /*
  * The metadata (JSON text, malloc'd into *meta_json, the caller frees it)
  * and trailer of an entry of size bytes with these block checksums, to be

@@ -241,6 +241,23 @@ sf_status sf__dc_verify_mem(const void *data, const struct sf__dc_meta *meta, ch
     return SF_OK;
 }
 
+sf_status sf__dc_pread_full(int fd, unsigned char *buf, size_t n, uint64_t off, char *err,
+                            size_t err_len)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = pread(fd, buf + got, n - got, (off_t)(off + got));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return sf__fail(err, err_len, r == 0 ? SF_ERR_CORRUPT : SF_ERR_IO,
+                            "short read at offset %" PRIu64 "%s%s", off + got, r ? ": " : "",
+                            r ? strerror(errno) : "");
+        got += (size_t)r;
+    }
+    return SF_OK;
+}
+
 /* Hashes bytes [0, size) of fd in blocks; blocks must hold sf__dc_n_blocks(size). */
 static sf_status hash_fd(int fd, uint64_t size, uint64_t *blocks, const uint64_t *expect, char *err,
                          size_t err_len)
@@ -280,19 +297,9 @@ static sf_status hash_fd(int fd, uint64_t size, uint64_t *blocks, const uint64_t
     for (size_t i = 0; i < sf__dc_n_blocks(size); i++) {
         uint64_t off = (uint64_t)i * SF__DC_BLOCK_BYTES;
         size_t n = (size_t)(size - off < SF__DC_BLOCK_BYTES ? size - off : SF__DC_BLOCK_BYTES);
-        size_t got = 0;
-        while (got < n) {
-            ssize_t r = pread(fd, buf + got, n - got, (off_t)(off + got));
-            if (r < 0 && errno == EINTR)
-                continue;
-            if (r <= 0) {
-                st = sf__fail(err, err_len, r == 0 ? SF_ERR_CORRUPT : SF_ERR_IO,
-                              "short read at offset %" PRIu64 "%s%s", off + got, r ? ": " : "",
-                              r ? strerror(errno) : "");
-                goto out;
-            }
-            got += (size_t)r;
-        }
+        st = sf__dc_pread_full(fd, buf, n, off, err, err_len);
+        if (st != SF_OK)
+            goto out;
         uint64_t h = XXH3_64bits(buf, n);
         if (blocks)
             blocks[i] = h;

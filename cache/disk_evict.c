@@ -8,6 +8,7 @@
 #include "cache/disk_cache_internal.h"
 #include "cache/fdlock.h"
 #include "common/endian.h"
+#include "common/grow.h"
 #include "common/strbuf.h"
 
 #include <dirent.h>
@@ -130,14 +131,10 @@ struct scan {
 
 static int scan_push(struct scan *s, const struct scan_item *it)
 {
-    if (s->n == s->cap) {
-        size_t cap = s->cap ? s->cap * 2 : 256;
-        struct scan_item *v = realloc(s->v, cap * sizeof(*v));
-        if (!v)
-            return -1;
-        s->v = v;
-        s->cap = cap;
-    }
+    struct scan_item *v = sf__grow(s->v, s->n, &s->cap, sizeof(*v), 256);
+    if (!v)
+        return -1;
+    s->v = v;
     s->v[s->n++] = *it;
     return 0;
 }

@@ -462,22 +462,11 @@ static sf_status hash_block_fd(int fd, uint64_t size, size_t b, uint64_t *out, c
     unsigned char *buf = malloc(n);
     if (!buf)
         return SF_ERR_NO_MEMORY;
-    size_t got = 0;
-    while (got < n) {
-        ssize_t r = pread(fd, buf + got, n - got, (off_t)(off + got));
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0) {
-            free(buf);
-            return sf__fail(err, err_len, r == 0 ? SF_ERR_CORRUPT : SF_ERR_IO,
-                            "short read at offset %" PRIu64 "%s%s", off + got, r ? ": " : "",
-                            r ? strerror(errno) : "");
-        }
-        got += (size_t)r;
-    }
-    *out = XXH3_64bits(buf, n);
+    sf_status st = sf__dc_pread_full(fd, buf, n, off, err, err_len);
+    if (st == SF_OK)
+        *out = XXH3_64bits(buf, n);
     free(buf);
-    return SF_OK;
+    return st;
 }
 
 static void writer_free(struct sf__dc_writer *w)

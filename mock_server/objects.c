@@ -1,6 +1,7 @@
 #include "mock_server/objects.h"
 
 #include "s3/sigv4.h"
+#include "common/grow.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -338,16 +339,12 @@ struct list_ctx {
 
 static void list_add(struct list_ctx *c, const char *key, const struct stat *sb)
 {
-    if (c->n == c->cap) {
-        size_t cap = c->cap ? c->cap * 2 : 256;
-        struct mock_entry *e = realloc(c->entries, cap * sizeof(*e));
-        if (!e) {
-            c->err = SF_ERR_NO_MEMORY;
-            return;
-        }
-        c->entries = e;
-        c->cap = cap;
+    struct mock_entry *e = sf__grow(c->entries, c->n, &c->cap, sizeof(*e), 256);
+    if (!e) {
+        c->err = SF_ERR_NO_MEMORY;
+        return;
     }
+    c->entries = e;
     char *k = strdup(key);
     if (!k) {
         c->err = SF_ERR_NO_MEMORY;

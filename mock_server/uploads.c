@@ -1,6 +1,7 @@
 #include "mock_server/uploads.h"
 
 #include "s3/sigv4.h"
+#include "common/grow.h"
 
 #include <openssl/rand.h>
 #include <pthread.h>
@@ -109,17 +110,13 @@ sf_status mock_uploads_create(struct mock_uploads *u, const char *bucket, const 
         upload_free(up, 0);
         return SF_ERR_LIMIT;
     }
-    if (u->n == u->cap) {
-        size_t cap = u->cap ? u->cap * 2 : 16;
-        struct upload **v = realloc(u->uploads, cap * sizeof(*v));
-        if (!v) {
-            pthread_mutex_unlock(&u->lock);
-            upload_free(up, 0);
-            return SF_ERR_NO_MEMORY;
-        }
-        u->uploads = v;
-        u->cap = cap;
+    struct upload **v = sf__grow(u->uploads, u->n, &u->cap, sizeof(*v), 16);
+    if (!v) {
+        pthread_mutex_unlock(&u->lock);
+        upload_free(up, 0);
+        return SF_ERR_NO_MEMORY;
     }
+    u->uploads = v;
     up->seq = ++u->seq;
     /* The sequence number first: ids are unique whatever the random bytes,
      * and sort in creation order (ListMultipartUploads). */

@@ -5,9 +5,9 @@
  */
 #include "s3/fetch_internal.h"
 #include "common/clock.h"
+#include "common/cpu.h"
 
 #include <pthread.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -270,15 +270,8 @@ static void *io_main(void *arg)
 
 unsigned sf__io_threads_default(void)
 {
-    long n = 0;
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof(set), &set) == 0)
-        n = CPU_COUNT(&set);
-    if (n < 1)
-        n = sysconf(_SC_NPROCESSORS_ONLN);
-    if (n < 1)
-        n = 1;
-    return n > SF__IO_THREADS_DEFAULT_MAX ? SF__IO_THREADS_DEFAULT_MAX : (unsigned)n;
+    unsigned n = sf__cores_available();
+    return n > SF__IO_THREADS_DEFAULT_MAX ? SF__IO_THREADS_DEFAULT_MAX : n;
 }
 
 sf_status sf__engine_new(const struct sf__engine_config *c, struct sf__engine **out, char *err,

@@ -9,6 +9,7 @@
 #include "s3/fetch.h"
 #include "s3/s3_client_impl.h"
 #include "common/strbuf.h"
+#include "common/grow.h"
 #include "s3/uri.h"
 #include "s3/xml.h"
 #include "shardfeed_s3.h"
@@ -72,17 +73,13 @@ static sf_status list_push(struct sf_object_list *l, size_t max, char *url, char
         free(key);
         return SF_ERR_LIMIT;
     }
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 64;
-        struct sf_object_info *p = realloc(l->items, cap * sizeof(*p));
-        if (!p) {
-            free(url);
-            free(key);
-            return SF_ERR_NO_MEMORY;
-        }
-        l->items = p;
-        l->cap = cap;
+    struct sf_object_info *p = sf__grow(l->items, l->n, &l->cap, sizeof(*p), 64);
+    if (!p) {
+        free(url);
+        free(key);
+        return SF_ERR_NO_MEMORY;
     }
+    l->items = p;
     struct sf_object_info *it = &l->items[l->n++];
     memset(it, 0, sizeof(*it));
     it->url = url;
@@ -435,14 +432,10 @@ static void pending_free(struct pending_set *ps)
 static sf_status pending_add(struct pending_set *ps, struct sf_object_list *l, size_t max,
                              const char *url, const struct sf__locator *loc)
 {
-    if (ps->n == ps->cap) {
-        size_t cap = ps->cap ? ps->cap * 2 : 64;
-        struct pending *p = realloc(ps->v, cap * sizeof(*p));
-        if (!p)
-            return SF_ERR_NO_MEMORY;
-        ps->v = p;
-        ps->cap = cap;
-    }
+    struct pending *v = sf__grow(ps->v, ps->n, &ps->cap, sizeof(*v), 64);
+    if (!v)
+        return SF_ERR_NO_MEMORY;
+    ps->v = v;
     char *bucket = NULL;
     if (loc->kind == SF__LOC_S3 && !(bucket = strdup(loc->bucket)))
         return SF_ERR_NO_MEMORY;

@@ -1,8 +1,10 @@
 /*
  * The cache glue: ties the fetch engine (s3/) to the RAM and disk tiers
  * (cache/). Opening an object is a small state machine driven by
- * sf_cache_object_wait(); sf_cache_warm() drives many of them at once.
+ * sf_cache_object_wait(); sf_cache_warm() (src/cache_warm.c) drives many
+ * of them at once.
  */
+#include "src/cache_internal.h"
 #include "cache/disk_cache.h"
 #include "cache/ram_cache.h"
 #include "s3/s3_client.h"
@@ -25,52 +27,6 @@
 
 #define FOLLOW_POLL_MS   10
 #define PROGRESS_EVERY_S 0.05
-
-struct sf_cache {
-    struct sf_cache_options o;
-    char dir[PATH_MAX];
-    struct sf__disk_cache *dc;
-    struct sf__ram_cache *ram;
-    struct sf_cache_stats n; /* the per-handle counters */
-    char errmsg[1024];
-};
-
-enum obj_state {
-    ST_LOOKUP = 0, /* look in the tiers */
-    ST_BEGIN,      /* try to become the downloader */
-    ST_FETCH,      /* our download runs */
-    ST_FOLLOW,     /* another process downloads */
-    ST_READY,      /* complete and verified */
-    ST_FAILED,
-};
-
-struct sf_cache_object {
-    struct sf_cache *c;
-    struct sf_s3 *s3;
-    struct sf_object_info info; /* url points at url_copy; key unused (NULL) */
-    char *url_copy;
-    char endpoint[512], bucket[256], key[1100];
-    struct sf__cache_id id;
-    enum obj_state state;
-    enum sf_cache_source source;
-    int want_data; /* map the bytes for the caller (warm does not) */
-    int verify;    /* hash disk entries before use */
-    int looked_up;
-    /* Data: a mapping of the entry or the download, or a RAM tier entry. */
-    const unsigned char *data;
-    size_t map_len; /* our own mapping, 0 when none */
-    struct sf__ram_entry *ram;
-    int fd; /* the file mapped or followed */
-    uint64_t contiguous;
-    struct sf__dc_writer *w;
-    struct sf_fetch *f;
-    int priority;        /* sf_cache_object_set_priority() */
-    uint64_t fetch_base; /* object offset the fetch starts at (resume point) */
-    double last_progress;
-    int peer_wait_counted;
-    sf_status status;
-    char errmsg[1024];
-};
 
 static void sleep_ms(int ms)
 {
@@ -260,7 +216,7 @@ static sf_status open_hit(struct sf_cache_object *o, int fd, struct sf__dc_meta 
     return SF_OK;
 }
 
-static sf_status step_lookup(struct sf_cache_object *o)
+sf_status sf__cache_step_lookup(struct sf_cache_object *o)
 {
     struct sf_cache *c = o->c;
     char err[1024];
@@ -511,7 +467,7 @@ static void fill_progress(const struct sf_cache_object *o, struct sf_cache_objec
 }
 
 /* Advances o until want bytes are there, it is done, or timeout_ms passes. */
-static sf_status drive(struct sf_cache_object *o, uint64_t want, int timeout_ms)
+sf_status sf__cache_drive(struct sf_cache_object *o, uint64_t want, int timeout_ms)
 {
     double deadline = timeout_ms < 0 ? 1e300 : sf__now_s() + timeout_ms / 1000.0;
     for (int guard = 0;; guard++) {
@@ -524,7 +480,7 @@ static sf_status drive(struct sf_cache_object *o, uint64_t want, int timeout_ms)
         case ST_LOOKUP:
             if (guard > 1000)
                 return obj_fail(o, SF_ERR_INTERNAL, "%s: cache lookups do not settle", o->info.url);
-            st = step_lookup(o);
+            st = sf__cache_step_lookup(o);
             break;
         case ST_BEGIN: st = step_begin(o); break;
         case ST_FETCH: {
@@ -560,8 +516,8 @@ static sf_status drive(struct sf_cache_object *o, uint64_t want, int timeout_ms)
     }
 }
 
-static sf_status obj_new(struct sf_cache *c, struct sf_s3 *s3, const struct sf_object_info *obj,
-                         int want_data, int verify, struct sf_cache_object **out)
+sf_status sf__cache_obj_new(struct sf_cache *c, struct sf_s3 *s3, const struct sf_object_info *obj,
+                            int want_data, int verify, struct sf_cache_object **out)
 {
     *out = NULL;
     if (!obj || !obj->url[0] || obj->is_prefix)
@@ -600,11 +556,11 @@ static sf_status obj_new(struct sf_cache *c, struct sf_s3 *s3, const struct sf_o
 sf_status sf_cache_open(struct sf_cache *c, struct sf_s3 *s3, const struct sf_object_info *obj,
                         struct sf_cache_object **out)
 {
-    sf_status st = obj_new(c, s3, obj, 1, c->o.verify_on_open, out);
+    sf_status st = sf__cache_obj_new(c, s3, obj, 1, c->o.verify_on_open, out);
     if (st != SF_OK)
         return st;
     struct sf_cache_object *o = *out;
-    st = drive(o, 0, 0);
+    st = sf__cache_drive(o, 0, 0);
     if (st == SF_ERR_TIMEOUT)
         st = SF_OK;
     if (st != SF_OK) {
@@ -621,7 +577,7 @@ sf_status sf_cache_object_wait(struct sf_cache_object *o, unsigned long long min
     uint64_t want = min_contiguous;
     if (o->info.size != SF_SIZE_UNKNOWN && want > o->info.size)
         want = o->info.size;
-    sf_status st = drive(o, want, timeout_ms);
+    sf_status st = sf__cache_drive(o, want, timeout_ms);
     fill_progress(o, p);
     return st;
 }
@@ -665,246 +621,6 @@ void sf_cache_object_close(struct sf_cache_object *o)
     drop_data(o);
     free(o->url_copy);
     free(o);
-}
-
-/* ------------------------------------------------------------ warm */
-
-void sf_warm_options_init_default(struct sf_warm_options *o)
-{
-    memset(o, 0, sizeof(*o));
-    o->max_objects = 8;
-    o->progress_interval_ms = 200;
-}
-
-struct warm_item {
-    struct sf_cache_object *o;
-    size_t index;
-    uint64_t counted; /* bytes of this object already added to bytes_fetched */
-};
-
-static void warm_report(const struct sf_warm_options *wo, const struct sf_object_info *obj,
-                        enum sf_warm_outcome out, sf_status st, const char *msg)
-{
-    if (wo->on_object)
-        wo->on_object(wo->user, obj, out, st, msg ? msg : "");
-}
-
-static sf_status warm_cancelled(struct sf_cache *c, const struct sf_warm_options *wo,
-                                struct sf_warm_stats *s, double t0, struct sf_warm_stats *out)
-{
-    snprintf(c->errmsg, sizeof(c->errmsg),
-             "warm-cache cancelled after %llu of %llu objects (%llu bytes fetched)",
-             s->objects_done, s->objects_total, s->bytes_fetched);
-    s->elapsed_s = sf__now_s() - t0;
-    if (wo->progress)
-        wo->progress(wo->user, s);
-    if (out)
-        *out = *s;
-    return SF_ERR_CANCELLED;
-}
-
-sf_status sf_cache_warm(struct sf_cache *c, struct sf_s3 *s3, const struct sf_object_info *list,
-                        size_t n, const struct sf_warm_options *opts,
-                        struct sf_warm_stats *stats_out)
-{
-    struct sf_warm_options wo;
-    if (opts)
-        wo = *opts;
-    else
-        sf_warm_options_init_default(&wo);
-    if (!wo.max_objects)
-        wo.max_objects = 8;
-    if (wo.max_objects > SF_WARM_MAX_OBJECTS_MAX) {
-        snprintf(c->errmsg, sizeof(c->errmsg), "max_objects %u: at most %u", wo.max_objects,
-                 SF_WARM_MAX_OBJECTS_MAX);
-        return SF_ERR_INVALID_ARGUMENT;
-    }
-    if (!wo.progress_interval_ms)
-        wo.progress_interval_ms = 200;
-    struct sf_warm_stats s;
-    memset(&s, 0, sizeof(s));
-    double t0 = sf__now_s();
-    s.objects_total = n;
-    sf_status first = SF_OK;
-    c->errmsg[0] = 0;
-
-    /* Pass 1: what is cached, and the sizes of the rest (HEAD when unknown). */
-    struct sf_object_info *objs = calloc(n ? n : 1, sizeof(*objs));
-    unsigned char *todo = calloc(n ? n : 1, 1);
-    if (!objs || !todo) {
-        free(objs);
-        free(todo);
-        return SF_ERR_NO_MEMORY;
-    }
-    int cancelled = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (wo.cancel && wo.cancel(wo.user)) {
-            cancelled = 1;
-            break;
-        }
-        objs[i] = list[i];
-        if (objs[i].is_prefix) {
-            todo[i] = 2; /* not an object */
-            s.objects_total--;
-            continue;
-        }
-        struct sf_cache_object *o;
-        sf_status st = obj_new(c, s3, &objs[i], 0, wo.verify, &o);
-        if (st == SF_OK) {
-            st = step_lookup(o);
-            objs[i].size = o->info.size;
-            snprintf(objs[i].etag, sizeof(objs[i].etag), "%s", o->info.etag);
-        }
-        if (st != SF_OK || (o && o->state == ST_FAILED)) {
-            char msg[1024];
-            snprintf(msg, sizeof(msg), "%s", o ? o->errmsg : c->errmsg);
-            sf_status fst = o ? o->status : st;
-            warm_report(&wo, &objs[i], SF_WARM_FAILED, fst, msg);
-            s.failed++;
-            s.objects_done++;
-            if (first == SF_OK) {
-                first = fst;
-                snprintf(c->errmsg, sizeof(c->errmsg), "%s", msg);
-            }
-            todo[i] = 2;
-        } else if (o->state == ST_READY) {
-            s.bytes_total += o->info.size;
-            s.cached++;
-            s.objects_done++;
-            warm_report(&wo, &objs[i], SF_WARM_CACHED, SF_OK, "");
-        } else {
-            s.bytes_total += o->info.size;
-            s.bytes_to_fetch += o->info.size;
-            todo[i] = 1;
-        }
-        sf_cache_object_close(o);
-    }
-    if (cancelled) {
-        free(objs);
-        free(todo);
-        return warm_cancelled(c, &wo, &s, t0, stats_out);
-    }
-    /* Everything must fit at once, or warming evicts what it just fetched. */
-    if (c->o.limit_bytes && s.bytes_total > c->o.limit_bytes) {
-        snprintf(c->errmsg, sizeof(c->errmsg),
-                 "the %llu objects need %llu bytes but cache_limit is %llu bytes: raise "
-                 "--cache-limit or warm fewer shards",
-                 s.objects_total, s.bytes_total, c->o.limit_bytes);
-        free(objs);
-        free(todo);
-        s.elapsed_s = sf__now_s() - t0;
-        if (stats_out)
-            *stats_out = s;
-        return SF_ERR_LIMIT;
-    }
-    if (wo.dry_run) {
-        for (size_t i = 0; i < n; i++)
-            if (todo[i] == 1)
-                warm_report(&wo, &objs[i], SF_WARM_WOULD_FETCH, SF_OK, "");
-        free(objs);
-        free(todo);
-        s.elapsed_s = sf__now_s() - t0;
-        if (wo.progress)
-            wo.progress(wo.user, &s);
-        if (stats_out)
-            *stats_out = s;
-        return first;
-    }
-
-    /* Pass 2: download, max_objects at a time. */
-    struct warm_item *act = calloc(wo.max_objects, sizeof(*act));
-    if (!act) {
-        free(objs);
-        free(todo);
-        return SF_ERR_NO_MEMORY;
-    }
-    size_t next = 0, n_act = 0;
-    double last_report = 0;
-    for (;;) {
-        if (wo.cancel && wo.cancel(wo.user)) {
-            /* Unfinished downloads keep their bytes for the next call. */
-            for (size_t k = 0; k < n_act; k++)
-                sf_cache_object_close(act[k].o);
-            free(act);
-            free(objs);
-            free(todo);
-            return warm_cancelled(c, &wo, &s, t0, stats_out);
-        }
-        while (n_act < wo.max_objects && next < n) {
-            size_t i = next++;
-            if (todo[i] != 1)
-                continue;
-            struct sf_cache_object *o;
-            sf_status st = obj_new(c, s3, &objs[i], 0, wo.verify, &o);
-            if (st != SF_OK) {
-                warm_report(&wo, &objs[i], SF_WARM_FAILED, st, c->errmsg);
-                s.failed++;
-                s.objects_done++;
-                if (first == SF_OK)
-                    first = st;
-                continue;
-            }
-            act[n_act].o = o;
-            act[n_act].index = i;
-            act[n_act].counted = 0;
-            n_act++;
-        }
-        if (n_act == 0)
-            break;
-        /* Block on the oldest for a moment; poll the others. */
-        for (size_t k = 0; k < n_act; k++) {
-            struct sf_cache_object *o = act[k].o;
-            drive(o, o->info.size == SF_SIZE_UNKNOWN ? 0 : o->info.size, k == 0 ? 20 : 0);
-            if (o->source == SF_CACHE_FROM_FETCH && o->contiguous > act[k].counted) {
-                uint64_t base = act[k].counted ? act[k].counted : o->fetch_base;
-                if (o->contiguous > base)
-                    s.bytes_fetched += o->contiguous - base;
-                act[k].counted = o->contiguous;
-            }
-        }
-        for (size_t k = 0; k < n_act;) {
-            struct sf_cache_object *o = act[k].o;
-            if (o->state != ST_READY && o->state != ST_FAILED) {
-                k++;
-                continue;
-            }
-            struct sf_object_info *info = &objs[act[k].index];
-            if (o->state == ST_READY) {
-                enum sf_warm_outcome out =
-                    o->source == SF_CACHE_FROM_FETCH ? SF_WARM_FETCHED : SF_WARM_PEER;
-                if (out == SF_WARM_FETCHED)
-                    s.fetched++;
-                else
-                    s.peer++;
-                warm_report(&wo, info, out, SF_OK, "");
-            } else {
-                s.failed++;
-                warm_report(&wo, info, SF_WARM_FAILED, o->status, o->errmsg);
-                if (first == SF_OK) {
-                    first = o->status;
-                    snprintf(c->errmsg, sizeof(c->errmsg), "%s", o->errmsg);
-                }
-            }
-            s.objects_done++;
-            sf_cache_object_close(o);
-            act[k] = act[--n_act];
-        }
-        double now = sf__now_s();
-        if (wo.progress && (now - last_report) * 1000.0 >= wo.progress_interval_ms) {
-            s.elapsed_s = now - t0;
-            wo.progress(wo.user, &s);
-            last_report = now;
-        }
-    }
-    free(act);
-    free(objs);
-    free(todo);
-    s.elapsed_s = sf__now_s() - t0;
-    if (wo.progress)
-        wo.progress(wo.user, &s);
-    if (stats_out)
-        *stats_out = s;
-    return first;
 }
 
 /* ------------------------------------------------------------ inspection */

@@ -14,7 +14,7 @@
  *             loader's device (CUDA or the emulated one)
  *
  * The caller adds its training step and a run of the whole pipeline with it
- * (sf_doctor_conclude).
+ * (sf_doctor_conclude, in src/doctor_conclude.c).
  */
 #include "shardfeed.h"
 #include "shardfeed_loader.h"
@@ -25,11 +25,11 @@
 #include "src/gpu.h"
 #include "src/pack_reencode.h"
 #include "common/clock.h"
+#include "common/cpu.h"
 #include "common/strbuf.h"
 
 #include <math.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,15 +42,6 @@
 #define FETCH_SLOT_BYTES (16ull << 20) /* per fetch in the fetch stage */
 #define MAX_SLOTS        64u           /* fetches in flight in the fetch stage */
 #define FETCH_MEMORY     (256ull << 20) /* their buffers in all */
-
-static unsigned cores_here(void)
-{
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
-        return (unsigned)CPU_COUNT(&set);
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (unsigned)n : 1;
-}
 
 struct raw {
     unsigned char *data;
@@ -792,7 +783,7 @@ sf_status sf_doctor_measure(const struct sf_loader_options *o, double stage_s,
     sf_status st = sf__image_options_check(&o->image, err, err_len);
     if (st != SF_OK)
         return st;
-    out->cores = cores_here();
+    out->cores = sf__cores_available();
     out->decode_threads = o->decode_threads ? o->decode_threads : out->cores;
     out->bound = SF_STAGE_NONE;
     struct sf__doctor *d = NULL;
@@ -812,117 +803,4 @@ sf_status sf_doctor_measure(const struct sf_loader_options *o, double stage_s,
         st = stage_fetch(d, err, err_len);
     sf__doctor_close(d);
     return st;
-}
-
-void sf_doctor_conclude(struct sf_doctor_result *r, double step_per_s, double pipeline_per_s,
-                        const struct sf_loader_report *pipeline, int data_in_cache)
-{
-    if (!r)
-        return;
-    r->step_per_s = step_per_s > 0 ? step_per_s : 0;
-    r->pipeline_per_s = pipeline_per_s;
-    r->wait_share = pipeline ? pipeline->wait_share : 0;
-    r->fetch_counts = !data_in_cache && r->stage_per_s[SF_STAGE_FETCH] > 0;
-    /* The bound: the slowest of the stages that run every epoch, the step
-     * included (infinitely fast when there is none). */
-    static const enum sf_stage order[] = {SF_STAGE_FETCH, SF_STAGE_READ, SF_STAGE_DECODE,
-                                          SF_STAGE_ASSEMBLY, SF_STAGE_DEVICE};
-    double best = r->step_per_s > 0 ? r->step_per_s : INFINITY, slowest = INFINITY;
-    enum sf_stage bound = SF_STAGE_NONE, slowest_stage = SF_STAGE_NONE;
-    for (size_t i = 0; i < sizeof(order) / sizeof(order[0]); i++) {
-        const enum sf_stage s = order[i];
-        if (r->stage_per_s[s] <= 0 || (s == SF_STAGE_FETCH && !r->fetch_counts))
-            continue;
-        if (r->stage_per_s[s] < slowest) {
-            slowest = r->stage_per_s[s];
-            slowest_stage = s;
-        }
-        if (r->stage_per_s[s] < best) {
-            best = r->stage_per_s[s];
-            bound = s;
-        }
-    }
-    r->bound = bound;
-    char need[64];
-    if (r->step_per_s > 0)
-        snprintf(need, sizeof(need), "%.0f samples/s", r->step_per_s);
-    else
-        snprintf(need, sizeof(need), "as many as it gets (no step)");
-    const char *waits = r->wait_share > 0.05 ? "waits" : "waited only";
-    switch (bound) {
-    case SF_STAGE_NONE:
-        snprintf(r->verdict, sizeof(r->verdict),
-                 "step-bound: the step takes %.0f samples/s and every stage is faster (the "
-                 "slowest, %s: %.0f samples/s); the step %s %.1f %% of the time for data",
-                 r->step_per_s, sf_stage_name(slowest_stage), isfinite(slowest) ? slowest : 0.0,
-                 waits, 100.0 * r->wait_share);
-        break;
-    case SF_STAGE_DECODE: {
-        const double per = r->decode_per_thread_per_s > 0 ? r->decode_per_thread_per_s : 1;
-        char pack[160];
-        if (r->max_side_speedup > 1.05)
-            snprintf(pack, sizeof(pack),
-                     ", or pack at --max-side %u (measured on these images: %.1fx faster decode, "
-                     "%.0f %% of the bytes)",
-                     SF_DOCTOR_MAX_SIDE, r->max_side_speedup, 100.0 * r->max_side_bytes);
-        else if (r->max_side_speedup > 0)
-            snprintf(pack, sizeof(pack), " (pack --max-side %u would not help: %s)",
-                     SF_DOCTOR_MAX_SIDE,
-                     r->max_side_bytes >= 1 ? "the images are no larger"
-                                            : "measured no faster decode");
-        else
-            pack[0] = 0;
-        if (r->step_per_s > 0) {
-            const unsigned want = (unsigned)ceil(r->step_per_s / per);
-            if (want <= r->cores)
-                snprintf(r->verdict, sizeof(r->verdict),
-                         "decode-bound: %u threads at %.0f img/s each (%.0f together); the step "
-                         "takes %s: set decode_threads to %u (cores here: %u)",
-                         r->decode_threads, per, r->stage_per_s[SF_STAGE_DECODE], need, want,
-                         r->cores);
-            else
-                snprintf(r->verdict, sizeof(r->verdict),
-                         "decode-bound: %u threads at %.0f img/s each (%.0f together); the step "
-                         "takes %s: use %u more cores%s",
-                         r->decode_threads, per, r->stage_per_s[SF_STAGE_DECODE], need,
-                         want - r->cores, pack);
-        } else {
-            snprintf(r->verdict, sizeof(r->verdict),
-                     "decode-bound: %u threads at %.0f img/s each (%.0f together); each core added "
-                     "gives about %.0f img/s%s",
-                     r->decode_threads, per, r->stage_per_s[SF_STAGE_DECODE], per, pack);
-        }
-        break;
-    }
-    case SF_STAGE_FETCH:
-        snprintf(r->verdict, sizeof(r->verdict),
-                 "fetch-bound: concurrency %u gives %.1f MiB/s, %u gives %.1f MiB/s (%.0f KiB per "
-                 "sample); the step takes %s: %s, or warm the cache first (shardfeed warm-cache)",
-                 r->concurrency, r->fetch_mib_per_s, r->concurrency_more, r->fetch_mib_per_s_more,
-                 r->bytes_per_sample / 1024.0, need,
-                 r->fetch_mib_per_s_more > 1.2 * r->fetch_mib_per_s
-                     ? "raise concurrency"
-                     : "more concurrency does not help: the store or the link is the limit");
-        break;
-    case SF_STAGE_READ:
-        snprintf(r->verdict, sizeof(r->verdict),
-                 "read-bound: parsing gives %.0f samples/s on the reader thread; the step takes "
-                 "%s: larger samples per shard, or record shards (pack --format record)",
-                 r->stage_per_s[SF_STAGE_READ], need);
-        break;
-    case SF_STAGE_ASSEMBLY:
-        snprintf(r->verdict, sizeof(r->verdict),
-                 "assembly-bound: copying into batches gives %.0f samples/s; the step takes %s: "
-                 "smaller output images or uint8 batches",
-                 r->stage_per_s[SF_STAGE_ASSEMBLY], need);
-        break;
-    case SF_STAGE_DEVICE:
-        snprintf(r->verdict, sizeof(r->verdict),
-                 "device-bound: host-to-device copies give %.0f samples/s; the step takes %s: "
-                 "uint8 batches normalised on the device, pinned memory, smaller images",
-                 r->stage_per_s[SF_STAGE_DEVICE], need);
-        break;
-    default:
-        snprintf(r->verdict, sizeof(r->verdict), "unknown");
-    }
 }

@@ -31,10 +31,10 @@
 #include "src/decode.h"
 #include "src/index_json.h"
 #include "src/gpu.h"
+#include "common/cpu.h"
 
 #include <errno.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -200,18 +200,6 @@ void sf_loader_close(struct sf_loader *l)
     pthread_cond_destroy(&l->cv_work);
     pthread_cond_destroy(&l->cv_gpu);
     free(l);
-}
-
-unsigned sf__loader_cores_available(void)
-{
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof(set), &set) == 0) {
-        int n = CPU_COUNT(&set);
-        if (n > 0)
-            return (unsigned)n;
-    }
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (unsigned)n : 1;
 }
 
 /* Keeps only shard-like objects of a listing: .tar, .tgz-less tar and .sfr. */
@@ -727,7 +715,7 @@ sf_status sf_loader_open(const struct sf_loader_options *opts, struct sf_loader 
         if (!info.size_known)
             l->epoch_batches = UINT64_MAX;
     }
-    l->n_workers = opts->decode_threads ? opts->decode_threads : sf__loader_cores_available();
+    l->n_workers = opts->decode_threads ? opts->decode_threads : sf__cores_available();
     l->workers = calloc(l->n_workers, sizeof(*l->workers));
     if (!l->q || !l->workers)
         goto oom;

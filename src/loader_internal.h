@@ -245,9 +245,6 @@ struct sf_loader {
 
 /* ---- helpers (loader.c) */
 
-/* CPUs this process may run on (affinity), at least 1. */
-unsigned sf__loader_cores_available(void);
-
 /* Logs through the caller's callback when lv is within log_level. */
 void sf__loader_log(struct sf_loader *l, enum sf_log_level lv, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -6,6 +6,7 @@
  * where this report can only infer.
  */
 #include "src/loader_internal.h"
+#include "common/cpu.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -118,7 +119,7 @@ static void verdict(const struct sf_loader *l, const struct sf_loader_report *r,
                     const struct sf_loader_stats *d, char *out, size_t len)
 {
     const unsigned threads = l->n_workers ? l->n_workers : 1;
-    const unsigned cores = sf__loader_cores_available();
+    const unsigned cores = sf__cores_available();
     switch (r->bound) {
     case SF_STAGE_NONE:
         snprintf(out, len,

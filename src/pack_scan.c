@@ -4,6 +4,7 @@
  * in a shard, and the reading of a source file when it is written.
  */
 #include "src/pack_internal.h"
+#include "common/grow.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -65,14 +66,10 @@ static sf_status add_entry(struct packer *p, const char *rel, uint64_t size, lon
     if (strlen(dot + 1) > SF__RECORD_MAX_NAME_BYTES)
         return sf__pack_fail(p, SF_ERR_LIMIT, "%s/%s: the field name is longer than %u bytes",
                              p->src, rel, SF__RECORD_MAX_NAME_BYTES);
-    if (p->n_entries == p->cap_entries) {
-        size_t cap = p->cap_entries ? p->cap_entries * 2 : 1024;
-        struct entry *e = realloc(p->entries, cap * sizeof(*e));
-        if (!e)
-            return SF_ERR_NO_MEMORY;
-        p->entries = e;
-        p->cap_entries = cap;
-    }
+    struct entry *e = sf__grow(p->entries, p->n_entries, &p->cap_entries, sizeof(*e), 1024);
+    if (!e)
+        return SF_ERR_NO_MEMORY;
+    p->entries = e;
     char *copy = strdup(rel);
     if (!copy)
         return SF_ERR_NO_MEMORY;

@@ -4,6 +4,7 @@
  * into place or handed to the uploader.
  */
 #include "src/pack_internal.h"
+#include "common/grow.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -201,14 +202,10 @@ sf_status sf__pack_shard_close(struct packer *p, struct shard *s)
         return sf__pack_fail(p, SF_ERR_IO, "%s: close: %s", s->tmp_path, strerror(errno));
     }
     s->fd = -1;
-    if (p->n_shards == p->cap_shards) {
-        size_t cap = p->cap_shards ? p->cap_shards * 2 : 16;
-        struct shard_info *v = realloc(p->shards, cap * sizeof(*v));
-        if (!v)
-            return SF_ERR_NO_MEMORY;
-        p->shards = v;
-        p->cap_shards = cap;
-    }
+    struct shard_info *v = sf__grow(p->shards, p->n_shards, &p->cap_shards, sizeof(*v), 16);
+    if (!v)
+        return SF_ERR_NO_MEMORY;
+    p->shards = v;
     struct shard_info *info = &p->shards[p->n_shards];
     info->name = strdup(s->name);
     if (!info->name)

@@ -190,6 +190,21 @@ static void clear_meta(struct sf__tar_reader *t)
     t->psparse = 0;
 }
 
+/* Steps past a meta header of hsize data bytes at hdr; starts_sample when it
+ * is the first header of the next member's sample. */
+static void skip_meta_header(struct sf__tar_reader *t, uint64_t hdr, uint64_t hsize,
+                             int starts_sample)
+{
+    if (starts_sample && !t->have_meta) {
+        t->have_meta = 1;
+        t->meta_start = hdr;
+    }
+    t->last_hdr = hdr;
+    t->last_size = hsize;
+    t->pos = hdr + BLOCK + padded(hsize);
+    t->c.stats.members++;
+}
+
 static void emit(struct sf__tar_reader *t, const struct sf__shard_input *in, struct sf_sample *out)
 {
     memset(out, 0, sizeof *out);
@@ -475,14 +490,7 @@ sf_status sf__tar_reader_next(struct sf__tar_reader *t, const struct sf__shard_i
                 t->long_off = hdr + BLOCK;
                 t->long_len = nlen;
             }
-            if (!t->have_meta) {
-                t->have_meta = 1;
-                t->meta_start = hdr;
-            }
-            t->last_hdr = hdr;
-            t->last_size = hsize;
-            t->pos = hdr + BLOCK + padded(hsize);
-            t->c.stats.members++;
+            skip_meta_header(t, hdr, hsize, 1);
             continue;
         }
         if (type == 'x' || type == 'g') {
@@ -501,14 +509,7 @@ sf_status sf__tar_reader_next(struct sf__tar_reader *t, const struct sf__shard_i
             sf_status st = parse_pax(t, h + BLOCK, (size_t)hsize, hdr, type == 'g');
             if (st != SF_OK)
                 return st;
-            if (type == 'x' && !t->have_meta) {
-                t->have_meta = 1;
-                t->meta_start = hdr;
-            }
-            t->last_hdr = hdr;
-            t->last_size = hsize;
-            t->pos = hdr + BLOCK + padded(hsize);
-            t->c.stats.members++;
+            skip_meta_header(t, hdr, hsize, type == 'x');
             continue;
         }
 

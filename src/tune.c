@@ -29,23 +29,14 @@
 
 #include "src/doctor.h"
 #include "common/clock.h"
+#include "common/cpu.h"
 
 #include <math.h>
-#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-static unsigned cores_here(void)
-{
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
-        return (unsigned)CPU_COUNT(&set);
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (unsigned)n : 1;
-}
 
 static void trace(struct sf_tune_result *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void trace(struct sf_tune_result *r, const char *fmt, ...)
@@ -150,7 +141,7 @@ sf_status sf_tune(const struct sf_loader_options *o, double budget_s, struct sf_
     const double span = fmax(0.25, budget / (remote ? 18.0 : 8.0));
 
     /* decode_threads */
-    const unsigned cores = cores_here();
+    const unsigned cores = sf__cores_available();
     unsigned cand[4] = {1, cores / 2, cores, cores + cores / 2};
     double best = 0, rate[4] = {0};
     for (int i = 0; i < 4 && st == SF_OK; i++) {

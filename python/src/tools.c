@@ -170,6 +170,27 @@ int sfpy_strv_from(PyObject *obj, const char *fn, struct strv *out)
     return 0;
 }
 
+int sfpy_sources_options(PyObject *sources, const char *json, const char *fn, struct strv *sv,
+                         struct sf_loader_options *lo, void **keep)
+{
+    if (sfpy_strv_from(sources, fn, sv) < 0) {
+        sfpy_strv_clear(sv);
+        return -1;
+    }
+    if (sfpy_parse_options(json, lo, keep) < 0) {
+        sfpy_strv_clear(sv);
+        return -1;
+    }
+    return 0;
+}
+
+int sfpy_sources_options_free(struct strv *sv, void *keep)
+{
+    sf_loader_options_free_json(keep);
+    sfpy_strv_clear(sv);
+    return sfpy_log_drain();
+}
+
 void sfpy_strv_clear(struct strv *s)
 {
     free(s->v);

@@ -40,6 +40,13 @@ struct strv {
 
 int sfpy_strv_from(PyObject *obj, const char *fn, struct strv *out);
 void sfpy_strv_clear(struct strv *s);
+/* sfpy_strv_from(sources) and sfpy_parse_options(json), for the calls that
+ * take both; -1 with the exception set and nothing left to free. */
+int sfpy_sources_options(PyObject *sources, const char *json, const char *fn, struct strv *sv,
+                         struct sf_loader_options *lo, void **keep);
+/* Frees what sfpy_sources_options made (after the client and cache that
+ * use it) and passes on the log; -1 with an exception when that raised. */
+int sfpy_sources_options_free(struct strv *sv, void *keep);
 
 /* ------------------------------------------------------------ dicts */
 

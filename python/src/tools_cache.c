@@ -177,16 +177,10 @@ PyObject *sfpy_warm_cache(PyObject *self, PyObject *args)
     if (progress != Py_None && !PyCallable_Check(progress))
         return sfpy_raise(SF_ERR_INVALID_ARGUMENT, "warm_cache: progress: expected a callable");
     struct strv src;
-    if (sfpy_strv_from(sources, "warm_cache", &src) < 0) {
-        sfpy_strv_clear(&src);
-        return NULL;
-    }
     struct sf_loader_options lo;
     void *keep;
-    if (sfpy_parse_options(json, &lo, &keep) < 0) {
-        sfpy_strv_clear(&src);
+    if (sfpy_sources_options(sources, json, "warm_cache", &src, &lo, &keep) < 0)
         return NULL;
-    }
     if (!lo.cache.dir || !lo.cache.dir[0]) {
         sfpy_strv_clear(&src);
         sf_loader_options_free_json(keep);
@@ -299,9 +293,7 @@ done:
     free(objs);
     sf_cache_destroy(cache);
     sf_s3_destroy(s3);
-    sf_loader_options_free_json(keep);
-    sfpy_strv_clear(&src);
-    if (sfpy_log_drain() < 0)
+    if (sfpy_sources_options_free(&src, keep) < 0)
         Py_CLEAR(out);
     return out;
 }

@@ -8,6 +8,19 @@
 
 /* ------------------------------------------------------------ doctor */
 
+/* Frees what sfpy_sources_options made, then passes on the log and st.
+ * -1 with an exception set when either fails. */
+static int options_done(struct strv *sv, void *keep, sf_status st, const char *err)
+{
+    if (sfpy_sources_options_free(sv, keep) < 0)
+        return -1;
+    if (st != SF_OK) {
+        sfpy_raise(st, err);
+        return -1;
+    }
+    return 0;
+}
+
 /* The result as a dict; "_raw" keeps the C struct for _doctor_conclude. */
 static PyObject *doctor_dict(const struct sf_doctor_result *r)
 {
@@ -57,30 +70,17 @@ PyObject *sfpy_doctor_measure(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "Osd:_doctor_measure", &sources, &json, &seconds))
         return NULL;
     struct strv sv;
-    if (sfpy_strv_from(sources, "doctor", &sv) < 0) {
-        sfpy_strv_clear(&sv);
-        return NULL;
-    }
     struct sf_loader_options lo;
     void *keep = NULL;
-    if (sfpy_parse_options(json, &lo, &keep) < 0) {
-        sfpy_strv_clear(&sv);
+    if (sfpy_sources_options(sources, json, "doctor", &sv, &lo, &keep) < 0)
         return NULL;
-    }
     lo.sources = sv.v;
     lo.source_count = sv.n;
     struct sf_doctor_result r;
     char err[1024] = "";
     sf_status st;
     Py_BEGIN_ALLOW_THREADS st = sf_doctor_measure(&lo, seconds, &r, err, sizeof(err));
-    Py_END_ALLOW_THREADS sf_loader_options_free_json(keep);
-    sfpy_strv_clear(&sv);
-    if (sfpy_log_drain() < 0)
-        return NULL;
-    if (st != SF_OK) {
-        sfpy_raise(st, err);
-        return NULL;
-    }
+    Py_END_ALLOW_THREADS if (options_done(&sv, keep, st, err) < 0) return NULL;
     return doctor_dict(&r);
 }
 
@@ -120,30 +120,17 @@ PyObject *sfpy_tune(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "Osd:_tune", &sources, &json, &budget))
         return NULL;
     struct strv sv;
-    if (sfpy_strv_from(sources, "tune", &sv) < 0) {
-        sfpy_strv_clear(&sv);
-        return NULL;
-    }
     struct sf_loader_options lo;
     void *keep = NULL;
-    if (sfpy_parse_options(json, &lo, &keep) < 0) {
-        sfpy_strv_clear(&sv);
+    if (sfpy_sources_options(sources, json, "tune", &sv, &lo, &keep) < 0)
         return NULL;
-    }
     lo.sources = sv.v;
     lo.source_count = sv.n;
     struct sf_tune_result r;
     char err[1024] = "";
     sf_status st;
     Py_BEGIN_ALLOW_THREADS st = sf_tune(&lo, budget, &r, err, sizeof(err));
-    Py_END_ALLOW_THREADS sf_loader_options_free_json(keep);
-    sfpy_strv_clear(&sv);
-    if (sfpy_log_drain() < 0)
-        return NULL;
-    if (st != SF_OK) {
-        sfpy_raise(st, err);
-        return NULL;
-    }
+    Py_END_ALLOW_THREADS if (options_done(&sv, keep, st, err) < 0) return NULL;
     PyObject *d = PyDict_New();
     if (!d)
         return NULL;

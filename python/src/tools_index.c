@@ -109,16 +109,10 @@ PyObject *sfpy_index(PyObject *self, PyObject *args)
         return sfpy_raise(SF_ERR_INVALID_ARGUMENT, "index: progress: expected a callable");
     o.index_url = output;
     struct strv src;
-    if (sfpy_strv_from(sources, "index", &src) < 0) {
-        sfpy_strv_clear(&src);
-        return NULL;
-    }
     struct sf_loader_options lo;
     void *keep;
-    if (sfpy_parse_options(json, &lo, &keep) < 0) {
-        sfpy_strv_clear(&src);
+    if (sfpy_sources_options(sources, json, "index", &src, &lo, &keep) < 0)
         return NULL;
-    }
     struct sf_s3 *s3 = sfpy_open_client(&lo);
     if (!s3) {
         sf_loader_options_free_json(keep);
@@ -173,9 +167,7 @@ PyObject *sfpy_index(PyObject *self, PyObject *args)
 done:
     sf_index_result_clear(&res);
     sf_s3_destroy(s3);
-    sf_loader_options_free_json(keep);
-    sfpy_strv_clear(&src);
-    if (sfpy_log_drain() < 0)
+    if (sfpy_sources_options_free(&src, keep) < 0)
         Py_CLEAR(out);
     return out;
 }

@@ -69,6 +69,19 @@ static int is_pattern(const char *url)
     return 0;
 }
 
+/* A client for the S3 options of json, whose strings *keep holds (free with
+ * sf_loader_options_free_json after the client); NULL with the exception. */
+static struct sf_s3 *client_of(const char *json, void **keep)
+{
+    struct sf_loader_options lo;
+    if (sfpy_parse_options(json, &lo, keep) < 0)
+        return NULL;
+    struct sf_s3 *s3 = sfpy_open_client(&lo);
+    if (!s3)
+        sf_loader_options_free_json(*keep);
+    return s3;
+}
+
 /* _ls(url, recursive, options_json) -> list of dict */
 PyObject *sfpy_ls(PyObject *self, PyObject *args)
 {
@@ -77,15 +90,10 @@ PyObject *sfpy_ls(PyObject *self, PyObject *args)
     int recursive;
     if (!PyArg_ParseTuple(args, "sps:_ls", &url, &recursive, &json))
         return NULL;
-    struct sf_loader_options lo;
     void *keep;
-    if (sfpy_parse_options(json, &lo, &keep) < 0)
+    struct sf_s3 *s3 = client_of(json, &keep);
+    if (!s3)
         return NULL;
-    struct sf_s3 *s3 = sfpy_open_client(&lo);
-    if (!s3) {
-        sf_loader_options_free_json(keep);
-        return NULL;
-    }
     struct sf_object_list *l = NULL;
     sf_status st;
     int pattern = is_pattern(url);
@@ -116,15 +124,10 @@ PyObject *sfpy_stat(PyObject *self, PyObject *args)
                  url);
         return sfpy_raise(SF_ERR_INVALID_ARGUMENT, msg);
     }
-    struct sf_loader_options lo;
     void *keep;
-    if (sfpy_parse_options(json, &lo, &keep) < 0)
+    struct sf_s3 *s3 = client_of(json, &keep);
+    if (!s3)
         return NULL;
-    struct sf_s3 *s3 = sfpy_open_client(&lo);
-    if (!s3) {
-        sf_loader_options_free_json(keep);
-        return NULL;
-    }
     struct sf_object_info in;
     memset(&in, 0, sizeof(in));
     sf_status st;
