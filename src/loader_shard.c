@@ -113,7 +113,10 @@ sf_status sf__loader_shard_open(struct sf_loader *l, uint64_t shard, uint64_t be
                 return SF_ERR_IO;
             }
             sh->map_len = (size_t)sh->size;
-            madvise(sh->map, sh->map_len, MADV_SEQUENTIAL | MADV_WILLNEED);
+            /* two calls: the advice values are numbers, not flags (2 | 3 is
+             * WILLNEED alone) */
+            madvise(sh->map, sh->map_len, MADV_SEQUENTIAL);
+            madvise(sh->map, sh->map_len, MADV_WILLNEED);
         }
         close(fd);
         sh->base = sh->map;
