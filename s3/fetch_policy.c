@@ -28,14 +28,20 @@
 #define PROBE_FALL        0.4
 #define PROBE_INTERVAL_NS (10ull * NS_PER_S)
 #define RATE_BETA  0.7 /* new rate cap = beta x the rate accepted in the last second */
-/* Never slower than this while capped, and the cap grows back by at least
- * RECOVER_RPS_PER_S each second (or 5 % a second when faster): the same step
- * for every rank under 200/s, so capped ranks converge to equal shares. 10
- * rather than 5: in bench/scale_sim.sh ranks cut low at start-up caught up
- * within the run (docs/scale.md). */
-#define RATE_FLOOR_RPS     5.0
-#define RECOVER_RPS_PER_S  10.0
-#define RATE_UNLIMITED_RPS 5000.0
+/* Never slower than this while capped. The cap grows back each second by
+ * RECOVER_RPS2 / its rate requests/s, kept within [RECOVER_MIN_RPS_PER_S,
+ * RECOVER_MAX_RPS_PER_S] (or 5 % a second when that is more): a slow rank
+ * grows faster than a fast one, so ranks sharing a limit converge to equal
+ * rates between cuts, not only through them (an equal step for every rank,
+ * 10/s per second before, kept start-up differences for the whole run of
+ * bench/scale_sim.sh; docs/scale.md). At 25/s, the fair share of that bench,
+ * the step is 3/s per second; 1/s per second from 75/s up, 5 % a second from
+ * 200/s up. */
+#define RATE_FLOOR_RPS        5.0
+#define RECOVER_RPS2          75.0
+#define RECOVER_MIN_RPS_PER_S 1.0
+#define RECOVER_MAX_RPS_PER_S 20.0
+#define RATE_UNLIMITED_RPS    5000.0
 /* Slow start: the cap grows by SS_GAIN_RPS per success (e-folding in
  * 1/SS_GAIN_RPS s of successes) and is lifted at RATE_UNLIMITED_RPS.
  * SS_CUT_MIN throttled answers at the current rate start a descent, which
@@ -50,6 +56,20 @@
 #define DESC_N        4u
 #define DESC_EVIDENCE 3u
 #define SS_TRIES      6u
+/* A descent never takes the rate under 1/DESC_FLOOR_DIV of the rate it
+ * started from (3 halvings). Ranks that start together all halve at once,
+ * each on its own throttled answers: without a floor they landed at 1/8 to
+ * 1/32 of that rate, far under their fair share and at different depths. */
+#define DESC_FLOOR_DIV 8.0
+/* After descents judged noise gave the rate back, two descents in a row
+ * that started within RETRIGGER_N answers at the restored rate (both
+ * together) confirm a limit: the throttling fell with the rate and came back
+ * with it, twice. With 5 % noise the 4 throttled answers of two descents
+ * fall within 16 answers with a probability of 0.7 % (binomial); a rank
+ * sharing a limit whose own descents came late, when the others had already
+ * slowed, sees them within 5-7 answers each, and without this rule went on
+ * in slow start to several times its share (docs/scale.md). */
+#define RETRIGGER_N 16u
 /* Once a limit is confirmed and the rate capped, CAPPED_MIN throttled answers
  * at the current rate cut again whatever their share (see record()). */
 #define CAPPED_MIN 2u
@@ -171,7 +191,13 @@ static void refill(struct sf__policy *p, uint64_t now)
         p->bucket = had > cap ? had : cap; /* a slow start's first burst stays */
     if (p->ss || p->desc)
         return; /* the cap moves with answers, not time */
-    double step = p->send_rps * 0.05 > RECOVER_RPS_PER_S ? p->send_rps * 0.05 : RECOVER_RPS_PER_S;
+    double step = RECOVER_RPS2 / p->send_rps;
+    if (step < RECOVER_MIN_RPS_PER_S)
+        step = RECOVER_MIN_RPS_PER_S;
+    if (step > RECOVER_MAX_RPS_PER_S)
+        step = RECOVER_MAX_RPS_PER_S;
+    if (p->send_rps * 0.05 > step)
+        step = p->send_rps * 0.05;
     p->send_rps += dt * step;
     if (p->send_rps > RATE_UNLIMITED_RPS) {
         p->send_rps = 0;
@@ -226,6 +252,8 @@ static void halve(struct sf__policy *p, uint64_t now)
     double fl = window_floor(p);
     p->cwnd = p->cwnd / 2 < fl ? fl : p->cwnd / 2;
     p->send_rps = p->send_rps / 2 < RATE_FLOOR_RPS ? RATE_FLOOR_RPS : p->send_rps / 2;
+    if (p->send_rps < p->desc_rps / DESC_FLOOR_DIV)
+        p->send_rps = p->desc_rps / DESC_FLOOR_DIV;
     p->bucket = 0;
     p->bucket_ns = now;
     window_reset(p, now);
@@ -344,6 +372,8 @@ enum sf__verdict sf__policy_record(struct sf__policy *p, uint64_t now_ns, uint64
                  * start resumes from here (and meets a limit again soon if
                  * there is one) */
                 p->ss = 1;
+                p->restores_ss++;
+                p->ss_answers = 0;
                 p->send_rps = p->desc_rps;
                 p->cwnd = p->desc_cwnd;
                 p->bucket = 0;
@@ -355,8 +385,20 @@ enum sf__verdict sf__policy_record(struct sf__policy *p, uint64_t now_ns, uint64
         pthread_mutex_unlock(&p->lock);
         return v;
     }
+    if (p->ss)
+        p->ss_answers++;
     if (p->ss && !limit && p->ss_tries < SS_TRIES && !p->probing) {
         if (thr && p->tot_throttled >= SS_CUT_MIN) {
+            v = SF__VERDICT_PROBE;
+            if (p->restores_ss >= 2 && p->ss_answers + p->ss_answers_prev <= RETRIGGER_N &&
+                !p->limited) {
+                /* back as soon as the rate was: a limit; this descent
+                 * only finds the rate under it */
+                p->limited = 1;
+                p->cuts++;
+                v = SF__VERDICT_CONFIRM;
+            }
+            p->ss_answers_prev = p->ss_answers;
             p->ss = 0;
             p->desc = 1;
             p->desc_cuts = 1;
@@ -365,7 +407,6 @@ enum sf__verdict sf__policy_record(struct sf__policy *p, uint64_t now_ns, uint64
             p->ss_tries++;
             p->probes++;
             halve(p, now_ns);
-            v = SF__VERDICT_PROBE;
         } else if (thr) {
             p->noise++;
             v = SF__VERDICT_NOISE;

@@ -26,7 +26,12 @@
  * descents are the evidence: at least 3 throttled, a third of the answers,
  * confirm a limit (congestion avoidance, below); otherwise the descent was
  * noise, the rate before it comes back and slow start goes on (6 descents
- * at most, then only the rules below).
+ * at most, then only the rules below). A descent never goes under 1/8 of
+ * the rate it started from, and two descents in a row that each began soon
+ * after the rate came back (16 answers at the restored rates in all) confirm
+ * a limit: throttling that falls with the rate and returns with it.
+ * Capped, the rate grows back faster the lower it is (75/rate requests/s
+ * per second, within 1-20), so ranks sharing a limit converge.
  *
  * Threads: every function locks the policy, so several I/O threads may share
  * one; times are CLOCK_MONOTONIC nanoseconds given by the caller.
@@ -98,6 +103,10 @@ struct sf__policy {
     int ss, desc;
     unsigned desc_cuts, ss_tries, desc_n, desc_thr;
     double desc_rps, desc_cwnd; /* the rate and window before the descent */
+    /* slow start went on after a descent judged noise (restores counts
+     * them); answers at the restored rate until the next descent, for the
+     * last and the one before */
+    unsigned restores_ss, ss_answers, ss_answers_prev;
     /* a probe in progress (probing), or when the last one ended */
     int probing;
     double probe_share, probe_cwnd, probe_rps;

@@ -456,6 +456,127 @@ Test(fetch_policy, slow_start_under_five_percent_noise_is_not_a_limit)
                  noisy_rps, clean_rps);
 }
 
+/* ---- several engines sharing one limit: 8 ranks start together, each
+ * with 32 in flight and 256 requests to complete, against one token bucket
+ * of 200/s (burst 200), as bench/scale_sim.sh; answers 1.5-4.5 ms after
+ * their start; a throttled request is started again after the policy's
+ * retry delay. */
+
+struct rank_req {
+    uint64_t t; /* ready at (waiting) or started at (in flight) */
+    int state;  /* 0 waiting, 1 in flight, 2 done */
+    int thr;
+    uint64_t due;
+    unsigned attempts;
+};
+
+struct ranks_result {
+    double share, slowest_fastest, aggregate;
+};
+
+static struct ranks_result ranks_model(uint64_t seed)
+{
+    enum { P = 8, W = 256 };
+    static struct sf__policy ps[P];
+    static struct rank_req rq[P][W];
+    uint64_t end[P] = {0};
+    unsigned done[P] = {0}, inflight[P] = {0};
+    memset(rq, 0, sizeof(rq));
+    lcg = seed * 7919;
+    for (unsigned p = 0; p < P; p++) {
+        struct sf__policy_config c = {
+            .concurrency = 32,
+            .max_attempts = 100,
+            .retry_base_ms = 50,
+            .throttle_base_ms = 500,
+            .retry_cap_ms = 20000,
+            .retry_quota = 100000,
+            .start_rps = 100,
+        };
+        cr_assert_eq(sf__policy_init(&ps[p], &c, seed * 100 + p), 0);
+    }
+    struct server srv = {.limit_rps = 200, .burst = 200, .tokens = 200};
+    unsigned long long all = 0, thr = 0;
+    unsigned left = P;
+    uint64_t now = 0;
+    while (left && now < 120000 * MS) {
+        for (unsigned p = 0; p < P; p++) {
+            for (unsigned i = 0; i < W && done[p] < W; i++) {
+                struct rank_req *r = &rq[p][i];
+                if (r->state != 0 || r->t > now)
+                    continue;
+                if (inflight[p] >= sf__policy_window(&ps[p]) || !sf__policy_may_start(&ps[p], now))
+                    break;
+                r->state = 1;
+                r->t = now;
+                r->thr = server_throttles(&srv, now);
+                r->due = now + (uint64_t)(3 * MS * (0.5 + uniform()));
+                inflight[p]++;
+            }
+        }
+        now += MS / 10;
+        for (unsigned p = 0; p < P; p++) {
+            for (unsigned i = 0; i < W; i++) {
+                struct rank_req *r = &rq[p][i];
+                if (r->state != 1 || now < r->due)
+                    continue;
+                inflight[p]--;
+                all++;
+                thr += (unsigned)r->thr;
+                unsigned held = 0;
+                enum sf__verdict v =
+                    sf__policy_record(&ps[p], now, r->t,
+                                      r->thr ? SF__OUTCOME_THROTTLED : SF__OUTCOME_OK, &held);
+                if (r->thr) {
+                    uint64_t d = 0;
+                    sf__policy_retry(&ps[p], ++r->attempts, SF__OUTCOME_THROTTLED, v, &held, &d);
+                    r->state = 0;
+                    r->t = now + d * MS;
+                } else {
+                    r->state = 2;
+                    if (++done[p] == W) {
+                        end[p] = now;
+                        left--;
+                    }
+                }
+            }
+        }
+    }
+    uint64_t mx = 0, mn = UINT64_MAX;
+    for (unsigned p = 0; p < P; p++) {
+        cr_assert_eq(done[p], W, "rank %u finished %u of %u", p, done[p], W);
+        mx = end[p] > mx ? end[p] : mx;
+        mn = end[p] < mn ? end[p] : mn;
+        sf__policy_free(&ps[p]);
+    }
+    struct ranks_result res = {
+        .share = (double)thr / (double)all,
+        .slowest_fastest = (double)mx / (double)mn,
+        .aggregate = (double)(P * W) / ((double)mx / 1e9) / 200,
+    };
+    return res;
+}
+
+Test(fetch_policy, ranks_sharing_a_limit_finish_together_with_few_throttled_answers)
+{
+    /* the means of 4 runs (seeds): 5.6 % throttled, slowest/fastest 1.37
+     * (1.57 at worst), aggregate 0.98 of the limit; before the descent
+     * floor, the restore rule and the rate-dependent recovery: 6.8 %, 2.72
+     * (4.05), 1.01 */
+    double share = 0, fair = 0, agg = 0, worst_fair = 0;
+    for (uint64_t seed = 1; seed <= 4; seed++) {
+        struct ranks_result r = ranks_model(seed);
+        share += r.share / 4;
+        fair += r.slowest_fastest / 4;
+        agg += r.aggregate / 4;
+        worst_fair = r.slowest_fastest > worst_fair ? r.slowest_fastest : worst_fair;
+    }
+    cr_expect_leq(share, 0.06, "%.1f %% of the answers throttled", 100 * share);
+    cr_expect_leq(fair, 1.6, "slowest/fastest %.2f (mean of 4 runs)", fair);
+    cr_expect_leq(worst_fair, 2.0, "slowest/fastest %.2f in one run", worst_fair);
+    cr_expect_geq(agg, 0.9, "aggregate %.2f of the limit", agg);
+}
+
 Test(fetch_policy, retries_are_bounded_jittered_and_paid_for)
 {
     policy(16);
