@@ -1,6 +1,7 @@
 /* The loader suite's fixture (loader_fixture.h). */
 #include "loader_fixture.h"
 
+#include "support/mock_env.h"
 #include "support/mock_proc.h"
 #include "support/s3_client.h"
 
@@ -23,14 +24,7 @@ unsigned n_samples;
 
 void loader_teardown(void)
 {
-    if (srv.pid > 0)
-        mock_proc_stop(&srv);
-    srv.pid = 0;
-    if (tmp) {
-        test_rmtree(tmp);
-        free(tmp);
-        tmp = NULL;
-    }
+    mock_env_stop(&srv, &tmp);
 }
 
 void loader_tmpdir(void)
@@ -189,6 +183,22 @@ void base_options(struct sf_loader_options *o, const char *const *sources, size_
     o->device = SF_DEVICE_HOST;
 }
 
+const char *shards_src[1] = {shards};
+const char *bucket_src[1] = {"s3://bucket/data/"};
+
+void local_options(struct sf_loader_options *o, unsigned n, unsigned long long shard_bytes)
+{
+    local_dataset(n, shard_bytes, -1);
+    base_options(o, shards_src, 1);
+}
+
+void bucket_options(struct sf_loader_options *o, unsigned n, unsigned long long shard_bytes,
+                    const char *const *mock_args, const char *cache_dir)
+{
+    mock_dataset_with(n, shard_bytes, mock_args);
+    s3_options(o, bucket_src, cache_dir);
+}
+
 struct sf_loader *open_loader(const struct sf_loader_options *o)
 {
     struct sf_loader *l = NULL;
@@ -253,22 +263,18 @@ sf_status run_epoch(struct sf_loader *l, struct epoch_log *e, unsigned max_batch
 
 void mock_dataset_with(unsigned n, unsigned long long shard_bytes, const char *const *mock_args)
 {
-    loader_tmpdir();
+    tmp = mock_env_root(root, sizeof(root));
     setenv("AWS_ACCESS_KEY_ID", "mock-access-key", 1);
     setenv("AWS_SECRET_ACCESS_KEY", "mock-secret-key", 1);
-    snprintf(root, sizeof(root), "%s/root", tmp);
-    char bucket[800];
-    snprintf(bucket, sizeof(bucket), "%s/bucket", root);
-    cr_assert(mkdir(root, 0755) == 0 && mkdir(bucket, 0755) == 0);
     char src[700];
     snprintf(src, sizeof(src), "%s/src", tmp);
     make_flat(src, n, -1);
     /* pack straight into the bucket's folder: the mock serves it */
     char dest[900];
-    snprintf(dest, sizeof(dest), "%s/data/", bucket);
+    snprintf(dest, sizeof(dest), "%s/bucket/data/", root);
     pack(src, dest, shard_bytes, NULL);
     n_samples = n;
-    cr_assert(mock_proc_start(&srv, root, mock_args) == 0, "the mock server did not start");
+    mock_env_start(&srv, root, mock_args);
 }
 
 void mock_dataset(unsigned n, unsigned long long shard_bytes)
@@ -289,9 +295,7 @@ void s3_options(struct sf_loader_options *o, const char *const *src, const char 
 
 long admin(const char *method, const char *path_query, const char *body)
 {
-    long st = mock_admin(srv.url, method, path_query, body, NULL);
-    cr_assert(st >= 0, "%s %s: no answer", method, path_query);
-    return st;
+    return mock_env_admin(&srv, method, path_query, body, NULL);
 }
 
 int run_cli(const char *const *args, char *out, size_t out_len)

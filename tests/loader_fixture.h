@@ -58,6 +58,14 @@ void base_options(struct sf_loader_options *o, const char *const *sources, size_
 /* base_options for one source on the mock, fast retries, 16 KiB chunks;
  * cache_dir NULL = RAM only. */
 void s3_options(struct sf_loader_options *o, const char *const *src, const char *cache_dir);
+/* The sources of the two datasets: {shards} and {"s3://bucket/data/"}. */
+extern const char *shards_src[1];
+extern const char *bucket_src[1];
+/* local_dataset(n, shard_bytes, -1) with base_options over it. */
+void local_options(struct sf_loader_options *o, unsigned n, unsigned long long shard_bytes);
+/* mock_dataset_with(n, shard_bytes, mock_args) with s3_options over it. */
+void bucket_options(struct sf_loader_options *o, unsigned n, unsigned long long shard_bytes,
+                    const char *const *mock_args, const char *cache_dir);
 /* Opens, failing the test with the error otherwise. */
 struct sf_loader *open_loader(const struct sf_loader_options *o);
 

@@ -3,6 +3,7 @@
 #include "cache/disk_cache.h"
 #include "cache/ram_cache.h"
 #include "shardfeed.h"
+#include "support/mock_env.h"
 #include "support/mock_proc.h"
 #include "support/s3_client.h"
 
@@ -29,23 +30,16 @@ static struct sf_cache *cache;
 
 static void make_dirs(void)
 {
-    tmp = test_tmpdir();
-    cr_assert(tmp);
-    test_isolate_aws_env(tmp);
+    tmp = mock_env_root(root, sizeof(root));
     setenv("AWS_ACCESS_KEY_ID", "mock-access-key", 1);
     setenv("AWS_SECRET_ACCESS_KEY", "mock-secret-key", 1);
-    snprintf(root, sizeof(root), "%s/root", tmp);
     snprintf(cdir, sizeof(cdir), "%s/cache", tmp);
-    cr_assert(mkdir(root, 0755) == 0);
-    char path[700];
-    snprintf(path, sizeof(path), "%s/bucket", root);
-    cr_assert(mkdir(path, 0755) == 0);
 }
 
 static void start_mock(const char *const *extra)
 {
     make_dirs();
-    cr_assert(mock_proc_start(&srv, root, extra) == 0, "the mock server did not start");
+    mock_env_start(&srv, root, extra);
 }
 
 static void teardown(void)
@@ -54,14 +48,7 @@ static void teardown(void)
     cache = NULL;
     sf_s3_destroy(s3);
     s3 = NULL;
-    if (srv.pid > 0)
-        mock_proc_stop(&srv);
-    srv.pid = 0;
-    if (tmp) {
-        test_rmtree(tmp);
-        free(tmp);
-        tmp = NULL;
-    }
+    mock_env_stop(&srv, &tmp);
 }
 
 TestSuite(cache, .fini = teardown, .timeout = 120);
@@ -70,26 +57,16 @@ TestSuite(cache, .fini = teardown, .timeout = 120);
 
 static long admin(const char *method, const char *path_query, char **out)
 {
-    long st = mock_admin(srv.url, method, path_query, NULL, out);
-    cr_assert(st >= 0, "%s %s: no answer", method, path_query);
-    return st;
+    return mock_env_admin(&srv, method, path_query, NULL, out);
 }
 
 /* GET requests the mock answered for bucket/key (every status). */
 static double key_gets(const char *key)
 {
-    char *body = NULL;
-    cr_assert_eq(admin("GET", "/_mock/stats", &body), 200);
-    cJSON *j = cJSON_Parse(body);
-    free(body);
-    cr_assert(j);
+    cJSON *j = mock_env_stats(&srv);
     char k[300];
     snprintf(k, sizeof(k), "bucket/%s", key);
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "keys");
-    v = v ? cJSON_GetObjectItemCaseSensitive(v, k) : NULL;
-    v = v ? cJSON_GetObjectItemCaseSensitive(v, "operations") : NULL;
-    v = v ? cJSON_GetObjectItemCaseSensitive(v, "GetObject") : NULL;
-    double n = cJSON_IsNumber(v) ? v->valuedouble : 0;
+    double n = mock_env_jnum(j, "keys", k, "operations", "GetObject");
     cJSON_Delete(j);
     return n;
 }

@@ -5,6 +5,7 @@
 #include "s3/fetch.h" /* sf__fetch_io_threads_used, sf__engine_io_loops */
 #include "s3/s3_client_impl.h" /* the engine of a client */
 #include "shardfeed.h"
+#include "support/mock_env.h"
 #include "support/mock_proc.h"
 #include "support/s3_client.h"
 #include "support/test_cert.h"
@@ -33,20 +34,13 @@ static char cert_file[700], key_file[700];
 
 static void make_root(void)
 {
-    tmp = test_tmpdir();
-    cr_assert(tmp);
-    test_isolate_aws_env(tmp);
-    snprintf(root, sizeof(root), "%s/root", tmp);
-    cr_assert(mkdir(root, 0755) == 0);
-    char path[700];
-    snprintf(path, sizeof(path), "%s/bucket", root);
-    cr_assert(mkdir(path, 0755) == 0);
+    tmp = mock_env_root(root, sizeof(root));
 }
 
 static void start_mock(const char *const *extra)
 {
     make_root();
-    cr_assert(mock_proc_start(&srv, root, extra) == 0, "the mock server did not start");
+    mock_env_start(&srv, root, extra);
     snprintf(base, sizeof(base), "%s", srv.url);
 }
 
@@ -55,7 +49,7 @@ static void start_mock_tls(void)
     make_root();
     cr_assert(test_make_cert(tmp, cert_file, sizeof(cert_file), key_file, sizeof(key_file)) == 0);
     const char *extra[] = {"--tls-cert", cert_file, "--tls-key", key_file, NULL};
-    cr_assert(mock_proc_start(&srv, root, extra) == 0, "the TLS mock server did not start");
+    mock_env_start(&srv, root, extra);
     snprintf(base, sizeof(base), "%s", srv.url);
 }
 
@@ -63,11 +57,7 @@ static void teardown(void)
 {
     sf_s3_destroy(s3);
     s3 = NULL;
-    if (srv.pid > 0)
-        mock_proc_stop(&srv);
-    test_rmtree(tmp);
-    free(tmp);
-    tmp = NULL;
+    mock_env_stop(&srv, &tmp);
 }
 
 TestSuite(fetch, .fini = teardown, .timeout = 60);
@@ -77,14 +67,7 @@ TestSuite(fetch, .fini = teardown, .timeout = 60);
 /* One unsigned request to the mock's admin endpoints; the body into *out. */
 static long admin(const char *method, const char *path_query, const char *body, char **out)
 {
-    struct s3_call c = {
-        .method = method, .target = path_query, .body = body, .body_len = body ? strlen(body) : 0};
-    struct s3_resp r;
-    cr_assert(s3_call(srv.url, &c, &r) == 0, "%s %s: no answer", method, path_query);
-    if (out)
-        *out = sf__strbuf_take(&r.body);
-    s3_resp_free(&r);
-    return r.status;
+    return mock_env_admin(&srv, method, path_query, body, out);
 }
 
 /* Queues fault F for the next count requests under bucket/key prefix. */
@@ -108,21 +91,13 @@ static void set_rules(const char *text)
 
 static cJSON *mock_stats(void)
 {
-    char *body = NULL;
-    cr_assert_eq(admin("GET", "/_mock/stats", NULL, &body), 200);
-    cJSON *j = cJSON_Parse(body);
-    free(body);
-    cr_assert(j);
-    return j;
+    return mock_env_stats(&srv);
 }
 
 /* A number in the stats by path ("keys", "bucket/k", "status", "503"); 0 when absent. */
 static double jnum(const cJSON *j, const char *a, const char *b, const char *c, const char *d)
 {
-    const char *path[] = {a, b, c, d};
-    for (size_t i = 0; i < 4 && path[i] && j; i++)
-        j = cJSON_GetObjectItemCaseSensitive(j, path[i]);
-    return j && cJSON_IsNumber(j) ? j->valuedouble : 0;
+    return mock_env_jnum(j, a, b, c, d);
 }
 
 /* ------------------------------------------------------------ data */
@@ -170,10 +145,7 @@ static unsigned char *put_object(const char *key, size_t n, unsigned seed)
 
 static void opts_init(struct sf_s3_options *o)
 {
-    sf_s3_options_init_default(o);
-    o->endpoint_url = base;
-    o->access_key_id = "mock-access-key";
-    o->secret_access_key = "mock-secret-key";
+    mock_env_s3_options(o, base);
     o->concurrency = 4;
     o->chunk_bytes = 1 * MiB;
     o->retry_base_ms = 5;
@@ -185,9 +157,7 @@ static void opts_init(struct sf_s3_options *o)
 
 static void client(const struct sf_s3_options *o)
 {
-    char err[512] = "";
-    sf_status st = sf_s3_new(o, &s3, err, sizeof(err));
-    cr_assert_eq(st, SF_OK, "sf_s3_new: %s: %s", sf_status_name(st), err);
+    s3 = mock_env_s3_new(o);
 }
 
 static void default_client(void)

@@ -7,6 +7,7 @@
 #include "shardfeed.h"
 #include "shardfeed_pack.h"
 #include "src/index_json.h"
+#include "support/mock_env.h"
 #include "support/mock_proc.h"
 #include "support/s3_client.h"
 
@@ -28,14 +29,9 @@ static struct sf_s3 *s3;
 
 static void setup(void)
 {
-    tmp = test_tmpdir();
-    cr_assert(tmp);
-    test_isolate_aws_env(tmp);
-    snprintf(bucket, sizeof(bucket), "%s/root/bucket", tmp);
-    char root[800];
-    snprintf(root, sizeof(root), "%s/root", tmp);
-    cr_assert(mkdir(root, 0755) == 0);
-    cr_assert(mkdir(bucket, 0755) == 0);
+    char root[700];
+    tmp = mock_env_root(root, sizeof(root));
+    snprintf(bucket, sizeof(bucket), "%s/bucket", root);
     setenv("AWS_ACCESS_KEY_ID", "mock-access-key", 1);
     setenv("AWS_SECRET_ACCESS_KEY", "mock-secret-key", 1);
 }
@@ -44,12 +40,8 @@ static void teardown(void)
 {
     sf_s3_destroy(s3);
     s3 = NULL;
-    if (srv.pid > 0)
-        mock_proc_stop(&srv);
+    mock_env_stop(&srv, &tmp);
     memset(&srv, 0, sizeof(srv));
-    test_rmtree(tmp);
-    free(tmp);
-    tmp = NULL;
 }
 
 TestSuite(index, .init = setup, .fini = teardown, .timeout = 240);
@@ -156,12 +148,9 @@ static void start_mock(const char *const *extra)
 {
     char root[800];
     snprintf(root, sizeof(root), "%s/root", tmp);
-    cr_assert(mock_proc_start(&srv, root, extra) == 0, "the mock server did not start");
+    mock_env_start(&srv, root, extra);
     struct sf_s3_options so;
-    sf_s3_options_init_default(&so);
-    so.endpoint_url = srv.url;
-    so.access_key_id = "mock-access-key";
-    so.secret_access_key = "mock-secret-key";
+    mock_env_s3_options(&so, srv.url);
     so.concurrency = 8;
     so.chunk_bytes = 1 << 20;
     so.retry_base_ms = 5;
@@ -169,30 +158,15 @@ static void start_mock(const char *const *extra)
     so.retry_cap_ms = 100;
     so.retry_quota = 100000;
     so.max_attempts = 20;
-    char err[512] = "";
-    sf_status st = sf_s3_new(&so, &s3, err, sizeof(err));
-    cr_assert_eq(st, SF_OK, "sf_s3_new: %s", err);
-}
-
-static long admin(const char *method, const char *path_query, char **out)
-{
-    long st = mock_admin(srv.url, method, path_query, NULL, out);
-    cr_assert(st >= 0, "%s %s: no answer", method, path_query);
-    return st;
+    s3 = mock_env_s3_new(&so);
 }
 
 /* A number from /_mock/stats: stats[group][name], or stats[name] when
  * group is NULL. */
 static double mock_stat(const char *group, const char *name)
 {
-    char *body = NULL;
-    cr_assert_eq(admin("GET", "/_mock/stats", &body), 200);
-    cJSON *j = cJSON_Parse(body);
-    free(body);
-    cr_assert(j);
-    const cJSON *x = group ? cJSON_GetObjectItemCaseSensitive(j, group) : j;
-    x = cJSON_GetObjectItemCaseSensitive(x, name);
-    double n = cJSON_IsNumber(x) ? x->valuedouble : 0;
+    cJSON *j = mock_env_stats(&srv);
+    double n = mock_env_jnum(j, group ? group : name, group ? name : NULL, NULL, NULL);
     cJSON_Delete(j);
     return n;
 }

@@ -35,10 +35,8 @@ TestSuite(loader, .fini = loader_teardown, .timeout = 240);
 
 Test(loader, one_epoch_delivers_every_sample_once_with_its_label)
 {
-    local_dataset(150, 64 << 10, -1);
-    const char *src[] = {shards};
     struct sf_loader_options o;
-    base_options(&o, src, 1);
+    local_options(&o, 150, 64 << 10);
     struct sf_loader *l = open_loader(&o);
     cr_assert_gt(sf_loader_shard_count(l), 2u, "the dataset should span several shards");
     struct epoch_log e;
@@ -70,11 +68,10 @@ Test(loader, one_epoch_delivers_every_sample_once_with_its_label)
 Test(loader, same_seed_same_batches_different_seed_different)
 {
     local_dataset(120, 48 << 10, -1);
-    const char *src[] = {shards};
     uint64_t d[3];
     for (int run = 0; run < 3; run++) {
         struct sf_loader_options o;
-        base_options(&o, src, 1);
+        base_options(&o, shards_src, 1);
         o.decode_threads = run == 1 ? 1 : 3; /* thread count must not matter */
         o.sampler.seed = run == 2 ? 8 : 7;
         struct sf_loader *l = open_loader(&o);
@@ -92,10 +89,8 @@ Test(loader, same_seed_same_batches_different_seed_different)
 
 Test(loader, drop_last_and_layouts)
 {
-    local_dataset(70, 64 << 10, -1);
-    const char *src[] = {shards};
     struct sf_loader_options o;
-    base_options(&o, src, 1);
+    local_options(&o, 70, 64 << 10);
     o.drop_last = 1;
     o.image.layout = SF_LAYOUT_HWC;
     struct sf_loader *l = open_loader(&o);
@@ -112,12 +107,11 @@ Test(loader, drop_last_and_layouts)
 Test(loader, ranks_split_the_epoch_without_overlap)
 {
     local_dataset(101, 24 << 10, -1);
-    const char *src[] = {shards};
     unsigned char *all = calloc(n_samples, 1);
     unsigned sizes[3];
     for (int r = 0; r < 3; r++) {
         struct sf_loader_options o;
-        base_options(&o, src, 1);
+        base_options(&o, shards_src, 1);
         o.sampler.rank = r;
         o.sampler.world_size = 3;
         struct sf_loader *l = open_loader(&o);
@@ -140,9 +134,8 @@ Test(loader, ranks_split_the_epoch_without_overlap)
 Test(loader, corrupt_jpeg_fails_naming_the_sample_or_is_skipped)
 {
     local_dataset(60, 1 << 20, 37);
-    const char *src[] = {shards};
     struct sf_loader_options o;
-    base_options(&o, src, 1);
+    base_options(&o, shards_src, 1);
     struct sf_loader *l = open_loader(&o);
     struct epoch_log e;
     sf_status st = run_epoch(l, &e, 0);
@@ -172,10 +165,8 @@ Test(loader, corrupt_jpeg_fails_naming_the_sample_or_is_skipped)
 
 Test(loader, state_restore_gives_the_same_remaining_batches)
 {
-    local_dataset(130, 32 << 10, -1);
-    const char *src[] = {shards};
     struct sf_loader_options o;
-    base_options(&o, src, 1);
+    local_options(&o, 130, 32 << 10);
     o.sampler.epoch = 3;
     struct sf_loader *l = open_loader(&o);
     struct epoch_log head, tail;
@@ -277,10 +268,8 @@ Test(loader, bad_options_are_refused_naming_them)
 
 Test(loader, a_held_batch_never_blocks_the_ring)
 {
-    local_dataset(300, 64 << 10, -1);
-    const char *src[] = {shards};
     struct sf_loader_options o;
-    base_options(&o, src, 1);
+    local_options(&o, 300, 64 << 10);
     o.prefetch_batches = 3;
     struct sf_loader *l = open_loader(&o);
     /* Keep batch 0 for the whole epoch, release every later one. */
@@ -330,10 +319,8 @@ Test(loader, a_held_batch_never_blocks_the_ring)
 
 Test(loader, set_epoch_to_the_fresh_current_epoch_keeps_the_read_ahead)
 {
-    local_dataset(200, 32 << 10, -1);
-    const char *src[] = {shards};
     struct sf_loader_options o;
-    base_options(&o, src, 1);
+    local_options(&o, 200, 32 << 10);
     struct sf_loader *l = open_loader(&o);
     struct sf_loader_stats s;
     do { /* until the read-ahead has a batch ready */
@@ -376,10 +363,8 @@ static void wait_decoded(struct sf_loader *l, uint64_t n)
 
 Test(loader, the_next_epoch_is_read_ahead_from_the_second_epoch_on)
 {
-    local_dataset(160, 32 << 10, -1);
-    const char *src[] = {shards};
     struct sf_loader_options o;
-    base_options(&o, src, 1);
+    local_options(&o, 160, 32 << 10);
     o.sampler.shuffle_buffer = 64;
     o.sampler.seed = 7;
     struct epoch_log want[4];
@@ -442,9 +427,8 @@ Test(loader, the_next_epoch_is_read_ahead_from_the_second_epoch_on)
 Test(loader, state_saved_at_the_end_of_an_epoch_restores_to_its_end)
 {
     local_dataset(40, 64 << 10, 37); /* the last sample is corrupt: 40 = 2 x 16 + 8 */
-    const char *src[] = {shards};
     struct sf_loader_options o;
-    base_options(&o, src, 1);
+    base_options(&o, shards_src, 1);
     o.on_error = SF_ON_ERROR_SKIP;
     struct sf_loader *l = open_loader(&o);
     struct epoch_log e;
@@ -511,9 +495,8 @@ static void report_of_epoch(struct sf_loader *l, unsigned step_ms, struct sf_loa
 Test(loader, report_names_decode_when_one_thread_cannot_keep_up)
 {
     local_dataset_large(96);
-    const char *src[] = {shards};
     struct sf_loader_options o;
-    base_options(&o, src, 1);
+    base_options(&o, shards_src, 1);
     o.decode_threads = 1;
     o.prefetch_batches = 8;
     o.prefetch_shards = 4;
@@ -544,10 +527,8 @@ Test(loader, report_names_decode_when_one_thread_cannot_keep_up)
 
 Test(loader, report_is_quiet_when_the_step_is_the_slower_part)
 {
-    local_dataset(160, 64 << 10, -1);
-    const char *src[] = {shards};
     struct sf_loader_options o;
-    base_options(&o, src, 1);
+    local_options(&o, 160, 64 << 10);
     o.extra_fields = NULL;
     struct sf_loader *l = open_loader(&o);
     /* The ring fills while the "model is built"; the window starts at the
@@ -621,9 +602,8 @@ Test(loader, an_index_json_count_out_of_range_fails_the_open_naming_it)
     cr_assert_eq(fputs(out, f) >= 0, 1);
     fclose(f);
 
-    const char *src[] = {shards};
     struct sf_loader_options o;
-    base_options(&o, src, 1);
+    base_options(&o, shards_src, 1);
     struct sf_loader *l = NULL;
     char err[1024] = "";
     cr_expect_eq(sf_loader_open(&o, &l, err, sizeof(err)), SF_ERR_CORRUPT, "%s", err);

@@ -28,10 +28,8 @@
 Test(loader, warm_cache_killed_at_random_moments_leaves_a_cache_that_verifies, .timeout = 240)
 {
     const char *slow[] = {"--fault", "prefix=bucket/data,bandwidth=64K", NULL};
-    mock_dataset_with(120, 48 << 10, slow);
-    const char *src[] = {"s3://bucket/data/"};
     struct sf_loader_options o;
-    s3_options(&o, src, NULL);
+    bucket_options(&o, 120, 48 << 10, slow, NULL);
     struct sf_loader *l = open_loader(&o);
     struct epoch_log fresh;
     cr_assert_eq(run_epoch(l, &fresh, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
@@ -68,7 +66,7 @@ Test(loader, warm_cache_killed_at_random_moments_leaves_a_cache_that_verifies, .
     const char *verify[] = {SF_CLI_BIN, "cache", "verify", "--cache-dir", cache_dir, NULL};
     cr_assert_eq(run_cli(verify, out, sizeof(out)), 0, "cache verify: %s", out);
 
-    s3_options(&o, src, cache_dir);
+    s3_options(&o, bucket_src, cache_dir);
     l = open_loader(&o);
     struct epoch_log after;
     cr_assert_eq(run_epoch(l, &after, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
@@ -182,10 +180,8 @@ Test(loader, missing_objects_and_missing_fields_exit_1_with_json)
 
 Test(loader, doctor_names_decode_when_one_thread_feeds_a_step_that_takes_no_time)
 {
-    local_dataset(120, 16 << 10, -1);
-    const char *src[] = {shards};
     struct sf_loader_options o;
-    base_options(&o, src, 1);
+    local_options(&o, 120, 16 << 10);
     o.decode_threads = 1;
     struct sf_doctor_result r;
     char err[1024] = "";
@@ -224,9 +220,8 @@ Test(loader, doctor_names_decode_when_one_thread_feeds_a_step_that_takes_no_time
 Test(loader, doctor_measures_what_pack_max_side_would_give)
 {
     local_dataset_large(24);
-    const char *src[] = {shards};
     struct sf_loader_options o;
-    base_options(&o, src, 1);
+    base_options(&o, shards_src, 1);
     o.decode_threads = 1;
     o.extra_fields = NULL;
     struct sf_doctor_result r;
@@ -246,10 +241,8 @@ Test(loader, doctor_measures_what_pack_max_side_would_give)
 Test(loader, doctor_names_fetch_behind_a_slow_link_unless_the_data_is_cached)
 {
     const char *slow[] = {"--fault", "prefix=bucket/data,bandwidth=32K", NULL};
-    mock_dataset_with(60, 24 << 10, slow);
-    const char *src[] = {"s3://bucket/data/"};
     struct sf_loader_options o;
-    s3_options(&o, src, NULL);
+    bucket_options(&o, 60, 24 << 10, slow, NULL);
     o.decode_threads = 1;
     struct sf_doctor_result r;
     char err[1024] = "";
@@ -309,10 +302,8 @@ Test(loader, doctor_fails_naming_a_missing_source)
 
 Test(loader, tune_writes_a_config_the_loader_takes)
 {
-    local_dataset(80, 16 << 10, -1);
-    const char *src[] = {shards};
     struct sf_loader_options o;
-    base_options(&o, src, 1);
+    local_options(&o, 80, 16 << 10);
     o.extra_fields = NULL;
     struct sf_tune_result r;
     char err[1024] = "";
@@ -370,9 +361,7 @@ Test(loader, tune_writes_a_config_the_loader_takes)
 static void slow_link_options(struct sf_loader_options *o)
 {
     static const char *const slow[] = {"--fault", "prefix=bucket/data,bandwidth=64K", NULL};
-    static const char *src[] = {"s3://bucket/data/"};
-    mock_dataset_with(60, 24 << 10, slow);
-    s3_options(o, src, NULL);
+    bucket_options(o, 60, 24 << 10, slow, NULL);
     o->extra_fields = NULL;
     o->s3.concurrency = 2;
 }

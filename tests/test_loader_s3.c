@@ -37,9 +37,8 @@ Test(loader, from_the_mock_cold_then_warm_cache_with_faults)
     snprintf(cache_dir, sizeof(cache_dir), "%s/cache", tmp);
     /* A quarter of object requests answer 500, a tenth of GET bodies are cut. */
     cr_assert_eq(admin("POST", "/_mock/faults", "p500=0.25,reset=0.1\n"), 200);
-    const char *src[] = {"s3://bucket/data/"};
     struct sf_loader_options o;
-    s3_options(&o, src, cache_dir);
+    s3_options(&o, bucket_src, cache_dir);
     struct sf_loader *l = open_loader(&o);
     struct epoch_log cold;
     cr_assert_eq(run_epoch(l, &cold, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
@@ -68,7 +67,7 @@ Test(loader, from_the_mock_cold_then_warm_cache_with_faults)
     /* RAM only: no cache directory is written. */
     char ram_cache[800];
     snprintf(ram_cache, sizeof(ram_cache), "%s/unused-cache", tmp);
-    s3_options(&o, src, NULL);
+    s3_options(&o, bucket_src, NULL);
     o.cache.dir = ram_cache;
     o.ram_only = 1;
     l = open_loader(&o);
@@ -88,10 +87,8 @@ Test(loader, from_the_mock_cold_then_warm_cache_with_faults)
 Test(loader, a_chaos_epoch_gives_the_fault_free_batches, .timeout = 240)
 {
     const char *seed[] = {"--seed", "17", NULL};
-    mock_dataset_with(160, 48 << 10, seed);
-    const char *src[] = {"s3://bucket/data/"};
     struct sf_loader_options o;
-    s3_options(&o, src, NULL);
+    bucket_options(&o, 160, 48 << 10, seed, NULL);
     o.s3.stall_timeout_ms = 300;
     struct sf_loader *l = open_loader(&o);
     struct epoch_log clean;
@@ -106,7 +103,7 @@ Test(loader, a_chaos_epoch_gives_the_fault_free_batches, .timeout = 240)
     char cache_dir[800];
     snprintf(cache_dir, sizeof(cache_dir), "%s/cache", tmp);
     for (int ram = 0; ram < 2; ram++) {
-        s3_options(&o, src, ram ? NULL : cache_dir);
+        s3_options(&o, bucket_src, ram ? NULL : cache_dir);
         o.s3.stall_timeout_ms = 300;
         o.s3.max_attempts = 20;
         l = open_loader(&o);
@@ -181,10 +178,8 @@ static void *release_on_another_thread(void *arg)
 
 Test(loader, next_wait_answers_not_ready_and_batches_release_from_any_thread)
 {
-    mock_dataset(60, 16 << 10);
-    const char *src[] = {"s3://bucket/data/"};
     struct sf_loader_options o;
-    s3_options(&o, src, NULL);
+    bucket_options(&o, 60, 16 << 10, NULL, NULL);
     o.prefetch_batches = 2; /* one batch may be held at a time */
     struct sf_loader *l = open_loader(&o);
     /* Every shard GET now takes 1.5 s: nothing can be ready within 50 ms. */
@@ -260,9 +255,8 @@ static void fails_mid_epoch(enum damage how, sf_status want_st, const char *want
 {
     mock_dataset(120, 16 << 10);
     remove_bucket_index();
-    const char *src[] = {"s3://bucket/data/"};
     struct sf_loader_options o;
-    s3_options(&o, src, NULL);
+    s3_options(&o, bucket_src, NULL);
     o.prefetch_shards = 1;
     struct sf_loader *l = open_loader(&o);
     size_t n = sf_loader_shard_count(l);
@@ -482,9 +476,8 @@ Test(loader, a_tar_without_end_blocks_is_counted_and_warned_or_refused)
     char cut[900];
     snprintf(cut, sizeof(cut), "%sshard-000001.tar", shards);
     long size = strip_end_blocks(cut);
-    const char *src[] = {shards};
     struct sf_loader_options o;
-    base_options(&o, src, 1);
+    base_options(&o, shards_src, 1);
     keep_log_in(&o);
     log_clear();
     struct sf_loader *l = open_loader(&o);

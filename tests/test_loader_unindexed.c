@@ -39,9 +39,8 @@ Test(loader, unindexed_one_rank_streams_every_sample_once_and_learns_counts)
 {
     local_dataset(130, 32 << 10, -1);
     remove_index(shards);
-    const char *src[] = {shards};
     struct sf_loader_options o;
-    base_options(&o, src, 1);
+    base_options(&o, shards_src, 1);
     struct sf_loader *l = open_loader(&o);
     cr_assert_eq(sf_loader_epoch_size_known(l), 0, "no counts: the size is an estimate");
     struct epoch_log e;
@@ -76,13 +75,12 @@ Test(loader, unindexed_ranks_deliver_the_same_number_of_batches)
 {
     local_dataset(230, 12 << 10, -1);
     remove_index(shards);
-    const char *src[] = {shards};
     for (int policy = SF_EPOCH_PAD; policy <= SF_EPOCH_DROP; policy++) {
         unsigned batches[3], real_total = 0, dropped_total = 0;
         unsigned char *seen = calloc(230, 1);
         for (int rank = 0; rank < 3; rank++) {
             struct sf_loader_options o;
-            base_options(&o, src, 1);
+            base_options(&o, shards_src, 1);
             o.sampler.rank = rank;
             o.sampler.world_size = 3;
             o.sampler.policy = (enum sf_epoch_policy)policy;
@@ -119,9 +117,8 @@ Test(loader, unindexed_state_restore_gives_the_same_remaining_batches)
 {
     local_dataset(130, 32 << 10, -1);
     remove_index(shards);
-    const char *src[] = {shards};
     struct sf_loader_options o;
-    base_options(&o, src, 1);
+    base_options(&o, shards_src, 1);
     struct sf_loader *l = open_loader(&o);
     struct epoch_log head, tail;
     cr_assert_eq(run_epoch(l, &head, 3), SF_OK);
@@ -152,9 +149,8 @@ Test(loader, the_loader_log_carries_the_clients_retries)
     const char *seed[] = {"--seed", "5", NULL};
     mock_dataset_with(40, 16 << 10, seed);
     cr_assert_eq(admin("POST", "/_mock/faults", "p503=0.3\n"), 200);
-    const char *src[] = {"s3://bucket/data/"};
     struct sf_loader_options o;
-    s3_options(&o, src, NULL);
+    s3_options(&o, bucket_src, NULL);
     o.s3.max_attempts = 30;
     cr_assert_null(o.s3.log);
     log_clear();
@@ -175,11 +171,10 @@ Test(loader, unindexed_drop_last_one_rank_delivers_only_full_batches)
 {
     local_dataset(130, 32 << 10, -1); /* 130 = 8 x 16 + 2 */
     remove_index(shards);
-    const char *src[] = {shards};
     uint64_t digest[2] = {0, 0};
     for (unsigned threads = 1; threads <= 4; threads += 3) {
         struct sf_loader_options o;
-        base_options(&o, src, 1);
+        base_options(&o, shards_src, 1);
         o.drop_last = 1;
         o.decode_threads = threads;
         struct sf_loader *l = open_loader(&o);
@@ -222,9 +217,8 @@ Test(loader, unindexed_empty_object_does_not_keep_the_next_epoch_estimated)
     local_dataset(60, 32 << 10, -1);
     remove_index(shards);
     cr_assert(test_write_file(shards, "zz-empty.tar", "", 0) == 0);
-    const char *src[] = {shards};
     struct sf_loader_options o;
-    base_options(&o, src, 1);
+    base_options(&o, shards_src, 1);
     keep_log_in(&o);
     struct sf_loader *l = open_loader(&o);
     /* (The reader may read all 60 samples before the next line: whether the
@@ -251,7 +245,6 @@ Test(loader, unindexed_ranks_with_wrong_estimates_pad_and_drop_to_equal_batches)
      * ranks' real shares differ from the estimated ones. */
     const unsigned n = 90;
     sized_dataset(n, 15, 25, 48 << 10);
-    const char *src[] = {shards};
     unsigned pads_seen = 0, drops_seen = 0;
     for (unsigned run = 0; run < 6; run++) {
         int policy = run % 2 ? SF_EPOCH_DROP : SF_EPOCH_PAD;
@@ -262,7 +255,7 @@ Test(loader, unindexed_ranks_with_wrong_estimates_pad_and_drop_to_equal_batches)
             uint64_t digest[2];
             for (unsigned t = 0; t < 2; t++) {
                 struct sf_loader_options o;
-                base_options(&o, src, 1);
+                base_options(&o, shards_src, 1);
                 o.sampler.rank = rank;
                 o.sampler.world_size = 2;
                 o.sampler.policy = (enum sf_epoch_policy)policy;
@@ -325,9 +318,8 @@ Test(loader, learned_counts_in_the_cache_dir_make_a_later_run_exact_at_open)
 {
     char cache_dir[800], store[900];
     mock_dataset_counted_in(cache_dir, store);
-    const char *src[] = {"s3://bucket/data/"};
     struct sf_loader_options o;
-    s3_options(&o, src, cache_dir);
+    s3_options(&o, bucket_src, cache_dir);
     keep_log_in(&o);
     log_clear();
     struct sf_loader *l = open_loader(&o);
@@ -390,11 +382,10 @@ Test(loader, ranks_agree_on_the_basis_when_one_could_not_save_its_counts)
      * a DDP hang. Several ranks decide on the shared store only. */
     char cache_dir[800], store[900];
     mock_dataset_counted_in(cache_dir, store);
-    const char *src[] = {"s3://bucket/data/"};
     struct sf_loader *ls[2];
     for (int rank = 0; rank < 2; rank++) {
         struct sf_loader_options o;
-        s3_options(&o, src, cache_dir);
+        s3_options(&o, bucket_src, cache_dir);
         o.sampler.rank = rank;
         o.sampler.world_size = 2;
         o.learned_counts = 1; /* always: the store is shared */
@@ -424,11 +415,10 @@ Test(loader, indexed_drop_policy_counts_the_samples_it_drops)
     /* dropped_samples counts SF_EPOCH_DROP's truncation with exact counts
      * too, not only with estimates. */
     local_dataset(230, 12 << 10, -1);
-    const char *src[] = {shards};
     unsigned real_total = 0, dropped_total = 0, batches[3];
     for (int rank = 0; rank < 3; rank++) {
         struct sf_loader_options o;
-        base_options(&o, src, 1);
+        base_options(&o, shards_src, 1);
         o.sampler.rank = rank;
         o.sampler.world_size = 3;
         o.sampler.policy = SF_EPOCH_DROP;
@@ -462,10 +452,9 @@ Test(loader, unindexed_shards_without_samples_end_the_epoch_at_once)
     cr_assert(test_write_file(tmp, "b.tar", zeros, sizeof(zeros)) == 0);
     snprintf(shards, sizeof(shards), "%s/", tmp);
     n_samples = 1;
-    const char *src[] = {shards};
     for (int drop_last = 0; drop_last <= 1; drop_last++) {
         struct sf_loader_options o;
-        base_options(&o, src, 1);
+        base_options(&o, shards_src, 1);
         o.drop_last = drop_last;
         struct sf_loader *l = open_loader(&o);
         struct epoch_log e;
@@ -482,14 +471,13 @@ Test(loader, unindexed_set_epoch_mid_epoch_starts_the_next_one_cleanly)
 {
     local_dataset(130, 32 << 10, -1);
     remove_index(shards);
-    const char *src[] = {shards};
     /* One rank (open-ended stream) and two (fixed size, pads or drops). */
     for (int world = 1; world <= 2; world++) {
         unsigned char *seen = calloc(130, 1);
         unsigned batches[2] = {0, 0};
         for (int rank = 0; rank < world; rank++) {
             struct sf_loader_options o;
-            base_options(&o, src, 1);
+            base_options(&o, shards_src, 1);
             o.sampler.rank = rank;
             o.sampler.world_size = world;
             o.learned_counts = 0; /* epoch 1 on estimates too */
@@ -522,11 +510,10 @@ Test(loader, unindexed_ranks_resume_mid_epoch_with_pads_and_drops)
 {
     const unsigned n = 90;
     sized_dataset(n, 15, 25, 48 << 10);
-    const char *src[] = {shards};
     unsigned pads = 0, drops = 0;
     for (int rank = 0; rank < 2; rank++) {
         struct sf_loader_options o;
-        base_options(&o, src, 1);
+        base_options(&o, shards_src, 1);
         o.batch_size = 8;
         o.sampler.rank = rank;
         o.sampler.world_size = 2;
@@ -659,11 +646,10 @@ Test(loader, unindexed_ranks_with_drop_last_deliver_full_batches_and_close_every
 {
     local_dataset(230, 12 << 10, -1);
     remove_index(shards);
-    const char *src[] = {shards};
     unsigned batches[2];
     for (int rank = 0; rank < 2; rank++) {
         struct sf_loader_options o;
-        base_options(&o, src, 1);
+        base_options(&o, shards_src, 1);
         o.sampler.rank = rank;
         o.sampler.world_size = 2;
         o.drop_last = 1;
@@ -712,10 +698,9 @@ Test(loader, an_epoch_the_reader_ends_during_open_stays_ended)
     static unsigned char zeros[10240];
     cr_assert(test_write_file(tmp, "a.tar", zeros, sizeof(zeros)) == 0);
     snprintf(shards, sizeof(shards), "%s/", tmp);
-    const char *src[] = {shards};
     pthread_t th[4];
     for (int i = 0; i < 4; i++)
-        cr_assert(pthread_create(&th[i], NULL, open_empty_epochs, (void *)src) == 0);
+        cr_assert(pthread_create(&th[i], NULL, open_empty_epochs, (void *)shards_src) == 0);
     for (int i = 0; i < 4; i++) {
         void *r = NULL;
         pthread_join(th[i], &r);

@@ -6,6 +6,7 @@
 #include "shardfeed.h"
 #include "shardfeed_pack.h"
 #include "shardfeed_shard.h"
+#include "support/mock_env.h"
 #include "support/mock_proc.h"
 #include "support/s3_client.h"
 
@@ -53,14 +54,10 @@ static void teardown(void)
 {
     sf_s3_destroy(s3);
     s3 = NULL;
-    if (srv.pid > 0)
-        mock_proc_stop(&srv);
     for (size_t i = 0; i < n_files; i++)
         free(files[i].data);
     n_files = 0;
-    test_rmtree(tmp);
-    free(tmp);
-    tmp = NULL;
+    mock_env_stop(&srv, &tmp);
 }
 
 TestSuite(pack, .init = setup, .fini = teardown, .timeout = 120);
@@ -982,39 +979,26 @@ static void start_mock(void)
     char b[900];
     snprintf(b, sizeof(b), "%s/bucket", root);
     cr_assert(mkdir(b, 0755) == 0);
-    cr_assert(mock_proc_start(&srv, root, NULL) == 0, "the mock server did not start");
+    mock_env_start(&srv, root, NULL);
     struct sf_s3_options so;
-    sf_s3_options_init_default(&so);
-    so.endpoint_url = srv.url;
-    so.access_key_id = "mock-access-key";
-    so.secret_access_key = "mock-secret-key";
+    mock_env_s3_options(&so, srv.url);
     so.concurrency = 4;
     so.chunk_bytes = 64 * 1024;
     so.retry_base_ms = 5;
     so.throttle_base_ms = 5;
     so.retry_cap_ms = 100;
-    char err[512] = "";
-    sf_status st = sf_s3_new(&so, &s3, err, sizeof(err));
-    cr_assert_eq(st, SF_OK, "sf_s3_new: %s", err);
+    s3 = mock_env_s3_new(&so);
 }
 
 static long admin(const char *method, const char *path_query, char **out)
 {
-    long st = mock_admin(srv.url, method, path_query, NULL, out);
-    cr_assert(st >= 0, "%s %s: no answer", method, path_query);
-    return st;
+    return mock_env_admin(&srv, method, path_query, NULL, out);
 }
 
 static double mock_count(const char *op, const char *status)
 {
-    char *body = NULL;
-    cr_assert_eq(admin("GET", "/_mock/stats", &body), 200);
-    cJSON *j = cJSON_Parse(body);
-    free(body);
-    cr_assert(j);
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, op ? "operations" : "status");
-    x = cJSON_GetObjectItemCaseSensitive(x, op ? op : status);
-    double n = cJSON_IsNumber(x) ? x->valuedouble : 0;
+    cJSON *j = mock_env_stats(&srv);
+    double n = mock_env_jnum(j, op ? "operations" : "status", op ? op : status, NULL, NULL);
     cJSON_Delete(j);
     return n;
 }

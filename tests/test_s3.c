@@ -3,6 +3,7 @@
  * server: every test starts its own server on a free port with a
  * fresh root and stops it; the mock's statistics count the requests. */
 #include "shardfeed.h"
+#include "support/mock_env.h"
 #include "support/mock_proc.h"
 #include "support/s3_client.h"
 
@@ -26,61 +27,34 @@ static struct sf_s3 *s3;
 
 static void make_root(void)
 {
-    tmp = test_tmpdir();
-    cr_assert(tmp);
-    test_isolate_aws_env(tmp);
-    snprintf(root, sizeof(root), "%s/root", tmp);
-    cr_assert(mkdir(root, 0755) == 0);
-    char path[700];
-    snprintf(path, sizeof(path), "%s/bucket", root);
-    cr_assert(mkdir(path, 0755) == 0);
+    tmp = mock_env_root(root, sizeof(root));
 }
 
 static void start_mock(const char *const *extra)
 {
     make_root();
-    cr_assert(mock_proc_start(&srv, root, extra) == 0, "the mock server did not start");
+    mock_env_start(&srv, root, extra);
 }
 
 static void teardown(void)
 {
     sf_s3_destroy(s3);
     s3 = NULL;
-    if (srv.pid > 0)
-        mock_proc_stop(&srv);
-    test_rmtree(tmp);
-    free(tmp);
-    tmp = NULL;
+    mock_env_stop(&srv, &tmp);
 }
 
 TestSuite(s3, .fini = teardown, .timeout = 60);
 
 /* ------------------------------------------------------------ mock admin */
 
-/* One unsigned request to the mock's admin endpoints; the body into *out. */
-static long admin(const char *method, const char *path_query, char **out)
-{
-    long st = mock_admin(srv.url, method, path_query, NULL, out);
-    cr_assert(st >= 0, "%s %s: no answer", method, path_query);
-    return st;
-}
-
 static cJSON *mock_stats(void)
 {
-    char *body = NULL;
-    cr_assert_eq(admin("GET", "/_mock/stats", &body), 200);
-    cJSON *j = cJSON_Parse(body);
-    free(body);
-    cr_assert(j);
-    return j;
+    return mock_env_stats(&srv);
 }
 
 static double jnum(const cJSON *j, const char *a, const char *b, const char *c)
 {
-    const char *path[] = {a, b, c};
-    for (size_t i = 0; i < 3 && path[i] && j; i++)
-        j = cJSON_GetObjectItemCaseSensitive(j, path[i]);
-    return j && cJSON_IsNumber(j) ? j->valuedouble : 0;
+    return mock_env_jnum(j, a, b, c, NULL);
 }
 
 static double mock_requests(void)
@@ -120,10 +94,7 @@ static void put_small(const char *key, size_t n)
 
 static void opts_init(struct sf_s3_options *o)
 {
-    sf_s3_options_init_default(o);
-    o->endpoint_url = srv.url;
-    o->access_key_id = "mock-access-key";
-    o->secret_access_key = "mock-secret-key";
+    mock_env_s3_options(o, srv.url);
     o->concurrency = 4;
     o->chunk_bytes = 256 * 1024;
     o->retry_base_ms = 5;
@@ -134,9 +105,7 @@ static void opts_init(struct sf_s3_options *o)
 
 static void client(const struct sf_s3_options *o)
 {
-    char err[512] = "";
-    sf_status st = sf_s3_new(o, &s3, err, sizeof(err));
-    cr_assert_eq(st, SF_OK, "sf_s3_new: %s: %s", sf_status_name(st), err);
+    s3 = mock_env_s3_new(o);
 }
 
 static void default_client(void)
