@@ -104,12 +104,9 @@ static void clean_env(void)
 
 static void setup(void)
 {
-    tmp = test_tmpdir();
+    tmp = test_tmpdir_with_root(&root);
     cr_assert(tmp);
     char path[700];
-    snprintf(path, sizeof(path), "%s/root", tmp);
-    root = strdup(path);
-    cr_assert(mkdir(root, 0755) == 0);
     snprintf(path, sizeof(path), "%s/home", tmp);
     cr_assert(mkdir(path, 0755) == 0);
     clean_env();
