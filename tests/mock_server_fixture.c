@@ -1,5 +1,6 @@
 /* The mock_server suites' fixture (mock_server_fixture.h). */
 #include "mock_server_fixture.h"
+#include "support/mock_env.h"
 #include "s3/sigv4.h"
 #include "support/mock_proc.h"
 #include "support/s3_client.h"
@@ -65,12 +66,9 @@ void mock_server_setup(void)
 
 void mock_server_teardown(void)
 {
-    if (srv.pid > 0)
-        mock_proc_stop(&srv);
-    test_rmtree(tmp);
-    free(tmp);
+    mock_env_stop(&srv, &tmp);
     free(root);
-    tmp = root = NULL;
+    root = NULL;
 }
 
 long call(const char *method, const char *target, const char *const *headers, struct s3_resp *r)

@@ -5,6 +5,7 @@
 
 #include "s3/credentials.h"
 #include "shardfeed.h"
+#include "support/mock_env.h"
 #include "support/mock_proc.h"
 #include "support/test_cert.h"
 
@@ -120,12 +121,9 @@ static void setup(void)
 
 static void teardown(void)
 {
-    if (srv.pid > 0)
-        mock_proc_stop(&srv);
-    test_rmtree(tmp);
-    free(tmp);
+    mock_env_stop(&srv, &tmp);
     free(root);
-    tmp = root = NULL;
+    root = NULL;
 }
 
 TestSuite(credentials, .init = setup, .fini = teardown, .timeout = 60);
