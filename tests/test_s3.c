@@ -67,18 +67,6 @@ static double mock_requests(void)
 
 /* ------------------------------------------------------------ data and client */
 
-static void md5_etag(const void *p, size_t n, char out[35])
-{
-    unsigned char d[16];
-    unsigned int len = 16;
-    cr_assert(EVP_Digest(p, n, d, &len, EVP_md5(), NULL) == 1);
-    out[0] = '"';
-    for (int i = 0; i < 16; i++)
-        snprintf(out + 1 + 2 * i, 3, "%02x", d[i]);
-    out[33] = '"';
-    out[34] = '\0';
-}
-
 /* Writes root/bucket/key with n pseudo-random bytes; returns them (malloc'd). */
 static unsigned char *put_object(const char *key, size_t n, unsigned seed)
 {
@@ -147,7 +135,7 @@ Test(s3, stat_gives_size_etag_and_mtime)
     size_t n = 123457;
     unsigned char *data = put_object("st/obj.bin", n, 1);
     char etag[35];
-    md5_etag(data, n, etag);
+    mock_env_etag(data, n, etag);
     struct sf_object_info info;
     sf_status st = sf_s3_stat(s3, "s3://bucket/st/obj.bin", &info);
     cr_assert_eq(st, SF_OK, "%s: %s", sf_status_name(st), errmsg());
@@ -453,7 +441,7 @@ Test(s3, expand_a_prefix_fills_size_and_etag)
     char etags[3][35];
     for (size_t i = 0; i < 3; i++) {
         unsigned char *d = put_object(keys[i], sizes[i], 100 + (unsigned)i);
-        md5_etag(d, sizes[i], etags[i]);
+        mock_env_etag(d, sizes[i], etags[i]);
         free(d);
     }
     put_small("dsx/not-me.tar", 1);
@@ -546,7 +534,7 @@ static void put_shards(const char *prefix, int count, const int *skip, char (*et
         snprintf(key, sizeof(key), "%s%03d.tar", prefix, i);
         unsigned char *d = put_object(key, 100 + (size_t)i, (unsigned)i);
         if (etags)
-            md5_etag(d, 100 + (size_t)i, etags[i]);
+            mock_env_etag(d, 100 + (size_t)i, etags[i]);
         free(d);
     }
 }

@@ -3,6 +3,7 @@
 #include "support/s3_client.h"
 
 #include <criterion/criterion.h>
+#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -78,4 +79,16 @@ struct sf_s3 *mock_env_s3_new(const struct sf_s3_options *o)
     sf_status st = sf_s3_new(o, &s3, err, sizeof(err));
     cr_assert_eq(st, SF_OK, "sf_s3_new: %s: %s", sf_status_name(st), err);
     return s3;
+}
+
+void mock_env_etag(const void *data, size_t n, char out[35])
+{
+    unsigned char d[16];
+    unsigned int len = 16;
+    cr_assert(EVP_Digest(data, n, d, &len, EVP_md5(), NULL) == 1);
+    out[0] = '"';
+    for (int i = 0; i < 16; i++)
+        snprintf(out + 1 + 2 * i, 3, "%02x", d[i]);
+    out[33] = '"';
+    out[34] = '\0';
 }

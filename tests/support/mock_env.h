@@ -28,6 +28,8 @@ cJSON *mock_env_stats(const struct mock_proc *srv);
 double mock_env_jnum(const cJSON *j, const char *a, const char *b, const char *c, const char *d);
 /* Defaults, with the mock's endpoint and key pair. */
 void mock_env_s3_options(struct sf_s3_options *o, const char *endpoint_url);
+/* The mock's ETag of data: the quoted hex MD5 (35 bytes with the NUL). */
+void mock_env_etag(const void *data, size_t n, char out[35]);
 /* sf_s3_new. */
 struct sf_s3 *mock_env_s3_new(const struct sf_s3_options *o);
 
