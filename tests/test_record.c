@@ -6,6 +6,7 @@
 #include "shardfeed_shard.h"
 #include "src/record.h"
 #include "support/bytes.h"
+#include "support/shard_parse.h"
 
 #include <signal.h>
 #include <stdint.h>
@@ -150,85 +151,13 @@ static unsigned char *write_mem(const struct corpus *c, int zstd_level, size_t *
 
 /* ------------------------------------------------------------ parsing */
 
-enum feed_mode { FEED_ALL, FEED_RANDOM, FEED_RANDOM_LATE };
-
-struct parse_result {
-    sf_status st;
-    unsigned long long err_offset;
-    char err[512];
-    struct bytes ser;
-    size_t samples, owned;
-    struct sf_shard_stats stats;
-    enum sf_shard_format format;
-};
+static const struct feed_style sfr_style = {"test.sfr", 3000, 3};
 
 static void parse_with(const unsigned char *buf, size_t len,
                        const struct sf_shard_reader_options *o, enum feed_mode mode, uint64_t seed,
                        struct parse_result *res)
 {
-    memset(res, 0, sizeof *res);
-    struct sf_shard_reader_options d;
-    sf_shard_reader_options_init_default(&d);
-    if (!o) {
-        d.name = "test.sfr";
-        o = &d;
-    }
-    struct sf_shard_reader *r;
-    char err[256];
-    cr_assert_eq(sf_shard_reader_new(o, &r, err, sizeof err), SF_OK, "%s", err);
-    size_t fed = 0;
-    int fed_once = 0;
-    for (unsigned long iter = 0;; iter++) {
-        cr_assert(iter < 10000000ul, "reader does not terminate");
-        struct sf_sample s;
-        enum sf_shard_event ev;
-        sf_status st = sf_shard_reader_next(r, &s, &ev);
-        if (st != SF_OK) {
-            res->st = st;
-            res->err_offset = sf_shard_reader_error_offset(r);
-            snprintf(res->err, sizeof res->err, "%s", sf_shard_reader_errmsg(r));
-            cr_assert(res->err[0] != '\0');
-            cr_assert_eq(sf_shard_reader_next(r, &s, &ev), st, "errors are sticky");
-            break;
-        }
-        if (ev == SF_SHARD_SAMPLE) {
-            cr_assert_eq(s.index, res->samples);
-            cr_assert(s.offset < s.end && s.end <= fed);
-            for (size_t i = 0; i < s.field_count; i++) {
-                cr_assert_not_null(s.fields[i].data);
-                if (!s.reader_owned)
-                    cr_assert_eq((const unsigned char *)s.fields[i].data, buf + s.fields[i].offset,
-                                 "not a pointer into the shard");
-                else
-                    cr_assert_eq(s.fields[i].offset, s.offset);
-            }
-            res->owned += s.reader_owned != 0;
-            serialize_sample(&res->ser, &s);
-            res->samples++;
-            continue;
-        }
-        if (ev == SF_SHARD_END)
-            break;
-        cr_assert(!fed_once || fed < len, "NEED_MORE with the whole shard fed");
-        if (fed_once)
-            cr_assert(sf_shard_reader_wanted(r) > fed);
-        size_t step = len - fed;
-        if (mode != FEED_ALL) {
-            step = 1 + (size_t)(rng_next(&seed) % 3000);
-            if (rng_next(&seed) % 3 == 0 && sf_shard_reader_wanted(r) > fed)
-                step = (size_t)(sf_shard_reader_wanted(r) - fed);
-            if (step > len - fed)
-                step = len - fed;
-        }
-        fed += step;
-        fed_once = 1;
-        unsigned long long total =
-            mode == FEED_RANDOM_LATE && fed < len ? SF_SIZE_UNKNOWN : (unsigned long long)len;
-        cr_assert_eq(sf_shard_reader_feed(r, buf, fed, total), SF_OK);
-    }
-    sf_shard_reader_stats(r, &res->stats);
-    res->format = sf_shard_reader_format(r);
-    sf_shard_reader_destroy(r);
+    parse_shard(&sfr_style, buf, len, o, mode, seed, 0, res);
 }
 
 static void parse(const unsigned char *buf, size_t len, struct parse_result *res)
@@ -250,17 +179,7 @@ static void expect_corpus(const struct parse_result *r, const struct corpus *c)
 static void expect_error(const unsigned char *buf, size_t len, sf_status want,
                          unsigned long long want_offset, const char *frag)
 {
-    struct parse_result r;
-    parse(buf, len, &r);
-    cr_expect_eq(r.st, want, "status %d (%s), want %d", (int)r.st, r.err, (int)want);
-    cr_expect_eq(r.err_offset, want_offset, "offset %llu, want %llu (%s)", r.err_offset,
-                 want_offset, r.err);
-    char off[64];
-    snprintf(off, sizeof off, "test.sfr: offset %llu: ", want_offset);
-    cr_expect(strstr(r.err, off) == r.err, "message lacks '%s': %s", off, r.err);
-    if (frag)
-        cr_expect(strstr(r.err, frag) != NULL, "message lacks '%s': %s", frag, r.err);
-    bytes_free(&r.ser);
+    expect_shard_error(&sfr_style, buf, len, want, want_offset, frag, 1);
 }
 
 /* Offset of record i, from the index. */
