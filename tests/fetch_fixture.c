@@ -51,9 +51,7 @@ void start_mock_tls(void)
 
 void fetch_teardown(void)
 {
-    sf_s3_destroy(s3);
-    s3 = NULL;
-    mock_env_stop(&srv, &tmp);
+    mock_env_stop(&srv, &tmp, &s3);
 }
 
 /* ------------------------------------------------------------ admin requests */
@@ -159,8 +157,7 @@ void unsigned_client(void)
 {
     struct sf_s3_options o;
     opts_init(&o);
-    o.access_key_id = o.secret_access_key = NULL;
-    o.no_sign_request = 1;
+    mock_env_s3_unsigned(&o);
     client(&o);
 }
 

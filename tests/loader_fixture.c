@@ -3,6 +3,7 @@
 
 #include "support/mock_env.h"
 #include "support/mock_proc.h"
+#include "support/spawn.h"
 #include "support/s3_client.h"
 
 #include <criterion/criterion.h>
@@ -24,7 +25,7 @@ unsigned n_samples;
 
 void loader_teardown(void)
 {
-    mock_env_stop(&srv, &tmp);
+    mock_env_stop(&srv, &tmp, NULL);
 }
 
 void loader_tmpdir(void)
@@ -378,18 +379,9 @@ int run_cli_err(const char *const *args, char *out, size_t out_len, char *err, s
     char path[900], epath[900];
     snprintf(path, sizeof(path), "%s/cli.out", tmp);
     snprintf(epath, sizeof(epath), "%s/cli.err", tmp);
-    pid_t pid = fork();
-    cr_assert(pid >= 0);
-    if (pid == 0) {
-        /* run_cli runs without a tmp too (then out stays empty) */
-        FILE *f = freopen(path, "w", stdout);
-        if (err && (!f || !freopen(epath, "w", stderr)))
-            _exit(126);
-        execv(SF_CLI_BIN, (char *const *)args);
-        _exit(127);
-    }
-    int status;
-    waitpid(pid, &status, 0);
+    /* run_cli runs without a tmp too (then out stays empty) */
+    int rc = test_run(args, tmp ? path : NULL, err ? epath : NULL);
+    cr_assert(rc >= 0, "%s did not run", args[0]);
     const char *paths[2] = {path, epath};
     char *bufs[2] = {out, err};
     size_t lens[2] = {out_len, err_len};
@@ -400,5 +392,5 @@ int run_cli_err(const char *const *args, char *out, size_t out_len, char *err, s
         if (f)
             fclose(f);
     }
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return rc;
 }

@@ -66,7 +66,7 @@ void mock_server_setup(void)
 
 void mock_server_teardown(void)
 {
-    mock_env_stop(&srv, &tmp);
+    mock_env_stop(&srv, &tmp, NULL);
     free(root);
     root = NULL;
 }

@@ -41,12 +41,10 @@ void pack_setup(void)
 
 void pack_teardown(void)
 {
-    sf_s3_destroy(s3);
-    s3 = NULL;
     for (size_t i = 0; i < n_files; i++)
         free(files[i].data);
     n_files = 0;
-    mock_env_stop(&srv, &tmp);
+    mock_env_stop(&srv, &tmp, &s3);
 }
 
 /* ------------------------------------------------------------ source trees */

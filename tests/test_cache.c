@@ -6,6 +6,7 @@
 #include "support/mock_env.h"
 #include "support/mock_proc.h"
 #include "support/s3_client.h"
+#include "support/spawn.h"
 
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
@@ -46,9 +47,7 @@ static void teardown(void)
 {
     sf_cache_destroy(cache);
     cache = NULL;
-    sf_s3_destroy(s3);
-    s3 = NULL;
-    mock_env_stop(&srv, &tmp);
+    mock_env_stop(&srv, &tmp, &s3);
 }
 
 TestSuite(cache, .fini = teardown, .timeout = 120);
@@ -232,33 +231,25 @@ static void only_entry(char *out, size_t n)
  * stdout and stderr into files under tmp; returns the exit status. */
 static pid_t cli_spawn(const char *const *args, const char *tag)
 {
-    pid_t pid = fork();
+    char out[800], err[800];
+    snprintf(out, sizeof(out), "%s/%s.out", tmp, tag);
+    snprintf(err, sizeof(err), "%s/%s.err", tmp, tag);
+    const char *argv[32];
+    int n = 0;
+    argv[n++] = SF_CLI_BIN;
+    for (int i = 0; args[i] && n < 31; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    pid_t pid = test_spawn(argv, out, err);
     cr_assert(pid >= 0);
-    if (pid == 0) {
-        char out[800], err[800];
-        snprintf(out, sizeof(out), "%s/%s.out", tmp, tag);
-        snprintf(err, sizeof(err), "%s/%s.err", tmp, tag);
-        int fo = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        int fe = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        dup2(fo, 1);
-        dup2(fe, 2);
-        const char *argv[32];
-        int n = 0;
-        argv[n++] = SF_CLI_BIN;
-        for (int i = 0; args[i] && n < 31; i++)
-            argv[n++] = args[i];
-        argv[n] = NULL;
-        execv(SF_CLI_BIN, (char *const *)argv);
-        _exit(127);
-    }
     return pid;
 }
 
 static int cli_wait(pid_t pid)
 {
-    int status;
-    cr_assert(waitpid(pid, &status, 0) == pid);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    int rc = test_wait(pid);
+    cr_assert(rc >= 0);
+    return rc;
 }
 
 static int cli_run(const char *const *args, const char *tag)

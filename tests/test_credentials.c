@@ -121,7 +121,7 @@ static void setup(void)
 
 static void teardown(void)
 {
-    mock_env_stop(&srv, &tmp);
+    mock_env_stop(&srv, &tmp, NULL);
     free(root);
     root = NULL;
 }

@@ -7,6 +7,7 @@
 #include "support/mock_env.h"
 #include "support/mock_proc.h"
 #include "support/s3_client.h"
+#include "support/spawn.h"
 
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
@@ -509,12 +510,10 @@ static int silent_fd = -1;
 
 static void net_fini(void)
 {
-    sf_s3_destroy(s3);
-    s3 = NULL;
     if (silent_fd >= 0)
         close(silent_fd);
     silent_fd = -1;
-    mock_env_stop(&srv, &tmp);
+    mock_env_stop(&srv, &tmp, &s3);
 }
 
 TestSuite(fetch_policy_net, .fini = net_fini, .timeout = 60);
@@ -642,21 +641,12 @@ Test(fetch_policy_net, cli_get_from_a_silent_server_exits_1_naming_the_endpoint)
     snprintf(out, sizeof(out), "%s/k.bin", tmp);
     setenv("AWS_ACCESS_KEY_ID", "mock-access-key", 1);
     setenv("AWS_SECRET_ACCESS_KEY", "mock-secret-key", 1);
-    pid_t pid = fork();
-    cr_assert(pid >= 0);
-    if (pid == 0) {
-        int fe = open(errpath, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        if (fe < 0 || dup2(fe, 2) < 0)
-            _exit(126);
-        execl(SF_CLI_BIN, SF_CLI_BIN, "get", "--endpoint-url", endpoint, "--first-byte-timeout-ms",
-              "1000", "--request-timeout-ms", "2500", "s3://bucket/k.bin", "-o", out,
-              (char *)NULL);
-        _exit(127);
-    }
-    int status;
-    cr_assert(waitpid(pid, &status, 0) == pid);
-    cr_assert(WIFEXITED(status));
-    cr_expect_eq(WEXITSTATUS(status), 1);
+    const char *argv[] = {SF_CLI_BIN, "get", "--endpoint-url", endpoint, "--first-byte-timeout-ms",
+                          "1000", "--request-timeout-ms", "2500", "s3://bucket/k.bin", "-o", out,
+                          NULL};
+    int rc = test_run(argv, NULL, errpath);
+    cr_assert(rc >= 0 && rc < 128, "status %d", rc);
+    cr_expect_eq(rc, 1);
     char msg[4096] = "";
     FILE *fp = fopen(errpath, "rb");
     cr_assert(fp);

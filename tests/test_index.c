@@ -39,9 +39,7 @@ static void setup(void)
 
 static void teardown(void)
 {
-    sf_s3_destroy(s3);
-    s3 = NULL;
-    mock_env_stop(&srv, &tmp);
+    mock_env_stop(&srv, &tmp, &s3);
     memset(&srv, 0, sizeof(srv));
 }
 

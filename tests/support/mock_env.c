@@ -26,8 +26,12 @@ void mock_env_start(struct mock_proc *srv, const char *root, const char *const *
     cr_assert(mock_proc_start(srv, root, extra) == 0, "the mock server did not start");
 }
 
-void mock_env_stop(struct mock_proc *srv, char **tmp)
+void mock_env_stop(struct mock_proc *srv, char **tmp, struct sf_s3 **s3)
 {
+    if (s3) {
+        sf_s3_destroy(*s3);
+        *s3 = NULL;
+    }
     if (srv->pid > 0)
         mock_proc_stop(srv);
     srv->pid = 0;
@@ -70,6 +74,12 @@ void mock_env_s3_options(struct sf_s3_options *o, const char *endpoint_url)
     o->endpoint_url = endpoint_url;
     o->access_key_id = "mock-access-key";
     o->secret_access_key = "mock-secret-key";
+}
+
+void mock_env_s3_unsigned(struct sf_s3_options *o)
+{
+    o->access_key_id = o->secret_access_key = NULL;
+    o->no_sign_request = 1;
 }
 
 struct sf_s3 *mock_env_s3_new(const struct sf_s3_options *o)

@@ -17,8 +17,9 @@ char *mock_env_root(char *root, size_t root_len);
 /* Starts the mock on root with the extra arguments (NULL-terminated, may be
  * NULL). */
 void mock_env_start(struct mock_proc *srv, const char *root, const char *const *extra);
-/* Stops *srv when it runs and removes *tmp; both may be unset. */
-void mock_env_stop(struct mock_proc *srv, char **tmp);
+/* Destroys *s3 (s3 may be NULL), stops *srv when it runs and removes *tmp;
+ * each may be unset. */
+void mock_env_stop(struct mock_proc *srv, char **tmp, struct sf_s3 **s3);
 /* mock_admin against srv; the HTTP status. */
 long mock_env_admin(const struct mock_proc *srv, const char *method, const char *path_query,
                     const char *body, char **out);
@@ -30,6 +31,8 @@ double mock_env_jnum(const cJSON *j, const char *a, const char *b, const char *c
 void mock_env_s3_options(struct sf_s3_options *o, const char *endpoint_url);
 /* The mock's ETag of data: the quoted hex MD5 (35 bytes with the NUL). */
 void mock_env_etag(const void *data, size_t n, char out[35]);
+/* Takes the keys out of o: requests go unsigned. */
+void mock_env_s3_unsigned(struct sf_s3_options *o);
 /* sf_s3_new. */
 struct sf_s3 *mock_env_s3_new(const struct sf_s3_options *o);
 
