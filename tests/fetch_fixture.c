@@ -107,21 +107,14 @@ void sha256(const void *p, size_t n, unsigned char out[32])
 
 unsigned char *put_object(const char *key, size_t n, unsigned seed)
 {
-    unsigned char *data = test_put_object(root, "bucket", key, n, seed);
-    cr_assert(data, "bucket/%s", key);
-    return data;
+    return mock_env_put(root, key, n, seed);
 }
 
 /* ------------------------------------------------------------ client */
 
 void opts_init(struct sf_s3_options *o)
 {
-    mock_env_s3_options(o, base);
-    o->concurrency = 4;
-    o->chunk_bytes = 1 * MiB;
-    o->retry_base_ms = 5;
-    o->throttle_base_ms = 5;
-    o->retry_cap_ms = 200;
+    mock_env_s3_fast(o, base, 4, 1 * MiB);
     o->stall_timeout_ms = 1000;
     o->connect_timeout_ms = 5000;
 }

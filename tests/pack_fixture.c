@@ -369,11 +369,7 @@ void start_mock(void)
     setenv("AWS_ACCESS_KEY_ID", "mock-access-key", 1);
     setenv("AWS_SECRET_ACCESS_KEY", "mock-secret-key", 1);
     struct sf_s3_options so;
-    mock_env_s3_options(&so, srv.url);
-    so.concurrency = 4;
-    so.chunk_bytes = 64 * 1024;
-    so.retry_base_ms = 5;
-    so.throttle_base_ms = 5;
+    mock_env_s3_fast(&so, srv.url, 4, 64 * 1024);
     so.retry_cap_ms = 100;
     s3 = mock_env_s3_new(&so);
 }

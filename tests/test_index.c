@@ -98,11 +98,7 @@ static void start_mock(const char *const *extra)
     snprintf(root, sizeof(root), "%s/root", tmp);
     mock_env_start(&srv, root, extra);
     struct sf_s3_options so;
-    mock_env_s3_options(&so, srv.url);
-    so.concurrency = 8;
-    so.chunk_bytes = 1 << 20;
-    so.retry_base_ms = 5;
-    so.throttle_base_ms = 5;
+    mock_env_s3_fast(&so, srv.url, 8, 1 << 20);
     so.retry_cap_ms = 100;
     so.retry_quota = 100000;
     so.max_attempts = 20;

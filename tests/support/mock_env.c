@@ -42,6 +42,13 @@ void mock_env_stop(struct mock_proc *srv, char **tmp, struct sf_s3 **s3)
     }
 }
 
+unsigned char *mock_env_put(const char *root, const char *key, size_t n, unsigned seed)
+{
+    unsigned char *data = test_put_object(root, "bucket", key, n, seed);
+    cr_assert(data, "bucket/%s", key);
+    return data;
+}
+
 long mock_env_admin(const struct mock_proc *srv, const char *method, const char *path_query,
                     const char *body, char **out)
 {
@@ -74,6 +81,17 @@ void mock_env_s3_options(struct sf_s3_options *o, const char *endpoint_url)
     o->endpoint_url = endpoint_url;
     o->access_key_id = "mock-access-key";
     o->secret_access_key = "mock-secret-key";
+}
+
+void mock_env_s3_fast(struct sf_s3_options *o, const char *endpoint_url, unsigned concurrency,
+                      unsigned long long chunk_bytes)
+{
+    mock_env_s3_options(o, endpoint_url);
+    o->concurrency = concurrency;
+    o->chunk_bytes = chunk_bytes;
+    o->retry_base_ms = 5;
+    o->throttle_base_ms = 5;
+    o->retry_cap_ms = 200;
 }
 
 void mock_env_s3_unsigned(struct sf_s3_options *o)

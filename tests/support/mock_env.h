@@ -20,6 +20,8 @@ void mock_env_start(struct mock_proc *srv, const char *root, const char *const *
 /* Destroys *s3 (s3 may be NULL), stops *srv when it runs and removes *tmp;
  * each may be unset. */
 void mock_env_stop(struct mock_proc *srv, char **tmp, struct sf_s3 **s3);
+/* test_put_object of root/bucket/key, n bytes of seed: the bytes (malloc'd). */
+unsigned char *mock_env_put(const char *root, const char *key, size_t n, unsigned seed);
 /* mock_admin against srv; the HTTP status. */
 long mock_env_admin(const struct mock_proc *srv, const char *method, const char *path_query,
                     const char *body, char **out);
@@ -31,6 +33,10 @@ double mock_env_jnum(const cJSON *j, const char *a, const char *b, const char *c
 void mock_env_s3_options(struct sf_s3_options *o, const char *endpoint_url);
 /* The mock's ETag of data: the quoted hex MD5 (35 bytes with the NUL). */
 void mock_env_etag(const void *data, size_t n, char out[35]);
+/* mock_env_s3_options with concurrency connections, chunk-byte ranges and
+ * fast retries (5 ms bases, a 200 ms cap). */
+void mock_env_s3_fast(struct sf_s3_options *o, const char *endpoint_url, unsigned concurrency,
+                      unsigned long long chunk_bytes);
 /* Takes the keys out of o: requests go unsigned. */
 void mock_env_s3_unsigned(struct sf_s3_options *o);
 /* sf_s3_new. */
