@@ -97,3 +97,9 @@ void uneven_counts(uint64_t *c)
         c[i] = 1 + (i * 7919) % 13;
     c[17] = 0;
 }
+
+void same_counts(uint64_t *c, size_t n, uint64_t v)
+{
+    for (size_t i = 0; i < n; i++)
+        c[i] = v;
+}

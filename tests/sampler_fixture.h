@@ -42,5 +42,7 @@ uint64_t hash_run(const struct run *r);
 /* Uneven shards: 1..13 samples, one empty shard. */
 #define N_UNEVEN 41
 void uneven_counts(uint64_t *c);
+/* n shards of v samples each. */
+void same_counts(uint64_t *c, size_t n, uint64_t v);
 
 #endif

@@ -574,8 +574,7 @@ Test(sampler, set_epoch_equals_a_fresh_sampler)
 Test(sampler, buffer_moves_samples_far_from_read_order)
 {
     uint64_t counts[20];
-    for (int i = 0; i < 20; i++)
-        counts[i] = 100;
+    same_counts(counts, 20, 100);
     struct sf_sampler_options o = opts((struct cfg){.seed = 11, .buffer = 64});
     struct run r = run_of(&o, counts, 20);
     cr_assert_eq(r.n, 2000);
@@ -644,8 +643,7 @@ Test(sampler, buffer_bound_is_exact_with_full_initial_fill)
 Test(sampler, partial_initial_fill_starts_sooner_and_grows_to_the_buffer)
 {
     uint64_t counts[10];
-    for (int i = 0; i < 10; i++)
-        counts[i] = 50;
+    same_counts(counts, 10, 50);
     struct sf_sampler_options o = opts((struct cfg){.seed = 8, .buffer = 40, .fill = 5});
     struct run r = run_of(&o, counts, 10);
     cr_assert_eq(r.n, 500);

@@ -61,6 +61,50 @@ static uint64_t *whole_stream(const struct sf_sampler_options *o, const uint64_t
     return all;
 }
 
+/* Takes cut items from s, feeding step more samples whenever it waits: up
+ * to length, told final when reached (may_end), or never reaching it.
+ * Returns the samples fed. */
+static uint64_t take_fed(struct sf_sampler *s, uint64_t cut, uint64_t step, uint64_t length,
+                         int may_end)
+{
+    uint64_t fed = 0;
+    for (uint64_t got = 0; got < cut;) {
+        struct sf_sample_ref it;
+        int r = sf_sampler_next(s, &it);
+        if (r == SF_SAMPLER_WAIT) {
+            if (may_end) {
+                fed = fed + step < length ? fed + step : length;
+            } else {
+                fed += step;
+                cr_assert_lt(fed, length);
+            }
+            cr_assert_eq(sf_sampler_feed(s, fed, fed == length), SF_OK);
+            continue;
+        }
+        cr_assert_eq(r, 1);
+        got++;
+    }
+    return fed;
+}
+
+/* A fresh sampler restored from st (saved after cut items, fed samples
+ * fed) delivers exactly all[cut..length). */
+static void expect_rest(const struct sf_sampler_options *o, const uint64_t *est,
+                        const unsigned char *st, uint64_t length, uint64_t fed, const uint64_t *all,
+                        uint64_t cut)
+{
+    struct sf_sampler *b = make(o, est, 2);
+    cr_assert_eq(sf_sampler_state_restore(b, st, SF_SAMPLER_STATE_BYTES), SF_OK, "%s",
+                 sf_sampler_errmsg(b));
+    size_t m = 0;
+    uint64_t *rest = drain_fed(b, length, 3, fed, &m);
+    cr_assert_eq(m, length - cut, "cut %llu", (unsigned long long)cut);
+    for (size_t i = 0; i < m; i++)
+        cr_assert_eq(rest[i], all[cut + i], "cut %llu item %zu", (unsigned long long)cut, i);
+    free(rest);
+    sf_sampler_destroy(b);
+}
+
 Test(sampler, estimated_one_stream_waits_for_reads_and_matches_exact_order)
 {
     clear_dist_env();
@@ -154,32 +198,12 @@ Test(sampler, estimated_resume_before_and_after_the_length_is_known)
      * the point where the stream must have been read to its end. */
     for (uint64_t cut = 0; cut <= length; cut++) {
         struct sf_sampler *s = make(&o, est, 2);
-        uint64_t fed = 0;
-        for (uint64_t got = 0; got < cut;) {
-            struct sf_sample_ref it;
-            int r = sf_sampler_next(s, &it);
-            if (r == SF_SAMPLER_WAIT) {
-                fed = fed + 5 < length ? fed + 5 : length;
-                cr_assert_eq(sf_sampler_feed(s, fed, fed == length), SF_OK);
-                continue;
-            }
-            cr_assert_eq(r, 1);
-            got++;
-        }
+        uint64_t fed = take_fed(s, cut, 5, length, 1);
         unsigned char st[SF_SAMPLER_STATE_BYTES];
         cr_assert_eq(sf_sampler_state_save(s, st, sizeof st), SF_OK);
         cr_assert_eq(st[8], 2, "estimated samplers write state version 2");
         sf_sampler_destroy(s);
-        struct sf_sampler *b = make(&o, est, 2);
-        cr_assert_eq(sf_sampler_state_restore(b, st, sizeof st), SF_OK, "%s",
-                     sf_sampler_errmsg(b));
-        size_t m = 0;
-        uint64_t *rest = drain_fed(b, length, 3, fed, &m);
-        cr_assert_eq(m, length - cut, "cut %llu", (unsigned long long)cut);
-        for (size_t i = 0; i < m; i++)
-            cr_assert_eq(rest[i], all[cut + i], "cut %llu item %zu", (unsigned long long)cut, i);
-        free(rest);
-        sf_sampler_destroy(b);
+        expect_rest(&o, est, st, length, fed, all, cut);
     }
     free(all);
 }
@@ -224,19 +248,7 @@ Test(sampler, estimated_resume_past_the_estimate_before_the_length_is_known)
     uint64_t *all = whole_stream(&o, est, length, 4);
 
     struct sf_sampler *s = make(&o, est, 2);
-    uint64_t fed = 0;
-    for (uint64_t got = 0; got < cut;) {
-        struct sf_sample_ref it;
-        int r = sf_sampler_next(s, &it);
-        if (r == SF_SAMPLER_WAIT) {
-            fed += 4;
-            cr_assert_lt(fed, length);
-            cr_assert_eq(sf_sampler_feed(s, fed, 0), SF_OK);
-            continue;
-        }
-        cr_assert_eq(r, 1);
-        got++;
-    }
+    uint64_t fed = take_fed(s, cut, 4, length, 0);
     struct sf_sampler_info info;
     sf_sampler_get_info(s, &info);
     cr_assert_eq(info.size_known, 0);
@@ -244,16 +256,8 @@ Test(sampler, estimated_resume_past_the_estimate_before_the_length_is_known)
     unsigned char st[SF_SAMPLER_STATE_BYTES];
     cr_assert_eq(sf_sampler_state_save(s, st, sizeof st), SF_OK);
     sf_sampler_destroy(s);
-    struct sf_sampler *b = make(&o, est, 2);
-    cr_assert_eq(sf_sampler_state_restore(b, st, sizeof st), SF_OK, "%s", sf_sampler_errmsg(b));
-    size_t m = 0;
-    uint64_t *rest = drain_fed(b, length, 3, fed, &m);
-    cr_assert_eq(m, length - cut);
-    for (size_t i = 0; i < m; i++)
-        cr_assert_eq(rest[i], all[cut + i], "item %zu", i);
-    free(rest);
+    expect_rest(&o, est, st, length, fed, all, cut);
     free(all);
-    sf_sampler_destroy(b);
 }
 
 Test(sampler, estimated_feed_after_the_final_length_accepts_what_agrees_with_it)
