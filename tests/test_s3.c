@@ -202,17 +202,21 @@ Test(s3, list_buckets)
     cJSON_Delete(j);
 }
 
-Test(s3, list_of_2500_keys_takes_three_pages)
+/* The mock and a client, and 2500 objects many/k-NNNNN.bin of i % 7 bytes. */
+static void mock_with_many(void)
 {
     start_mock(NULL);
     default_client();
     for (int i = 0; i < 2500; i++) {
-        char key[64];
-        snprintf(key, sizeof(key), "many/k-%05d.bin", i);
         char rel[80];
-        snprintf(rel, sizeof(rel), "bucket/%s", key);
+        snprintf(rel, sizeof(rel), "bucket/many/k-%05d.bin", i);
         cr_assert(test_write_file(root, rel, "xxxxxxx", (size_t)(i % 7)) == 0);
     }
+}
+
+Test(s3, list_of_2500_keys_takes_three_pages)
+{
+    mock_with_many();
     struct sf_object_list *l = NULL;
     sf_status st = sf_s3_list(s3, "s3://bucket/many/", SF_LIST_RECURSIVE, 0, &l);
     cr_assert_eq(st, SF_OK, "%s: %s", sf_status_name(st), errmsg());
@@ -542,13 +546,7 @@ Test(s3, expand_stat_names_the_first_missing_object)
 
 Test(s3, expand_stat_of_2500_keys_lists_pages_not_objects)
 {
-    start_mock(NULL);
-    default_client();
-    for (int i = 0; i < 2500; i++) {
-        char rel[80];
-        snprintf(rel, sizeof(rel), "bucket/many/k-%05d.bin", i);
-        cr_assert(test_write_file(root, rel, "xxxxxxx", (size_t)(i % 7)) == 0);
-    }
+    mock_with_many();
     struct sf_object_list *l = NULL;
     sf_status st = sf_s3_expand_stat(s3, "s3://bucket/many/k-{00000..02499}.bin", 0, &l);
     cr_assert_eq(st, SF_OK, "%s: %s", sf_status_name(st), errmsg());

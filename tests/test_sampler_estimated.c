@@ -87,15 +87,19 @@ static uint64_t take_fed(struct sf_sampler *s, uint64_t cut, uint64_t step, uint
     return fed;
 }
 
-/* A fresh sampler restored from st (saved after cut items, fed samples
- * fed) delivers exactly all[cut..length). */
-static void expect_rest(const struct sf_sampler_options *o, const uint64_t *est,
-                        const unsigned char *st, uint64_t length, uint64_t fed, const uint64_t *all,
-                        uint64_t cut)
+/* s's state, saved after cut items and fed samples fed (estimated
+ * samplers write state version 2), restored in a fresh sampler, delivers
+ * exactly all[cut..length); s is destroyed. */
+static void expect_resumes(struct sf_sampler *s, const struct sf_sampler_options *o,
+                           const uint64_t *est, uint64_t length, uint64_t fed,
+                           const uint64_t *all, uint64_t cut)
 {
+    unsigned char st[SF_SAMPLER_STATE_BYTES];
+    cr_assert_eq(sf_sampler_state_save(s, st, sizeof st), SF_OK);
+    cr_assert_eq(st[8], 2, "estimated samplers write state version 2");
+    sf_sampler_destroy(s);
     struct sf_sampler *b = make(o, est, 2);
-    cr_assert_eq(sf_sampler_state_restore(b, st, SF_SAMPLER_STATE_BYTES), SF_OK, "%s",
-                 sf_sampler_errmsg(b));
+    cr_assert_eq(sf_sampler_state_restore(b, st, sizeof st), SF_OK, "%s", sf_sampler_errmsg(b));
     size_t m = 0;
     uint64_t *rest = drain_fed(b, length, 3, fed, &m);
     cr_assert_eq(m, length - cut, "cut %llu", (unsigned long long)cut);
@@ -199,11 +203,7 @@ Test(sampler, estimated_resume_before_and_after_the_length_is_known)
     for (uint64_t cut = 0; cut <= length; cut++) {
         struct sf_sampler *s = make(&o, est, 2);
         uint64_t fed = take_fed(s, cut, 5, length, 1);
-        unsigned char st[SF_SAMPLER_STATE_BYTES];
-        cr_assert_eq(sf_sampler_state_save(s, st, sizeof st), SF_OK);
-        cr_assert_eq(st[8], 2, "estimated samplers write state version 2");
-        sf_sampler_destroy(s);
-        expect_rest(&o, est, st, length, fed, all, cut);
+        expect_resumes(s, &o, est, length, fed, all, cut);
     }
     free(all);
 }
@@ -253,10 +253,7 @@ Test(sampler, estimated_resume_past_the_estimate_before_the_length_is_known)
     sf_sampler_get_info(s, &info);
     cr_assert_eq(info.size_known, 0);
     cr_assert_gt(cut, info.epoch_size, "the cut is past the estimate");
-    unsigned char st[SF_SAMPLER_STATE_BYTES];
-    cr_assert_eq(sf_sampler_state_save(s, st, sizeof st), SF_OK);
-    sf_sampler_destroy(s);
-    expect_rest(&o, est, st, length, fed, all, cut);
+    expect_resumes(s, &o, est, length, fed, all, cut);
     free(all);
 }
 
