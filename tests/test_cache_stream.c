@@ -26,8 +26,6 @@
 
 /* ------------------------------------------------------------ in-stream checksums */
 
-
-
 /* A download written and fed piece by piece, as the fetch engine does. */
 struct feed_case {
     struct sf__disk_cache *dc;
@@ -204,8 +202,6 @@ Test(cache, leftover_download_of_another_version_is_dropped_not_resumed)
     feed_publish_and_check(&fc);
     sf__disk_cache_close(dc);
 }
-
-
 
 static void queue_fault_c(const char *prefix, const char *fault, unsigned count)
 {

@@ -243,7 +243,6 @@ Test(cache, get_into_a_fifo_writes_through_it)
     free(want);
 }
 
-
 struct warm_cancel {
     int after_bytes; /* cancel once progress reported fetched bytes */
     int asked, cancelled;

@@ -169,7 +169,6 @@ static struct diff diff_to_naive(const unsigned char *got, const unsigned char *
     return df;
 }
 
-
 /* diff_to_naive is at most max per value and under mean on average. */
 static void expect_near_naive(const unsigned char *got, const unsigned char *full, unsigned W,
                               struct sf__crop_box box, unsigned ow, unsigned oh, double max,
@@ -304,7 +303,6 @@ Test(decode, chw_is_the_planar_form_of_hwc)
     }
     free(j.data);
 }
-
 
 /* ------------------------------------------------------------------ region and scaled decode */
 

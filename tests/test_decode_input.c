@@ -19,8 +19,6 @@
 
 /* ------------------------------------------------------------------ bad input, limits */
 
-
-
 Test(decode, corrupt_input_fails_with_a_message)
 {
     struct jpeg j = make_jpeg(333, 251, TJSAMP_420, 0, 30);

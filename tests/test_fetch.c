@@ -27,7 +27,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-
 TestSuite(fetch, .fini = fetch_teardown, .timeout = 60);
 
 /* An engine with nothing to do sleeps: after a fetch (the slow start's rate
@@ -296,7 +295,6 @@ Test(fetch, known_size_and_etag_from_a_listing)
     cJSON_Delete(j);
     sf_object_list_destroy(l);
 }
-
 
 /* ============================================================ progress and cancel */
 

@@ -21,7 +21,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-
 /* ============================================================ faults and attempts */
 
 /* The mock answered key (bucket/k) `requests` times, `n_status` of them with

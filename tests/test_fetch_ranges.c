@@ -21,7 +21,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-
 /* ============================================================ first bytes first, priority */
 
 /* Fetches key (size and ETag known, one request at a time) while the mock

@@ -20,7 +20,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-
 /* Issue 17's kill -9 loop: warm-cache killed at random moments (a seeded
  * generator, 10 rounds, over a slow link so that most kills land mid-way),
  * then `cache verify` passes and a load through that cache gives the batches

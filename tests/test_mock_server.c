@@ -432,7 +432,6 @@ Test(mock_server, keys_never_escape_the_root)
     cr_expect(access(path, F_OK) != 0);
 }
 
-
 Test(mock_server, unsupported_operations_answer_not_implemented)
 {
     expect_call_error("GET", "/bucket1/k?partNumber=1", NULL, 501, "NotImplemented");
@@ -485,7 +484,6 @@ Test(mock_server, list_v1_markers_page_through_common_prefixes)
         s3_resp_free(&r);
     }
 }
-
 
 static void raw_exchange(unsigned port, const char *data, size_t n)
 {

@@ -32,7 +32,6 @@
 #define ROLES_PATH "/latest/meta-data/iam/security-credentials/"
 #define TTL_HEADER "X-aws-ec2-metadata-token-ttl-seconds"
 
-
 /* The body of a 200 application/json answer, parsed. */
 static cJSON *get_json(const char *target, const char *const *headers)
 {

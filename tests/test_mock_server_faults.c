@@ -294,7 +294,6 @@ Test(mock_server_cfg, anonymous_mode_serves_unsigned_but_checks_signed)
     expect_sent_error(&c, 403, "SignatureDoesNotMatch");
 }
 
-
 Test(mock_server, fault_rules_apply_to_object_requests_only)
 {
     cr_assert(test_write_file(root, "bucket1/k", "v", 1) == 0);

@@ -30,9 +30,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-
 TestSuite(pack, .init = pack_setup, .fini = pack_teardown, .timeout = 120);
-
 
 /* ============================================================ round trips */
 
@@ -141,7 +139,6 @@ Test(pack, flat_folder_round_trip_in_both_formats)
         cJSON_Delete(idx);
     }
 }
-
 
 Test(pack, gnu_tar_lists_and_extracts_identical_files)
 {

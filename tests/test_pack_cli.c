@@ -22,7 +22,6 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-
 Test(pack, cli_pack_then_inspect)
 {
     make_imagefolder();

@@ -22,9 +22,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-
 /* ============================================================ S3 */
-
 
 /* No file in dir has a name starting with prefix (staged files left). */
 static void expect_none_named(const char *dir, const char *prefix)
@@ -165,7 +163,6 @@ Test(pack, s3_put_from_memory_and_from_a_file)
 }
 
 /* ------------------------------------------------------------ multipart */
-
 
 Test(pack, large_shards_go_up_in_parts_with_retries_and_match_a_local_pack)
 {

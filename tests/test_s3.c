@@ -424,8 +424,6 @@ Test(s3, expand_a_local_directory_sorted_and_recursive)
 
 /* ============================================================ expand_stat */
 
-
-
 Test(s3, expand_stat_of_a_pattern_gives_sizes_and_etags_in_pattern_order)
 {
     start_mock(NULL);

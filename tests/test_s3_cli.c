@@ -21,7 +21,6 @@
 
 /* ============================================================ CLI: ls and stat of patterns */
 
-
 static size_t count_lines(const char *s)
 {
     size_t n = 0;
@@ -134,7 +133,6 @@ Test(s3, cli_ls_and_stat_of_a_pattern_with_a_missing_object_exit_1)
     cr_expect(strstr(cli_output("bad", "err"), "SF_ERR_INVALID_ARGUMENT"), "%s",
               cli_output("bad", "err"));
 }
-
 
 /* ============================================================ CLI: option parsing */
 

@@ -32,7 +32,6 @@ static uint64_t *prefix_of(const uint64_t *counts, size_t n)
     return p;
 }
 
-
 /* ------------------------------------------------------------------ PRNG and spec */
 
 Test(sampler, prng_is_splitmix64_with_published_outputs)

@@ -73,8 +73,6 @@ static char *read_case_file(const char *dir, const char *name)
     return s;
 }
 
-
-
 /* ------------------------------------------------- raw HTTP request parser */
 
 #define MAX_HEADERS 32
@@ -430,7 +428,6 @@ Test(sigv4, aws_test_suite)
     cr_expect_eq(as_is, SUITE_CASES_AS_IS, "cases checked against the suite's output");
     cr_expect_eq(not_normalized, SUITE_CASES_NOT_NORMALIZED, "cases checked as not normalized");
 }
-
 
 /* ------------------------------------------------------------ dates, hashes */
 

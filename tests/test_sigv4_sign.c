@@ -19,8 +19,6 @@
 
 /* ------------------------------------------------- S3 documentation vector */
 
-
-
 /* A chunk (or, with trailer, the trailer) signed on the chain at prev, at
  * the documentation's date. */
 static sf_status doc_sign_chunk(struct sf__sigv4_signer *s, const char *prev, int trailer,

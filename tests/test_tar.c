@@ -355,7 +355,6 @@ Test(tar, size_known_but_not_fed_is_not_the_end)
     bytes_free(&b);
 }
 
-
 Test(tar, random_increments_give_the_same_samples)
 {
     struct bytes b = {0};
