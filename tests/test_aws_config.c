@@ -61,6 +61,15 @@ static void expect_str(const char *got, const char *want, const char *what)
 
 TestSuite(aws_config, .init = setup, .fini = teardown);
 
+/* Profile name loads with field want (NULL: unset); what names the case. */
+#define EXPECT_FIELD(name, field, want, what)                                                      \
+    do {                                                                                           \
+        struct sf__aws_profile p_;                                                                 \
+        load(name, &p_);                                                                           \
+        expect_str(p_.field, want, what);                                                          \
+        sf__aws_profile_free(&p_);                                                                 \
+    } while (0)
+
 Test(aws_config, default_profile_from_credentials_file)
 {
     write_cred("[default]\n"
@@ -86,9 +95,7 @@ Test(aws_config, named_profile_and_aws_profile_env)
     write_cred("[default]\naws_access_key_id = AKIDDEFAULT\n"
                "[work]\naws_access_key_id = AKIDWORK\n");
     struct sf__aws_profile p;
-    load("work", &p);
-    expect_str(p.aws_access_key_id, "AKIDWORK", "explicit name");
-    sf__aws_profile_free(&p);
+    EXPECT_FIELD("work", aws_access_key_id, "AKIDWORK", "explicit name");
 
     setenv("AWS_PROFILE", "work", 1);
     load(NULL, &p);
@@ -96,9 +103,7 @@ Test(aws_config, named_profile_and_aws_profile_env)
     expect_str(p.aws_access_key_id, "AKIDWORK", "AWS_PROFILE");
     sf__aws_profile_free(&p);
 
-    load("default", &p);
-    expect_str(p.aws_access_key_id, "AKIDDEFAULT", "an explicit name beats AWS_PROFILE");
-    sf__aws_profile_free(&p);
+    EXPECT_FIELD("default", aws_access_key_id, "AKIDDEFAULT", "an explicit name beats AWS_PROFILE");
 }
 
 Test(aws_config, config_needs_profile_prefix_except_default)
@@ -129,13 +134,9 @@ Test(aws_config, credentials_file_takes_names_without_prefix)
 {
     write_cred("[profile dev]\naws_access_key_id = AKIDPREFIXED\n"
                "[dev]\naws_access_key_id = AKIDPLAIN\n");
-    struct sf__aws_profile p;
-    load("dev", &p);
-    expect_str(p.aws_access_key_id, "AKIDPLAIN", "[dev] in credentials");
-    sf__aws_profile_free(&p);
-    load("profile dev", &p);
-    expect_str(p.aws_access_key_id, "AKIDPREFIXED", "[profile dev] in credentials is literal");
-    sf__aws_profile_free(&p);
+    EXPECT_FIELD("dev", aws_access_key_id, "AKIDPLAIN", "[dev] in credentials");
+    EXPECT_FIELD("profile dev", aws_access_key_id, "AKIDPREFIXED",
+                 "[profile dev] in credentials is literal");
 }
 
 Test(aws_config, profile_default_and_spacing_and_quotes_in_config)
@@ -143,16 +144,9 @@ Test(aws_config, profile_default_and_spacing_and_quotes_in_config)
     write_config("[profile default]\nregion = r1\n"
                  "[  profile   spaced  ]\nregion = r2\n"
                  "[profile \"quoted name\"]\nregion = r3\n");
-    struct sf__aws_profile p;
-    load("default", &p);
-    expect_str(p.region, "r1", "[profile default]");
-    sf__aws_profile_free(&p);
-    load("spaced", &p);
-    expect_str(p.region, "r2", "blanks inside brackets");
-    sf__aws_profile_free(&p);
-    load("quoted name", &p);
-    expect_str(p.region, "r3", "quoted profile name");
-    sf__aws_profile_free(&p);
+    EXPECT_FIELD("default", region, "r1", "[profile default]");
+    EXPECT_FIELD("spaced", region, "r2", "blanks inside brackets");
+    EXPECT_FIELD("quoted name", region, "r3", "quoted profile name");
 }
 
 Test(aws_config, s3_subsection_endpoint_wins_over_top_level)

@@ -4,8 +4,10 @@
  * server that accepts connections and never answers. */
 #include "s3/fetch_policy.h"
 #include "shardfeed.h"
+#include "support/mock_env.h"
 #include "support/mock_proc.h"
 #include "support/s3_client.h"
+#include "support/spawn.h"
 
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
@@ -629,70 +631,36 @@ static int silent_fd = -1;
 
 static void net_fini(void)
 {
-    sf_s3_destroy(s3);
-    s3 = NULL;
-    if (srv.pid > 0)
-        mock_proc_stop(&srv);
-    srv.pid = 0;
     if (silent_fd >= 0)
         close(silent_fd);
     silent_fd = -1;
-    if (tmp)
-        test_rmtree(tmp);
-    free(tmp);
-    tmp = NULL;
+    mock_env_stop(&srv, &tmp, &s3);
 }
 
 TestSuite(fetch_policy_net, .fini = net_fini, .timeout = 60);
 
 static void make_root(void)
 {
-    tmp = test_tmpdir();
-    cr_assert(tmp);
-    test_isolate_aws_env(tmp);
-    snprintf(root, sizeof(root), "%s/root", tmp);
-    cr_assert(mkdir(root, 0755) == 0);
-    char path[700];
-    snprintf(path, sizeof(path), "%s/bucket", root);
-    cr_assert(mkdir(path, 0755) == 0);
-}
-
-static void opts_init(struct sf_s3_options *o, const char *endpoint)
-{
-    sf_s3_options_init_default(o);
-    o->endpoint_url = endpoint;
-    o->access_key_id = "mock-access-key";
-    o->secret_access_key = "mock-secret-key";
+    tmp = mock_env_root(root, sizeof(root));
 }
 
 static cJSON *mock_stats(void)
 {
-    struct s3_call c = {.method = "GET", .target = "/_mock/stats"};
-    struct s3_resp r;
-    cr_assert(s3_call(srv.url, &c, &r) == 0);
-    cr_assert_eq(r.status, 200);
-    char *body = sf__strbuf_take(&r.body);
-    s3_resp_free(&r);
-    cJSON *j = cJSON_Parse(body);
-    free(body);
-    cr_assert(j);
-    return j;
+    return mock_env_stats(&srv);
 }
 
 static double jnum(const cJSON *j, const char *a, const char *b)
 {
-    j = cJSON_GetObjectItemCaseSensitive(j, a);
-    j = j ? cJSON_GetObjectItemCaseSensitive(j, b) : NULL;
-    return j && cJSON_IsNumber(j) ? j->valuedouble : 0;
+    return mock_env_jnum(j, a, b, NULL, NULL);
 }
 
 Test(fetch_policy_net, random_slowdown_and_resets_every_byte_right_and_the_rate_not_cut)
 {
     make_root();
     const char *extra[] = {"--fault", "prefix=bucket/noise/,p503=0.05,reset=0.01", NULL};
-    cr_assert(mock_proc_start(&srv, root, extra) == 0, "the mock server did not start");
+    mock_env_start(&srv, root, extra);
     struct sf_s3_options o;
-    opts_init(&o, srv.url);
+    mock_env_s3_options(&o, srv.url);
     o.concurrency = 8;
     o.chunk_bytes = 64 * KiB;
     o.retry_base_ms = 5;
@@ -760,7 +728,7 @@ Test(fetch_policy_net, a_silent_server_fails_the_request_naming_the_endpoint)
     snprintf(endpoint, sizeof(endpoint), "http://127.0.0.1:%u", port);
     snprintf(host, sizeof(host), "127.0.0.1:%u", port);
     struct sf_s3_options o;
-    opts_init(&o, endpoint);
+    mock_env_s3_options(&o, endpoint);
     /* on_progress looks once a second while nothing moves */
     o.first_byte_timeout_ms = 1000;
     o.request_timeout_ms = 3500;
@@ -794,21 +762,12 @@ Test(fetch_policy_net, cli_get_from_a_silent_server_exits_1_naming_the_endpoint)
     snprintf(out, sizeof(out), "%s/k.bin", tmp);
     setenv("AWS_ACCESS_KEY_ID", "mock-access-key", 1);
     setenv("AWS_SECRET_ACCESS_KEY", "mock-secret-key", 1);
-    pid_t pid = fork();
-    cr_assert(pid >= 0);
-    if (pid == 0) {
-        int fe = open(errpath, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        if (fe < 0 || dup2(fe, 2) < 0)
-            _exit(126);
-        execl(SF_CLI_BIN, SF_CLI_BIN, "get", "--endpoint-url", endpoint, "--first-byte-timeout-ms",
-              "1000", "--request-timeout-ms", "2500", "s3://bucket/k.bin", "-o", out,
-              (char *)NULL);
-        _exit(127);
-    }
-    int status;
-    cr_assert(waitpid(pid, &status, 0) == pid);
-    cr_assert(WIFEXITED(status));
-    cr_expect_eq(WEXITSTATUS(status), 1);
+    const char *argv[] = {SF_CLI_BIN, "get", "--endpoint-url", endpoint, "--first-byte-timeout-ms",
+                          "1000", "--request-timeout-ms", "2500", "s3://bucket/k.bin", "-o", out,
+                          NULL};
+    int rc = test_run(argv, NULL, errpath);
+    cr_assert(rc >= 0 && rc < 128, "status %d", rc);
+    cr_expect_eq(rc, 1);
     char msg[4096] = "";
     FILE *fp = fopen(errpath, "rb");
     cr_assert(fp);

@@ -7,6 +7,8 @@
 #include "shardfeed.h"
 #include "shardfeed_pack.h"
 #include "src/index_json.h"
+#include "support/files.h"
+#include "support/mock_env.h"
 #include "support/mock_proc.h"
 #include "support/s3_client.h"
 
@@ -28,91 +30,29 @@ static struct sf_s3 *s3;
 
 static void setup(void)
 {
-    tmp = test_tmpdir();
-    cr_assert(tmp);
-    test_isolate_aws_env(tmp);
-    snprintf(bucket, sizeof(bucket), "%s/root/bucket", tmp);
-    char root[800];
-    snprintf(root, sizeof(root), "%s/root", tmp);
-    cr_assert(mkdir(root, 0755) == 0);
-    cr_assert(mkdir(bucket, 0755) == 0);
+    char root[700];
+    tmp = mock_env_root(root, sizeof(root));
+    snprintf(bucket, sizeof(bucket), "%s/bucket", root);
     setenv("AWS_ACCESS_KEY_ID", "mock-access-key", 1);
     setenv("AWS_SECRET_ACCESS_KEY", "mock-secret-key", 1);
 }
 
 static void teardown(void)
 {
-    sf_s3_destroy(s3);
-    s3 = NULL;
-    if (srv.pid > 0)
-        mock_proc_stop(&srv);
+    mock_env_stop(&srv, &tmp, &s3);
     memset(&srv, 0, sizeof(srv));
-    test_rmtree(tmp);
-    free(tmp);
-    tmp = NULL;
 }
 
 TestSuite(index, .init = setup, .fini = teardown, .timeout = 240);
 
 /* ------------------------------------------------------------ helpers */
 
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...)
-{
-    char cmd[8192];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof(cmd), fmt, ap);
-    va_end(ap);
-    int rc = system(cmd);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
-
-static unsigned char *load(const char *path, size_t *size)
-{
-    FILE *f = fopen(path, "rb");
-    cr_assert(f, "cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *b = malloc(n > 0 ? (size_t)n : 1);
-    cr_assert(b);
-    cr_assert(fread(b, 1, (size_t)n, f) == (size_t)n);
-    fclose(f);
-    *size = (size_t)n;
-    return b;
-}
-
-static char *slurp(const char *path)
-{
-    size_t n;
-    unsigned char *b = load(path, &n);
-    char *s = realloc(b, n + 1);
-    cr_assert(s);
-    s[n] = '\0';
-    return s;
-}
-
 static uint64_t file_xxh3(const char *path, size_t *size)
 {
-    unsigned char *b = load(path, size);
+    unsigned char *b = test_load(path, size);
     uint64_t h = XXH3_64bits(b, *size);
     free(b);
     return h;
-}
-
-static double jnum(const cJSON *j, const char *name)
-{
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, name);
-    cr_assert(cJSON_IsNumber(x), "no number '%s'", name);
-    return x->valuedouble;
-}
-
-static const char *jstr(const cJSON *j, const char *name)
-{
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, name);
-    cr_assert(cJSON_IsString(x), "no string '%s'", name);
-    return x->valuestring;
 }
 
 static const cJSON *jget(const cJSON *j, const char *name)
@@ -156,43 +96,21 @@ static void start_mock(const char *const *extra)
 {
     char root[800];
     snprintf(root, sizeof(root), "%s/root", tmp);
-    cr_assert(mock_proc_start(&srv, root, extra) == 0, "the mock server did not start");
+    mock_env_start(&srv, root, extra);
     struct sf_s3_options so;
-    sf_s3_options_init_default(&so);
-    so.endpoint_url = srv.url;
-    so.access_key_id = "mock-access-key";
-    so.secret_access_key = "mock-secret-key";
-    so.concurrency = 8;
-    so.chunk_bytes = 1 << 20;
-    so.retry_base_ms = 5;
-    so.throttle_base_ms = 5;
+    mock_env_s3_fast(&so, srv.url, 8, 1 << 20);
     so.retry_cap_ms = 100;
     so.retry_quota = 100000;
     so.max_attempts = 20;
-    char err[512] = "";
-    sf_status st = sf_s3_new(&so, &s3, err, sizeof(err));
-    cr_assert_eq(st, SF_OK, "sf_s3_new: %s", err);
-}
-
-static long admin(const char *method, const char *path_query, char **out)
-{
-    long st = mock_admin(srv.url, method, path_query, NULL, out);
-    cr_assert(st >= 0, "%s %s: no answer", method, path_query);
-    return st;
+    s3 = mock_env_s3_new(&so);
 }
 
 /* A number from /_mock/stats: stats[group][name], or stats[name] when
  * group is NULL. */
 static double mock_stat(const char *group, const char *name)
 {
-    char *body = NULL;
-    cr_assert_eq(admin("GET", "/_mock/stats", &body), 200);
-    cJSON *j = cJSON_Parse(body);
-    free(body);
-    cr_assert(j);
-    const cJSON *x = group ? cJSON_GetObjectItemCaseSensitive(j, group) : j;
-    x = cJSON_GetObjectItemCaseSensitive(x, name);
-    double n = cJSON_IsNumber(x) ? x->valuedouble : 0;
+    cJSON *j = mock_env_stats(&srv);
+    double n = mock_env_jnum(j, group ? group : name, group ? name : NULL, NULL, NULL);
     cJSON_Delete(j);
     return n;
 }
@@ -223,7 +141,7 @@ static int cli(const char *fmt, ...)
     va_end(ap);
     snprintf(out_path, sizeof(out_path), "%s/cli.out", tmp);
     snprintf(err_path, sizeof(err_path), "%s/cli.err", tmp);
-    return sh("'%s' %s > '%s' 2> '%s'", SF_CLI_BIN, args, out_path, err_path);
+    return test_sh("'%s' %s > '%s' 2> '%s'", SF_CLI_BIN, args, out_path, err_path);
 }
 
 /* The object at url through the engine, as a NUL-terminated string. */
@@ -279,7 +197,7 @@ static cJSON *pack_then_drop_index(const char *src, const char *rel, enum sf_pac
     sf_status st = sf_pack(src, dest, &o, &pr, err, sizeof(err));
     cr_assert_eq(st, SF_OK, "pack: %s", err);
     snprintf(idx, sizeof(idx), "%s/index.json", dest);
-    char *text = slurp(idx);
+    char *text = test_slurp(idx);
     cJSON *j = cJSON_Parse(text);
     free(text);
     cr_assert(j);
@@ -290,21 +208,22 @@ static cJSON *pack_then_drop_index(const char *src, const char *rel, enum sf_pac
 /* The index must agree with pack's on every field both write. */
 static void expect_same_as_pack(const cJSON *mine, const cJSON *pack)
 {
-    cr_expect_str_eq(jstr(mine, "format"), jstr(pack, "format"));
-    cr_expect_str_eq(jstr(mine, "compression"), jstr(pack, "compression"));
-    cr_expect_str_eq(jstr(mine, "checksum"), "xxh3_64");
-    cr_expect_eq(jnum(mine, "version"), 1);
-    cr_expect_eq(jnum(mine, "shard_count"), jnum(pack, "shard_count"));
-    cr_expect_eq(jnum(mine, "sample_count"), jnum(pack, "sample_count"));
-    cr_expect_eq(jnum(mine, "bytes"), jnum(pack, "bytes"));
+    cr_expect_str_eq(test_jstr(mine, "format"), test_jstr(pack, "format"));
+    cr_expect_str_eq(test_jstr(mine, "compression"), test_jstr(pack, "compression"));
+    cr_expect_str_eq(test_jstr(mine, "checksum"), "xxh3_64");
+    cr_expect_eq(test_jnum(mine, "version"), 1);
+    cr_expect_eq(test_jnum(mine, "shard_count"), test_jnum(pack, "shard_count"));
+    cr_expect_eq(test_jnum(mine, "sample_count"), test_jnum(pack, "sample_count"));
+    cr_expect_eq(test_jnum(mine, "bytes"), test_jnum(pack, "bytes"));
     const cJSON *a = jget(mine, "shards"), *b = jget(pack, "shards");
     cr_assert_eq(cJSON_GetArraySize(a), cJSON_GetArraySize(b));
     for (int i = 0; i < cJSON_GetArraySize(a); i++) {
         const cJSON *x = cJSON_GetArrayItem(a, i), *y = cJSON_GetArrayItem(b, i);
-        cr_expect_str_eq(jstr(x, "name"), jstr(y, "name"));
-        cr_expect_eq(jnum(x, "bytes"), jnum(y, "bytes"), "%s", jstr(y, "name"));
-        cr_expect_eq(jnum(x, "samples"), jnum(y, "samples"), "%s", jstr(y, "name"));
-        cr_expect_str_eq(jstr(x, "xxh3_64"), jstr(y, "xxh3_64"), "%s", jstr(y, "name"));
+        cr_expect_str_eq(test_jstr(x, "name"), test_jstr(y, "name"));
+        cr_expect_eq(test_jnum(x, "bytes"), test_jnum(y, "bytes"), "%s", test_jstr(y, "name"));
+        cr_expect_eq(test_jnum(x, "samples"), test_jnum(y, "samples"), "%s", test_jstr(y, "name"));
+        cr_expect_str_eq(test_jstr(x, "xxh3_64"), test_jstr(y, "xxh3_64"), "%s",
+                         test_jstr(y, "name"));
     }
     cr_expect(cJSON_Compare(jget(mine, "fields"), jget(pack, "fields"), 1), "fields differ");
 }
@@ -332,7 +251,7 @@ static void expect_loader_counts(const char *json, const char *source, const cJS
                  "%s", err);
     cr_expect_eq(all, 1, "the loader does not take its counts from the index");
     for (size_t i = 0; i < n; i++)
-        cr_expect_eq(counts[i], jnum(cJSON_GetArrayItem(shards, (int)i), "samples"));
+        cr_expect_eq(counts[i], test_jnum(cJSON_GetArrayItem(shards, (int)i), "samples"));
     sf_object_list_destroy(l);
 }
 
@@ -422,7 +341,7 @@ Test(index, matches_the_index_pack_wrote)
     cJSON *ptar = pack_then_drop_index(src, "ds", SF_PACK_FORMAT_TAR, 0, 64 * 1024);
     /* record shards larger than the 64 KiB window used below: records cross its end */
     cJSON *prec = pack_then_drop_index(src, "rec", SF_PACK_FORMAT_RECORD, 3, 256 * 1024);
-    cr_assert_gt(jnum(ptar, "shard_count"), 3);
+    cr_assert_gt(test_jnum(ptar, "shard_count"), 3);
     start_mock(NULL);
 
     struct sf_index_result res;
@@ -432,11 +351,11 @@ Test(index, matches_the_index_pack_wrote)
     cr_assert_eq(st, SF_OK, "%s: %s", sf_status_name(st), err);
     expect_same_as_pack(mine, ptar);
     cr_expect_str_eq(res.index_url, "s3://bucket/ds/index.json");
-    cr_expect_eq(res.shards, jnum(ptar, "shard_count"));
+    cr_expect_eq(res.shards, test_jnum(ptar, "shard_count"));
     cr_expect_eq(res.tar_shards, res.shards);
     cr_expect_eq(res.samples, 40);
     expect_loader_counts(res.json, "s3://bucket/ds/", jget(mine, "shards"));
-    double shard_bytes = jnum(ptar, "bytes");
+    double shard_bytes = test_jnum(ptar, "bytes");
     cJSON_Delete(mine);
     sf_index_result_clear(&res);
     cr_expect_null(res.json);
@@ -451,7 +370,7 @@ Test(index, matches_the_index_pack_wrote)
     expect_same_as_pack(mine, prec);
     cr_expect_eq(res.record_shards, res.shards);
     cr_expect_eq(res.counted_by_index, 0);
-    shard_bytes += jnum(prec, "bytes");
+    shard_bytes += test_jnum(prec, "bytes");
     cJSON_Delete(mine);
     sf_index_result_clear(&res);
 
@@ -493,17 +412,19 @@ Test(index, counts_gnu_and_pax_tar_shards_made_by_tar)
     char gnu[900];
     in_bucket(gnu, sizeof(gnu), "gnu");
     cr_assert_eq(mkdir(gnu, 0755), 0);
-    cr_assert_eq(sh("cd '%s' && tar --format=gnu -cf '%s/shard-0.tar' k00.* k01.* k02.* k03.* "
+    cr_assert_eq(test_sh("cd '%s' && tar --format=gnu -cf '%s/shard-0.tar' k00.* k01.* k02.* k03.* "
                     "k04.*",
                     files, gnu),
                  0);
-    cr_assert_eq(sh("cd '%s' && tar --format=gnu -cf '%s/shard-1.tar' README k05.* k06.* k07.* "
-                    "k08.* %s.*",
-                    files, gnu, lng),
-                 0);
-    cr_assert_eq(sh("cd '%s' && tar --format=posix -cf '%s/shard-2.tar' k09.* k10.* k11.* %s.*",
-                    files, gnu, lng),
-                 0);
+    cr_assert_eq(
+        test_sh("cd '%s' && tar --format=gnu -cf '%s/shard-1.tar' README k05.* k06.* k07.* "
+                "k08.* %s.*",
+                files, gnu, lng),
+        0);
+    cr_assert_eq(
+        test_sh("cd '%s' && tar --format=posix -cf '%s/shard-2.tar' k09.* k10.* k11.* %s.*", files,
+                gnu, lng),
+        0);
     /* 40 samples whose every member has a long name: GNU 'L' and pax 'x'
      * headers, larger than the small window below (so names and headers
      * cross its end) */
@@ -516,18 +437,20 @@ Test(index, counts_gnu_and_pax_tar_shards_made_by_tar)
         cr_assert_eq(test_write_file(sub, rel, "2", 1), 0);
     }
     cr_assert_eq(
-        sh("cd '%s' && tar --format=gnu --sort=name -cf '%s/shard-3.tar' long", files, gnu), 0);
+        test_sh("cd '%s' && tar --format=gnu --sort=name -cf '%s/shard-3.tar' long", files, gnu),
+        0);
     cr_assert_eq(
-        sh("cd '%s' && tar --format=posix --sort=name -cf '%s/shard-4.tar' long", files, gnu), 0);
+        test_sh("cd '%s' && tar --format=posix --sort=name -cf '%s/shard-4.tar' long", files, gnu),
+        0);
     const int want[5] = {5, 5, 4, 40, 40};
     start_mock(NULL);
 
     /* the CLI writes s3://bucket/gnu/index.json beside the shards */
     int rc = cli("index 's3://bucket/gnu/shard-{0..4}.tar' --endpoint-url %s", srv.url);
-    char *e = slurp(err_path);
+    char *e = test_slurp(err_path);
     cr_assert_eq(rc, 0, "stderr: %s", e);
     free(e);
-    char *out = slurp(out_path);
+    char *out = test_slurp(out_path);
     cr_expect(strstr(out, "indexed 5 shards") && strstr(out, "94 samples") &&
                   strstr(out, "s3://bucket/gnu/index.json"),
               "stdout: %s", out);
@@ -535,8 +458,8 @@ Test(index, counts_gnu_and_pax_tar_shards_made_by_tar)
     char *text = get_text("s3://bucket/gnu/index.json");
     cJSON *j = cJSON_Parse(text);
     cr_assert(j, "%s", text);
-    cr_expect_str_eq(jstr(j, "format"), "tar");
-    cr_expect_eq(jnum(j, "sample_count"), 94);
+    cr_expect_str_eq(test_jstr(j, "format"), "tar");
+    cr_expect_eq(test_jnum(j, "sample_count"), 94);
     const cJSON *shards = jget(j, "shards");
     cr_assert_eq(cJSON_GetArraySize(shards), 5);
     for (int i = 0; i < 5; i++) {
@@ -548,15 +471,15 @@ Test(index, counts_gnu_and_pax_tar_shards_made_by_tar)
         uint64_t h = file_xxh3(path, &size);
         char hex[17];
         snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)h);
-        cr_expect_str_eq(jstr(s, "name"), name);
-        cr_expect_eq(jnum(s, "samples"), want[i], "%s", name);
-        cr_expect_eq(jnum(s, "bytes"), size, "%s", name);
-        cr_expect_str_eq(jstr(s, "xxh3_64"), hex, "%s", name);
+        cr_expect_str_eq(test_jstr(s, "name"), name);
+        cr_expect_eq(test_jnum(s, "samples"), want[i], "%s", name);
+        cr_expect_eq(test_jnum(s, "bytes"), size, "%s", name);
+        cr_expect_str_eq(test_jstr(s, "xxh3_64"), hex, "%s", name);
     }
     const cJSON *fields = jget(j, "fields");
-    cr_expect_eq(jnum(fields, "jpg"), 94);
-    cr_expect_eq(jnum(fields, "cls"), 94);
-    cr_expect_eq(jnum(fields, "json"), 12);
+    cr_expect_eq(test_jnum(fields, "jpg"), 94);
+    cr_expect_eq(test_jnum(fields, "cls"), 94);
+    cr_expect_eq(test_jnum(fields, "json"), 12);
     cr_expect_null(cJSON_GetObjectItemCaseSensitive(j, "classes"), "classes are pack's only");
     expect_loader_counts(text, "s3://bucket/gnu/", shards);
     cJSON_Delete(j);
@@ -589,12 +512,13 @@ static void make_tar_shards(const char *dir)
         snprintf(rel, sizeof(rel), "s%02d.txt", i);
         cr_assert_eq(test_write_file(files, rel, "t", 1), 0);
     }
-    cr_assert_eq(sh("mkdir -p '%s'", dir), 0);
+    cr_assert_eq(test_sh("mkdir -p '%s'", dir), 0);
     for (int s = 0; s < 3; s++)
-        cr_assert_eq(sh("cd '%s' && tar --format=gnu -cf '%s/part-%d.tar' s%02d.* s%02d.* s%02d.* "
-                        "s%02d.*",
-                        files, dir, s, 4 * s, 4 * s + 1, 4 * s + 2, 4 * s + 3),
-                     0);
+        cr_assert_eq(
+            test_sh("cd '%s' && tar --format=gnu -cf '%s/part-%d.tar' s%02d.* s%02d.* s%02d.* "
+                    "s%02d.*",
+                    files, dir, s, 4 * s, 4 * s + 1, 4 * s + 2, 4 * s + 3),
+            0);
 }
 
 Test(index, dry_run_prints_and_writes_nothing)
@@ -606,39 +530,40 @@ Test(index, dry_run_prints_and_writes_nothing)
 
     cr_assert_eq(cli("index '%s/' --dry-run", local), 0);
     cr_expect_neq(access(idx, F_OK), 0, "--dry-run wrote %s", idx);
-    char *dry = slurp(out_path);
+    char *dry = test_slurp(out_path);
     cJSON *j = cJSON_Parse(dry);
     cr_assert(j, "stdout: %s", dry);
-    cr_expect_eq(jnum(j, "shard_count"), 3);
-    cr_expect_eq(jnum(j, "sample_count"), 12);
+    cr_expect_eq(test_jnum(j, "shard_count"), 3);
+    cr_expect_eq(test_jnum(j, "sample_count"), 12);
     cJSON_Delete(j);
-    char *e = slurp(err_path);
+    char *e = test_slurp(err_path);
     cr_expect_str_empty(e, "no progress without a terminal: %s", e);
     free(e);
 
     /* the same run without --dry-run writes exactly that, atomically (no
      * temporary file left) */
     cr_assert_eq(cli("index '%s/'", local), 0);
-    char *written = slurp(idx);
+    char *written = test_slurp(idx);
     cr_expect_str_eq(written, dry);
     free(written);
-    cr_expect_eq(sh("ls -a '%s' | grep -q sfindex", local), 1, "a temporary file was left");
+    cr_expect_eq(test_sh("ls -a '%s' | grep -q sfindex", local), 1, "a temporary file was left");
 
     /* -o elsewhere: names are relative to the index's folder */
     char other[900];
     snprintf(other, sizeof(other), "%s/elsewhere.json", tmp);
     cr_assert_eq(cli("index '%s/part-{0..2}.tar' -o '%s' --json", local, other), 0);
-    char *stext = slurp(out_path);
+    char *stext = test_slurp(out_path);
     cJSON *summary = cJSON_Parse(stext);
     free(stext);
     cr_assert(summary);
-    cr_expect_str_eq(jstr(summary, "index"), other);
-    cr_expect_eq(jnum(summary, "samples"), 12);
+    cr_expect_str_eq(test_jstr(summary, "index"), other);
+    cr_expect_eq(test_jnum(summary, "samples"), 12);
     cJSON_Delete(summary);
-    char *otext = slurp(other);
+    char *otext = test_slurp(other);
     j = cJSON_Parse(otext);
     cr_assert(j);
-    cr_expect_str_eq(jstr(cJSON_GetArrayItem(jget(j, "shards"), 0), "name"), "local/part-0.tar");
+    cr_expect_str_eq(test_jstr(cJSON_GetArrayItem(jget(j, "shards"), 0), "name"),
+                     "local/part-0.tar");
     cJSON_Delete(j);
     free(otext);
     free(dry);
@@ -646,15 +571,15 @@ Test(index, dry_run_prints_and_writes_nothing)
     /* on the mock: no PUT, no index.json */
     char s3dir[900];
     in_bucket(s3dir, sizeof(s3dir), "ds");
-    cr_assert_eq(sh("cp -r '%s' '%s'", local, s3dir), 0);
-    cr_assert_eq(sh("rm -f '%s/index.json'", s3dir), 0);
+    cr_assert_eq(test_sh("cp -r '%s' '%s'", local, s3dir), 0);
+    cr_assert_eq(test_sh("rm -f '%s/index.json'", s3dir), 0);
     start_mock(NULL);
     cr_assert_eq(cli("index s3://bucket/ds/ --dry-run --endpoint-url %s", srv.url), 0);
-    stext = slurp(out_path);
+    stext = test_slurp(out_path);
     j = cJSON_Parse(stext);
     free(stext);
     cr_assert(j);
-    cr_expect_eq(jnum(j, "sample_count"), 12);
+    cr_expect_eq(test_jnum(j, "sample_count"), 12);
     cJSON_Delete(j);
     cr_expect_eq(mock_stat("operations", "PutObject"), 0);
     struct sf_object_info info;
@@ -673,7 +598,7 @@ Test(index, a_corrupt_shard_fails_naming_the_shard_and_the_offset)
     size_t n;
     char path[1000];
     snprintf(path, sizeof(path), "%s/part-1.tar", dir);
-    unsigned char *b = load(path, &n);
+    unsigned char *b = test_load(path, &n);
     size_t third = tar_member(1400) + tar_member(1);
     cr_assert_lt(third + 512 + 700, n);
     /* truncated in the middle of s05.jpg's data */
@@ -682,7 +607,7 @@ Test(index, a_corrupt_shard_fails_naming_the_shard_and_the_offset)
     size_t n2;
     char path2[1000];
     snprintf(path2, sizeof(path2), "%s/part-2.tar", dir);
-    unsigned char *b2 = load(path2, &n2);
+    unsigned char *b2 = test_load(path2, &n2);
     size_t second = tar_member(1800);
     memset(b2 + second, 0xab, 512);
     cr_assert_eq(test_write_file(dir, "part-2.tar", b2, n2), 0);
@@ -691,7 +616,7 @@ Test(index, a_corrupt_shard_fails_naming_the_shard_and_the_offset)
 
     int rc = cli("index 's3://bucket/bad/part-{0..1}.tar' --endpoint-url %s", srv.url);
     cr_expect_eq(rc, 1);
-    char *e = slurp(err_path);
+    char *e = test_slurp(err_path);
     char off[64];
     snprintf(off, sizeof(off), "offset %zu", third);
     cr_expect(strstr(e, "s3://bucket/bad/part-1.tar") && strstr(e, off) && strstr(e, "truncated") &&
@@ -709,7 +634,7 @@ Test(index, a_corrupt_shard_fails_naming_the_shard_and_the_offset)
 
     /* the first failed shard in source order is the one reported */
     cr_expect_eq(cli("index s3://bucket/bad/ --parallel 3 --endpoint-url %s", srv.url), 1);
-    e = slurp(err_path);
+    e = test_slurp(err_path);
     cr_expect(strstr(e, "part-1.tar") && !strstr(e, "part-2.tar"), "stderr: %s", e);
     free(e);
     cr_expect_eq(mock_stat("operations", "PutObject"), 0, "nothing is written on failure");
@@ -724,7 +649,7 @@ Test(index, a_corrupt_shard_fails_naming_the_shard_and_the_offset)
     in_bucket(rdir, sizeof(rdir), "rec");
     snprintf(path, sizeof(path), "%s/shard-000000.sfr", rdir);
     free(b);
-    b = load(path, &n);
+    b = test_load(path, &n);
     b[16 + 40 + 30] ^= 0x01;
     cr_assert_eq(test_write_file(rdir, "shard-000000.sfr", b, n), 0);
     st = run_index("s3://bucket/rec/", NULL, &res, NULL, err, sizeof(err));
@@ -742,7 +667,7 @@ Test(index, a_missing_object_in_a_pattern_fails)
     start_mock(NULL);
     int rc = cli("index 's3://bucket/ds/part-{0..3}.tar' --endpoint-url %s", srv.url);
     cr_expect_eq(rc, 1);
-    char *e = slurp(err_path);
+    char *e = test_slurp(err_path);
     cr_expect(strstr(e, "s3://bucket/ds/part-3.tar") && strstr(e, "SF_ERR_NOT_FOUND"), "stderr: %s",
               e);
     free(e);
@@ -762,7 +687,7 @@ Test(index, a_shard_that_changes_while_read_fails)
     char dir[900];
     in_bucket(dir, sizeof(dir), "big");
     put_random(dir, "x.jpg", 3 << 20, 5);
-    cr_assert_eq(sh("cd '%s' && tar --format=gnu -cf one.tar x.jpg && rm x.jpg", dir), 0);
+    cr_assert_eq(test_sh("cd '%s' && tar --format=gnu -cf one.tar x.jpg && rm x.jpg", dir), 0);
     const char *extra[] = {"--fault", "prefix=bucket/big/,etag_change_after=2", NULL};
     start_mock(extra);
     struct sf_index_options o;
@@ -795,7 +720,7 @@ Test(index, a_shard_much_larger_than_the_window)
     char dir[900];
     in_bucket(dir, sizeof(dir), "big");
     cr_assert_eq(mkdir(dir, 0755), 0);
-    cr_assert_eq(sh("cd '%s' && tar --format=gnu -cf '%s/huge.tar' b*", files, dir), 0);
+    cr_assert_eq(test_sh("cd '%s' && tar --format=gnu -cf '%s/huge.tar' b*", files, dir), 0);
     char path[1000];
     snprintf(path, sizeof(path), "%s/huge.tar", dir);
     size_t size;
@@ -825,11 +750,11 @@ Test(index, a_shard_much_larger_than_the_window)
     const cJSON *s = cJSON_GetArrayItem(jget(j, "shards"), 0);
     char hex[17];
     snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)h);
-    cr_expect_eq(jnum(s, "samples"), 56);
-    cr_expect_eq(jnum(s, "bytes"), size);
-    cr_expect_str_eq(jstr(s, "xxh3_64"), hex);
-    cr_expect_eq(jnum(jget(j, "fields"), "bin"), 1);
-    cr_expect_eq(jnum(jget(j, "fields"), "jpg"), 56);
+    cr_expect_eq(test_jnum(s, "samples"), 56);
+    cr_expect_eq(test_jnum(s, "bytes"), size);
+    cr_expect_str_eq(test_jstr(s, "xxh3_64"), hex);
+    cr_expect_eq(test_jnum(jget(j, "fields"), "bin"), 1);
+    cr_expect_eq(test_jnum(jget(j, "fields"), "jpg"), 56);
     cr_expect_lt(mock_stat(NULL, "bytes_sent"), (double)size + 64 * 1024, "read once");
     cJSON_Delete(j);
     sf_index_result_clear(&res);
@@ -839,9 +764,9 @@ Test(index, a_shard_much_larger_than_the_window)
     cr_expect_eq(res.counted_by_index, 1);
     const cJSON *a = cJSON_GetArrayItem(jget(j, "shards"), 0);
     const cJSON *b = cJSON_GetArrayItem(jget(prec, "shards"), 0);
-    cr_expect_eq(jnum(a, "samples"), 9);
-    cr_expect_eq(jnum(a, "bytes"), jnum(b, "bytes"));
-    cr_expect_str_eq(jstr(a, "xxh3_64"), jstr(b, "xxh3_64"));
+    cr_expect_eq(test_jnum(a, "samples"), 9);
+    cr_expect_eq(test_jnum(a, "bytes"), test_jnum(b, "bytes"));
+    cr_expect_str_eq(test_jstr(a, "xxh3_64"), test_jstr(b, "xxh3_64"));
     cr_expect_null(cJSON_GetObjectItemCaseSensitive(j, "fields"),
                    "fields are left out when not every record was read");
     cJSON_Delete(j);
@@ -951,7 +876,7 @@ Test(index, bad_options_and_usage)
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         int rc = i == 0 ? cli("index") : cli("index '%s/' %s", a, bad[i]);
         cr_expect_eq(rc, 2, "'%s'", bad[i]);
-        char *e = slurp(err_path);
+        char *e = test_slurp(err_path);
         cr_expect(strstr(e, "shardfeed: "), "%s: stderr: %s", bad[i], e);
         free(e);
     }
@@ -960,7 +885,7 @@ Test(index, bad_options_and_usage)
     cr_expect_neq(access(idx, F_OK), 0, "nothing was written");
     cr_expect_eq(cli("index '%s/nothing/'", tmp), 1);
     cr_expect_eq(cli("help"), 0);
-    char *help = slurp(out_path);
+    char *help = test_slurp(out_path);
     cr_expect(strstr(help, "index URL...") && strstr(help, "--dry-run"), "help: %s", help);
     free(help);
 }

@@ -5,6 +5,8 @@
 
 #include "shardfeed_shard.h"
 #include "src/record.h"
+#include "support/bytes.h"
+#include "support/shard_parse.h"
 
 #include <signal.h>
 #include <stdint.h>
@@ -15,52 +17,6 @@
 #include <xxhash.h>
 
 /* ------------------------------------------------------------ helpers */
-
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t x = *s ? *s : 0x9e3779b97f4a7c15ull;
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    *s = x;
-    return x * 0x2545f4914f6cdd1dull;
-}
-
-struct bytes {
-    unsigned char *p;
-    size_t len, cap;
-};
-
-static void bytes_put(struct bytes *b, const void *d, size_t n)
-{
-    if (b->len + n > b->cap) {
-        size_t c = b->cap ? b->cap : 1024;
-        while (c < b->len + n)
-            c *= 2;
-        b->p = realloc(b->p, c);
-        cr_assert_not_null(b->p);
-        b->cap = c;
-    }
-    if (n)
-        memcpy(b->p + b->len, d, n);
-    b->len += n;
-}
-
-static void bytes_put_u64(struct bytes *b, uint64_t v)
-{
-    bytes_put(b, &v, sizeof v);
-}
-
-static void bytes_free(struct bytes *b)
-{
-    free(b->p);
-    memset(b, 0, sizeof *b);
-}
-
-static int bytes_eq(const struct bytes *a, const struct bytes *b)
-{
-    return a->len == b->len && (a->len == 0 || memcmp(a->p, b->p, a->len) == 0);
-}
 
 static uint64_t get64(const unsigned char *p)
 {
@@ -164,19 +120,6 @@ static void serialize_tsample(struct bytes *out, const struct tsample *t)
     }
 }
 
-static void serialize_sample(struct bytes *out, const struct sf_sample *s)
-{
-    bytes_put_u64(out, s->key_len);
-    bytes_put(out, s->key, s->key_len);
-    bytes_put_u64(out, s->field_count);
-    for (size_t i = 0; i < s->field_count; i++) {
-        bytes_put_u64(out, s->fields[i].name_len);
-        bytes_put(out, s->fields[i].name, s->fields[i].name_len);
-        bytes_put_u64(out, s->fields[i].size);
-        bytes_put(out, s->fields[i].data, s->fields[i].size);
-    }
-}
-
 /* Writes the corpus with the given options (NULL: memory, defaults). */
 static unsigned char *write_corpus(const struct corpus *c,
                                    const struct sf__record_writer_options *o, size_t *len)
@@ -208,85 +151,13 @@ static unsigned char *write_mem(const struct corpus *c, int zstd_level, size_t *
 
 /* ------------------------------------------------------------ parsing */
 
-enum feed_mode { FEED_ALL, FEED_RANDOM, FEED_RANDOM_LATE };
-
-struct parse_result {
-    sf_status st;
-    unsigned long long err_offset;
-    char err[512];
-    struct bytes ser;
-    size_t samples, owned;
-    struct sf_shard_stats stats;
-    enum sf_shard_format format;
-};
+static const struct feed_style sfr_style = {"test.sfr", 3000, 3};
 
 static void parse_with(const unsigned char *buf, size_t len,
                        const struct sf_shard_reader_options *o, enum feed_mode mode, uint64_t seed,
                        struct parse_result *res)
 {
-    memset(res, 0, sizeof *res);
-    struct sf_shard_reader_options d;
-    sf_shard_reader_options_init_default(&d);
-    if (!o) {
-        d.name = "test.sfr";
-        o = &d;
-    }
-    struct sf_shard_reader *r;
-    char err[256];
-    cr_assert_eq(sf_shard_reader_new(o, &r, err, sizeof err), SF_OK, "%s", err);
-    size_t fed = 0;
-    int fed_once = 0;
-    for (unsigned long iter = 0;; iter++) {
-        cr_assert(iter < 10000000ul, "reader does not terminate");
-        struct sf_sample s;
-        enum sf_shard_event ev;
-        sf_status st = sf_shard_reader_next(r, &s, &ev);
-        if (st != SF_OK) {
-            res->st = st;
-            res->err_offset = sf_shard_reader_error_offset(r);
-            snprintf(res->err, sizeof res->err, "%s", sf_shard_reader_errmsg(r));
-            cr_assert(res->err[0] != '\0');
-            cr_assert_eq(sf_shard_reader_next(r, &s, &ev), st, "errors are sticky");
-            break;
-        }
-        if (ev == SF_SHARD_SAMPLE) {
-            cr_assert_eq(s.index, res->samples);
-            cr_assert(s.offset < s.end && s.end <= fed);
-            for (size_t i = 0; i < s.field_count; i++) {
-                cr_assert_not_null(s.fields[i].data);
-                if (!s.reader_owned)
-                    cr_assert_eq((const unsigned char *)s.fields[i].data, buf + s.fields[i].offset,
-                                 "not a pointer into the shard");
-                else
-                    cr_assert_eq(s.fields[i].offset, s.offset);
-            }
-            res->owned += s.reader_owned != 0;
-            serialize_sample(&res->ser, &s);
-            res->samples++;
-            continue;
-        }
-        if (ev == SF_SHARD_END)
-            break;
-        cr_assert(!fed_once || fed < len, "NEED_MORE with the whole shard fed");
-        if (fed_once)
-            cr_assert(sf_shard_reader_wanted(r) > fed);
-        size_t step = len - fed;
-        if (mode != FEED_ALL) {
-            step = 1 + (size_t)(rng_next(&seed) % 3000);
-            if (rng_next(&seed) % 3 == 0 && sf_shard_reader_wanted(r) > fed)
-                step = (size_t)(sf_shard_reader_wanted(r) - fed);
-            if (step > len - fed)
-                step = len - fed;
-        }
-        fed += step;
-        fed_once = 1;
-        unsigned long long total =
-            mode == FEED_RANDOM_LATE && fed < len ? SF_SIZE_UNKNOWN : (unsigned long long)len;
-        cr_assert_eq(sf_shard_reader_feed(r, buf, fed, total), SF_OK);
-    }
-    sf_shard_reader_stats(r, &res->stats);
-    res->format = sf_shard_reader_format(r);
-    sf_shard_reader_destroy(r);
+    parse_shard(&sfr_style, buf, len, o, mode, seed, 0, res);
 }
 
 static void parse(const unsigned char *buf, size_t len, struct parse_result *res)
@@ -308,17 +179,7 @@ static void expect_corpus(const struct parse_result *r, const struct corpus *c)
 static void expect_error(const unsigned char *buf, size_t len, sf_status want,
                          unsigned long long want_offset, const char *frag)
 {
-    struct parse_result r;
-    parse(buf, len, &r);
-    cr_expect_eq(r.st, want, "status %d (%s), want %d", (int)r.st, r.err, (int)want);
-    cr_expect_eq(r.err_offset, want_offset, "offset %llu, want %llu (%s)", r.err_offset,
-                 want_offset, r.err);
-    char off[64];
-    snprintf(off, sizeof off, "test.sfr: offset %llu: ", want_offset);
-    cr_expect(strstr(r.err, off) == r.err, "message lacks '%s': %s", off, r.err);
-    if (frag)
-        cr_expect(strstr(r.err, frag) != NULL, "message lacks '%s': %s", frag, r.err);
-    bytes_free(&r.ser);
+    expect_shard_error(&sfr_style, buf, len, want, want_offset, frag, 1);
 }
 
 /* Offset of record i, from the index. */

@@ -2,7 +2,14 @@
  * Epoch order (src/sampler.c, docs/sampling.md): partition, equalisation,
  * determinism, shuffle buffer bounds, resume exactness, environment.
  * Criterion runs every test in its own process, so setenv here is local.
+ *
+ * Suite `sampler`, one executable: this file (PRNG and the reference,
+ * partition, determinism, shuffle buffer), test_sampler_state.c (state,
+ * environment) and test_sampler_estimated.c (estimated counts), over
+ * sampler_fixture.c.
  */
+#include "sampler_fixture.h"
+
 #include <criterion/criterion.h>
 
 #include "shardfeed_sampling.h"
@@ -14,91 +21,6 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-/* ------------------------------------------------------------------ helpers */
-
-struct run {
-    struct sf_sample_ref *items;
-    size_t n;
-};
-
-static void clear_dist_env(void)
-{
-    unsetenv("RANK");
-    unsetenv("WORLD_SIZE");
-    unsetenv("LOCAL_RANK");
-}
-
-static struct sf_sampler_options opts_for(int rank, int world, unsigned worker, unsigned workers)
-{
-    struct sf_sampler_options o;
-    sf_sampler_options_init_default(&o);
-    o.rank = rank;
-    o.world_size = world;
-    o.worker = worker;
-    o.num_workers = workers;
-    return o;
-}
-
-static struct sf_sampler *make(const struct sf_sampler_options *o, const uint64_t *counts, size_t n)
-{
-    struct sf_sampler *s = NULL;
-    char err[256] = "";
-    sf_status st = sf_sampler_new(o, counts, n, &s, err, sizeof err);
-    cr_assert_eq(st, SF_OK, "sf_sampler_new: %s (%s)", sf_status_name(st), err);
-    cr_assert_not_null(s);
-    return s;
-}
-
-/* Delivers the rest of the epoch of s. */
-static struct run drain(struct sf_sampler *s)
-{
-    struct run r = {NULL, 0};
-    uint64_t left = sf_sampler_epoch_size(s);
-    r.items = calloc(left ? left : 1, sizeof *r.items);
-    cr_assert_not_null(r.items);
-    struct sf_sample_ref it;
-    while (sf_sampler_next(s, &it)) {
-        cr_assert_lt(r.n, left, "more items than the epoch size %llu", (unsigned long long)left);
-        r.items[r.n++] = it;
-    }
-    return r;
-}
-
-static struct run run_of(const struct sf_sampler_options *o, const uint64_t *counts, size_t n)
-{
-    struct sf_sampler *s = make(o, counts, n);
-    struct run r = drain(s);
-    cr_assert_eq(r.n, sf_sampler_epoch_size(s));
-    sf_sampler_destroy(s);
-    return r;
-}
-
-static int same_item(const struct sf_sample_ref *a, const struct sf_sample_ref *b)
-{
-    return a->shard == b->shard && a->sample == b->sample && a->position == b->position &&
-           a->read_index == b->read_index && a->flags == b->flags;
-}
-
-static uint64_t hash_run(const struct run *r)
-{
-    uint64_t h = 0x1234;
-    for (size_t i = 0; i < r->n; i++) {
-        h = sf__absorb64(h, r->items[i].shard);
-        h = sf__absorb64(h, r->items[i].sample);
-        h = sf__absorb64(h, r->items[i].flags);
-    }
-    return h;
-}
-
-/* Uneven shards: 1..13 samples, one empty shard. */
-#define N_UNEVEN 41
-static void uneven_counts(uint64_t *c)
-{
-    for (size_t i = 0; i < N_UNEVEN; i++)
-        c[i] = 1 + (i * 7919) % 13;
-    c[17] = 0;
-}
 
 /* Flat index of (shard, sample) given the counts' prefix sums. */
 static uint64_t *prefix_of(const uint64_t *counts, size_t n)
@@ -192,10 +114,8 @@ Test(sampler, orders_match_the_documented_reference_implementation)
 {
     /* Each expected list was produced by the Python code in docs/sampling.md. */
     static const uint64_t c1[] = {3, 1, 4, 1, 5, 9, 2, 6};
-    struct sf_sampler_options o = opts_for(1, 3, 0, 1);
-    o.seed = 7;
-    o.epoch = 1;
-    o.shuffle_buffer = 4;
+    struct sf_sampler_options o =
+        opts((struct cfg){.rank = 1, .world = 3, .seed = 7, .epoch = 1, .buffer = 4});
     static const struct golden_item g1[] = {{2, 2, 2, 0}, {2, 1, 1, 0},  {1, 0, 4, 0}, {2, 0, 0, 0},
                                             {7, 1, 6, 0}, {7, 3, 8, 0},  {7, 0, 5, 0}, {2, 3, 3, 0},
                                             {7, 4, 9, 0}, {7, 5, 10, 0}, {7, 2, 7, 0}};
@@ -209,21 +129,21 @@ Test(sampler, orders_match_the_documented_reference_implementation)
     expect_golden(&o, c1, 8, g2, sizeof g2 / sizeof g2[0]);
 
     static const uint64_t c3[] = {5, 0, 4};
-    o = opts_for(3, 4, 1, 2);
-    o.seed = 123456789012345ULL;
-    o.epoch = 3;
-    o.shuffle_buffer = 3;
-    o.initial_fill = 1;
-    o.partition = SF_PARTITION_SAMPLES;
+    o = opts((struct cfg){.rank = 3,
+                          .world = 4,
+                          .worker = 1,
+                          .workers = 2,
+                          .seed = 123456789012345ULL,
+                          .epoch = 3,
+                          .buffer = 3,
+                          .fill = 1,
+                          .partition = SF_PARTITION_SAMPLES});
     static const struct golden_item g3[] = {{0, 4, 0, 0}, {0, 4, 1, 1}};
     expect_golden(&o, c3, 3, g3, 2);
 
     /* A stream with 2 real samples padded to 11: pads cycle over its reads. */
     static const uint64_t c4[] = {10, 1, 1, 1};
-    o = opts_for(1, 2, 0, 1);
-    o.seed = 1;
-    o.shuffle_buffer = 5;
-    o.initial_fill = 2;
+    o = opts((struct cfg){.rank = 1, .world = 2, .seed = 1, .buffer = 5, .fill = 2});
     static const struct golden_item g4[] = {{3, 0, 1, 0}, {3, 0, 2, 1},  {1, 0, 3, 1}, {3, 0, 6, 1},
                                             {1, 0, 7, 1}, {1, 0, 0, 0},  {1, 0, 5, 1}, {3, 0, 4, 1},
                                             {1, 0, 9, 1}, {3, 0, 10, 1}, {3, 0, 8, 1}};
@@ -235,10 +155,8 @@ Test(sampler, long_streams_hash_to_the_reference_values)
     uint64_t counts[50];
     for (size_t i = 0; i < 50; i++)
         counts[i] = (1 + (i * 7919) % 13) * 10;
-    struct sf_sampler_options o = opts_for(2, 4, 0, 1);
-    o.seed = 2024;
-    o.epoch = 5;
-    o.shuffle_buffer = 100;
+    struct sf_sampler_options o =
+        opts((struct cfg){.rank = 2, .world = 4, .seed = 2024, .epoch = 5, .buffer = 100});
     struct run r = run_of(&o, counts, 50);
     cr_expect_eq(r.n, 920);
     cr_expect_eq(hash_run(&r), 0x89381210d8d22e7ULL, "hash %#llx",
@@ -272,12 +190,15 @@ static void check_world(int world, unsigned workers, enum sf_epoch_policy policy
 
     for (int rank = 0; rank < world; rank++) {
         for (unsigned w = 0; w < workers; w++) {
-            struct sf_sampler_options o = opts_for(rank, world, w, workers);
-            o.seed = 77;
-            o.epoch = 2;
-            o.shuffle_buffer = 16;
-            o.policy = policy;
-            o.partition = partition;
+            struct sf_sampler_options o = opts((struct cfg){.rank = rank,
+                                                            .world = world,
+                                                            .worker = w,
+                                                            .workers = workers,
+                                                            .seed = 77,
+                                                            .epoch = 2,
+                                                            .buffer = 16,
+                                                            .policy = policy,
+                                                            .partition = partition});
             struct sf_sampler *s = make(&o, counts, n);
             struct sf_sampler_info info;
             sf_sampler_get_info(s, &info);
@@ -349,32 +270,29 @@ static void check_world(int world, unsigned workers, enum sf_epoch_policy policy
     free(prefix);
 }
 
-Test(sampler, pad_ranks_same_size_every_sample_exactly_once_pads_marked)
-{
-    uint64_t counts[N_UNEVEN];
-    uneven_counts(counts);
-    for (int world = 1; world <= 8; world++) {
-        check_world(world, 1, SF_EPOCH_PAD, SF_PARTITION_SHARDS, counts, N_UNEVEN);
-        check_world(world, 2, SF_EPOCH_PAD, SF_PARTITION_SHARDS, counts, N_UNEVEN);
-    }
-}
-
-Test(sampler, drop_ranks_same_size_no_duplicates)
-{
-    uint64_t counts[N_UNEVEN];
-    uneven_counts(counts);
-    for (int world = 1; world <= 8; world++) {
-        check_world(world, 1, SF_EPOCH_DROP, SF_PARTITION_SHARDS, counts, N_UNEVEN);
-        check_world(world, 2, SF_EPOCH_DROP, SF_PARTITION_SHARDS, counts, N_UNEVEN);
-    }
-}
-
-Test(sampler, uneven_policy_covers_epoch_exactly)
+/* check_world of whole shards for 1..8 ranks of 1..workers workers. */
+static void check_worlds(enum sf_epoch_policy policy, unsigned workers)
 {
     uint64_t counts[N_UNEVEN];
     uneven_counts(counts);
     for (int world = 1; world <= 8; world++)
-        check_world(world, 1, SF_EPOCH_UNEVEN, SF_PARTITION_SHARDS, counts, N_UNEVEN);
+        for (unsigned w = 1; w <= workers; w++)
+            check_world(world, w, policy, SF_PARTITION_SHARDS, counts, N_UNEVEN);
+}
+
+Test(sampler, pad_ranks_same_size_every_sample_exactly_once_pads_marked)
+{
+    check_worlds(SF_EPOCH_PAD, 2);
+}
+
+Test(sampler, drop_ranks_same_size_no_duplicates)
+{
+    check_worlds(SF_EPOCH_DROP, 2);
+}
+
+Test(sampler, uneven_policy_covers_epoch_exactly)
+{
+    check_worlds(SF_EPOCH_UNEVEN, 1);
 }
 
 Test(sampler, sample_partition_serves_more_streams_than_shards)
@@ -397,8 +315,8 @@ Test(sampler, shards_are_never_split_between_streams)
     for (size_t i = 0; i < N_UNEVEN; i++)
         owner[i] = -1;
     for (int rank = 0; rank < 5; rank++) {
-        struct sf_sampler_options o = opts_for(rank, 5, 0, 1);
-        o.policy = SF_EPOCH_UNEVEN;
+        struct sf_sampler_options o =
+            opts((struct cfg){.rank = rank, .world = 5, .policy = SF_EPOCH_UNEVEN});
         struct run r = run_of(&o, counts, N_UNEVEN);
         for (size_t i = 0; i < r.n; i++) {
             int *w = &owner[r.items[i].shard];
@@ -416,8 +334,7 @@ Test(sampler, pads_repeat_the_last_samples_read_in_read_order)
      * last `pads` reads, in read order. */
     static const uint64_t counts[] = {9, 3, 2};
     for (int rank = 0; rank < 2; rank++) {
-        struct sf_sampler_options o = opts_for(rank, 2, 0, 1);
-        o.shuffle_buffer = 1;
+        struct sf_sampler_options o = opts((struct cfg){.rank = rank, .world = 2, .buffer = 1});
         struct sf_sampler *s = make(&o, counts, 3);
         struct sf_sampler_info info;
         sf_sampler_get_info(s, &info);
@@ -445,9 +362,8 @@ Test(sampler, pads_repeat_the_last_samples_read_in_read_order)
 Test(sampler, drop_reads_only_a_prefix_of_the_plan)
 {
     static const uint64_t counts[] = {9, 3, 2, 4, 1};
-    struct sf_sampler_options o = opts_for(0, 2, 0, 1);
-    o.policy = SF_EPOCH_DROP;
-    o.shuffle_buffer = 1;
+    struct sf_sampler_options o =
+        opts((struct cfg){.world = 2, .policy = SF_EPOCH_DROP, .buffer = 1});
     uint64_t dropped_any = 0;
     for (uint64_t epoch = 0; epoch < 8; epoch++) {
         o.epoch = epoch;
@@ -489,7 +405,7 @@ Test(sampler, drop_reads_only_a_prefix_of_the_plan)
 Test(sampler, too_few_shards_or_samples_is_a_clear_error)
 {
     static const uint64_t counts[] = {5, 0, 5};
-    struct sf_sampler_options o = opts_for(0, 2, 0, 2);
+    struct sf_sampler_options o = opts((struct cfg){.world = 2, .workers = 2});
     struct sf_sampler *s = (struct sf_sampler *)&o; /* must be reset to NULL */
     char err[256] = "";
     cr_expect_eq(sf_sampler_new(&o, counts, 3, &s, err, sizeof err), SF_ERR_INVALID_ARGUMENT);
@@ -503,8 +419,7 @@ Test(sampler, too_few_shards_or_samples_is_a_clear_error)
     sf_sampler_destroy(s);
 
     static const uint64_t tiny[] = {1, 2};
-    o = opts_for(0, 4, 0, 1);
-    o.partition = SF_PARTITION_SAMPLES;
+    o = opts((struct cfg){.world = 4, .partition = SF_PARTITION_SAMPLES});
     cr_expect_eq(sf_sampler_new(&o, tiny, 2, &s, err, sizeof err), SF_ERR_INVALID_ARGUMENT);
     cr_expect(strstr(err, "3 samples") && strstr(err, "4 streams"), "message: %s", err);
     cr_expect_null(s);
@@ -515,16 +430,14 @@ Test(sampler, bad_options_are_refused)
     static const uint64_t counts[] = {5, 5};
     struct sf_sampler *s = NULL;
     char err[256];
-    struct sf_sampler_options o = opts_for(0, 1, 0, 1);
+    struct sf_sampler_options o = opts((struct cfg){0});
 
     o.num_workers = 0;
     cr_expect_eq(sf_sampler_new(&o, counts, 2, &s, err, sizeof err), SF_ERR_INVALID_ARGUMENT);
-    o = opts_for(0, 1, 2, 2);
+    o = opts((struct cfg){.worker = 2, .workers = 2});
     cr_expect_eq(sf_sampler_new(&o, counts, 2, &s, err, sizeof err), SF_ERR_INVALID_ARGUMENT);
     cr_expect(strstr(err, "worker 2"), "%s", err);
-    o = opts_for(0, 1, 0, 1);
-    o.shuffle_buffer = 10;
-    o.initial_fill = 11;
+    o = opts((struct cfg){.buffer = 10, .fill = 11});
     cr_expect_eq(sf_sampler_new(&o, counts, 2, &s, err, sizeof err), SF_ERR_INVALID_ARGUMENT);
     cr_expect(strstr(err, "initial_fill"), "%s", err);
     o.initial_fill = 0;
@@ -556,10 +469,8 @@ Test(sampler, same_configuration_same_order_in_two_instances)
 {
     uint64_t counts[N_UNEVEN];
     uneven_counts(counts);
-    struct sf_sampler_options o = opts_for(1, 3, 1, 2);
-    o.seed = 5;
-    o.epoch = 9;
-    o.shuffle_buffer = 20;
+    struct sf_sampler_options o = opts((struct cfg){
+        .rank = 1, .world = 3, .worker = 1, .workers = 2, .seed = 5, .epoch = 9, .buffer = 20});
     struct sf_sampler *a = make(&o, counts, N_UNEVEN);
     struct sf_sampler *b = make(&o, counts, N_UNEVEN);
     struct sf_sample_ref x, y;
@@ -582,9 +493,8 @@ Test(sampler, same_order_in_another_process)
 {
     uint64_t counts[N_UNEVEN];
     uneven_counts(counts);
-    struct sf_sampler_options o = opts_for(2, 4, 0, 1);
-    o.seed = 31337;
-    o.shuffle_buffer = 50;
+    struct sf_sampler_options o =
+        opts((struct cfg){.rank = 2, .world = 4, .seed = 31337, .buffer = 50});
     int fds[2];
     cr_assert_eq(pipe(fds), 0);
     pid_t pid = fork();
@@ -619,9 +529,7 @@ Test(sampler, another_seed_or_epoch_gives_another_order)
 {
     uint64_t counts[N_UNEVEN];
     uneven_counts(counts);
-    struct sf_sampler_options o = opts_for(0, 2, 0, 1);
-    o.seed = 1;
-    o.shuffle_buffer = 30;
+    struct sf_sampler_options o = opts((struct cfg){.world = 2, .seed = 1, .buffer = 30});
     struct run base = run_of(&o, counts, N_UNEVEN);
     o.seed = 2;
     struct run seed2 = run_of(&o, counts, N_UNEVEN);
@@ -640,8 +548,7 @@ Test(sampler, set_epoch_equals_a_fresh_sampler)
 {
     uint64_t counts[N_UNEVEN];
     uneven_counts(counts);
-    struct sf_sampler_options o = opts_for(1, 2, 0, 1);
-    o.shuffle_buffer = 8;
+    struct sf_sampler_options o = opts((struct cfg){.rank = 1, .world = 2, .buffer = 8});
     struct sf_sampler *s = make(&o, counts, N_UNEVEN);
     free(drain(s).items);
     struct sf_sample_ref it;
@@ -666,11 +573,8 @@ Test(sampler, set_epoch_equals_a_fresh_sampler)
 Test(sampler, buffer_moves_samples_far_from_read_order)
 {
     uint64_t counts[20];
-    for (int i = 0; i < 20; i++)
-        counts[i] = 100;
-    struct sf_sampler_options o = opts_for(0, 1, 0, 1);
-    o.seed = 11;
-    o.shuffle_buffer = 64;
+    same_counts(counts, 20, 100);
+    struct sf_sampler_options o = opts((struct cfg){.seed = 11, .buffer = 64});
     struct run r = run_of(&o, counts, 20);
     cr_assert_eq(r.n, 2000);
     uint64_t in_place = 0, displacement = 0, adjacent_in_order = 0;
@@ -700,9 +604,7 @@ Test(sampler, buffer_bound_is_exact_with_full_initial_fill)
     uneven_counts(counts);
     static const uint64_t buffers[] = {2, 3, 10, 37, 500};
     for (size_t b = 0; b < sizeof buffers / sizeof buffers[0]; b++) {
-        struct sf_sampler_options o = opts_for(0, 1, 0, 1);
-        o.seed = 3 + b;
-        o.shuffle_buffer = buffers[b];
+        struct sf_sampler_options o = opts((struct cfg){.seed = 3 + b, .buffer = buffers[b]});
         struct sf_sampler *s = make(&o, counts, N_UNEVEN);
         size_t np = 0;
         const struct sf_shard_range *plan = sf_sampler_plan(s, &np);
@@ -740,12 +642,8 @@ Test(sampler, buffer_bound_is_exact_with_full_initial_fill)
 Test(sampler, partial_initial_fill_starts_sooner_and_grows_to_the_buffer)
 {
     uint64_t counts[10];
-    for (int i = 0; i < 10; i++)
-        counts[i] = 50;
-    struct sf_sampler_options o = opts_for(0, 1, 0, 1);
-    o.seed = 8;
-    o.shuffle_buffer = 40;
-    o.initial_fill = 5;
+    same_counts(counts, 10, 50);
+    struct sf_sampler_options o = opts((struct cfg){.seed = 8, .buffer = 40, .fill = 5});
     struct run r = run_of(&o, counts, 10);
     cr_assert_eq(r.n, 500);
     /* Reads done when item e leaves, from the documented rule. */
@@ -787,7 +685,7 @@ Test(sampler, no_buffer_means_read_order)
     uint64_t counts[N_UNEVEN];
     uneven_counts(counts);
     for (uint64_t b = 0; b <= 1; b++) {
-        struct sf_sampler_options o = opts_for(0, 1, 0, 1);
+        struct sf_sampler_options o = opts((struct cfg){0});
         o.shuffle_buffer = b;
         struct sf_sampler *s = make(&o, counts, N_UNEVEN);
         struct sf_sampler_info info;
@@ -806,8 +704,7 @@ Test(sampler, plan_is_read_in_order_within_shards)
 {
     uint64_t counts[N_UNEVEN];
     uneven_counts(counts);
-    struct sf_sampler_options o = opts_for(1, 3, 0, 1);
-    o.shuffle_buffer = 1;
+    struct sf_sampler_options o = opts((struct cfg){.rank = 1, .world = 3, .buffer = 1});
     struct sf_sampler *s = make(&o, counts, N_UNEVEN);
     size_t np = 0;
     const struct sf_shard_range *plan = sf_sampler_plan(s, &np);
@@ -824,628 +721,5 @@ Test(sampler, plan_is_read_in_order_within_shards)
     while (k < r.n)
         cr_assert_eq(r.items[k++].flags, SF_SAMPLE_PAD, "non-pad item beyond the plan");
     free(r.items);
-    sf_sampler_destroy(s);
-}
-
-/* ------------------------------------------------------------------ state */
-
-static void check_resume(const struct sf_sampler_options *o, const uint64_t *counts, size_t n)
-{
-    struct run full = run_of(o, counts, n);
-    for (size_t k = 0; k <= full.n; k += 1 + full.n / 37) {
-        struct sf_sampler *a = make(o, counts, n);
-        struct sf_sample_ref it;
-        for (size_t i = 0; i < k; i++)
-            cr_assert(sf_sampler_next(a, &it));
-        unsigned char state[SF_SAMPLER_STATE_BYTES];
-        cr_assert_eq(sf_sampler_state_save(a, state, sizeof state), SF_OK);
-        sf_sampler_destroy(a);
-
-        /* A new sampler, started in another epoch and moved a little. */
-        struct sf_sampler_options other = *o;
-        other.epoch = o->epoch + 17;
-        struct sf_sampler *b = make(&other, counts, n);
-        sf_sampler_next(b, &it);
-        sf_status st = sf_sampler_state_restore(b, state, sizeof state);
-        cr_assert_eq(st, SF_OK, "restore at %zu: %s", k, sf_sampler_errmsg(b));
-        struct sf_sampler_info info;
-        sf_sampler_get_info(b, &info);
-        cr_expect_eq(info.epoch, o->epoch);
-        cr_expect_eq(info.position, k);
-        struct run rest = drain(b);
-        cr_assert_eq(k + rest.n, full.n, "cut %zu: %zu + %zu items, want %zu", k, k, rest.n,
-                     full.n);
-        for (size_t i = 0; i < rest.n; i++)
-            cr_assert(same_item(&rest.items[i], &full.items[k + i]), "cut %zu: item %zu differs", k,
-                      k + i);
-        free(rest.items);
-        sf_sampler_destroy(b);
-    }
-    free(full.items);
-}
-
-Test(sampler, resume_yields_exactly_the_rest_at_many_cut_points)
-{
-    uint64_t counts[N_UNEVEN];
-    uneven_counts(counts);
-    struct sf_sampler_options o = opts_for(1, 3, 0, 1);
-    o.seed = 404;
-    o.epoch = 6;
-    o.shuffle_buffer = 25;
-    check_resume(&o, counts, N_UNEVEN); /* pad */
-    o.policy = SF_EPOCH_DROP;
-    o.rank = 0;
-    check_resume(&o, counts, N_UNEVEN);
-    o.policy = SF_EPOCH_PAD;
-    o.initial_fill = 3;
-    o.worker = 1;
-    o.num_workers = 2;
-    check_resume(&o, counts, N_UNEVEN);
-    static const uint64_t few[] = {20, 3};
-    o = opts_for(4, 5, 0, 1);
-    o.partition = SF_PARTITION_SAMPLES;
-    o.shuffle_buffer = 4;
-    check_resume(&o, few, 2);
-}
-
-Test(sampler, resume_every_single_cut_point_small)
-{
-    static const uint64_t counts[] = {4, 7, 1, 5};
-    struct sf_sampler_options o = opts_for(0, 2, 0, 1);
-    o.seed = 9;
-    o.shuffle_buffer = 6;
-    o.initial_fill = 2;
-    struct run full = run_of(&o, counts, 4);
-    for (size_t k = 0; k <= full.n; k++) {
-        struct sf_sampler *a = make(&o, counts, 4);
-        unsigned char state[SF_SAMPLER_STATE_BYTES];
-        /* save_at: a loader that ran ahead saves its user's position. */
-        free(drain(a).items);
-        cr_assert_eq(sf_sampler_state_save_at(a, k, state, sizeof state), SF_OK);
-        cr_assert_eq(sf_sampler_state_restore(a, state, sizeof state), SF_OK, "%s",
-                     sf_sampler_errmsg(a));
-        struct run rest = drain(a);
-        cr_assert_eq(k + rest.n, full.n);
-        for (size_t i = 0; i < rest.n; i++)
-            cr_assert(same_item(&rest.items[i], &full.items[k + i]));
-        free(rest.items);
-        sf_sampler_destroy(a);
-    }
-    struct sf_sampler *a = make(&o, counts, 4);
-    unsigned char state[SF_SAMPLER_STATE_BYTES];
-    cr_expect_eq(sf_sampler_state_save_at(a, full.n + 1, state, sizeof state),
-                 SF_ERR_INVALID_ARGUMENT);
-    cr_expect_eq(sf_sampler_state_save(a, state, sizeof state - 1), SF_ERR_INVALID_ARGUMENT);
-    sf_sampler_destroy(a);
-    free(full.items);
-}
-
-Test(sampler, state_layout_is_the_documented_little_endian_one)
-{
-    static const uint64_t counts[] = {4, 7, 1, 5};
-    struct sf_sampler_options o = opts_for(1, 2, 0, 1);
-    o.seed = 0x0102030405060708ULL;
-    o.epoch = 3;
-    o.shuffle_buffer = 6;
-    struct sf_sampler *s = make(&o, counts, 4);
-    struct sf_sample_ref it;
-    cr_assert(sf_sampler_next(s, &it));
-    cr_assert(sf_sampler_next(s, &it));
-    unsigned char b[SF_SAMPLER_STATE_BYTES];
-    cr_assert_eq(sf_sampler_state_save(s, b, sizeof b), SF_OK);
-    cr_expect_eq(memcmp(b, "SFSAMPLR", 8), 0);
-    cr_expect(b[8] == 1 && b[9] == 0 && b[12] == 128 && b[13] == 0);
-    cr_expect(b[16] == 0x08 && b[23] == 0x01, "seed little-endian");
-    cr_expect(b[24] == 3 && b[32] == 2, "epoch 3, position 2");
-    cr_expect(b[56] == 4 && b[64] == 1 && b[68] == 2 && b[76] == 1 && b[80] == 6 && b[88] == 6);
-    uint64_t h = 0;
-    for (int i = 7; i >= 0; i--)
-        h = (h << 8) | b[48 + i];
-    cr_expect_eq(h, sf__counts_hash(counts, 4));
-    sf_sampler_destroy(s);
-}
-
-/* Saves a state of configuration o (after 3 items) and restores it into a
- * sampler of configuration p: expects a refusal naming `field`. */
-static void expect_refused(const struct sf_sampler_options *o, const uint64_t *c1,
-                           const struct sf_sampler_options *p, const uint64_t *c2, size_t n2,
-                           const char *field)
-{
-    struct sf_sampler *a = make(o, c1, 4);
-    struct sf_sample_ref it;
-    for (int i = 0; i < 3; i++)
-        cr_assert(sf_sampler_next(a, &it));
-    unsigned char state[SF_SAMPLER_STATE_BYTES];
-    cr_assert_eq(sf_sampler_state_save(a, state, sizeof state), SF_OK);
-    sf_sampler_destroy(a);
-
-    struct sf_sampler *b = make(p, c2, n2);
-    struct sf_sample_ref first;
-    cr_assert(sf_sampler_next(b, &first));
-    cr_expect_eq(sf_sampler_state_restore(b, state, sizeof state), SF_ERR_INVALID_ARGUMENT,
-                 "restore across a different %s", field);
-    const char *msg = sf_sampler_errmsg(b);
-    cr_expect(strstr(msg, "different configuration") && strstr(msg, field), "message: %s", msg);
-    /* Unchanged: it carries on from where it was. */
-    struct sf_sampler_info info;
-    sf_sampler_get_info(b, &info);
-    cr_expect_eq(info.position, 1);
-    cr_expect_eq(info.epoch, p->epoch);
-    sf_sampler_destroy(b);
-}
-
-Test(sampler, restore_refuses_another_configuration)
-{
-    static const uint64_t c[] = {4, 7, 3, 5};
-    static const uint64_t c_other[] = {4, 7, 3, 6};
-    static const uint64_t c_more[] = {4, 7, 3, 5, 1};
-    struct sf_sampler_options o = opts_for(0, 2, 0, 1);
-    o.seed = 1;
-    o.shuffle_buffer = 5;
-    struct sf_sampler_options p = o;
-
-    p.seed = 2;
-    expect_refused(&o, c, &p, c, 4, "seed");
-    p = o;
-    expect_refused(&o, c, &p, c_other, 4, "counts hash");
-    expect_refused(&o, c, &p, c_more, 5, "shard count");
-    p.world_size = 3;
-    expect_refused(&o, c, &p, c, 4, "world_size");
-    p = o;
-    p.rank = 1;
-    expect_refused(&o, c, &p, c, 4, "rank");
-    p = o;
-    p.num_workers = 2;
-    expect_refused(&o, c, &p, c, 4, "num_workers");
-    p = o;
-    p.shuffle_buffer = 6;
-    expect_refused(&o, c, &p, c, 4, "shuffle_buffer");
-    p = o;
-    p.initial_fill = 2;
-    expect_refused(&o, c, &p, c, 4, "initial_fill");
-    p = o;
-    p.policy = SF_EPOCH_DROP;
-    expect_refused(&o, c, &p, c, 4, "policy");
-    p = o;
-    p.partition = SF_PARTITION_SAMPLES;
-    expect_refused(&o, c, &p, c, 4, "partition");
-    struct sf_sampler_options w = opts_for(0, 1, 0, 2);
-    struct sf_sampler_options w1 = w;
-    w1.worker = 1;
-    expect_refused(&w, c, &w1, c, 4, "worker");
-}
-
-Test(sampler, restore_refuses_damaged_or_foreign_blobs)
-{
-    static const uint64_t c[] = {4, 7, 3, 5};
-    struct sf_sampler_options o = opts_for(0, 1, 0, 1);
-    struct sf_sampler *s = make(&o, c, 4);
-    unsigned char good[SF_SAMPLER_STATE_BYTES], b[SF_SAMPLER_STATE_BYTES];
-    struct sf_sample_ref it;
-    cr_assert(sf_sampler_next(s, &it));
-    cr_assert_eq(sf_sampler_state_save(s, good, sizeof good), SF_OK);
-
-    cr_expect_eq(sf_sampler_state_restore(s, good, sizeof good - 1), SF_ERR_INVALID_ARGUMENT);
-    cr_expect_eq(sf_sampler_state_restore(s, NULL, sizeof good), SF_ERR_INVALID_ARGUMENT);
-    memcpy(b, good, sizeof b);
-    b[0] ^= 1;
-    cr_expect_eq(sf_sampler_state_restore(s, b, sizeof b), SF_ERR_CORRUPT);
-    cr_expect(strstr(sf_sampler_errmsg(s), "magic"), "%s", sf_sampler_errmsg(s));
-    memcpy(b, good, sizeof b);
-    b[8] = 3;
-    cr_expect_eq(sf_sampler_state_restore(s, b, sizeof b), SF_ERR_UNSUPPORTED);
-    cr_expect(strstr(sf_sampler_errmsg(s), "version 3"), "%s", sf_sampler_errmsg(s));
-    /* Every single-bit flip of the payload is caught by the checksum. */
-    for (size_t i = 16; i < SF_SAMPLER_STATE_BYTES; i++) {
-        for (int bit = 0; bit < 8; bit++) {
-            memcpy(b, good, sizeof b);
-            b[i] ^= (unsigned char)(1u << bit);
-            cr_assert_eq(sf_sampler_state_restore(s, b, sizeof b), SF_ERR_CORRUPT,
-                         "flip of byte %zu bit %d accepted", i, bit);
-        }
-    }
-    /* And the sampler is still where it was. */
-    struct sf_sampler_info info;
-    sf_sampler_get_info(s, &info);
-    cr_expect_eq(info.position, 1);
-    cr_expect_eq(sf_sampler_state_restore(s, good, sizeof good), SF_OK);
-    sf_sampler_destroy(s);
-}
-
-Test(sampler, restore_at_end_of_epoch_delivers_nothing)
-{
-    static const uint64_t c[] = {4, 7, 3, 5};
-    struct sf_sampler_options o = opts_for(0, 1, 0, 1);
-    struct sf_sampler *s = make(&o, c, 4);
-    free(drain(s).items);
-    unsigned char state[SF_SAMPLER_STATE_BYTES];
-    cr_assert_eq(sf_sampler_state_save(s, state, sizeof state), SF_OK);
-    sf_sampler_set_epoch(s, 0);
-    cr_assert_eq(sf_sampler_state_restore(s, state, sizeof state), SF_OK);
-    struct sf_sample_ref it;
-    cr_expect_eq(sf_sampler_next(s, &it), 0);
-    sf_sampler_destroy(s);
-}
-
-/* ------------------------------------------------------------------ environment */
-
-Test(sampler, env_unset_gives_single_process_defaults)
-{
-    clear_dist_env();
-    struct sf_dist d = {-1, -1, -1};
-    cr_assert_eq(sf_dist_from_env(&d, NULL, 0), SF_OK);
-    cr_expect(d.rank == 0 && d.world_size == 1 && d.local_rank == 0);
-}
-
-Test(sampler, env_values_are_read)
-{
-    clear_dist_env();
-    setenv("RANK", "5", 1);
-    setenv("WORLD_SIZE", "16", 1);
-    setenv("LOCAL_RANK", "1", 1);
-    struct sf_dist d = {-1, -1, -1};
-    cr_assert_eq(sf_dist_from_env(&d, NULL, 0), SF_OK);
-    cr_expect(d.rank == 5 && d.world_size == 16 && d.local_rank == 1);
-}
-
-Test(sampler, options_win_over_env)
-{
-    clear_dist_env();
-    setenv("RANK", "5", 1);
-    setenv("WORLD_SIZE", "16", 1);
-    setenv("LOCAL_RANK", "garbage", 1); /* not read: the option is set */
-    struct sf_dist d = {2, 4, 0};
-    cr_assert_eq(sf_dist_from_env(&d, NULL, 0), SF_OK);
-    cr_expect(d.rank == 2 && d.world_size == 4 && d.local_rank == 0);
-    /* Only the unset field comes from the environment. */
-    struct sf_dist e = {3, -1, 0};
-    cr_assert_eq(sf_dist_from_env(&e, NULL, 0), SF_OK);
-    cr_expect(e.rank == 3 && e.world_size == 16);
-}
-
-Test(sampler, bad_env_values_name_the_variable)
-{
-    static const char *const bad[] = {"",   "-1",   "+1",  " 1",         "1 ",
-                                      "1x", "0x10", "1e3", "2147483648", "99999999999999999999"};
-    static const char *const vars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK"};
-    for (size_t v = 0; v < 3; v++) {
-        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-            clear_dist_env();
-            setenv("RANK", "0", 1);
-            setenv("WORLD_SIZE", "4", 1);
-            setenv("LOCAL_RANK", "0", 1);
-            setenv(vars[v], bad[i], 1);
-            struct sf_dist d = {-1, -1, -1};
-            char err[256] = "";
-            cr_expect_eq(sf_dist_from_env(&d, err, sizeof err), SF_ERR_INVALID_ARGUMENT,
-                         "%s=\"%s\" accepted", vars[v], bad[i]);
-            cr_expect(strstr(err, vars[v]) != NULL, "%s=\"%s\": message \"%s\"", vars[v], bad[i],
-                      err);
-            cr_expect(d.rank == -1 && d.world_size == -1 && d.local_rank == -1,
-                      "d changed on failure");
-        }
-    }
-}
-
-Test(sampler, env_rank_must_be_below_world_size)
-{
-    clear_dist_env();
-    setenv("RANK", "4", 1);
-    setenv("WORLD_SIZE", "4", 1);
-    struct sf_dist d = {-1, -1, -1};
-    char err[256] = "";
-    cr_expect_eq(sf_dist_from_env(&d, err, sizeof err), SF_ERR_INVALID_ARGUMENT);
-    cr_expect(strstr(err, "RANK") && strstr(err, "WORLD_SIZE"), "%s", err);
-    setenv("WORLD_SIZE", "0", 1);
-    cr_expect_eq(sf_dist_from_env(&d, err, sizeof err), SF_ERR_INVALID_ARGUMENT);
-    cr_expect(strstr(err, "WORLD_SIZE") && strstr(err, "at least 1"), "%s", err);
-    /* RANK without WORLD_SIZE: the default world of 1 has no rank 4. */
-    unsetenv("WORLD_SIZE");
-    cr_expect_eq(sf_dist_from_env(&d, err, sizeof err), SF_ERR_INVALID_ARGUMENT);
-    cr_expect(strstr(err, "WORLD_SIZE unset"), "%s", err);
-}
-
-Test(sampler, sampler_takes_rank_and_world_from_env)
-{
-    clear_dist_env();
-    setenv("RANK", "2", 1);
-    setenv("WORLD_SIZE", "3", 1);
-    setenv("LOCAL_RANK", "not read by the sampler", 1);
-    uint64_t counts[N_UNEVEN];
-    uneven_counts(counts);
-    struct sf_sampler_options o;
-    sf_sampler_options_init_default(&o);
-    struct sf_sampler *s = make(&o, counts, N_UNEVEN);
-    struct sf_sampler_info info;
-    sf_sampler_get_info(s, &info);
-    cr_expect(info.rank == 2 && info.world_size == 3);
-    struct run from_env = drain(s);
-    sf_sampler_destroy(s);
-
-    struct sf_sampler_options explicit_ = opts_for(2, 3, 0, 1);
-    struct run from_opts = run_of(&explicit_, counts, N_UNEVEN);
-    cr_assert_eq(from_env.n, from_opts.n);
-    cr_expect_eq(hash_run(&from_env), hash_run(&from_opts));
-    free(from_env.items);
-    free(from_opts.items);
-
-    setenv("WORLD_SIZE", "three", 1);
-    char err[256] = "";
-    cr_expect_eq(sf_sampler_new(&o, counts, N_UNEVEN, &s, err, sizeof err),
-                 SF_ERR_INVALID_ARGUMENT);
-    cr_expect(strstr(err, "WORLD_SIZE=\"three\""), "%s", err);
-}
-
-Test(sampler, null_arguments_are_harmless)
-{
-    sf_sampler_destroy(NULL);
-    sf_sampler_set_epoch(NULL, 1);
-    struct sf_sample_ref it;
-    cr_expect_eq(sf_sampler_next(NULL, &it), 0);
-    cr_expect_eq(sf_dist_from_env(NULL, NULL, 0), SF_ERR_INVALID_ARGUMENT);
-    cr_expect_eq(sf_sampler_state_save(NULL, &it, sizeof it), SF_ERR_INVALID_ARGUMENT);
-    cr_expect_eq(sf_sampler_state_restore(NULL, &it, sizeof it), SF_ERR_INVALID_ARGUMENT);
-}
-
-/* ------------------------------------------------------------------ estimated counts */
-
-/* Drains an open-ended sampler whose stream really has `length` samples,
- * feeding it `chunk` reads at a time whenever it waits, from `fed` already
- * fed. Returns the read
- * indices in delivery order; *n receives their number. */
-static uint64_t *drain_fed(struct sf_sampler *s, uint64_t length, uint64_t chunk, uint64_t fed,
-                           size_t *n)
-{
-    uint64_t *out = calloc(length + 1, sizeof *out);
-    cr_assert_not_null(out);
-    *n = 0;
-    for (;;) {
-        struct sf_sample_ref it;
-        int r = sf_sampler_next(s, &it);
-        if (r == 0)
-            break;
-        if (r == SF_SAMPLER_WAIT) {
-            cr_assert_lt(fed, length + 1, "waits after being told the final length");
-            fed = fed + chunk < length ? fed + chunk : length;
-            cr_assert_eq(sf_sampler_feed(s, fed, fed == length), SF_OK);
-            continue;
-        }
-        cr_assert_eq(r, 1);
-        cr_assert_eq(it.shard, SF_SAMPLE_UNRESOLVED);
-        cr_assert_lt(it.read_index, fed, "read index %llu delivered before it was read",
-                     (unsigned long long)it.read_index);
-        cr_assert_lt(*n, length, "more items than the stream's length");
-        out[(*n)++] = it.read_index;
-    }
-    return out;
-}
-
-Test(sampler, estimated_one_stream_waits_for_reads_and_matches_exact_order)
-{
-    clear_dist_env();
-    /* Estimates say 40 samples; the stream really has 53. With one stream the
-     * epoch is the real length, and the order of read indices is the one an
-     * exact sampler gives to a stream of 53 samples, whatever the feeding. */
-    uint64_t est[] = {10, 10, 10, 10};
-    uint64_t exact[] = {53};
-    struct sf_sampler_options o = opts_for(0, 1, 0, 1);
-    o.shuffle_buffer = 16;
-    o.initial_fill = 4;
-    o.seed = 5;
-    o.epoch = 2;
-    struct sf_sampler_options oe = o;
-    oe.estimated_counts = 1;
-    struct run ref = run_of(&o, exact, 1);
-    cr_assert_eq(ref.n, 53);
-    uint64_t chunks[] = {1, 3, 7, 53};
-    for (size_t c = 0; c < 4; c++) {
-        struct sf_sampler *s = make(&oe, est, 4);
-        struct sf_sampler_info info;
-        sf_sampler_get_info(s, &info);
-        cr_assert_eq(info.size_known, 0);
-        cr_assert_eq(info.estimated, 1);
-        cr_assert_eq(info.epoch_size, 40, "the estimate before any feed");
-        size_t n = 0;
-        uint64_t *got = drain_fed(s, 53, chunks[c], 0, &n);
-        cr_assert_eq(n, 53);
-        for (size_t i = 0; i < n; i++)
-            cr_assert_eq(got[i], ref.items[i].read_index, "chunk %llu, item %zu",
-                         (unsigned long long)chunks[c], i);
-        sf_sampler_get_info(s, &info);
-        cr_assert_eq(info.size_known, 1);
-        cr_assert_eq(info.epoch_size, 53);
-        free(got);
-        sf_sampler_destroy(s);
-    }
-    free(ref.items);
-}
-
-Test(sampler, estimated_streams_get_the_same_fixed_size_and_never_wait)
-{
-    clear_dist_env();
-    uint64_t est[] = {30, 10, 25, 25, 40, 5, 18};
-    for (int policy = SF_EPOCH_PAD; policy <= SF_EPOCH_DROP; policy++) {
-        uint64_t sizes[3];
-        int dealt[7] = {0};
-        for (int rank = 0; rank < 3; rank++) {
-            struct sf_sampler_options o = opts_for(rank, 3, 0, 1);
-            o.estimated_counts = 1;
-            o.policy = (enum sf_epoch_policy)policy;
-            o.shuffle_buffer = 8;
-            struct sf_sampler *s = make(&o, est, 7);
-            sizes[rank] = sf_sampler_epoch_size(s);
-            size_t np = 0;
-            const struct sf_shard_range *plan = sf_sampler_plan(s, &np);
-            for (size_t i = 0; i < np; i++) {
-                dealt[plan[i].shard]++;
-                cr_assert_eq(plan[i].begin, 0);
-                cr_assert_eq(plan[i].end, est[plan[i].shard], "whole shards are planned");
-            }
-            /* Read indices 0..size-1, each once, no waiting. */
-            uint8_t *seen = calloc(sizes[rank], 1);
-            struct sf_sample_ref it;
-            uint64_t n = 0;
-            int r;
-            while ((r = sf_sampler_next(s, &it)) == 1) {
-                cr_assert_lt(it.read_index, sizes[rank]);
-                cr_assert_eq(seen[it.read_index], 0);
-                seen[it.read_index] = 1;
-                n++;
-            }
-            cr_assert_eq(r, 0, "a fixed-size stream never waits");
-            cr_assert_eq(n, sizes[rank]);
-            free(seen);
-            sf_sampler_destroy(s);
-        }
-        cr_assert_eq(sizes[0], sizes[1]);
-        cr_assert_eq(sizes[1], sizes[2]);
-        for (int i = 0; i < 7; i++)
-            cr_assert_eq(dealt[i], 1, "shard %d dealt to exactly one rank", i);
-    }
-}
-
-Test(sampler, estimated_resume_before_and_after_the_length_is_known)
-{
-    clear_dist_env();
-    uint64_t est[] = {20, 20};
-    struct sf_sampler_options o = opts_for(0, 1, 0, 1);
-    o.estimated_counts = 1;
-    o.shuffle_buffer = 10;
-    o.seed = 11;
-    const uint64_t length = 37;
-    struct sf_sampler *a = make(&o, est, 2);
-    size_t n = 0;
-    uint64_t *all = drain_fed(a, length, 5, 0, &n);
-    cr_assert_eq(n, length);
-    sf_sampler_destroy(a);
-    /* Cut at every position; the length is told before the save only past
-     * the point where the stream must have been read to its end. */
-    for (uint64_t cut = 0; cut <= length; cut++) {
-        struct sf_sampler *s = make(&o, est, 2);
-        uint64_t fed = 0;
-        for (uint64_t got = 0; got < cut;) {
-            struct sf_sample_ref it;
-            int r = sf_sampler_next(s, &it);
-            if (r == SF_SAMPLER_WAIT) {
-                fed = fed + 5 < length ? fed + 5 : length;
-                cr_assert_eq(sf_sampler_feed(s, fed, fed == length), SF_OK);
-                continue;
-            }
-            cr_assert_eq(r, 1);
-            got++;
-        }
-        unsigned char st[SF_SAMPLER_STATE_BYTES];
-        cr_assert_eq(sf_sampler_state_save(s, st, sizeof st), SF_OK);
-        cr_assert_eq(st[8], 2, "estimated samplers write state version 2");
-        sf_sampler_destroy(s);
-        struct sf_sampler *b = make(&o, est, 2);
-        cr_assert_eq(sf_sampler_state_restore(b, st, sizeof st), SF_OK, "%s",
-                     sf_sampler_errmsg(b));
-        size_t m = 0;
-        uint64_t *rest = drain_fed(b, length, 3, fed, &m);
-        cr_assert_eq(m, length - cut, "cut %llu", (unsigned long long)cut);
-        for (size_t i = 0; i < m; i++)
-            cr_assert_eq(rest[i], all[cut + i], "cut %llu item %zu", (unsigned long long)cut, i);
-        free(rest);
-        sf_sampler_destroy(b);
-    }
-    free(all);
-}
-
-Test(sampler, estimated_counts_refuse_sample_partition_and_exact_states)
-{
-    clear_dist_env();
-    uint64_t est[] = {20, 20};
-    struct sf_sampler_options o = opts_for(0, 2, 0, 1);
-    o.estimated_counts = 1;
-    o.partition = SF_PARTITION_SAMPLES;
-    struct sf_sampler *s = NULL;
-    char err[256] = "";
-    cr_assert_eq(sf_sampler_new(&o, est, 2, &s, err, sizeof err), SF_ERR_INVALID_ARGUMENT);
-    cr_assert(strstr(err, "exact sample counts"), "%s", err);
-    cr_assert_null(s);
-
-    struct sf_sampler_options ex = opts_for(0, 1, 0, 1);
-    struct sf_sampler *exact = make(&ex, est, 2);
-    struct sf_sampler_options es = ex;
-    es.estimated_counts = 1;
-    struct sf_sampler *estm = make(&es, est, 2);
-    unsigned char st[SF_SAMPLER_STATE_BYTES];
-    cr_assert_eq(sf_sampler_state_save(exact, st, sizeof st), SF_OK);
-    cr_assert_eq(sf_sampler_state_restore(estm, st, sizeof st), SF_ERR_INVALID_ARGUMENT);
-    cr_assert(strstr(sf_sampler_errmsg(estm), "estimated counts"), "%s", sf_sampler_errmsg(estm));
-    cr_assert_eq(sf_sampler_feed(estm, 10, 1), SF_OK);
-    cr_assert_eq(sf_sampler_feed(estm, 12, 1), SF_ERR_INVALID_ARGUMENT,
-                 "a second, different final length is refused");
-    sf_sampler_destroy(exact);
-    sf_sampler_destroy(estm);
-}
-
-Test(sampler, estimated_resume_past_the_estimate_before_the_length_is_known)
-{
-    clear_dist_env();
-    /* Estimates say 20 samples; the stream has 53. A save at position 30,
-     * before the reader reached the end (no final length), restores: the
-     * estimate is no bound on an open-ended stream's position. */
-    uint64_t est[] = {10, 10};
-    struct sf_sampler_options o = opts_for(0, 1, 0, 1);
-    o.estimated_counts = 1;
-    o.shuffle_buffer = 10;
-    o.seed = 3;
-    const uint64_t length = 53, cut = 30;
-    struct sf_sampler *a = make(&o, est, 2);
-    size_t n = 0;
-    uint64_t *all = drain_fed(a, length, 4, 0, &n);
-    cr_assert_eq(n, length);
-    sf_sampler_destroy(a);
-
-    struct sf_sampler *s = make(&o, est, 2);
-    uint64_t fed = 0;
-    for (uint64_t got = 0; got < cut;) {
-        struct sf_sample_ref it;
-        int r = sf_sampler_next(s, &it);
-        if (r == SF_SAMPLER_WAIT) {
-            fed += 4;
-            cr_assert_lt(fed, length);
-            cr_assert_eq(sf_sampler_feed(s, fed, 0), SF_OK);
-            continue;
-        }
-        cr_assert_eq(r, 1);
-        got++;
-    }
-    struct sf_sampler_info info;
-    sf_sampler_get_info(s, &info);
-    cr_assert_eq(info.size_known, 0);
-    cr_assert_gt(cut, info.epoch_size, "the cut is past the estimate");
-    unsigned char st[SF_SAMPLER_STATE_BYTES];
-    cr_assert_eq(sf_sampler_state_save(s, st, sizeof st), SF_OK);
-    sf_sampler_destroy(s);
-    struct sf_sampler *b = make(&o, est, 2);
-    cr_assert_eq(sf_sampler_state_restore(b, st, sizeof st), SF_OK, "%s", sf_sampler_errmsg(b));
-    size_t m = 0;
-    uint64_t *rest = drain_fed(b, length, 3, fed, &m);
-    cr_assert_eq(m, length - cut);
-    for (size_t i = 0; i < m; i++)
-        cr_assert_eq(rest[i], all[cut + i], "item %zu", i);
-    free(rest);
-    free(all);
-    sf_sampler_destroy(b);
-}
-
-Test(sampler, estimated_feed_after_the_final_length_accepts_what_agrees_with_it)
-{
-    clear_dist_env();
-    uint64_t est[] = {20, 20};
-    struct sf_sampler_options o = opts_for(0, 1, 0, 1);
-    o.estimated_counts = 1;
-    struct sf_sampler *s = make(&o, est, 2);
-    cr_assert_eq(sf_sampler_feed(s, 25, 0), SF_OK);
-    cr_assert_eq(sf_sampler_feed(s, 24, 1), SF_ERR_INVALID_ARGUMENT,
-                 "a final length below what was told to exist is refused");
-    cr_assert_eq(sf_sampler_feed(s, 30, 1), SF_OK);
-    cr_assert_eq(sf_sampler_feed(s, 12, 0), SF_OK, "at least 12 of 30: no contradiction");
-    cr_assert_eq(sf_sampler_feed(s, 30, 0), SF_OK);
-    cr_assert_eq(sf_sampler_feed(s, 31, 0), SF_ERR_INVALID_ARGUMENT, "31 of a stream of 30");
-    cr_assert_eq(sf_sampler_epoch_size(s), 30);
     sf_sampler_destroy(s);
 }

@@ -107,6 +107,23 @@ char *test_tmpdir(void)
     return strdup(tmpl);
 }
 
+char *test_tmpdir_with_root(char **root)
+{
+    char *tmp = test_tmpdir();
+    if (!tmp)
+        return NULL;
+    size_t n = strlen(tmp) + sizeof("/root");
+    *root = malloc(n);
+    if (!*root || snprintf(*root, n, "%s/root", tmp) < 0 || mkdir(*root, 0755) != 0) {
+        free(*root);
+        *root = NULL;
+        test_rmtree(tmp);
+        free(tmp);
+        return NULL;
+    }
+    return tmp;
+}
+
 static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {
     (void)sb;

@@ -22,6 +22,9 @@ int mock_proc_stop(struct mock_proc *p);
 
 /* A fresh temporary directory (malloc'd path). */
 char *test_tmpdir(void);
+/* test_tmpdir with an empty folder root in it, whose path goes to *root
+ * (malloc'd); NULL (and *root NULL) on failure. */
+char *test_tmpdir_with_root(char **root);
 /* rm -rf */
 void test_rmtree(const char *path);
 /* Writes data to root/rel, creating parent directories. */

@@ -1,0 +1,60 @@
+/* The s3 suite's fixture, shared by tests/test_s3*.c (one executable): the
+ * mock with a fresh root, objects in its bucket, its stats, clients of it,
+ * and the CLI run against it. */
+#ifndef SF_TEST_S3_FIXTURE_H
+#define SF_TEST_S3_FIXTURE_H
+
+#include "shardfeed.h"
+#include "support/mock_env.h"
+#include "support/mock_proc.h"
+
+#include <cjson/cJSON.h>
+#include <stddef.h>
+
+extern struct mock_proc srv;
+extern char *tmp;      /* holds root/ and scratch files */
+extern char root[600]; /* the mock's root: bucket "bucket" in it */
+extern struct sf_s3 *s3;
+
+/* tmp with root/bucket/, no server. */
+void make_root(void);
+/* make_root and the mock with the extra arguments (may be NULL). */
+void start_mock(const char *const *extra);
+/* The suite's .fini. */
+void s3_teardown(void);
+
+cJSON *mock_stats(void);
+/* j[a][b][c] (stopping at a NULL name), 0 when absent. */
+double jnum(const cJSON *j, const char *a, const char *b, const char *c);
+/* Requests the mock answered. */
+double mock_requests(void);
+
+/* Writes root/bucket/key with n pseudo-random bytes; returns them (malloc'd). */
+unsigned char *put_object(const char *key, size_t n, unsigned seed);
+void put_small(const char *key, size_t n);
+/* Puts prefix-NNN.tar for n in [0, count) except those in skip (-1 ends it),
+ * with size 100 + n; their ETags into etags[n] when etags is not NULL. */
+void put_shards(const char *prefix, int count, const int *skip, char (*etags)[35]);
+
+/* The suite's client options: the mock, 4 connections, 256 KiB chunks, fast
+ * retries. */
+void opts_init(struct sf_s3_options *o);
+/* s3 = a client with o. */
+void client(const struct sf_s3_options *o);
+void default_client(void);
+/* A client that does not sign (no keys). */
+void unsigned_client(void);
+/* s3's detail message. */
+const char *errmsg(void);
+/* Fetches url whole into memory, checking it against want (n bytes). */
+sf_status fetch_whole(const char *url, const void *want, size_t n);
+
+/* Runs the shardfeed CLI with argv as given (argv[0] is SF_CLI_BIN), stdout
+ * and stderr into tmp/TAG.out and tmp/TAG.err; the exit status. */
+int cli_run_argv(const char *tag, const char *const *argv);
+/* Runs the shardfeed CLI with --endpoint-url and args (NULL-terminated). */
+int cli_run(const char *tag, const char *const *args);
+/* Contents of tmp/TAG.EXT (static buffer). */
+const char *cli_output(const char *tag, const char *ext);
+
+#endif

@@ -1,0 +1,500 @@
+/* The loader through the CLI: `load`, its JSON and exit codes, a killed
+ * warm-cache, doctor and tune. Suite `loader` (test_loader.c). */
+#include "loader_fixture.h"
+#include "src/loader.h"
+#include "src/loader_internal.h"
+#include "support/mock_proc.h"
+#include "support/s3_client.h"
+
+#include <cjson/cJSON.h>
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* Issue 17's kill -9 loop: warm-cache killed at random moments (a seeded
+ * generator, 10 rounds, over a slow link so that most kills land mid-way),
+ * then `cache verify` passes and a load through that cache gives the batches
+ * of a fresh RAM-only run: no entry half written is ever taken as whole. */
+Test(loader, warm_cache_killed_at_random_moments_leaves_a_cache_that_verifies, .timeout = 240)
+{
+    const char *slow[] = {"--fault", "prefix=bucket/data,bandwidth=64K", NULL};
+    struct sf_loader_options o;
+    bucket_options(&o, 120, 48 << 10, slow, NULL);
+    struct sf_loader *l = open_loader(&o);
+    struct epoch_log fresh;
+    cr_assert_eq(run_epoch(l, &fresh, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
+    sf_loader_close(l);
+
+    char cache_dir[800];
+    snprintf(cache_dir, sizeof(cache_dir), "%s/cache", tmp);
+    uint64_t rng = 0x5eedULL;
+    int killed = 0;
+    for (int round = 0; round < 10; round++) {
+        pid_t pid = fork();
+        cr_assert(pid >= 0);
+        if (pid == 0) {
+            int fd = open("/dev/null", O_WRONLY);
+            if (fd >= 0) {
+                dup2(fd, 1);
+                dup2(fd, 2);
+            }
+            execl(SF_CLI_BIN, SF_CLI_BIN, "warm-cache", "s3://bucket/data/", "--endpoint-url",
+                  srv.url, "--cache-dir", cache_dir, "--chunk-size", "16K", (char *)NULL);
+            _exit(127);
+        }
+        rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+        usleep((useconds_t)(20000 + (rng >> 33) % 600000));
+        kill(pid, SIGKILL);
+        int status;
+        cr_assert_eq(waitpid(pid, &status, 0), pid);
+        killed += WIFSIGNALED(status);
+        cr_assert(WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) == 0),
+                  "warm-cache round %d ended with status %d", round, status);
+    }
+    cr_expect_gt(killed, 0, "no round was killed mid-way: the test checked nothing");
+    char out[16384];
+    const char *verify[] = {SF_CLI_BIN, "cache", "verify", "--cache-dir", cache_dir, NULL};
+    cr_assert_eq(run_cli(verify, out, sizeof(out)), 0, "cache verify: %s", out);
+
+    s3_options(&o, bucket_src, cache_dir);
+    l = open_loader(&o);
+    struct epoch_log after;
+    cr_assert_eq(run_epoch(l, &after, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
+    cr_expect_eq(after.images, 120u);
+    cr_expect_eq(after.digest, fresh.digest, "the cache left by the kills gave other batches");
+    free(after.seen);
+    free(fresh.seen);
+    sf_loader_close(l);
+}
+
+Test(loader, cli_load_json_and_errors)
+{
+    local_dataset(50, 64 << 10, -1);
+    char out[8192];
+    const char *ok[] = {SF_CLI_BIN, "load", shards,     "--batch-size", "8",      "--size",   "32",
+                        "--epochs", "2",    "--device", "host",         "--json", "--digest", NULL};
+    cr_assert_eq(run_cli(ok, out, sizeof(out)), 0, "%s", out);
+    cJSON *j = cJSON_Parse(out);
+    cr_assert(j, "%s", out);
+    cr_assert_eq(cJSON_GetObjectItem(j, "images")->valuedouble, 100.0);
+    cr_assert_eq(cJSON_GetObjectItem(j, "batches")->valuedouble, 14.0);
+    cr_assert(cJSON_GetObjectItem(j, "images_per_s")->valuedouble > 0);
+    cr_assert(cJSON_IsNumber(cJSON_GetObjectItem(j, "consumer_wait_share")));
+    char d1[32];
+    snprintf(d1, sizeof(d1), "%s", cJSON_GetObjectItem(j, "digest")->valuestring);
+    cJSON_Delete(j);
+    /* same flags, same digest */
+    cr_assert_eq(run_cli(ok, out, sizeof(out)), 0);
+    j = cJSON_Parse(out);
+    cr_assert_str_eq(cJSON_GetObjectItem(j, "digest")->valuestring, d1);
+    cJSON_Delete(j);
+
+    /* --config FILE, with flags winning over it */
+    char cfg[800];
+    snprintf(cfg, sizeof(cfg), "%s/load.json", tmp);
+    FILE *cf = fopen(cfg, "w");
+    cr_assert(cf);
+    fputs("{\"batch_size\": 5, \"size\": 16, \"device\": \"host\", \"drop_last\": true}", cf);
+    fclose(cf);
+    const char *with_cfg[] = {SF_CLI_BIN, "load", shards, "--config", cfg, "--json", NULL};
+    cr_assert_eq(run_cli(with_cfg, out, sizeof(out)), 0, "%s", out);
+    j = cJSON_Parse(out);
+    cr_assert(j, "%s", out);
+    cr_assert_eq(cJSON_GetObjectItem(j, "batches")->valuedouble, 10.0); /* 50 / 5 */
+    cJSON_Delete(j);
+    const char *cfg_flag[] = {SF_CLI_BIN,     "load", shards,           "--config", cfg,
+                              "--batch-size", "8",    "--no-drop-last", "--json",   NULL};
+    cr_assert_eq(run_cli(cfg_flag, out, sizeof(out)), 0, "%s", out);
+    j = cJSON_Parse(out);
+    cr_assert(j, "%s", out);
+    cr_assert_eq(cJSON_GetObjectItem(j, "batches")->valuedouble, 7.0); /* 6 x 8 + 2 */
+    cr_assert_eq(cJSON_GetObjectItem(j, "images")->valuedouble, 50.0);
+    cJSON_Delete(j);
+    snprintf(cfg, sizeof(cfg), "%s/bad.json", tmp);
+    cf = fopen(cfg, "w");
+    cr_assert(cf);
+    fputs("{\"batch_size\": \"many\"}", cf);
+    fclose(cf);
+    const char *bad_cfg[] = {SF_CLI_BIN, "load", shards, "--config", cfg, NULL};
+    cr_assert_eq(run_cli(bad_cfg, out, sizeof(out)), 2);
+
+    const char *bad_flag[] = {SF_CLI_BIN, "load", shards, "--batch-size", "x", NULL};
+    cr_assert_eq(run_cli(bad_flag, out, sizeof(out)), 2);
+    const char *bad_val[] = {SF_CLI_BIN, "load", shards, "--crop", "diagonal", NULL};
+    cr_assert_eq(run_cli(bad_val, out, sizeof(out)), 2);
+    char missing[800];
+    snprintf(missing, sizeof(missing), "%sno-such-shard.tar", shards);
+    const char *gone[] = {SF_CLI_BIN, "load", missing, "--json", NULL};
+    cr_assert_eq(run_cli(gone, out, sizeof(out)), 1);
+}
+
+Test(loader, missing_objects_and_missing_fields_exit_1_with_json)
+{
+    /* A sample without its image under on_error fail: exit 1, not a short
+     * epoch. */
+    loader_tmpdir();
+    char src[700];
+    snprintf(src, sizeof(src), "%s/src", tmp);
+    make_flat(src, 60, -1);
+    char jpg[800];
+    snprintf(jpg, sizeof(jpg), "%s/s00031.jpg", src);
+    cr_assert(unlink(jpg) == 0);
+    snprintf(shards, sizeof(shards), "%s/shards/", tmp);
+    pack(src, shards, 16 << 10, NULL);
+    n_samples = 60;
+    char out[8192];
+    const char *bad[] = {SF_CLI_BIN, "load", shards,   "--batch-size", "8",      "--size",
+                         "32",       "--device", "host", "--json", NULL};
+    cr_assert_eq(run_cli(bad, out, sizeof(out)), 1, "%s", out);
+    cJSON *j = cJSON_Parse(out);
+    cr_assert(j, "one JSON object: %s", out);
+    cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(j, "ok")), "%s", out);
+    cr_assert(strstr(cJSON_GetObjectItem(j, "error")->valuestring, "s00031"), "%s", out);
+    cr_assert(strstr(cJSON_GetObjectItem(j, "error")->valuestring, "no image field"), "%s", out);
+    cJSON_Delete(j);
+    /* A list of URLs of which one is missing: exit 1 naming it, before any
+     * batch. */
+    char one[900], two[900];
+    snprintf(one, sizeof(one), "%sshard-000000.tar", shards);
+    snprintf(two, sizeof(two), "%sshard-000077.tar", shards);
+    const char *missing[] = {SF_CLI_BIN, "load", one, two, "--device", "host", "--json", NULL};
+    cr_assert_eq(run_cli(missing, out, sizeof(out)), 1, "%s", out);
+    j = cJSON_Parse(out);
+    cr_assert(j, "one JSON object: %s", out);
+    cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(j, "ok")), "%s", out);
+    cr_assert(strstr(cJSON_GetObjectItem(j, "error")->valuestring, "shard-000077.tar"), "%s", out);
+    cJSON_Delete(j);
+}
+
+/* ------------------------------------------------------------ doctor */
+
+Test(loader, doctor_names_decode_when_one_thread_feeds_a_step_that_takes_no_time)
+{
+    struct sf_loader_options o;
+    local_options(&o, 120, 16 << 10);
+    o.decode_threads = 1;
+    struct sf_doctor_result r;
+    char err[1024] = "";
+    cr_assert_eq(sf_doctor_measure(&o, 0.4, &r, err, sizeof(err)), SF_OK, "%s", err);
+    cr_expect(r.stage_per_s[SF_STAGE_READ] > 0 && r.stage_per_s[SF_STAGE_DECODE] > 0 &&
+              r.stage_per_s[SF_STAGE_ASSEMBLY] > 0);
+    cr_expect_eq(r.stage_per_s[SF_STAGE_FETCH], 0.0, "local files are not fetched");
+    cr_expect_eq(r.stage_per_s[SF_STAGE_DEVICE], 0.0, "host batches");
+    cr_expect(strstr(r.stage_note[SF_STAGE_DEVICE], "host batches") != NULL);
+    cr_expect_eq(r.decode_threads, 1u);
+    cr_expect_eq(r.samples_measured, 120u, "every raw sample of the small shards is kept");
+    cr_expect(r.bytes_per_sample > 0);
+    sf_doctor_conclude(&r, 0, 0, NULL, 1);
+    cr_expect_eq(r.bound, SF_STAGE_DECODE, "%s (read %.0f, decode %.0f, assembly %.0f)",
+                 r.verdict, r.stage_per_s[SF_STAGE_READ], r.stage_per_s[SF_STAGE_DECODE],
+                 r.stage_per_s[SF_STAGE_ASSEMBLY]);
+    cr_expect(strstr(r.verdict, "decode-bound: 1 threads") != NULL, "%s", r.verdict);
+
+    /* A step slower than every stage bounds the pipeline itself. */
+    sf_doctor_conclude(&r, 1.0, 1.0, NULL, 1);
+    cr_expect_eq(r.bound, SF_STAGE_NONE, "%s", r.verdict);
+    cr_expect(strstr(r.verdict, "step-bound") != NULL, "%s", r.verdict);
+    /* A step that needs more threads than the cores: more cores; these
+     * images are all under --max-side 320, so pack would not help. */
+    cr_expect(r.max_side_speedup == 1.0 && r.max_side_bytes == 1.0, "%g %g", r.max_side_speedup,
+              r.max_side_bytes);
+    sf_doctor_conclude(&r, r.decode_per_thread_per_s * (r.cores + 2), 0, NULL, 1);
+    cr_expect_eq(r.bound, SF_STAGE_DECODE);
+    cr_expect(strstr(r.verdict, "more cores") != NULL, "%s", r.verdict);
+    cr_expect(strstr(r.verdict, "would not help: the images are no larger") != NULL, "%s",
+              r.verdict);
+}
+
+/* Large photos: doctor re-encodes some at --max-side 320 in memory and
+ * measures the decode of both; the verdict quotes what it measured. */
+Test(loader, doctor_measures_what_pack_max_side_would_give)
+{
+    local_dataset_large(24);
+    struct sf_loader_options o;
+    base_options(&o, shards_src, 1);
+    o.decode_threads = 1;
+    o.extra_fields = NULL;
+    struct sf_doctor_result r;
+    char err[1024] = "";
+    cr_assert_eq(sf_doctor_measure(&o, 0.4, &r, err, sizeof(err)), SF_OK, "%s", err);
+    cr_expect(r.max_side_bytes > 0 && r.max_side_bytes < 0.6,
+              "640x480 -> 320x240 leaves %g of the bytes", r.max_side_bytes);
+    cr_expect(r.max_side_speedup > 0, "measured: %g", r.max_side_speedup);
+    r.max_side_speedup = 2.5; /* the wording, whatever this machine measured */
+    sf_doctor_conclude(&r, r.decode_per_thread_per_s * (r.cores + 2), 0, NULL, 1);
+    cr_expect_eq(r.bound, SF_STAGE_DECODE, "%s", r.verdict);
+    cr_expect(strstr(r.verdict, "or pack at --max-side 320 (measured on these images: 2.5x "
+                                "faster decode") != NULL,
+              "%s", r.verdict);
+}
+
+Test(loader, doctor_names_fetch_behind_a_slow_link_unless_the_data_is_cached)
+{
+    const char *slow[] = {"--fault", "prefix=bucket/data,bandwidth=32K", NULL};
+    struct sf_loader_options o;
+    bucket_options(&o, 60, 24 << 10, slow, NULL);
+    o.decode_threads = 1;
+    struct sf_doctor_result r;
+    char err[1024] = "";
+    cr_assert_eq(sf_doctor_measure(&o, 1.0, &r, err, sizeof(err)), SF_OK, "%s", err);
+    cr_expect(r.fetch_mib_per_s > 0 && r.stage_per_s[SF_STAGE_FETCH] > 0, "%s",
+              r.stage_note[SF_STAGE_FETCH]);
+    cr_expect_eq(r.concurrency_more, 4 * r.concurrency);
+    sf_doctor_conclude(&r, 0, 0, NULL, 0);
+    cr_expect_eq(r.bound, SF_STAGE_FETCH, "%s (fetch %.0f, decode %.0f)", r.verdict,
+                 r.stage_per_s[SF_STAGE_FETCH], r.stage_per_s[SF_STAGE_DECODE]);
+    cr_expect(strstr(r.verdict, "fetch-bound: concurrency") != NULL, "%s", r.verdict);
+    /* Data already in the cache: the store no longer bounds anything. */
+    sf_doctor_conclude(&r, 0, 0, NULL, 1);
+    cr_expect_eq(r.bound, SF_STAGE_DECODE, "%s", r.verdict);
+}
+
+Test(loader, doctor_fails_naming_a_missing_source)
+{
+    local_dataset(10, 16 << 10, -1);
+    char missing[800];
+    snprintf(missing, sizeof(missing), "%sno-such-shard.tar", shards);
+    const char *src[] = {missing};
+    struct sf_loader_options o;
+    base_options(&o, src, 1);
+    struct sf_doctor_result r;
+    char err[1024] = "";
+    cr_expect_neq(sf_doctor_measure(&o, 0.2, &r, err, sizeof(err)), SF_OK);
+    cr_expect(strstr(err, "no-such-shard.tar") != NULL, "%s", err);
+    cr_expect_eq(sf_doctor_measure(NULL, 0.2, &r, err, sizeof(err)), SF_ERR_INVALID_ARGUMENT);
+
+    /* The CLI: a table and a verdict, JSON, exit 1 on the missing shard. */
+    char out[8192];
+    const char *ok[] = {SF_CLI_BIN, "doctor", shards, "--size", "32", "--batch-size", "4",
+                        "--seconds", "0.2", "--step-ms", "5", "--device", "host", "--json", NULL};
+    cr_assert_eq(run_cli(ok, out, sizeof(out)), 0, "%s", out);
+    cJSON *j = cJSON_Parse(out);
+    cr_assert(j, "%s", out);
+    cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(j, "ok")));
+    cr_expect(cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "stages"), "decode"),
+                                  "samples_per_s")
+                  ->valuedouble > 0);
+    cr_expect_eq(cJSON_GetObjectItem(j, "step_per_s")->valuedouble, 800.0); /* 4 per 5 ms */
+    cr_expect(cJSON_GetObjectItem(j, "pipeline_per_s")->valuedouble > 0);
+    cr_expect(cJSON_IsString(cJSON_GetObjectItem(j, "verdict")));
+    cJSON_Delete(j);
+    const char *gone[] = {SF_CLI_BIN, "doctor", missing, "--seconds", "0.2", "--json", NULL};
+    cr_expect_eq(run_cli(gone, out, sizeof(out)), 1, "%s", out);
+    j = cJSON_Parse(out);
+    cr_assert(j, "%s", out);
+    cr_expect(cJSON_IsFalse(cJSON_GetObjectItem(j, "ok")));
+    cJSON_Delete(j);
+    const char *bad[] = {SF_CLI_BIN, "doctor", shards, "--seconds", "zero", NULL};
+    cr_expect_eq(run_cli(bad, out, sizeof(out)), 2);
+}
+
+/* ------------------------------------------------------------ tune */
+
+Test(loader, tune_writes_a_config_the_loader_takes)
+{
+    struct sf_loader_options o;
+    local_options(&o, 80, 16 << 10);
+    o.extra_fields = NULL;
+    struct sf_tune_result r;
+    char err[1024] = "";
+    cr_assert_eq(sf_tune(&o, 1.5, &r, err, sizeof(err)), SF_OK, "%s", err);
+    cr_expect(r.points >= 2, "%u points: %s", r.points, r.trace);
+    cr_expect(strstr(r.trace, "decode_threads=1:") != NULL, "%s", r.trace);
+    cr_expect(strstr(r.trace, "concurrency=") == NULL, "local files: no fetch search: %s",
+              r.trace);
+    cr_expect(r.tuned_per_s > 0 && r.given_per_s > 0);
+    cr_expect(r.decode_threads >= 1 && r.prefetch_shards >= 2 && r.prefetch_batches >= 3);
+    /* The config is what the loader reads back. */
+    struct sf_loader_options back;
+    sf_loader_options_init_default(&back);
+    void *keep = NULL;
+    cr_assert_eq(sf_loader_options_from_json(&back, r.config_json, &keep, err, sizeof(err)),
+                 SF_OK, "%s: %s", r.config_json, err);
+    cr_expect_eq(back.decode_threads, r.decode_threads);
+    cr_expect_eq(back.s3.concurrency, r.concurrency);
+    cr_expect_eq(back.s3.chunk_bytes, r.chunk_bytes);
+    cr_expect_eq(back.prefetch_shards, r.prefetch_shards);
+    cr_expect_eq(back.prefetch_batches, r.prefetch_batches);
+    sf_loader_options_free_json(keep);
+
+    char out[8192], cfg[800];
+    snprintf(cfg, sizeof(cfg), "%s/tuned.json", tmp);
+    const char *cli[] = {SF_CLI_BIN, "tune", shards, "--size", "32", "--budget-s", "1", "-o",
+                         cfg, NULL};
+    cr_assert_eq(run_cli(cli, out, sizeof(out)), 0, "%s", out);
+    const char *use[] = {SF_CLI_BIN, "load", shards, "--size", "32", "--config", cfg, "--json",
+                         NULL};
+    cr_assert_eq(run_cli(use, out, sizeof(out)), 0, "%s", out);
+    cJSON *j = cJSON_Parse(out);
+    cr_assert(j, "%s", out);
+    cr_expect_eq(cJSON_GetObjectItem(j, "images")->valuedouble, 80.0);
+    cJSON_Delete(j);
+    const char *bad[] = {SF_CLI_BIN, "tune", shards, "--budget-s", "0", NULL};
+    cr_expect_eq(run_cli(bad, out, sizeof(out)), 2);
+
+    /* load --autotune: tunes, then runs; a flag given still wins (5 decode
+     * threads: the search tries 1, cores / 2, cores and 1.5 x cores). */
+    const char *tuned[] = {SF_CLI_BIN, "load", shards, "--size", "32", "--autotune", "1",
+                           "--decode-threads", "5", "--json", NULL};
+    cr_assert_eq(run_cli(tuned, out, sizeof(out)), 0, "%s", out);
+    j = cJSON_Parse(out);
+    cr_assert(j, "%s", out);
+    cr_expect_eq(cJSON_GetObjectItem(j, "images")->valuedouble, 80.0);
+    cr_expect_eq(cJSON_GetObjectItem(j, "decode_threads")->valuedouble, 5.0, "%s", out);
+    cJSON_Delete(j);
+    const char *bad_tune[] = {SF_CLI_BIN, "load", shards, "--autotune", "0", NULL};
+    cr_expect_eq(run_cli(bad_tune, out, sizeof(out)), 2);
+}
+
+/* 60 samples behind a link capped at 64 KiB/s per connection, 2 of them;
+ * RAM only, no extra field. */
+static void slow_link_options(struct sf_loader_options *o)
+{
+    static const char *const slow[] = {"--fault", "prefix=bucket/data,bandwidth=64K", NULL};
+    bucket_options(o, 60, 24 << 10, slow, NULL);
+    o->extra_fields = NULL;
+    o->s3.concurrency = 2;
+}
+
+Test(loader, tune_searches_concurrency_against_a_capped_link)
+{
+    struct sf_loader_options o;
+    slow_link_options(&o);
+    struct sf_tune_result r;
+    char err[1024] = "";
+    cr_assert_eq(sf_tune(&o, 9.0, &r, err, sizeof(err)), SF_OK, "%s", err);
+    cr_expect(strstr(r.trace, "start c=2 ") != NULL && strstr(r.trace, "concurrency=4:"),
+              "%s", r.trace);
+    /* Each connection is capped: more connections fetch more. */
+    cr_expect(r.concurrency > 2 || r.kept_given, "%s", r.trace);
+    cr_expect(r.fetch_mib_per_s > 0, "%s", r.trace);
+}
+
+/* A budget too small for the fetch search: tune stops searching (and says
+ * so) instead of overrunning it; the given concurrency and chunk stay. The
+ * decode points alone take at least 3 spans of 0.25 s, so no fetch point
+ * fits in 1 s whatever the machine's speed. */
+Test(loader, tune_stops_its_search_at_the_budget)
+{
+    struct sf_loader_options o;
+    slow_link_options(&o);
+    o.s3.chunk_bytes = 4ull << 20;
+    struct sf_tune_result r;
+    char err[1024] = "";
+    cr_assert_eq(sf_tune(&o, 1.0, &r, err, sizeof(err)), SF_OK, "%s", err);
+    cr_expect(strstr(r.trace, "budget: search stopped") != NULL, "%s", r.trace);
+    cr_expect(strstr(r.trace, "concurrency=") == NULL && strstr(r.trace, "chunk=") == NULL, "%s",
+              r.trace);
+    cr_expect_eq(r.concurrency, 2u, "%s", r.trace);
+    cr_expect_eq(r.chunk_bytes, 4ull << 20, "%s", r.trace);
+}
+
+/* ------------------------------------------------------------ CLI exit codes */
+
+/* 2 is bad usage only; a server's 400 and a 0-byte shard are failures (1),
+ * and their messages keep what the server said and name the object. */
+Test(loader, cli_exit_codes_usage_server_400_and_an_empty_shard)
+{
+    mock_dataset(40, 24 << 10);
+    char out[16384], err[8192], cache_dir[800];
+    snprintf(cache_dir, sizeof(cache_dir), "%s/cache", tmp);
+    const char *zero[] = {
+        SF_CLI_BIN, "load", "s3://bucket/data/", "--endpoint-url", srv.url, "--epochs", "0", NULL};
+    cr_expect_eq(run_cli_err(zero, out, sizeof(out), err, sizeof(err)), 2, "%s", err);
+    cr_expect(strstr(err, "--epochs"), "%s", err);
+
+    /* with index.json: the 400 comes mid-epoch, through the disk cache */
+    cr_assert_eq(
+        admin("POST", "/_mock/fault?prefix=bucket/data/shard-000001&fault=400&count=1", NULL), 200);
+    const char *disk[] = {SF_CLI_BIN,
+                          "load",
+                          "s3://bucket/data/",
+                          "--endpoint-url",
+                          srv.url,
+                          "--cache-dir",
+                          cache_dir,
+                          "--size",
+                          "16",
+                          "--device",
+                          "host",
+                          "--json",
+                          NULL};
+    cr_expect_eq(run_cli_err(disk, out, sizeof(out), err, sizeof(err)), 1, "%s", err);
+    cJSON *j = cJSON_Parse(out);
+    cr_assert(cJSON_IsObject(j), "not one JSON object: %s", out);
+    const cJSON *e = cJSON_GetObjectItem(j, "error");
+    cr_expect(cJSON_IsString(e) && strstr(e->valuestring, "shard-000001.tar") &&
+                  strstr(e->valuestring, "HTTP 400 InvalidRequest"),
+              "%s", out);
+    cJSON_Delete(j);
+
+    /* without it: the 400 comes at open, reading the head shard */
+    remove_bucket_index();
+    cr_assert_eq(
+        admin("POST", "/_mock/fault?prefix=bucket/data/shard-000000&fault=400&count=1", NULL), 200);
+    const char *head[] = {
+        SF_CLI_BIN, "load", "s3://bucket/data/", "--endpoint-url", srv.url,  "--ram-only",
+        "--size",   "16",   "--device",          "host",           "--json", NULL};
+    cr_expect_eq(run_cli_err(head, out, sizeof(out), err, sizeof(err)), 1, "%s", err);
+    cr_expect(strstr(out, "\"ok\":false") && strstr(out, "InvalidRequest"), "%s", out);
+
+    /* a 0-byte shard, alone: an error naming it; among others: an empty shard */
+    char empty[900];
+    snprintf(empty, sizeof(empty), "%s/bucket/empty/shard-000000.tar", root);
+    cr_assert(test_write_file(root, "bucket/empty/shard-000000.tar", "", 0) == 0);
+    const char *one[] = {SF_CLI_BIN,       "load",  "s3://bucket/empty/shard-000000.tar",
+                         "--endpoint-url", srv.url, "--ram-only",
+                         "--size",         "16",    "--device",
+                         "host",           NULL};
+    cr_expect_eq(run_cli_err(one, out, sizeof(out), err, sizeof(err)), 1, "%s", err);
+    cr_expect(strstr(err, "s3://bucket/empty/shard-000000.tar") && strstr(err, "0 bytes"), "%s",
+              err);
+    cr_assert(test_write_file(root, "bucket/data/shard-999999.tar", "", 0) == 0);
+    const char *among[] = {
+        SF_CLI_BIN, "load", "s3://bucket/data/", "--endpoint-url", srv.url,  "--ram-only",
+        "--size",   "16",   "--device",          "host",           "--json", NULL};
+    cr_expect_eq(run_cli_err(among, out, sizeof(out), err, sizeof(err)), 0, "%s", err);
+    j = cJSON_Parse(out);
+    cr_assert(j, "%s", out);
+    cr_expect_eq(cJSON_GetObjectItem(j, "images")->valuedouble, 40.0, "%s", out);
+    cJSON_Delete(j);
+}
+
+/* --json: a failure at open, or in the options, is one object with the error
+ * too, as one mid-epoch is. */
+Test(loader, cli_json_failure_at_open_is_one_object_with_the_error)
+{
+    local_dataset(20, 64 << 10, -1);
+    char out[16384], err[8192], cfg[800], missing[800];
+    snprintf(cfg, sizeof(cfg), "%s/bad.json", tmp);
+    cr_assert(test_write_file(tmp, "bad.json", "{\"batch_size\": \"many\"}", 22) == 0);
+    snprintf(missing, sizeof(missing), "%sno-such-shard.tar", shards);
+    const char *bad_cfg[] = {SF_CLI_BIN, "load", shards, "--config", cfg, "--json", NULL};
+    const char *gone[] = {SF_CLI_BIN, "load", missing, "--device", "host", "--json", NULL};
+    const char *tune[] = {SF_CLI_BIN, "load", missing, "--autotune", "1", "--json", NULL};
+    const char *const *runs[] = {bad_cfg, gone, tune};
+    const char *want[] = {"batch_size", "no-such-shard.tar", "no-such-shard.tar"};
+    const int rc[] = {2, 1, 1};
+    for (int i = 0; i < 3; i++) {
+        cr_expect_eq(run_cli_err(runs[i], out, sizeof(out), err, sizeof(err)), rc[i], "%d: %s", i,
+                     err);
+        const char *end = NULL;
+        cJSON *j = cJSON_ParseWithOpts(out, &end, 0);
+        cr_expect(cJSON_IsObject(j) && end && strspn(end, " \n") == strlen(end),
+                  "%d: not one JSON object: '%s'", i, out);
+        const cJSON *e = cJSON_GetObjectItemCaseSensitive(j, "error");
+        cr_expect(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(j, "ok")) && cJSON_IsString(e) &&
+                      strstr(e->valuestring, want[i]),
+                  "%d: %s", i, out);
+        cJSON_Delete(j);
+    }
+}

@@ -1,0 +1,296 @@
+/* The CLI's ls and stat of patterns, its option parsing, get to a file on
+ * stdout, and --json on failure, run as the built program against the
+ * mock. Suite `s3` (test_s3.c). */
+#include "s3_fixture.h"
+
+#include "shardfeed.h"
+#include "support/mock_env.h"
+#include "support/mock_proc.h"
+#include "support/s3_client.h"
+
+#include <cjson/cJSON.h>
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* ============================================================ CLI: ls and stat of patterns */
+
+static size_t count_lines(const char *s)
+{
+    size_t n = 0;
+    for (; *s; s++)
+        n += *s == '\n';
+    return n;
+}
+
+Test(s3, cli_ls_of_a_pattern_lists_every_object)
+{
+    start_mock(NULL);
+    put_shards("cli/t-", 6, NULL, NULL);
+    put_small("cli/t-003.idx", 1);
+    const char *ls[] = {"ls", "s3://bucket/cli/t-{005..000}.tar", NULL};
+    cr_assert_eq(cli_run("ls", ls), 0, "%s", cli_output("ls", "err"));
+    const char *out = cli_output("ls", "out");
+    cr_expect_eq(count_lines(out), 6, "%s", out);
+    const char *at = out;
+    for (int i = 5; i >= 0; i--) {
+        char line[64];
+        snprintf(line, sizeof(line), "%12d  cli/t-%03d.tar\n", 100 + i, i);
+        const char *hit = strstr(out, line);
+        cr_expect(hit && hit >= at, "'%s' missing or out of order in:\n%s", line, out);
+        if (hit)
+            at = hit;
+    }
+    cr_expect_null(strstr(out, "t-003.idx"));
+
+    const char *js[] = {"ls", "--json", "s3://bucket/cli/t-{000..005}.tar", NULL};
+    cr_assert_eq(cli_run("lsj", js), 0, "%s", cli_output("lsj", "err"));
+    cJSON *arr = cJSON_Parse(cli_output("lsj", "out"));
+    cr_assert(cJSON_IsArray(arr));
+    cr_assert_eq(cJSON_GetArraySize(arr), 6);
+    for (int i = 0; i < 6; i++) {
+        const cJSON *o = cJSON_GetArrayItem(arr, i);
+        cr_expect_eq(jnum(o, "size", NULL, NULL), 100 + i);
+        const cJSON *e = cJSON_GetObjectItemCaseSensitive(o, "etag");
+        cr_expect(cJSON_IsString(e) && strlen(e->valuestring) == 34);
+    }
+    cJSON_Delete(arr);
+
+    /* a plain prefix is still listed, grouped at '/' */
+    put_small("cli/sub/x.bin", 3);
+    const char *pre[] = {"ls", "s3://bucket/cli/", NULL};
+    cr_assert_eq(cli_run("pre", pre), 0, "%s", cli_output("pre", "err"));
+    out = cli_output("pre", "out");
+    cr_expect_eq(count_lines(out), 8, "%s", out);
+    cr_expect(strstr(out, "PRE  cli/sub/"), "%s", out);
+    cr_expect(strstr(out, "cli/t-003.idx"), "%s", out);
+}
+
+Test(s3, cli_stat_of_a_pattern_and_of_several_urls)
+{
+    start_mock(NULL);
+    char etags[6][35];
+    put_shards("cli/t-", 6, NULL, etags);
+    const char *st[] = {"stat", "s3://bucket/cli/t-{000..005}.tar", NULL};
+    cr_assert_eq(cli_run("stat", st), 0, "%s", cli_output("stat", "err"));
+    const char *out = cli_output("stat", "out");
+    for (int i = 0; i < 6; i++) {
+        char want[400];
+        snprintf(want, sizeof(want),
+                 "url:           s3://bucket/cli/t-%03d.tar\nsize:          %d\n"
+                 "etag:          %s\n",
+                 i, 100 + i, etags[i]);
+        cr_expect(strstr(out, want), "no block for %d in:\n%s", i, out);
+    }
+
+    const char *two[] = {"stat", "--json", "s3://bucket/cli/t-004.tar",
+                         "s3://bucket/cli/t-{001,002}.tar", NULL};
+    cr_assert_eq(cli_run("two", two), 0, "%s", cli_output("two", "err"));
+    cJSON *arr = cJSON_Parse(cli_output("two", "out"));
+    cr_assert(cJSON_IsArray(arr));
+    cr_assert_eq(cJSON_GetArraySize(arr), 3);
+    cr_expect_eq(jnum(cJSON_GetArrayItem(arr, 0), "size", NULL, NULL), 104);
+    cr_expect_eq(jnum(cJSON_GetArrayItem(arr, 1), "size", NULL, NULL), 101);
+    cr_expect_eq(jnum(cJSON_GetArrayItem(arr, 2), "size", NULL, NULL), 102);
+    cJSON_Delete(arr);
+
+    /* one plain URL: one JSON object, as before */
+    const char *one[] = {"stat", "--json", "s3://bucket/cli/t-003.tar", NULL};
+    cr_assert_eq(cli_run("one", one), 0, "%s", cli_output("one", "err"));
+    cJSON *o = cJSON_Parse(cli_output("one", "out"));
+    cr_assert(cJSON_IsObject(o));
+    cr_expect_eq(jnum(o, "size", NULL, NULL), 103);
+    cJSON_Delete(o);
+}
+
+Test(s3, cli_ls_and_stat_of_a_pattern_with_a_missing_object_exit_1)
+{
+    start_mock(NULL);
+    int skip[] = {3, -1};
+    put_shards("cli/t-", 6, skip, NULL);
+    const char *cmds[] = {"ls", "stat"};
+    for (int c = 0; c < 2; c++) {
+        const char *args[] = {cmds[c], "s3://bucket/cli/t-{000..005}.tar", NULL};
+        cr_assert_eq(cli_run(cmds[c], args), 1, "%s", cmds[c]);
+        cr_expect_str_eq(cli_output(cmds[c], "out"), "", "%s printed objects", cmds[c]);
+        const char *err = cli_output(cmds[c], "err");
+        cr_expect(strstr(err, "s3://bucket/cli/t-003.tar"), "%s: %s", cmds[c], err);
+        cr_expect(strstr(err, "SF_ERR_NOT_FOUND"), "%s: %s", cmds[c], err);
+    }
+    /* a plain missing key and a bad pattern */
+    const char *one[] = {"stat", "s3://bucket/cli/t-003.tar", NULL};
+    cr_expect_eq(cli_run("one", one), 1);
+    cr_expect(strstr(cli_output("one", "err"), "s3://bucket/cli/t-003.tar"), "%s",
+              cli_output("one", "err"));
+    const char *bad[] = {"ls", "s3://bucket/cli/t-{000..", NULL};
+    cr_expect_eq(cli_run("bad", bad), 1);
+    cr_expect(strstr(cli_output("bad", "err"), "SF_ERR_INVALID_ARGUMENT"), "%s",
+              cli_output("bad", "err"));
+}
+
+/* ============================================================ CLI: option parsing */
+
+Test(s3, cli_a_missing_option_value_names_the_option)
+{
+    start_mock(NULL);
+    put_small("k", 10);
+    const char *conc[] = {"get", "s3://bucket/k", "--concurrency", NULL};
+    cr_expect_eq(cli_run("conc", conc), 2);
+    const char *err = cli_output("conc", "err");
+    cr_expect(strstr(err, "'--concurrency'") && strstr(err, "missing"), "%s", err);
+    cr_expect_null(strstr(err, "unknown option"), "%s", err);
+    const char *out[] = {"get", "s3://bucket/k", "-o", NULL};
+    cr_expect_eq(cli_run("out", out), 2);
+    err = cli_output("out", "err");
+    cr_expect(strstr(err, "'-o'") && strstr(err, "missing"), "%s", err);
+    /* a flag given a value, and an option that does not exist */
+    const char *flag[] = {"ls", "s3://bucket/", "--json=yes", NULL};
+    cr_expect_eq(cli_run("flag", flag), 2);
+    err = cli_output("flag", "err");
+    cr_expect(strstr(err, "'--json=yes'") && strstr(err, "takes no value"), "%s", err);
+    const char *unk[] = {"ls", "s3://bucket/", "--colour", NULL};
+    cr_expect_eq(cli_run("unk", unk), 2);
+    err = cli_output("unk", "err");
+    cr_expect(strstr(err, "unknown option '--colour'"), "%s", err);
+    /* a value the command's own option refuses is bad usage too */
+    const char *warm[] = {"warm-cache", "s3://bucket/k", "--max-objects", "0", NULL};
+    cr_expect_eq(cli_run("warm", warm), 2, "%s", cli_output("warm", "err"));
+}
+
+Test(s3, cli_global_options_before_the_command)
+{
+    start_mock(NULL);
+    put_small("g/k.bin", 42);
+    char eq[128];
+    snprintf(eq, sizeof(eq), "--endpoint-url=%s", srv.url);
+    const char *ls[] = {SF_CLI_BIN, "--endpoint-url", srv.url, "ls", "s3://bucket/g/", NULL};
+    cr_assert_eq(cli_run_argv("ls", ls), 0, "%s", cli_output("ls", "err"));
+    cr_expect(strstr(cli_output("ls", "out"), "42  g/k.bin"), "%s", cli_output("ls", "out"));
+    /* both orders at once, the = form, flags and a short option with its value */
+    char dest[800];
+    snprintf(dest, sizeof(dest), "%s/k.copy", tmp);
+    const char *get[] = {
+        SF_CLI_BIN, eq, "--json", "-o", dest, "get", "--concurrency", "2", "s3://bucket/g/k.bin",
+        NULL};
+    cr_assert_eq(cli_run_argv("get", get), 0, "%s", cli_output("get", "err"));
+    struct stat sb;
+    cr_expect(stat(dest, &sb) == 0 && sb.st_size == 42);
+    cJSON *j = cJSON_Parse(cli_output("get", "out"));
+    cr_expect(cJSON_IsObject(j), "%s", cli_output("get", "out"));
+    cJSON_Delete(j);
+    const char *stat_[] = {SF_CLI_BIN,  "-v",   "--endpoint-url",      srv.url, "--region",
+                           "us-east-1", "stat", "s3://bucket/g/k.bin", NULL};
+    cr_expect_eq(cli_run_argv("stat", stat_), 0, "%s", cli_output("stat", "err"));
+    /* a command's own option before the command, and nothing after the options */
+    const char *own[] = {SF_CLI_BIN, "--batch-size", "8", "load", "s3://bucket/g/", NULL};
+    cr_expect_eq(cli_run_argv("own", own), 2);
+    cr_expect(strstr(cli_output("own", "err"), "'--batch-size'"), "%s", cli_output("own", "err"));
+    const char *none[] = {SF_CLI_BIN, "--endpoint-url", srv.url, NULL};
+    cr_expect_eq(cli_run_argv("none", none), 2);
+    const char *gap[] = {SF_CLI_BIN, "--endpoint-url", NULL};
+    cr_expect_eq(cli_run_argv("gap", gap), 2);
+    cr_expect(strstr(cli_output("gap", "err"), "missing"), "%s", cli_output("gap", "err"));
+}
+
+/* ============================================================ CLI: get to a file on stdout */
+
+/* A download into a regular file on stdout whose every body is cut: ranges
+ * land in place, so before the fix the file had the object's full size
+ * (holes and all) and looked complete. It is cut back to where it began. */
+Test(s3, cli_failed_get_to_a_file_on_stdout_leaves_nothing_that_looks_complete)
+{
+    const char *faults[] = {"--fault", "prefix=bucket/big,reset=1", NULL};
+    start_mock(faults);
+    free(put_object("big.bin", 2u << 20, 9));
+    char path[800];
+    snprintf(path, sizeof(path), "%s/out.bin", tmp);
+    setenv("AWS_ACCESS_KEY_ID", "mock-access-key", 1);
+    setenv("AWS_SECRET_ACCESS_KEY", "mock-secret-key", 1);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        /* stdout opened without O_APPEND, 6 bytes in: the object goes after them */
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        int fe = open("/dev/null", O_WRONLY);
+        if (fd < 0 || fe < 0 || write(fd, "before", 6) != 6 || dup2(fd, 1) < 0 || dup2(fe, 2) < 0)
+            _exit(126);
+        const char *argv[] = {SF_CLI_BIN,       "get", "--endpoint-url",      srv.url,
+                              "--max-attempts", "2",   "--chunk-size",        "256K",
+                              "--concurrency",  "4",   "s3://bucket/big.bin", NULL};
+        execv(SF_CLI_BIN, (char *const *)argv);
+        _exit(127);
+    }
+    int status;
+    cr_assert(waitpid(pid, &status, 0) == pid);
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 1, "status %d", status);
+    struct stat sb;
+    cr_assert(stat(path, &sb) == 0);
+    cr_expect_eq(sb.st_size, 6, "the failed download left a %lld-byte file", (long long)sb.st_size);
+    char head[8] = "";
+    FILE *f = fopen(path, "rb");
+    cr_assert(f);
+    cr_expect_eq(fread(head, 1, 6, f), 6);
+    fclose(f);
+    cr_expect(memcmp(head, "before", 6) == 0, "the bytes before the download were lost");
+}
+
+/* ============================================================ CLI: --json on failure */
+
+/* The whole of stdout is one JSON object with "ok": false and an "error"
+ * holding want; returns it (to delete). */
+static cJSON *one_failure_object(const char *out, const char *want)
+{
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithOpts(out, &end, 0);
+    cr_assert(cJSON_IsObject(j), "not a JSON object: '%s'", out);
+    cr_assert(end && strspn(end, " \n") == strlen(end), "more than one JSON document: '%s'", out);
+    const cJSON *ok = cJSON_GetObjectItemCaseSensitive(j, "ok");
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(j, "error");
+    cr_expect(cJSON_IsFalse(ok), "%s", out);
+    cr_expect(cJSON_IsString(e) && strstr(e->valuestring, want), "no '%s' in: %s", want, out);
+    return j;
+}
+
+Test(s3, cli_json_failure_is_always_one_object_with_the_error)
+{
+    start_mock(NULL);
+    put_small("j/a.bin", 7);
+    const char *ls[] = {"ls", "--json", "s3://bucket/j/x-{1..2}.bin", NULL};
+    cr_expect_eq(cli_run("ls", ls), 1);
+    cJSON_Delete(one_failure_object(cli_output("ls", "out"), "s3://bucket/j/x-1.bin"));
+
+    const char *stat_[] = {"stat", "--json", "s3://bucket/j/a.bin", "s3://bucket/j/gone.bin", NULL};
+    cr_expect_eq(cli_run("stat", stat_), 1);
+    cJSON *j = one_failure_object(cli_output("stat", "out"), "s3://bucket/j/gone.bin");
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "status");
+    cr_expect(cJSON_IsString(st) && !strcmp(st->valuestring, "SF_ERR_NOT_FOUND"));
+    /* what did succeed is still there */
+    cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(j, "results")), 1);
+    cJSON_Delete(j);
+
+    const char *get[] = {"get", "--json", "s3://bucket/j/gone.bin", NULL};
+    cr_expect_eq(cli_run("get", get), 1);
+    cJSON_Delete(one_failure_object(cli_output("get", "out"), "NoSuchKey"));
+
+    /* failures before any request: the client cannot be made, bad usage */
+    const char *prof[] = {"ls", "--json", "--profile", "nosuch", "s3://bucket/", NULL};
+    cr_expect_eq(cli_run("prof", prof), 1);
+    cJSON_Delete(one_failure_object(cli_output("prof", "out"), "nosuch"));
+    const char *usage[] = {"stat", "--json", NULL};
+    cr_expect_eq(cli_run("usage", usage), 2);
+    cJSON_Delete(one_failure_object(cli_output("usage", "out"), "at least one URL"));
+
+    /* success is unchanged: the object itself */
+    const char *ok[] = {"stat", "--json", "s3://bucket/j/a.bin", NULL};
+    cr_expect_eq(cli_run("ok", ok), 0);
+    j = cJSON_Parse(cli_output("ok", "out"));
+    cr_expect_eq(jnum(j, "size", NULL, NULL), 7);
+    cr_expect_null(cJSON_GetObjectItemCaseSensitive(j, "ok"));
+    cJSON_Delete(j);
+}

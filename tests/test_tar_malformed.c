@@ -1,0 +1,447 @@
+/* The tar reader on malformed archives built byte by byte: truncations,
+ * checksums, magic, sizes, long names, pax records, feed rules. Each names
+ * the offset. Suite `tar` (test_tar.c). */
+#include "tar_fixture.h"
+
+#include <criterion/criterion.h>
+
+#include "shardfeed_shard.h"
+#include "src/shard_reader.h"
+#include "src/tar_reader.h"
+#include "support/bytes.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------------ malformed corpus */
+
+static void expect_error(const unsigned char *buf, size_t len, sf_status want,
+                         unsigned long long want_offset, const char *frag)
+{
+    expect_shard_error(&tar_style, buf, len, want, want_offset, frag, 0);
+}
+
+/* b parsed with o fails with SF_ERR_LIMIT at offset at. */
+static void expect_over_limit(const struct bytes *b, const struct sf_shard_reader_options *o,
+                              size_t at)
+{
+    struct parse_result r;
+    parse_with(b->p, b->len, o, FEED_ALL, 0, 0, &r);
+    cr_expect_eq(r.st, SF_ERR_LIMIT, "%s", r.err);
+    cr_expect_eq(r.err_offset, at);
+    parse_result_free(&r);
+}
+
+Test(tar, truncation_at_every_offset_never_crashes_and_names_the_offset)
+{
+    struct bytes b = {0};
+    unsigned char d[3000];
+    fill_random(d, sizeof d, 6);
+    char longname[200];
+    memset(longname, 'n', sizeof longname);
+    memcpy(longname + 190, ".jpg", 5);
+    tb_meta(&b, 'L', longname, strlen(longname) + 1);
+    tb_file(&b, "x", d, 1000);
+    tb_file(&b, "nnn.cls", "1", 1);
+    struct bytes x = {0};
+    pax_rec(&x, "path", "k/2.png", 7);
+    tb_meta(&b, 'x', x.p, x.len);
+    tb_file(&b, "y", d, 3000);
+    tb_file(&b, "k/2.cls", "2", 1);
+    tb_end(&b);
+    struct parse_result full;
+    parse(b.p, b.len, &full);
+    cr_assert_eq(full.st, SF_OK, "%s", full.err);
+    cr_assert_eq(full.samples, 3);
+
+    /* Layout: L 0..1024, x 1024..2560, nnn.cls 2560..3584, pax 3584..4608,
+     * y 4608..8192, k/2.cls 8192..9216, end 9216..10240. A shard may end
+     * cleanly only at a member boundary (or inside the end marker). */
+    cr_assert_eq(b.len, 10240);
+    const size_t clean[] = {0, 2560, 3584, 8192, 9216, 9728};
+    for (size_t k = 0; k < b.len; k++) {
+        struct parse_result r;
+        parse(b.p, k, &r);
+        int is_clean = 0;
+        for (size_t i = 0; i < sizeof clean / sizeof clean[0]; i++)
+            is_clean |= clean[i] == k;
+        if (is_clean) {
+            cr_assert_eq(r.st, SF_OK, "k=%zu: %s", k, r.err);
+            /* the samples are those of the full parse, in order (the last
+             * one may lack fields) */
+            cr_assert(r.ser.len <= full.ser.len);
+        } else {
+            cr_assert(r.st == SF_ERR_CORRUPT || r.st == SF_ERR_PARSE, "k=%zu: status %d (%s)", k,
+                      (int)r.st, r.err);
+            cr_assert(r.err_offset < k, "k=%zu: error offset %llu", k, r.err_offset);
+            cr_assert(strstr(r.err, "test.tar: offset ") == r.err, "k=%zu: %s", k, r.err);
+        }
+        parse_result_free(&r);
+    }
+    /* specific points */
+    expect_error(b.p, 100, SF_ERR_CORRUPT, 0, "inside the header");
+    expect_error(b.p, 512, SF_ERR_CORRUPT, 0, "long name data");
+    expect_error(b.p, 1024, SF_ERR_PARSE, 0, "not followed by a member");
+    expect_error(b.p, 1024 + 1100, SF_ERR_CORRUPT, 1024, "runs past the end");
+    expect_error(b.p, 2560 + 511, SF_ERR_CORRUPT, 2560, "inside the header");
+    expect_error(b.p, 3584 + 300, SF_ERR_CORRUPT, 3584, "inside the header");
+    expect_error(b.p, 4096, SF_ERR_CORRUPT, 3584, "pax header data");
+    expect_error(b.p, 4608, SF_ERR_PARSE, 3584, "not followed by a member");
+    expect_error(b.p, 8192 - 1, SF_ERR_CORRUPT, 4608, "runs past the end");
+    expect_error(b.p, 9216 + 700, SF_ERR_CORRUPT, 9728, "second end-of-archive");
+    parse_result_free(&full);
+    bytes_free(&x);
+    bytes_free(&b);
+}
+
+Test(tar, bad_checksums)
+{
+    struct bytes b = {0};
+    tb_file(&b, "a.txt", "a", 1);
+    size_t second = tb_file(&b, "b.txt", "b", 1);
+    tb_end(&b);
+    b.p[second + 140] ^= 0x01; /* mtime */
+    expect_error(b.p, b.len, SF_ERR_CORRUPT, second, "bad header checksum");
+    b.p[second + 140] ^= 0x01;
+    memcpy(b.p + second + 148, "zzzzzz", 6);
+    expect_error(b.p, b.len, SF_ERR_CORRUPT, second, "checksum field");
+    /* not a tar at all */
+    unsigned char jpeg[2048];
+    fill_random(jpeg, sizeof jpeg, 7);
+    jpeg[0] = 0xff;
+    jpeg[1] = 0xd8;
+    expect_error(jpeg, sizeof jpeg, SF_ERR_CORRUPT, 0, NULL);
+    bytes_free(&b);
+}
+
+Test(tar, bad_magic_and_numbers)
+{
+    struct bytes b = {0};
+    tb_file(&b, "a.txt", "a", 1);
+    size_t at = tb_file(&b, "b.txt", "b", 1);
+    tb_end(&b);
+    memcpy(b.p + at + 257,
+           "ustar\0"
+           "01",
+           8);
+    tb_checksum(b.p + at);
+    expect_error(b.p, b.len, SF_ERR_PARSE, at, "magic");
+    memcpy(b.p + at + 257,
+           "ustar\0"
+           "00",
+           8);
+    memcpy(b.p + at + 124, "0000000x001", 11);
+    tb_checksum(b.p + at);
+    expect_error(b.p, b.len, SF_ERR_PARSE, at, "size");
+    bytes_free(&b);
+}
+
+Test(tar, huge_and_negative_and_overflowing_sizes)
+{
+    struct bytes b = {0};
+    tb_file(&b, "a.txt", "a", 1);
+    size_t at = tb_file(&b, "b.txt", "b", 1);
+    tb_end(&b);
+    unsigned char *h = b.p + at;
+    /* 8 GiB - 1 in a 3 KiB shard */
+    memcpy(h + 124, "77777777777", 11);
+    tb_checksum(h);
+    expect_error(b.p, b.len, SF_ERR_CORRUPT, at, "runs past the end");
+    /* streaming, size unknown until the end: the reader waits, then fails */
+    struct parse_result r;
+    parse_with(b.p, b.len, NULL, FEED_RANDOM_LATE, 11, 700, &r);
+    cr_expect_eq(r.st, SF_ERR_CORRUPT, "%s", r.err);
+    cr_expect_eq(r.err_offset, at, "%s", r.err);
+    parse_result_free(&r);
+    /* negative base-256 */
+    memset(h + 124, 0xff, 12);
+    tb_checksum(h);
+    expect_error(b.p, b.len, SF_ERR_PARSE, at, "size");
+    /* base-256 beyond 2^63 */
+    memset(h + 124, 0, 12);
+    h[124] = 0x80;
+    h[127] = 0x01;
+    tb_checksum(h);
+    expect_error(b.p, b.len, SF_ERR_PARSE, at, "size");
+    /* base-256 below 2^63 but far beyond the shard */
+    memset(h + 124, 0, 12);
+    h[124] = 0x80;
+    h[128] = 0x7f;
+    tb_checksum(h);
+    expect_error(b.p, b.len, SF_ERR_CORRUPT, at, "runs past the end");
+    bytes_free(&b);
+}
+
+Test(tar, long_name_without_member_and_over_cap)
+{
+    struct bytes b = {0};
+    tb_file(&b, "a.txt", "a", 1);
+    size_t at = tb_meta(&b, 'L', "orphan.jpg", 11);
+    size_t end = b.len;
+    tb_end(&b);
+    expect_error(b.p, b.len, SF_ERR_PARSE, at, "not followed by a member");
+    expect_error(b.p, end, SF_ERR_PARSE, at, "not followed by a member");
+    bytes_free(&b);
+
+    /* over the default cap (4096 + NUL) */
+    char big[5000];
+    memset(big, 'a', sizeof big);
+    memcpy(big + 4990, ".jpg", 5);
+    at = tb_meta(&b, 'L', big, sizeof big);
+    tb_file(&b, "x", "x", 1);
+    tb_end(&b);
+    expect_error(b.p, b.len, SF_ERR_LIMIT, at, "max_name_bytes");
+    /* and over a configured cap */
+    bytes_free(&b);
+    char mid[101];
+    memset(mid, 'm', 100);
+    mid[96] = '.';
+    mid[100] = '\0';
+    at = tb_meta(&b, 'L', mid, 101);
+    tb_file(&b, "x", "x", 1);
+    tb_end(&b);
+    struct sf_shard_reader_options o;
+    sf_shard_reader_options_init_default(&o);
+    o.max_name_bytes = 64;
+    struct parse_result r;
+    expect_over_limit(&b, &o, at);
+    o.max_name_bytes = 100;
+    parse_with(b.p, b.len, &o, FEED_ALL, 0, 0, &r);
+    cr_expect_eq(r.st, SF_OK, "%s", r.err);
+    cr_expect_eq(r.samples, 1);
+    parse_result_free(&r);
+    /* an empty long name */
+    bytes_free(&b);
+    at = tb_meta(&b, 'L', "\0\0", 2);
+    tb_file(&b, "x.txt", "x", 1);
+    tb_end(&b);
+    expect_error(b.p, b.len, SF_ERR_PARSE, at, "empty");
+    bytes_free(&b);
+    /* the cap holds for plain ustar names too */
+    char un[100];
+    memset(un, 'u', 99);
+    un[95] = '.';
+    un[99] = '\0';
+    tb_file(&b, "a.txt", "a", 1);
+    at = tb_file(&b, un, "x", 1);
+    tb_end(&b);
+    o.max_name_bytes = 64;
+    expect_over_limit(&b, &o, at);
+    bytes_free(&b);
+}
+
+Test(tar, nul_inside_names)
+{
+    struct bytes b = {0};
+    size_t at = tb_meta(&b, 'L', "abc\0def.jpg", 12);
+    tb_file(&b, "x", "x", 1);
+    tb_end(&b);
+    expect_error(b.p, b.len, SF_ERR_PARSE, at, "NUL");
+    bytes_free(&b);
+    /* a long name without its terminating NUL is accepted (GNU tar does) */
+    tb_meta(&b, 'L', "noterm.jpg", 10);
+    tb_file(&b, "x", "x", 1);
+    tb_end(&b);
+    struct parse_result r;
+    parse(b.p, b.len, &r);
+    const struct want_sample w[] = {{"noterm", 1, {{"jpg", "x", 1}}}};
+    expect_samples(&r, w, 1);
+    parse_result_free(&r);
+    bytes_free(&b);
+    /* pax path with a NUL */
+    struct bytes x = {0};
+    pax_rec(&x, "path", "a\0b.jpg", 7);
+    at = tb_meta(&b, 'x', x.p, x.len);
+    tb_file(&b, "x", "x", 1);
+    tb_end(&b);
+    expect_error(b.p, b.len, SF_ERR_PARSE, at + BLK, "NUL");
+    bytes_free(&x);
+    bytes_free(&b);
+}
+
+/* A pax header holding text (records written as given) then a member. */
+static void pax_case(const char *records, size_t n, sf_status want, size_t want_rel,
+                     const char *frag)
+{
+    struct bytes b = {0};
+    tb_file(&b, "first.txt", "1", 1);
+    size_t at = tb_meta(&b, 'x', records, n);
+    tb_file(&b, "x.txt", "x", 1);
+    tb_end(&b);
+    expect_error(b.p, b.len, want, at + BLK + want_rel, frag);
+    bytes_free(&b);
+}
+
+Test(tar, pax_records_with_bad_lengths)
+{
+    pax_case("99 path=x.jpg\n", 14, SF_ERR_PARSE, 0, "runs past");
+    pax_case("10 path=x.jpg\n", 14, SF_ERR_PARSE, 0, "newline");
+    pax_case("14 path=x.jpg\n3 a\n", 18, SF_ERR_PARSE, 14, "too small");
+    pax_case("path=x.jpg\n", 11, SF_ERR_PARSE, 0, "decimal length");
+    pax_case("14_path=x.jpg\n", 14, SF_ERR_PARSE, 0, "space");
+    pax_case("14 pathxx.jpg\n", 14, SF_ERR_PARSE, 0, "keyword");
+    pax_case("14 =athx.jpg\n\n", 14, SF_ERR_PARSE, 0, "keyword");
+    pax_case("99999999999999999999999 a=b\n", 28, SF_ERR_PARSE, 0, "overflows");
+    pax_case("14 size=12a45\n", 14, SF_ERR_PARSE, 0, "pax size");
+    pax_case("31 size=99999999999999999999\n", 29, SF_ERR_PARSE, 0, "runs past");
+    pax_case("29 size=99999999999999999999\n", 29, SF_ERR_PARSE, 0, "pax size");
+    /* records followed by NUL padding are fine; data after padding is not */
+    pax_case("12 path=a.b\n\0\0x", 15, SF_ERR_PARSE, 14, "after NUL padding");
+
+    /* over max_pax_bytes */
+    struct bytes b = {0};
+    struct bytes x = {0};
+    char v[2000];
+    memset(v, 'v', sizeof v);
+    pax_rec(&x, "comment", v, sizeof v);
+    size_t at = tb_meta(&b, 'x', x.p, x.len);
+    tb_file(&b, "x.txt", "x", 1);
+    tb_end(&b);
+    struct sf_shard_reader_options o;
+    sf_shard_reader_options_init_default(&o);
+    o.max_pax_bytes = 1024;
+    struct parse_result r;
+    expect_over_limit(&b, &o, at);
+    parse(b.p, b.len, &r); /* the default 1 MiB allows it */
+    cr_expect_eq(r.st, SF_OK, "%s", r.err);
+    parse_result_free(&r);
+    bytes_free(&x);
+    bytes_free(&b);
+}
+
+Test(tar, pax_size_disagreeing_with_ustar_size)
+{
+    unsigned char d[1500];
+    fill_random(d, sizeof d, 8);
+    /* pax says more than ustar: the reader skips by the pax size and finds
+     * member data where the next header should be */
+    struct bytes b = {0}, x = {0};
+    pax_rec(&x, "size", "1034", 4);
+    tb_meta(&b, 'x', x.p, x.len);
+    size_t hdr = tb_header(&b, "a.bin", '0', 10, TB_POSIX);
+    tb_data(&b, d, 10);
+    tb_file(&b, "b.bin", d, 1500);
+    tb_file(&b, "c.bin", d, 1500);
+    tb_end(&b);
+    /* pax: 1034 bytes -> 1536 with padding: the next header is read at
+     * hdr + 512 + 1536, which is inside b.bin's data */
+    expect_error(b.p, b.len, SF_ERR_CORRUPT, hdr + BLK + 1536, "checksum");
+    bytes_free(&b);
+    bytes_free(&x);
+
+    /* pax says less than ustar: same, earlier */
+    pax_rec(&x, "size", "100", 3);
+    tb_meta(&b, 'x', x.p, x.len);
+    hdr = tb_header(&b, "a.bin", '0', 1500, TB_POSIX);
+    tb_data(&b, d, 1500);
+    tb_file(&b, "b.bin", d, 10);
+    tb_end(&b);
+    expect_error(b.p, b.len, SF_ERR_CORRUPT, hdr + BLK + BLK, "checksum");
+    bytes_free(&b);
+    bytes_free(&x);
+
+    /* pax size beyond the shard */
+    pax_rec(&x, "size", "1000000", 7);
+    tb_meta(&b, 'x', x.p, x.len);
+    hdr = tb_header(&b, "a.bin", '0', 10, TB_POSIX);
+    tb_data(&b, d, 10);
+    tb_end(&b);
+    expect_error(b.p, b.len, SF_ERR_CORRUPT, hdr, "runs past the end");
+    bytes_free(&b);
+    bytes_free(&x);
+}
+
+Test(tar, lone_zero_block_followed_by_data_and_duplicates_and_field_cap)
+{
+    struct bytes b = {0};
+    tb_file(&b, "a.txt", "a", 1);
+    size_t z = b.len;
+    static const unsigned char zero[BLK];
+    bytes_put(&b, zero, BLK);
+    tb_file(&b, "b.txt", "b", 1);
+    tb_end(&b);
+    expect_error(b.p, b.len, SF_ERR_CORRUPT, z, "lone zero block");
+    bytes_free(&b);
+
+    tb_file(&b, "a.txt", "a", 1);
+    size_t dup = tb_file(&b, "a.TXT", "A", 1);
+    tb_end(&b);
+    expect_error(b.p, b.len, SF_ERR_PARSE, dup, "twice");
+    bytes_free(&b);
+
+    size_t at = 0;
+    for (int i = 0; i < 5; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "k.f%d", i);
+        at = tb_file(&b, name, "x", 1);
+    }
+    tb_end(&b);
+    struct sf_shard_reader_options o;
+    sf_shard_reader_options_init_default(&o);
+    o.max_fields = 4;
+    expect_over_limit(&b, &o, at);
+    bytes_free(&b);
+}
+
+Test(tar, compressed_tar_is_refused)
+{
+    unsigned char gz[600] = {0x1f, 0x8b, 0x08};
+    struct parse_result r;
+    parse(gz, sizeof gz, &r);
+    cr_expect_eq(r.st, SF_ERR_UNSUPPORTED);
+    cr_expect(strstr(r.err, "gzip") != NULL, "%s", r.err);
+    parse_result_free(&r);
+    unsigned char zs[600] = {0x28, 0xb5, 0x2f, 0xfd};
+    parse(zs, sizeof zs, &r);
+    cr_expect_eq(r.st, SF_ERR_UNSUPPORTED);
+    parse_result_free(&r);
+}
+
+Test(tar, feed_rules_are_enforced)
+{
+    struct bytes b = {0};
+    tb_file(&b, "a.txt", "a", 1);
+    tb_end(&b);
+    struct sf_shard_reader *r;
+    cr_assert_eq(sf_shard_reader_new(NULL, &r, NULL, 0), SF_OK);
+    struct sf_sample s;
+    enum sf_shard_event ev;
+    cr_assert_eq(sf_shard_reader_next(r, &s, &ev), SF_OK);
+    cr_expect_eq(ev, SF_SHARD_NEED_MORE);
+    cr_expect_eq(sf_shard_reader_format(r), SF_SHARD_FORMAT_AUTO);
+    cr_assert_eq(sf_shard_reader_feed(r, b.p, 600, SF_SIZE_UNKNOWN), SF_OK);
+    cr_assert_eq(sf_shard_reader_next(r, &s, &ev), SF_OK);
+    cr_expect_eq(ev, SF_SHARD_NEED_MORE);
+    cr_expect_eq(sf_shard_reader_wanted(r), 1024 + 512, "wanted %llu", sf_shard_reader_wanted(r));
+    cr_expect_eq(sf_shard_reader_error_offset(r), SF_SIZE_UNKNOWN);
+    cr_expect_str_eq(sf_shard_reader_errmsg(r), "");
+    cr_expect_eq(sf_shard_reader_feed(r, b.p, 500, SF_SIZE_UNKNOWN), SF_ERR_INVALID_ARGUMENT);
+    cr_expect_eq(sf_shard_reader_next(r, &s, &ev), SF_ERR_INVALID_ARGUMENT);
+    cr_expect(strstr(sf_shard_reader_errmsg(r), "went down") != NULL);
+    sf_shard_reader_destroy(r);
+
+    cr_assert_eq(sf_shard_reader_new(NULL, &r, NULL, 0), SF_OK);
+    cr_assert_eq(sf_shard_reader_feed(r, b.p, 600, b.len), SF_OK);
+    cr_expect_eq(sf_shard_reader_feed(r, b.p, 700, b.len + 1), SF_ERR_INVALID_ARGUMENT);
+    sf_shard_reader_destroy(r);
+    cr_assert_eq(sf_shard_reader_new(NULL, &r, NULL, 0), SF_OK);
+    cr_expect_eq(sf_shard_reader_feed(r, b.p, 700, 600), SF_ERR_INVALID_ARGUMENT);
+    sf_shard_reader_destroy(r);
+    cr_assert_eq(sf_shard_reader_new(NULL, &r, NULL, 0), SF_OK);
+    cr_expect_eq(sf_shard_reader_feed(r, NULL, 7, 600), SF_ERR_INVALID_ARGUMENT);
+    sf_shard_reader_destroy(r);
+    sf_shard_reader_destroy(NULL);
+
+    struct sf_shard_reader_options o;
+    sf_shard_reader_options_init_default(&o);
+    o.format = (enum sf_shard_format)9;
+    char err[128] = "";
+    cr_expect_eq(sf_shard_reader_new(&o, &r, err, sizeof err), SF_ERR_INVALID_ARGUMENT);
+    cr_expect_null(r);
+    cr_expect(strstr(err, "format") != NULL);
+    bytes_free(&b);
+}
