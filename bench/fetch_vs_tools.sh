@@ -14,7 +14,7 @@
 # against the source; every measured run is checked for count and sizes, so a
 # failed or short download cannot look fast.
 #
-#   shardfeed    shardfeed get --endpoint-url URL --concurrency C --chunk-size S
+#   shardfeed    shardfeed get --endpoint-url URL [--concurrency C] [--chunk-size S]
 #                  's3://bench/obj-{00..NN}.bin' -o OUTDIR/
 #   curl         curl --parallel --parallel-immediate --parallel-max 16
 #                  --aws-sigv4 aws:amz:us-east-1:s3 (one whole-object GET each);
@@ -31,8 +31,9 @@
 #   SF_BENCH_ROUNDS       --rounds       measured rounds per tool     (default 5)
 #   SF_BENCH_GRID_ROUNDS  --grid-rounds  rounds per shardfeed grid cell, 0: no grid
 #                                        (default 3)
-#   SF_BENCH_CONCURRENCY  --concurrency  shardfeed --concurrency, main table (16)
-#   SF_BENCH_CHUNK        --chunk-size   shardfeed --chunk-size, main table (8M)
+#   SF_BENCH_CONCURRENCY  --concurrency  shardfeed --concurrency, main table
+#                                        (default: none, shardfeed's own default)
+#   SF_BENCH_CHUNK        --chunk-size   shardfeed --chunk-size, main table (same)
 #   SF_BENCH_TUNED=0      --no-tuned     leave out s5cmd-tuned and aws-tuned
 #   SF_BENCH_BUILD_DIR    --build-dir    where shardfeed and shardfeed-mock-s3 are
 #                                        (default: build/ of this repository)
@@ -56,8 +57,8 @@ OBJECTS=${SF_BENCH_OBJECTS:-16}
 SIZE_MIB=${SF_BENCH_SIZE_MIB:-64}
 ROUNDS=${SF_BENCH_ROUNDS:-5}
 GRID_ROUNDS=${SF_BENCH_GRID_ROUNDS:-3}
-SF_CONC=${SF_BENCH_CONCURRENCY:-16}
-SF_CHUNK=${SF_BENCH_CHUNK:-8M}
+SF_CONC=${SF_BENCH_CONCURRENCY:-}
+SF_CHUNK=${SF_BENCH_CHUNK:-}
 TUNED=${SF_BENCH_TUNED:-1}
 BUILD_DIR=${SF_BENCH_BUILD_DIR:-}
 GRID_CONC=${SF_BENCH_GRID_CONC:-4 16 64}
@@ -81,7 +82,7 @@ while [[ $# -gt 0 ]]; do
     *) echo "unknown argument: $1" >&2; usage ;;
   esac
 done
-for v in OBJECTS SIZE_MIB ROUNDS SF_CONC CURL_PARALLEL; do
+for v in OBJECTS SIZE_MIB ROUNDS CURL_PARALLEL ${SF_CONC:+SF_CONC}; do
   [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "$v must be a positive integer, got '${!v}'" >&2; exit 2; }
 done
 [[ $GRID_ROUNDS =~ ^[0-9]+$ ]] || { echo "GRID_ROUNDS must be an integer >= 0, got '$GRID_ROUNDS'" >&2; exit 2; }
@@ -187,8 +188,13 @@ fi
 # cmd_TOOL [ARGS]: sets CMD to the command line of one download of every object
 # into $OUT
 cmd_shardfeed() {
-  CMD=("$SF_BIN" get --endpoint-url "$URL" --concurrency "${1:-$SF_CONC}"
-       --chunk-size "${2:-$SF_CHUNK}" "$SF_SRC" -o "$SF_DST")
+  # the main table runs shardfeed as a user would, with its defaults, unless
+  # --concurrency / --chunk-size say otherwise; the grid gives both
+  CMD=("$SF_BIN" get --endpoint-url "$URL")
+  local c=${1:-$SF_CONC} k=${2:-$SF_CHUNK}
+  [[ -n $c ]] && CMD+=(--concurrency "$c")
+  [[ -n $k ]] && CMD+=(--chunk-size "$k")
+  CMD+=("$SF_SRC" -o "$SF_DST")
 }
 cmd_curl() {
   CMD=(curl --parallel --parallel-immediate --parallel-max "$CURL_PARALLEL" --noproxy '*'
@@ -272,7 +278,8 @@ echo "curl: $(curl --version | head -n 1 | cut -d' ' -f1-2), --parallel-max $CUR
 [[ -n $S5CMD ]] && echo "s5cmd: $("$S5CMD" version 2>&1 | head -n 1) ($S5CMD)$( ((TUNED)) && echo "; tuned: $S5CMD_TUNED")"
 [[ -n $AWS ]] && echo "aws: $("$AWS" --version 2>&1 | cut -d' ' -f1-2)$( ((TUNED)) && echo "; tuned: max_concurrent_requests=$AWS_T_CONC multipart_chunksize=$AWS_T_CHUNK")"
 if [[ -n $SF_PENDING ]]; then echo "shardfeed: pending ($SF_PENDING)"
-else echo "shardfeed: --concurrency $SF_CONC --chunk-size $SF_CHUNK"; fi
+elif [[ -z $SF_CONC$SF_CHUNK ]]; then echo "shardfeed: its defaults"
+else echo "shardfeed: ${SF_CONC:+--concurrency $SF_CONC }${SF_CHUNK:+--chunk-size $SF_CHUNK}"; fi
 for s in ${SKIPPED[@]+"${SKIPPED[@]}"}; do echo "skipped: $s"; done
 
 # ---- warm-up + sha256 check, one unmeasured run per tool
