@@ -2,6 +2,7 @@
  * decisions on synthetic outcome sequences with a synthetic clock, then the
  * engine against the mock with random SlowDown and resets, and against a
  * server that accepts connections and never answers. */
+#include "bench/policy_model.h"
 #include "s3/fetch_policy.h"
 #include "shardfeed.h"
 #include "support/mock_env.h"
@@ -458,106 +459,11 @@ Test(fetch_policy, slow_start_under_five_percent_noise_is_not_a_limit)
                  noisy_rps, clean_rps);
 }
 
-/* ---- several engines sharing one limit: 8 ranks start together, each
- * with 32 in flight and 256 requests to complete, against one token bucket
- * of 200/s (burst 200), as bench/scale_sim.sh; answers 1.5-4.5 ms after
- * their start; a throttled request is started again after the policy's
- * retry delay. */
-
-struct rank_req {
-    uint64_t t; /* ready at (waiting) or started at (in flight) */
-    int state;  /* 0 waiting, 1 in flight, 2 done */
-    int thr;
-    uint64_t due;
-    unsigned attempts;
-};
-
-struct ranks_result {
-    double share, slowest_fastest, aggregate;
-};
-
-static struct ranks_result ranks_model(uint64_t seed)
-{
-    enum { P = 8, W = 256 };
-    static struct sf__policy ps[P];
-    static struct rank_req rq[P][W];
-    uint64_t end[P] = {0};
-    unsigned done[P] = {0}, inflight[P] = {0};
-    memset(rq, 0, sizeof(rq));
-    lcg = seed * 7919;
-    for (unsigned p = 0; p < P; p++) {
-        struct sf__policy_config c = {
-            .concurrency = 32,
-            .max_attempts = 100,
-            .retry_base_ms = 50,
-            .throttle_base_ms = 500,
-            .retry_cap_ms = 20000,
-            .retry_quota = 100000,
-            .start_rps = 100,
-        };
-        cr_assert_eq(sf__policy_init(&ps[p], &c, seed * 100 + p), 0);
-    }
-    struct server srv = {.limit_rps = 200, .burst = 200, .tokens = 200};
-    unsigned long long all = 0, thr = 0;
-    unsigned left = P;
-    uint64_t now = 0;
-    while (left && now < 120000 * MS) {
-        for (unsigned p = 0; p < P; p++) {
-            for (unsigned i = 0; i < W && done[p] < W; i++) {
-                struct rank_req *r = &rq[p][i];
-                if (r->state != 0 || r->t > now)
-                    continue;
-                if (inflight[p] >= sf__policy_window(&ps[p]) || !sf__policy_may_start(&ps[p], now))
-                    break;
-                r->state = 1;
-                r->t = now;
-                r->thr = server_throttles(&srv, now);
-                r->due = now + (uint64_t)(3 * MS * (0.5 + uniform()));
-                inflight[p]++;
-            }
-        }
-        now += MS / 10;
-        for (unsigned p = 0; p < P; p++) {
-            for (unsigned i = 0; i < W; i++) {
-                struct rank_req *r = &rq[p][i];
-                if (r->state != 1 || now < r->due)
-                    continue;
-                inflight[p]--;
-                all++;
-                thr += (unsigned)r->thr;
-                unsigned held = 0;
-                enum sf__verdict v =
-                    sf__policy_record(&ps[p], now, r->t,
-                                      r->thr ? SF__OUTCOME_THROTTLED : SF__OUTCOME_OK, &held);
-                if (r->thr) {
-                    uint64_t d = 0;
-                    sf__policy_retry(&ps[p], ++r->attempts, SF__OUTCOME_THROTTLED, v, &held, &d);
-                    r->state = 0;
-                    r->t = now + d * MS;
-                } else {
-                    r->state = 2;
-                    if (++done[p] == W) {
-                        end[p] = now;
-                        left--;
-                    }
-                }
-            }
-        }
-    }
-    uint64_t mx = 0, mn = UINT64_MAX;
-    for (unsigned p = 0; p < P; p++) {
-        cr_assert_eq(done[p], W, "rank %u finished %u of %u", p, done[p], W);
-        mx = end[p] > mx ? end[p] : mx;
-        mn = end[p] < mn ? end[p] : mn;
-        sf__policy_free(&ps[p]);
-    }
-    struct ranks_result res = {
-        .share = (double)thr / (double)all,
-        .slowest_fastest = (double)mx / (double)mn,
-        .aggregate = (double)(P * W) / ((double)mx / 1e9) / 200,
-    };
-    return res;
-}
+/* ---- several engines sharing one limit (bench/policy_model.h, which
+ * bench_scale_model prints): 8 ranks start together, each with 32 in flight
+ * and 256 requests to complete, against one token bucket of 200/s (burst
+ * 200), as bench/scale_sim.sh; answers 1.5-4.5 ms after their start; a
+ * throttled request is started again after the policy's retry delay. */
 
 Test(fetch_policy, ranks_sharing_a_limit_finish_together_with_few_throttled_answers)
 {
@@ -566,12 +472,17 @@ Test(fetch_policy, ranks_sharing_a_limit_finish_together_with_few_throttled_answ
      * floor, the restore rule and the rate-dependent recovery: 6.8 %, 2.72
      * (4.05), 1.01 */
     double share = 0, fair = 0, agg = 0, worst_fair = 0;
+    const struct policy_model m = {
+        .ranks = 8, .requests = 256, .limit = 200, .rtt_ms = 3, .max_s = 120};
     for (uint64_t seed = 1; seed <= 4; seed++) {
-        struct ranks_result r = ranks_model(seed);
+        struct policy_model_result r;
+        cr_assert_eq(policy_model_run(&m, seed, &r), 0);
+        cr_assert_eq(r.finished, m.ranks, "seed %llu: %u of %u engines finished",
+                     (unsigned long long)seed, r.finished, m.ranks);
         share += r.share / 4;
-        fair += r.slowest_fastest / 4;
+        fair += r.fairness / 4;
         agg += r.aggregate / 4;
-        worst_fair = r.slowest_fastest > worst_fair ? r.slowest_fastest : worst_fair;
+        worst_fair = r.fairness > worst_fair ? r.fairness : worst_fair;
     }
     cr_expect_leq(share, 0.06, "%.1f %% of the answers throttled", 100 * share);
     cr_expect_leq(fair, 1.6, "slowest/fastest %.2f (mean of 4 runs)", fair);
