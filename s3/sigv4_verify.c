@@ -61,7 +61,7 @@ static int sigv4_parse_credential(const char *v, size_t n, struct sf__sigv4_auth
     if (!sigv4_copy_field(out->access_key_id, sizeof out->access_key_id, parts[0], lens[0]))
         return 0;
     int ignored;
-    if (lens[1] != 8 || !sf__sigv4_read_digits(parts[1], 8, &ignored) ||
+    if (lens[1] != 8 || !sf__read_digits(parts[1], 8, &ignored) ||
         !sigv4_copy_field(out->date, sizeof out->date, parts[1], lens[1]))
         return 0;
     if (!sigv4_copy_field(out->region, sizeof out->region, parts[2], lens[2]) ||
