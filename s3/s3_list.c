@@ -356,17 +356,32 @@ static sf_status expand_one(struct sf_s3 *s3, const char *source, size_t max,
     return st;
 }
 
-SF_API sf_status sf_s3_expand(struct sf_s3 *s3, const char *source, size_t max_objects,
-                              struct sf_object_list **out)
+/* What sf_s3_expand and sf_s3_expand_stat share: the arguments, the
+ * default cap and the list, which fill appends to; *out only on success. */
+typedef sf_status (*expand_fn)(struct sf_s3 *s3, const char *source, size_t max,
+                               struct sf_object_list *l);
+
+static sf_status expand_into_list(struct sf_s3 *s3, const char *source, size_t max_objects,
+                                  struct sf_object_list **out, expand_fn fill)
 {
     if (!s3 || !source || !out)
         return SF_ERR_INVALID_ARGUMENT;
     *out = NULL;
-    if (!max_objects)
-        max_objects = DEFAULT_MAX_OBJECTS;
     struct sf_object_list *l = list_new();
     if (!l)
         return SF_ERR_NO_MEMORY;
+    sf_status st = fill(s3, source, max_objects ? max_objects : DEFAULT_MAX_OBJECTS, l);
+    if (st != SF_OK) {
+        sf_object_list_destroy(l);
+        return st;
+    }
+    *out = l;
+    return SF_OK;
+}
+
+static sf_status expand(struct sf_s3 *s3, const char *source, size_t max_objects,
+                        struct sf_object_list *l)
+{
     sf_status st = SF_OK;
     if (sf__has_braces(source)) {
         char **v = NULL;
@@ -396,12 +411,13 @@ SF_API sf_status sf_s3_expand(struct sf_s3 *s3, const char *source, size_t max_o
     } else {
         st = expand_one(s3, source, max_objects, l);
     }
-    if (st != SF_OK) {
-        sf_object_list_destroy(l);
-        return st;
-    }
-    *out = l;
-    return SF_OK;
+    return st;
+}
+
+SF_API sf_status sf_s3_expand(struct sf_s3 *s3, const char *source, size_t max_objects,
+                              struct sf_object_list **out)
+{
+    return expand_into_list(s3, source, max_objects, out, expand);
 }
 
 /* ------------------------------------------------------------ checked expansion */
@@ -629,17 +645,9 @@ static sf_status check_pending(struct sf_s3 *s3, struct pending_set *ps, struct 
     return st;
 }
 
-SF_API sf_status sf_s3_expand_stat(struct sf_s3 *s3, const char *source, size_t max_objects,
-                                   struct sf_object_list **out)
+static sf_status expand_stat(struct sf_s3 *s3, const char *source, size_t max_objects,
+                             struct sf_object_list *l)
 {
-    if (!s3 || !source || !out)
-        return SF_ERR_INVALID_ARGUMENT;
-    *out = NULL;
-    if (!max_objects)
-        max_objects = DEFAULT_MAX_OBJECTS;
-    struct sf_object_list *l = list_new();
-    if (!l)
-        return SF_ERR_NO_MEMORY;
     int braces = sf__has_braces(source);
     char **v = NULL;
     size_t n = 0;
@@ -689,10 +697,11 @@ SF_API sf_status sf_s3_expand_stat(struct sf_s3 *s3, const char *source, size_t 
         st = SF_ERR_NOT_FOUND; /* the HEAD or stat() already said why */
     pending_free(&ps);
     sf__strv_free(v, n);
-    if (st != SF_OK) {
-        sf_object_list_destroy(l);
-        return st;
-    }
-    *out = l;
-    return SF_OK;
+    return st;
+}
+
+SF_API sf_status sf_s3_expand_stat(struct sf_s3 *s3, const char *source, size_t max_objects,
+                                   struct sf_object_list **out)
+{
+    return expand_into_list(s3, source, max_objects, out, expand_stat);
 }
