@@ -198,22 +198,25 @@ static int parse_path(struct request *rq, struct s3_error *e)
     return 0;
 }
 
-enum MHD_Result mock_respond_json(struct request *rq, struct MHD_Connection *conn, int status,
-                                  const char *json)
+static enum MHD_Result respond_string(struct request *rq, struct MHD_Connection *conn, int status,
+                                      const char *content_type, const char *body)
 {
     struct sf__strbuf b;
     sf__strbuf_init(&b, 0);
-    sf__strbuf_puts(&b, json);
-    return mock_respond_buffer(rq, conn, status, "application/json", &b, NULL);
+    sf__strbuf_puts(&b, body);
+    return mock_respond_buffer(rq, conn, status, content_type, &b, NULL);
+}
+
+enum MHD_Result mock_respond_json(struct request *rq, struct MHD_Connection *conn, int status,
+                                  const char *json)
+{
+    return respond_string(rq, conn, status, "application/json", json);
 }
 
 enum MHD_Result mock_respond_text(struct request *rq, struct MHD_Connection *conn, int status,
                                   const char *text)
 {
-    struct sf__strbuf b;
-    sf__strbuf_init(&b, 0);
-    sf__strbuf_puts(&b, text);
-    return mock_respond_buffer(rq, conn, status, "text/plain", &b, NULL);
+    return respond_string(rq, conn, status, "text/plain", text);
 }
 
 enum MHD_Result mock_respond_405(struct request *rq, struct MHD_Connection *conn, const char *allow)
