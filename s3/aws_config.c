@@ -29,6 +29,7 @@
 
 #include "common/strbuf.h"
 #include "common/secret.h"
+#include "common/text.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -221,16 +222,12 @@ static sf_status apply(struct parser *ps, const char *sub, const char *k, size_t
  * no '=' or the key is empty. */
 static int split_kv(const char *p, size_t n, const char **k, size_t *kn, const char **v, size_t *vn)
 {
-    const char *eq = memchr(p, '=', n);
-    if (!eq)
+    if (!sf__split_at(p, n, '=', kn, v, vn))
         return 0;
     *k = p;
-    *kn = (size_t)(eq - p);
     trim(k, kn);
     if (*kn == 0)
         return 0;
-    *v = eq + 1;
-    *vn = n - (size_t)(eq + 1 - p);
     for (size_t i = 1; i < *vn; i++) {
         if (((*v)[i] == '#' || (*v)[i] == ';') && is_blank((*v)[i - 1])) {
             *vn = i;

@@ -4,6 +4,7 @@
 #include "s3/sigv4_internal.h"
 
 #include "common/strbuf.h"
+#include "common/text.h"
 
 #include <limits.h>
 #include <openssl/crypto.h>
@@ -137,12 +138,10 @@ sf_status sf__sigv4_parse_authorization(const char *value, struct sf__sigv4_auth
         size_t comp_len = comma ? (size_t)(comma - comp) : len - pos;
         while (comp_len > 0 && sigv4_is_ows(comp[comp_len - 1]))
             comp_len--;
-        const char *eq = memchr(comp, '=', comp_len);
-        if (!eq)
+        size_t name_len, v_len;
+        const char *v;
+        if (!sf__split_at(comp, comp_len, '=', &name_len, &v, &v_len))
             goto fail;
-        size_t name_len = (size_t)(eq - comp);
-        const char *v = eq + 1;
-        size_t v_len = comp_len - name_len - 1;
 
 #define SIGV4_NAME_IS(lit) (name_len == sizeof(lit) - 1 && memcmp(comp, lit, name_len) == 0)
         if (SIGV4_NAME_IS("Credential")) {
