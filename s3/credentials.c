@@ -306,31 +306,32 @@ static sf_status from_env(struct sf__cred_chain *c, struct sf__credentials *out,
 static sf_status from_profile(struct sf__cred_chain *c, struct sf__credentials *out, char *why,
                               size_t why_len)
 {
+    const struct cred_profile *pr = &c->profile;
     char files[1100];
     snprintf(files, sizeof(files), "%s, %s",
-             c->cred_path ? c->cred_path : "(no credentials file: HOME unset)",
-             c->config_path ? c->config_path : "(no config file: HOME unset)");
+             pr->cred_path ? pr->cred_path : "(no credentials file: HOME unset)",
+             pr->config_path ? pr->config_path : "(no config file: HOME unset)");
     struct sf__aws_profile p;
     char e[512];
     sf_status st =
-        sf__aws_profile_load_files(c->profile, c->cred_path, c->config_path, &p, e, sizeof(e));
+        sf__aws_profile_load_files(pr->name, pr->cred_path, pr->config_path, &p, e, sizeof(e));
     if (st != SF_OK)
-        return sf__fail(why, why_len, st, "profile '%s': %s", c->profile, e);
+        return sf__fail(why, why_len, st, "profile '%s': %s", pr->name, e);
     if (!p.found) {
-        st = sf__fail(why, why_len, SF_ERR_NOT_FOUND, "profile '%s': not found in %s", c->profile,
+        st = sf__fail(why, why_len, SF_ERR_NOT_FOUND, "profile '%s': not found in %s", pr->name,
                       files);
     } else if (!p.aws_access_key_id || !p.aws_secret_access_key) {
         st = sf__fail(why, why_len, SF_ERR_NOT_FOUND,
                       "profile '%s': no aws_access_key_id and aws_secret_access_key in %s "
                       "(role_arn, sso and credential_process are not supported)",
-                      c->profile, files);
+                      pr->name, files);
     } else {
         char source[64];
-        snprintf(source, sizeof(source), "profile:%s", c->profile);
+        snprintf(source, sizeof(source), "profile:%s", pr->name);
         st = fill_creds(out, p.aws_access_key_id, p.aws_secret_access_key, p.aws_session_token, 0,
                         source, e, sizeof(e));
         if (st != SF_OK)
-            sf__fail(why, why_len, st, "profile '%s': %s", c->profile, e);
+            sf__fail(why, why_len, st, "profile '%s': %s", pr->name, e);
     }
     sf__aws_profile_free(&p); /* wipes the keys */
     return st;
@@ -399,6 +400,13 @@ static void keys_free(struct cred_keys *k)
     free(k->access_key_id);
     sf__free_secret(k->secret_access_key);
     sf__free_secret(k->session_token);
+}
+
+static void profile_free(struct cred_profile *pr)
+{
+    free(pr->name);
+    free(pr->cred_path);
+    free(pr->config_path);
 }
 
 static void container_free(struct cred_container *ct)
@@ -479,11 +487,11 @@ sf_status sf__cred_chain_new(const struct sf__cred_options *o, struct sf__cred_c
     c->env_keys.session_token = env_dup("AWS_SESSION_TOKEN", &oom);
 
     const char *profile = o->profile && *o->profile ? o->profile : getenv("AWS_PROFILE");
-    c->profile = strdup(profile && *profile ? profile : "default");
-    if (!c->profile)
+    c->profile.name = strdup(profile && *profile ? profile : "default");
+    if (!c->profile.name)
         oom = 1;
-    c->cred_path = sf__aws_config_path(0);
-    c->config_path = sf__aws_config_path(1);
+    c->profile.cred_path = sf__aws_config_path(0);
+    c->profile.config_path = sf__aws_config_path(1);
 
     c->container.relative_uri = env_dup("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", &oom);
     c->container.full_uri = env_dup("AWS_CONTAINER_CREDENTIALS_FULL_URI", &oom);
@@ -526,9 +534,7 @@ void sf__cred_chain_destroy(struct sf__cred_chain *c)
     pthread_mutex_destroy(&c->mu);
     keys_free(&c->explicit_keys);
     keys_free(&c->env_keys);
-    free(c->profile);
-    free(c->cred_path);
-    free(c->config_path);
+    profile_free(&c->profile);
     container_free(&c->container);
     free(c->imds_endpoint);
     free(c->ca_bundle);

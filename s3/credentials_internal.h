@@ -39,6 +39,12 @@ struct cred_keys {
     char *access_key_id, *secret_access_key, *session_token;
 };
 
+/* The profile provider's settings: which profile, in which files. */
+struct cred_profile {
+    char *name;                    /* resolved */
+    char *cred_path, *config_path; /* NULL: no such file (HOME unset) */
+};
+
 /* The container provider's settings: the environment and the base URL a
  * RELATIVE_URI goes under (no trailing '/'). */
 struct cred_container {
@@ -51,8 +57,7 @@ struct sf__cred_chain {
     struct cred_keys explicit_keys;
     int no_sign_request;
     struct cred_keys env_keys;
-    char *profile;                 /* resolved name */
-    char *cred_path, *config_path; /* NULL: no such file (HOME unset) */
+    struct cred_profile profile;
     struct cred_container container;
     int imds_disabled;
     char *imds_endpoint; /* no trailing '/' */
