@@ -1,6 +1,8 @@
 /* Lock descriptors that a forked child must not inherit (cache/fdlock.h). */
 #include "cache/fdlock.h"
 
+#include "common/grow.h"
+
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -42,16 +44,12 @@ int sf__fdlock_open(const char *path, int flags, mode_t mode)
 {
     pthread_once(&once, install);
     pthread_mutex_lock(&mu);
-    if (n_fds == cap_fds) {
-        size_t cap = cap_fds ? cap_fds * 2 : 16;
-        int *p = realloc(fds, cap * sizeof(*fds));
-        if (!p) {
-            pthread_mutex_unlock(&mu);
-            return -1;
-        }
-        fds = p;
-        cap_fds = cap;
+    int *p = sf__grow(fds, n_fds, &cap_fds, sizeof(*fds), 16);
+    if (!p) {
+        pthread_mutex_unlock(&mu);
+        return -1;
     }
+    fds = p;
     int fd = open(path, flags | O_CLOEXEC, mode);
     if (fd >= 0)
         fds[n_fds++] = fd;

@@ -36,4 +36,12 @@ const char *sf__strbuf_str(const struct sf__strbuf *b);
 sf_status sf__fail(char *err, size_t err_len, sf_status st, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* Empties the caller's message buffer (when there is one), so it reads ""
+ * after a call that succeeds. */
+static inline void sf__clear_err(char *err, size_t err_len)
+{
+    if (err && err_len)
+        err[0] = '\0';
+}
+
 #endif

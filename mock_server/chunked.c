@@ -60,9 +60,9 @@ int mock_chunked_mode_of(const char *payload_hash, enum mock_chunked_mode *mode)
     return 0;
 }
 
-static int is_signed(const struct mock_chunked *c)
+static int is_signed(const struct mock_chunked_config *cfg)
 {
-    return c->cfg.mode != MOCK_CHUNKED_UNSIGNED_TRAILER;
+    return cfg->mode != MOCK_CHUNKED_UNSIGNED_TRAILER;
 }
 
 static int has_trailer(const struct mock_chunked *c)
@@ -70,24 +70,28 @@ static int has_trailer(const struct mock_chunked *c)
     return c->cfg.mode != MOCK_CHUNKED_SIGNED;
 }
 
-struct mock_chunked *mock_chunked_new(const struct mock_chunked_config *cfg)
+/* A signed stream needs everything its chunk signatures are made from. */
+static int config_ok(const struct mock_chunked_config *cfg)
 {
     if (!cfg || !cfg->sink)
+        return 0;
+    if (!is_signed(cfg))
+        return 1;
+    return cfg->signer && cfg->amz_date && cfg->scope_date && cfg->region && cfg->service &&
+           cfg->seed_signature && strlen(cfg->seed_signature) == SF__SHA256_HEX_LEN;
+}
+
+struct mock_chunked *mock_chunked_new(const struct mock_chunked_config *cfg)
+{
+    if (!config_ok(cfg))
         return NULL;
     struct mock_chunked *c = calloc(1, sizeof *c);
     if (!c)
         return NULL;
     c->cfg = *cfg;
-    if (is_signed(c)) {
-        if (!cfg->signer || !cfg->amz_date || !cfg->scope_date || !cfg->region ||
-            !cfg->service || !cfg->seed_signature ||
-            strlen(cfg->seed_signature) != SF__SHA256_HEX_LEN) {
-            free(c);
-            return NULL;
-        }
+    if (is_signed(&c->cfg)) {
         memcpy(c->prev_sig, cfg->seed_signature, sizeof c->prev_sig);
-        c->chunk_sha = EVP_MD_CTX_new();
-        if (!c->chunk_sha) {
+        if (!(c->chunk_sha = EVP_MD_CTX_new())) {
             free(c);
             return NULL;
         }
@@ -184,7 +188,7 @@ static int check_signature(struct mock_chunked *c, int trailer, const char *hash
 /* The current chunk's data is complete (or it is the final, empty chunk). */
 static int chunk_done(struct mock_chunked *c)
 {
-    if (!is_signed(c))
+    if (!is_signed(&c->cfg))
         return 0;
     unsigned char md[32];
     unsigned int len = 0;
@@ -229,7 +233,7 @@ static int size_line(struct mock_chunked *c)
     }
     if (*p)
         return malformed(c, "unexpected characters in a chunk header");
-    if (is_signed(c) && !c->chunk_sig[0])
+    if (is_signed(&c->cfg) && !c->chunk_sig[0])
         return failf(c, 403, "SignatureDoesNotMatch",
                      "A chunk of a signed aws-chunked body has no chunk-signature (at encoded "
                      "byte %llu).",

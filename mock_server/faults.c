@@ -1,5 +1,6 @@
 #include "mock_server/faults.h"
 #include "common/clock.h"
+#include "common/strbuf.h"
 
 #include <errno.h>
 #include <math.h>
@@ -218,8 +219,8 @@ static sf_status parse_rule(const char *spec, struct rule *r, char *err, size_t 
             continue;
         char *eq = strchr(item, '=');
         if (!eq) {
-            snprintf(err, err_len, "fault rule item '%s' is not name=value", item);
-            rc = SF_ERR_PARSE;
+            rc = sf__fail(err, err_len, SF_ERR_PARSE, "fault rule item '%s' is not name=value",
+                          item);
             break;
         }
         *eq = '\0';
@@ -260,13 +261,12 @@ static sf_status parse_rule(const char *spec, struct rule *r, char *err, size_t 
             bad = end == v || *end != '\0' || !isfinite(r->rate_limit) || !(r->rate_limit > 0);
             r->tokens = rule_burst(r);
         } else {
-            snprintf(err, err_len, "unknown fault rule field '%s'", name);
-            rc = SF_ERR_PARSE;
+            rc = sf__fail(err, err_len, SF_ERR_PARSE, "unknown fault rule field '%s'", name);
             break;
         }
         if (bad) {
-            snprintf(err, err_len, "bad value '%s' for fault rule field '%s'", v, name);
-            rc = SF_ERR_PARSE;
+            rc = sf__fail(err, err_len, SF_ERR_PARSE, "bad value '%s' for fault rule field '%s'", v,
+                          name);
             break;
         }
     }
@@ -284,8 +284,7 @@ sf_status mock_faults_add_rule(struct mock_faults *f, const char *spec, char *er
     pthread_mutex_lock(&f->lock);
     if (f->n_rules == MAX_RULES) {
         pthread_mutex_unlock(&f->lock);
-        snprintf(err, err_len, "too many fault rules (max %d)", MAX_RULES);
-        return SF_ERR_LIMIT;
+        return sf__fail(err, err_len, SF_ERR_LIMIT, "too many fault rules (max %d)", MAX_RULES);
     }
     f->rules[f->n_rules++] = r;
     pthread_mutex_unlock(&f->lock);
@@ -309,8 +308,7 @@ sf_status mock_faults_set_rules(struct mock_faults *f, const char *text, char *e
         if (!*line || *line == '#')
             continue;
         if (n == MAX_RULES) {
-            snprintf(err, err_len, "too many fault rules (max %d)", MAX_RULES);
-            rc = SF_ERR_LIMIT;
+            rc = sf__fail(err, err_len, SF_ERR_LIMIT, "too many fault rules (max %d)", MAX_RULES);
             goto out;
         }
         rc = parse_rule(line, &rules[n], err, err_len);
@@ -394,17 +392,13 @@ static sf_status apply_forced_list(struct mock_fault_plan *plan, const char *lis
 {
     char buf[512];
     size_t n = strlen(list);
-    if (n >= sizeof(buf)) {
-        snprintf(err, err_len, "x-sfmock-fault header too long");
-        return SF_ERR_PARSE;
-    }
+    if (n >= sizeof(buf))
+        return sf__fail(err, err_len, SF_ERR_PARSE, "x-sfmock-fault header too long");
     memcpy(buf, list, n + 1);
     char *save = NULL;
     for (char *item = strtok_r(buf, ";, ", &save); item; item = strtok_r(NULL, ";, ", &save)) {
-        if (mock_fault_apply_forced(plan, item, body_len) != SF_OK) {
-            snprintf(err, err_len, "unknown forced fault '%s'", item);
-            return SF_ERR_PARSE;
-        }
+        if (mock_fault_apply_forced(plan, item, body_len) != SF_OK)
+            return sf__fail(err, err_len, SF_ERR_PARSE, "unknown forced fault '%s'", item);
     }
     return SF_OK;
 }
@@ -415,14 +409,13 @@ sf_status mock_faults_queue(struct mock_faults *f, const char *prefix, const cha
     struct mock_fault_plan probe = {.reset_at = -1, .stall_at = -1};
     if (strlen(prefix) >= PREFIX_MAX || strlen(fault) >= sizeof(f->queue[0].fault) ||
         mock_fault_apply_forced(&probe, fault, 0) != SF_OK) {
-        snprintf(err, err_len, "bad queued fault '%s' for prefix '%s'", fault, prefix);
-        return SF_ERR_PARSE;
+        return sf__fail(err, err_len, SF_ERR_PARSE, "bad queued fault '%s' for prefix '%s'", fault,
+                        prefix);
     }
     pthread_mutex_lock(&f->lock);
     if (f->n_queued == MAX_QUEUED) {
         pthread_mutex_unlock(&f->lock);
-        snprintf(err, err_len, "too many queued faults (max %d)", MAX_QUEUED);
-        return SF_ERR_LIMIT;
+        return sf__fail(err, err_len, SF_ERR_LIMIT, "too many queued faults (max %d)", MAX_QUEUED);
     }
     struct queued *q = &f->queue[f->n_queued++];
     memcpy(q->prefix, prefix, strlen(prefix) + 1);
@@ -533,10 +526,8 @@ sf_status mock_faults_plan(struct mock_faults *f, const char *target, const char
     }
     pthread_mutex_unlock(&f->lock);
 
-    if (queued_fault[0] && mock_fault_apply_forced(plan, queued_fault, body_len) != SF_OK) {
-        snprintf(err, err_len, "bad queued fault '%s'", queued_fault);
-        return SF_ERR_PARSE;
-    }
+    if (queued_fault[0] && mock_fault_apply_forced(plan, queued_fault, body_len) != SF_OK)
+        return sf__fail(err, err_len, SF_ERR_PARSE, "bad queued fault '%s'", queued_fault);
     if (forced && *forced)
         return apply_forced_list(plan, forced, body_len, err, err_len);
     return SF_OK;

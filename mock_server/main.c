@@ -57,6 +57,13 @@ static int parse_u64(const char *s, unsigned long long max, unsigned long long *
     return 0;
 }
 
+/* Says which option value was refused and why; the exit status of a bad command line. */
+static int bad_value(const char *option, const char *value, const char *why)
+{
+    fprintf(stderr, "shardfeed-mock-s3: --%s '%s' %s\n", option, value, why);
+    return 2;
+}
+
 int main(int argc, char **argv)
 {
     struct mock_config cfg = {
@@ -115,10 +122,8 @@ int main(int argc, char **argv)
         switch (c) {
         case O_ROOT: cfg.root = optarg; break;
         case O_PORT:
-            if (parse_u64(optarg, 65535, &v) != 0) {
-                fprintf(stderr, "shardfeed-mock-s3: --port '%s' is not a port number\n", optarg);
-                return 2;
-            }
+            if (parse_u64(optarg, 65535, &v) != 0)
+                return bad_value("port", optarg, "is not a port number");
             cfg.port = (unsigned)v;
             break;
         case O_HOST: cfg.host = optarg; break;
@@ -128,10 +133,8 @@ int main(int argc, char **argv)
         case O_REGION: cfg.region = optarg; break;
         case O_ANON: cfg.anonymous = 1; break;
         case O_SEED:
-            if (parse_u64(optarg, ~0ull, &v) != 0) {
-                fprintf(stderr, "shardfeed-mock-s3: --seed '%s' is not a number\n", optarg);
-                return 2;
-            }
+            if (parse_u64(optarg, ~0ull, &v) != 0)
+                return bad_value("seed", optarg, "is not a number");
             cfg.seed = v;
             break;
         case O_FAULT:
@@ -143,31 +146,19 @@ int main(int argc, char **argv)
             break;
         case O_IMDS_ROLE:
             /* The role is one path segment of the IMDS URL. */
-            if (!*optarg || strlen(optarg) > 128 || strpbrk(optarg, "/?#%")) {
-                fprintf(stderr,
-                        "shardfeed-mock-s3: --imds-role '%s' must be 1..128 characters "
-                        "without / ? # %%\n",
-                        optarg);
-                return 2;
-            }
+            if (!*optarg || strlen(optarg) > 128 || strpbrk(optarg, "/?#%"))
+                return bad_value("imds-role", optarg, "must be 1..128 characters without / ? # %");
             cfg.imds_role = optarg;
             break;
         case O_CONTAINER_PATH:
-            if (optarg[0] != '/' || strpbrk(optarg, "?#")) {
-                fprintf(stderr,
-                        "shardfeed-mock-s3: --container-path '%s' must start with / and "
-                        "have no query\n",
-                        optarg);
-                return 2;
-            }
+            if (optarg[0] != '/' || strpbrk(optarg, "?#"))
+                return bad_value("container-path", optarg, "must start with / and have no query");
             cfg.container_path = optarg;
             break;
         case O_CONTAINER_AUTH: cfg.container_auth_token = optarg; break;
         case O_ISSUE_TTL:
-            if (parse_u64(optarg, 7 * 86400, &v) != 0 || v == 0) {
-                fprintf(stderr, "shardfeed-mock-s3: --issue-ttl-s '%s' is not 1..604800\n", optarg);
-                return 2;
-            }
+            if (parse_u64(optarg, 7 * 86400, &v) != 0 || v == 0)
+                return bad_value("issue-ttl-s", optarg, "is not 1..604800");
             cfg.issue_ttl_s = (unsigned)v;
             break;
         case O_TLS_CERT: cfg.tls_cert_file = optarg; break;

@@ -7,6 +7,7 @@
 #include "mock_server/objects.h"
 #include "s3/sigv4.h"
 #include "s3/uri.h"
+#include "common/grow.h"
 #include "common/strbuf.h"
 
 #include <dirent.h>
@@ -33,13 +34,10 @@ enum MHD_Result mock_op_list_buckets(struct request *rq, struct MHD_Connection *
     while ((de = readdir(d)) != NULL) {
         if (!mock_bucket_name_valid(de->d_name) || !mock_bucket_exists(srv->store, de->d_name))
             continue;
-        if (n == cap) {
-            cap = cap ? cap * 2 : 16;
-            char **nn = realloc(names, cap * sizeof(*nn));
-            if (!nn)
-                break;
-            names = nn;
-        }
+        char **nn = sf__grow(names, n, &cap, sizeof(*nn), 16);
+        if (!nn)
+            break;
+        names = nn;
         names[n] = strdup(de->d_name);
         if (names[n])
             n++;

@@ -198,22 +198,25 @@ static int parse_path(struct request *rq, struct s3_error *e)
     return 0;
 }
 
-enum MHD_Result mock_respond_json(struct request *rq, struct MHD_Connection *conn, int status,
-                                  const char *json)
+static enum MHD_Result respond_string(struct request *rq, struct MHD_Connection *conn, int status,
+                                      const char *content_type, const char *body)
 {
     struct sf__strbuf b;
     sf__strbuf_init(&b, 0);
-    sf__strbuf_puts(&b, json);
-    return mock_respond_buffer(rq, conn, status, "application/json", &b, NULL);
+    sf__strbuf_puts(&b, body);
+    return mock_respond_buffer(rq, conn, status, content_type, &b, NULL);
+}
+
+enum MHD_Result mock_respond_json(struct request *rq, struct MHD_Connection *conn, int status,
+                                  const char *json)
+{
+    return respond_string(rq, conn, status, "application/json", json);
 }
 
 enum MHD_Result mock_respond_text(struct request *rq, struct MHD_Connection *conn, int status,
                                   const char *text)
 {
-    struct sf__strbuf b;
-    sf__strbuf_init(&b, 0);
-    sf__strbuf_puts(&b, text);
-    return mock_respond_buffer(rq, conn, status, "text/plain", &b, NULL);
+    return respond_string(rq, conn, status, "text/plain", text);
 }
 
 enum MHD_Result mock_respond_405(struct request *rq, struct MHD_Connection *conn, const char *allow)
@@ -590,17 +593,14 @@ static sf_status tls_load(struct mock_server *srv, char *err, size_t err_len)
     const struct mock_config *cfg = &srv->cfg;
     if (!cfg->tls_cert_file && !cfg->tls_key_file)
         return SF_OK;
-    if (!cfg->tls_cert_file || !cfg->tls_key_file) {
-        snprintf(err, err_len, "--tls-cert and --tls-key go together");
-        return SF_ERR_INVALID_ARGUMENT;
-    }
-    if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
-        snprintf(err, err_len,
-                 "--tls-cert: this libmicrohttpd (%s) was built without TLS support "
-                 "(MHD_FEATURE_TLS); install one built with GnuTLS",
-                 MHD_get_version());
-        return SF_ERR_UNSUPPORTED;
-    }
+    if (!cfg->tls_cert_file || !cfg->tls_key_file)
+        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT,
+                        "--tls-cert and --tls-key go together");
+    if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES)
+        return sf__fail(err, err_len, SF_ERR_UNSUPPORTED,
+                        "--tls-cert: this libmicrohttpd (%s) was built without TLS support "
+                        "(MHD_FEATURE_TLS); install one built with GnuTLS",
+                        MHD_get_version());
     srv->tls_cert_pem = read_pem("--tls-cert", cfg->tls_cert_file, err, err_len);
     if (!srv->tls_cert_pem)
         return SF_ERR_IO;

@@ -160,16 +160,12 @@ sf_status mock_uploads_add_part(struct mock_uploads *u, const char *bucket, cons
         pthread_mutex_unlock(&u->lock);
         return SF_ERR_LIMIT;
     }
-    if (up->n_parts == up->cap_parts) {
-        size_t cap = up->cap_parts ? up->cap_parts * 2 : 16;
-        struct mock_part *v = realloc(up->parts, cap * sizeof(*v));
-        if (!v) {
-            pthread_mutex_unlock(&u->lock);
-            return SF_ERR_NO_MEMORY;
-        }
-        up->parts = v;
-        up->cap_parts = cap;
+    struct mock_part *v = sf__grow(up->parts, up->n_parts, &up->cap_parts, sizeof(*v), 16);
+    if (!v) {
+        pthread_mutex_unlock(&u->lock);
+        return SF_ERR_NO_MEMORY;
     }
+    up->parts = v;
     memmove(up->parts + i + 1, up->parts + i, (up->n_parts - i) * sizeof(*up->parts));
     up->parts[i] = *p;
     up->n_parts++;

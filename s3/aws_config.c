@@ -29,10 +29,12 @@
 
 #include "common/strbuf.h"
 #include "common/secret.h"
+#include "common/text.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,16 +46,31 @@
 #define FILE_MAX_BYTES ((size_t)4 * 1024 * 1024)
 #define SUB_NAME_BYTES 64
 
-struct fields {
-    char *access_key_id;
-    char *secret_access_key;
-    char *session_token;
-    char *region;
-    char *endpoint_url;    /* top level */
-    char *s3_endpoint_url; /* "s3 =" sub-section; wins over the top level */
-    char *ca_bundle;
-    char *addressing_style;
+/* The settings read: where each sits in the files and which field of
+ * struct sf__aws_profile holds it. */
+struct setting {
+    const char *sub; /* NULL: the profile's top level; else the sub-section ("s3 =") */
+    const char *key;
+    size_t field; /* offsetof(struct sf__aws_profile, ...) */
 };
+
+#define FIELD(name) offsetof(struct sf__aws_profile, name)
+static const struct setting settings[] = {
+    {NULL, "aws_access_key_id", FIELD(aws_access_key_id)},
+    {NULL, "aws_secret_access_key", FIELD(aws_secret_access_key)},
+    {NULL, "aws_session_token", FIELD(aws_session_token)},
+    {NULL, "region", FIELD(region)},
+    {NULL, "endpoint_url", FIELD(endpoint_url)},
+    {NULL, "ca_bundle", FIELD(ca_bundle)},
+    {"s3", "endpoint_url", FIELD(endpoint_url)}, /* wins over the top-level one */
+    {"s3", "addressing_style", FIELD(addressing_style)},
+};
+#undef FIELD
+
+static char **field_at(struct sf__aws_profile *p, size_t field)
+{
+    return (char **)((char *)p + field);
+}
 
 struct parser {
     const char *path;
@@ -65,8 +82,8 @@ struct parser {
     int have_key;   /* a key line was seen in the current section */
     int in_sub;     /* the last key had an empty value: indented lines are its sub-section */
     char sub[SUB_NAME_BYTES];
-    int found;
-    struct fields *f;
+    struct sf__aws_profile *out;
+    int *s3_endpoint_set; /* across both files: then the top-level endpoint_url is ignored */
 };
 
 static int is_blank(char c)
@@ -98,19 +115,6 @@ static sf_status set_value(char **slot, const char *v, size_t n)
     sf__free_secret(*slot); /* any value may be a key */
     *slot = copy;
     return SF_OK;
-}
-
-static void fields_free(struct fields *f)
-{
-    sf__free_secret(f->access_key_id);
-    sf__free_secret(f->secret_access_key);
-    sf__free_secret(f->session_token);
-    free(f->region);
-    free(f->endpoint_url);
-    free(f->s3_endpoint_url);
-    free(f->ca_bundle);
-    free(f->addressing_style);
-    memset(f, 0, sizeof(*f));
 }
 
 /* Reads a whole regular file, capped. *absent = 1 when there is no such
@@ -195,32 +199,22 @@ static const char *section_profile(const struct parser *ps, const char *h, size_
     return h;
 }
 
-static sf_status apply_top(struct parser *ps, const char *k, size_t kn, const char *v, size_t vn)
+/* Stores a value of the wanted profile. sub: the sub-section the line is in,
+ * NULL at the top level. Keys the table does not name are ignored. */
+static sf_status apply(struct parser *ps, const char *sub, const char *k, size_t kn, const char *v,
+                       size_t vn)
 {
-    struct fields *f = ps->f;
-    if (key_is(k, kn, "aws_access_key_id"))
-        return set_value(&f->access_key_id, v, vn);
-    if (key_is(k, kn, "aws_secret_access_key"))
-        return set_value(&f->secret_access_key, v, vn);
-    if (key_is(k, kn, "aws_session_token"))
-        return set_value(&f->session_token, v, vn);
-    if (key_is(k, kn, "region"))
-        return set_value(&f->region, v, vn);
-    if (key_is(k, kn, "endpoint_url"))
-        return set_value(&f->endpoint_url, v, vn);
-    if (key_is(k, kn, "ca_bundle"))
-        return set_value(&f->ca_bundle, v, vn);
-    return SF_OK;
-}
-
-static sf_status apply_sub(struct parser *ps, const char *k, size_t kn, const char *v, size_t vn)
-{
-    if (strcasecmp(ps->sub, "s3") != 0)
-        return SF_OK;
-    if (key_is(k, kn, "endpoint_url"))
-        return set_value(&ps->f->s3_endpoint_url, v, vn);
-    if (key_is(k, kn, "addressing_style"))
-        return set_value(&ps->f->addressing_style, v, vn);
+    for (size_t i = 0; i < sizeof(settings) / sizeof(settings[0]); i++) {
+        const struct setting *s = &settings[i];
+        if (!s->sub != !sub || (sub && strcasecmp(s->sub, sub) != 0) || !key_is(k, kn, s->key))
+            continue;
+        int is_endpoint = s->field == offsetof(struct sf__aws_profile, endpoint_url);
+        if (is_endpoint && !s->sub && *ps->s3_endpoint_set)
+            return SF_OK;
+        if (is_endpoint && s->sub)
+            *ps->s3_endpoint_set = 1;
+        return set_value(field_at(ps->out, s->field), v, vn);
+    }
     return SF_OK;
 }
 
@@ -228,16 +222,12 @@ static sf_status apply_sub(struct parser *ps, const char *k, size_t kn, const ch
  * no '=' or the key is empty. */
 static int split_kv(const char *p, size_t n, const char **k, size_t *kn, const char **v, size_t *vn)
 {
-    const char *eq = memchr(p, '=', n);
-    if (!eq)
+    if (!sf__split_at(p, n, '=', kn, v, vn))
         return 0;
     *k = p;
-    *kn = (size_t)(eq - p);
     trim(k, kn);
     if (*kn == 0)
         return 0;
-    *v = eq + 1;
-    *vn = n - (size_t)(eq + 1 - p);
     for (size_t i = 1; i < *vn; i++) {
         if (((*v)[i] == '#' || (*v)[i] == ';') && is_blank((*v)[i - 1])) {
             *vn = i;
@@ -269,7 +259,7 @@ static sf_status parse_line(struct parser *ps, const char *p, size_t n, size_t l
             return sf__fail(err, err_len, SF_ERR_PARSE,
                             "%s: line %zu: expected 'key = value' in a sub-section", ps->path,
                             lineno);
-        return ps->in_target ? apply_sub(ps, k, kn, v, vn) : SF_OK;
+        return ps->in_target ? apply(ps, ps->sub, k, kn, v, vn) : SF_OK;
     }
 
     if (rest[0] == '[') {
@@ -290,7 +280,7 @@ static sf_status parse_line(struct parser *ps, const char *p, size_t n, size_t l
         ps->in_sub = 0;
         ps->in_target = name && name_len == ps->want_len && memcmp(name, ps->want, name_len) == 0;
         if (ps->in_target)
-            ps->found = 1;
+            ps->out->found = 1;
         return SF_OK;
     }
 
@@ -312,7 +302,7 @@ static sf_status parse_line(struct parser *ps, const char *p, size_t n, size_t l
         return SF_OK;
     }
     ps->in_sub = 0;
-    return ps->in_target ? apply_top(ps, k, kn, v, vn) : SF_OK;
+    return ps->in_target ? apply(ps, NULL, k, kn, v, vn) : SF_OK;
 }
 
 /* The text of a credentials file holds keys: wiped before it is freed. */
@@ -361,8 +351,9 @@ static sf_status parse_file(struct parser *ps, char *err, size_t err_len)
     return st;
 }
 
-static sf_status parse_one(const char *path, int is_config, const char *name, struct fields *f,
-                           int *found, char *err, size_t err_len)
+static sf_status parse_one(const char *path, int is_config, const char *name,
+                           struct sf__aws_profile *out, int *s3_endpoint_set, char *err,
+                           size_t err_len)
 {
     if (!path)
         return SF_OK;
@@ -371,12 +362,10 @@ static sf_status parse_one(const char *path, int is_config, const char *name, st
         .want = name,
         .want_len = strlen(name),
         .is_config = is_config,
-        .f = f,
+        .out = out,
+        .s3_endpoint_set = s3_endpoint_set,
     };
-    sf_status st = parse_file(&ps, err, err_len);
-    if (ps.found)
-        *found = 1;
-    return st;
+    return parse_file(&ps, err, err_len);
 }
 
 sf_status sf__aws_profile_load_files(const char *name, const char *credentials_path,
@@ -386,42 +375,21 @@ sf_status sf__aws_profile_load_files(const char *name, const char *credentials_p
     if (!out)
         return SF_ERR_INVALID_ARGUMENT;
     memset(out, 0, sizeof(*out));
-    if (err && err_len)
-        err[0] = '\0';
+    sf__clear_err(err, err_len);
     if (!name || !*name)
         return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "empty profile name");
 
-    struct fields f = {0};
-    int found = 0;
+    int s3_endpoint_set = 0;
     /* Config first, then credentials: values from the credentials file
      * replace those from config (the CLI merges them the same way). */
-    sf_status st = parse_one(config_path, 1, name, &f, &found, err, err_len);
+    sf_status st = parse_one(config_path, 1, name, out, &s3_endpoint_set, err, err_len);
     if (st == SF_OK)
-        st = parse_one(credentials_path, 0, name, &f, &found, err, err_len);
-    if (st == SF_OK) {
-        out->name = strdup(name);
-        if (!out->name)
-            st = sf__fail(err, err_len, SF_ERR_NO_MEMORY, "out of memory");
-    }
-    if (st != SF_OK) {
-        fields_free(&f);
+        st = parse_one(credentials_path, 0, name, out, &s3_endpoint_set, err, err_len);
+    if (st == SF_OK && !(out->name = strdup(name)))
+        st = sf__fail(err, err_len, SF_ERR_NO_MEMORY, "out of memory");
+    if (st != SF_OK)
         sf__aws_profile_free(out);
-        return st;
-    }
-    out->found = found;
-    out->aws_access_key_id = f.access_key_id;
-    out->aws_secret_access_key = f.secret_access_key;
-    out->aws_session_token = f.session_token;
-    out->region = f.region;
-    if (f.s3_endpoint_url) {
-        out->endpoint_url = f.s3_endpoint_url;
-        free(f.endpoint_url);
-    } else {
-        out->endpoint_url = f.endpoint_url;
-    }
-    out->ca_bundle = f.ca_bundle;
-    out->addressing_style = f.addressing_style;
-    return SF_OK;
+    return st;
 }
 
 sf_status sf__aws_profile_load(const char *name, struct sf__aws_profile *out, char *err,
@@ -444,13 +412,13 @@ void sf__aws_profile_free(struct sf__aws_profile *p)
     if (!p)
         return;
     free(p->name);
-    sf__free_secret(p->aws_access_key_id);
-    sf__free_secret(p->aws_secret_access_key);
-    sf__free_secret(p->aws_session_token);
-    free(p->region);
-    free(p->endpoint_url);
-    free(p->ca_bundle);
-    free(p->addressing_style);
+    /* Any value may be a key. A freed field is set to NULL: endpoint_url,
+     * listed twice, is freed once. */
+    for (size_t i = 0; i < sizeof(settings) / sizeof(settings[0]); i++) {
+        char **value = field_at(p, settings[i].field);
+        sf__free_secret(*value);
+        *value = NULL;
+    }
     memset(p, 0, sizeof(*p));
 }
 

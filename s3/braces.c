@@ -243,8 +243,7 @@ static size_t put_alternative(const char *pat, const struct parse *ps, const str
 sf_status sf__brace_expand(const char *pattern, size_t max_results, char ***out, size_t *n,
                            char *err, size_t err_len)
 {
-    if (err && err_len)
-        err[0] = '\0';
+    sf__clear_err(err, err_len);
     if (out)
         *out = NULL;
     if (n)

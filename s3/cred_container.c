@@ -75,12 +75,12 @@ static sf_status container_auth(const struct sf__cred_chain *c, char **out, char
     *out = NULL;
     struct sf__strbuf b;
     sf__strbuf_init(&b, TOKEN_FILE_MAX_BYTES);
-    if (c->container_token_file) {
-        int fd = open(c->container_token_file, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    if (c->container.token_file) {
+        int fd = open(c->container.token_file, O_RDONLY | O_CLOEXEC | O_NOCTTY);
         if (fd < 0)
             return sf__fail(why, why_len, SF_ERR_IO,
                             "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE %s: %s",
-                            c->container_token_file, strerror(errno));
+                            c->container.token_file, strerror(errno));
         char chunk[4096];
         ssize_t r;
         while ((r = read(fd, chunk, sizeof(chunk))) != 0) {
@@ -95,16 +95,16 @@ static sf_status container_auth(const struct sf__cred_chain *c, char **out, char
                 if (r < 0)
                     return sf__fail(why, why_len, SF_ERR_IO,
                                     "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE %s: %s",
-                                    c->container_token_file, strerror(e));
+                                    c->container.token_file, strerror(e));
                 return sf__fail(why, why_len, SF_ERR_LIMIT,
                                 "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE %s: over %zu bytes",
-                                c->container_token_file, TOKEN_FILE_MAX_BYTES);
+                                c->container.token_file, TOKEN_FILE_MAX_BYTES);
             }
         }
         close(fd);
         sf__wipe(chunk, sizeof(chunk));
-    } else if (c->container_token) {
-        sf__strbuf_puts(&b, c->container_token);
+    } else if (c->container.token) {
+        sf__strbuf_puts(&b, c->container.token);
     } else {
         return SF_OK;
     }
@@ -141,18 +141,18 @@ sf_status sf__cred_from_container(struct sf__cred_chain *c, time_t now, struct s
     struct sf__strbuf url;
     sf__strbuf_init(&url, 8192);
     /* RELATIVE_URI wins when both are set, as in botocore and the Java SDK. */
-    if (c->container_relative_uri) {
-        sf__strbuf_puts(&url, c->container_base);
-        if (c->container_relative_uri[0] != '/')
+    if (c->container.relative_uri) {
+        sf__strbuf_puts(&url, c->container.base);
+        if (c->container.relative_uri[0] != '/')
             sf__strbuf_putc(&url, '/');
-        sf__strbuf_puts(&url, c->container_relative_uri);
-    } else if (c->container_full_uri) {
-        st = check_full_uri(c->container_full_uri, w, sizeof(w));
+        sf__strbuf_puts(&url, c->container.relative_uri);
+    } else if (c->container.full_uri) {
+        st = check_full_uri(c->container.full_uri, w, sizeof(w));
         if (st != SF_OK) {
             sf__strbuf_free(&url);
             return sf__fail(why, why_len, st, "container: %s", w);
         }
-        sf__strbuf_puts(&url, c->container_full_uri);
+        sf__strbuf_puts(&url, c->container.full_uri);
     } else {
         sf__strbuf_free(&url);
         return sf__fail(why, why_len, SF_ERR_NOT_FOUND,
@@ -209,14 +209,10 @@ sf_status sf__cred_from_container(struct sf__cred_chain *c, time_t now, struct s
                         r.status == 401 || r.status == 403 ? SF_ERR_ACCESS_DENIED : SF_ERR_HTTP,
                         "container: GET %s: HTTP %ld", shown, r.status);
     }
-    st = sf__credentials_parse_json(sf__strbuf_str(&r.body), r.body.len, out, w, sizeof(w));
+    st = sf__cred_from_document(&r.body, now, out, w, sizeof(w));
     sf__cred_http_resp_free(&r);
-    if (st == SF_OK)
-        st = sf__cred_check_fresh(out, now, w, sizeof(w));
-    if (st != SF_OK) {
-        sf__wipe(out, sizeof(*out));
+    if (st != SF_OK)
         return sf__fail(why, why_len, st, "container: GET %s: %s", shown, w);
-    }
     snprintf(out->source, sizeof(out->source), "container");
     return SF_OK;
 }

@@ -161,14 +161,10 @@ sf_status sf__cred_from_imds(struct sf__cred_chain *c, time_t now, struct sf__cr
     snprintf(path, sizeof(path), "%s%s", IMDS_CREDS_PATH, role);
     st = imds_get(c, path, &r, w, sizeof(w));
     if (st == SF_OK)
-        st = sf__credentials_parse_json(sf__strbuf_str(&r.body), r.body.len, out, w, sizeof(w));
+        st = sf__cred_from_document(&r.body, now, out, w, sizeof(w));
     sf__cred_http_resp_free(&r);
-    if (st == SF_OK)
-        st = sf__cred_check_fresh(out, now, w, sizeof(w));
-    if (st != SF_OK) {
-        sf__wipe(out, sizeof(*out));
+    if (st != SF_OK)
         return sf__fail(why, why_len, st, "imds: role %s: %s", role, w);
-    }
     snprintf(out->source, sizeof(out->source), "imds:%.58s", role); /* IAM allows 64 */
     return SF_OK;
 }

@@ -18,6 +18,8 @@
 #include "s3/credentials_internal.h"
 
 #include "s3/aws_config.h"
+#include "common/calendar.h"
+#include "common/log.h"
 #include "common/secret.h"
 
 #include <cjson/cJSON.h>
@@ -39,14 +41,10 @@
 __attribute__((format(printf, 3, 4))) static void
 logf_(const struct sf__cred_chain *c, enum sf_log_level level, const char *fmt, ...)
 {
-    if (!c->log)
-        return;
-    char msg[MSG_MAX_BYTES];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    sf__vlog(c->log, c->log_user, SF_LOG_DEBUG, level, fmt, ap);
     va_end(ap);
-    c->log(c->log_user, level, msg);
 }
 
 /* A copy of a non-empty string, else NULL (an empty variable counts as unset,
@@ -68,38 +66,16 @@ static char *env_dup(const char *name, int *oom)
 
 /* ------------------------------------------------------------ time */
 
-static int64_t days_from_civil(int64_t y, unsigned m, unsigned d)
-{
-    y -= m <= 2;
-    const int64_t era = (y >= 0 ? y : y - 399) / 400;
-    const unsigned yoe = (unsigned)(y - era * 400);
-    const unsigned doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
-    const unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    return era * 146097 + (int64_t)doe - 719468;
-}
-
-static int digits(const char *s, int n, int *out)
-{
-    int v = 0;
-    for (int i = 0; i < n; i++) {
-        if (s[i] < '0' || s[i] > '9')
-            return 0;
-        v = v * 10 + (s[i] - '0');
-    }
-    *out = v;
-    return 1;
-}
-
 /* "2026-11-21T12:00:00Z", optionally with a fraction and/or a +HH:MM / -HH:MM
  * offset instead of Z. A local parser keeps this file free of a dependency on
  * the XML module. */
 static int parse_iso8601(const char *s, int64_t *out)
 {
     int Y, M, D, h, m, sec;
-    if (strlen(s) < 19 || !digits(s, 4, &Y) || s[4] != '-' || !digits(s + 5, 2, &M) ||
-        s[7] != '-' || !digits(s + 8, 2, &D) || (s[10] != 'T' && s[10] != 't') ||
-        !digits(s + 11, 2, &h) || s[13] != ':' || !digits(s + 14, 2, &m) || s[16] != ':' ||
-        !digits(s + 17, 2, &sec))
+    if (strlen(s) < 19 || !sf__read_digits(s, 4, &Y) || s[4] != '-' ||
+        !sf__read_digits(s + 5, 2, &M) || s[7] != '-' || !sf__read_digits(s + 8, 2, &D) ||
+        (s[10] != 'T' && s[10] != 't') || !sf__read_digits(s + 11, 2, &h) || s[13] != ':' ||
+        !sf__read_digits(s + 14, 2, &m) || s[16] != ':' || !sf__read_digits(s + 17, 2, &sec))
         return 0;
     static const int mdays[] = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
     if (M < 1 || M > 12 || D < 1 || D > mdays[M - 1] || h > 23 || m > 59 || sec > 60)
@@ -117,7 +93,8 @@ static int parse_iso8601(const char *s, int64_t *out)
         p++;
     } else if (*p == '+' || *p == '-') {
         int oh, om;
-        if (!digits(p + 1, 2, &oh) || p[3] != ':' || !digits(p + 4, 2, &om) || oh > 23 || om > 59)
+        if (!sf__read_digits(p + 1, 2, &oh) || p[3] != ':' || !sf__read_digits(p + 4, 2, &om) ||
+            oh > 23 || om > 59)
             return 0;
         offset = (int64_t)(oh * 3600 + om * 60) * (*p == '-' ? -1 : 1);
         p += 6;
@@ -126,7 +103,8 @@ static int parse_iso8601(const char *s, int64_t *out)
     }
     if (*p)
         return 0;
-    *out = days_from_civil(Y, (unsigned)M, (unsigned)D) * 86400 + h * 3600 + m * 60 + sec - offset;
+    *out =
+        sf__days_from_civil(Y, (unsigned)M, (unsigned)D) * 86400 + h * 3600 + m * 60 + sec - offset;
     return 1;
 }
 
@@ -217,8 +195,7 @@ sf_status sf__credentials_parse_json(const char *body, size_t n, struct sf__cred
     if (!out)
         return SF_ERR_INVALID_ARGUMENT;
     memset(out, 0, sizeof(*out));
-    if (err && err_len)
-        err[0] = '\0';
+    sf__clear_err(err, err_len);
     if (!body)
         return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "no body");
     if (n > BODY_MAX_BYTES)
@@ -280,16 +257,18 @@ done:
     return st;
 }
 
-/* Checks what a network provider returned: the expiration must be ahead. */
-sf_status sf__cred_check_fresh(const struct sf__credentials *cr, time_t now, char *why,
-                               size_t why_len)
+sf_status sf__cred_from_document(const struct sf__strbuf *body, time_t now,
+                                 struct sf__credentials *out, char *why, size_t why_len)
 {
-    if (cr->expiration != 0 && cr->expiration <= now) {
+    sf_status st = sf__credentials_parse_json(sf__strbuf_str(body), body->len, out, why, why_len);
+    if (st == SF_OK && out->expiration != 0 && out->expiration <= now) {
         char t[32];
-        sf__cred_format_time(cr->expiration, t, sizeof(t));
-        return sf__fail(why, why_len, SF_ERR_PARSE, "returned credentials that expired at %s", t);
+        sf__cred_format_time(out->expiration, t, sizeof(t));
+        st = sf__fail(why, why_len, SF_ERR_PARSE, "returned credentials that expired at %s", t);
     }
-    return SF_OK;
+    if (st != SF_OK)
+        sf__wipe(out, sizeof(*out));
+    return st;
 }
 
 /* ------------------------------------------------------------ providers */
@@ -297,25 +276,28 @@ sf_status sf__cred_check_fresh(const struct sf__credentials *cr, time_t now, cha
 static sf_status from_explicit(struct sf__cred_chain *c, struct sf__credentials *out, char *why,
                                size_t why_len)
 {
-    if (!c->explicit_ak)
+    const struct cred_keys *k = &c->explicit_keys;
+    if (!k->access_key_id)
         return sf__fail(why, why_len, SF_ERR_NOT_FOUND, "explicit options not set");
-    return fill_creds(out, c->explicit_ak, c->explicit_sk, c->explicit_token, 0, "explicit", why,
-                      why_len);
+    return fill_creds(out, k->access_key_id, k->secret_access_key, k->session_token, 0, "explicit",
+                      why, why_len);
 }
 
 static sf_status from_env(struct sf__cred_chain *c, struct sf__credentials *out, char *why,
                           size_t why_len)
 {
-    if (!c->env_ak && !c->env_sk)
+    const struct cred_keys *k = &c->env_keys;
+    if (!k->access_key_id && !k->secret_access_key)
         return sf__fail(why, why_len, SF_ERR_NOT_FOUND, "AWS_ACCESS_KEY_ID not set");
-    if (!c->env_ak)
+    if (!k->access_key_id)
         return sf__fail(why, why_len, SF_ERR_INVALID_ARGUMENT,
                         "AWS_SECRET_ACCESS_KEY set but AWS_ACCESS_KEY_ID not set");
-    if (!c->env_sk)
+    if (!k->secret_access_key)
         return sf__fail(why, why_len, SF_ERR_INVALID_ARGUMENT,
                         "AWS_ACCESS_KEY_ID set but AWS_SECRET_ACCESS_KEY not set");
     char e[256];
-    sf_status st = fill_creds(out, c->env_ak, c->env_sk, c->env_token, 0, "env", e, sizeof(e));
+    sf_status st = fill_creds(out, k->access_key_id, k->secret_access_key, k->session_token, 0,
+                              "env", e, sizeof(e));
     if (st != SF_OK)
         return sf__fail(why, why_len, st, "environment: %s", e);
     return SF_OK;
@@ -324,37 +306,34 @@ static sf_status from_env(struct sf__cred_chain *c, struct sf__credentials *out,
 static sf_status from_profile(struct sf__cred_chain *c, struct sf__credentials *out, char *why,
                               size_t why_len)
 {
+    const struct cred_profile *pr = &c->profile;
     char files[1100];
     snprintf(files, sizeof(files), "%s, %s",
-             c->cred_path ? c->cred_path : "(no credentials file: HOME unset)",
-             c->config_path ? c->config_path : "(no config file: HOME unset)");
+             pr->cred_path ? pr->cred_path : "(no credentials file: HOME unset)",
+             pr->config_path ? pr->config_path : "(no config file: HOME unset)");
     struct sf__aws_profile p;
     char e[512];
     sf_status st =
-        sf__aws_profile_load_files(c->profile, c->cred_path, c->config_path, &p, e, sizeof(e));
+        sf__aws_profile_load_files(pr->name, pr->cred_path, pr->config_path, &p, e, sizeof(e));
     if (st != SF_OK)
-        return sf__fail(why, why_len, st, "profile '%s': %s", c->profile, e);
+        return sf__fail(why, why_len, st, "profile '%s': %s", pr->name, e);
     if (!p.found) {
-        st = sf__fail(why, why_len, SF_ERR_NOT_FOUND, "profile '%s': not found in %s", c->profile,
+        st = sf__fail(why, why_len, SF_ERR_NOT_FOUND, "profile '%s': not found in %s", pr->name,
                       files);
     } else if (!p.aws_access_key_id || !p.aws_secret_access_key) {
         st = sf__fail(why, why_len, SF_ERR_NOT_FOUND,
                       "profile '%s': no aws_access_key_id and aws_secret_access_key in %s "
                       "(role_arn, sso and credential_process are not supported)",
-                      c->profile, files);
+                      pr->name, files);
     } else {
         char source[64];
-        snprintf(source, sizeof(source), "profile:%s", c->profile);
+        snprintf(source, sizeof(source), "profile:%s", pr->name);
         st = fill_creds(out, p.aws_access_key_id, p.aws_secret_access_key, p.aws_session_token, 0,
                         source, e, sizeof(e));
         if (st != SF_OK)
-            sf__fail(why, why_len, st, "profile '%s': %s", c->profile, e);
+            sf__fail(why, why_len, st, "profile '%s': %s", pr->name, e);
     }
-    sf__free_secret(p.aws_secret_access_key);
-    p.aws_secret_access_key = NULL;
-    sf__free_secret(p.aws_session_token);
-    p.aws_session_token = NULL;
-    sf__aws_profile_free(&p);
+    sf__aws_profile_free(&p); /* wipes the keys */
     return st;
 }
 static sf_status fetch(struct sf__cred_chain *c, enum provider p, time_t now,
@@ -416,24 +395,36 @@ static sf_status resolve(struct sf__cred_chain *c, time_t now, struct sf__creden
 
 /* ------------------------------------------------------------ chain */
 
-static void chain_free_fields(struct sf__cred_chain *c)
+static void keys_free(struct cred_keys *k)
 {
-    free(c->explicit_ak);
-    sf__free_secret(c->explicit_sk);
-    sf__free_secret(c->explicit_token);
-    free(c->env_ak);
-    sf__free_secret(c->env_sk);
-    sf__free_secret(c->env_token);
-    free(c->profile);
-    free(c->cred_path);
-    free(c->config_path);
-    free(c->container_relative_uri);
-    free(c->container_full_uri);
-    sf__free_secret(c->container_token);
-    free(c->container_token_file);
-    free(c->container_base);
-    free(c->imds_endpoint);
-    free(c->ca_bundle);
+    free(k->access_key_id);
+    sf__free_secret(k->secret_access_key);
+    sf__free_secret(k->session_token);
+}
+
+static void profile_free(struct cred_profile *pr)
+{
+    free(pr->name);
+    free(pr->cred_path);
+    free(pr->config_path);
+}
+
+static void container_free(struct cred_container *ct)
+{
+    free(ct->full_uri);
+    free(ct->relative_uri);
+    free(ct->base);
+    sf__free_secret(ct->token);
+    free(ct->token_file);
+}
+
+/* Cuts the trailing '/' off url in place and returns it (NULL stays NULL). */
+static char *strip_trailing_slashes(char *url)
+{
+    size_t n = url ? strlen(url) : 0;
+    while (n > 0 && url[n - 1] == '/')
+        url[--n] = '\0';
+    return url;
 }
 
 sf_status sf__cred_chain_new(const struct sf__cred_options *o, struct sf__cred_chain **out)
@@ -447,6 +438,10 @@ sf_status sf__cred_chain_new(const struct sf__cred_options *o, struct sf__cred_c
     struct sf__cred_chain *c = calloc(1, sizeof(*c));
     if (!c)
         return SF_ERR_NO_MEMORY;
+    if (pthread_mutex_init(&c->mu, NULL) != 0) {
+        free(c);
+        return SF_ERR_NO_MEMORY;
+    }
     c->log = o->log;
     c->log_user = o->log_user;
     c->no_sign_request = o->no_sign_request != 0;
@@ -465,7 +460,7 @@ sf_status sf__cred_chain_new(const struct sf__cred_options *o, struct sf__cred_c
         logf_(c, SF_LOG_ERROR,
               "credentials: explicit access key id and secret access key "
               "must be given together (a session token only with both)");
-        free(c);
+        sf__cred_chain_destroy(c);
         return SF_ERR_INVALID_ARGUMENT;
     }
     if (have_ak) {
@@ -476,41 +471,36 @@ sf_status sf__cred_chain_new(const struct sf__cred_options *o, struct sf__cred_c
         sf__wipe(&probe, sizeof(probe));
         if (st != SF_OK) {
             logf_(c, SF_LOG_ERROR, "credentials: explicit options: %s", e);
-            free(c);
+            sf__cred_chain_destroy(c);
             return SF_ERR_INVALID_ARGUMENT;
         }
     }
 
     int oom = 0;
     if (have_ak) {
-        c->explicit_ak = dup_nonempty(o->access_key_id, &oom);
-        c->explicit_sk = dup_nonempty(o->secret_access_key, &oom);
-        c->explicit_token = dup_nonempty(o->session_token, &oom);
+        c->explicit_keys.access_key_id = dup_nonempty(o->access_key_id, &oom);
+        c->explicit_keys.secret_access_key = dup_nonempty(o->secret_access_key, &oom);
+        c->explicit_keys.session_token = dup_nonempty(o->session_token, &oom);
     }
-    c->env_ak = env_dup("AWS_ACCESS_KEY_ID", &oom);
-    c->env_sk = env_dup("AWS_SECRET_ACCESS_KEY", &oom);
-    c->env_token = env_dup("AWS_SESSION_TOKEN", &oom);
+    c->env_keys.access_key_id = env_dup("AWS_ACCESS_KEY_ID", &oom);
+    c->env_keys.secret_access_key = env_dup("AWS_SECRET_ACCESS_KEY", &oom);
+    c->env_keys.session_token = env_dup("AWS_SESSION_TOKEN", &oom);
 
     const char *profile = o->profile && *o->profile ? o->profile : getenv("AWS_PROFILE");
-    c->profile = strdup(profile && *profile ? profile : "default");
-    if (!c->profile)
+    c->profile.name = strdup(profile && *profile ? profile : "default");
+    if (!c->profile.name)
         oom = 1;
-    c->cred_path = sf__aws_config_path(0);
-    c->config_path = sf__aws_config_path(1);
+    c->profile.cred_path = sf__aws_config_path(0);
+    c->profile.config_path = sf__aws_config_path(1);
 
-    c->container_relative_uri = env_dup("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", &oom);
-    c->container_full_uri = env_dup("AWS_CONTAINER_CREDENTIALS_FULL_URI", &oom);
-    c->container_token = env_dup("AWS_CONTAINER_AUTHORIZATION_TOKEN", &oom);
-    c->container_token_file = env_dup("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", &oom);
-    c->container_base =
+    c->container.relative_uri = env_dup("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", &oom);
+    c->container.full_uri = env_dup("AWS_CONTAINER_CREDENTIALS_FULL_URI", &oom);
+    c->container.token = env_dup("AWS_CONTAINER_AUTHORIZATION_TOKEN", &oom);
+    c->container.token_file = env_dup("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", &oom);
+    c->container.base = strip_trailing_slashes(
         dup_nonempty(o->container_base_url && *o->container_base_url ? o->container_base_url
                                                                      : DEFAULT_CONTAINER_BASE,
-                     &oom);
-    if (c->container_base) {
-        size_t n = strlen(c->container_base);
-        while (n > 0 && c->container_base[n - 1] == '/')
-            c->container_base[--n] = '\0';
-    }
+                     &oom));
 
     const char *disabled = getenv("AWS_EC2_METADATA_DISABLED");
     c->imds_disabled = disabled && strcasecmp(disabled, "true") == 0;
@@ -524,17 +514,11 @@ sf_status sf__cred_chain_new(const struct sf__cred_options *o, struct sf__cred_c
               "using " DEFAULT_IMDS_ENDPOINT);
         ep = DEFAULT_IMDS_ENDPOINT;
     }
-    c->imds_endpoint = dup_nonempty(ep, &oom);
-    if (c->imds_endpoint) {
-        size_t n = strlen(c->imds_endpoint);
-        while (n > 0 && c->imds_endpoint[n - 1] == '/')
-            c->imds_endpoint[--n] = '\0';
-    }
+    c->imds_endpoint = strip_trailing_slashes(dup_nonempty(ep, &oom));
     c->ca_bundle = dup_nonempty(o->ca_bundle, &oom);
 
-    if (oom || pthread_mutex_init(&c->mu, NULL) != 0) {
-        chain_free_fields(c);
-        free(c);
+    if (oom) {
+        sf__cred_chain_destroy(c);
         return SF_ERR_NO_MEMORY;
     }
     *out = c;
@@ -548,7 +532,12 @@ void sf__cred_chain_destroy(struct sf__cred_chain *c)
     if (c->curl)
         curl_easy_cleanup(c->curl);
     pthread_mutex_destroy(&c->mu);
-    chain_free_fields(c);
+    keys_free(&c->explicit_keys);
+    keys_free(&c->env_keys);
+    profile_free(&c->profile);
+    container_free(&c->container);
+    free(c->imds_endpoint);
+    free(c->ca_bundle);
     sf__wipe(c, sizeof(*c));
     free(c);
 }
@@ -568,8 +557,7 @@ void sf__cred_chain_invalidate(struct sf__cred_chain *c)
 sf_status sf__cred_chain_get(struct sf__cred_chain *c, time_t now, struct sf__credentials *out,
                              char *err, size_t err_len)
 {
-    if (err && err_len)
-        err[0] = '\0';
+    sf__clear_err(err, err_len);
     if (!c || !out)
         return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "NULL chain or output");
     memset(out, 0, sizeof(*out));

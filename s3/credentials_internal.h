@@ -33,15 +33,32 @@ enum provider {
     P_IMDS,
 };
 
+/* A key id, secret and optional token as given (explicit options, or the
+ * environment); NULL when unset. */
+struct cred_keys {
+    char *access_key_id, *secret_access_key, *session_token;
+};
+
+/* The profile provider's settings: which profile, in which files. */
+struct cred_profile {
+    char *name;                    /* resolved */
+    char *cred_path, *config_path; /* NULL: no such file (HOME unset) */
+};
+
+/* The container provider's settings: the environment and the base URL a
+ * RELATIVE_URI goes under (no trailing '/'). */
+struct cred_container {
+    char *full_uri, *relative_uri, *base;
+    char *token, *token_file;
+};
+
 struct sf__cred_chain {
     /* Set by sf__cred_chain_new, read-only afterwards (any thread). */
-    char *explicit_ak, *explicit_sk, *explicit_token;
+    struct cred_keys explicit_keys;
     int no_sign_request;
-    char *env_ak, *env_sk, *env_token;
-    char *profile;                 /* resolved name */
-    char *cred_path, *config_path; /* NULL: no such file (HOME unset) */
-    char *container_full_uri, *container_relative_uri, *container_base;
-    char *container_token, *container_token_file;
+    struct cred_keys env_keys;
+    struct cred_profile profile;
+    struct cred_container container;
     int imds_disabled;
     char *imds_endpoint; /* no trailing '/' */
     char *ca_bundle;
@@ -68,9 +85,11 @@ void sf__cred_sanitize(const char *s, char *buf, size_t len);
 int sf__cred_visible_ascii(const char *s);
 void sf__cred_format_time(time_t t, char *buf, size_t len);
 struct timespec sf__cred_mono_now(void);
-/* Checks what a network provider returned: the expiration must be ahead. */
-sf_status sf__cred_check_fresh(const struct sf__credentials *cr, time_t now, char *why,
-                               size_t why_len);
+/* The credentials a network provider answered with: parses the JSON
+ * document in body and checks that they expire after now. On failure *out
+ * is wiped and why says what was wrong. */
+sf_status sf__cred_from_document(const struct sf__strbuf *body, time_t now,
+                                 struct sf__credentials *out, char *why, size_t why_len);
 
 /* ------------------------------------------------------------ cred_http.c */
 

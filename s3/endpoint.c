@@ -110,21 +110,27 @@ sf_status sf__locator_parse(const char *url, struct sf__locator *out, char *err,
     return SF_OK;
 }
 
+/* A copy of s (NULL for NULL); *oom is set when the copy failed. */
+static char *dup_or_null(const char *s, int *oom)
+{
+    char *d = s ? strdup(s) : NULL;
+    if (s && !d)
+        *oom = 1;
+    return d;
+}
+
 sf_status sf__locator_copy(const struct sf__locator *src, struct sf__locator *dst)
 {
+    int oom = 0;
     memset(dst, 0, sizeof(*dst));
     dst->kind = src->kind;
-#define COPY(f)                                                                                    \
-    if (src->f && !(dst->f = strdup(src->f))) {                                                    \
-        sf__locator_free(dst);                                                                     \
-        return SF_ERR_NO_MEMORY;                                                                   \
-    }
-    COPY(bucket)
-    COPY(key)
-    COPY(url)
-    COPY(display)
-#undef COPY
-    return SF_OK;
+    dst->bucket = dup_or_null(src->bucket, &oom);
+    dst->key = dup_or_null(src->key, &oom);
+    dst->url = dup_or_null(src->url, &oom);
+    dst->display = dup_or_null(src->display, &oom);
+    if (oom)
+        sf__locator_free(dst);
+    return oom ? SF_ERR_NO_MEMORY : SF_OK;
 }
 
 void sf__endpoint_free(struct sf__endpoint *e)

@@ -5,6 +5,7 @@
  */
 #include "s3/fetch_internal.h"
 #include "common/clock.h"
+#include "common/text.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -176,12 +177,10 @@ size_t sf__on_header(char *buf, size_t size, size_t nitems, void *ud)
         headers_complete(x);
         return x->abort != AB_NONE ? 0 : n;
     }
-    const char *colon = memchr(buf, ':', n);
-    if (!colon)
+    size_t name_len, vn;
+    const char *v;
+    if (!sf__split_at(buf, n, ':', &name_len, &v, &vn))
         return n;
-    size_t name_len = (size_t)(colon - buf);
-    const char *v = colon + 1;
-    size_t vn = n - name_len - 1;
     char val[512];
     copy_trimmed(val, sizeof(val), v, vn);
 #define IS(h) (name_len == sizeof(h) - 1 && strncasecmp(buf, h, name_len) == 0)

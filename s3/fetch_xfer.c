@@ -5,6 +5,7 @@
  */
 #include "s3/fetch_internal.h"
 #include "common/clock.h"
+#include "common/log.h"
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -20,14 +21,10 @@
 __attribute__((format(printf, 3, 4))) static void
 elog(struct sf__engine *e, enum sf_log_level level, const char *fmt, ...)
 {
-    if (!e->cfg.log || level > e->cfg.log_level)
-        return;
-    char line[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(line, sizeof(line), fmt, ap);
+    sf__vlog(e->cfg.log, e->cfg.log_user, e->cfg.log_level, level, fmt, ap);
     va_end(ap);
-    e->cfg.log(e->cfg.log_user, level, line);
 }
 
 const char *sf__xfer_name(const struct xfer *x)

@@ -13,6 +13,7 @@
 #include "s3/s3_client_impl.h"
 #include "s3/sigv4.h"
 #include "shardfeed_s3.h"
+#include "common/strbuf.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -28,11 +29,6 @@
 #include <unistd.h>
 
 /* ------------------------------------------------------------ small helpers */
-
-static char *dup_or_null(const char *s)
-{
-    return s ? strdup(s) : NULL;
-}
 
 static const char *env_nonempty(const char *name)
 {
@@ -51,6 +47,15 @@ __attribute__((format(printf, 3, 4))) sf_status sf__s3_set_err(struct sf_s3 *s3,
     pthread_mutex_lock(&s3->lock);
     memcpy(s3->errmsg, buf, sizeof(buf));
     pthread_mutex_unlock(&s3->lock);
+    return st;
+}
+
+sf_status sf__s3_parse_url(struct sf_s3 *s3, const char *url, struct sf__locator *loc)
+{
+    char err[512];
+    sf_status st = sf__locator_parse(url, loc, err, sizeof(err));
+    if (st != SF_OK)
+        sf__s3_set_err(s3, st, "%s", err);
     return st;
 }
 
@@ -302,14 +307,11 @@ SF_API sf_status sf_s3_new(const struct sf_s3_options *o, struct sf_s3 **out, ch
             else if (!strcasecmp(prof.addressing_style, "virtual"))
                 addressing = SF_ADDRESSING_VIRTUAL;
         }
-        s3->endpoint_url = dup_or_null(ep);
-        s3->region = dup_or_null(region);
-        s3->ca_bundle = dup_or_null(ca);
-        s3->profile = dup_or_null(o->profile);
-        s3->access_key_id = dup_or_null(o->access_key_id);
-        s3->secret_access_key = dup_or_null(o->secret_access_key);
-        s3->session_token = dup_or_null(o->session_token);
-        st = sf__endpoint_init(&s3->ep, s3->endpoint_url, s3->region, addressing, err, err_len);
+        /* ca may be the profile's, freed below: the client keeps a copy. */
+        if (ca && !(s3->ca_bundle = strdup(ca)))
+            st = sf__fail(err, err_len, SF_ERR_NO_MEMORY, "out of memory");
+        if (st == SF_OK)
+            st = sf__endpoint_init(&s3->ep, ep, region, addressing, err, err_len);
     }
     sf__aws_profile_free(&prof);
     if (st == SF_OK && s3->ca_bundle && access(s3->ca_bundle, R_OK) != 0) {
@@ -318,10 +320,10 @@ SF_API sf_status sf_s3_new(const struct sf_s3_options *o, struct sf_s3 **out, ch
     }
     if (st == SF_OK) {
         struct sf__cred_options co = {
-            .access_key_id = s3->access_key_id,
-            .secret_access_key = s3->secret_access_key,
-            .session_token = s3->session_token,
-            .profile = s3->profile,
+            .access_key_id = o->access_key_id,
+            .secret_access_key = o->secret_access_key,
+            .session_token = o->session_token,
+            .profile = o->profile,
             .no_sign_request = o->no_sign_request,
             .ca_bundle = s3->ca_bundle,
             .log = cred_log,
@@ -373,15 +375,6 @@ SF_API void sf_s3_destroy(struct sf_s3 *s3)
     sf__engine_destroy(s3->engine);
     sf__cred_chain_destroy(s3->creds);
     sf__endpoint_free(&s3->ep);
-    free(s3->endpoint_url);
-    free(s3->region);
-    free(s3->profile);
-    free(s3->access_key_id);
-    if (s3->secret_access_key) {
-        memset(s3->secret_access_key, 0, strlen(s3->secret_access_key));
-        free(s3->secret_access_key);
-    }
-    free(s3->session_token);
     free(s3->ca_bundle);
     pthread_mutex_destroy(&s3->lock);
     free(s3);
@@ -444,10 +437,9 @@ SF_API sf_status sf_s3_stat(struct sf_s3 *s3, const char *url, struct sf_object_
         return SF_ERR_INVALID_ARGUMENT;
     memset(out, 0, sizeof(*out));
     struct sf__locator loc;
-    char err[512];
-    sf_status st = sf__locator_parse(url, &loc, err, sizeof(err));
+    sf_status st = sf__s3_parse_url(s3, url, &loc);
     if (st != SF_OK)
-        return sf__s3_set_err(s3, st, "%s", err);
+        return st;
     if (loc.kind == SF__LOC_FILE) {
         st = sf__s3_stat_local(s3, loc.key, loc.display, out);
         sf__locator_free(&loc);
@@ -574,10 +566,9 @@ SF_API sf_status sf_fetch_start(struct sf_s3 *s3, const char *url, const struct 
         return sf__s3_set_err(s3, SF_ERR_INVALID_ARGUMENT,
                               "%s: a fetch has one destination: buffer or fd, not both", url);
     struct sf__locator loc;
-    char err[512];
-    sf_status st = sf__locator_parse(url, &loc, err, sizeof(err));
+    sf_status st = sf__s3_parse_url(s3, url, &loc);
     if (st != SF_OK)
-        return sf__s3_set_err(s3, st, "%s", err);
+        return st;
     if (loc.kind == SF__LOC_S3 && (!*loc.bucket || !*loc.key)) {
         sf__locator_free(&loc);
         return sf__s3_set_err(s3, SF_ERR_INVALID_ARGUMENT, "%s: fetch needs s3://bucket/key", url);
@@ -591,6 +582,7 @@ SF_API sf_status sf_fetch_start(struct sf_s3 *s3, const char *url, const struct 
         sf__locator_free(&loc);
         return st;
     }
+    char err[512];
     st = sf__engine_fetch(s3->engine, &loc, o, out, err, sizeof(err));
     if (st != SF_OK)
         sf__s3_set_err(s3, st, "%s", err);
@@ -604,10 +596,9 @@ sf_status sf__s3_identity(struct sf_s3 *s3, const char *url, char *endpoint, siz
                           char *bucket, size_t bucket_len, char *key, size_t key_len)
 {
     struct sf__locator loc;
-    char err[256];
-    sf_status st = sf__locator_parse(url, &loc, err, sizeof(err));
+    sf_status st = sf__s3_parse_url(s3, url, &loc);
     if (st != SF_OK)
-        return sf__s3_set_err(s3, st, "%s", err);
+        return st;
     int n1, n2, n3;
     if (loc.kind == SF__LOC_S3) {
         n1 = snprintf(endpoint, endpoint_len, "%s://%s%s", s3->ep.scheme, s3->ep.authority,

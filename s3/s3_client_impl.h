@@ -15,9 +15,8 @@
 #include <pthread.h>
 
 struct sf_s3 {
-    struct sf_s3_options opt; /* strings below are owned copies */
-    char *endpoint_url, *region, *profile, *access_key_id, *secret_access_key, *session_token,
-        *ca_bundle;
+    struct sf_s3_options opt; /* its strings are the caller's: read only in sf_s3_new */
+    char *ca_bundle;          /* resolved (option, AWS_CA_BUNDLE or profile); owned */
     struct sf__endpoint ep;
     struct sf__cred_chain *creds;
     struct sf__engine *engine;
@@ -28,6 +27,9 @@ struct sf_s3 {
 /* Keeps the message (printf-style) as the client's detail; returns st. */
 __attribute__((format(printf, 3, 4))) sf_status sf__s3_set_err(struct sf_s3 *s3, sf_status st,
                                                                const char *fmt, ...);
+
+/* sf__locator_parse, with the client's detail set when url is refused. */
+sf_status sf__s3_parse_url(struct sf_s3 *s3, const char *url, struct sf__locator *loc);
 
 /* Resolves (or refreshes) the credentials on the caller's thread; on failure
  * the detail names display. */

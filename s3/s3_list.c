@@ -234,10 +234,9 @@ SF_API sf_status sf_s3_list(struct sf_s3 *s3, const char *url, int flags, size_t
     if (!max_objects)
         max_objects = DEFAULT_MAX_OBJECTS;
     struct sf__locator loc;
-    char err[512];
-    sf_status st = sf__locator_parse(url, &loc, err, sizeof(err));
+    sf_status st = sf__s3_parse_url(s3, url, &loc);
     if (st != SF_OK)
-        return sf__s3_set_err(s3, st, "%s", err);
+        return st;
     struct sf_object_list *l = list_new();
     if (!l) {
         sf__locator_free(&loc);
@@ -312,10 +311,9 @@ static sf_status expand_one(struct sf_s3 *s3, const char *source, size_t max,
                             struct sf_object_list *l)
 {
     struct sf__locator loc;
-    char err[512];
-    sf_status st = sf__locator_parse(source, &loc, err, sizeof(err));
+    sf_status st = sf__s3_parse_url(s3, source, &loc);
     if (st != SF_OK)
-        return sf__s3_set_err(s3, st, "%s", err);
+        return st;
     if (loc.kind == SF__LOC_S3) {
         size_t kl = strlen(loc.key);
         if (!*loc.bucket)
@@ -356,17 +354,32 @@ static sf_status expand_one(struct sf_s3 *s3, const char *source, size_t max,
     return st;
 }
 
-SF_API sf_status sf_s3_expand(struct sf_s3 *s3, const char *source, size_t max_objects,
-                              struct sf_object_list **out)
+/* What sf_s3_expand and sf_s3_expand_stat share: the arguments, the
+ * default cap and the list, which fill appends to; *out only on success. */
+typedef sf_status (*expand_fn)(struct sf_s3 *s3, const char *source, size_t max,
+                               struct sf_object_list *l);
+
+static sf_status expand_into_list(struct sf_s3 *s3, const char *source, size_t max_objects,
+                                  struct sf_object_list **out, expand_fn fill)
 {
     if (!s3 || !source || !out)
         return SF_ERR_INVALID_ARGUMENT;
     *out = NULL;
-    if (!max_objects)
-        max_objects = DEFAULT_MAX_OBJECTS;
     struct sf_object_list *l = list_new();
     if (!l)
         return SF_ERR_NO_MEMORY;
+    sf_status st = fill(s3, source, max_objects ? max_objects : DEFAULT_MAX_OBJECTS, l);
+    if (st != SF_OK) {
+        sf_object_list_destroy(l);
+        return st;
+    }
+    *out = l;
+    return SF_OK;
+}
+
+static sf_status expand(struct sf_s3 *s3, const char *source, size_t max_objects,
+                        struct sf_object_list *l)
+{
     sf_status st = SF_OK;
     if (sf__has_braces(source)) {
         char **v = NULL;
@@ -377,11 +390,9 @@ SF_API sf_status sf_s3_expand(struct sf_s3 *s3, const char *source, size_t max_o
             sf__s3_set_err(s3, st, "%s: %s", source, err);
         for (size_t i = 0; st == SF_OK && i < n; i++) {
             struct sf__locator loc;
-            st = sf__locator_parse(v[i], &loc, err, sizeof(err));
-            if (st != SF_OK) {
-                sf__s3_set_err(s3, st, "%s", err);
+            st = sf__s3_parse_url(s3, v[i], &loc);
+            if (st != SF_OK)
                 break;
-            }
             size_t kl = strlen(loc.key);
             if (loc.kind == SF__LOC_S3 && (kl == 0 || loc.key[kl - 1] == '/'))
                 st = expand_one(s3, v[i], max_objects, l);
@@ -396,12 +407,13 @@ SF_API sf_status sf_s3_expand(struct sf_s3 *s3, const char *source, size_t max_o
     } else {
         st = expand_one(s3, source, max_objects, l);
     }
-    if (st != SF_OK) {
-        sf_object_list_destroy(l);
-        return st;
-    }
-    *out = l;
-    return SF_OK;
+    return st;
+}
+
+SF_API sf_status sf_s3_expand(struct sf_s3 *s3, const char *source, size_t max_objects,
+                              struct sf_object_list **out)
+{
+    return expand_into_list(s3, source, max_objects, out, expand);
 }
 
 /* ------------------------------------------------------------ checked expansion */
@@ -580,12 +592,9 @@ static sf_status check_pending(struct sf_s3 *s3, struct pending_set *ps, struct 
                 st = SF_OK;
         } else {
             struct sf__locator loc;
-            char err[512];
-            st = sf__locator_parse(it->url, &loc, err, sizeof(err));
-            if (st != SF_OK) {
-                sf__s3_set_err(s3, st, "%s", err);
+            st = sf__s3_parse_url(s3, it->url, &loc);
+            if (st != SF_OK)
                 break;
-            }
             st = sf__s3_head_object(s3, &loc, it);
             sf__locator_free(&loc);
             p->found = st == SF_OK;
@@ -629,17 +638,9 @@ static sf_status check_pending(struct sf_s3 *s3, struct pending_set *ps, struct 
     return st;
 }
 
-SF_API sf_status sf_s3_expand_stat(struct sf_s3 *s3, const char *source, size_t max_objects,
-                                   struct sf_object_list **out)
+static sf_status expand_stat(struct sf_s3 *s3, const char *source, size_t max_objects,
+                             struct sf_object_list *l)
 {
-    if (!s3 || !source || !out)
-        return SF_ERR_INVALID_ARGUMENT;
-    *out = NULL;
-    if (!max_objects)
-        max_objects = DEFAULT_MAX_OBJECTS;
-    struct sf_object_list *l = list_new();
-    if (!l)
-        return SF_ERR_NO_MEMORY;
     int braces = sf__has_braces(source);
     char **v = NULL;
     size_t n = 0;
@@ -655,11 +656,9 @@ SF_API sf_status sf_s3_expand_stat(struct sf_s3 *s3, const char *source, size_t 
     for (size_t i = 0; st == SF_OK && i < (braces ? n : 1); i++) {
         const char *item = braces ? v[i] : source;
         struct sf__locator loc;
-        st = sf__locator_parse(item, &loc, err, sizeof(err));
-        if (st != SF_OK) {
-            sf__s3_set_err(s3, st, "%s", err);
+        st = sf__s3_parse_url(s3, item, &loc);
+        if (st != SF_OK)
             break;
-        }
         size_t kl = strlen(loc.key);
         struct stat sb;
         if (loc.kind == SF__LOC_S3 && !*loc.bucket)
@@ -689,10 +688,11 @@ SF_API sf_status sf_s3_expand_stat(struct sf_s3 *s3, const char *source, size_t 
         st = SF_ERR_NOT_FOUND; /* the HEAD or stat() already said why */
     pending_free(&ps);
     sf__strv_free(v, n);
-    if (st != SF_OK) {
-        sf_object_list_destroy(l);
-        return st;
-    }
-    *out = l;
-    return SF_OK;
+    return st;
+}
+
+SF_API sf_status sf_s3_expand_stat(struct sf_s3 *s3, const char *source, size_t max_objects,
+                                   struct sf_object_list **out)
+{
+    return expand_into_list(s3, source, max_objects, out, expand_stat);
 }

@@ -79,10 +79,9 @@ SF_API sf_status sf_s3_put(struct sf_s3 *s3, const char *url, const char *path, 
     if (!path && !data && len)
         return sf__s3_set_err(s3, SF_ERR_INVALID_ARGUMENT, "%s: %zu body bytes at NULL", url, len);
     struct sf__locator loc;
-    char err[512];
-    sf_status st = sf__locator_parse(url, &loc, err, sizeof(err));
+    sf_status st = sf__s3_parse_url(s3, url, &loc);
     if (st != SF_OK)
-        return sf__s3_set_err(s3, st, "%s", err);
+        return st;
     if (loc.kind != SF__LOC_S3 || !*loc.bucket || !*loc.key) {
         sf__locator_free(&loc);
         return sf__s3_set_err(s3, SF_ERR_UNSUPPORTED, "%s: PUT needs s3://bucket/key", url);
@@ -388,11 +387,10 @@ SF_API sf_status sf_s3_upload_file(struct sf_s3 *s3, const char *url, const char
         part = ((size + SF_UPLOAD_MAX_PARTS - 1) / SF_UPLOAD_MAX_PARTS + mib - 1) / mib * mib;
     }
     struct sf__locator loc;
-    char err[512];
-    sf_status st = sf__locator_parse(url, &loc, err, sizeof(err));
+    sf_status st = sf__s3_parse_url(s3, url, &loc);
     if (st != SF_OK) {
         close(fd);
-        return sf__s3_set_err(s3, st, "%s", err);
+        return st;
     }
     if (loc.kind != SF__LOC_S3 || !*loc.bucket || !*loc.key) {
         close(fd);

@@ -144,18 +144,6 @@ void sf__sigv4_format_date(time_t t, char out[SF__AMZ_DATE_LEN + 1])
     out[16] = '\0';
 }
 
-int sf__sigv4_read_digits(const char *s, int width, int *value)
-{
-    int v = 0;
-    for (int i = 0; i < width; i++) {
-        if (s[i] < '0' || s[i] > '9')
-            return 0;
-        v = v * 10 + (s[i] - '0');
-    }
-    *value = v;
-    return 1;
-}
-
 sf_status sf__sigv4_parse_date(const char *s, time_t *out)
 {
     int year, mon, day, hour, min, sec;
@@ -163,10 +151,10 @@ sf_status sf__sigv4_parse_date(const char *s, time_t *out)
         return SF_ERR_INVALID_ARGUMENT;
     if (!s || strnlen(s, SF__AMZ_DATE_LEN + 1) != SF__AMZ_DATE_LEN)
         return SF_ERR_PARSE;
-    if (s[8] != 'T' || s[15] != 'Z' || !sf__sigv4_read_digits(s, 4, &year) ||
-        !sf__sigv4_read_digits(s + 4, 2, &mon) || !sf__sigv4_read_digits(s + 6, 2, &day) ||
-        !sf__sigv4_read_digits(s + 9, 2, &hour) || !sf__sigv4_read_digits(s + 11, 2, &min) ||
-        !sf__sigv4_read_digits(s + 13, 2, &sec))
+    if (s[8] != 'T' || s[15] != 'Z' || !sf__read_digits(s, 4, &year) ||
+        !sf__read_digits(s + 4, 2, &mon) || !sf__read_digits(s + 6, 2, &day) ||
+        !sf__read_digits(s + 9, 2, &hour) || !sf__read_digits(s + 11, 2, &min) ||
+        !sf__read_digits(s + 13, 2, &sec))
         return SF_ERR_PARSE;
     if (mon < 1 || mon > 12 || day < 1 || day > 31 || hour > 23 || min > 59 || sec > 59)
         return SF_ERR_PARSE;

@@ -5,6 +5,8 @@
 
 #include "s3/sigv4.h"
 
+#include "common/calendar.h"
+
 #include <stddef.h>
 
 #define SIGV4_ALGORITHM  "AWS4-HMAC-SHA256"
@@ -23,8 +25,6 @@ sf_status sf__sigv4_compute(struct sf__sigv4_signer *s, const struct sf__sigv4_s
                             size_t n, const char *amz_date, struct sf__sigv4_result *out);
 /* Whether NUL-terminated name equals name2[0..n2) ignoring ASCII case. */
 int sf__sigv4_name_eq(const char *name, const char *name2, size_t n2);
-/* Reads width decimal digits at s into *value; 0 when one is not a digit. */
-int sf__sigv4_read_digits(const char *s, int width, int *value);
 /* Whether the signer and the request carry every field signing needs. */
 int sf__sigv4_signer_ok(const struct sf__sigv4_signer *s);
 int sf__sigv4_request_ok(const struct sf__sigv4_request *req);

@@ -4,6 +4,7 @@
 #include "s3/sigv4_internal.h"
 
 #include "common/strbuf.h"
+#include "common/text.h"
 
 #include <limits.h>
 #include <openssl/crypto.h>
@@ -61,7 +62,7 @@ static int sigv4_parse_credential(const char *v, size_t n, struct sf__sigv4_auth
     if (!sigv4_copy_field(out->access_key_id, sizeof out->access_key_id, parts[0], lens[0]))
         return 0;
     int ignored;
-    if (lens[1] != 8 || !sf__sigv4_read_digits(parts[1], 8, &ignored) ||
+    if (lens[1] != 8 || !sf__read_digits(parts[1], 8, &ignored) ||
         !sigv4_copy_field(out->date, sizeof out->date, parts[1], lens[1]))
         return 0;
     if (!sigv4_copy_field(out->region, sizeof out->region, parts[2], lens[2]) ||
@@ -137,12 +138,10 @@ sf_status sf__sigv4_parse_authorization(const char *value, struct sf__sigv4_auth
         size_t comp_len = comma ? (size_t)(comma - comp) : len - pos;
         while (comp_len > 0 && sigv4_is_ows(comp[comp_len - 1]))
             comp_len--;
-        const char *eq = memchr(comp, '=', comp_len);
-        if (!eq)
+        size_t name_len, v_len;
+        const char *v;
+        if (!sf__split_at(comp, comp_len, '=', &name_len, &v, &v_len))
             goto fail;
-        size_t name_len = (size_t)(eq - comp);
-        const char *v = eq + 1;
-        size_t v_len = comp_len - name_len - 1;
 
 #define SIGV4_NAME_IS(lit) (name_len == sizeof(lit) - 1 && memcmp(comp, lit, name_len) == 0)
         if (SIGV4_NAME_IS("Credential")) {

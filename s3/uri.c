@@ -20,70 +20,65 @@ int sf__hex_digit_value(unsigned char c)
 }
 
 /* Output goes through a small stack chunk so long inputs cost one append per
- * chunk rather than one per byte. */
-#define URI_CHUNK 256
+ * chunk rather than one per byte. The strbuf's error is sticky: a failed
+ * append makes the later ones no-ops, and the end reports it. */
+struct chunk_out {
+    struct sf__strbuf *out;
+    size_t used;
+    char buf[256];
+};
+
+static void chunk_put(struct chunk_out *w, char c)
+{
+    if (w->used == sizeof w->buf) {
+        sf__strbuf_append(w->out, w->buf, w->used);
+        w->used = 0;
+    }
+    w->buf[w->used++] = c;
+}
+
+static sf_status chunk_finish(struct chunk_out *w)
+{
+    if (w->used)
+        return sf__strbuf_append(w->out, w->buf, w->used);
+    return w->out->err;
+}
 
 sf_status sf__uri_encode(struct sf__strbuf *out, const char *src, size_t n, int keep_slash)
 {
-    if (!out)
+    if (!out || (n && !src))
         return SF_ERR_INVALID_ARGUMENT;
-    if (n && !src)
-        return SF_ERR_INVALID_ARGUMENT;
-
-    char chunk[URI_CHUNK];
-    size_t used = 0;
+    struct chunk_out w = {.out = out};
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)src[i];
-        if (used > sizeof chunk - 3) {
-            sf_status st = sf__strbuf_append(out, chunk, used);
-            if (st != SF_OK)
-                return st;
-            used = 0;
-        }
         if (uri_is_unreserved(c) || (c == '/' && keep_slash)) {
-            chunk[used++] = (char)c;
+            chunk_put(&w, (char)c);
         } else {
-            chunk[used++] = '%';
-            chunk[used++] = uri_hex_upper[c >> 4];
-            chunk[used++] = uri_hex_upper[c & 0x0f];
+            chunk_put(&w, '%');
+            chunk_put(&w, uri_hex_upper[c >> 4]);
+            chunk_put(&w, uri_hex_upper[c & 0x0f]);
         }
     }
-    if (used)
-        return sf__strbuf_append(out, chunk, used);
-    return out->err;
+    return chunk_finish(&w);
 }
 
 sf_status sf__uri_decode(struct sf__strbuf *out, const char *src, size_t n, int plus_is_space)
 {
-    if (!out)
+    if (!out || (n && !src))
         return SF_ERR_INVALID_ARGUMENT;
-    if (n && !src)
-        return SF_ERR_INVALID_ARGUMENT;
-
-    char chunk[URI_CHUNK];
-    size_t used = 0;
+    struct chunk_out w = {.out = out};
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)src[i];
-        if (used == sizeof chunk) {
-            sf_status st = sf__strbuf_append(out, chunk, used);
-            if (st != SF_OK)
-                return st;
-            used = 0;
-        }
         if (c == '%' && n - i >= 3) {
             int hi = sf__hex_digit_value((unsigned char)src[i + 1]);
             int lo = sf__hex_digit_value((unsigned char)src[i + 2]);
             if (hi >= 0 && lo >= 0) {
-                chunk[used++] = (char)((hi << 4) | lo);
+                chunk_put(&w, (char)((hi << 4) | lo));
                 i += 2;
                 continue;
             }
         }
-        if (c == '+' && plus_is_space)
-            c = ' ';
-        chunk[used++] = (char)c;
+        chunk_put(&w, c == '+' && plus_is_space ? ' ' : (char)c);
     }
-    if (used)
-        return sf__strbuf_append(out, chunk, used);
-    return out->err;
+    return chunk_finish(&w);
 }

@@ -8,6 +8,7 @@
  */
 #include "s3/xml.h"
 
+#include "common/calendar.h"
 #include "common/strbuf.h"
 #include "s3/uri.h"
 
@@ -414,20 +415,26 @@ static void error_leaf(struct xml_ctx *c, enum tag t)
     }
 }
 
-/* Grows *arr (elements of size elem) to hold one more than used, doubling up
- * to max. */
-static int grow(void **arr, size_t *cap, size_t used, size_t max, size_t elem)
+/* Room for one more item in *arr (used of them, *cap allocated, elem bytes
+ * each), at most max: else the parse fails, "more than max what". 0 when
+ * there is room. */
+static int make_room(struct xml_ctx *c, void **arr, size_t *cap, size_t used, size_t max,
+                     size_t elem, const char *what)
 {
+    if (used == max) {
+        fail(c, SF_ERR_LIMIT, "more than %zu %s", max, what);
+        return -1;
+    }
     if (used < *cap)
         return 0;
     size_t new_cap = *cap ? *cap * 2 : 16;
     if (new_cap > max)
         new_cap = max;
-    if (new_cap > SIZE_MAX / elem)
+    void *p = new_cap > SIZE_MAX / elem ? NULL : realloc(*arr, new_cap * elem);
+    if (!p) {
+        fail(c, SF_ERR_NO_MEMORY, "out of memory");
         return -1;
-    void *p = realloc(*arr, new_cap * elem);
-    if (!p)
-        return -1;
+    }
     *arr = p;
     *cap = new_cap;
     return 0;
@@ -469,14 +476,9 @@ static void push_part(struct xml_ctx *c)
              c->cur_has_number ? "ETag" : "PartNumber");
         return;
     }
-    if (c->n_parts == c->max_parts) {
-        fail(c, SF_ERR_LIMIT, "more than %zu parts", c->max_parts);
+    if (make_room(c, (void **)&c->parts, &c->cap_parts, c->n_parts, c->max_parts, sizeof *c->parts,
+                  "parts") != 0)
         return;
-    }
-    if (grow((void **)&c->parts, &c->cap_parts, c->n_parts, c->max_parts, sizeof *c->parts) != 0) {
-        fail(c, SF_ERR_NO_MEMORY, "out of memory");
-        return;
-    }
     c->parts[c->n_parts++] = c->cur_part;
 }
 
@@ -488,15 +490,9 @@ static void push_entry(struct xml_ctx *c, const char *what)
              c->kind == DOC_BUCKETS ? "Name" : "Key");
         return;
     }
-    if (p->n_entries == c->max_entries) {
-        fail(c, SF_ERR_LIMIT, "more than %zu entries in one page", c->max_entries);
+    if (make_room(c, (void **)&p->entries, &c->cap_entries, p->n_entries, c->max_entries,
+                  sizeof *p->entries, "entries in one page") != 0)
         return;
-    }
-    if (grow((void **)&p->entries, &c->cap_entries, p->n_entries, c->max_entries,
-             sizeof *p->entries) != 0) {
-        fail(c, SF_ERR_NO_MEMORY, "out of memory");
-        return;
-    }
     p->entries[p->n_entries++] = c->cur;
     memset(&c->cur, 0, sizeof c->cur);
 }
@@ -506,15 +502,9 @@ static void push_prefix(struct xml_ctx *c)
     struct sf__list_page *p = c->page;
     if (!c->cur_prefix)
         return; /* <CommonPrefixes/> without a <Prefix>: nothing to list */
-    if (p->n_prefixes == c->max_entries) {
-        fail(c, SF_ERR_LIMIT, "more than %zu common prefixes in one page", c->max_entries);
+    if (make_room(c, (void **)&p->prefixes, &c->cap_prefixes, p->n_prefixes, c->max_entries,
+                  sizeof *p->prefixes, "common prefixes in one page") != 0)
         return;
-    }
-    if (grow((void **)&p->prefixes, &c->cap_prefixes, p->n_prefixes, c->max_entries,
-             sizeof *p->prefixes) != 0) {
-        fail(c, SF_ERR_NO_MEMORY, "out of memory");
-        return;
-    }
     p->prefixes[p->n_prefixes++] = c->cur_prefix;
     c->cur_prefix = NULL;
 }
@@ -626,8 +616,7 @@ static void ctx_init(struct xml_ctx *c, enum doc_kind kind, char *err, size_t er
     c->kind = kind;
     c->err = err;
     c->err_len = err_len;
-    if (err && err_len)
-        err[0] = '\0';
+    sf__clear_err(err, err_len);
     sf__strbuf_init(&c->text, XML_MAX_TEXT_BYTES);
 }
 
@@ -818,30 +807,6 @@ sf_status sf__xml_parse_complete(const char *body, size_t n, size_t max_parts,
 
 /* ------------------------------------------------------------------ dates */
 
-/* Days from 1970-01-01 to y-m-d in the proleptic Gregorian calendar (Howard
- * Hinnant's days_from_civil): no timegm, no time_t range, no locale. */
-static int64_t days_from_civil(int64_t y, unsigned m, unsigned d)
-{
-    y -= m <= 2;
-    int64_t era = (y >= 0 ? y : y - 399) / 400;
-    unsigned yoe = (unsigned)(y - era * 400);
-    unsigned doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + d - 1;
-    unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    return era * 146097 + (int64_t)doe - 719468;
-}
-
-/* n ASCII digits at s as a number, -1 if any is not a digit. */
-static int digits(const char *s, int n)
-{
-    int v = 0;
-    for (int i = 0; i < n; i++) {
-        if (s[i] < '0' || s[i] > '9')
-            return -1;
-        v = v * 10 + (s[i] - '0');
-    }
-    return v;
-}
-
 sf_status sf__parse_iso8601(const char *s, int64_t *out)
 {
     if (!s || !out)
@@ -851,10 +816,12 @@ sf_status sf__parse_iso8601(const char *s, int64_t *out)
     if (strnlen(s, 20) < 20 || s[4] != '-' || s[7] != '-' || s[10] != 'T' || s[13] != ':' ||
         s[16] != ':')
         return SF_ERR_PARSE;
-    int year = digits(s, 4), mon = digits(s + 5, 2), day = digits(s + 8, 2);
-    int hour = digits(s + 11, 2), min = digits(s + 14, 2), sec = digits(s + 17, 2);
-    if (year < 0 || mon < 1 || mon > 12 || day < 1 || hour < 0 || hour > 23 || min < 0 ||
-        min > 59 || sec < 0 || sec > 59)
+    int year, mon, day, hour, min, sec;
+    if (!sf__read_digits(s, 4, &year) || !sf__read_digits(s + 5, 2, &mon) ||
+        !sf__read_digits(s + 8, 2, &day) || !sf__read_digits(s + 11, 2, &hour) ||
+        !sf__read_digits(s + 14, 2, &min) || !sf__read_digits(s + 17, 2, &sec))
+        return SF_ERR_PARSE;
+    if (mon < 1 || mon > 12 || day < 1 || hour > 23 || min > 59 || sec > 59)
         return SF_ERR_PARSE;
     static const unsigned char mdays[12] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
     int leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
@@ -870,7 +837,7 @@ sf_status sf__parse_iso8601(const char *s, int64_t *out)
     }
     if (p[0] != 'Z' || p[1] != '\0')
         return SF_ERR_PARSE;
-    *out =
-        days_from_civil(year, (unsigned)mon, (unsigned)day) * 86400 + hour * 3600 + min * 60 + sec;
+    *out = sf__days_from_civil(year, (unsigned)mon, (unsigned)day) * 86400 + hour * 3600 +
+           min * 60 + sec;
     return SF_OK;
 }

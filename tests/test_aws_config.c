@@ -396,3 +396,26 @@ Test(aws_config, values_with_other_keys_and_continuations_are_ignored)
     expect_str(p.endpoint_url, "http://sub:1", "s3 sub-section");
     sf__aws_profile_free(&p);
 }
+
+Test(aws_config, s3_endpoint_url_wins_in_any_order_and_either_file)
+{
+    /* The s3 sub-section comes first and a later top-level endpoint_url in
+     * the same profile, then in the credentials file, must not replace it;
+     * a later s3 value does (the last one wins). */
+    write_config("[default]\n"
+                 "s3 =\n"
+                 "  endpoint_url = http://s3-first:1\n"
+                 "endpoint_url = http://top-after:2\n"
+                 "[profile two]\n"
+                 "s3 =\n"
+                 "  endpoint_url = http://s3-old:3\n"
+                 "s3 =\n"
+                 "  endpoint_url = http://s3-new:4\n");
+    write_cred("[default]\n"
+               "endpoint_url = http://top-in-credentials:5\n"
+               "[three]\n"
+               "endpoint_url = http://top-only:6\n");
+    EXPECT_FIELD(NULL, endpoint_url, "http://s3-first:1", "s3 sub-section before the top level");
+    EXPECT_FIELD("two", endpoint_url, "http://s3-new:4", "the last s3 sub-section value");
+    EXPECT_FIELD("three", endpoint_url, "http://top-only:6", "top level when no s3 value");
+}
