@@ -35,6 +35,21 @@ static unsigned shards_open_after_settling(struct sf_loader *l)
     return s.shards_in_flight;
 }
 
+/* base_options for rank of world ranks under policy, without learned counts
+ * (so an unindexed epoch's size is estimated); shuffle, when not 0, is the
+ * shuffle buffer. */
+static void rank_options(struct sf_loader_options *o, const char *const *sources, size_t n,
+                         int rank, unsigned world, int policy, unsigned shuffle)
+{
+    base_options(o, sources, n);
+    o->sampler.rank = rank;
+    o->sampler.world_size = world;
+    o->sampler.policy = (enum sf_epoch_policy)policy;
+    if (shuffle)
+        o->sampler.shuffle_buffer = shuffle;
+    o->learned_counts = 0;
+}
+
 Test(loader, unindexed_one_rank_streams_every_sample_once_and_learns_counts)
 {
     local_dataset(130, 32 << 10, -1);
@@ -80,11 +95,7 @@ Test(loader, unindexed_ranks_deliver_the_same_number_of_batches)
         unsigned char *seen = calloc(230, 1);
         for (int rank = 0; rank < 3; rank++) {
             struct sf_loader_options o;
-            base_options(&o, shards_src, 1);
-            o.sampler.rank = rank;
-            o.sampler.world_size = 3;
-            o.sampler.policy = (enum sf_epoch_policy)policy;
-            o.learned_counts = 0;
+            rank_options(&o, shards_src, 1, rank, 3, policy, 0);
             struct sf_loader *l = open_loader(&o);
             cr_assert_eq(sf_loader_epoch_size_known(l), 1, "equalised ranks know their size");
             uint64_t want = sf_loader_epoch_batches(l);
@@ -255,14 +266,9 @@ Test(loader, unindexed_ranks_with_wrong_estimates_pad_and_drop_to_equal_batches)
             uint64_t digest[2];
             for (unsigned t = 0; t < 2; t++) {
                 struct sf_loader_options o;
-                base_options(&o, shards_src, 1);
-                o.sampler.rank = rank;
-                o.sampler.world_size = 2;
-                o.sampler.policy = (enum sf_epoch_policy)policy;
+                rank_options(&o, shards_src, 1, rank, 2, policy, 20);
                 o.sampler.seed = seed;
-                o.sampler.shuffle_buffer = 20;
                 o.decode_threads = t ? 4 : 1;
-                o.learned_counts = 0;
                 struct sf_loader *l = open_loader(&o);
                 cr_assert_eq(sf_loader_epoch_size_known(l), 1);
                 uint64_t want = sf_loader_epoch_batches(l);
@@ -513,12 +519,8 @@ Test(loader, unindexed_ranks_resume_mid_epoch_with_pads_and_drops)
     unsigned pads = 0, drops = 0;
     for (int rank = 0; rank < 2; rank++) {
         struct sf_loader_options o;
-        base_options(&o, shards_src, 1);
+        rank_options(&o, shards_src, 1, rank, 2, SF_EPOCH_PAD, 20);
         o.batch_size = 8;
-        o.sampler.rank = rank;
-        o.sampler.world_size = 2;
-        o.sampler.shuffle_buffer = 20;
-        o.learned_counts = 0;
         struct sf_loader *l = open_loader(&o);
         uint64_t total = sf_loader_epoch_batches(l);
         cr_assert_geq(total, 3u);
@@ -587,12 +589,7 @@ Test(loader, unindexed_one_shard_per_rank_pads_by_reading_it_again)
         unsigned char *seen = calloc(30, 1);
         for (int rank = 0; rank < 2; rank++) {
             struct sf_loader_options o;
-            base_options(&o, src, 2);
-            o.sampler.rank = rank;
-            o.sampler.world_size = 2;
-            o.sampler.policy = (enum sf_epoch_policy)policy;
-            o.sampler.shuffle_buffer = 8;
-            o.learned_counts = 0;
+            rank_options(&o, src, 2, rank, 2, policy, 8);
             struct sf_loader *l = open_loader(&o);
             struct epoch_log e;
             cr_assert_eq(run_epoch(l, &e, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
@@ -649,11 +646,8 @@ Test(loader, unindexed_ranks_with_drop_last_deliver_full_batches_and_close_every
     unsigned batches[2];
     for (int rank = 0; rank < 2; rank++) {
         struct sf_loader_options o;
-        base_options(&o, shards_src, 1);
-        o.sampler.rank = rank;
-        o.sampler.world_size = 2;
+        rank_options(&o, shards_src, 1, rank, 2, SF_EPOCH_PAD, 0);
         o.drop_last = 1;
-        o.learned_counts = 0;
         struct sf_loader *l = open_loader(&o);
         struct epoch_log e;
         cr_assert_eq(run_epoch(l, &e, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
