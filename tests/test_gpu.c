@@ -439,9 +439,10 @@ Test(gpu, normalize_hwc_odd_sizes)
 
 Test(gpu, normalize_aligned_sizes)
 {
-    static const struct normalize_case cases[] = {
-        {SF_LAYOUT_CHW, 4, 32, 24}, {SF_LAYOUT_HWC, 4, 32, 24},
-        {SF_LAYOUT_CHW, 8, 224, 224}, {SF_LAYOUT_HWC, 8, 224, 224}};
+    static const struct normalize_case cases[] = {{SF_LAYOUT_CHW, 4, 32, 24},
+                                                  {SF_LAYOUT_HWC, 4, 32, 24},
+                                                  {SF_LAYOUT_CHW, 8, 224, 224},
+                                                  {SF_LAYOUT_HWC, 8, 224, 224}};
     CHECK_NORMALIZE_CASES(cases);
 }
 
@@ -449,9 +450,10 @@ Test(gpu, normalize_aligned_sizes)
  * larger than the whole grid (grid-stride within an image). */
 Test(gpu, normalize_beyond_one_grid)
 {
-    static const struct normalize_case cases[] = {
-        {SF_LAYOUT_CHW, 3000, 5, 3}, {SF_LAYOUT_HWC, 3000, 4, 3},
-        {SF_LAYOUT_CHW, 1, 1283, 1021}, {SF_LAYOUT_HWC, 1, 1283, 1021}};
+    static const struct normalize_case cases[] = {{SF_LAYOUT_CHW, 3000, 5, 3},
+                                                  {SF_LAYOUT_HWC, 3000, 4, 3},
+                                                  {SF_LAYOUT_CHW, 1, 1283, 1021},
+                                                  {SF_LAYOUT_HWC, 1, 1283, 1021}};
     CHECK_NORMALIZE_CASES(cases);
 }
 
