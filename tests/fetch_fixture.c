@@ -149,9 +149,7 @@ void client(const struct sf_s3_options *o)
 
 void default_client(void)
 {
-    struct sf_s3_options o;
-    opts_init(&o);
-    client(&o);
+    s3 = mock_env_s3_from(opts_init, 0);
 }
 
 void start_default(void)
@@ -171,10 +169,7 @@ void sized_client(unsigned concurrency, size_t chunk_bytes)
 
 void unsigned_client(void)
 {
-    struct sf_s3_options o;
-    opts_init(&o);
-    mock_env_s3_unsigned(&o);
-    client(&o);
+    s3 = mock_env_s3_from(opts_init, 1);
 }
 
 sf_status fetch_sync(const char *url, const struct sf_fetch_options *o, struct sf_fetch **f,
