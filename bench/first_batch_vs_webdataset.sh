@@ -126,11 +126,7 @@ bench_cleanup_on_exit "$WORK" "$CACHES"
 setup_fail() { echo "first_batch_vs_webdataset: $*" >&2; exit 2; }
 
 # ------------------------------------------------------------ data
-if [[ -z $DATA ]]; then
-  DATA=$WORK/photos
-  bash "$REPO/scripts/make-sample-dataset.sh" "$DATA" --per-photo "$PER_PHOTO" \
-    --build-dir "$BUILD_DIR" >&2 || setup_fail "the sample dataset could not be made"
-fi
+sample_photos DATA "$WORK" "$PER_PHOTO" "$BUILD_DIR"
 SITE=$WORK/root
 PLAIN=$SITE/bench/plain
 INDEXED=$SITE/bench/index

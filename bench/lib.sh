@@ -113,12 +113,14 @@ CONF
 # sample_photos VAR TMP PER_PHOTO BUILD_DIR: when $VAR is empty, makes an
 # ImageFolder of JPEGs in TMP/photos (scripts/make-sample-dataset.sh, PER_PHOTO
 # images cut from each photograph; its output on stderr) and sets VAR to it.
+# Exits 2 when it cannot.
 sample_photos() {
   local -n photos_var=$1
   [[ -z $photos_var ]] || return 0
   photos_var=$2/photos
   bash "$(dirname "${BASH_SOURCE[0]}")/../scripts/make-sample-dataset.sh" "$photos_var" \
-    --per-photo "$3" --build-dir "$4" >&2
+    --per-photo "$3" --build-dir "$4" >&2 ||
+    { echo "$(basename "$0" .sh): the sample dataset could not be made" >&2; exit 2; }
 }
 
 # bench_usage: prints the script's "# Usage:" comment (that line and the

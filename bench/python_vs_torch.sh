@@ -117,11 +117,7 @@ bench_cleanup_on_exit "$WORK"
 setup_fail() { echo "python_vs_torch: $*" >&2; exit 2; }
 
 # ------------------------------------------------------------ data
-if [[ -z $DATA ]]; then
-  DATA=$WORK/photos
-  bash "$REPO/scripts/make-sample-dataset.sh" "$DATA" --per-photo "$PER_PHOTO" \
-    --build-dir "$BUILD_DIR" >&2 || setup_fail "the sample dataset could not be made"
-fi
+sample_photos DATA "$WORK" "$PER_PHOTO" "$BUILD_DIR"
 SHARDS=$WORK/shards
 python3 "$FB_HELPER" shards "$DATA" "$SHARDS" --counts "$WORK/counts.json" --shards "$NSHARDS" ||
   setup_fail "writing the shards failed"
