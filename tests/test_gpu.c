@@ -405,56 +405,56 @@ static void check_normalize(enum sf_layout layout, size_t n, unsigned w, unsigne
     sf__gpu_close(g);
 }
 
-/* n images of w x h in one layout, for check_normalize. */
-struct normalize_case {
-    enum sf_layout layout;
+/* n images of w x h, for check_normalize. */
+struct image_size {
     size_t n;
     unsigned w, h;
 };
 
-static void check_normalize_cases(const struct normalize_case *cases, size_t count)
+/* check_normalize of every size in every layout, layouts varying fastest. */
+static void check_normalize_sizes(const enum sf_layout *layouts, size_t n_layouts,
+                                  const struct image_size *sizes, size_t n_sizes)
 {
     need_device();
-    for (size_t i = 0; i < count; i++)
-        check_normalize(cases[i].layout, cases[i].n, cases[i].w, cases[i].h);
+    for (size_t i = 0; i < n_sizes; i++)
+        for (size_t k = 0; k < n_layouts; k++)
+            check_normalize(layouts[k], sizes[i].n, sizes[i].w, sizes[i].h);
 }
 
-#define CHECK_NORMALIZE_CASES(cases) check_normalize_cases(cases, sizeof cases / sizeof cases[0])
+#define N_OF(a) (sizeof(a) / sizeof((a)[0]))
+
+static const enum sf_layout chw[] = {SF_LAYOUT_CHW}, hwc[] = {SF_LAYOUT_HWC},
+                            both_layouts[] = {SF_LAYOUT_CHW, SF_LAYOUT_HWC};
 
 /* 37 x 29 x 3 is odd: images 1 and 2 start off a 4-byte boundary, so the
  * per-image head and tail paths run. */
+static const struct image_size odd_sizes[] = {{3, 37, 29}, {5, 5, 3}, {1, 1, 1}};
+
 Test(gpu, normalize_chw_odd_sizes)
 {
-    static const struct normalize_case cases[] = {
-        {SF_LAYOUT_CHW, 3, 37, 29}, {SF_LAYOUT_CHW, 5, 5, 3}, {SF_LAYOUT_CHW, 1, 1, 1}};
-    CHECK_NORMALIZE_CASES(cases);
+    check_normalize_sizes(chw, N_OF(chw), odd_sizes, N_OF(odd_sizes));
 }
 
 Test(gpu, normalize_hwc_odd_sizes)
 {
-    static const struct normalize_case cases[] = {
-        {SF_LAYOUT_HWC, 3, 37, 29}, {SF_LAYOUT_HWC, 5, 5, 3}, {SF_LAYOUT_HWC, 1, 1, 1}};
-    CHECK_NORMALIZE_CASES(cases);
+    check_normalize_sizes(hwc, N_OF(hwc), odd_sizes, N_OF(odd_sizes));
 }
 
 Test(gpu, normalize_aligned_sizes)
 {
-    static const struct normalize_case cases[] = {{SF_LAYOUT_CHW, 4, 32, 24},
-                                                  {SF_LAYOUT_HWC, 4, 32, 24},
-                                                  {SF_LAYOUT_CHW, 8, 224, 224},
-                                                  {SF_LAYOUT_HWC, 8, 224, 224}};
-    CHECK_NORMALIZE_CASES(cases);
+    static const struct image_size aligned[] = {{4, 32, 24}, {8, 224, 224}};
+    check_normalize_sizes(both_layouts, N_OF(both_layouts), aligned, N_OF(aligned));
 }
 
 /* More images than resident blocks (grid-stride over images) and one image
  * larger than the whole grid (grid-stride within an image). */
 Test(gpu, normalize_beyond_one_grid)
 {
-    static const struct normalize_case cases[] = {{SF_LAYOUT_CHW, 3000, 5, 3},
-                                                  {SF_LAYOUT_HWC, 3000, 4, 3},
-                                                  {SF_LAYOUT_CHW, 1, 1283, 1021},
-                                                  {SF_LAYOUT_HWC, 1, 1283, 1021}};
-    CHECK_NORMALIZE_CASES(cases);
+    need_device();
+    check_normalize(SF_LAYOUT_CHW, 3000, 5, 3);
+    check_normalize(SF_LAYOUT_HWC, 3000, 4, 3);
+    check_normalize(SF_LAYOUT_CHW, 1, 1283, 1021);
+    check_normalize(SF_LAYOUT_HWC, 1, 1283, 1021);
 }
 
 Test(gpu, normalize_writes_only_the_jobs_images)
