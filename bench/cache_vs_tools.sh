@@ -105,12 +105,7 @@ for ((r = 0; r < ROUNDS; r++)); do
 done
 MIB=$((OBJECTS * SIZE_MIB))
 # ratio NUM DEN: median over rounds of time(DEN) / time(NUM), same round
-ratio() {
-  local -a a b q=(); local i
-  read -r -a a <<<"${TIMES[$1]}"; read -r -a b <<<"${TIMES[$2]}"
-  for ((i = 0; i < ${#a[@]}; i++)); do q+=("$(awk -v x="${a[i]}" -v y="${b[i]}" 'BEGIN { print y / x }')"); done
-  median "${q[@]}"
-}
+ratio() { median_of_ratios "${TIMES[$2]}" "${TIMES[$1]}"; }
 echo "$OBJECTS objects x $SIZE_MIB MiB from the mock at $URL, $ROUNDS rounds, $(nproc) CPUs, files in $(dirname "$TMP"), load $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%-12s %10s %9s %8s %11s\n' tool "median s" "MiB/s" "CPU s" "CPU s/GiB"
 declare -A MED MEDCPU

@@ -282,12 +282,7 @@ done
 
 # ratio NUM DEN: median over rounds of time(DEN)/time(NUM), i.e. NUM's throughput
 # relative to DEN's, each round pairing runs of the same round
-ratio() {
-  local -a a b q=(); local i
-  read -r -a a <<<"${TIMES[$1]}"; read -r -a b <<<"${TIMES[$2]}"
-  for ((i = 0; i < ${#a[@]}; i++)); do q+=("$(awk -v x="${a[i]}" -v y="${b[i]}" 'BEGIN { print y / x }')"); done
-  median "${q[@]}"
-}
+ratio() { median_of_ratios "${TIMES[$2]}" "${TIMES[$1]}"; }
 
 declare -A MED
 printf '\n%-12s %10s %9s %13s %14s\n' tool "median s" "MiB/s" "peak RSS MiB" "vs curl (x)"

@@ -62,8 +62,7 @@ for t in "${TOOLS[@]}"; do
   w=$(median ${WALL[$t]}) c=$(median ${CPU[$t]})
   ratio=''
   if [[ -n $S5CMD ]]; then
-    read -ra a <<<"${WALL[$t]}"; read -ra b <<<"${WALL[s5cmd]}"
-    ratio=$(median $(for i in "${!a[@]}"; do awk -v x="${b[$i]}" -v y="${a[$i]}" 'BEGIN { printf "%.3f ", x / y }'; done))
+    ratio=$(median_of_ratios "${WALL[s5cmd]}" "${WALL[$t]}" %.3f)
   fi
   awk -v t="$t" -v w="$w" -v c="$c" -v mib=$((OBJECTS * SIZE_MIB)) -v r="$ratio" \
     'BEGIN { printf "%-11s %8.2f %8.2f %9.2f %8.0f %s\n", t, w, c, c / w, mib / w, r }'

@@ -222,6 +222,22 @@ median() {
     awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
 
+# median_of_ratios NUMS DENS [FORMAT]: the median over i of NUMS[i] / DENS[i],
+# each ratio printed with FORMAT (default %.6g, awk's own) first. NUMS and
+# DENS are lists of numbers in one word each, e.g. the times of two tools in
+# the same rounds.
+median_of_ratios() {
+  local -a nums dens ratios=()
+  local i
+  read -ra nums <<<"$1"
+  read -ra dens <<<"$2"
+  for i in "${!nums[@]}"; do
+    ratios+=("$(awk -v x="${nums[$i]}" -v y="${dens[$i]}" -v f="${3:-%.6g}" \
+      'BEGIN { printf f, x / y }')")
+  done
+  median "${ratios[@]}"
+}
+
 # random_objects DIR COUNT MIB SUMS: COUNT files obj-00.bin, obj-01.bin... of
 # MIB MiB of random bytes in DIR, their sha256 list in SUMS; sets NAMES to
 # their names.

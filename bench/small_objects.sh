@@ -81,8 +81,7 @@ for t in "${TOOLS[@]}"; do
   w=$(median ${WALLS[$t]}) c=$(median ${CPUS[$t]})
   ratio=-
   if [[ -n $S5CMD ]]; then
-    read -ra a <<<"${WALLS[$t]}"; read -ra b <<<"${WALLS[s5cmd]}"
-    ratio=$(median $(for i in "${!a[@]}"; do awk -v x="${b[$i]}" -v y="${a[$i]}" 'BEGIN { printf "%.3f ", x / y }'; done))
+    ratio=$(median_of_ratios "${WALLS[s5cmd]}" "${WALLS[$t]}" %.3f)
   fi
   awk -v t="$t" -v w="$w" -v c="$c" -v n="$OBJECTS" -v r="$ratio" \
     'BEGIN { printf "%-11s %8.3f %10.0f %8.2f %s\n", t, w, n / w, c, r }'
