@@ -59,7 +59,7 @@ done
 echo "$OBJECTS x $SIZE_MIB MiB, $ROUNDS rounds, $(nproc) CPUs, mock at $URL"
 printf '%-11s %8s %8s %9s %8s %s\n' tool "wall s" "CPU s" "CPU/wall" "MiB/s" "vs s5cmd (median of rounds)"
 for t in "${TOOLS[@]}"; do
-  w=$(median ${WALL[$t]}) c=$(median ${CPU[$t]})
+  w=$(median "${WALL[$t]}") c=$(median "${CPU[$t]}")
   ratio=''
   if [[ -n $S5CMD ]]; then
     ratio=$(median_of_ratios "${WALL[s5cmd]}" "${WALL[$t]}" %.3f)

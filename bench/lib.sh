@@ -1,5 +1,7 @@
-# Shared by the bench scripts (source it): start shardfeed-mock-s3 and point
-# the AWS variables at it. Each script keeps its own options and data.
+# Shared by the bench scripts (source it): shardfeed-mock-s3 (and nginx) to
+# run against with the AWS variables pointed at it, temp dirs and sample data,
+# the scripts' option parsing, build check and cleanup, output checks and
+# medians. Each script keeps its own settings, runs and figures.
 
 # mock_start BIN OUT [ARGS...]: starts the mock in the background on a free
 # port with ARGS (--root DIR, --fault ..., --quiet), its stdout in OUT and
@@ -215,11 +217,13 @@ json_field() {
 print(json.load(open(sys.argv[2]) if len(sys.argv) > 2 else sys.stdin)[sys.argv[1]])' "$@"
 }
 
-# median VALUE...: the median of the numbers VALUE... (the mean of the middle
-# two when there is an even count).
+# median VALUE...: the median of the numbers in the VALUEs, each one number or
+# a list of them separated by blanks (the mean of the middle two when there is
+# an even count; an empty line when there is none).
 median() {
-  printf '%s\n' "$@" | sort -g |
-    awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+  printf '%s\n' "$@" | awk '{ for (i = 1; i <= NF; i++) print $i }' | sort -g |
+    awk '{ v[NR] = $1 }
+      END { print NR == 0 ? "" : (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
 
 # median_of_ratios NUMS DENS [FORMAT]: the median over i of NUMS[i] / DENS[i],

@@ -76,7 +76,7 @@ printf '%-12s %8s %8s\n' config "wall s" "MiB/s"
 best='' best_w=''
 declare -A MED
 for c in "${CONFIGS[@]}"; do
-  MED[$c]=$(median ${WALLS[$c]})
+  MED[$c]=$(median "${WALLS[$c]}")
   printf '%-12s %8.3f %8.0f   (%s)\n' "$c" "${MED[$c]}" "$(awk -v m=$MIB -v w="${MED[$c]}" 'BEGIN { print m / w }')" "${WALLS[$c]% }"
   [[ $c == default ]] && continue
   if [[ -z $best ]] || awk -v a="${MED[$c]}" -v b="$best_w" 'BEGIN { exit !(a < b) }'; then

@@ -78,7 +78,7 @@ done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%-11s %8s %10s %8s %s\n' tool "wall s" "objects/s" "CPU s" "x s5cmd (median of rounds)"
 for t in "${TOOLS[@]}"; do
-  w=$(median ${WALLS[$t]}) c=$(median ${CPUS[$t]})
+  w=$(median "${WALLS[$t]}") c=$(median "${CPUS[$t]}")
   ratio=-
   if [[ -n $S5CMD ]]; then
     ratio=$(median_of_ratios "${WALLS[s5cmd]}" "${WALLS[$t]}" %.3f)
