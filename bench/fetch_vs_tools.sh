@@ -67,24 +67,9 @@ CURL_PARALLEL=${SF_BENCH_CURL_PARALLEL:-16}
 S5CMD_TUNED=${SF_BENCH_S5CMD_TUNED:---numworkers 64 cp --concurrency 16 --part-size 8}
 AWS_TUNED=${SF_BENCH_AWS_TUNED:-32 32MB}
 
-usage() { sed -n '4,6p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
-while [[ $# -gt 0 ]]; do
-  case $1 in
-    --objects) OBJECTS=${2:-}; shift 2 ;;
-    --size-mib) SIZE_MIB=${2:-}; shift 2 ;;
-    --rounds) ROUNDS=${2:-}; shift 2 ;;
-    --grid-rounds) GRID_ROUNDS=${2:-}; shift 2 ;;
-    --concurrency) SF_CONC=${2:-}; shift 2 ;;
-    --chunk-size) SF_CHUNK=${2:-}; shift 2 ;;
-    --no-tuned) TUNED=0; shift ;;
-    --build-dir) BUILD_DIR=${2:-}; shift 2 ;;
-    -h|--help) usage ;;
-    *) echo "unknown argument: $1" >&2; usage ;;
-  esac
-done
-for v in OBJECTS SIZE_MIB ROUNDS CURL_PARALLEL ${SF_CONC:+SF_CONC}; do
-  [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "$v must be a positive integer, got '${!v}'" >&2; exit 2; }
-done
+bench_options --objects=OBJECTS --size-mib=SIZE_MIB --rounds=ROUNDS --grid-rounds=GRID_ROUNDS \
+  --concurrency=SF_CONC --chunk-size=SF_CHUNK --no-tuned=TUNED=0 --build-dir=BUILD_DIR -- "$@"
+bench_positive OBJECTS SIZE_MIB ROUNDS CURL_PARALLEL ${SF_CONC:+SF_CONC}
 [[ $GRID_ROUNDS =~ ^[0-9]+$ ]] || { echo "GRID_ROUNDS must be an integer >= 0, got '$GRID_ROUNDS'" >&2; exit 2; }
 ((OBJECTS <= 10000)) || { echo "at most 10000 objects" >&2; exit 2; }
 
@@ -138,11 +123,7 @@ fi
   { echo "not enough room in $TMP_PARENT: need $((NEED_KB / 1024)) MiB" >&2; exit 2; }
 TMP=$(mktemp -d "$TMP_PARENT/sf-bench-fetch.XXXXXX")
 FSTYPE=$(df -PT "$TMP" | awk 'NR == 2 { print $2 }')
-
-MOCK_PID=''
-cleanup() { proc_stop "$MOCK_PID"; rm -rf "$TMP"; }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+bench_cleanup_on_exit "$TMP"
 
 # ---- data: random objects, generated once, hashed once, served from the page cache
 BUCKET=bench
@@ -255,8 +236,6 @@ run() {
   rm -rf "$OUT"
 }
 
-median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 }
-  END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 max() { printf '%s\n' "$@" | sort -g | tail -n 1; }
 mibs() { awk -v s="$1" -v mib=$((OBJECTS * SIZE_MIB)) 'BEGIN { printf "%.0f", mib / s }'; }
 rss_mib() { [[ -n ${1:-} ]] && awk -v k="$1" 'BEGIN { printf "%.0f", k / 1024 }' || echo n/a; }
@@ -303,12 +282,7 @@ done
 
 # ratio NUM DEN: median over rounds of time(DEN)/time(NUM), i.e. NUM's throughput
 # relative to DEN's, each round pairing runs of the same round
-ratio() {
-  local -a a b q=(); local i
-  read -r -a a <<<"${TIMES[$1]}"; read -r -a b <<<"${TIMES[$2]}"
-  for ((i = 0; i < ${#a[@]}; i++)); do q+=("$(awk -v x="${a[i]}" -v y="${b[i]}" 'BEGIN { print y / x }')"); done
-  median "${q[@]}"
-}
+ratio() { median_of_ratios "${TIMES[$2]}" "${TIMES[$1]}"; }
 
 declare -A MED
 printf '\n%-12s %10s %9s %13s %14s\n' tool "median s" "MiB/s" "peak RSS MiB" "vs curl (x)"

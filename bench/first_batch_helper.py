@@ -33,10 +33,11 @@ import json
 import os
 import random
 import shutil
-import statistics
 import subprocess
 import sys
 import time
+
+from run_results import RunResults
 
 
 def die(msg, code=1):
@@ -255,19 +256,8 @@ ROWS = [  # run, label
 
 
 def cmd_summary(a):
-    runs = {}
-    with open(a.results) as f:
-        for line in f:
-            d = json.loads(line)
-            runs.setdefault(d["run"], []).append(d)
-
-    def med(run, key):
-        v = [d[key] for d in runs.get(run, []) if d.get(key) is not None]
-        return statistics.median(v) if v else None
-
-    def span(run, key, fmt):
-        v = [d[key] for d in runs.get(run, []) if d.get(key) is not None]
-        return (fmt % min(v) + "-" + fmt % max(v)) if v else ""
+    results = RunResults(a.results)
+    runs, med, span, paired = results.runs, results.median, results.span, results.paired
 
     if a.title:
         print(a.title)
@@ -292,13 +282,6 @@ def cmd_summary(a):
     if any(d.get("cache_misses") for d in warm):
         print("warning: a warm run missed the cache (cache_misses > 0): the warm figure is not "
               "warm")
-
-    def paired(num, den, key):
-        """The ratio of each round that has both runs: median, min, max."""
-        by_round = {d["round"]: d.get(key) for d in runs.get(den, [])}
-        v = sorted(d[key] / by_round[d["round"]] for d in runs.get(num, [])
-                   if d.get(key) is not None and by_round.get(d["round"]))
-        return (statistics.median(v), v[0], v[-1]) if v else None
 
     def ratio(label, num, den, key, target, cmp):
         n, d = med(num, key), med(den, key)

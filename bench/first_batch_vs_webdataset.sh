@@ -81,47 +81,22 @@ CACHE_PARENT=${SF_BENCH_CACHE_TMPDIR:-${TMPDIR:-/tmp}}
 TORCH=1
 RESULTS_COPY=
 
-usage() { sed -n '5,7p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
-while [[ $# -gt 0 ]]; do
-  case $1 in
-    --per-photo) PER_PHOTO=${2:-}; shift 2 || usage ;;
-    --shards) NSHARDS=${2:-}; shift 2 || usage ;;
-    --rounds) ROUNDS=${2:-}; shift 2 || usage ;;
-    --batch-size) BATCH=${2:-}; shift 2 || usage ;;
-    --threads) THREADS=${2:-}; shift 2 || usage ;;
-    --data) DATA=${2:-}; shift 2 || usage ;;
-    --build-dir) BUILD_DIR=${2:-}; shift 2 || usage ;;
-    --tmpdir) TMP_PARENT=${2:-}; shift 2 || usage ;;
-    --cache-tmpdir) CACHE_PARENT=${2:-}; shift 2 || usage ;;
-    --results) RESULTS_COPY=${2:-}; shift 2 || usage ;;
-    --no-torch) TORCH=0; shift ;;
-    -h|--help) usage ;;
-    *) echo "first_batch_vs_webdataset: unknown argument: $1" >&2; usage ;;
-  esac
-done
-for v in PER_PHOTO NSHARDS ROUNDS BATCH THREADS; do
-  if ! [[ ${!v} =~ ^[1-9][0-9]*$ ]]; then
-    echo "first_batch_vs_webdataset: $v must be a positive integer, not '${!v}'" >&2
-    exit 2
-  fi
-done
+bench_options --per-photo=PER_PHOTO --shards=NSHARDS --rounds=ROUNDS --batch-size=BATCH \
+  --threads=THREADS --data=DATA --build-dir=BUILD_DIR --tmpdir=TMP_PARENT \
+  --cache-tmpdir=CACHE_PARENT --results=RESULTS_COPY --no-torch=TORCH=0 -- "$@"
+bench_positive PER_PHOTO NSHARDS ROUNDS BATCH THREADS
 ((NSHARDS <= 1000000)) || { echo "first_batch_vs_webdataset: too many shards" >&2; exit 2; }
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-HELPER=$ROOT/bench/first_batch_helper.py
-BUILD_DIR=${BUILD_DIR:-$ROOT/build}
-BUILD_DIR=$(cd "$BUILD_DIR" 2>/dev/null && pwd) ||
-  { echo "first_batch_vs_webdataset: no build dir (cmake --build build first)" >&2; exit 2; }
-SF=$BUILD_DIR/shardfeed
+bench_build shardfeed
+BUILD_DIR=$(cd "$BUILD_DIR" && pwd)
+HELPER=$REPO/bench/first_batch_helper.py
 MOCK=
 for m in "$BUILD_DIR/shardfeed-mock-s3" "$BUILD_DIR/mock_server/shardfeed-mock-s3"; do
   [[ -x $m ]] && { MOCK=$m; break; }
 done
-for b in "$SF" "$MOCK"; do
-  [[ -n $b && -x $b ]] ||
-    { echo "first_batch_vs_webdataset: shardfeed or shardfeed-mock-s3 not found in $BUILD_DIR:" \
-        "build first (cmake --build $BUILD_DIR)" >&2; exit 2; }
-done
+[[ -n $MOCK ]] ||
+  { echo "first_batch_vs_webdataset: shardfeed-mock-s3 not found in $BUILD_DIR:" \
+      "build first (cmake --build $BUILD_DIR)" >&2; exit 2; }
 [[ -n $DATA || -x $BUILD_DIR/sf_make_photos ]] ||
   { echo "first_batch_vs_webdataset: $BUILD_DIR/sf_make_photos not found (or pass --data)" >&2
     exit 2; }
@@ -147,23 +122,11 @@ fi
 need_kib=$((PER_PHOTO * 12 * 110 * 3 + 65536))
 WORK=$(roomy_tmp sf-first-batch "$need_kib" "$TMP_PARENT")
 CACHES=$(mktemp -d "$CACHE_PARENT/sf-first-batch-cache-XXXXXX")
-NGINX_PID='' MOCK_PID=''
-cleanup() {
-  set +e
-  proc_stop "$NGINX_PID"
-  proc_stop "$MOCK_PID"
-  rm -rf "$WORK" "$CACHES"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+bench_cleanup_on_exit "$WORK" "$CACHES"
 setup_fail() { echo "first_batch_vs_webdataset: $*" >&2; exit 2; }
 
 # ------------------------------------------------------------ data
-if [[ -z $DATA ]]; then
-  DATA=$WORK/photos
-  bash "$ROOT/scripts/make-sample-dataset.sh" "$DATA" --per-photo "$PER_PHOTO" \
-    --build-dir "$BUILD_DIR" >&2 || setup_fail "the sample dataset could not be made"
-fi
+sample_photos DATA "$WORK" "$PER_PHOTO" "$BUILD_DIR"
 SITE=$WORK/root
 PLAIN=$SITE/bench/plain
 INDEXED=$SITE/bench/index

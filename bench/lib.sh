@@ -1,5 +1,7 @@
-# Shared by the bench scripts (source it): start shardfeed-mock-s3 and point
-# the AWS variables at it. Each script keeps its own options and data.
+# Shared by the bench scripts (source it): shardfeed-mock-s3 (and nginx) to
+# run against with the AWS variables pointed at it, temp dirs and sample data,
+# the scripts' option parsing, build check and cleanup, output checks and
+# medians. Each script keeps its own settings, runs and figures.
 
 # mock_start BIN OUT [ARGS...]: starts the mock in the background on a free
 # port with ARGS (--root DIR, --fault ..., --quiet), its stdout in OUT and
@@ -113,10 +115,151 @@ CONF
 # sample_photos VAR TMP PER_PHOTO BUILD_DIR: when $VAR is empty, makes an
 # ImageFolder of JPEGs in TMP/photos (scripts/make-sample-dataset.sh, PER_PHOTO
 # images cut from each photograph; its output on stderr) and sets VAR to it.
+# Exits 2 when it cannot.
 sample_photos() {
   local -n photos_var=$1
   [[ -z $photos_var ]] || return 0
   photos_var=$2/photos
   bash "$(dirname "${BASH_SOURCE[0]}")/../scripts/make-sample-dataset.sh" "$photos_var" \
-    --per-photo "$3" --build-dir "$4" >&2
+    --per-photo "$3" --build-dir "$4" >&2 ||
+    { echo "$(basename "$0" .sh): the sample dataset could not be made" >&2; exit 2; }
+}
+
+# bench_usage: prints the script's "# Usage:" comment (that line and the
+# indented comment lines under it) on stderr and exits 2.
+bench_usage() {
+  awk '/^# Usage:/ { on = 1; sub(/^# /, ""); print; next }
+       on && /^#  / { sub(/^# /, ""); print; next }
+       on { exit }' "$0" >&2
+  exit 2
+}
+
+# bench_options SPEC... -- ARGS...: reads the script's arguments ARGS as the
+# SPECs say. `--rounds=ROUNDS`: an option with a value (`--rounds 3` sets
+# ROUNDS=3). `--no-aws=USE_AWS=0`: a flag (sets USE_AWS=0). `@EXTRA`: the
+# words that are not options, and all after a `--`, are added to the array
+# EXTRA (without it they are an error). -h, --help, an unknown option or one
+# without its value: bench_usage.
+bench_options() {
+  local -A _with_value=() _flag=()
+  local _spec _rest=
+  while [[ $1 != -- ]]; do
+    _spec=$1
+    shift
+    case $_spec in
+      @*) _rest=${_spec#@} ;;
+      *=*=*) _flag[${_spec%%=*}]=${_spec#*=} ;;
+      *) _with_value[${_spec%%=*}]=${_spec#*=} ;;
+    esac
+  done
+  shift
+  [[ -z $_rest ]] || local -n _extra=$_rest
+  while (($#)); do
+    if [[ -n ${_with_value[$1]:-} ]]; then
+      (($# >= 2)) || { echo "$(basename "$0" .sh): $1 needs a value" >&2; bench_usage; }
+      printf -v "${_with_value[$1]}" '%s' "$2"
+      shift 2
+    elif [[ -n ${_flag[$1]:-} ]]; then
+      printf -v "${_flag[$1]%%=*}" '%s' "${_flag[$1]#*=}"
+      shift
+    elif [[ -n $_rest && $1 == -- ]]; then
+      shift
+      _extra+=("$@")
+      return 0
+    elif [[ -n $_rest && $1 != -* ]]; then
+      _extra+=("$1")
+      shift
+    else
+      [[ $1 == -h || $1 == --help ]] || echo "$(basename "$0" .sh): unknown argument: $1" >&2
+      bench_usage
+    fi
+  done
+}
+
+# bench_positive NAME...: exits 2 unless each variable NAME holds a whole
+# number of at least 1.
+bench_positive() {
+  local name
+  for name in "$@"; do
+    [[ ${!name} =~ ^[1-9][0-9]*$ ]] && continue
+    echo "$(basename "$0" .sh): $name must be a positive integer, not '${!name}'" >&2
+    exit 2
+  done
+}
+
+# bench_build PROGRAM...: REPO is the repository; BUILD_DIR, when empty, its
+# build/; SF and MOCK the CLI and the mock server in it. Exits 2 naming the
+# first BUILD_DIR/PROGRAM that is not built.
+bench_build() {
+  local program
+  REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+  BUILD_DIR=${BUILD_DIR:-$REPO/build}
+  SF=$BUILD_DIR/shardfeed MOCK=$BUILD_DIR/shardfeed-mock-s3
+  for program in "$@"; do
+    [[ -x $BUILD_DIR/$program ]] ||
+      { echo "$(basename "$0" .sh): missing $BUILD_DIR/$program: build first (cmake --build build)" >&2; exit 2; }
+  done
+}
+
+# bench_cleanup_on_exit PATH...: when the script exits, stops the mock
+# (MOCK_PID) and nginx (NGINX_PID) if they run and removes the PATHs; INT and
+# TERM exit 130.
+bench_cleanup_on_exit() {
+  MOCK_PID=${MOCK_PID:-} NGINX_PID=${NGINX_PID:-}
+  BENCH_CLEANUP_PATHS=("$@")
+  trap 'proc_stop "$NGINX_PID"; proc_stop "$MOCK_PID"; rm -rf "${BENCH_CLEANUP_PATHS[@]}"' EXIT
+  trap 'exit 130' INT TERM
+}
+
+# json_field KEY [FILE]: prints KEY of the JSON object in FILE (else stdin).
+json_field() {
+  python3 -c 'import json, sys
+print(json.load(open(sys.argv[2]) if len(sys.argv) > 2 else sys.stdin)[sys.argv[1]])' "$@"
+}
+
+# median VALUE...: the median of the numbers in the VALUEs, each one number or
+# a list of them separated by blanks (the mean of the middle two when there is
+# an even count; an empty line when there is none).
+median() {
+  printf '%s\n' "$@" | awk '{ for (i = 1; i <= NF; i++) print $i }' | sort -g |
+    awk '{ v[NR] = $1 }
+      END { print NR == 0 ? "" : (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
+# median_of_ratios NUMS DENS [FORMAT]: the median over i of NUMS[i] / DENS[i],
+# each ratio printed with FORMAT (default %.6g, awk's own) first. NUMS and
+# DENS are lists of numbers in one word each, e.g. the times of two tools in
+# the same rounds.
+median_of_ratios() {
+  local -a nums dens ratios=()
+  local i
+  read -ra nums <<<"$1"
+  read -ra dens <<<"$2"
+  for i in "${!nums[@]}"; do
+    ratios+=("$(awk -v x="${nums[$i]}" -v y="${dens[$i]}" -v f="${3:-%.6g}" \
+      'BEGIN { printf f, x / y }')")
+  done
+  median "${ratios[@]}"
+}
+
+# random_objects DIR COUNT MIB SUMS: COUNT files obj-00.bin, obj-01.bin... of
+# MIB MiB of random bytes in DIR, their sha256 list in SUMS; sets NAMES to
+# their names.
+random_objects() {
+  local dir=$1 count=$2 mib=$3 sums=$4 i name
+  NAMES=()
+  for ((i = 0; i < count; i++)); do NAMES+=("$(printf 'obj-%02d.bin' "$i")"); done
+  for name in "${NAMES[@]}"; do head -c $((mib << 20)) /dev/urandom >"$dir/$name"; done
+  (cd "$dir" && sha256sum -- "${NAMES[@]}") >"$sums"
+}
+
+# check_outputs LABEL DIR COUNT SUMS FULL: exits 1 unless DIR holds COUNT
+# files; FULL=1 also checks their bytes against the sha256 list SUMS.
+check_outputs() {
+  local label=$1 dir=$2 count=$3 sums=$4 full=$5 n
+  n=$(find "$dir" -type f | wc -l)
+  ((n == count)) || { echo "$label: $n files in the output, want $count" >&2; exit 1; }
+  if ((full)); then
+    (cd "$dir" && sha256sum --quiet -c "$sums") >&2 || { echo "$label: WRONG BYTES" >&2; exit 1; }
+  fi
 }

@@ -23,45 +23,18 @@ set -euo pipefail
 OBJECTS=8 SIZE_MIB=32 ROUNDS=3
 FAULT=latency_ms=20,bandwidth=80M
 GRID_CONC="4 16 64" GRID_CHUNK="1M 8M 32M"
-REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-BUILD_DIR=$REPO/build
-usage() { sed -n '6,7p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
-while (($#)); do
-  case $1 in
-    --objects) OBJECTS=${2:-}; shift 2 ;;
-    --size-mib) SIZE_MIB=${2:-}; shift 2 ;;
-    --rounds) ROUNDS=${2:-}; shift 2 ;;
-    --fault) FAULT=${2:-}; shift 2 ;;
-    --conc) GRID_CONC=${2:-}; shift 2 ;;
-    --chunk) GRID_CHUNK=${2:-}; shift 2 ;;
-    --build-dir) BUILD_DIR=${2:-}; shift 2 ;;
-    -h|--help) usage ;;
-    *) echo "unknown argument: $1" >&2; usage ;;
-  esac
-done
-for v in OBJECTS SIZE_MIB ROUNDS; do
-  [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "$v must be a positive integer, got '${!v}'" >&2; exit 2; }
-done
+BUILD_DIR=
+bench_options --objects=OBJECTS --size-mib=SIZE_MIB --rounds=ROUNDS --fault=FAULT --conc=GRID_CONC \
+  --chunk=GRID_CHUNK --build-dir=BUILD_DIR -- "$@"
+bench_positive OBJECTS SIZE_MIB ROUNDS
 ((OBJECTS <= 100)) || { echo "at most 100 objects" >&2; exit 2; }
-SF=$BUILD_DIR/shardfeed MOCK=$BUILD_DIR/shardfeed-mock-s3
-[[ -x $SF && -x $MOCK ]] || { echo "build $BUILD_DIR first (or pass --build-dir)" >&2; exit 2; }
+bench_build shardfeed shardfeed-mock-s3
 
-NEED_KB=$((OBJECTS * SIZE_MIB * 1024 * 2 + 64 * 1024))
-PARENT=/tmp
-if (($(df -Pk /dev/shm 2>/dev/null | awk 'NR == 2 { print $4 }' || echo 0) > NEED_KB)); then
-  PARENT=/dev/shm
-fi
-TMP=$(mktemp -d "$PARENT/sf-bench-link.XXXXXX")
-MOCK_PID=''
-cleanup() { [[ -n $MOCK_PID ]] && kill "$MOCK_PID" 2>/dev/null; wait 2>/dev/null; rm -rf "$TMP"; }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+TMP=$(roomy_tmp sf-bench-link $((OBJECTS * SIZE_MIB * 1024 * 2 + 64 * 1024)))
+bench_cleanup_on_exit "$TMP"
 
 mkdir -p "$TMP/root/bench" "$TMP/out"
-NAMES=()
-for ((i = 0; i < OBJECTS; i++)); do NAMES+=("$(printf 'obj-%02d.bin' "$i")"); done
-for n in "${NAMES[@]}"; do head -c $((SIZE_MIB << 20)) /dev/urandom >"$TMP/root/bench/$n"; done
-(cd "$TMP/root/bench" && sha256sum -- "${NAMES[@]}") >"$TMP/SUMS"
+random_objects "$TMP/root/bench" "$OBJECTS" "$SIZE_MIB" "$TMP/SUMS"
 mock_start "$MOCK" "$TMP/mock.out" --root "$TMP/root" --quiet --fault "$FAULT"
 mock_env
 export NO_PROXY=127.0.0.1,localhost no_proxy=127.0.0.1,localhost
@@ -82,17 +55,11 @@ run() {
   "$SF" get --endpoint-url "$URL" ${opts[@]+"${opts[@]}"} "$SRC" -o "$TMP/out/" \
     </dev/null >/dev/null 2>"$TMP/err" || { echo "$1 failed:" >&2; tail -n 20 "$TMP/err" >&2; exit 1; }
   WALL=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.4f", b - a }')
-  local n
-  n=$(find "$TMP/out" -type f | wc -l)
-  ((n == OBJECTS)) || { echo "$1: $n files in the output, want $OBJECTS" >&2; exit 1; }
-  if (($2)); then
-    (cd "$TMP/out" && sha256sum --quiet -c "$TMP/SUMS") >&2 || { echo "$1: WRONG BYTES" >&2; exit 1; }
-  fi
+  check_outputs "$1" "$TMP/out" "$OBJECTS" "$TMP/SUMS" "$2"
 }
-median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 
 MIB=$((OBJECTS * SIZE_MIB))
-echo "$OBJECTS objects x $SIZE_MIB MiB, mock --fault $FAULT, $ROUNDS rounds, $(nproc) CPUs, files in $PARENT"
+echo "$OBJECTS objects x $SIZE_MIB MiB, mock --fault $FAULT, $ROUNDS rounds, $(nproc) CPUs, files in $(dirname "$TMP")"
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 for c in "${CONFIGS[@]}"; do run "$c" 1; done
 echo "verified all ${#CONFIGS[@]} configurations (sha256)"
@@ -109,7 +76,7 @@ printf '%-12s %8s %8s\n' config "wall s" "MiB/s"
 best='' best_w=''
 declare -A MED
 for c in "${CONFIGS[@]}"; do
-  MED[$c]=$(median <<<"${WALLS[$c]}")
+  MED[$c]=$(median "${WALLS[$c]}")
   printf '%-12s %8.3f %8.0f   (%s)\n' "$c" "${MED[$c]}" "$(awk -v m=$MIB -v w="${MED[$c]}" 'BEGIN { print m / w }')" "${WALLS[$c]% }"
   [[ $c == default ]] && continue
   if [[ -z $best ]] || awk -v a="${MED[$c]}" -v b="$best_w" 'BEGIN { exit !(a < b) }'; then

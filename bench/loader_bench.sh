@@ -20,32 +20,14 @@
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
-PHOTOS=
-PER_PHOTO=150
-ROUNDS=3
-SHARD_SIZE=32M
-BUILD_DIR=
-while [[ $# -gt 0 ]]; do
-  case $1 in
-    --photos) PHOTOS=$2; shift 2 ;;
-    --per-photo) PER_PHOTO=$2; shift 2 ;;
-    --rounds) ROUNDS=$2; shift 2 ;;
-    --shard-size) SHARD_SIZE=$2; shift 2 ;;
-    --build-dir) BUILD_DIR=$2; shift 2 ;;
-    *) sed -n '18,22p' "$0" >&2; exit 2 ;;
-  esac
-done
-HERE=$(cd "$(dirname "$0")/.." && pwd)
-BUILD_DIR=${BUILD_DIR:-$HERE/build}
-SF=$BUILD_DIR/shardfeed MOCK=$BUILD_DIR/shardfeed-mock-s3 BL=$BUILD_DIR/bench_loader
-for b in "$SF" "$MOCK" "$BL"; do
-  [[ -x $b ]] || { echo "missing $b: build first (cmake --build build)" >&2; exit 2; }
-done
+PHOTOS= PER_PHOTO=150 ROUNDS=3 SHARD_SIZE=32M BUILD_DIR=
+bench_options --photos=PHOTOS --per-photo=PER_PHOTO --rounds=ROUNDS --shard-size=SHARD_SIZE \
+  --build-dir=BUILD_DIR -- "$@"
+bench_build shardfeed shardfeed-mock-s3 bench_loader
+BL=$BUILD_DIR/bench_loader
 
 TMP=$(mktemp -d /tmp/sf-loader-bench.XXXXXX)
-MOCK_PID=
-cleanup() { [[ -n $MOCK_PID ]] && kill "$MOCK_PID" 2>/dev/null; wait 2>/dev/null; rm -rf "$TMP"; }
-trap cleanup EXIT
+bench_cleanup_on_exit "$TMP"
 
 sample_photos PHOTOS "$TMP" "$PER_PHOTO" "$BUILD_DIR"
 mkdir -p "$TMP/root/bench"
@@ -59,18 +41,16 @@ echo "== 1. warm cache vs decode limit"
 "$BL" --rounds "$ROUNDS" --endpoint-url "$URL" --cache-dir "$TMP/cache-warm" "$SRC"
 
 echo "== 2. cold vs warm cache (shardfeed load, medians of $ROUNDS)"
-field() { python3 -c "import json,sys; print(json.load(sys.stdin)['$1'])"; }
 cold=() warm=()
 for ((r = 0; r < ROUNDS; r++)); do
   rm -rf "$TMP/cache"
   c=$("$SF" load "$SRC" --endpoint-url "$URL" --cache-dir "$TMP/cache" --device host \
-        --seed "$r" --json | field images_per_s)
+        --seed "$r" --json | json_field images_per_s)
   w=$("$SF" load "$SRC" --endpoint-url "$URL" --cache-dir "$TMP/cache" --device host \
-        --seed "$r" --json | field images_per_s)
+        --seed "$r" --json | json_field images_per_s)
   printf '  round %d: cold %.1f images/s, warm %.1f images/s\n' "$r" "$c" "$w"
   cold+=("$c") warm+=("$w")
 done
-median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 mc=$(median "${cold[@]}") mw=$(median "${warm[@]}")
 printf 'cold %.1f images/s, warm %.1f images/s: cold/warm %.2f (target >= 0.9)\n' \
   "$mc" "$mw" "$(python3 -c "print($mc / $mw)")"

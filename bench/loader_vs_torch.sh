@@ -52,6 +52,7 @@
 # Exits 0 (a benchmark, not a test) unless setup failed (2) or a tool failed or
 # delivered a wrong image count (1). Needs scripts/install-bench-deps.sh.
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 
 PER_PHOTO=${SF_BENCH_PER_PHOTO:-300}
 EPOCHS=${SF_BENCH_EPOCHS:-2}
@@ -63,28 +64,9 @@ ONLY=${SF_BENCH_ONLY:-}
 BUILD_DIR=${SF_BENCH_BUILD_DIR:-}
 TMP_PARENT=${SF_BENCH_TMPDIR:-}
 
-usage() { sed -n '5,7p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
-while [[ $# -gt 0 ]]; do
-  case $1 in
-    --per-photo) PER_PHOTO=${2:-}; shift 2 || usage ;;
-    --epochs) EPOCHS=${2:-}; shift 2 || usage ;;
-    --rounds) ROUNDS=${2:-}; shift 2 || usage ;;
-    --batch-size) BATCH=${2:-}; shift 2 || usage ;;
-    --shard-size) SHARD_SIZE=${2:-}; shift 2 || usage ;;
-    --data) DATA=${2:-}; shift 2 || usage ;;
-    --only) ONLY=${2:-}; shift 2 || usage ;;
-    --build-dir) BUILD_DIR=${2:-}; shift 2 || usage ;;
-    --tmpdir) TMP_PARENT=${2:-}; shift 2 || usage ;;
-    -h|--help) usage ;;
-    *) echo "loader_vs_torch: unknown argument: $1" >&2; usage ;;
-  esac
-done
-for v in PER_PHOTO EPOCHS ROUNDS BATCH; do
-  if ! [[ ${!v} =~ ^[1-9][0-9]*$ ]]; then
-    echo "loader_vs_torch: $v must be a positive integer, not '${!v}'" >&2
-    exit 2
-  fi
-done
+bench_options --per-photo=PER_PHOTO --epochs=EPOCHS --rounds=ROUNDS --batch-size=BATCH \
+  --shard-size=SHARD_SIZE --data=DATA --only=ONLY --build-dir=BUILD_DIR --tmpdir=TMP_PARENT -- "$@"
+bench_positive PER_PHOTO EPOCHS ROUNDS BATCH
 case $ONLY in
   '') TOOLS=(torch shardfeed) ;;
   torch|shardfeed) TOOLS=("$ONLY") ;;
@@ -95,12 +77,7 @@ if [[ $SHARD_SIZE != auto && ! $SHARD_SIZE =~ ^[1-9][0-9]*[KMG]?$ ]]; then
   exit 2
 fi
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-BUILD_DIR=${BUILD_DIR:-$ROOT/build}
-SF=$BUILD_DIR/shardfeed
-for b in "$SF" "$BUILD_DIR/sf_make_photos"; do
-  [[ -x $b ]] || { echo "loader_vs_torch: $b not found: build first (cmake --build $BUILD_DIR)" >&2; exit 2; }
-done
+bench_build shardfeed sf_make_photos
 /usr/bin/time -v true >/dev/null 2>&1 ||
   { echo "loader_vs_torch: GNU time (/usr/bin/time -v) is needed: scripts/install-bench-deps.sh" >&2; exit 2; }
 if [[ " ${TOOLS[*]} " == *" torch "* ]] &&
@@ -121,21 +98,13 @@ fi
 CPUS=$(nproc)
 
 # The dataset (~110 KB an image) twice: the tree and the shards.
-need_kib=$((PER_PHOTO * 12 * 110 * 2 + 65536))
-if [[ -z $TMP_PARENT ]]; then
-  TMP_PARENT=/tmp
-  if [[ -d /dev/shm ]]; then
-    shm_kib=$(df -Pk /dev/shm | awk 'NR == 2 { print $4 }')
-    if [[ ${shm_kib:-0} -gt $need_kib ]]; then TMP_PARENT=/dev/shm; fi
-  fi
-fi
-WORK=$(mktemp -d "$TMP_PARENT/sf-loader-bench-XXXXXX")
-trap 'rm -rf "$WORK"' EXIT
+WORK=$(roomy_tmp sf-loader-bench $((PER_PHOTO * 12 * 110 * 2 + 65536)) "$TMP_PARENT")
+bench_cleanup_on_exit "$WORK"
 
 # ------------------------------------------------------------ data
 if [[ -z $DATA ]]; then
   DATA=$WORK/photos
-  bash "$ROOT/scripts/make-sample-dataset.sh" "$DATA" --per-photo "$PER_PHOTO" \
+  bash "$REPO/scripts/make-sample-dataset.sh" "$DATA" --per-photo "$PER_PHOTO" \
     --build-dir "$BUILD_DIR" >&2
 fi
 SRC_BYTES=$(find "$DATA" -type f -printf '%s\n' | awk '{ s += $1 } END { print s + 0 }')
@@ -159,7 +128,7 @@ EXPECT=$((SAMPLES * EPOCHS))
 
 # ------------------------------------------------------------ runs
 cmd_torch() {
-  CMD=(python3 "$ROOT/bench/torch_loader.py" "$SHARDS" --batch-size "$BATCH" --epochs "$EPOCHS"
+  CMD=(python3 "$REPO/bench/torch_loader.py" "$SHARDS" --batch-size "$BATCH" --epochs "$EPOCHS"
        --workers "$CPUS")
 }
 cmd_shardfeed() {

@@ -31,21 +31,11 @@ PARALLEL=${SF_BENCH_PARALLEL:-16}
 ROUNDS=${SF_BENCH_ROUNDS:-5}
 MOCK_BIN=${SF_MOCK_S3_BIN:-}
 
-usage() { sed -n '4,5p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
-while [[ $# -gt 0 ]]; do
-  case $1 in
-    --files) FILES=$2; shift 2 ;;
-    --file-mib) FILE_MIB=$2; shift 2 ;;
-    --parallel) PARALLEL=$2; shift 2 ;;
-    --rounds) ROUNDS=$2; shift 2 ;;
-    -h|--help) usage ;;
-    -*) echo "unknown option: $1" >&2; usage ;;
-    *) MOCK_BIN=$1; shift ;;
-  esac
-done
-for v in FILES FILE_MIB PARALLEL ROUNDS; do
-  [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "$v must be a positive integer, got '${!v}'" >&2; exit 2; }
-done
+ARGS=()
+bench_options --files=FILES --file-mib=FILE_MIB --parallel=PARALLEL --rounds=ROUNDS @ARGS -- "$@"
+bench_positive FILES FILE_MIB PARALLEL ROUNDS
+((${#ARGS[@]} <= 1)) || bench_usage
+MOCK_BIN=${ARGS[0]:-$MOCK_BIN}
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 if [[ -z $MOCK_BIN ]]; then
@@ -59,10 +49,7 @@ NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 command -v curl >/dev/null || { echo "curl not found" >&2; exit 2; }
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/sf-bench-mock-vs-nginx.XXXXXX")
-NGINX_PID='' MOCK_PID=''
-cleanup() { proc_stop "$NGINX_PID"; proc_stop "$MOCK_PID"; rm -rf "$TMP"; }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+bench_cleanup_on_exit "$TMP"
 
 # ---- data: generated once, then read once so both servers start from a warm page cache
 BUCKET=bench
@@ -130,8 +117,6 @@ for ((r = 1; r <= ROUNDS; r++)); do
   printf '%-6s %12s %12s %11.2f\n' "$r" "$n" "$m" "$ratio"
 done
 
-median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 }
-  END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 printf '%-6s %12.1f %12.1f %11.2f\n' median "$(median "${NGINX_RES[@]}")" \
   "$(median "${MOCK_RES[@]}")" "$(median "${RATIOS[@]}")"
 # The ratio is the median of the per-round ratios: each pairs two adjacent runs.

@@ -12,26 +12,14 @@
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 PHOTOS= PER_PHOTO=100 EPOCHS=3 BUILD_DIR=
-while [[ $# -gt 0 ]]; do
-  case $1 in
-    --photos) PHOTOS=$2; shift 2 ;;
-    --per-photo) PER_PHOTO=$2; shift 2 ;;
-    --epochs) EPOCHS=$2; shift 2 ;;
-    --build-dir) BUILD_DIR=$2; shift 2 ;;
-    *) sed -n '8,9p' "$0" >&2; exit 2 ;;
-  esac
-done
-HERE=$(cd "$(dirname "$0")/.." && pwd)
-BUILD_DIR=${BUILD_DIR:-$HERE/build}
-SF=$BUILD_DIR/shardfeed
-[[ -x $SF ]] || { echo "missing $SF: build first" >&2; exit 2; }
+bench_options --photos=PHOTOS --per-photo=PER_PHOTO --epochs=EPOCHS --build-dir=BUILD_DIR -- "$@"
+bench_build shardfeed
 TMP=$(mktemp -d /tmp/sf-maxside-bench.XXXXXX)
-trap 'rm -rf "$TMP"' EXIT
+bench_cleanup_on_exit "$TMP"
 sample_photos PHOTOS "$TMP" "$PER_PHOTO" "$BUILD_DIR"
 
 rate() { # shards dir -> images/s of one epoch
-  "$SF" load "$1/" --epochs 1 --json 2>/dev/null |
-    python3 -c 'import json,sys; print(json.load(sys.stdin)["images_per_s"])'
+  "$SF" load "$1/" --epochs 1 --json 2>/dev/null | json_field images_per_s
 }
 
 declare -A RATE BYTES SECS
@@ -43,7 +31,7 @@ for side in 0 320 256; do
     "$SF" pack "$PHOTOS" "$out/" --shard-size 32M --max-side "$side" --quality 90 \
       --no-progress --json >"$TMP/p.json"
   fi
-  BYTES[$side]=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["bytes"])' "$TMP/p.json")
+  BYTES[$side]=$(json_field bytes "$TMP/p.json")
   SECS[$side]=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(round(d["seconds"], 2))' "$TMP/p.json")
   RATE[$side]=0
 done

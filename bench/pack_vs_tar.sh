@@ -42,33 +42,11 @@ ROUNDS=${SF_BENCH_ROUNDS:-7}
 BUILD_DIR=${SF_BENCH_BUILD_DIR:-}
 TMP_PARENT=${SF_BENCH_TMPDIR:-}
 
-usage() { sed -n '4,5p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
-while [[ $# -gt 0 ]]; do
-  case $1 in
-    --files) FILES=${2:-}; shift 2 ;;
-    --size-kib) SIZE_KIB=${2:-}; shift 2 ;;
-    --classes) CLASSES=${2:-}; shift 2 ;;
-    --rounds) ROUNDS=${2:-}; shift 2 ;;
-    --build-dir) BUILD_DIR=${2:-}; shift 2 ;;
-    --tmpdir) TMP_PARENT=${2:-}; shift 2 ;;
-    -h|--help) usage ;;
-    *) echo "unknown argument: $1" >&2; usage ;;
-  esac
-done
-for v in FILES SIZE_KIB CLASSES ROUNDS; do
-  if ! [[ ${!v} =~ ^[1-9][0-9]*$ ]]; then
-    echo "pack_vs_tar: $v must be a positive integer, not '${!v}'" >&2
-    exit 2
-  fi
-done
+bench_options --files=FILES --size-kib=SIZE_KIB --classes=CLASSES --rounds=ROUNDS \
+  --build-dir=BUILD_DIR --tmpdir=TMP_PARENT -- "$@"
+bench_positive FILES SIZE_KIB CLASSES ROUNDS
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-BUILD_DIR=${BUILD_DIR:-$ROOT/build}
-SF=$BUILD_DIR/shardfeed
-if [[ ! -x $SF ]]; then
-  echo "pack_vs_tar: $SF not found: build first (cmake --build $BUILD_DIR)" >&2
-  exit 2
-fi
+bench_build shardfeed
 if ! tar --version 2>/dev/null | grep -q 'GNU tar'; then
   echo "pack_vs_tar: GNU tar is needed" >&2
   exit 2
@@ -77,7 +55,7 @@ fi
 need_kib=$((FILES * SIZE_KIB * 3 + 65536)) # source + two outputs + slack
 WORK=$(roomy_tmp sf-pack-bench "$need_kib" "$TMP_PARENT")
 TMP_PARENT=$(dirname "$WORK")
-trap 'rm -rf "$WORK"' EXIT
+bench_cleanup_on_exit "$WORK"
 SRC=$WORK/src
 mkdir -p "$SRC"
 

@@ -37,13 +37,13 @@ import argparse
 import json
 import os
 import resource
-import statistics
 import subprocess
 import sys
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run_results import RunResults  # noqa: E402
 from torch_loader import _descendants, _kib_field  # noqa: E402  (the /proc tree walk)
 
 
@@ -231,19 +231,8 @@ LABELS = {"cli": "shardfeed load (CLI)", "python": "shardfeed.Loader (Python)",
 
 
 def cmd_summary(a):
-    runs = {}
-    with open(a.results) as f:
-        for line in f:
-            d = json.loads(line)
-            runs.setdefault(d["run"], []).append(d)
-
-    def med(run, key):
-        v = [d[key] for d in runs.get(run, []) if d.get(key) is not None]
-        return statistics.median(v) if v else None
-
-    def span(run, key, fmt):
-        v = [d[key] for d in runs.get(run, []) if d.get(key) is not None]
-        return (fmt % min(v) + "-" + fmt % max(v)) if v else ""
+    results = RunResults(a.results)
+    runs, med, span, paired = results.runs, results.median, results.span, results.paired
 
     if a.title:
         print(a.title)
@@ -263,12 +252,6 @@ def cmd_summary(a):
     print("  (sampled every %s s; for one process, at least getrusage's maximum RSS). PSS MiB: the"
           % (runs[next(iter(runs))][0].get("interval_s")))
     print("  same sum with PSS, which counts pages the forked workers share once in all.")
-
-    def paired(num, den, key):
-        by_round = {d["round"]: d.get(key) for d in runs.get(den, [])}
-        v = sorted(d[key] / by_round[d["round"]] for d in runs.get(num, [])
-                   if d.get(key) is not None and by_round.get(d["round"]))
-        return (statistics.median(v), v[0], v[-1]) if v else None
 
     def ratio(label, num, den, key, target, cmp):
         n, d = med(num, key), med(den, key)

@@ -65,6 +65,7 @@
 # Exits 0 (a benchmark, not a test) unless setup failed (2) or a tool failed or
 # delivered a wrong image count (1). Needs scripts/install-bench-deps.sh.
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 
 PER_PHOTO=${SF_BENCH_PER_PHOTO:-250}
 NSHARDS=${SF_BENCH_SHARDS:-}
@@ -78,42 +79,18 @@ TMP_PARENT=${SF_BENCH_TMPDIR:-}
 TORCH=1
 RESULTS_COPY=
 
-usage() { sed -n '5,7p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
-while [[ $# -gt 0 ]]; do
-  case $1 in
-    --per-photo) PER_PHOTO=${2:-}; shift 2 || usage ;;
-    --shards) NSHARDS=${2:-}; shift 2 || usage ;;
-    --rounds) ROUNDS=${2:-}; shift 2 || usage ;;
-    --epochs) EPOCHS=${2:-}; shift 2 || usage ;;
-    --batch-size) BATCH=${2:-}; shift 2 || usage ;;
-    --threads) THREADS=${2:-}; shift 2 || usage ;;
-    --data) DATA=${2:-}; shift 2 || usage ;;
-    --build-dir) BUILD_DIR=${2:-}; shift 2 || usage ;;
-    --tmpdir) TMP_PARENT=${2:-}; shift 2 || usage ;;
-    --results) RESULTS_COPY=${2:-}; shift 2 || usage ;;
-    --no-torch) TORCH=0; shift ;;
-    -h|--help) usage ;;
-    *) echo "python_vs_torch: unknown argument: $1" >&2; usage ;;
-  esac
-done
+bench_options --per-photo=PER_PHOTO --shards=NSHARDS --rounds=ROUNDS --epochs=EPOCHS \
+  --batch-size=BATCH --threads=THREADS --data=DATA --build-dir=BUILD_DIR --tmpdir=TMP_PARENT \
+  --results=RESULTS_COPY --no-torch=TORCH=0 -- "$@"
 CPUS=$(nproc)
 if [[ -z $NSHARDS ]]; then NSHARDS=$((CPUS > 12 ? CPUS : 12)); fi
-for v in PER_PHOTO NSHARDS ROUNDS EPOCHS BATCH THREADS; do
-  if ! [[ ${!v} =~ ^[1-9][0-9]*$ ]]; then
-    echo "python_vs_torch: $v must be a positive integer, not '${!v}'" >&2
-    exit 2
-  fi
-done
+bench_positive PER_PHOTO NSHARDS ROUNDS EPOCHS BATCH THREADS
 ((NSHARDS <= 100000)) || { echo "python_vs_torch: too many shards" >&2; exit 2; }
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-HELPER=$ROOT/bench/python_loader.py
-FB_HELPER=$ROOT/bench/first_batch_helper.py
-BUILD_DIR=${BUILD_DIR:-$ROOT/build}
-BUILD_DIR=$(cd "$BUILD_DIR" 2>/dev/null && pwd) ||
-  { echo "python_vs_torch: no build dir (cmake --build build first)" >&2; exit 2; }
-SF=$BUILD_DIR/shardfeed
-[[ -x $SF ]] || { echo "python_vs_torch: $SF not found: build first" >&2; exit 2; }
+bench_build shardfeed
+BUILD_DIR=$(cd "$BUILD_DIR" && pwd)
+HELPER=$REPO/bench/python_loader.py
+FB_HELPER=$REPO/bench/first_batch_helper.py
 [[ -n $DATA || -x $BUILD_DIR/sf_make_photos ]] ||
   { echo "python_vs_torch: $BUILD_DIR/sf_make_photos not found (or pass --data)" >&2; exit 2; }
 if [[ -n $DATA && ! -d $DATA ]]; then
@@ -135,25 +112,12 @@ fi
 command -v tar >/dev/null || { echo "python_vs_torch: tar not found" >&2; exit 2; }
 
 # The dataset (~110 KB an image) twice: the tree and the shards.
-need_kib=$((PER_PHOTO * 12 * 110 * 2 + 65536))
-if [[ -z $TMP_PARENT ]]; then
-  TMP_PARENT=/tmp
-  if [[ -d /dev/shm ]]; then
-    shm_kib=$(df -Pk /dev/shm | awk 'NR == 2 { print $4 }')
-    if [[ ${shm_kib:-0} -gt $need_kib ]]; then TMP_PARENT=/dev/shm; fi
-  fi
-fi
-WORK=$(mktemp -d "$TMP_PARENT/sf-python-bench-XXXXXX")
-trap 'rm -rf "$WORK"' EXIT
-trap 'exit 130' INT TERM
+WORK=$(roomy_tmp sf-python-bench $((PER_PHOTO * 12 * 110 * 2 + 65536)) "$TMP_PARENT")
+bench_cleanup_on_exit "$WORK"
 setup_fail() { echo "python_vs_torch: $*" >&2; exit 2; }
 
 # ------------------------------------------------------------ data
-if [[ -z $DATA ]]; then
-  DATA=$WORK/photos
-  bash "$ROOT/scripts/make-sample-dataset.sh" "$DATA" --per-photo "$PER_PHOTO" \
-    --build-dir "$BUILD_DIR" >&2 || setup_fail "the sample dataset could not be made"
-fi
+sample_photos DATA "$WORK" "$PER_PHOTO" "$BUILD_DIR"
 SHARDS=$WORK/shards
 python3 "$FB_HELPER" shards "$DATA" "$SHARDS" --counts "$WORK/counts.json" --shards "$NSHARDS" ||
   setup_fail "writing the shards failed"
@@ -185,7 +149,7 @@ cmd_python() {
        --decode-threads "$THREADS" --seed "$1" --expect "$SAMPLES")
 }
 cmd_torch() { # its own memory sampler is slowed to every 5 s: ours does the work
-  CMD=(python3 "$ROOT/bench/torch_loader.py" "$SHARDS" --batch-size "$BATCH" --epochs "$EPOCHS"
+  CMD=(python3 "$REPO/bench/torch_loader.py" "$SHARDS" --batch-size "$BATCH" --epochs "$EPOCHS"
        --workers "$THREADS" --seed "$1" --sample-interval 5)
 }
 NRUN=0

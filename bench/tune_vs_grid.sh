@@ -12,24 +12,12 @@
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 PER_PHOTO=60 BANDWIDTH=2M BUDGET=6 BUILD_DIR=
-while [[ $# -gt 0 ]]; do
-  case $1 in
-    --per-photo) PER_PHOTO=$2; shift 2 ;;
-    --bandwidth) BANDWIDTH=$2; shift 2 ;;
-    --budget-s) BUDGET=$2; shift 2 ;;
-    --build-dir) BUILD_DIR=$2; shift 2 ;;
-    *) sed -n '10,11p' "$0" >&2; exit 2 ;;
-  esac
-done
-HERE=$(cd "$(dirname "$0")/.." && pwd)
-BUILD_DIR=${BUILD_DIR:-$HERE/build}
-SF=$BUILD_DIR/shardfeed
+bench_options --per-photo=PER_PHOTO --bandwidth=BANDWIDTH --budget-s=BUDGET --build-dir=BUILD_DIR -- "$@"
+bench_build shardfeed shardfeed-mock-s3
 TMP=$(mktemp -d /tmp/sf-tune-bench.XXXXXX)
-MOCK_PID=
-cleanup() { [[ -n $MOCK_PID ]] && kill "$MOCK_PID" 2>/dev/null; wait 2>/dev/null; rm -rf "$TMP"; }
-trap cleanup EXIT
+bench_cleanup_on_exit "$TMP"
 
-bash "$HERE/scripts/make-sample-dataset.sh" "$TMP/photos" --per-photo "$PER_PHOTO" \
+bash "$REPO/scripts/make-sample-dataset.sh" "$TMP/photos" --per-photo "$PER_PHOTO" \
   --build-dir "$BUILD_DIR" >/dev/null
 mkdir -p "$TMP/root/bench"
 "$SF" pack "$TMP/photos" "$TMP/root/bench/train/" --shard-size 8M --no-progress >/dev/null
@@ -38,7 +26,7 @@ mock_env
 COMMON=(s3://bench/train/ --endpoint-url "$URL" --device host --ram-only --batch-size 64 --seed 1)
 
 now() { python3 -c 'import time; print(time.monotonic())'; }
-rate() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["images_per_s"])' "$1"; }
+rate() { json_field images_per_s "$1"; }
 
 echo "grid: concurrency {2,8,32} x chunk {1M,4M} x decode threads {1,2} x prefetch_shards {1,4}"
 t0=$(now)

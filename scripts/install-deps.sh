@@ -2,6 +2,7 @@
 # Installs every system package shardfeed needs to build, test and run its
 # demo on Debian 12. Idempotent: packages already present are left alone.
 set -euo pipefail
+. "$(dirname "$0")/deps-lib.sh"
 
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git ca-certificates curl
@@ -13,43 +14,21 @@ PACKAGES=(
   clang-14 libclang-rt-14-dev # scripts/fuzz.sh: clang -fsanitize=fuzzer needs libclang_rt.fuzzer
 )
 
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then
-  SUDO="sudo"
-fi
-
-missing=()
-for p in "${PACKAGES[@]}"; do
-  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
-    missing+=("$p")
-  fi
-done
-
-if [ "${#missing[@]}" -gt 0 ]; then
-  echo "install-deps: installing ${missing[*]}"
-  $SUDO apt-get update -qq
-  # nginx is only a benchmark reference: keep Debian from starting it as a service.
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
-    "${missing[@]}" >/dev/null
-else
-  echo "install-deps: all Debian packages present"
-fi
+apt_install_missing install-deps "${PACKAGES[@]}"
 
 # The conformance test drives the mock server with boto3. The python3 on PATH
 # may not be Debian's (pyenv, venv): make sure that one can import it too.
 if ! python3 -c 'import boto3' 2>/dev/null; then
   echo "install-deps: installing boto3 for $(command -v python3)"
-  python3 -m pip install --quiet boto3 2>/dev/null ||
-    python3 -m pip install --quiet --break-system-packages boto3
+  pip_install boto3
 fi
 
 # The Python package's pytest suite (ctest's `python` test) and `pip install .`
 # need these in the same python3. torch (PyPI's Linux wheel, large) only when
 # it cannot be imported: the loader tests hand batches to torch.
-pip_install() {
+announced_pip_install() {
   echo "install-deps: installing $* for $(command -v python3)"
-  python3 -m pip install --quiet "$@" 2>/dev/null ||
-    python3 -m pip install --quiet --break-system-packages "$@"
+  pip_install "$@"
 }
 py_missing=()
 for m in pytest:pytest numpy:numpy scikit_build_core:scikit-build-core PIL:pillow; do
@@ -58,12 +37,12 @@ for m in pytest:pytest numpy:numpy scikit_build_core:scikit-build-core PIL:pillo
   fi
 done
 if [ "${#py_missing[@]}" -gt 0 ]; then
-  pip_install "${py_missing[@]}"
+  announced_pip_install "${py_missing[@]}"
 fi
 if ! python3 -c 'import torch' 2>/dev/null; then
-  pip_install torch
+  announced_pip_install torch
 fi
 # The demo's examples/train_torch.py (a torchvision ResNet-18).
 if ! python3 -c 'import torchvision' 2>/dev/null; then
-  pip_install torchvision
+  announced_pip_install torchvision
 fi

@@ -110,6 +110,29 @@ unsigned char *put_object(const char *key, size_t n, unsigned seed)
     return mock_env_put(root, key, n, seed);
 }
 
+size_t put_numbered_objects(const char *dir, size_t n, size_t first, size_t step, unsigned seed,
+                            size_t range_bytes, unsigned char **want, size_t *size)
+{
+    size_t ranges = 0;
+    for (size_t i = 0; i < n; i++) {
+        char key[128];
+        snprintf(key, sizeof(key), "%s/obj-%02zu.bin", dir, i);
+        size[i] = first + i * step + i;
+        want[i] = put_object(key, size[i], seed + (unsigned)i);
+        ranges += (size[i] + range_bytes - 1) / range_bytes;
+    }
+    return ranges;
+}
+
+void start_numbered_fetches(const char *dir, size_t n, struct sf_fetch **f)
+{
+    for (size_t i = 0; i < n; i++) {
+        char url[160];
+        snprintf(url, sizeof(url), "s3://bucket/%s/obj-%02zu.bin", dir, i);
+        cr_assert_eq(sf_fetch_start(s3, url, NULL, &f[i]), SF_OK, "%s", url);
+    }
+}
+
 /* ------------------------------------------------------------ client */
 
 void opts_init(struct sf_s3_options *o)
@@ -126,9 +149,7 @@ void client(const struct sf_s3_options *o)
 
 void default_client(void)
 {
-    struct sf_s3_options o;
-    opts_init(&o);
-    client(&o);
+    s3 = mock_env_s3_from(opts_init, 0);
 }
 
 void start_default(void)
@@ -148,10 +169,7 @@ void sized_client(unsigned concurrency, size_t chunk_bytes)
 
 void unsigned_client(void)
 {
-    struct sf_s3_options o;
-    opts_init(&o);
-    mock_env_s3_unsigned(&o);
-    client(&o);
+    s3 = mock_env_s3_from(opts_init, 1);
 }
 
 sf_status fetch_sync(const char *url, const struct sf_fetch_options *o, struct sf_fetch **f,

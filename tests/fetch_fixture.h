@@ -70,6 +70,14 @@ void sized_client(unsigned concurrency, size_t chunk_bytes);
 /* A client that does not sign (no keys). */
 void unsigned_client(void);
 
+/* n objects dir/obj-00.bin, dir/obj-01.bin... (dir without the bucket),
+ * object i of first + i * step + i pseudo-random bytes of seed seed + i: its
+ * size in size[i], its bytes in want[i] (malloc'd). Returns how many ranges
+ * of range_bytes they take in all. */
+size_t put_numbered_objects(const char *dir, size_t n, size_t first, size_t step, unsigned seed,
+                            size_t range_bytes, unsigned char **want, size_t *size);
+/* Starts a fetch of each of put_numbered_objects' n objects into f[i]. */
+void start_numbered_fetches(const char *dir, size_t n, struct sf_fetch **f);
 /* Starts and waits for the end of a fetch; the fetch is left in *f. */
 sf_status fetch_sync(const char *url, const struct sf_fetch_options *o, struct sf_fetch **f,
                      struct sf_fetch_progress *p);

@@ -209,6 +209,16 @@ struct sf_loader *open_loader(const struct sf_loader_options *o)
     return l;
 }
 
+struct sf_loader *reopen_from_state(struct sf_loader *l, const struct sf_loader_options *o,
+                                    const unsigned char *state)
+{
+    sf_loader_close(l);
+    l = open_loader(o);
+    cr_assert_eq(sf_loader_state_restore(l, state, SF_LOADER_STATE_BYTES), SF_OK, "%s",
+                 sf_loader_errmsg(l));
+    return l;
+}
+
 static uint64_t fnv(uint64_t h, const void *p, size_t n)
 {
     const unsigned char *b = p;

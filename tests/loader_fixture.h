@@ -68,6 +68,10 @@ void bucket_options(struct sf_loader_options *o, unsigned n, unsigned long long 
                     const char *const *mock_args, const char *cache_dir);
 /* Opens, failing the test with the error otherwise. */
 struct sf_loader *open_loader(const struct sf_loader_options *o);
+/* Closes l and returns a loader opened with o and restored from state
+ * (SF_LOADER_STATE_BYTES), failing the test when either fails. */
+struct sf_loader *reopen_from_state(struct sf_loader *l, const struct sf_loader_options *o,
+                                    const unsigned char *state);
 
 /* Everything one epoch delivered. */
 struct epoch_log {

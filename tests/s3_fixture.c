@@ -86,17 +86,12 @@ void client(const struct sf_s3_options *o)
 
 void default_client(void)
 {
-    struct sf_s3_options o;
-    opts_init(&o);
-    client(&o);
+    s3 = mock_env_s3_from(opts_init, 0);
 }
 
 void unsigned_client(void)
 {
-    struct sf_s3_options o;
-    opts_init(&o);
-    mock_env_s3_unsigned(&o);
-    client(&o);
+    s3 = mock_env_s3_from(opts_init, 1);
 }
 
 const char *errmsg(void)

@@ -384,19 +384,9 @@ Test(fetch, twenty_concurrent_fetches_share_keep_alive_connections)
     unsigned char *want[N];
     size_t size[N];
     struct sf_fetch *f[N];
-    size_t total_chunks = 0;
-    for (size_t i = 0; i < N; i++) {
-        char key[64];
-        snprintf(key, sizeof(key), "many/obj-%02zu.bin", i);
-        size[i] = 10 * KiB + i * 37 * KiB + i;
-        want[i] = put_object(key, size[i], 50 + (unsigned)i);
-        total_chunks += (size[i] + 64 * KiB - 1) / (64 * KiB);
-    }
-    for (size_t i = 0; i < N; i++) {
-        char url[128];
-        snprintf(url, sizeof(url), "s3://bucket/many/obj-%02zu.bin", i);
-        cr_assert_eq(sf_fetch_start(s3, url, NULL, &f[i]), SF_OK);
-    }
+    size_t total_chunks =
+        put_numbered_objects("many", N, 10 * KiB, 37 * KiB, 50, 64 * KiB, want, size);
+    start_numbered_fetches("many", N, f);
     for (size_t i = 0; i < N; i++) {
         struct sf_fetch_progress p;
         sf_status st = sf_fetch_wait(f[i], ~0ull, -1, &p);

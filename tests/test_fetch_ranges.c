@@ -225,14 +225,7 @@ static void many_and_large(unsigned io_threads)
     unsigned char *want[N];
     size_t size[N];
     struct sf_fetch *f[N];
-    size_t ranges = 0;
-    for (size_t i = 0; i < N; i++) {
-        char key[64];
-        snprintf(key, sizeof(key), "t/obj-%02zu.bin", i);
-        size[i] = 1000 + i * 61 * KiB + i;
-        want[i] = put_object(key, size[i], 200 + (unsigned)i);
-        ranges += (size[i] + 256 * KiB - 1) / (256 * KiB);
-    }
+    size_t ranges = put_numbered_objects("t", N, 1000, 61 * KiB, 200, 256 * KiB, want, size);
     size_t big_n = 8 * MiB + 12345; /* 33 ranges */
     unsigned char *big = put_object("t/big.bin", big_n, 250);
     ranges += 2 * ((big_n + 256 * KiB - 1) / (256 * KiB));
@@ -245,11 +238,7 @@ static void many_and_large(unsigned io_threads)
     fo.fd = fd;
     struct sf_fetch *bm = NULL, *bf = NULL;
     cr_assert_eq(sf_fetch_start(s3, "s3://bucket/t/big.bin", NULL, &bm), SF_OK);
-    for (size_t i = 0; i < N; i++) {
-        char url[128];
-        snprintf(url, sizeof(url), "s3://bucket/t/obj-%02zu.bin", i);
-        cr_assert_eq(sf_fetch_start(s3, url, NULL, &f[i]), SF_OK);
-    }
+    start_numbered_fetches("t", N, f);
     cr_assert_eq(sf_fetch_start(s3, "s3://bucket/t/big.bin", &fo, &bf), SF_OK);
     struct sf_fetch_progress p;
     sf_status st = sf_fetch_wait(bm, ~0ull, -1, &p);

@@ -68,6 +68,26 @@ static void fill_random(unsigned char *p, size_t n, uint64_t seed)
     }
 }
 
+/* Copies n images of w x h x 3 bytes from host and normalises them with
+ * mean and std. */
+static struct sf__gpu_job normalize_job(const unsigned char *host, size_t n, unsigned w, unsigned h,
+                                        enum sf_layout layout, const float mean[3],
+                                        const float std[3])
+{
+    struct sf__gpu_job job = {.host = host,
+                              .bytes = n * w * h * 3,
+                              .normalize = 1,
+                              .n_images = n,
+                              .width = w,
+                              .height = h,
+                              .layout = layout};
+    memcpy(job.mean, mean, sizeof job.mean);
+    memcpy(job.std, std, sizeof job.std);
+    return job;
+}
+
+static const float half_mean[3] = {0.5f, 0.5f, 0.5f}, quarter_std[3] = {0.25f, 0.25f, 0.25f};
+
 /* ------------------------------------------------------------------ everywhere */
 
 Test(gpu, host_alloc_without_pinning_is_page_aligned_and_writable)
@@ -241,15 +261,7 @@ Test(gpu, submit_rejects_jobs_that_do_not_fit)
                  err);
     unsigned char host[2 * 8 * 4 * 3];
     fill_random(host, sizeof host, 1);
-    struct sf__gpu_job ok = {.host = host,
-                             .bytes = bytes,
-                             .normalize = 1,
-                             .n_images = 2,
-                             .width = w,
-                             .height = h,
-                             .layout = SF_LAYOUT_CHW,
-                             .mean = {0.5f, 0.5f, 0.5f},
-                             .std = {0.25f, 0.25f, 0.25f}};
+    struct sf__gpu_job ok = normalize_job(host, 2, w, h, SF_LAYOUT_CHW, half_mean, quarter_std);
     cr_expect_eq(sf__gpu_submit(g, 0, &ok, err, sizeof err), SF_OK, "%s", err);
 
     struct sf__gpu_job j = ok;
@@ -367,15 +379,7 @@ static void check_normalize(enum sf_layout layout, size_t n, unsigned w, unsigne
     for (size_t i = 0; i < count && i < 768; i++)
         host[i] = (unsigned char)(i % 256); /* every value in every channel */
 
-    struct sf__gpu_job job = {.host = host,
-                              .bytes = count,
-                              .normalize = 1,
-                              .n_images = n,
-                              .width = w,
-                              .height = h,
-                              .layout = layout};
-    memcpy(job.mean, imagenet_mean, sizeof job.mean);
-    memcpy(job.std, imagenet_std, sizeof job.std);
+    struct sf__gpu_job job = normalize_job(host, n, w, h, layout, imagenet_mean, imagenet_std);
     cr_assert_eq(sf__gpu_submit(g, 1, &job, err, sizeof err), SF_OK, "%s", err);
     cr_assert_eq(sf__gpu_wait(g, 1, NULL, err, sizeof err), SF_OK, "%s", err);
     cr_assert_eq(sf__gpu_read(g, 1, 1, got, count * sizeof(float), NULL, 0), SF_OK);
@@ -401,31 +405,45 @@ static void check_normalize(enum sf_layout layout, size_t n, unsigned w, unsigne
     sf__gpu_close(g);
 }
 
-/* 37 x 29 x 3 is odd: images 1 and 2 start off a 4-byte boundary, so the
- * per-image head and tail paths run. */
-Test(gpu, normalize_chw_odd_sizes)
+/* n images of w x h, for check_normalize. */
+struct image_size {
+    size_t n;
+    unsigned w, h;
+};
+
+/* check_normalize of every size in every layout, layouts varying fastest. */
+static void check_normalize_sizes(const enum sf_layout *layouts, size_t n_layouts,
+                                  const struct image_size *sizes, size_t n_sizes)
 {
     need_device();
-    check_normalize(SF_LAYOUT_CHW, 3, 37, 29);
-    check_normalize(SF_LAYOUT_CHW, 5, 5, 3);
-    check_normalize(SF_LAYOUT_CHW, 1, 1, 1);
+    for (size_t i = 0; i < n_sizes; i++)
+        for (size_t k = 0; k < n_layouts; k++)
+            check_normalize(layouts[k], sizes[i].n, sizes[i].w, sizes[i].h);
+}
+
+#define N_OF(a) (sizeof(a) / sizeof((a)[0]))
+
+static const enum sf_layout chw[] = {SF_LAYOUT_CHW}, hwc[] = {SF_LAYOUT_HWC},
+                            both_layouts[] = {SF_LAYOUT_CHW, SF_LAYOUT_HWC};
+
+/* 37 x 29 x 3 is odd: images 1 and 2 start off a 4-byte boundary, so the
+ * per-image head and tail paths run. */
+static const struct image_size odd_sizes[] = {{3, 37, 29}, {5, 5, 3}, {1, 1, 1}};
+
+Test(gpu, normalize_chw_odd_sizes)
+{
+    check_normalize_sizes(chw, N_OF(chw), odd_sizes, N_OF(odd_sizes));
 }
 
 Test(gpu, normalize_hwc_odd_sizes)
 {
-    need_device();
-    check_normalize(SF_LAYOUT_HWC, 3, 37, 29);
-    check_normalize(SF_LAYOUT_HWC, 5, 5, 3);
-    check_normalize(SF_LAYOUT_HWC, 1, 1, 1);
+    check_normalize_sizes(hwc, N_OF(hwc), odd_sizes, N_OF(odd_sizes));
 }
 
 Test(gpu, normalize_aligned_sizes)
 {
-    need_device();
-    check_normalize(SF_LAYOUT_CHW, 4, 32, 24);
-    check_normalize(SF_LAYOUT_HWC, 4, 32, 24);
-    check_normalize(SF_LAYOUT_CHW, 8, 224, 224);
-    check_normalize(SF_LAYOUT_HWC, 8, 224, 224);
+    static const struct image_size aligned[] = {{4, 32, 24}, {8, 224, 224}};
+    check_normalize_sizes(both_layouts, N_OF(both_layouts), aligned, N_OF(aligned));
 }
 
 /* More images than resident blocks (grid-stride over images) and one image
@@ -450,15 +468,8 @@ Test(gpu, normalize_writes_only_the_jobs_images)
                  "%s", err);
     unsigned char host[2 * 7 * 5 * 3];
     fill_random(host, sizeof host, 7);
-    struct sf__gpu_job job = {.host = host,
-                              .bytes = 2 * img,
-                              .normalize = 1,
-                              .n_images = 2,
-                              .width = w,
-                              .height = h,
-                              .layout = SF_LAYOUT_HWC,
-                              .mean = {0.5f, 0.25f, 0.125f},
-                              .std = {2.0f, 0.5f, 0.25f}};
+    static const float mean[3] = {0.5f, 0.25f, 0.125f}, std[3] = {2.0f, 0.5f, 0.25f};
+    struct sf__gpu_job job = normalize_job(host, 2, w, h, SF_LAYOUT_HWC, mean, std);
     cr_assert_eq(sf__gpu_submit(g, 0, &job, err, sizeof err), SF_OK, "%s", err);
     float first[2 * 7 * 5 * 3], second[2 * 7 * 5 * 3];
     cr_assert_eq(sf__gpu_wait(g, 0, NULL, err, sizeof err), SF_OK, "%s", err);
@@ -489,6 +500,19 @@ static struct sf__emu_options emu_defaults(void)
     struct sf__emu_options eo;
     sf__emu_options_default(&eo);
     return eo;
+}
+
+/* An emulated ring of slots u8-byte slots (no float32 buffers) whose
+ * operations run up to delay_us after they are queued; fails the test when
+ * it does not open. */
+static struct sf_gpu *open_delayed_ring(unsigned delay_us, unsigned slots, size_t u8)
+{
+    struct sf__emu_options eo = emu_defaults();
+    eo.delay_us = delay_us;
+    struct sf_gpu *g = NULL;
+    char err[256] = "";
+    cr_assert_eq(open_emulated(&eo, slots, u8, 0, &g, err, sizeof err), SF_OK, "%s", err);
+    return g;
 }
 
 Test(gpu, host_dereference_of_device_memory_crashes)
@@ -649,11 +673,8 @@ Test(gpu, emulator_catches_a_slot_reused_without_the_release_event)
 Test(gpu, consumer_stream_waits_for_the_copy_without_the_host)
 {
     need_emulator();
-    struct sf__emu_options eo = emu_defaults();
-    eo.delay_us = 5000;
-    struct sf_gpu *g = NULL;
+    struct sf_gpu *g = open_delayed_ring(5000, 2, 4096);
     char err[256] = "";
-    cr_assert_eq(open_emulated(&eo, 2, 4096, 0, &g, err, sizeof err), SF_OK, "%s", err);
     struct sf__emu *emu = sf__gpu_emu(g);
     const struct sf__gpu_ops *ops = sf__gpu_emu_ops();
     void *consumer = NULL;
@@ -687,15 +708,7 @@ static sf_status ring_cycle(const struct sf__emu_options *eo, char *err, size_t 
         return st;
     unsigned char host[2 * 5 * 3 * 3];
     fill_random(host, sizeof host, 3);
-    struct sf__gpu_job job = {.host = host,
-                              .bytes = bytes,
-                              .normalize = 1,
-                              .n_images = 2,
-                              .width = w,
-                              .height = h,
-                              .layout = SF_LAYOUT_CHW,
-                              .mean = {0.5f, 0.5f, 0.5f},
-                              .std = {0.25f, 0.25f, 0.25f}};
+    struct sf__gpu_job job = normalize_job(host, 2, w, h, SF_LAYOUT_CHW, half_mean, quarter_std);
     for (unsigned slot = 0; slot < 2 && st == SF_OK; slot++) {
         st = sf__gpu_submit(g, slot, &job, err, err_len);
         double t = 0;
@@ -769,11 +782,8 @@ Test(gpu, kernel_checks_catch_a_missing_and_a_double_write)
 Test(gpu, close_with_work_still_queued)
 {
     need_emulator();
-    struct sf__emu_options eo = emu_defaults();
-    eo.delay_us = 3000;
-    struct sf_gpu *g = NULL;
+    struct sf_gpu *g = open_delayed_ring(3000, 3, 1 << 16);
     char err[256] = "";
-    cr_assert_eq(open_emulated(&eo, 3, 1 << 16, 0, &g, err, sizeof err), SF_OK, "%s", err);
     unsigned char *host = malloc(1 << 16);
     cr_assert_not_null(host);
     memset(host, 9, 1 << 16);

@@ -92,6 +92,22 @@ static void put_random(const char *dir, const char *rel, size_t size, unsigned s
     free(b);
 }
 
+/* A sample stem in dir: stem.jpg of size random bytes (seed), stem.ext1
+ * holding text1 and, when ext2 is not NULL, stem.ext2 holding text2. */
+static void put_sample(const char *dir, const char *stem, size_t size, unsigned seed,
+                       const char *ext1, const char *text1, const char *ext2, const char *text2)
+{
+    char rel[256];
+    snprintf(rel, sizeof(rel), "%s.jpg", stem);
+    put_random(dir, rel, size, seed);
+    snprintf(rel, sizeof(rel), "%s.%s", stem, ext1);
+    cr_assert_eq(test_write_file(dir, rel, text1, strlen(text1)), 0);
+    if (ext2) {
+        snprintf(rel, sizeof(rel), "%s.%s", stem, ext2);
+        cr_assert_eq(test_write_file(dir, rel, text2, strlen(text2)), 0);
+    }
+}
+
 static void start_mock(const char *const *extra)
 {
     char root[800];
@@ -391,23 +407,15 @@ Test(index, counts_gnu_and_pax_tar_shards_made_by_tar)
     snprintf(files, sizeof(files), "%s/files", tmp);
     /* 12 samples of three files each */
     for (int i = 0; i < 12; i++) {
-        char rel[64];
-        snprintf(rel, sizeof(rel), "k%02d.jpg", i);
-        put_random(files, rel, 500 + (size_t)i * 431, (unsigned)i + 7);
-        snprintf(rel, sizeof(rel), "k%02d.cls", i);
-        cr_assert_eq(test_write_file(files, rel, "3", 1), 0);
-        snprintf(rel, sizeof(rel), "k%02d.json", i);
-        cr_assert_eq(test_write_file(files, rel, "{}", 2), 0);
+        char stem[64];
+        snprintf(stem, sizeof(stem), "k%02d", i);
+        put_sample(files, stem, 500 + (size_t)i * 431, (unsigned)i + 7, "cls", "3", "json", "{}");
     }
     /* a name longer than ustar holds (GNU 'L' header; pax 'x' header) */
     char lng[200];
     memset(lng, 'n', 150);
     lng[150] = '\0';
-    char rel[256];
-    snprintf(rel, sizeof(rel), "%s.jpg", lng);
-    put_random(files, rel, 3000, 99);
-    snprintf(rel, sizeof(rel), "%s.cls", lng);
-    cr_assert_eq(test_write_file(files, rel, "1", 1), 0);
+    put_sample(files, lng, 3000, 99, "cls", "1", NULL, NULL);
     cr_assert_eq(test_write_file(files, "README", "not a sample", 12), 0);
     char gnu[900];
     in_bucket(gnu, sizeof(gnu), "gnu");
@@ -431,10 +439,9 @@ Test(index, counts_gnu_and_pax_tar_shards_made_by_tar)
     char sub[900];
     snprintf(sub, sizeof(sub), "%s/long", files);
     for (int i = 0; i < 40; i++) {
-        snprintf(rel, sizeof(rel), "%s%02d.jpg", lng, i);
-        put_random(sub, rel, 3000 + (size_t)i * 37, (unsigned)i + 200);
-        snprintf(rel, sizeof(rel), "%s%02d.cls", lng, i);
-        cr_assert_eq(test_write_file(sub, rel, "2", 1), 0);
+        char stem[256];
+        snprintf(stem, sizeof(stem), "%s%02d", lng, i);
+        put_sample(sub, stem, 3000 + (size_t)i * 37, (unsigned)i + 200, "cls", "2", NULL, NULL);
     }
     cr_assert_eq(
         test_sh("cd '%s' && tar --format=gnu --sort=name -cf '%s/shard-3.tar' long", files, gnu),
@@ -506,11 +513,9 @@ static void make_tar_shards(const char *dir)
     char files[800];
     snprintf(files, sizeof(files), "%s/tarfiles", tmp);
     for (int i = 0; i < 12; i++) {
-        char rel[64];
-        snprintf(rel, sizeof(rel), "s%02d.jpg", i);
-        put_random(files, rel, 1000 + (size_t)i * 100, (unsigned)i + 40);
-        snprintf(rel, sizeof(rel), "s%02d.txt", i);
-        cr_assert_eq(test_write_file(files, rel, "t", 1), 0);
+        char stem[64];
+        snprintf(stem, sizeof(stem), "s%02d", i);
+        put_sample(files, stem, 1000 + (size_t)i * 100, (unsigned)i + 40, "txt", "t", NULL, NULL);
     }
     cr_assert_eq(test_sh("mkdir -p '%s'", dir), 0);
     for (int s = 0; s < 3; s++)

@@ -437,10 +437,7 @@ Test(loader, state_saved_at_the_end_of_an_epoch_restores_to_its_end)
     free(e.seen);
     unsigned char state[SF_LOADER_STATE_BYTES];
     cr_assert_eq(sf_loader_state_save(l, state, sizeof(state)), SF_OK, "%s", sf_loader_errmsg(l));
-    sf_loader_close(l);
-    l = open_loader(&o);
-    cr_assert_eq(sf_loader_state_restore(l, state, sizeof(state)), SF_OK, "%s",
-                 sf_loader_errmsg(l));
+    l = reopen_from_state(l, &o, state);
     struct sf_batch b;
     cr_assert_eq(sf_loader_next(l, &b), SF_END_OF_EPOCH, "the restored epoch should be over");
     sf_loader_close(l);

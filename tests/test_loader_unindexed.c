@@ -35,12 +35,33 @@ static unsigned shards_open_after_settling(struct sf_loader *l)
     return s.shards_in_flight;
 }
 
+/* local_options without the shards' index.json. */
+static void unindexed_local_options(struct sf_loader_options *o, unsigned n,
+                                    unsigned long long shard_bytes)
+{
+    local_options(o, n, shard_bytes);
+    remove_index(shards);
+}
+
+/* base_options for rank of world ranks under policy, without learned counts
+ * (so an unindexed epoch's size is estimated); shuffle, when not 0, is the
+ * shuffle buffer. */
+static void rank_options(struct sf_loader_options *o, const char *const *sources, size_t n,
+                         int rank, unsigned world, int policy, unsigned shuffle)
+{
+    base_options(o, sources, n);
+    o->sampler.rank = rank;
+    o->sampler.world_size = world;
+    o->sampler.policy = (enum sf_epoch_policy)policy;
+    if (shuffle)
+        o->sampler.shuffle_buffer = shuffle;
+    o->learned_counts = 0;
+}
+
 Test(loader, unindexed_one_rank_streams_every_sample_once_and_learns_counts)
 {
-    local_dataset(130, 32 << 10, -1);
-    remove_index(shards);
     struct sf_loader_options o;
-    base_options(&o, shards_src, 1);
+    unindexed_local_options(&o, 130, 32 << 10);
     struct sf_loader *l = open_loader(&o);
     cr_assert_eq(sf_loader_epoch_size_known(l), 0, "no counts: the size is an estimate");
     struct epoch_log e;
@@ -80,11 +101,7 @@ Test(loader, unindexed_ranks_deliver_the_same_number_of_batches)
         unsigned char *seen = calloc(230, 1);
         for (int rank = 0; rank < 3; rank++) {
             struct sf_loader_options o;
-            base_options(&o, shards_src, 1);
-            o.sampler.rank = rank;
-            o.sampler.world_size = 3;
-            o.sampler.policy = (enum sf_epoch_policy)policy;
-            o.learned_counts = 0;
+            rank_options(&o, shards_src, 1, rank, 3, policy, 0);
             struct sf_loader *l = open_loader(&o);
             cr_assert_eq(sf_loader_epoch_size_known(l), 1, "equalised ranks know their size");
             uint64_t want = sf_loader_epoch_batches(l);
@@ -115,10 +132,8 @@ Test(loader, unindexed_ranks_deliver_the_same_number_of_batches)
 
 Test(loader, unindexed_state_restore_gives_the_same_remaining_batches)
 {
-    local_dataset(130, 32 << 10, -1);
-    remove_index(shards);
     struct sf_loader_options o;
-    base_options(&o, shards_src, 1);
+    unindexed_local_options(&o, 130, 32 << 10);
     struct sf_loader *l = open_loader(&o);
     struct epoch_log head, tail;
     cr_assert_eq(run_epoch(l, &head, 3), SF_OK);
@@ -126,10 +141,7 @@ Test(loader, unindexed_state_restore_gives_the_same_remaining_batches)
     cr_assert_eq(sf_loader_state_save(l, state, sizeof(state)), SF_OK);
     cr_assert_eq(run_epoch(l, &tail, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
     cr_assert_eq(head.images + tail.images, 130u);
-    sf_loader_close(l);
-    l = open_loader(&o);
-    cr_assert_eq(sf_loader_state_restore(l, state, sizeof(state)), SF_OK, "%s",
-                 sf_loader_errmsg(l));
+    l = reopen_from_state(l, &o, state);
     struct epoch_log again;
     cr_assert_eq(run_epoch(l, &again, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
     cr_assert_eq(again.images, tail.images);
@@ -238,13 +250,18 @@ Test(loader, unindexed_empty_object_does_not_keep_the_next_epoch_estimated)
     sf_loader_close(l);
 }
 
+/* 90 samples (returned) whose first shard (the probe) holds small ones and
+ * later shards big ones, so their estimates are many times their real
+ * counts, and ranks' real shares differ from their estimated ones. */
+static unsigned misestimated_dataset(void)
+{
+    sized_dataset(90, 15, 25, 48 << 10);
+    return 90;
+}
+
 Test(loader, unindexed_ranks_with_wrong_estimates_pad_and_drop_to_equal_batches)
 {
-    /* The first shard (the probe) holds small samples; later shards big
-     * ones, so their estimates are many times their real counts, and the
-     * ranks' real shares differ from the estimated ones. */
-    const unsigned n = 90;
-    sized_dataset(n, 15, 25, 48 << 10);
+    const unsigned n = misestimated_dataset();
     unsigned pads_seen = 0, drops_seen = 0;
     for (unsigned run = 0; run < 6; run++) {
         int policy = run % 2 ? SF_EPOCH_DROP : SF_EPOCH_PAD;
@@ -255,14 +272,9 @@ Test(loader, unindexed_ranks_with_wrong_estimates_pad_and_drop_to_equal_batches)
             uint64_t digest[2];
             for (unsigned t = 0; t < 2; t++) {
                 struct sf_loader_options o;
-                base_options(&o, shards_src, 1);
-                o.sampler.rank = rank;
-                o.sampler.world_size = 2;
-                o.sampler.policy = (enum sf_epoch_policy)policy;
+                rank_options(&o, shards_src, 1, rank, 2, policy, 20);
                 o.sampler.seed = seed;
-                o.sampler.shuffle_buffer = 20;
                 o.decode_threads = t ? 4 : 1;
-                o.learned_counts = 0;
                 struct sf_loader *l = open_loader(&o);
                 cr_assert_eq(sf_loader_epoch_size_known(l), 1);
                 uint64_t want = sf_loader_epoch_batches(l);
@@ -508,17 +520,12 @@ Test(loader, unindexed_set_epoch_mid_epoch_starts_the_next_one_cleanly)
 
 Test(loader, unindexed_ranks_resume_mid_epoch_with_pads_and_drops)
 {
-    const unsigned n = 90;
-    sized_dataset(n, 15, 25, 48 << 10);
+    const unsigned n = misestimated_dataset();
     unsigned pads = 0, drops = 0;
     for (int rank = 0; rank < 2; rank++) {
         struct sf_loader_options o;
-        base_options(&o, shards_src, 1);
+        rank_options(&o, shards_src, 1, rank, 2, SF_EPOCH_PAD, 20);
         o.batch_size = 8;
-        o.sampler.rank = rank;
-        o.sampler.world_size = 2;
-        o.sampler.shuffle_buffer = 20;
-        o.learned_counts = 0;
         struct sf_loader *l = open_loader(&o);
         uint64_t total = sf_loader_epoch_batches(l);
         cr_assert_geq(total, 3u);
@@ -531,10 +538,7 @@ Test(loader, unindexed_ranks_resume_mid_epoch_with_pads_and_drops)
         sf_loader_get_stats(l, &s);
         pads += head.pads + tail.pads;
         drops += (unsigned)s.dropped_samples;
-        sf_loader_close(l);
-        l = open_loader(&o);
-        cr_assert_eq(sf_loader_state_restore(l, state, sizeof(state)), SF_OK, "%s",
-                     sf_loader_errmsg(l));
+        l = reopen_from_state(l, &o, state);
         struct epoch_log again;
         cr_assert_eq(run_epoch(l, &again, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
         cr_assert_eq(again.batches, 2u);
@@ -587,12 +591,7 @@ Test(loader, unindexed_one_shard_per_rank_pads_by_reading_it_again)
         unsigned char *seen = calloc(30, 1);
         for (int rank = 0; rank < 2; rank++) {
             struct sf_loader_options o;
-            base_options(&o, src, 2);
-            o.sampler.rank = rank;
-            o.sampler.world_size = 2;
-            o.sampler.policy = (enum sf_epoch_policy)policy;
-            o.sampler.shuffle_buffer = 8;
-            o.learned_counts = 0;
+            rank_options(&o, src, 2, rank, 2, policy, 8);
             struct sf_loader *l = open_loader(&o);
             struct epoch_log e;
             cr_assert_eq(run_epoch(l, &e, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
@@ -649,11 +648,8 @@ Test(loader, unindexed_ranks_with_drop_last_deliver_full_batches_and_close_every
     unsigned batches[2];
     for (int rank = 0; rank < 2; rank++) {
         struct sf_loader_options o;
-        base_options(&o, shards_src, 1);
-        o.sampler.rank = rank;
-        o.sampler.world_size = 2;
+        rank_options(&o, shards_src, 1, rank, 2, SF_EPOCH_PAD, 0);
         o.drop_last = 1;
-        o.learned_counts = 0;
         struct sf_loader *l = open_loader(&o);
         struct epoch_log e;
         cr_assert_eq(run_epoch(l, &e, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));

@@ -35,6 +35,12 @@ static void expect_list_fails(const char *body, size_t n, size_t max_entries, sf
     sf__list_page_free(&page);
 }
 
+/* expect_list_fails of the whole of body, a C string, with no entry cap. */
+static void expect_parse_fails(const char *body, sf_status want, const char *frag)
+{
+    expect_list_fails(body, strlen(body), 0, want, frag);
+}
+
 static void expect_date(const char *s, int64_t want)
 {
     int64_t got = -12345;
@@ -126,13 +132,13 @@ Test(xml, truncated_without_token_is_an_error)
 {
     const char *body = LBR_OPEN "<IsTruncated>true</IsTruncated><NextMarker>a</NextMarker>"
                                 "<Contents><Key>a</Key></Contents>" LBR_CLOSE;
-    expect_list_fails(body, strlen(body), 0, SF_ERR_PARSE, "NextContinuationToken");
+    expect_parse_fails(body, SF_ERR_PARSE, "NextContinuationToken");
 }
 
 Test(xml, bad_is_truncated_rejected)
 {
     const char *body = LBR_OPEN "<IsTruncated>yes</IsTruncated>" LBR_CLOSE;
-    expect_list_fails(body, strlen(body), 0, SF_ERR_PARSE, "IsTruncated");
+    expect_parse_fails(body, SF_ERR_PARSE, "IsTruncated");
 }
 
 Test(xml, common_prefixes)
@@ -219,13 +225,13 @@ Test(xml, decoded_nul_byte_rejected)
 {
     const char *body = LBR_OPEN "<EncodingType>url</EncodingType>"
                                 "<Contents><Key>a%00b</Key></Contents>" LBR_CLOSE;
-    expect_list_fails(body, strlen(body), 0, SF_ERR_PARSE, "NUL");
+    expect_parse_fails(body, SF_ERR_PARSE, "NUL");
 }
 
 Test(xml, unknown_encoding_type_rejected)
 {
     const char *body = LBR_OPEN "<EncodingType>base64</EncodingType>" LBR_CLOSE;
-    expect_list_fails(body, strlen(body), 0, SF_ERR_PARSE, "base64");
+    expect_parse_fails(body, SF_ERR_PARSE, "base64");
 }
 
 Test(xml, entities_cdata_and_character_references)
@@ -300,9 +306,9 @@ Test(xml, bad_sizes_rejected)
 Test(xml, contents_without_key_or_with_empty_key_rejected)
 {
     const char *no_key = LBR_OPEN "<Contents><Size>1</Size></Contents>" LBR_CLOSE;
-    expect_list_fails(no_key, strlen(no_key), 0, SF_ERR_PARSE, "no <Key>");
+    expect_parse_fails(no_key, SF_ERR_PARSE, "no <Key>");
     const char *empty = LBR_OPEN "<Contents><Key></Key></Contents>" LBR_CLOSE;
-    expect_list_fails(empty, strlen(empty), 0, SF_ERR_PARSE, "empty key");
+    expect_parse_fails(empty, SF_ERR_PARSE, "empty key");
 }
 
 Test(xml, unparsable_last_modified_is_zero)
@@ -350,7 +356,7 @@ Test(xml, entry_count_over_max_entries_is_limit)
 Test(xml, default_entry_cap_is_100000)
 {
     char *body = repeat_entries(100001, "<Contents><Key>k</Key></Contents>");
-    expect_list_fails(body, strlen(body), 0, SF_ERR_LIMIT, "100000");
+    expect_parse_fails(body, SF_ERR_LIMIT, "100000");
     free(body);
 }
 
@@ -362,7 +368,7 @@ Test(xml, over_long_key_is_limit)
     int at = snprintf(body, 200, "<ListBucketResult><Contents><Key>");
     memset(body + at, 'k', n);
     strcpy(body + at + n, "</Key></Contents></ListBucketResult>");
-    expect_list_fails(body, strlen(body), 0, SF_ERR_LIMIT, "<Key>");
+    expect_parse_fails(body, SF_ERR_LIMIT, "<Key>");
     free(body);
 }
 
@@ -376,7 +382,7 @@ Test(xml, over_long_etag_is_limit)
              "<ListBucketResult><Contents><Key>k</Key><ETag>%s</ETag>"
              "</Contents></ListBucketResult>",
              etag);
-    expect_list_fails(body, strlen(body), 0, SF_ERR_LIMIT, "ETag");
+    expect_parse_fails(body, SF_ERR_LIMIT, "ETag");
 }
 
 Test(xml, deep_nesting_is_limit)
@@ -413,7 +419,7 @@ Test(xml, doctype_with_entities_rejected)
              "<!ENTITY lol2 \"&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;\">"
              "<!ENTITY lol3 \"&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;\">]>"
              "<ListBucketResult><Contents><Key>&lol3;</Key></Contents></ListBucketResult>";
-    expect_list_fails(laughs, strlen(laughs), 0, SF_ERR_PARSE, "DOCTYPE");
+    expect_parse_fails(laughs, SF_ERR_PARSE, "DOCTYPE");
 
     const char *xxe = DECL "<!DOCTYPE r [<!ENTITY x SYSTEM \"file:///etc/passwd\">]>"
                            "<Error><Code>&x;</Code></Error>";
@@ -422,45 +428,45 @@ Test(xml, doctype_with_entities_rejected)
     cr_expect_str_eq(e.code, "");
 
     const char *bare_doctype = "<!DOCTYPE ListBucketResult><ListBucketResult/>";
-    expect_list_fails(bare_doctype, strlen(bare_doctype), 0, SF_ERR_PARSE, "DOCTYPE");
+    expect_parse_fails(bare_doctype, SF_ERR_PARSE, "DOCTYPE");
 }
 
 Test(xml, undefined_entity_is_parse_error)
 {
     const char *body = "<ListBucketResult><Contents><Key>&nope;</Key></Contents>"
                        "</ListBucketResult>";
-    expect_list_fails(body, strlen(body), 0, SF_ERR_PARSE, "entity");
+    expect_parse_fails(body, SF_ERR_PARSE, "entity");
 }
 
 Test(xml, malformed_xml_has_a_message_with_position)
 {
     const char *unclosed = LBR_OPEN "<Contents><Key>a</Key>";
-    expect_list_fails(unclosed, strlen(unclosed), 0, SF_ERR_PARSE, "malformed XML at line");
+    expect_parse_fails(unclosed, SF_ERR_PARSE, "malformed XML at line");
     const char *mismatched = "<ListBucketResult>\n<Contents></Key></ListBucketResult>";
-    expect_list_fails(mismatched, strlen(mismatched), 0, SF_ERR_PARSE, "line 2");
+    expect_parse_fails(mismatched, SF_ERR_PARSE, "line 2");
     const char *junk = "<ListBucketResult/><x/>";
-    expect_list_fails(junk, strlen(junk), 0, SF_ERR_PARSE, "malformed");
+    expect_parse_fails(junk, SF_ERR_PARSE, "malformed");
     expect_list_fails("Not Found", 9, 0, SF_ERR_PARSE, "malformed");
     expect_list_fails("", 0, 0, SF_ERR_PARSE, "malformed");
     expect_list_fails(NULL, 0, 0, SF_ERR_PARSE, "malformed");
     const char *element_in_key = "<ListBucketResult><Contents><Key>a<b/>c</Key></Contents>"
                                  "</ListBucketResult>";
-    expect_list_fails(element_in_key, strlen(element_in_key), 0, SF_ERR_PARSE, "inside <Key>");
+    expect_parse_fails(element_in_key, SF_ERR_PARSE, "inside <Key>");
 }
 
 Test(xml, wrong_root_rejected)
 {
     const char *html = "<html><body>502 Bad Gateway</body></html>";
-    expect_list_fails(html, strlen(html), 0, SF_ERR_PARSE, "expected <ListBucketResult>, found");
+    expect_parse_fails(html, SF_ERR_PARSE, "expected <ListBucketResult>, found");
     const char *buckets = "<ListAllMyBucketsResult/>";
-    expect_list_fails(buckets, strlen(buckets), 0, SF_ERR_PARSE, "ListAllMyBucketsResult");
+    expect_parse_fails(buckets, SF_ERR_PARSE, "ListAllMyBucketsResult");
 }
 
 Test(xml, error_body_where_a_listing_was_expected)
 {
     const char *body = DECL "<Error><Code>NoSuchBucket</Code>"
                             "<Message>The specified bucket does not exist</Message></Error>";
-    expect_list_fails(body, strlen(body), 0, SF_ERR_PARSE, "NoSuchBucket");
+    expect_parse_fails(body, SF_ERR_PARSE, "NoSuchBucket");
 }
 
 Test(xml, null_arguments)

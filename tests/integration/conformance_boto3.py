@@ -116,6 +116,21 @@ def expect_download(s3, key, path, cfg, want):
         expect(f.read() == want, f"downloaded bytes of {key} differ")
 
 
+def upload_via_file(s3, path, key, data, cfg):
+    """upload_file of data, written to path first, as key."""
+    with open(path, "wb") as f:
+        f.write(data)
+    s3.upload_file(path, BUCKET, key, Config=cfg)
+
+
+def expect_head(s3, key, length, etag, what=""):
+    """head_object of key gives this ContentLength and ETag; returns its answer."""
+    h = s3.head_object(Bucket=BUCKET, Key=key)
+    expect_eq(h["ContentLength"], length, f"ContentLength{what}")
+    expect_eq(h["ETag"], etag, f"ETag{what}")
+    return h
+
+
 def multipart_etag(parts):
     """S3's ETag of an object uploaded in these parts: md5 of the md5s, "-N"."""
     md5s = b"".join(hashlib.md5(p).digest() for p in parts)
@@ -260,9 +275,7 @@ def run_checks(c, server, tmp):
 
     with c.check("head_object ContentLength and ETag (quoted md5)"):
         for key in SPECIAL_KEYS + [BIG_KEY, "empty"]:
-            h = s3.head_object(Bucket=BUCKET, Key=key)
-            expect_eq(h["ContentLength"], len(objects[key]), f"ContentLength of {key!r}")
-            expect_eq(h["ETag"], md5_etag(objects[key]), f"ETag of {key!r}")
+            h = expect_head(s3, key, len(objects[key]), md5_etag(objects[key]), f" of {key!r}")
             expect("LastModified" in h, f"no LastModified for {key!r}")
 
     with c.check("get_object of every special key round-trips"):
@@ -441,10 +454,7 @@ def run_checks(c, server, tmp):
 
     upload = rng.randbytes(5 * MIB + 123)
     with c.check("upload_file of a 5 MiB file, then get_object matches"):
-        path = os.path.join(tmp, "upload.bin")
-        with open(path, "wb") as f:
-            f.write(upload)
-        s3.upload_file(path, BUCKET, "uploads/file.bin", Config=tcfg)
+        upload_via_file(s3, os.path.join(tmp, "upload.bin"), "uploads/file.bin", upload, tcfg)
         objects["uploads/file.bin"] = upload
         r = s3.get_object(Bucket=BUCKET, Key="uploads/file.bin")
         gets += 1
@@ -458,14 +468,10 @@ def run_checks(c, server, tmp):
     mp_parts = [mp_data[i:i + 5 * MIB] for i in range(0, len(mp_data), 5 * MIB)]
     mp_etag = multipart_etag(mp_parts)
     with c.check("upload_file of 20 MiB in 5 MiB parts (4 threads): ETag is md5 of md5s -5"):
-        path = os.path.join(tmp, "multipart.bin")
-        with open(path, "wb") as f:
-            f.write(mp_data)
-        s3.upload_file(path, BUCKET, "uploads/multipart.bin", Config=mp_cfg)
+        upload_via_file(s3, os.path.join(tmp, "multipart.bin"), "uploads/multipart.bin", mp_data,
+                        mp_cfg)
         objects["uploads/multipart.bin"] = mp_data
-        h = s3.head_object(Bucket=BUCKET, Key="uploads/multipart.bin")
-        expect_eq(h["ContentLength"], len(mp_data), "ContentLength")
-        expect_eq(h["ETag"], mp_etag, "ETag")
+        expect_head(s3, "uploads/multipart.bin", len(mp_data), mp_etag)
 
     with c.check("download_file of the multipart object (ranged, 4 threads) is identical"):
         expect_download(s3, "uploads/multipart.bin", os.path.join(tmp, "multipart-down.bin"),
@@ -701,17 +707,13 @@ def run_tls_checks(c, binary, tmp):
                                 max_concurrency=4, preferred_transfer_client="classic")
         with c.check("TLS: upload_file of 15 MiB in 5 MiB parts, each part aws-chunked"):
             before = sum(mock_stats().get("aws_chunked", {}).values())
-            path = os.path.join(tmp, "tls-multipart.bin")
-            with open(path, "wb") as f:
-                f.write(mp_data)
-            s3.upload_file(path, BUCKET, "tls/multipart.bin", Config=mp_cfg)
+            upload_via_file(s3, os.path.join(tmp, "tls-multipart.bin"), "tls/multipart.bin",
+                            mp_data, mp_cfg)
             after = mock_stats()
             expect_eq(sum(after.get("aws_chunked", {}).values()) - before, len(mp_parts),
                       "aws-chunked UploadPart bodies")
             expect_eq(after["operations"].get("UploadPart"), len(mp_parts), "UploadPart count")
-            h = s3.head_object(Bucket=BUCKET, Key="tls/multipart.bin")
-            expect_eq(h["ContentLength"], len(mp_data), "ContentLength")
-            expect_eq(h["ETag"], mp_etag, "ETag")
+            expect_head(s3, "tls/multipart.bin", len(mp_data), mp_etag)
 
         with c.check("TLS: download_file of the multipart object is identical"):
             expect_download(s3, "tls/multipart.bin", os.path.join(tmp, "tls-down.bin"),

@@ -109,6 +109,15 @@ struct sf_s3 *mock_env_s3_new(const struct sf_s3_options *o)
     return s3;
 }
 
+struct sf_s3 *mock_env_s3_from(void (*init)(struct sf_s3_options *), int unsigned_requests)
+{
+    struct sf_s3_options o;
+    init(&o);
+    if (unsigned_requests)
+        mock_env_s3_unsigned(&o);
+    return mock_env_s3_new(&o);
+}
+
 void mock_env_etag(const void *data, size_t n, char out[35])
 {
     unsigned char d[16];

@@ -41,5 +41,8 @@ void mock_env_s3_fast(struct sf_s3_options *o, const char *endpoint_url, unsigne
 void mock_env_s3_unsigned(struct sf_s3_options *o);
 /* sf_s3_new. */
 struct sf_s3 *mock_env_s3_new(const struct sf_s3_options *o);
+/* mock_env_s3_new of the options init fills (a suite's defaults), made
+ * unsigned (mock_env_s3_unsigned) when unsigned_requests. */
+struct sf_s3 *mock_env_s3_from(void (*init)(struct sf_s3_options *), int unsigned_requests);
 
 #endif
