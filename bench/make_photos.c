@@ -24,6 +24,8 @@
  *
  * TurboJPEG 2 API (Debian 12 ships libjpeg-turbo 2.1.5, without tj3*).
  */
+#include "common/random.h"
+
 #include <turbojpeg.h>
 
 #include <errno.h>
@@ -75,21 +77,6 @@ static double now_s(void)
 }
 
 /* ------------------------------------------------------------------ random numbers */
-
-/* splitmix64: a seeded stream per image, independent of the other images. */
-static uint64_t splitmix64(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-/* Uniform in [0, 1). */
-static double uniform(uint64_t *s)
-{
-    return (double)(splitmix64(s) >> 11) * (1.0 / 9007199254740992.0);
-}
 
 /* The target sf_make_photos does not link libm: small helpers for the
  * non-negative values used here. */
@@ -425,8 +412,8 @@ struct worker {
 static uint64_t image_stream(const struct job *j, unsigned k)
 {
     uint64_t s = j->seed ^ fnv1a(j->photo->cls);
-    s ^= splitmix64(&s) + (uint64_t)k * 0xD1B54A32D192ED03ull;
-    (void)splitmix64(&s);
+    s ^= sf__splitmix64(&s) + (uint64_t)k * 0xD1B54A32D192ED03ull;
+    (void)sf__splitmix64(&s);
     return s;
 }
 
@@ -443,7 +430,7 @@ static void add_grain(unsigned char *px, size_t pixels, double sigma, uint64_t *
     /* Sum of 4 U(0, 65536) has variance 4 * 65536^2 / 12. */
     const double scale = sigma * 1.7320508075688772 / 65536.0;
     for (size_t i = 0; i < pixels; i++, px += 3) {
-        uint64_t r = splitmix64(s);
+        uint64_t r = sf__splitmix64(s);
         double u = (double)(r & 0xFFFF) + (double)((r >> 16) & 0xFFFF) +
                    (double)((r >> 32) & 0xFFFF) + (double)(r >> 48) - 131070.0;
         double n = u * scale;
@@ -462,7 +449,7 @@ static void plan_image(const struct job *j, uint64_t *stream, unsigned *ow, unsi
     const struct photo *p = j->photo;
     uint64_t s = *stream;
 
-    unsigned pick = (unsigned)(uniform(&s) * 100.0), acc = 0, n = 0;
+    unsigned pick = (unsigned)(sf__uniform01(&s) * 100.0), acc = 0, n = 0;
     size_t count = sizeof(sizes) / sizeof(sizes[0]);
     for (n = 0; n + 1 < count; n++) {
         acc += sizes[n].weight;
@@ -478,7 +465,7 @@ static void plan_image(const struct job *j, uint64_t *stream, unsigned *ow, unsi
     /* Its area share: uniform in [lo, 1], where lo keeps the window at least
      * the output's size when the photo allows (so images are shrunk, sharp). */
     double lo = dmax(MIN_AREA_SHARE, ((double)*ow / mw) * ((double)*ow / mw));
-    double share = lo >= 1.0 ? 1.0 : lo + (1.0 - lo) * uniform(&s);
+    double share = lo >= 1.0 ? 1.0 : lo + (1.0 - lo) * sf__uniform01(&s);
     double f = sqrt_unit(share);
     unsigned w = round_u(mw * f), h = round_u(mh * f);
     if (w < 1)
@@ -491,13 +478,13 @@ static void plan_image(const struct job *j, uint64_t *stream, unsigned *ow, unsi
         h = p->height;
     *ww = w;
     *wh = h;
-    *x0 = (unsigned)(uniform(&s) * (p->width - w + 1));
-    *y0 = (unsigned)(uniform(&s) * (p->height - h + 1));
+    *x0 = (unsigned)(sf__uniform01(&s) * (p->width - w + 1));
+    *y0 = (unsigned)(sf__uniform01(&s) * (p->height - h + 1));
     if (*x0 > p->width - w)
         *x0 = p->width - w;
     if (*y0 > p->height - h)
         *y0 = p->height - h;
-    *flip = uniform(&s) < 0.5;
+    *flip = sf__uniform01(&s) < 0.5;
     *stream = s;
 }
 

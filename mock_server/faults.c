@@ -1,5 +1,6 @@
 #include "mock_server/faults.h"
 #include "common/clock.h"
+#include "common/random.h"
 #include "common/strbuf.h"
 
 #include <errno.h>
@@ -58,19 +59,6 @@ static uint64_t fnv1a(const char *s, uint64_t h)
         h *= 0x100000001b3ull;
     }
     return h;
-}
-
-static uint64_t splitmix64(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static double uniform01(uint64_t *state)
-{
-    return (double)(splitmix64(state) >> 11) * (1.0 / 9007199254740992.0);
 }
 
 static uint32_t counter_bump(struct counter_map *m, uint64_t key)
@@ -485,9 +473,9 @@ sf_status mock_faults_plan(struct mock_faults *f, const char *target, const char
         uint64_t hr = fnv1a(range ? range : "", h ^ (0x5bd1e995u * (uint64_t)(op + 1)));
         uint32_t attempt = counter_bump(&f->attempts, hr);
         uint64_t state = f->seed ^ hr ^ ((uint64_t)attempt * 0xD6E8FEB86659FD93ull);
-        double u500 = uniform01(&state), u503 = uniform01(&state);
-        double ureset = uniform01(&state), ureset_at = uniform01(&state);
-        double ustall = uniform01(&state), u206 = uniform01(&state), ucr = uniform01(&state);
+        double u500 = sf__uniform01(&state), u503 = sf__uniform01(&state);
+        double ureset = sf__uniform01(&state), ureset_at = sf__uniform01(&state);
+        double ustall = sf__uniform01(&state), u206 = sf__uniform01(&state), ucr = sf__uniform01(&state);
 
         plan->latency_ms = r->latency_ms;
         if (u500 < r->p500)
