@@ -29,22 +29,19 @@ PyObject *sfpy_batch_new(struct sfpy_slot *slot)
 static void batch_dealloc(PyObject *self)
 {
     batch_object *b = (batch_object *)self;
-    PyTypeObject *tp = Py_TYPE(self);
     if (b->slot)
         sfpy_slot_decref(b->slot);
     Py_XDECREF(b->cache_keys);
     Py_XDECREF(b->cache_fields);
-    freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
-    f(self);
-    Py_DECREF(tp);
+    sfpy_free_object(self);
 }
 
-static PyObject *batch_new_refused(PyTypeObject *t, PyObject *a, PyObject *k)
+PyObject *sfpy_new_refused(PyTypeObject *t, PyObject *a, PyObject *k)
 {
-    (void)t;
     (void)a;
     (void)k;
-    PyErr_SetString(PyExc_TypeError, "shardfeed.Batch objects come from a Loader");
+    PyErr_SetString(PyExc_TypeError, t == batch_type ? "shardfeed.Batch objects come from a Loader"
+                                                     : "shardfeed.Array views come from a Batch");
     return NULL;
 }
 
@@ -362,7 +359,7 @@ static PyGetSetDef batch_getset[] = {
 
 static PyType_Slot batch_slots[] = {
     {Py_tp_dealloc, batch_dealloc},
-    {Py_tp_new, batch_new_refused},
+    {Py_tp_new, sfpy_new_refused},
     {Py_tp_methods, batch_methods},
     {Py_tp_getset, batch_getset},
     {Py_tp_repr, batch_repr},
@@ -379,13 +376,6 @@ int sfpy_batch_init(PyObject *module)
 {
     if (sfpy_array_init(module) < 0)
         return -1;
-    batch_type = (PyTypeObject *)PyType_FromSpec(&batch_spec);
-    if (!batch_type)
-        return -1;
-    Py_INCREF(batch_type);
-    if (PyModule_AddObject(module, "Batch", (PyObject *)batch_type) < 0) {
-        Py_DECREF(batch_type);
-        return -1;
-    }
-    return 0;
+    batch_type = sfpy_add_type(module, &batch_spec, "Batch");
+    return batch_type ? 0 : -1;
 }

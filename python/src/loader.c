@@ -216,11 +216,8 @@ static void loader_close_core(loader_object *self)
 
 static void loader_dealloc(PyObject *pyself)
 {
-    PyTypeObject *tp = Py_TYPE(pyself);
     loader_close_core((loader_object *)pyself);
-    freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
-    f(pyself);
-    Py_DECREF(tp);
+    sfpy_free_object(pyself);
 }
 
 /* next() -> Batch, or None at the end of the epoch. */
@@ -368,23 +365,6 @@ static PyObject *loader_state_restore(PyObject *pyself, PyObject *arg)
     return run_call_none(c, &k);
 }
 
-static int put(PyObject *d, const char *k, PyObject *v)
-{
-    if (!v)
-        return -1;
-    int rc = PyDict_SetItemString(d, k, v);
-    Py_DECREF(v);
-    return rc;
-}
-
-/* d once filled, or NULL (dropping d) when a put failed. */
-static PyObject *filled(PyObject *d, int failed)
-{
-    if (failed)
-        Py_CLEAR(d);
-    return d;
-}
-
 static PyObject *loader_stats(PyObject *pyself, PyObject *unused)
 {
     (void)unused;
@@ -394,20 +374,21 @@ static PyObject *loader_stats(PyObject *pyself, PyObject *unused)
     struct sf_loader_stats s;
     sf_loader_get_stats(c->l, &s);
     PyObject *d = PyDict_New();
-#define U(f) put(d, #f, PyLong_FromUnsignedLongLong((unsigned long long)s.f))
-#define F(f) put(d, #f, PyFloat_FromDouble(s.f))
-    int failed = !d || F(elapsed_s) || U(batches_delivered) || U(samples_delivered) || U(samples_skipped) ||
-        U(pad_samples) || U(dropped_samples) || U(samples_read) || U(samples_decoded) ||
-        U(shards_opened) || U(bytes_fetched) || U(bytes_read) || U(cache_hits) ||
-        U(cache_misses) || U(requests) || U(retries) || F(consumer_wait_s) || F(decode_busy_s) ||
-        F(read_busy_s) || F(gpu_copy_s) || F(images_per_s) || F(decode_per_s) ||
-        F(read_per_s) || F(fetch_mib_per_s) || U(decode_queue) || U(decode_queue_cap) ||
-        U(ready_batches) || U(batch_ring) || U(shards_in_flight) || U(decode_threads) ||
-        put(d, "on_device", PyBool_FromLong(s.on_device)) || U(epoch) ||
-        U(shards_without_end_marker);
+#define U(f) sfpy_set_item(d, #f, PyLong_FromUnsignedLongLong((unsigned long long)s.f))
+#define F(f) sfpy_set_item(d, #f, PyFloat_FromDouble(s.f))
+    int failed = !d || F(elapsed_s) || U(batches_delivered) || U(samples_delivered) ||
+                 U(samples_skipped) || U(pad_samples) || U(dropped_samples) || U(samples_read) ||
+                 U(samples_decoded) || U(shards_opened) || U(bytes_fetched) || U(bytes_read) ||
+                 U(cache_hits) || U(cache_misses) || U(requests) || U(retries) ||
+                 F(consumer_wait_s) || F(decode_busy_s) || F(read_busy_s) || F(gpu_copy_s) ||
+                 F(images_per_s) || F(decode_per_s) || F(read_per_s) || F(fetch_mib_per_s) ||
+                 U(decode_queue) || U(decode_queue_cap) || U(ready_batches) || U(batch_ring) ||
+                 U(shards_in_flight) || U(decode_threads) ||
+                 sfpy_set_item(d, "on_device", PyBool_FromLong(s.on_device)) || U(epoch) ||
+                 U(shards_without_end_marker);
 #undef U
 #undef F
-    return filled(d, failed);
+    return sfpy_dict_filled(d, failed);
 }
 
 static PyObject *loader_report(PyObject *pyself, PyObject *arg)
@@ -423,17 +404,18 @@ static PyObject *loader_report(PyObject *pyself, PyObject *arg)
     if (reset)
         sf_loader_report_reset(c->l);
     PyObject *d = PyDict_New();
-#define U(f) put(d, #f, PyLong_FromUnsignedLongLong((unsigned long long)r.f))
-#define F(f) put(d, #f, PyFloat_FromDouble(r.f))
-    int failed = !d || F(span_s) || U(batches) || U(samples) || F(wait_s) || F(wait_share) || F(first_wait_s) ||
-        F(wait_p50_ms) || F(wait_p99_ms) || F(wait_max_ms) || F(step_per_s) ||
-        F(decode_per_thread_per_s) || F(decode_busy) || F(read_busy) || F(device_busy) ||
-        F(fetch_mib_per_s) || put(d, "bound", PyUnicode_FromString(sf_stage_name(r.bound))) ||
-        put(d, "starving", PyBool_FromLong(r.starving)) ||
-        put(d, "verdict", PyUnicode_FromString(r.verdict));
+#define U(f) sfpy_set_item(d, #f, PyLong_FromUnsignedLongLong((unsigned long long)r.f))
+#define F(f) sfpy_set_item(d, #f, PyFloat_FromDouble(r.f))
+    int failed = !d || F(span_s) || U(batches) || U(samples) || F(wait_s) || F(wait_share) ||
+                 F(first_wait_s) || F(wait_p50_ms) || F(wait_p99_ms) || F(wait_max_ms) ||
+                 F(step_per_s) || F(decode_per_thread_per_s) || F(decode_busy) || F(read_busy) ||
+                 F(device_busy) || F(fetch_mib_per_s) ||
+                 sfpy_set_item(d, "bound", PyUnicode_FromString(sf_stage_name(r.bound))) ||
+                 sfpy_set_item(d, "starving", PyBool_FromLong(r.starving)) ||
+                 sfpy_set_item(d, "verdict", PyUnicode_FromString(r.verdict));
 #undef U
 #undef F
-    return filled(d, failed);
+    return sfpy_dict_filled(d, failed);
 }
 
 static PyObject *loader_close(PyObject *pyself, PyObject *unused)
@@ -535,13 +517,6 @@ static PyType_Spec loader_spec = {
 
 int sfpy_loader_init(PyObject *module)
 {
-    loader_type = (PyTypeObject *)PyType_FromSpec(&loader_spec);
-    if (!loader_type)
-        return -1;
-    Py_INCREF(loader_type);
-    if (PyModule_AddObject(module, "Loader", (PyObject *)loader_type) < 0) {
-        Py_DECREF(loader_type);
-        return -1;
-    }
-    return 0;
+    loader_type = sfpy_add_type(module, &loader_spec, "Loader");
+    return loader_type ? 0 : -1;
 }
