@@ -238,6 +238,26 @@ static void cli_json_finish(int rc, int json)
 
 /* ------------------------------------------------------------ main */
 
+/* The commands that parse their own flags (argv from the command name on). */
+static const struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+} own_parsers[] = {
+    {"warm-cache", cli_cmd_warm_cache}, {"cache", cli_cmd_cache}, {"pack", cli_cmd_pack},
+    {"inspect", cli_cmd_inspect},       {"index", cli_cmd_index}, {"load", cli_cmd_load},
+    {"doctor", cli_cmd_doctor},         {"tune", cli_cmd_tune},
+};
+
+/* The S3 commands: only the options every command takes. */
+static const struct {
+    const char *name;
+    int (*run)(struct cli *c);
+} s3_commands[] = {
+    {"ls", cli_cmd_ls},
+    {"get", cli_cmd_get},
+    {"stat", cli_cmd_stat},
+};
+
 static int cmd_version(void)
 {
     printf("shardfeed %s\n", sf_version());
@@ -312,22 +332,9 @@ static int run(int argc, char **argv)
     if (!strcmp(prog, "warm-cache"))
         return cli_cmd_warm_cache(argc, argv);
     const char *cmd = argv[1];
-    if (!strcmp(cmd, "warm-cache"))
-        return cli_cmd_warm_cache(argc - 1, argv + 1);
-    if (!strcmp(cmd, "cache"))
-        return cli_cmd_cache(argc - 1, argv + 1);
-    if (!strcmp(cmd, "pack"))
-        return cli_cmd_pack(argc - 1, argv + 1);
-    if (!strcmp(cmd, "inspect"))
-        return cli_cmd_inspect(argc - 1, argv + 1);
-    if (!strcmp(cmd, "index"))
-        return cli_cmd_index(argc - 1, argv + 1);
-    if (!strcmp(cmd, "load"))
-        return cli_cmd_load(argc - 1, argv + 1);
-    if (!strcmp(cmd, "doctor"))
-        return cli_cmd_doctor(argc - 1, argv + 1);
-    if (!strcmp(cmd, "tune"))
-        return cli_cmd_tune(argc - 1, argv + 1);
+    for (size_t i = 0; i < sizeof(own_parsers) / sizeof(own_parsers[0]); i++)
+        if (!strcmp(cmd, own_parsers[i].name))
+            return own_parsers[i].run(argc - 1, argv + 1);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0)
         return cmd_version();
     if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
@@ -335,12 +342,9 @@ static int run(int argc, char **argv)
         return 0;
     }
     int (*fn)(struct cli *) = NULL;
-    if (!strcmp(cmd, "ls"))
-        fn = cli_cmd_ls;
-    else if (!strcmp(cmd, "get"))
-        fn = cli_cmd_get;
-    else if (!strcmp(cmd, "stat"))
-        fn = cli_cmd_stat;
+    for (size_t i = 0; i < sizeof(s3_commands) / sizeof(s3_commands[0]); i++)
+        if (!strcmp(cmd, s3_commands[i].name))
+            fn = s3_commands[i].run;
     if (!fn) {
         cli_errorf("unknown command '%s'", cmd);
         cli_usage(stderr);

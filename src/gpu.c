@@ -276,23 +276,19 @@ sf_status sf__gpu_open(const struct sf__gpu_config *c, struct sf_gpu **out, char
             goto fail;
         }
         /* Timing stays on for start and done: the job's device time. */
-        if ((rc = o->event_create(g->ctx, &s->start, 1)) != 0) {
-            s->start = NULL;
-            snprintf(what, sizeof what, "slot %u start", i);
-            st = dev_fail(g, err, err_len, "event create", what, rc);
-            goto fail;
-        }
-        if ((rc = o->event_create(g->ctx, &s->done, 1)) != 0) {
-            s->done = NULL;
-            snprintf(what, sizeof what, "slot %u done", i);
-            st = dev_fail(g, err, err_len, "event create", what, rc);
-            goto fail;
-        }
-        if ((rc = o->event_create(g->ctx, &s->released, 0)) != 0) {
-            s->released = NULL;
-            snprintf(what, sizeof what, "slot %u released", i);
-            st = dev_fail(g, err, err_len, "event create", what, rc);
-            goto fail;
+        const struct {
+            void **ev;
+            int timing;
+            const char *name;
+        } events[] = {
+            {&s->start, 1, "start"}, {&s->done, 1, "done"}, {&s->released, 0, "released"}};
+        for (size_t e = 0; e < sizeof events / sizeof events[0]; e++) {
+            if ((rc = o->event_create(g->ctx, events[e].ev, events[e].timing)) != 0) {
+                *events[e].ev = NULL;
+                snprintf(what, sizeof what, "slot %u %s", i, events[e].name);
+                st = dev_fail(g, err, err_len, "event create", what, rc);
+                goto fail;
+            }
         }
     }
     *out = g;
