@@ -703,9 +703,22 @@ void sf__doctor_close(struct sf__doctor *d)
     free(d);
 }
 
+typedef sf_status (*doctor_step)(struct sf__doctor *d, char *err, size_t len);
+
+/* Runs the n steps in order up to the first failure. */
+static sf_status run_steps(struct sf__doctor *d, const doctor_step *steps, size_t n, char *err,
+                           size_t len)
+{
+    sf_status st = SF_OK;
+    for (size_t i = 0; st == SF_OK && i < n; i++)
+        st = steps[i](d, err, len);
+    return st;
+}
+
 sf_status sf__doctor_open(const struct sf_loader_options *o, struct sf__doctor **out, char *err,
                           size_t err_len)
 {
+    static const doctor_step steps[] = {list_shards, hold_shards, first_parse};
     *out = NULL;
     struct sf__doctor *d = calloc(1, sizeof(*d));
     if (!d)
@@ -714,11 +727,7 @@ sf_status sf__doctor_open(const struct sf_loader_options *o, struct sf__doctor *
     d->stage_s = 2.0;
     sf_status st = sf_s3_new(&o->s3, &d->s3, err, err_len);
     if (st == SF_OK)
-        st = list_shards(d, err, err_len);
-    if (st == SF_OK)
-        st = hold_shards(d, err, err_len);
-    if (st == SF_OK)
-        st = first_parse(d, err, err_len);
+        st = run_steps(d, steps, sizeof(steps) / sizeof(steps[0]), err, err_len);
     if (st != SF_OK) {
         sf__doctor_close(d);
         return st;
@@ -792,15 +801,9 @@ sf_status sf_doctor_measure(const struct sf_loader_options *o, double stage_s,
         return st;
     d->r = out;
     d->stage_s = stage_s > 0 ? stage_s : 2.0;
-    st = stage_read(d, err, err_len);
-    if (st == SF_OK)
-        st = stage_decode(d, err, err_len);
-    if (st == SF_OK)
-        st = stage_assembly(d, err, err_len);
-    if (st == SF_OK)
-        st = stage_device(d, err, err_len);
-    if (st == SF_OK)
-        st = stage_fetch(d, err, err_len);
+    static const doctor_step stages[] = {stage_read, stage_decode, stage_assembly, stage_device,
+                                         stage_fetch};
+    st = run_steps(d, stages, sizeof(stages) / sizeof(stages[0]), err, err_len);
     sf__doctor_close(d);
     return st;
 }

@@ -522,6 +522,18 @@ sf_status sf__loader_make_samplers(struct sf_loader *l, int estimated, uint64_t 
     return st;
 }
 
+/* One log sink: the loader's, for a part (client, cache) without its own
+ * (retry and throttle messages come from the client). */
+static void inherit_log(const struct sf_loader_options *o, sf_log_fn *log, void **user,
+                        enum sf_log_level *level)
+{
+    if (*log)
+        return;
+    *log = o->log;
+    *user = o->log_user;
+    *level = o->log_level;
+}
+
 sf_status sf_loader_open(const struct sf_loader_options *opts, struct sf_loader **out, char *err,
                          size_t err_len)
 {
@@ -596,14 +608,8 @@ sf_status sf_loader_open(const struct sf_loader_options *opts, struct sf_loader 
     }
     l->on_device = want_gpu;
 
-    /* One log sink: the loader's, unless the client or the cache has its own
-     * (retry and throttle messages come from the client). */
     struct sf_s3_options s3o = opts->s3;
-    if (!s3o.log) {
-        s3o.log = opts->log;
-        s3o.log_user = opts->log_user;
-        s3o.log_level = opts->log_level;
-    }
+    inherit_log(opts, &s3o.log, &s3o.log_user, &s3o.log_level);
     st = sf_s3_new(&s3o, &l->s3, err, err_len);
     if (st != SF_OK)
         goto fail_out;
@@ -619,11 +625,7 @@ sf_status sf_loader_open(const struct sf_loader_options *opts, struct sf_loader 
         all_local &= sf__loader_is_local(l->objs[i]->url);
     if (!opts->ram_only && !all_local) {
         struct sf_cache_options co = opts->cache;
-        if (!co.log) {
-            co.log = opts->log;
-            co.log_user = opts->log_user;
-            co.log_level = opts->log_level;
-        }
+        inherit_log(opts, &co.log, &co.log_user, &co.log_level);
         st = sf_cache_new(&co, &l->cache, err, err_len);
         if (st != SF_OK)
             goto fail_out;
