@@ -143,17 +143,15 @@ void sf__gpu_close(struct sf_gpu *g)
         if (g->stream != NULL)
             (void)o->stream_sync(g->ctx, g->stream);
         for (unsigned i = 0; g->slot != NULL && i < g->slots; i++) {
-            struct sf_gpu_slot *s = &g->slot[i];
-            if (s->start != NULL)
-                (void)o->event_destroy(g->ctx, s->start);
-            if (s->done != NULL)
-                (void)o->event_destroy(g->ctx, s->done);
-            if (s->released != NULL)
-                (void)o->event_destroy(g->ctx, s->released);
-            if (s->u8 != NULL)
-                (void)o->dev_free(g->ctx, s->u8);
-            if (s->f32 != NULL)
-                (void)o->dev_free(g->ctx, s->f32);
+            const struct sf_gpu_slot *s = &g->slot[i];
+            void *const events[] = {s->start, s->done, s->released};
+            void *const buffers[] = {s->u8, s->f32};
+            for (size_t e = 0; e < sizeof events / sizeof events[0]; e++)
+                if (events[e] != NULL)
+                    (void)o->event_destroy(g->ctx, events[e]);
+            for (size_t b = 0; b < sizeof buffers / sizeof buffers[0]; b++)
+                if (buffers[b] != NULL)
+                    (void)o->dev_free(g->ctx, buffers[b]);
         }
         if (g->stream != NULL)
             (void)o->stream_destroy(g->ctx, g->stream);
