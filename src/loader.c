@@ -58,6 +58,15 @@ void sf__loader_log(struct sf_loader *l, enum sf_log_level lv, const char *fmt, 
     l->o.log(l->o.log_user, lv, buf);
 }
 
+/* Wakes every thread that waits on the loader. Under mu. */
+static void wake_all(struct sf_loader *l)
+{
+    pthread_cond_broadcast(&l->cv_consumer);
+    pthread_cond_broadcast(&l->cv_reader);
+    pthread_cond_broadcast(&l->cv_work);
+    pthread_cond_broadcast(&l->cv_gpu);
+}
+
 /* Records the first error (sticky) and wakes everyone. Takes mu. */
 void sf__loader_fail(struct sf_loader *l, sf_status st, const char *fmt, ...)
 {
@@ -72,10 +81,7 @@ void sf__loader_fail(struct sf_loader *l, sf_status st, const char *fmt, ...)
         l->error = st;
         snprintf(l->errmsg, sizeof(l->errmsg), "%s", msg);
     }
-    pthread_cond_broadcast(&l->cv_consumer);
-    pthread_cond_broadcast(&l->cv_reader);
-    pthread_cond_broadcast(&l->cv_work);
-    pthread_cond_broadcast(&l->cv_gpu);
+    wake_all(l);
     pthread_mutex_unlock(&l->mu);
     if (first)
         sf__loader_log(l, SF_LOG_ERROR, "%s", msg);
@@ -142,10 +148,7 @@ void sf_loader_close(struct sf_loader *l)
         return;
     pthread_mutex_lock(&l->mu);
     l->stop = 1;
-    pthread_cond_broadcast(&l->cv_reader);
-    pthread_cond_broadcast(&l->cv_work);
-    pthread_cond_broadcast(&l->cv_gpu);
-    pthread_cond_broadcast(&l->cv_consumer);
+    wake_all(l);
     pthread_mutex_unlock(&l->mu);
     for (unsigned i = 0; i < l->n_workers; i++)
         pthread_join(l->workers[i], NULL);
