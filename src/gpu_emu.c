@@ -256,6 +256,18 @@ static int enqueue(struct sf__emu *e, void *h, struct emu_op *op, struct emu_eve
     return 0;
 }
 
+/* Queues op on stream h, unless the call's own checks failed (rc): then
+ * frees op and returns rc. */
+static int enqueue_unless(struct sf__emu *e, int rc, void *h, struct emu_op *op,
+                          struct emu_event *record)
+{
+    if (rc) {
+        free(op);
+        return rc;
+    }
+    return enqueue(e, h, op, record);
+}
+
 static struct emu_op *new_op(enum op_kind k, int fail, unsigned long number)
 {
     struct emu_op *op = calloc(1, sizeof *op);
@@ -449,11 +461,7 @@ static int e_event_record(void *ctx, void *h, void *stream)
     pthread_mutex_lock(&e->mu);
     op->ev = event_or_fail(e, h, "event record", &rc);
     pthread_mutex_unlock(&e->mu);
-    if (rc) {
-        free(op);
-        return rc;
-    }
-    return enqueue(e, stream, op, op->ev);
+    return enqueue_unless(e, rc, stream, op, op->ev);
 }
 
 /* Under e->mu. */
@@ -535,15 +543,11 @@ static int e_stream_wait_event(void *ctx, void *stream, void *h)
         op->wseq = v->seq;
     }
     pthread_mutex_unlock(&e->mu);
-    if (rc) {
-        free(op);
-        return rc;
-    }
-    if (op->kind == OP_FN) {
+    if (!rc && op->kind == OP_FN) {
         free(op);
         return 0;
     }
-    return enqueue(e, stream, op, NULL);
+    return enqueue_unless(e, rc, stream, op, NULL);
 }
 
 static int queue_copy(struct sf__emu *e, void *dst, const void *src, size_t bytes, void *stream,
@@ -571,15 +575,11 @@ static int queue_copy(struct sf__emu *e, void *dst, const void *src, size_t byte
             sf__emu_fail_locked(e, EMU_INVALID_VALUE, "copy of %zu bytes: %s %p is not host memory",
                                 bytes, to_device ? "source" : "destination", to_device ? src : dst);
     pthread_mutex_unlock(&e->mu);
-    if (rc) {
-        free(op);
-        return rc;
-    }
     op->dst = dst;
     op->src = src;
     op->bytes = bytes;
     op->to_device = to_device;
-    return enqueue(e, stream, op, NULL);
+    return enqueue_unless(e, rc, stream, op, NULL);
 }
 
 static int e_copy_h2d(void *ctx, void *dst, const void *src, size_t bytes, void *stream)
@@ -604,11 +604,9 @@ static int e_launch_normalize(void *ctx, const struct sf__norm_launch *l, void *
         rc =
             sf__emu_fail_locked(e, EMU_INVALID_VALUE, "normalize launch: grid %ux%u", l->gx, l->gy);
         pthread_mutex_unlock(&e->mu);
-        free(op);
-        return rc;
     }
     op->launch = *l;
-    return enqueue(e, stream, op, NULL);
+    return enqueue_unless(e, rc, stream, op, NULL);
 }
 
 static void e_error_text(void *ctx, int rc, char *buf, size_t len)
