@@ -23,7 +23,9 @@
 #include "src/decode.h"
 #include "src/doctor.h"
 #include "src/gpu.h"
+#include "src/loader.h"
 #include "src/pack_reencode.h"
+#include "src/shard_reader.h"
 #include "common/clock.h"
 #include "common/cpu.h"
 #include "common/strbuf.h"
@@ -69,12 +71,6 @@ struct sf__doctor {
     unsigned long long held_bytes;
 };
 
-static int is_shard(const char *key)
-{
-    size_t n = strlen(key);
-    return n > 4 && (!strcmp(key + n - 4, ".tar") || !strcmp(key + n - 4, ".sfr"));
-}
-
 static int is_image_field(const struct sf_loader_options *o, const char *name)
 {
     const char *list = o->image_fields ? o->image_fields : "jpg;jpeg";
@@ -91,29 +87,17 @@ static int is_image_field(const struct sf_loader_options *o, const char *name)
 
 static sf_status list_shards(struct sf__doctor *d, char *err, size_t len)
 {
-    const struct sf_loader_options *o = d->o;
-    d->lists = calloc(o->source_count ? o->source_count : 1, sizeof(*d->lists));
-    if (!d->lists)
-        return SF_ERR_NO_MEMORY;
     size_t total = 0;
-    for (size_t i = 0; i < o->source_count; i++) {
-        sf_status st = sf_s3_expand(d->s3, o->sources[i], 0, &d->lists[i]);
-        if (st != SF_OK) {
-            char m[512];
-            sf_s3_errmsg(d->s3, m, sizeof(m));
-            return sf__fail(err, len, st, "source '%s': %s", o->sources[i],
-                        m[0] ? m : sf_status_str(st));
-        }
-        d->n_lists++;
-        total += sf_object_list_count(d->lists[i]);
-    }
+    sf_status st = sf__loader_expand_each(d->s3, d->o, 0, &d->lists, &d->n_lists, &total, err, len);
+    if (st != SF_OK)
+        return st;
     d->shards = calloc(total ? total : 1, sizeof(*d->shards));
     if (!d->shards)
         return SF_ERR_NO_MEMORY;
     for (size_t i = 0; i < d->n_lists; i++)
         for (size_t k = 0; k < sf_object_list_count(d->lists[i]); k++) {
             const struct sf_object_info *obj = sf_object_list_get(d->lists[i], k);
-            if (is_shard(obj->key))
+            if (sf__shard_file_name(obj->key))
                 d->shards[d->n_shards++] = obj;
             if (!strncmp(obj->url, "s3://", 5) || !strncmp(obj->url, "http", 4))
                 d->remote = 1;
@@ -696,9 +680,7 @@ void sf__doctor_close(struct sf__doctor *d)
     free(d->held_len);
     free(d->held_name);
     free(d->shards);
-    for (size_t i = 0; i < d->n_lists; i++)
-        sf_object_list_destroy(d->lists[i]);
-    free(d->lists);
+    sf__loader_lists_free(d->lists, d->n_lists);
     sf_s3_destroy(d->s3);
     free(d);
 }

@@ -196,6 +196,11 @@ static int ends_with(const char *s, const char *suffix)
     return n >= m && strcmp(s + n - m, suffix) == 0;
 }
 
+int sf__shard_file_name(const char *name)
+{
+    return strlen(name) > 4 && (ends_with(name, ".tar") || ends_with(name, ".sfr"));
+}
+
 enum sf_shard_format sf__shard_detect(const unsigned char *p, uint64_t n, uint64_t total,
                                       const char *name)
 {

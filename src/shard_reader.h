@@ -86,6 +86,11 @@ void sf__sample_builder_emit(struct sf__sample_builder *b, const unsigned char *
  * call reads within [keep_from, sf_shard_reader_wanted()). */
 uint64_t sf__shard_reader_keep_from(const struct sf_shard_reader *r);
 
+/* 1 when name (an object key or a path) names a shard file: longer than
+ * ".tar" and ending in .tar or .sfr. A listing keeps these and leaves out
+ * what lies beside them (index.json). */
+int sf__shard_file_name(const char *name);
+
 /* Decides the format from the first bytes (n of them, total the shard size or
  * SF_SIZE_UNKNOWN) and the name. Returns SF_SHARD_FORMAT_AUTO while more
  * bytes are needed. */
