@@ -144,22 +144,26 @@ void cli_log_stderr(void *user, enum sf_log_level level, const char *message)
             message);
 }
 
+/* A failure as every command prints it: msg (st's text when empty), then
+ * st's name. */
+static void error_status(const char *msg, sf_status st)
+{
+    cli_errorf("%s (%s)", msg[0] ? msg : sf_status_str(st), sf_status_name(st));
+}
+
 int cli_open_client(struct cli *c, struct sf_s3 **s3)
 {
     char err[512] = "";
     sf_status st = sf_s3_new(&c->s3o, s3, err, sizeof(err));
-    if (st != SF_OK) {
-        cli_errorf("%s (%s)", err[0] ? err : sf_status_str(st), sf_status_name(st));
-        return 1;
-    }
-    return 0;
+    if (st != SF_OK)
+        error_status(err, st);
+    return st != SF_OK;
 }
 
 void cli_report(struct sf_s3 *s3, sf_status st)
 {
     char msg[1024];
-    sf_s3_errmsg(s3, msg, sizeof(msg));
-    cli_errorf("%s (%s)", msg[0] ? msg : sf_status_str(st), sf_status_name(st));
+    error_status(sf_s3_errmsg(s3, msg, sizeof(msg)), st);
 }
 
 static void print_now(const cJSON *j)
@@ -238,6 +242,26 @@ static void cli_json_finish(int rc, int json)
 
 /* ------------------------------------------------------------ main */
 
+/* The commands that parse their own flags (argv from the command name on). */
+static const struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+} own_parsers[] = {
+    {"warm-cache", cli_cmd_warm_cache}, {"cache", cli_cmd_cache}, {"pack", cli_cmd_pack},
+    {"inspect", cli_cmd_inspect},       {"index", cli_cmd_index}, {"load", cli_cmd_load},
+    {"doctor", cli_cmd_doctor},         {"tune", cli_cmd_tune},
+};
+
+/* The S3 commands: only the options every command takes. */
+static const struct {
+    const char *name;
+    int (*run)(struct cli *c);
+} s3_commands[] = {
+    {"ls", cli_cmd_ls},
+    {"get", cli_cmd_get},
+    {"stat", cli_cmd_stat},
+};
+
 static int cmd_version(void)
 {
     printf("shardfeed %s\n", sf_version());
@@ -312,22 +336,9 @@ static int run(int argc, char **argv)
     if (!strcmp(prog, "warm-cache"))
         return cli_cmd_warm_cache(argc, argv);
     const char *cmd = argv[1];
-    if (!strcmp(cmd, "warm-cache"))
-        return cli_cmd_warm_cache(argc - 1, argv + 1);
-    if (!strcmp(cmd, "cache"))
-        return cli_cmd_cache(argc - 1, argv + 1);
-    if (!strcmp(cmd, "pack"))
-        return cli_cmd_pack(argc - 1, argv + 1);
-    if (!strcmp(cmd, "inspect"))
-        return cli_cmd_inspect(argc - 1, argv + 1);
-    if (!strcmp(cmd, "index"))
-        return cli_cmd_index(argc - 1, argv + 1);
-    if (!strcmp(cmd, "load"))
-        return cli_cmd_load(argc - 1, argv + 1);
-    if (!strcmp(cmd, "doctor"))
-        return cli_cmd_doctor(argc - 1, argv + 1);
-    if (!strcmp(cmd, "tune"))
-        return cli_cmd_tune(argc - 1, argv + 1);
+    for (size_t i = 0; i < sizeof(own_parsers) / sizeof(own_parsers[0]); i++)
+        if (!strcmp(cmd, own_parsers[i].name))
+            return own_parsers[i].run(argc - 1, argv + 1);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0)
         return cmd_version();
     if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
@@ -335,12 +346,9 @@ static int run(int argc, char **argv)
         return 0;
     }
     int (*fn)(struct cli *) = NULL;
-    if (!strcmp(cmd, "ls"))
-        fn = cli_cmd_ls;
-    else if (!strcmp(cmd, "get"))
-        fn = cli_cmd_get;
-    else if (!strcmp(cmd, "stat"))
-        fn = cli_cmd_stat;
+    for (size_t i = 0; i < sizeof(s3_commands) / sizeof(s3_commands[0]); i++)
+        if (!strcmp(cmd, s3_commands[i].name))
+            fn = s3_commands[i].run;
     if (!fn) {
         cli_errorf("unknown command '%s'", cmd);
         cli_usage(stderr);

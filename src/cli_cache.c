@@ -107,47 +107,50 @@ static void warm_object(void *user, const struct sf_object_info *obj, enum sf_wa
     }
 }
 
-int cli_cmd_warm_cache(int argc, char **argv)
+/* A copy of in that the caller clears (sf_object_info_clear); -1 when out
+ * of memory. */
+static int copy_object(struct sf_object_info *dst, const struct sf_object_info *in)
 {
-    struct cli c;
-    struct cache_flags f;
-    int rc = parse(argc, argv, "warm-cache", &c, &f);
-    if (rc)
-        return rc;
-    if (c.n_args < 1) {
-        cli_errorf("warm-cache: expected one or more URLs (s3://bucket/prefix/, brace patterns)");
-        return EXIT_USAGE;
-    }
-    struct sf_s3 *s3;
-    if (cli_open_client(&c, &s3))
-        return 1;
-    struct sf_cache *cache;
-    if (open_cache(&f, &cache)) {
-        sf_s3_destroy(s3);
-        return 1;
-    }
+    *dst = *in;
+    dst->url = strdup(in->url);
+    dst->key = strdup(in->key ? in->key : "");
+    if (dst->url && dst->key)
+        return 0;
+    sf_object_info_clear(dst);
+    return -1;
+}
 
-    /* Expand every URL into one list of objects. */
-    struct sf_object_info *objs = NULL;
-    size_t n = 0, cap = 0;
-    rc = 0;
-    for (int a = 0; a < c.n_args && !rc; a++) {
+static void free_objects(struct sf_object_info *objs, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        sf_object_info_clear(&objs[i]);
+    free(objs);
+}
+
+/* Expands every URL into one list of objects (prefixes left out), which the
+ * caller frees (free_objects) whatever the result. Returns 0, or 1 after
+ * printing why. */
+static int expand_all(struct sf_s3 *s3, const struct cli *c, struct sf_object_info **objs,
+                      size_t *n)
+{
+    size_t cap = 0;
+    int rc = 0;
+    for (int a = 0; a < c->n_args && !rc; a++) {
         struct sf_object_list *l = NULL;
-        sf_status st = sf_s3_expand(s3, c.args[a], 0, &l);
+        sf_status st = sf_s3_expand(s3, c->args[a], 0, &l);
         if (st != SF_OK) {
             cli_report(s3, st);
-            rc = 1;
-            break;
+            return 1;
         }
         size_t k = sf_object_list_count(l);
-        if (n + k > cap) {
-            size_t nc = (n + k) * 2;
-            struct sf_object_info *v = realloc(objs, nc * sizeof(*v));
+        if (*n + k > cap) {
+            size_t nc = (*n + k) * 2;
+            struct sf_object_info *v = realloc(*objs, nc * sizeof(*v));
             if (!v) {
                 cli_errorf("warm-cache: out of memory");
                 rc = 1;
             } else {
-                objs = v;
+                *objs = v;
                 cap = nc;
             }
         }
@@ -155,43 +158,38 @@ int cli_cmd_warm_cache(int argc, char **argv)
             const struct sf_object_info *in = sf_object_list_get(l, i);
             if (in->is_prefix)
                 continue;
-            objs[n] = *in;
-            objs[n].url = strdup(in->url);
-            objs[n].key = strdup(in->key ? in->key : "");
-            if (!objs[n].url || !objs[n].key) {
+            if (copy_object(&(*objs)[*n], in)) {
                 cli_errorf("warm-cache: out of memory");
-                sf_object_info_clear(&objs[n]);
                 rc = 1;
                 break;
             }
-            n++;
+            (*n)++;
         }
         sf_object_list_destroy(l);
     }
-    if (!rc && n == 0) {
-        cli_errorf("warm-cache: no objects match %s", c.args[0]);
+    if (!rc && *n == 0) {
+        cli_errorf("warm-cache: no objects match %s", c->args[0]);
         rc = 1;
     }
-    if (rc) {
-        for (size_t i = 0; i < n; i++)
-            sf_object_info_clear(&objs[i]);
-        free(objs);
-        sf_cache_destroy(cache);
-        sf_s3_destroy(s3);
-        return rc;
-    }
+    return rc;
+}
 
+/* Warms cache with the n objects and reports it; returns the exit status. */
+static int warm(const struct cli *c, const struct cache_flags *f, struct sf_cache *cache,
+                struct sf_s3 *s3, const struct sf_object_info *objs, size_t n)
+{
+    int rc;
     struct warm_ui ui = {0};
-    ui.json = c.json;
+    ui.json = c->json;
     ui.failed = cJSON_CreateArray();
     ui.planned = cJSON_CreateArray();
-    ui.bar = f.dry_run ? NULL : cli_progress_new(stderr, f.progress, "warm-cache", "shards", 5.0);
+    ui.bar = f->dry_run ? NULL : cli_progress_new(stderr, f->progress, "warm-cache", "shards", 5.0);
     struct sf_warm_options wo;
     sf_warm_options_init_default(&wo);
-    if (f.max_objects)
-        wo.max_objects = f.max_objects;
-    wo.verify = f.verify;
-    wo.dry_run = f.dry_run;
+    if (f->max_objects)
+        wo.max_objects = f->max_objects;
+    wo.verify = f->verify;
+    wo.dry_run = f->dry_run;
     wo.progress = warm_progress;
     wo.on_object = warm_object;
     wo.user = &ui;
@@ -205,7 +203,7 @@ int cli_cmd_warm_cache(int argc, char **argv)
         rc = 1;
     } else {
         double rate = s.elapsed_s > 0 ? (double)s.bytes_fetched / s.elapsed_s : 0;
-        if (c.json) {
+        if (c->json) {
             cJSON *j = cJSON_CreateObject();
             cJSON_AddStringToObject(j, "cache_dir", sf_cache_dir(cache));
             cJSON_AddNumberToObject(j, "objects", (double)s.objects_total);
@@ -218,8 +216,8 @@ int cli_cmd_warm_cache(int argc, char **argv)
             cJSON_AddNumberToObject(j, "bytes_fetched", (double)s.bytes_fetched);
             cJSON_AddNumberToObject(j, "seconds", s.elapsed_s);
             cJSON_AddNumberToObject(j, "bytes_per_second", rate);
-            cJSON_AddBoolToObject(j, "dry_run", f.dry_run);
-            if (f.dry_run) {
+            cJSON_AddBoolToObject(j, "dry_run", f->dry_run);
+            if (f->dry_run) {
                 cJSON_AddItemToObject(j, "would_fetch", ui.planned);
                 ui.planned = NULL;
             }
@@ -229,7 +227,7 @@ int cli_cmd_warm_cache(int argc, char **argv)
             cJSON_Delete(j);
         } else {
             char b1[32], b2[32], r[32];
-            if (f.dry_run) {
+            if (f->dry_run) {
                 cli_format_bytes((double)s.bytes_to_fetch, b1, sizeof(b1));
                 printf("dry run: %llu of %llu shards would be fetched (%s), %llu are cached\n",
                        s.objects_total - s.cached - s.failed, s.objects_total, b1, s.cached);
@@ -261,9 +259,34 @@ int cli_cmd_warm_cache(int argc, char **argv)
     }
     cJSON_Delete(ui.failed);
     cJSON_Delete(ui.planned);
-    for (size_t i = 0; i < n; i++)
-        sf_object_info_clear(&objs[i]);
-    free(objs);
+    return rc;
+}
+
+int cli_cmd_warm_cache(int argc, char **argv)
+{
+    struct cli c;
+    struct cache_flags f;
+    int rc = parse(argc, argv, "warm-cache", &c, &f);
+    if (rc)
+        return rc;
+    if (c.n_args < 1) {
+        cli_errorf("warm-cache: expected one or more URLs (s3://bucket/prefix/, brace patterns)");
+        return EXIT_USAGE;
+    }
+    struct sf_s3 *s3;
+    if (cli_open_client(&c, &s3))
+        return 1;
+    struct sf_cache *cache;
+    if (open_cache(&f, &cache)) {
+        sf_s3_destroy(s3);
+        return 1;
+    }
+    struct sf_object_info *objs = NULL;
+    size_t n = 0;
+    rc = expand_all(s3, &c, &objs, &n);
+    if (!rc)
+        rc = warm(&c, &f, cache, s3, objs, n);
+    free_objects(objs, n);
     sf_cache_destroy(cache);
     sf_s3_destroy(s3);
     return rc;

@@ -273,16 +273,32 @@ static void print_json_error(const char *msg, sf_status st)
     cJSON_Delete(j);
 }
 
+/* A failure once the options were checked (exit 1, not bad usage): the
+ * message on stderr and, with --json, the object that carries it. */
+static int command_failed(const char *cmd, const char *err, sf_status st, int json)
+{
+    cli_errorf("%s: %s (%s)", cmd, err[0] ? err : sf_status_str(st), sf_status_name(st));
+    if (json)
+        print_json_error(err, st);
+    return 1;
+}
+
+/* doctor: 0 load, 1 doctor, 2 tune. */
+static void usage_of(int doctor)
+{
+    if (doctor == 2)
+        tune_usage();
+    else if (doctor)
+        doctor_usage();
+    else
+        load_usage();
+}
+
 static int load_or_doctor(int argc, char **argv, int doctor)
 {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            if (doctor == 2)
-                tune_usage();
-            else if (doctor)
-                doctor_usage();
-            else
-                load_usage();
+            usage_of(doctor);
             return 0;
         }
     struct load_ctx lc = {.set = cJSON_CreateObject(), .epochs = 1, .doctor = doctor, .seconds = 2};
@@ -304,12 +320,7 @@ static int load_or_doctor(int argc, char **argv, int doctor)
     }
     if (c.n_args < 1) {
         cli_errorf("%s: expected at least one shard URL, pattern or prefix", name);
-        if (doctor == 2)
-            tune_usage();
-        else if (doctor)
-            doctor_usage();
-        else
-            load_usage();
+        usage_of(doctor);
         cJSON_Delete(lc.set);
         return EXIT_USAGE;
     }
@@ -394,12 +405,8 @@ static int load_or_doctor(int argc, char **argv, int doctor)
     sf_loader_options_free_json(keep_flags);
     sf_loader_options_free_json(keep_tuned[0]);
     sf_loader_options_free_json(keep_tuned[1]);
-    if (st != SF_OK) {
-        cli_errorf("load: %s (%s)", err[0] ? err : sf_status_str(st), sf_status_name(st));
-        if (c.json)
-            print_json_error(err[0] ? err : sf_status_str(st), st);
-        return 1;
-    }
+    if (st != SF_OK)
+        return command_failed("load", err, st, c.json);
     uint64_t digest = 0xcbf29ce484222325ULL;
     unsigned long long batches = 0, images = 0, pads = 0;
     double first_batch_s = -1;
@@ -601,18 +608,8 @@ static int run_doctor(struct sf_loader_options *o, const struct load_ctx *lc, in
     int in_cache = 0;
     if (st == SF_OK)
         st = doctor_pipeline(o, lc, 2 * lc->seconds, &pipe, &rep, &in_cache, err, sizeof(err));
-    if (st != SF_OK) {
-        cli_errorf("doctor: %s (%s)", err[0] ? err : sf_status_str(st), sf_status_name(st));
-        if (json) {
-            cJSON *j = cJSON_CreateObject();
-            cJSON_AddBoolToObject(j, "ok", 0);
-            cJSON_AddStringToObject(j, "error", err[0] ? err : sf_status_str(st));
-            cJSON_AddStringToObject(j, "status", sf_status_name(st));
-            cli_print_json(j);
-            cJSON_Delete(j);
-        }
-        return 1; /* the options were checked: a failure, not bad usage */
-    }
+    if (st != SF_OK)
+        return command_failed("doctor", err, st, json);
     const unsigned bs = o->batch_size ? o->batch_size : 256;
     const double step = lc->step_ms > 0 ? 1000.0 * bs / lc->step_ms : 0;
     sf_doctor_conclude(&r, step, pipe, &rep, in_cache);
@@ -683,18 +680,8 @@ static int run_tune(struct sf_loader_options *o, const struct load_ctx *lc, int 
     struct sf_tune_result r;
     char err[2048] = "";
     sf_status st = sf_tune(o, lc->budget_s, &r, err, sizeof(err));
-    if (st != SF_OK) {
-        cli_errorf("tune: %s (%s)", err[0] ? err : sf_status_str(st), sf_status_name(st));
-        if (json) {
-            cJSON *j = cJSON_CreateObject();
-            cJSON_AddBoolToObject(j, "ok", 0);
-            cJSON_AddStringToObject(j, "error", err[0] ? err : sf_status_str(st));
-            cJSON_AddStringToObject(j, "status", sf_status_name(st));
-            cli_print_json(j);
-            cJSON_Delete(j);
-        }
-        return 1; /* the options were checked: a failure, not bad usage */
-    }
+    if (st != SF_OK)
+        return command_failed("tune", err, st, json);
     if (output) {
         FILE *f = fopen(output, "w");
         if (!f || fprintf(f, "%s\n", r.config_json) < 0 || fclose(f) != 0) {

@@ -129,21 +129,29 @@ static void print_stat(const struct sf_object_info *in)
     printf("last-modified: %s\n", t);
 }
 
+/* The start of a command that takes one or more URLs: the client. Returns
+ * 0, or the exit status after printing why not. */
+static int open_for_urls(struct cli *c, const char *cmd, struct sf_s3 **s3)
+{
+    if (c->n_args < 1) {
+        cli_errorf("%s: expected at least one URL", cmd);
+        return EXIT_USAGE;
+    }
+    return cli_open_client(c, s3);
+}
+
 /* Every URL in turn (a pattern: each object it names); what could not be
  * read is reported and makes the exit status 1, the rest is printed. */
 int cli_cmd_stat(struct cli *c)
 {
-    if (c->n_args < 1) {
-        cli_errorf("stat: expected at least one URL");
-        return EXIT_USAGE;
-    }
     struct sf_s3 *s3;
-    if (cli_open_client(c, &s3))
-        return 1;
+    int rc = open_for_urls(c, "stat", &s3);
+    if (rc)
+        return rc;
     /* --json: one object for one plain URL (as it always was), else an array */
     int single = c->n_args == 1 && !is_pattern(c->args[0]);
     cJSON *arr = c->json && !single ? cJSON_CreateArray() : NULL;
-    int rc = 0, printed = 0;
+    int printed = 0;
     for (int a = 0; a < c->n_args; a++) {
         const char *url = c->args[a];
         struct sf_object_list *l = NULL;
@@ -358,15 +366,11 @@ static int get_to_pipe(struct sf_s3 *s3, struct cli *c, const struct sf_object_i
 
 int cli_cmd_get(struct cli *c)
 {
-    if (c->n_args < 1) {
-        cli_errorf("get: expected at least one URL");
-        return EXIT_USAGE;
-    }
     struct sf_s3 *s3;
-    if (cli_open_client(c, &s3))
-        return 1;
+    int rc = open_for_urls(c, "get", &s3);
+    if (rc)
+        return rc;
     double t0 = sf__now_s();
-    int rc = 0;
     size_t n_lists = (size_t)c->n_args;
     struct sf_object_list **lists = calloc(n_lists, sizeof(*lists));
     size_t total_objects = 0;

@@ -23,7 +23,9 @@
 #include "src/decode.h"
 #include "src/doctor.h"
 #include "src/gpu.h"
+#include "src/loader.h"
 #include "src/pack_reencode.h"
+#include "src/shard_reader.h"
 #include "common/clock.h"
 #include "common/cpu.h"
 #include "common/strbuf.h"
@@ -69,12 +71,6 @@ struct sf__doctor {
     unsigned long long held_bytes;
 };
 
-static int is_shard(const char *key)
-{
-    size_t n = strlen(key);
-    return n > 4 && (!strcmp(key + n - 4, ".tar") || !strcmp(key + n - 4, ".sfr"));
-}
-
 static int is_image_field(const struct sf_loader_options *o, const char *name)
 {
     const char *list = o->image_fields ? o->image_fields : "jpg;jpeg";
@@ -91,29 +87,17 @@ static int is_image_field(const struct sf_loader_options *o, const char *name)
 
 static sf_status list_shards(struct sf__doctor *d, char *err, size_t len)
 {
-    const struct sf_loader_options *o = d->o;
-    d->lists = calloc(o->source_count ? o->source_count : 1, sizeof(*d->lists));
-    if (!d->lists)
-        return SF_ERR_NO_MEMORY;
     size_t total = 0;
-    for (size_t i = 0; i < o->source_count; i++) {
-        sf_status st = sf_s3_expand(d->s3, o->sources[i], 0, &d->lists[i]);
-        if (st != SF_OK) {
-            char m[512];
-            sf_s3_errmsg(d->s3, m, sizeof(m));
-            return sf__fail(err, len, st, "source '%s': %s", o->sources[i],
-                        m[0] ? m : sf_status_str(st));
-        }
-        d->n_lists++;
-        total += sf_object_list_count(d->lists[i]);
-    }
+    sf_status st = sf__loader_expand_each(d->s3, d->o, 0, &d->lists, &d->n_lists, &total, err, len);
+    if (st != SF_OK)
+        return st;
     d->shards = calloc(total ? total : 1, sizeof(*d->shards));
     if (!d->shards)
         return SF_ERR_NO_MEMORY;
     for (size_t i = 0; i < d->n_lists; i++)
         for (size_t k = 0; k < sf_object_list_count(d->lists[i]); k++) {
             const struct sf_object_info *obj = sf_object_list_get(d->lists[i], k);
-            if (is_shard(obj->key))
+            if (sf__shard_file_name(obj->key))
                 d->shards[d->n_shards++] = obj;
             if (!strncmp(obj->url, "s3://", 5) || !strncmp(obj->url, "http", 4))
                 d->remote = 1;
@@ -696,16 +680,27 @@ void sf__doctor_close(struct sf__doctor *d)
     free(d->held_len);
     free(d->held_name);
     free(d->shards);
-    for (size_t i = 0; i < d->n_lists; i++)
-        sf_object_list_destroy(d->lists[i]);
-    free(d->lists);
+    sf__loader_lists_free(d->lists, d->n_lists);
     sf_s3_destroy(d->s3);
     free(d);
+}
+
+typedef sf_status (*doctor_step)(struct sf__doctor *d, char *err, size_t len);
+
+/* Runs the n steps in order up to the first failure. */
+static sf_status run_steps(struct sf__doctor *d, const doctor_step *steps, size_t n, char *err,
+                           size_t len)
+{
+    sf_status st = SF_OK;
+    for (size_t i = 0; st == SF_OK && i < n; i++)
+        st = steps[i](d, err, len);
+    return st;
 }
 
 sf_status sf__doctor_open(const struct sf_loader_options *o, struct sf__doctor **out, char *err,
                           size_t err_len)
 {
+    static const doctor_step steps[] = {list_shards, hold_shards, first_parse};
     *out = NULL;
     struct sf__doctor *d = calloc(1, sizeof(*d));
     if (!d)
@@ -714,11 +709,7 @@ sf_status sf__doctor_open(const struct sf_loader_options *o, struct sf__doctor *
     d->stage_s = 2.0;
     sf_status st = sf_s3_new(&o->s3, &d->s3, err, err_len);
     if (st == SF_OK)
-        st = list_shards(d, err, err_len);
-    if (st == SF_OK)
-        st = hold_shards(d, err, err_len);
-    if (st == SF_OK)
-        st = first_parse(d, err, err_len);
+        st = run_steps(d, steps, sizeof(steps) / sizeof(steps[0]), err, err_len);
     if (st != SF_OK) {
         sf__doctor_close(d);
         return st;
@@ -792,15 +783,9 @@ sf_status sf_doctor_measure(const struct sf_loader_options *o, double stage_s,
         return st;
     d->r = out;
     d->stage_s = stage_s > 0 ? stage_s : 2.0;
-    st = stage_read(d, err, err_len);
-    if (st == SF_OK)
-        st = stage_decode(d, err, err_len);
-    if (st == SF_OK)
-        st = stage_assembly(d, err, err_len);
-    if (st == SF_OK)
-        st = stage_device(d, err, err_len);
-    if (st == SF_OK)
-        st = stage_fetch(d, err, err_len);
+    static const doctor_step stages[] = {stage_read, stage_decode, stage_assembly, stage_device,
+                                         stage_fetch};
+    st = run_steps(d, stages, sizeof(stages) / sizeof(stages[0]), err, err_len);
     sf__doctor_close(d);
     return st;
 }

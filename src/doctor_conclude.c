@@ -9,6 +9,28 @@
 #include <math.h>
 #include <stdio.h>
 
+/* The verdict of a stage whose remedy does not depend on the numbers: its
+ * rate, what the step takes (need) and the remedy. */
+static void rate_verdict(struct sf_doctor_result *r, enum sf_stage stage, const char *need)
+{
+    static const struct {
+        enum sf_stage stage;
+        const char *what, *where, *remedy;
+    } verdicts[] = {
+        {SF_STAGE_READ, "read-bound: parsing gives", " on the reader thread",
+         "larger samples per shard, or record shards (pack --format record)"},
+        {SF_STAGE_ASSEMBLY, "assembly-bound: copying into batches gives", "",
+         "smaller output images or uint8 batches"},
+        {SF_STAGE_DEVICE, "device-bound: host-to-device copies give", "",
+         "uint8 batches normalised on the device, pinned memory, smaller images"},
+    };
+    for (size_t i = 0; i < sizeof(verdicts) / sizeof(verdicts[0]); i++)
+        if (verdicts[i].stage == stage)
+            snprintf(r->verdict, sizeof(r->verdict),
+                     "%s %.0f samples/s%s; the step takes %s: %s", verdicts[i].what,
+                     r->stage_per_s[stage], verdicts[i].where, need, verdicts[i].remedy);
+}
+
 void sf_doctor_conclude(struct sf_doctor_result *r, double step_per_s, double pipeline_per_s,
                         const struct sf_loader_report *pipeline, int data_in_cache)
 {
@@ -100,22 +122,9 @@ void sf_doctor_conclude(struct sf_doctor_result *r, double step_per_s, double pi
                      : "more concurrency does not help: the store or the link is the limit");
         break;
     case SF_STAGE_READ:
-        snprintf(r->verdict, sizeof(r->verdict),
-                 "read-bound: parsing gives %.0f samples/s on the reader thread; the step takes "
-                 "%s: larger samples per shard, or record shards (pack --format record)",
-                 r->stage_per_s[SF_STAGE_READ], need);
-        break;
     case SF_STAGE_ASSEMBLY:
-        snprintf(r->verdict, sizeof(r->verdict),
-                 "assembly-bound: copying into batches gives %.0f samples/s; the step takes %s: "
-                 "smaller output images or uint8 batches",
-                 r->stage_per_s[SF_STAGE_ASSEMBLY], need);
-        break;
     case SF_STAGE_DEVICE:
-        snprintf(r->verdict, sizeof(r->verdict),
-                 "device-bound: host-to-device copies give %.0f samples/s; the step takes %s: "
-                 "uint8 batches normalised on the device, pinned memory, smaller images",
-                 r->stage_per_s[SF_STAGE_DEVICE], need);
+        rate_verdict(r, bound, need);
         break;
     default:
         snprintf(r->verdict, sizeof(r->verdict), "unknown");

@@ -143,17 +143,15 @@ void sf__gpu_close(struct sf_gpu *g)
         if (g->stream != NULL)
             (void)o->stream_sync(g->ctx, g->stream);
         for (unsigned i = 0; g->slot != NULL && i < g->slots; i++) {
-            struct sf_gpu_slot *s = &g->slot[i];
-            if (s->start != NULL)
-                (void)o->event_destroy(g->ctx, s->start);
-            if (s->done != NULL)
-                (void)o->event_destroy(g->ctx, s->done);
-            if (s->released != NULL)
-                (void)o->event_destroy(g->ctx, s->released);
-            if (s->u8 != NULL)
-                (void)o->dev_free(g->ctx, s->u8);
-            if (s->f32 != NULL)
-                (void)o->dev_free(g->ctx, s->f32);
+            const struct sf_gpu_slot *s = &g->slot[i];
+            void *const events[] = {s->start, s->done, s->released};
+            void *const buffers[] = {s->u8, s->f32};
+            for (size_t e = 0; e < sizeof events / sizeof events[0]; e++)
+                if (events[e] != NULL)
+                    (void)o->event_destroy(g->ctx, events[e]);
+            for (size_t b = 0; b < sizeof buffers / sizeof buffers[0]; b++)
+                if (buffers[b] != NULL)
+                    (void)o->dev_free(g->ctx, buffers[b]);
         }
         if (g->stream != NULL)
             (void)o->stream_destroy(g->ctx, g->stream);
@@ -276,23 +274,19 @@ sf_status sf__gpu_open(const struct sf__gpu_config *c, struct sf_gpu **out, char
             goto fail;
         }
         /* Timing stays on for start and done: the job's device time. */
-        if ((rc = o->event_create(g->ctx, &s->start, 1)) != 0) {
-            s->start = NULL;
-            snprintf(what, sizeof what, "slot %u start", i);
-            st = dev_fail(g, err, err_len, "event create", what, rc);
-            goto fail;
-        }
-        if ((rc = o->event_create(g->ctx, &s->done, 1)) != 0) {
-            s->done = NULL;
-            snprintf(what, sizeof what, "slot %u done", i);
-            st = dev_fail(g, err, err_len, "event create", what, rc);
-            goto fail;
-        }
-        if ((rc = o->event_create(g->ctx, &s->released, 0)) != 0) {
-            s->released = NULL;
-            snprintf(what, sizeof what, "slot %u released", i);
-            st = dev_fail(g, err, err_len, "event create", what, rc);
-            goto fail;
+        const struct {
+            void **ev;
+            int timing;
+            const char *name;
+        } events[] = {
+            {&s->start, 1, "start"}, {&s->done, 1, "done"}, {&s->released, 0, "released"}};
+        for (size_t e = 0; e < sizeof events / sizeof events[0]; e++) {
+            if ((rc = o->event_create(g->ctx, events[e].ev, events[e].timing)) != 0) {
+                *events[e].ev = NULL;
+                snprintf(what, sizeof what, "slot %u %s", i, events[e].name);
+                st = dev_fail(g, err, err_len, "event create", what, rc);
+                goto fail;
+            }
         }
     }
     *out = g;

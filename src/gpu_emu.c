@@ -256,6 +256,18 @@ static int enqueue(struct sf__emu *e, void *h, struct emu_op *op, struct emu_eve
     return 0;
 }
 
+/* Queues op on stream h, unless the call's own checks failed (rc): then
+ * frees op and returns rc. */
+static int enqueue_unless(struct sf__emu *e, int rc, void *h, struct emu_op *op,
+                          struct emu_event *record)
+{
+    if (rc) {
+        free(op);
+        return rc;
+    }
+    return enqueue(e, h, op, record);
+}
+
 static struct emu_op *new_op(enum op_kind k, int fail, unsigned long number)
 {
     struct emu_op *op = calloc(1, sizeof *op);
@@ -265,6 +277,39 @@ static struct emu_op *new_op(enum op_kind k, int fail, unsigned long number)
         op->op_number = number;
     }
     return op;
+}
+
+/* Counts a call that queues work and makes its op; NULL with *rc set when
+ * the call fails now (injected, sticky) or memory runs out. */
+static struct emu_op *count_queued_op(struct sf__emu *e, enum op_kind k, int *rc)
+{
+    int async = 0;
+    unsigned long n;
+    *rc = sf__emu_count_op(e, 1, &async, &n);
+    if (*rc)
+        return NULL;
+    struct emu_op *op = new_op(k, async, n);
+    if (!op)
+        *rc = EMU_NO_MEMORY;
+    return op;
+}
+
+/* The live stream or event h (under e->mu); NULL after failing the call
+ * `what` with "no stream/event h". */
+static struct emu_stream *stream_or_fail(struct sf__emu *e, void *h, const char *what, int *rc)
+{
+    struct emu_stream *s = find_stream(e, h);
+    if (!s)
+        *rc = sf__emu_fail_locked(e, EMU_INVALID_HANDLE, "%s: no stream %p", what, h);
+    return s;
+}
+
+static struct emu_event *event_or_fail(struct sf__emu *e, void *h, const char *what, int *rc)
+{
+    struct emu_event *v = find_event(e, h);
+    if (!v)
+        *rc = sf__emu_fail_locked(e, EMU_INVALID_HANDLE, "%s: no event %p", what, h);
+    return v;
 }
 
 /* ------------------------------------------------------------------ the table */
@@ -353,9 +398,9 @@ static void stop_stream(struct sf__emu *e, struct emu_stream *s)
 static int e_stream_destroy(void *ctx, void *h)
 {
     struct sf__emu *e = ctx;
+    int rc = 0;
     pthread_mutex_lock(&e->mu);
-    struct emu_stream *s = find_stream(e, h);
-    int rc = s ? 0 : sf__emu_fail_locked(e, EMU_INVALID_HANDLE, "stream destroy: no stream %p", h);
+    struct emu_stream *s = stream_or_fail(e, h, "stream destroy", &rc);
     pthread_mutex_unlock(&e->mu);
     if (s)
         stop_stream(e, s);
@@ -369,10 +414,8 @@ static int e_stream_sync(void *ctx, void *h)
     if (rc)
         return rc;
     pthread_mutex_lock(&e->mu);
-    struct emu_stream *s = find_stream(e, h);
+    struct emu_stream *s = stream_or_fail(e, h, "stream sync", &rc);
     uint64_t target = s ? s->enqueued : 0;
-    if (!s)
-        rc = sf__emu_fail_locked(e, EMU_INVALID_HANDLE, "stream sync: no stream %p", h);
     pthread_mutex_unlock(&e->mu);
     return rc ? rc : wait_done(e, s, target);
 }
@@ -399,9 +442,9 @@ static int e_event_create(void *ctx, void **out, int timing)
 static int e_event_destroy(void *ctx, void *h)
 {
     struct sf__emu *e = ctx;
+    int rc = 0;
     pthread_mutex_lock(&e->mu);
-    struct emu_event *v = find_event(e, h);
-    int rc = v ? 0 : sf__emu_fail_locked(e, EMU_INVALID_HANDLE, "event destroy: no event %p", h);
+    struct emu_event *v = event_or_fail(e, h, "event destroy", &rc);
     if (v)
         v->dead = 1; /* a queued record may still name it */
     pthread_mutex_unlock(&e->mu);
@@ -411,23 +454,14 @@ static int e_event_destroy(void *ctx, void *h)
 static int e_event_record(void *ctx, void *h, void *stream)
 {
     struct sf__emu *e = ctx;
-    int async = 0;
-    unsigned long n;
-    int rc = sf__emu_count_op(e, 1, &async, &n);
-    if (rc)
+    int rc;
+    struct emu_op *op = count_queued_op(e, OP_RECORD, &rc);
+    if (!op)
         return rc;
     pthread_mutex_lock(&e->mu);
-    struct emu_event *v = find_event(e, h);
-    if (!v)
-        rc = sf__emu_fail_locked(e, EMU_INVALID_HANDLE, "event record: no event %p", h);
+    op->ev = event_or_fail(e, h, "event record", &rc);
     pthread_mutex_unlock(&e->mu);
-    if (rc)
-        return rc;
-    struct emu_op *op = new_op(OP_RECORD, async, n);
-    if (!op)
-        return EMU_NO_MEMORY;
-    op->ev = v;
-    return enqueue(e, stream, op, v);
+    return enqueue_unless(e, rc, stream, op, op->ev);
 }
 
 /* Under e->mu. */
@@ -445,10 +479,8 @@ static int e_event_query(void *ctx, void *h)
     if (rc)
         return rc;
     pthread_mutex_lock(&e->mu);
-    struct emu_event *v = find_event(e, h);
-    if (!v)
-        rc = sf__emu_fail_locked(e, EMU_INVALID_HANDLE, "event query: no event %p", h);
-    else
+    struct emu_event *v = event_or_fail(e, h, "event query", &rc);
+    if (v)
         rc = e->sticky ? e->sticky : event_done(v) ? 0 : EMU_NOT_READY;
     pthread_mutex_unlock(&e->mu);
     return rc;
@@ -461,11 +493,9 @@ static int e_event_sync(void *ctx, void *h)
     if (rc)
         return rc;
     pthread_mutex_lock(&e->mu);
-    struct emu_event *v = find_event(e, h);
+    struct emu_event *v = event_or_fail(e, h, "event sync", &rc);
     struct emu_stream *s = v ? atomic_load_explicit(&v->s, memory_order_relaxed) : NULL;
     uint64_t seq = v ? v->seq : 0;
-    if (!v)
-        rc = sf__emu_fail_locked(e, EMU_INVALID_HANDLE, "event sync: no event %p", h);
     pthread_mutex_unlock(&e->mu);
     if (rc)
         return rc;
@@ -498,48 +528,37 @@ static int e_event_elapsed_ms(void *ctx, float *ms, void *a, void *b)
 static int e_stream_wait_event(void *ctx, void *stream, void *h)
 {
     struct sf__emu *e = ctx;
-    int async = 0;
-    unsigned long n;
-    int rc = sf__emu_count_op(e, 1, &async, &n);
-    if (rc)
-        return rc;
-    struct emu_op *op = new_op(OP_WAIT, async, n);
+    int rc;
+    struct emu_op *op = count_queued_op(e, OP_WAIT, &rc);
     if (!op)
-        return EMU_NO_MEMORY;
+        return rc;
     pthread_mutex_lock(&e->mu);
-    struct emu_event *v = find_event(e, h);
-    if (!v) {
-        rc = sf__emu_fail_locked(e, EMU_INVALID_HANDLE, "stream wait: no event %p", h);
-    } else if (v->s == NULL) {
+    struct emu_event *v = event_or_fail(e, h, "stream wait", &rc);
+    if (v && v->s == NULL) {
         /* Never recorded: nothing to wait for (as CUDA). */
         op->kind = OP_FN;
         op->fn = NULL;
-    } else {
+    } else if (v) {
         op->ws = atomic_load_explicit(&v->s, memory_order_relaxed);
         op->wseq = v->seq;
     }
     pthread_mutex_unlock(&e->mu);
-    if (rc) {
-        free(op);
-        return rc;
-    }
-    if (op->kind == OP_FN) {
+    if (!rc && op->kind == OP_FN) {
         free(op);
         return 0;
     }
-    return enqueue(e, stream, op, NULL);
+    return enqueue_unless(e, rc, stream, op, NULL);
 }
 
 static int queue_copy(struct sf__emu *e, void *dst, const void *src, size_t bytes, void *stream,
                       int to_device)
 {
-    int async = 0;
-    unsigned long n;
-    int rc = sf__emu_count_op(e, 1, &async, &n);
-    if (rc)
+    int rc;
+    struct emu_op *op = count_queued_op(e, OP_COPY, &rc);
+    if (!op || bytes == 0) {
+        free(op);
         return rc;
-    if (bytes == 0)
-        return 0;
+    }
     /* The device side must be allocated now; it is looked up again when the
      * copy runs (freed in between: an illegal address, as on a GPU). */
     pthread_mutex_lock(&e->amu);
@@ -556,16 +575,11 @@ static int queue_copy(struct sf__emu *e, void *dst, const void *src, size_t byte
             sf__emu_fail_locked(e, EMU_INVALID_VALUE, "copy of %zu bytes: %s %p is not host memory",
                                 bytes, to_device ? "source" : "destination", to_device ? src : dst);
     pthread_mutex_unlock(&e->mu);
-    if (rc)
-        return rc;
-    struct emu_op *op = new_op(OP_COPY, async, n);
-    if (!op)
-        return EMU_NO_MEMORY;
     op->dst = dst;
     op->src = src;
     op->bytes = bytes;
     op->to_device = to_device;
-    return enqueue(e, stream, op, NULL);
+    return enqueue_unless(e, rc, stream, op, NULL);
 }
 
 static int e_copy_h2d(void *ctx, void *dst, const void *src, size_t bytes, void *stream)
@@ -581,23 +595,18 @@ static int e_copy_d2h(void *ctx, void *dst, const void *src, size_t bytes, void 
 static int e_launch_normalize(void *ctx, const struct sf__norm_launch *l, void *stream)
 {
     struct sf__emu *e = ctx;
-    int async = 0;
-    unsigned long n;
-    int rc = sf__emu_count_op(e, 1, &async, &n);
-    if (rc)
+    int rc;
+    struct emu_op *op = count_queued_op(e, OP_KERNEL, &rc);
+    if (!op)
         return rc;
     if (l->gx == 0 || l->gy == 0 || l->gy > 65535u) {
         pthread_mutex_lock(&e->mu);
         rc =
             sf__emu_fail_locked(e, EMU_INVALID_VALUE, "normalize launch: grid %ux%u", l->gx, l->gy);
         pthread_mutex_unlock(&e->mu);
-        return rc;
     }
-    struct emu_op *op = new_op(OP_KERNEL, async, n);
-    if (!op)
-        return EMU_NO_MEMORY;
     op->launch = *l;
-    return enqueue(e, stream, op, NULL);
+    return enqueue_unless(e, rc, stream, op, NULL);
 }
 
 static void e_error_text(void *ctx, int rc, char *buf, size_t len)

@@ -524,12 +524,6 @@ static void *worker_main(void *arg)
 
 /* ------------------------------------------------------------ names */
 
-static int is_shard_name(const char *key)
-{
-    size_t n = strlen(key);
-    return n > 4 && (!strcmp(key + n - 4, ".tar") || !strcmp(key + n - 4, ".sfr"));
-}
-
 static const char *base_name(const char *url)
 {
     const char *s = strrchr(url, '/');
@@ -666,7 +660,7 @@ static sf_status expand(struct sf_s3 *s3, const char *const *sources, size_t n_s
         int listing = sl && sources[i][sl - 1] == '/';
         for (size_t k = 0; k < sf_object_list_count(lists[i]); k++) {
             const struct sf_object_info *obj = sf_object_list_get(lists[i], k);
-            if (obj->is_prefix || (listing && !is_shard_name(obj->key)))
+            if (obj->is_prefix || (listing && !sf__shard_file_name(obj->key)))
                 continue; /* index.json and other files beside the shards */
             ix->shards[ix->n++].obj = obj;
         }

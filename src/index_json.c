@@ -181,21 +181,22 @@ sf_status sf__index_json_check(const char *text, const char *index_url, size_t d
         }
         const cJSON *bytes = cJSON_GetObjectItemCaseSensitive(s, "bytes");
         const cJSON *etag = cJSON_GetObjectItemCaseSensitive(s, "etag");
+        /* What the object is and what the index says, where they differ. */
+        char is[160] = "", says[160] = "";
         if (cJSON_IsNumber(bytes) && obj->size != SF_SIZE_UNKNOWN &&
             bytes->valuedouble != (double)obj->size) {
-            st = SF_ERR_CHANGED;
-            snprintf(err, err_len,
-                     "%s: %llu bytes, but %s says %.0f: the shard was replaced or the index is "
-                     "stale (shardfeed index writes it again)",
-                     obj->url, obj->size, index_url, bytes->valuedouble);
-            break;
+            snprintf(is, sizeof(is), "%llu bytes", obj->size);
+            snprintf(says, sizeof(says), "%.0f", bytes->valuedouble);
+        } else if (cJSON_IsString(etag) && obj->etag[0] && strcmp(etag->valuestring, obj->etag)) {
+            snprintf(is, sizeof(is), "ETag %s", obj->etag);
+            snprintf(says, sizeof(says), "%s", etag->valuestring);
         }
-        if (cJSON_IsString(etag) && obj->etag[0] && strcmp(etag->valuestring, obj->etag)) {
+        if (is[0]) {
             st = SF_ERR_CHANGED;
             snprintf(err, err_len,
-                     "%s: ETag %s, but %s says %s: the shard was replaced or the index is stale "
+                     "%s: %s, but %s says %s: the shard was replaced or the index is stale "
                      "(shardfeed index writes it again)",
-                     obj->url, obj->etag, index_url, etag->valuestring);
+                     obj->url, is, index_url, says);
             break;
         }
     }

@@ -30,8 +30,10 @@
 #include "src/counts.h"
 #include "src/decode.h"
 #include "src/index_json.h"
+#include "src/shard_reader.h"
 #include "src/gpu.h"
 #include "common/cpu.h"
+#include "common/strbuf.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -58,6 +60,15 @@ void sf__loader_log(struct sf_loader *l, enum sf_log_level lv, const char *fmt, 
     l->o.log(l->o.log_user, lv, buf);
 }
 
+/* Wakes every thread that waits on the loader. Under mu. */
+static void wake_all(struct sf_loader *l)
+{
+    pthread_cond_broadcast(&l->cv_consumer);
+    pthread_cond_broadcast(&l->cv_reader);
+    pthread_cond_broadcast(&l->cv_work);
+    pthread_cond_broadcast(&l->cv_gpu);
+}
+
 /* Records the first error (sticky) and wakes everyone. Takes mu. */
 void sf__loader_fail(struct sf_loader *l, sf_status st, const char *fmt, ...)
 {
@@ -72,10 +83,7 @@ void sf__loader_fail(struct sf_loader *l, sf_status st, const char *fmt, ...)
         l->error = st;
         snprintf(l->errmsg, sizeof(l->errmsg), "%s", msg);
     }
-    pthread_cond_broadcast(&l->cv_consumer);
-    pthread_cond_broadcast(&l->cv_reader);
-    pthread_cond_broadcast(&l->cv_work);
-    pthread_cond_broadcast(&l->cv_gpu);
+    wake_all(l);
     pthread_mutex_unlock(&l->mu);
     if (first)
         sf__loader_log(l, SF_LOG_ERROR, "%s", msg);
@@ -142,10 +150,7 @@ void sf_loader_close(struct sf_loader *l)
         return;
     pthread_mutex_lock(&l->mu);
     l->stop = 1;
-    pthread_cond_broadcast(&l->cv_reader);
-    pthread_cond_broadcast(&l->cv_work);
-    pthread_cond_broadcast(&l->cv_gpu);
-    pthread_cond_broadcast(&l->cv_consumer);
+    wake_all(l);
     pthread_mutex_unlock(&l->mu);
     for (unsigned i = 0; i < l->n_workers; i++)
         pthread_join(l->workers[i], NULL);
@@ -179,9 +184,7 @@ void sf_loader_close(struct sf_loader *l)
     free(l->slot_of);
     free(l->counts);
     free(l->objs);
-    for (size_t i = 0; i < l->n_lists; i++)
-        sf_object_list_destroy(l->lists[i]);
-    free(l->lists);
+    sf__loader_lists_free(l->lists, l->n_lists);
     sf_cache_destroy(l->cache);
     sf_s3_destroy(l->s3);
     free_names(l->img_names, l->n_img);
@@ -203,12 +206,6 @@ void sf_loader_close(struct sf_loader *l)
 }
 
 /* Keeps only shard-like objects of a listing: .tar, .tgz-less tar and .sfr. */
-static int is_shard_name(const char *key)
-{
-    size_t n = strlen(key);
-    return (n > 4 && !strcmp(key + n - 4, ".tar")) || (n > 4 && !strcmp(key + n - 4, ".sfr"));
-}
-
 static int local_dir(const char *src)
 {
     if (!sf__loader_is_local(src))
@@ -217,24 +214,46 @@ static int local_dir(const char *src)
     return stat(!strncmp(src, "file://", 7) ? src + 7 : src, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
 
+sf_status sf__loader_expand_each(struct sf_s3 *s3, const struct sf_loader_options *o, int stat,
+                                 struct sf_object_list ***lists, size_t *n_lists, size_t *total,
+                                 char *err, size_t err_len)
+{
+    *n_lists = 0;
+    *total = 0;
+    *lists = calloc(o->source_count ? o->source_count : 1, sizeof(**lists));
+    if (!*lists)
+        return SF_ERR_NO_MEMORY;
+    for (size_t i = 0; i < o->source_count; i++) {
+        struct sf_object_list **l = &(*lists)[i];
+        sf_status st = stat ? sf_s3_expand_stat(s3, o->sources[i], 0, l)
+                            : sf_s3_expand(s3, o->sources[i], 0, l);
+        if (st != SF_OK) {
+            char m[ERR_LEN];
+            sf_s3_errmsg(s3, m, sizeof(m));
+            return sf__fail(err, err_len, st, "source '%s': %s", o->sources[i],
+                            m[0] ? m : sf_status_str(st));
+        }
+        (*n_lists)++;
+        *total += sf_object_list_count(*l);
+    }
+    return SF_OK;
+}
+
+void sf__loader_lists_free(struct sf_object_list **lists, size_t n_lists)
+{
+    for (size_t i = 0; i < n_lists; i++)
+        sf_object_list_destroy(lists[i]);
+    free(lists);
+}
+
 static sf_status expand_sources(struct sf_loader *l, char *err, size_t err_len)
 {
     const struct sf_loader_options *o = &l->o;
-    l->lists = calloc(o->source_count, sizeof(*l->lists));
-    if (!l->lists)
-        return SF_ERR_NO_MEMORY;
     size_t total = 0;
-    for (size_t i = 0; i < o->source_count; i++) {
-        sf_status st = sf_s3_expand_stat(l->s3, o->sources[i], 0, &l->lists[i]);
-        if (st != SF_OK) {
-            char m[ERR_LEN];
-            sf_s3_errmsg(l->s3, m, sizeof(m));
-            snprintf(err, err_len, "source '%s': %s", o->sources[i], m[0] ? m : sf_status_str(st));
-            return st;
-        }
-        l->n_lists++;
-        total += sf_object_list_count(l->lists[i]);
-    }
+    sf_status st =
+        sf__loader_expand_each(l->s3, o, 1, &l->lists, &l->n_lists, &total, err, err_len);
+    if (st != SF_OK)
+        return st;
     l->objs = calloc(total ? total : 1, sizeof(*l->objs));
     if (!l->objs)
         return SF_ERR_NO_MEMORY;
@@ -248,7 +267,7 @@ static sf_status expand_sources(struct sf_loader *l, char *err, size_t err_len)
         size_t n = sf_object_list_count(l->lists[i]);
         for (size_t k = 0; k < n; k++) {
             const struct sf_object_info *obj = sf_object_list_get(l->lists[i], k);
-            if (listing && !is_shard_name(obj->key))
+            if (listing && !sf__shard_file_name(obj->key))
                 continue; /* index.json and other files beside the shards */
             l->objs[l->n_shards++] = obj;
         }
@@ -522,6 +541,18 @@ sf_status sf__loader_make_samplers(struct sf_loader *l, int estimated, uint64_t 
     return st;
 }
 
+/* One log sink: the loader's, for a part (client, cache) without its own
+ * (retry and throttle messages come from the client). */
+static void inherit_log(const struct sf_loader_options *o, sf_log_fn *log, void **user,
+                        enum sf_log_level *level)
+{
+    if (*log)
+        return;
+    *log = o->log;
+    *user = o->log_user;
+    *level = o->log_level;
+}
+
 sf_status sf_loader_open(const struct sf_loader_options *opts, struct sf_loader **out, char *err,
                          size_t err_len)
 {
@@ -596,14 +627,8 @@ sf_status sf_loader_open(const struct sf_loader_options *opts, struct sf_loader 
     }
     l->on_device = want_gpu;
 
-    /* One log sink: the loader's, unless the client or the cache has its own
-     * (retry and throttle messages come from the client). */
     struct sf_s3_options s3o = opts->s3;
-    if (!s3o.log) {
-        s3o.log = opts->log;
-        s3o.log_user = opts->log_user;
-        s3o.log_level = opts->log_level;
-    }
+    inherit_log(opts, &s3o.log, &s3o.log_user, &s3o.log_level);
     st = sf_s3_new(&s3o, &l->s3, err, err_len);
     if (st != SF_OK)
         goto fail_out;
@@ -619,11 +644,7 @@ sf_status sf_loader_open(const struct sf_loader_options *opts, struct sf_loader 
         all_local &= sf__loader_is_local(l->objs[i]->url);
     if (!opts->ram_only && !all_local) {
         struct sf_cache_options co = opts->cache;
-        if (!co.log) {
-            co.log = opts->log;
-            co.log_user = opts->log_user;
-            co.log_level = opts->log_level;
-        }
+        inherit_log(opts, &co.log, &co.log_user, &co.log_level);
         st = sf_cache_new(&co, &l->cache, err, err_len);
         if (st != SF_OK)
             goto fail_out;

@@ -163,30 +163,20 @@ static int apply(struct sf_loader_options *o, const char *k, const cJSON *v)
     unsigned long long u;
     const char *s;
     int b;
-#define U(name, field, max)                                                                        \
+/* name: read the value into tmp (read fails: -1), then field = tmp. */
+#define SET(name, field, read, tmp)                                                                \
     if (!strcmp(k, name)) {                                                                        \
-        if (get_uint(v, max, &u))                                                                  \
+        if (read)                                                                                  \
             return -1;                                                                             \
-        field = u;                                                                                 \
+        field = tmp;                                                                               \
         return 0;                                                                                  \
     }
-#define SZ(name, field)                                                                            \
-    if (!strcmp(k, name)) {                                                                        \
-        if (get_size(v, &u))                                                                       \
-            return -1;                                                                             \
-        field = u;                                                                                 \
-        return 0;                                                                                  \
-    }
+#define U(name, field, max) SET(name, field, get_uint(v, max, &u), u)
+#define SZ(name, field)     SET(name, field, get_size(v, &u), u)
+#define B(name, field)      SET(name, field, get_bool(v, &b), b)
 #define F(name, field)                                                                             \
     if (!strcmp(k, name))                                                                          \
         return get_float(v, &field);
-#define B(name, field)                                                                             \
-    if (!strcmp(k, name)) {                                                                        \
-        if (get_bool(v, &b))                                                                       \
-            return -1;                                                                             \
-        field = b;                                                                                 \
-        return 0;                                                                                  \
-    }
 #define S(name, field)                                                                             \
     if (!strcmp(k, name))                                                                          \
         return get_str(v, &field);
@@ -292,6 +282,7 @@ static int apply(struct sf_loader_options *o, const char *k, const cJSON *v)
     U("connect_timeout_ms", o->s3.connect_timeout_ms, SF_S3_TIMEOUT_MS_MAX)
     U("first_byte_timeout_ms", o->s3.first_byte_timeout_ms, SF_S3_TIMEOUT_MS_MAX)
     U("request_timeout_ms", o->s3.request_timeout_ms, SF_S3_TIMEOUT_MS_MAX)
+#undef SET
 #undef U
 #undef SZ
 #undef F

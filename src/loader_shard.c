@@ -57,6 +57,16 @@ void sf__loader_shard_close(struct sf_loader *l, struct shard_slot *sh)
     free(sh);
 }
 
+/* A step of opening sh failed: closes it and fails the loader with msg
+ * (st's text when msg is empty). Returns st. */
+static sf_status open_failed(struct sf_loader *l, struct shard_slot *sh, sf_status st,
+                             const char *msg)
+{
+    sf__loader_shard_close(l, sh);
+    sf__loader_fail(l, st, "%s", msg[0] ? msg : sf_status_str(st));
+    return st;
+}
+
 /* Opens shard `shard` for its plan range. Reader thread. */
 sf_status sf__loader_shard_open(struct sf_loader *l, uint64_t shard, uint64_t begin, uint64_t end,
                                 struct shard_slot **out)
@@ -74,13 +84,10 @@ sf_status sf__loader_shard_open(struct sf_loader *l, uint64_t shard, uint64_t be
     sf_shard_reader_options_init_default(&ro);
     ro.name = obj->url;
     ro.require_end_marker = l->o.require_end_marker;
-    char err[ERR_LEN];
+    char err[ERR_LEN] = "";
     sf_status st = sf_shard_reader_new(&ro, &sh->r, err, sizeof(err));
-    if (st != SF_OK) {
-        sf__loader_shard_close(l, sh);
-        sf__loader_fail(l, st, "%s", err);
-        return st;
-    }
+    if (st != SF_OK)
+        return open_failed(l, sh, st, err);
     if (sf__loader_is_local(obj->url)) {
         const char *path = local_path(obj);
         int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -128,10 +135,7 @@ sf_status sf__loader_shard_open(struct sf_loader *l, uint64_t shard, uint64_t be
         st = sf_cache_open(l->cache, l->s3, obj, &sh->co);
         if (st != SF_OK) {
             char m[ERR_LEN];
-            sf_cache_errmsg(l->cache, m, sizeof(m));
-            sf__loader_shard_close(l, sh);
-            sf__loader_fail(l, st, "%s", m[0] ? m : sf_status_str(st));
-            return st;
+            return open_failed(l, sh, st, sf_cache_errmsg(l->cache, m, sizeof(m)));
         }
     } else {
         struct sf_fetch_options fo;
@@ -142,10 +146,7 @@ sf_status sf__loader_shard_open(struct sf_loader *l, uint64_t shard, uint64_t be
         st = sf_fetch_start(l->s3, obj->url, &fo, &sh->f);
         if (st != SF_OK) {
             char m[ERR_LEN];
-            sf_s3_errmsg(l->s3, m, sizeof(m));
-            sf__loader_shard_close(l, sh);
-            sf__loader_fail(l, st, "%s", m[0] ? m : sf_status_str(st));
-            return st;
+            return open_failed(l, sh, st, sf_s3_errmsg(l->s3, m, sizeof(m)));
         }
         atomic_fetch_add(&l->cache_misses, 1);
         sh->hit_counted = 1;

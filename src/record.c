@@ -302,22 +302,6 @@ sf_status sf__record_reader_decode(struct sf__record_reader *rr, const void *rec
 
 /* ------------------------------------------------------------ streaming */
 
-enum need { HAVE, NEED, PAST_END };
-
-static enum need rneed(struct sf__record_reader *rr, const struct sf__shard_input *in,
-                       uint64_t start, uint64_t len)
-{
-    uint64_t end;
-    if (__builtin_add_overflow(start, len, &end))
-        return PAST_END;
-    if (end <= in->avail)
-        return HAVE;
-    if (in->total != SF_SIZE_UNKNOWN && end > in->total)
-        return PAST_END;
-    rr->c.wanted = end;
-    return NEED;
-}
-
 /* Checks a footer against the index it should describe. */
 static sf_status check_footer(struct sf__shard_common *c, const unsigned char *ft, uint64_t at,
                               uint64_t *index_off, uint64_t *index_bytes, uint64_t *count)
@@ -359,16 +343,12 @@ sf_status sf__record_reader_next(struct sf__record_reader *rr, const struct sf__
     if (rr->c.err_status != SF_OK)
         return rr->c.err_status;
     const unsigned char *b = in->base;
-    enum need nd;
     if (rr->state == RS_HEADER) {
-        nd = rneed(rr, in, 0, SF__RECORD_HEADER_BYTES);
-        if (nd == NEED)
-            return SF_OK;
-        if (nd == PAST_END)
-            return sf__shard_fail(&rr->c, SF_ERR_CORRUPT, 0,
-                                  "truncated: %llu bytes, shorter than the 16-byte record shard "
-                                  "header",
-                                  (unsigned long long)in->total);
+        if (!sf__shard_have(&rr->c, in, 0, SF__RECORD_HEADER_BYTES, 0,
+                            "truncated: %llu bytes, shorter than the 16-byte record shard "
+                            "header",
+                            (unsigned long long)in->total))
+            return rr->c.err_status;
         if (memcmp(b, SF__RECORD_MAGIC, 8) != 0)
             return sf__shard_fail(&rr->c, SF_ERR_PARSE, 0, "not a record shard (bad magic)");
         if (sf__get_le32(b + 8) != SF__RECORD_VERSION)
@@ -383,36 +363,27 @@ sf_status sf__record_reader_next(struct sf__record_reader *rr, const struct sf__
     if (rr->state == RS_RECORDS) {
         const uint64_t at = rr->pos;
         unsigned long long n = (unsigned long long)rr->nrec;
-        nd = rneed(rr, in, at, 4);
-        if (nd == NEED)
-            return SF_OK;
-        if (nd == PAST_END)
-            return sf__shard_fail(&rr->c, SF_ERR_CORRUPT, at,
-                                  "truncated: the shard ends (%llu bytes) before record %llu or "
-                                  "the index",
-                                  (unsigned long long)in->total, n);
+        if (!sf__shard_have(&rr->c, in, at, 4, at,
+                            "truncated: the shard ends (%llu bytes) before record %llu or "
+                            "the index",
+                            (unsigned long long)in->total, n))
+            return rr->c.err_status;
         if (memcmp(b + at, TAG_RECORD, 4) == 0) {
-            nd = rneed(rr, in, at, SF__RECORD_REC_HEADER_BYTES);
-            if (nd == NEED)
-                return SF_OK;
-            if (nd == PAST_END)
-                return sf__shard_fail(&rr->c, SF_ERR_CORRUPT, at,
-                                      "truncated: record %llu header runs past the end of the "
-                                      "shard (%llu bytes)",
-                                      n, (unsigned long long)in->total);
+            if (!sf__shard_have(&rr->c, in, at, SF__RECORD_REC_HEADER_BYTES, at,
+                                "truncated: record %llu header runs past the end of the "
+                                "shard (%llu bytes)",
+                                n, (unsigned long long)in->total))
+                return rr->c.err_status;
             uint64_t stored = 0, raw = 0;
             sf_status st = check_rec_header(rr, b + at, at, rr->nrec, &stored, &raw);
             if (st != SF_OK)
                 return st;
-            nd = rneed(rr, in, at, SF__RECORD_REC_HEADER_BYTES + stored);
-            if (nd == NEED)
-                return SF_OK;
-            if (nd == PAST_END)
-                return sf__shard_fail(&rr->c, SF_ERR_CORRUPT, at,
-                                      "truncated: record %llu of %llu bytes runs past the end of "
-                                      "the shard (%llu bytes)",
-                                      n, (unsigned long long)(SF__RECORD_REC_HEADER_BYTES + stored),
-                                      (unsigned long long)in->total);
+            if (!sf__shard_have(&rr->c, in, at, SF__RECORD_REC_HEADER_BYTES + stored, at,
+                                "truncated: record %llu of %llu bytes runs past the end of "
+                                "the shard (%llu bytes)",
+                                n, (unsigned long long)(SF__RECORD_REC_HEADER_BYTES + stored),
+                                (unsigned long long)in->total))
+                return rr->c.err_status;
             st = decode(rr, b + at, at, rr->nrec, stored, raw, out);
             if (st != SF_OK)
                 return st;
@@ -429,14 +400,11 @@ sf_status sf__record_reader_next(struct sf__record_reader *rr, const struct sf__
                                   "expected record %llu or the index block, found neither", n);
         /* The index, then the footer: both must match what was read. */
         uint64_t ibytes = SF__RECORD_INDEX_FIXED_BYTES + SF__RECORD_INDEX_ENTRY_BYTES * rr->nrec;
-        nd = rneed(rr, in, at, ibytes + SF__RECORD_FOOTER_BYTES);
-        if (nd == NEED)
-            return SF_OK;
-        if (nd == PAST_END)
-            return sf__shard_fail(&rr->c, SF_ERR_CORRUPT, at,
-                                  "truncated: the index of %llu records and the footer run past "
-                                  "the end of the shard (%llu bytes)",
-                                  n, (unsigned long long)in->total);
+        if (!sf__shard_have(&rr->c, in, at, ibytes + SF__RECORD_FOOTER_BYTES, at,
+                            "truncated: the index of %llu records and the footer run past "
+                            "the end of the shard (%llu bytes)",
+                            n, (unsigned long long)in->total))
+            return rr->c.err_status;
         const unsigned char *ix = b + at;
         sf_status st = check_index(&rr->c, ix, ibytes, at, rr->nrec);
         if (st != SF_OK)

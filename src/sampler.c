@@ -74,14 +74,20 @@ uint64_t sf__counts_hash(const uint64_t *counts, size_t n)
 
 /* ------------------------------------------------------------------ environment */
 
-/* Reads variable name as a strict non-negative int. *present is 0 when the
- * variable is absent (then *out is untouched). */
-static sf_status env_int(const char *name, int *out, int *present, char *err, size_t err_len)
+/* When *out is negative (not set in the options): reads variable name as a
+ * strict non-negative int into *out, or when it is absent, unset_value; *src
+ * then says which (the name, or unset_src). */
+static sf_status env_int(const char *name, int unset_value, const char *unset_src, int *out,
+                         const char **src, char *err, size_t err_len)
 {
-    const char *v = getenv(name);
-    *present = 0;
-    if (!v)
+    if (*out >= 0)
         return SF_OK;
+    const char *v = getenv(name);
+    if (!v) {
+        *out = unset_value;
+        *src = unset_src;
+        return SF_OK;
+    }
     long long value = 0;
     const char *p = v;
     /* ASCII digits only: isdigit() depends on the locale, strtol() takes
@@ -96,7 +102,7 @@ static sf_status env_int(const char *name, int *out, int *present, char *err, si
         return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT,
                         "%s=\"%.40s\" is not a non-negative integer that fits in an int", name, v);
     *out = (int)value;
-    *present = 1;
+    *src = name;
     return SF_OK;
 }
 
@@ -107,33 +113,15 @@ sf_status sf_dist_from_env(struct sf_dist *d, char *err, size_t err_len)
     struct sf_dist r = *d;
     const char *rank_src = "option rank";
     const char *world_src = "option world_size";
-    int present = 0;
+    const char *local_src = "option local_rank";
     sf_status st;
-
-    if (r.rank < 0) {
-        rank_src = "RANK";
-        if ((st = env_int("RANK", &r.rank, &present, err, err_len)) != SF_OK)
-            return st;
-        if (!present) {
-            r.rank = 0;
-            rank_src = "default rank (RANK unset)";
-        }
-    }
-    if (r.world_size < 0) {
-        world_src = "WORLD_SIZE";
-        if ((st = env_int("WORLD_SIZE", &r.world_size, &present, err, err_len)) != SF_OK)
-            return st;
-        if (!present) {
-            r.world_size = 1;
-            world_src = "default world_size (WORLD_SIZE unset)";
-        }
-    }
-    if (r.local_rank < 0) {
-        if ((st = env_int("LOCAL_RANK", &r.local_rank, &present, err, err_len)) != SF_OK)
-            return st;
-        if (!present)
-            r.local_rank = 0;
-    }
+    if ((st = env_int("RANK", 0, "default rank (RANK unset)", &r.rank, &rank_src, err,
+                      err_len)) != SF_OK ||
+        (st = env_int("WORLD_SIZE", 1, "default world_size (WORLD_SIZE unset)", &r.world_size,
+                      &world_src, err, err_len)) != SF_OK ||
+        (st = env_int("LOCAL_RANK", 0, "default local_rank (LOCAL_RANK unset)", &r.local_rank,
+                      &local_src, err, err_len)) != SF_OK)
+        return st;
     if (r.world_size < 1)
         return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT,
                         "world size %d (from %s) must be at least 1", r.world_size, world_src);

@@ -19,22 +19,55 @@ void sf__shard_common_init(struct sf__shard_common *c, const char *name)
     c->err_offset = SF_SIZE_UNKNOWN;
 }
 
-sf_status sf__shard_fail(struct sf__shard_common *c, sf_status st, uint64_t offset, const char *fmt,
-                         ...)
+static sf_status shard_vfail(struct sf__shard_common *c, sf_status st, uint64_t offset,
+                             const char *fmt, va_list ap)
 {
     if (c->err_status != SF_OK)
         return c->err_status;
     int n =
         snprintf(c->err, sizeof c->err, "%s: offset %llu: ", c->name, (unsigned long long)offset);
-    if (n >= 0 && (size_t)n < sizeof c->err) {
-        va_list ap;
-        va_start(ap, fmt);
+    if (n >= 0 && (size_t)n < sizeof c->err)
         vsnprintf(c->err + n, sizeof c->err - (size_t)n, fmt, ap);
-        va_end(ap);
-    }
     c->err_status = st;
     c->err_offset = offset;
     return st;
+}
+
+sf_status sf__shard_fail(struct sf__shard_common *c, sf_status st, uint64_t offset, const char *fmt,
+                         ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    st = shard_vfail(c, st, offset, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+enum sf__shard_need sf__shard_need(struct sf__shard_common *c, const struct sf__shard_input *in,
+                                   uint64_t start, uint64_t len)
+{
+    uint64_t end;
+    if (__builtin_add_overflow(start, len, &end))
+        return SF__SHARD_PAST_END;
+    if (end <= in->avail)
+        return SF__SHARD_HAVE;
+    if (in->total != SF_SIZE_UNKNOWN && end > in->total)
+        return SF__SHARD_PAST_END;
+    c->wanted = end;
+    return SF__SHARD_NEED;
+}
+
+int sf__shard_have(struct sf__shard_common *c, const struct sf__shard_input *in, uint64_t start,
+                   uint64_t len, uint64_t fail_at, const char *fmt, ...)
+{
+    enum sf__shard_need nd = sf__shard_need(c, in, start, len);
+    if (nd == SF__SHARD_PAST_END) {
+        va_list ap;
+        va_start(ap, fmt);
+        shard_vfail(c, SF_ERR_CORRUPT, fail_at, fmt, ap);
+        va_end(ap);
+    }
+    return nd == SF__SHARD_HAVE;
 }
 
 /* ------------------------------------------------------------ sample builder */
@@ -161,6 +194,11 @@ static int ends_with(const char *s, const char *suffix)
 {
     size_t n = strlen(s), m = strlen(suffix);
     return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+int sf__shard_file_name(const char *name)
+{
+    return strlen(name) > 4 && (ends_with(name, ".tar") || ends_with(name, ".sfr"));
 }
 
 enum sf_shard_format sf__shard_detect(const unsigned char *p, uint64_t n, uint64_t total,

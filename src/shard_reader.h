@@ -33,6 +33,20 @@ void sf__shard_common_init(struct sf__shard_common *c, const char *name);
 sf_status sf__shard_fail(struct sf__shard_common *c, sf_status st, uint64_t offset, const char *fmt,
                          ...) __attribute__((format(printf, 4, 5)));
 
+/* Result of asking for the shard bytes [start, start + len). */
+enum sf__shard_need { SF__SHARD_HAVE, SF__SHARD_NEED, SF__SHARD_PAST_END };
+/* HAVE when the bytes are in in; PAST_END when they run past the shard's
+ * known size (or overflow); otherwise NEED, with c->wanted set to their end. */
+enum sf__shard_need sf__shard_need(struct sf__shard_common *c, const struct sf__shard_input *in,
+                                   uint64_t start, uint64_t len);
+/* The same for a reader whose only answer to PAST_END is a truncation error:
+ * 1 when the bytes are in; 0 when they are not, either waiting (NEED) or
+ * after recording the failure fmt at offset fail_at (PAST_END). On 0 the
+ * caller returns c->err_status (SF_OK while it waits). */
+int sf__shard_have(struct sf__shard_common *c, const struct sf__shard_input *in, uint64_t start,
+                   uint64_t len, uint64_t fail_at, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+
 /* Builds one sample's field table and its strings (key, field names) in
  * memory that is reused from sample to sample. Field data is kept as an
  * offset from a base given at emit time, because the shard buffer may move
@@ -71,6 +85,11 @@ void sf__sample_builder_emit(struct sf__sample_builder *b, const unsigned char *
  * count: the reader only points at it. After SF_SHARD_NEED_MORE, the next
  * call reads within [keep_from, sf_shard_reader_wanted()). */
 uint64_t sf__shard_reader_keep_from(const struct sf_shard_reader *r);
+
+/* 1 when name (an object key or a path) names a shard file: longer than
+ * ".tar" and ending in .tar or .sfr. A listing keeps these and leaves out
+ * what lies beside them (index.json). */
+int sf__shard_file_name(const char *name);
 
 /* Decides the format from the first bytes (n of them, total the shard size or
  * SF_SIZE_UNKNOWN) and the name. Returns SF_SHARD_FORMAT_AUTO while more

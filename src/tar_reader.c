@@ -164,23 +164,6 @@ static size_t field_len(const unsigned char *f, size_t max)
     return n;
 }
 
-/* Result of asking for bytes [start, start + len). */
-enum need { HAVE, NEED, PAST_END };
-
-static enum need need(struct sf__tar_reader *t, const struct sf__shard_input *in, uint64_t start,
-                      uint64_t len)
-{
-    uint64_t end;
-    if (__builtin_add_overflow(start, len, &end))
-        return PAST_END;
-    if (end <= in->avail)
-        return HAVE;
-    if (in->total != SF_SIZE_UNKNOWN && end > in->total)
-        return PAST_END;
-    t->c.wanted = end;
-    return NEED;
-}
-
 static void clear_meta(struct sf__tar_reader *t)
 {
     t->have_meta = 0;
@@ -374,10 +357,10 @@ sf_status sf__tar_reader_next(struct sf__tar_reader *t, const struct sf__shard_i
     }
     for (;;) {
         const uint64_t hdr = t->pos;
-        enum need nd = need(t, in, hdr, BLOCK);
-        if (nd == NEED)
+        enum sf__shard_need nd = sf__shard_need(&t->c, in, hdr, BLOCK);
+        if (nd == SF__SHARD_NEED)
             return SF_OK;
-        if (nd == PAST_END) {
+        if (nd == SF__SHARD_PAST_END) {
             if (hdr != in->total)
                 return header_past_end(t, in);
             if (in->avail < in->total) {
@@ -400,10 +383,10 @@ sf_status sf__tar_reader_next(struct sf__tar_reader *t, const struct sf__shard_i
         if (is_zero_block(h)) {
             if (t->have_meta)
                 return meta_without_member(t);
-            nd = need(t, in, hdr + BLOCK, BLOCK);
-            if (nd == NEED)
+            nd = sf__shard_need(&t->c, in, hdr + BLOCK, BLOCK);
+            if (nd == SF__SHARD_NEED)
                 return SF_OK;
-            if (nd == PAST_END) {
+            if (nd == SF__SHARD_PAST_END) {
                 if (in->total != hdr + BLOCK)
                     return sf__shard_fail(&t->c, SF_ERR_CORRUPT, hdr + BLOCK,
                                           "truncated: the shard ends (%llu bytes) inside the "
@@ -464,14 +447,11 @@ sf_status sf__tar_reader_next(struct sf__tar_reader *t, const struct sf__shard_i
                                       "GNU long %s of %llu bytes exceeds max_name_bytes %zu",
                                       type == 'L' ? "name" : "link name", (unsigned long long)hsize,
                                       t->o.max_name_bytes);
-            nd = need(t, in, hdr + BLOCK, hsize);
-            if (nd == NEED)
-                return SF_OK;
-            if (nd == PAST_END)
-                return sf__shard_fail(&t->c, SF_ERR_CORRUPT, hdr,
-                                      "truncated: GNU long name data of %llu bytes runs past "
-                                      "the end of the shard (%llu bytes)",
-                                      (unsigned long long)hsize, (unsigned long long)in->total);
+            if (!sf__shard_have(&t->c, in, hdr + BLOCK, hsize, hdr,
+                                "truncated: GNU long name data of %llu bytes runs past "
+                                "the end of the shard (%llu bytes)",
+                                (unsigned long long)hsize, (unsigned long long)in->total))
+                return t->c.err_status;
             const unsigned char *d = h + BLOCK;
             size_t n = (size_t)hsize;
             size_t nlen = field_len(d, n);
@@ -498,14 +478,11 @@ sf_status sf__tar_reader_next(struct sf__tar_reader *t, const struct sf__shard_i
                 return sf__shard_fail(&t->c, SF_ERR_LIMIT, hdr,
                                       "pax header data of %llu bytes exceeds max_pax_bytes %zu",
                                       (unsigned long long)hsize, t->o.max_pax_bytes);
-            nd = need(t, in, hdr + BLOCK, hsize);
-            if (nd == NEED)
-                return SF_OK;
-            if (nd == PAST_END)
-                return sf__shard_fail(&t->c, SF_ERR_CORRUPT, hdr,
-                                      "truncated: pax header data of %llu bytes runs past the "
-                                      "end of the shard (%llu bytes)",
-                                      (unsigned long long)hsize, (unsigned long long)in->total);
+            if (!sf__shard_have(&t->c, in, hdr + BLOCK, hsize, hdr,
+                                "truncated: pax header data of %llu bytes runs past the "
+                                "end of the shard (%llu bytes)",
+                                (unsigned long long)hsize, (unsigned long long)in->total))
+                return t->c.err_status;
             sf_status st = parse_pax(t, h + BLOCK, (size_t)hsize, hdr, type == 'g');
             if (st != SF_OK)
                 return st;

@@ -29,22 +29,19 @@ PyObject *sfpy_batch_new(struct sfpy_slot *slot)
 static void batch_dealloc(PyObject *self)
 {
     batch_object *b = (batch_object *)self;
-    PyTypeObject *tp = Py_TYPE(self);
     if (b->slot)
         sfpy_slot_decref(b->slot);
     Py_XDECREF(b->cache_keys);
     Py_XDECREF(b->cache_fields);
-    freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
-    f(self);
-    Py_DECREF(tp);
+    sfpy_free_object(self);
 }
 
-static PyObject *batch_new_refused(PyTypeObject *t, PyObject *a, PyObject *k)
+PyObject *sfpy_new_refused(PyTypeObject *t, PyObject *a, PyObject *k)
 {
-    (void)t;
     (void)a;
     (void)k;
-    PyErr_SetString(PyExc_TypeError, "shardfeed.Batch objects come from a Loader");
+    PyErr_SetString(PyExc_TypeError, t == batch_type ? "shardfeed.Batch objects come from a Loader"
+                                                     : "shardfeed.Array views come from a Batch");
     return NULL;
 }
 
@@ -59,8 +56,12 @@ static const struct sf_batch *live(PyObject *self)
     return &b->slot->b;
 }
 
-static PyObject *image_view(PyObject *self, int which) /* 0 host, 1 delivery, 2 normalised */
+/* The images getters' closure: which view. */
+enum image_view { VIEW_HOST, VIEW_DELIVERED, VIEW_NORMALIZED };
+
+static PyObject *get_image_view(PyObject *self, void *view)
 {
+    const int which = (int)(intptr_t)view; /* enum image_view */
     const struct sf_batch *x = live(self);
     if (!x)
         return NULL;
@@ -75,56 +76,34 @@ static PyObject *image_view(PyObject *self, int which) /* 0 host, 1 delivery, 2 
         shape[2] = x->width;
         shape[3] = x->channels;
     }
-    if (which == 2 || (which == 1 && x->device_images)) {
-        void *p = which == 2 ? x->device_normalized : x->device_images;
+    if (which == VIEW_NORMALIZED || (which == VIEW_DELIVERED && x->device_images)) {
+        void *p = which == VIEW_NORMALIZED ? x->device_normalized : x->device_images;
         if (!p)
             Py_RETURN_NONE;
-        return sfpy_array_new(slot, p, which == 2 ? SFPY_F32 : (x->dtype == SF_DTYPE_FLOAT32 ? SFPY_F32 : SFPY_U8),
-                              4, shape, x->device == SF_DEVICE_EMULATED ? SFPY_EMULATED : SFPY_CUDA,
-                              x->cuda_device);
+        return sfpy_array_new(
+            slot, p,
+            which == VIEW_NORMALIZED ? SFPY_F32
+                                     : (x->dtype == SF_DTYPE_FLOAT32 ? SFPY_F32 : SFPY_U8),
+            4, shape, x->device == SF_DEVICE_EMULATED ? SFPY_EMULATED : SFPY_CUDA, x->cuda_device);
     }
     return sfpy_array_new(slot, (void *)x->images,
                           x->dtype == SF_DTYPE_FLOAT32 ? SFPY_F32 : SFPY_U8, 4, shape, SFPY_CPU,
                           0);
 }
 
-static PyObject *get_images(PyObject *self, void *c)
-{
-    (void)c;
-    return image_view(self, 1);
-}
+/* labels (int64) or flags (uint32), one per sample: the closure says which. */
+enum column { COLUMN_LABELS, COLUMN_FLAGS };
 
-static PyObject *get_host_images(PyObject *self, void *c)
+static PyObject *get_column(PyObject *self, void *column)
 {
-    (void)c;
-    return image_view(self, 0);
-}
-
-static PyObject *get_normalized(PyObject *self, void *c)
-{
-    (void)c;
-    return image_view(self, 2);
-}
-
-static PyObject *get_labels(PyObject *self, void *c)
-{
-    (void)c;
     const struct sf_batch *x = live(self);
     if (!x)
         return NULL;
     int64_t n = (int64_t)x->size;
+    if ((intptr_t)column == COLUMN_FLAGS)
+        return sfpy_array_new(((batch_object *)self)->slot, (void *)x->flags, SFPY_U32, 1, &n,
+                              SFPY_CPU, 0);
     return sfpy_array_new(((batch_object *)self)->slot, (void *)x->labels, SFPY_I64, 1, &n,
-                          SFPY_CPU, 0);
-}
-
-static PyObject *get_flags(PyObject *self, void *c)
-{
-    (void)c;
-    const struct sf_batch *x = live(self);
-    if (!x)
-        return NULL;
-    int64_t n = (int64_t)x->size;
-    return sfpy_array_new(((batch_object *)self)->slot, (void *)x->flags, SFPY_U32, 1, &n,
                           SFPY_CPU, 0);
 }
 
@@ -182,11 +161,18 @@ static PyObject *field_of(const struct sf_batch *x, size_t i, const void *field)
                                      (Py_ssize_t)(fd->offsets[i + 1] - fd->offsets[i]));
 }
 
-static PyObject *get_pad(PyObject *self, void *c)
+/* The getters of a tuple per sample: their closure is the item maker. */
+struct item_maker {
+    PyObject *(*item)(const struct sf_batch *x, size_t i, const void *loader);
+};
+static const struct item_maker pad_items = {pad_of}, shard_items = {shard_of},
+                               shard_url_items = {shard_url_of};
+
+static PyObject *get_per_sample(PyObject *self, void *maker)
 {
-    (void)c;
     const struct sf_batch *x = live(self);
-    return x ? per_sample(x, pad_of, NULL) : NULL;
+    const struct item_maker *m = maker;
+    return x ? per_sample(x, m->item, ((batch_object *)self)->slot->core->l) : NULL;
 }
 
 static PyObject *get_keys(PyObject *self, void *c)
@@ -202,19 +188,6 @@ static PyObject *get_keys(PyObject *self, void *c)
     return b->cache_keys;
 }
 
-static PyObject *get_shards(PyObject *self, void *c)
-{
-    (void)c;
-    const struct sf_batch *x = live(self);
-    return x ? per_sample(x, shard_of, NULL) : NULL;
-}
-
-static PyObject *get_shard_urls(PyObject *self, void *c)
-{
-    (void)c;
-    const struct sf_batch *x = live(self);
-    return x ? per_sample(x, shard_url_of, ((batch_object *)self)->slot->core->l) : NULL;
-}
 
 static PyObject *get_fields(PyObject *self, void *c)
 {
@@ -334,17 +307,23 @@ static PyMethodDef batch_methods[] = {
 };
 
 static PyGetSetDef batch_getset[] = {
-    {"images", get_images, NULL,
-     "Images (n, 3, H, W) or (n, H, W, 3): on the device when batches are delivered there", NULL},
-    {"host_images", get_host_images, NULL, "The host images", NULL},
-    {"normalized", get_normalized, NULL,
-     "float32 (x / 255 - mean) / std on the device, or None", NULL},
-    {"labels", get_labels, NULL, "int64 (n,): -1 where a sample has no label", NULL},
-    {"flags", get_flags, NULL, "uint32 (n,): SF_SAMPLE_PAD (1) for padding repeats", NULL},
-    {"pad", get_pad, NULL, "tuple of bool: the sample is a padding repeat", NULL},
+    {"images", get_image_view, NULL,
+     "Images (n, 3, H, W) or (n, H, W, 3): on the device when batches are delivered there",
+     (void *)(intptr_t)VIEW_DELIVERED},
+    {"host_images", get_image_view, NULL, "The host images", (void *)(intptr_t)VIEW_HOST},
+    {"normalized", get_image_view, NULL, "float32 (x / 255 - mean) / std on the device, or None",
+     (void *)(intptr_t)VIEW_NORMALIZED},
+    {"labels", get_column, NULL, "int64 (n,): -1 where a sample has no label",
+     (void *)(intptr_t)COLUMN_LABELS},
+    {"flags", get_column, NULL, "uint32 (n,): SF_SAMPLE_PAD (1) for padding repeats",
+     (void *)(intptr_t)COLUMN_FLAGS},
+    {"pad", get_per_sample, NULL, "tuple of bool: the sample is a padding repeat",
+     (void *)&pad_items},
     {"keys", get_keys, NULL, "tuple of sample keys", NULL},
-    {"shards", get_shards, NULL, "tuple of shard indices (Loader.shards)", NULL},
-    {"shard_urls", get_shard_urls, NULL, "tuple of the samples' shard URLs", NULL},
+    {"shards", get_per_sample, NULL, "tuple of shard indices (Loader.shards)",
+     (void *)&shard_items},
+    {"shard_urls", get_per_sample, NULL, "tuple of the samples' shard URLs",
+     (void *)&shard_url_items},
     {"fields", get_fields, NULL, "dict: extra field name -> tuple of bytes", NULL},
     {"epoch", get_epoch, NULL, NULL, NULL},
     {"index", get_index, NULL, "batch number within the epoch", NULL},
@@ -362,7 +341,7 @@ static PyGetSetDef batch_getset[] = {
 
 static PyType_Slot batch_slots[] = {
     {Py_tp_dealloc, batch_dealloc},
-    {Py_tp_new, batch_new_refused},
+    {Py_tp_new, sfpy_new_refused},
     {Py_tp_methods, batch_methods},
     {Py_tp_getset, batch_getset},
     {Py_tp_repr, batch_repr},
@@ -379,13 +358,6 @@ int sfpy_batch_init(PyObject *module)
 {
     if (sfpy_array_init(module) < 0)
         return -1;
-    batch_type = (PyTypeObject *)PyType_FromSpec(&batch_spec);
-    if (!batch_type)
-        return -1;
-    Py_INCREF(batch_type);
-    if (PyModule_AddObject(module, "Batch", (PyObject *)batch_type) < 0) {
-        Py_DECREF(batch_type);
-        return -1;
-    }
-    return 0;
+    batch_type = sfpy_add_type(module, &batch_spec, "Batch");
+    return batch_type ? 0 : -1;
 }

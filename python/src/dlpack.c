@@ -126,21 +126,9 @@ PyObject *sfpy_array_new(struct sfpy_slot *slot, void *data, enum sfpy_dtype dty
 static void array_dealloc(PyObject *self)
 {
     array_object *a = (array_object *)self;
-    PyTypeObject *tp = Py_TYPE(self);
     if (a->slot)
         sfpy_slot_decref(a->slot);
-    freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
-    f(self);
-    Py_DECREF(tp);
-}
-
-static PyObject *array_new_refused(PyTypeObject *t, PyObject *a, PyObject *k)
-{
-    (void)t;
-    (void)a;
-    (void)k;
-    PyErr_SetString(PyExc_TypeError, "shardfeed.Array views come from a Batch");
-    return NULL;
+    sfpy_free_object(self);
 }
 
 /* One export: the managed tensor the consumer sees, and what it keeps alive. */
@@ -454,7 +442,7 @@ static PyGetSetDef array_getset[] = {
 
 static PyType_Slot array_slots[] = {
     {Py_tp_dealloc, array_dealloc},
-    {Py_tp_new, array_new_refused},
+    {Py_tp_new, sfpy_new_refused},
     {Py_tp_methods, array_methods},
     {Py_tp_getset, array_getset},
     {Py_tp_repr, array_repr},
@@ -471,13 +459,6 @@ static PyType_Spec array_spec = {
 
 int sfpy_array_init(PyObject *module)
 {
-    array_type = (PyTypeObject *)PyType_FromSpec(&array_spec);
-    if (!array_type)
-        return -1;
-    Py_INCREF(array_type);
-    if (PyModule_AddObject(module, "Array", (PyObject *)array_type) < 0) {
-        Py_DECREF(array_type);
-        return -1;
-    }
-    return 0;
+    array_type = sfpy_add_type(module, &array_spec, "Array");
+    return array_type ? 0 : -1;
 }

@@ -216,11 +216,8 @@ static void loader_close_core(loader_object *self)
 
 static void loader_dealloc(PyObject *pyself)
 {
-    PyTypeObject *tp = Py_TYPE(pyself);
     loader_close_core((loader_object *)pyself);
-    freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
-    f(pyself);
-    Py_DECREF(tp);
+    sfpy_free_object(pyself);
 }
 
 /* next() -> Batch, or None at the end of the epoch. */
@@ -283,28 +280,61 @@ static PyObject *loader_next(PyObject *pyself, PyObject *unused)
     }
 }
 
-static PyObject *loader_set_epoch(PyObject *pyself, PyObject *arg)
+/* A loader call that may block: the arguments of each. */
+struct loader_call {
+    enum { CALL_SET_EPOCH, CALL_STATE_SAVE, CALL_STATE_RESTORE } op;
+    unsigned long long epoch; /* CALL_SET_EPOCH */
+    void *buf;                /* CALL_STATE_SAVE: out; CALL_STATE_RESTORE: in */
+    size_t len;
+};
+
+/* Runs k on c's loader with the GIL released and c->call_mu held; on
+ * failure, msg holds the loader's message. */
+static sf_status run_call(struct sfpy_core *c, const struct loader_call *k, char *msg, size_t n)
 {
-    struct sfpy_core *c = usable((loader_object *)pyself);
-    if (!c)
-        return NULL;
-    unsigned long long e = PyLong_AsUnsignedLongLong(arg);
-    if (e == (unsigned long long)-1 && PyErr_Occurred())
-        return NULL;
-    sf_status st;
-    char msg[1024] = "";
+    sf_status st = SF_OK;
     Py_BEGIN_ALLOW_THREADS
     pthread_mutex_lock(&c->call_mu);
-    st = sf_loader_set_epoch(c->l, e);
+    switch (k->op) {
+    case CALL_SET_EPOCH:
+        st = sf_loader_set_epoch(c->l, k->epoch);
+        break;
+    case CALL_STATE_SAVE:
+        st = sf_loader_state_save(c->l, k->buf, k->len);
+        break;
+    case CALL_STATE_RESTORE:
+        st = sf_loader_state_restore(c->l, k->buf, k->len);
+        break;
+    }
     if (st != SF_OK)
-        snprintf(msg, sizeof(msg), "%s", sf_loader_errmsg(c->l));
+        snprintf(msg, n, "%s", sf_loader_errmsg(c->l));
     pthread_mutex_unlock(&c->call_mu);
     Py_END_ALLOW_THREADS
+    return st;
+}
+
+/* None after k; NULL with the exception when k failed or the log drain raised. */
+static PyObject *run_call_none(struct sfpy_core *c, const struct loader_call *k)
+{
+    char msg[1024] = "";
+    sf_status st = run_call(c, k, msg, sizeof(msg));
     if (sfpy_log_drain() < 0)
         return NULL;
     if (st != SF_OK)
         return sfpy_raise(st, msg);
     Py_RETURN_NONE;
+}
+
+static PyObject *loader_set_epoch(PyObject *pyself, PyObject *arg)
+{
+    struct sfpy_core *c = usable((loader_object *)pyself);
+    if (!c)
+        return NULL;
+    struct loader_call k = {.op = CALL_SET_EPOCH};
+    k.epoch = PyLong_AsUnsignedLongLong(arg);
+    if (k.epoch == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    return run_call_none(c, &k);
 }
 
 static PyObject *loader_state_save(PyObject *pyself, PyObject *unused)
@@ -314,15 +344,9 @@ static PyObject *loader_state_save(PyObject *pyself, PyObject *unused)
     if (!c)
         return NULL;
     unsigned char buf[SF_LOADER_STATE_BYTES];
-    sf_status st;
+    struct loader_call k = {.op = CALL_STATE_SAVE, .buf = buf, .len = sizeof(buf)};
     char msg[1024] = "";
-    Py_BEGIN_ALLOW_THREADS
-    pthread_mutex_lock(&c->call_mu);
-    st = sf_loader_state_save(c->l, buf, sizeof(buf));
-    if (st != SF_OK)
-        snprintf(msg, sizeof(msg), "%s", sf_loader_errmsg(c->l));
-    pthread_mutex_unlock(&c->call_mu);
-    Py_END_ALLOW_THREADS
+    sf_status st = run_call(c, &k, msg, sizeof(msg));
     if (st != SF_OK)
         return sfpy_raise(st, msg);
     return PyBytes_FromStringAndSize((const char *)buf, sizeof(buf));
@@ -337,29 +361,8 @@ static PyObject *loader_state_restore(PyObject *pyself, PyObject *arg)
     Py_ssize_t len;
     if (PyBytes_AsStringAndSize(arg, &data, &len) < 0)
         return NULL;
-    sf_status st;
-    char msg[1024] = "";
-    Py_BEGIN_ALLOW_THREADS
-    pthread_mutex_lock(&c->call_mu);
-    st = sf_loader_state_restore(c->l, data, (size_t)len);
-    if (st != SF_OK)
-        snprintf(msg, sizeof(msg), "%s", sf_loader_errmsg(c->l));
-    pthread_mutex_unlock(&c->call_mu);
-    Py_END_ALLOW_THREADS
-    if (sfpy_log_drain() < 0)
-        return NULL;
-    if (st != SF_OK)
-        return sfpy_raise(st, msg);
-    Py_RETURN_NONE;
-}
-
-static int put(PyObject *d, const char *k, PyObject *v)
-{
-    if (!v)
-        return -1;
-    int rc = PyDict_SetItemString(d, k, v);
-    Py_DECREF(v);
-    return rc;
+    struct loader_call k = {.op = CALL_STATE_RESTORE, .buf = data, .len = (size_t)len};
+    return run_call_none(c, &k);
 }
 
 static PyObject *loader_stats(PyObject *pyself, PyObject *unused)
@@ -371,25 +374,21 @@ static PyObject *loader_stats(PyObject *pyself, PyObject *unused)
     struct sf_loader_stats s;
     sf_loader_get_stats(c->l, &s);
     PyObject *d = PyDict_New();
-    if (!d)
-        return NULL;
-#define U(f) put(d, #f, PyLong_FromUnsignedLongLong((unsigned long long)s.f))
-#define F(f) put(d, #f, PyFloat_FromDouble(s.f))
-    if (F(elapsed_s) || U(batches_delivered) || U(samples_delivered) || U(samples_skipped) ||
-        U(pad_samples) || U(dropped_samples) || U(samples_read) || U(samples_decoded) ||
-        U(shards_opened) || U(bytes_fetched) || U(bytes_read) || U(cache_hits) ||
-        U(cache_misses) || U(requests) || U(retries) || F(consumer_wait_s) || F(decode_busy_s) ||
-        F(read_busy_s) || F(gpu_copy_s) || F(images_per_s) || F(decode_per_s) ||
-        F(read_per_s) || F(fetch_mib_per_s) || U(decode_queue) || U(decode_queue_cap) ||
-        U(ready_batches) || U(batch_ring) || U(shards_in_flight) || U(decode_threads) ||
-        put(d, "on_device", PyBool_FromLong(s.on_device)) || U(epoch) ||
-        U(shards_without_end_marker)) {
-        Py_DECREF(d);
-        return NULL;
-    }
+#define U(f) sfpy_set_item(d, #f, PyLong_FromUnsignedLongLong((unsigned long long)s.f))
+#define F(f) sfpy_set_item(d, #f, PyFloat_FromDouble(s.f))
+    int failed = !d || F(elapsed_s) || U(batches_delivered) || U(samples_delivered) ||
+                 U(samples_skipped) || U(pad_samples) || U(dropped_samples) || U(samples_read) ||
+                 U(samples_decoded) || U(shards_opened) || U(bytes_fetched) || U(bytes_read) ||
+                 U(cache_hits) || U(cache_misses) || U(requests) || U(retries) ||
+                 F(consumer_wait_s) || F(decode_busy_s) || F(read_busy_s) || F(gpu_copy_s) ||
+                 F(images_per_s) || F(decode_per_s) || F(read_per_s) || F(fetch_mib_per_s) ||
+                 U(decode_queue) || U(decode_queue_cap) || U(ready_batches) || U(batch_ring) ||
+                 U(shards_in_flight) || U(decode_threads) ||
+                 sfpy_set_item(d, "on_device", PyBool_FromLong(s.on_device)) || U(epoch) ||
+                 U(shards_without_end_marker);
 #undef U
 #undef F
-    return d;
+    return sfpy_dict_filled(d, failed);
 }
 
 static PyObject *loader_report(PyObject *pyself, PyObject *arg)
@@ -405,22 +404,18 @@ static PyObject *loader_report(PyObject *pyself, PyObject *arg)
     if (reset)
         sf_loader_report_reset(c->l);
     PyObject *d = PyDict_New();
-    if (!d)
-        return NULL;
-#define U(f) put(d, #f, PyLong_FromUnsignedLongLong((unsigned long long)r.f))
-#define F(f) put(d, #f, PyFloat_FromDouble(r.f))
-    if (F(span_s) || U(batches) || U(samples) || F(wait_s) || F(wait_share) || F(first_wait_s) ||
-        F(wait_p50_ms) || F(wait_p99_ms) || F(wait_max_ms) || F(step_per_s) ||
-        F(decode_per_thread_per_s) || F(decode_busy) || F(read_busy) || F(device_busy) ||
-        F(fetch_mib_per_s) || put(d, "bound", PyUnicode_FromString(sf_stage_name(r.bound))) ||
-        put(d, "starving", PyBool_FromLong(r.starving)) ||
-        put(d, "verdict", PyUnicode_FromString(r.verdict))) {
-        Py_DECREF(d);
-        return NULL;
-    }
+#define U(f) sfpy_set_item(d, #f, PyLong_FromUnsignedLongLong((unsigned long long)r.f))
+#define F(f) sfpy_set_item(d, #f, PyFloat_FromDouble(r.f))
+    int failed = !d || F(span_s) || U(batches) || U(samples) || F(wait_s) || F(wait_share) ||
+                 F(first_wait_s) || F(wait_p50_ms) || F(wait_p99_ms) || F(wait_max_ms) ||
+                 F(step_per_s) || F(decode_per_thread_per_s) || F(decode_busy) || F(read_busy) ||
+                 F(device_busy) || F(fetch_mib_per_s) ||
+                 sfpy_set_item(d, "bound", PyUnicode_FromString(sf_stage_name(r.bound))) ||
+                 sfpy_set_item(d, "starving", PyBool_FromLong(r.starving)) ||
+                 sfpy_set_item(d, "verdict", PyUnicode_FromString(r.verdict));
 #undef U
 #undef F
-    return d;
+    return sfpy_dict_filled(d, failed);
 }
 
 static PyObject *loader_close(PyObject *pyself, PyObject *unused)
@@ -432,34 +427,25 @@ static PyObject *loader_close(PyObject *pyself, PyObject *unused)
     Py_RETURN_NONE;
 }
 
-static PyObject *get_epoch_batches(PyObject *pyself, void *cl)
-{
-    (void)cl;
-    struct sfpy_core *c = usable((loader_object *)pyself);
-    return c ? PyLong_FromUnsignedLongLong(sf_loader_epoch_batches(c->l)) : NULL;
-}
+/* The epoch's numbers: one getter, its closure says which. */
+enum epoch_number { EPOCH_BATCHES, EPOCH_SAMPLES, EPOCH_SIZE_KNOWN, EPOCH_CURRENT };
 
-static PyObject *get_epoch_samples(PyObject *pyself, void *cl)
+static PyObject *get_epoch_number(PyObject *pyself, void *which)
 {
-    (void)cl;
-    struct sfpy_core *c = usable((loader_object *)pyself);
-    return c ? PyLong_FromUnsignedLongLong(sf_loader_epoch_samples(c->l)) : NULL;
-}
-
-static PyObject *get_epoch_size_known(PyObject *pyself, void *cl)
-{
-    (void)cl;
-    struct sfpy_core *c = usable((loader_object *)pyself);
-    return c ? PyBool_FromLong(sf_loader_epoch_size_known(c->l)) : NULL;
-}
-
-static PyObject *get_epoch(PyObject *pyself, void *cl)
-{
-    (void)cl;
     struct sfpy_core *c = usable((loader_object *)pyself);
     if (!c)
         return NULL;
     struct sf_loader_stats s;
+    switch ((enum epoch_number)(intptr_t)which) {
+    case EPOCH_BATCHES:
+        return PyLong_FromUnsignedLongLong(sf_loader_epoch_batches(c->l));
+    case EPOCH_SAMPLES:
+        return PyLong_FromUnsignedLongLong(sf_loader_epoch_samples(c->l));
+    case EPOCH_SIZE_KNOWN:
+        return PyBool_FromLong(sf_loader_epoch_size_known(c->l));
+    case EPOCH_CURRENT:
+        break;
+    }
     sf_loader_get_stats(c->l, &s);
     return PyLong_FromUnsignedLongLong(s.epoch);
 }
@@ -502,10 +488,13 @@ static PyMethodDef loader_methods[] = {
 };
 
 static PyGetSetDef loader_getset[] = {
-    {"epoch_batches", get_epoch_batches, NULL, "batches of this rank's epoch", NULL},
-    {"epoch_samples", get_epoch_samples, NULL, "samples of this rank's epoch", NULL},
-    {"epoch_size_known", get_epoch_size_known, NULL, "the epoch size is exact", NULL},
-    {"epoch", get_epoch, NULL, "the current epoch", NULL},
+    {"epoch_batches", get_epoch_number, NULL, "batches of this rank's epoch",
+     (void *)(intptr_t)EPOCH_BATCHES},
+    {"epoch_samples", get_epoch_number, NULL, "samples of this rank's epoch",
+     (void *)(intptr_t)EPOCH_SAMPLES},
+    {"epoch_size_known", get_epoch_number, NULL, "the epoch size is exact",
+     (void *)(intptr_t)EPOCH_SIZE_KNOWN},
+    {"epoch", get_epoch_number, NULL, "the current epoch", (void *)(intptr_t)EPOCH_CURRENT},
     {"shards", get_shards, NULL, "shard URLs, in index order", NULL},
     {"closed", get_closed, NULL, NULL, NULL},
     {NULL, NULL, NULL, NULL, NULL},
@@ -528,13 +517,6 @@ static PyType_Spec loader_spec = {
 
 int sfpy_loader_init(PyObject *module)
 {
-    loader_type = (PyTypeObject *)PyType_FromSpec(&loader_spec);
-    if (!loader_type)
-        return -1;
-    Py_INCREF(loader_type);
-    if (PyModule_AddObject(module, "Loader", (PyObject *)loader_type) < 0) {
-        Py_DECREF(loader_type);
-        return -1;
-    }
-    return 0;
+    loader_type = sfpy_add_type(module, &loader_spec, "Loader");
+    return loader_type ? 0 : -1;
 }

@@ -4,6 +4,28 @@
  */
 #include "sfpy.h"
 
+PyTypeObject *sfpy_add_type(PyObject *module, PyType_Spec *spec, const char *name)
+{
+    PyTypeObject *t = (PyTypeObject *)PyType_FromSpec(spec);
+    if (!t)
+        return NULL;
+    Py_INCREF(t);
+    if (PyModule_AddObject(module, name, (PyObject *)t) < 0) {
+        Py_DECREF(t);
+        Py_DECREF(t);
+        return NULL;
+    }
+    return t;
+}
+
+void sfpy_free_object(PyObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+    f(self);
+    Py_DECREF(tp);
+}
+
 static PyObject *py_version(PyObject *self, PyObject *unused)
 {
     (void)self;

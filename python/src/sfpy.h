@@ -23,6 +23,26 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+/* ------------------------------------------------------------ module.c */
+
+/* The type made from spec, added to module as name (the module holds one
+ * reference, the caller the other); NULL with the exception. */
+PyTypeObject *sfpy_add_type(PyObject *module, PyType_Spec *spec, const char *name);
+/* The end of every tp_dealloc: tp_free of self's heap type, then the
+ * reference self held on its type. */
+void sfpy_free_object(PyObject *self);
+
+/* ------------------------------------------------------------ dicts (tools.c) */
+
+/* d[key] = v, dropping v (NULL v: -1, the exception of its making). -1 on failure. */
+int sfpy_set_item(PyObject *d, const char *key, PyObject *v);
+int sfpy_set_u64(PyObject *d, const char *key, unsigned long long v);
+/* s as str (NULL: None), undecodable bytes replaced. */
+int sfpy_set_str(PyObject *d, const char *key, const char *s);
+/* d once filled, or NULL (dropping d) when failed: a dict built as
+ * `return sfpy_dict_filled(d, !d || set(...) || set(...))`. */
+PyObject *sfpy_dict_filled(PyObject *d, int failed);
+
 /* ------------------------------------------------------------ errors.c */
 
 /* Looks up shardfeed.Error and its subclasses (shardfeed._errors) and adds
@@ -93,6 +113,8 @@ int sfpy_batch_init(PyObject *module);
 PyObject *sfpy_str(const char *s);
 /* A new shardfeed.Batch owning one reference of slot. */
 PyObject *sfpy_batch_new(struct sfpy_slot *slot);
+/* tp_new of Batch and Array, which only the loader and a batch make: refuses. */
+PyObject *sfpy_new_refused(PyTypeObject *t, PyObject *a, PyObject *k);
 
 /* ------------------------------------------------------------ dlpack.c */
 

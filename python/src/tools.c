@@ -223,6 +223,13 @@ int sfpy_set_str(PyObject *d, const char *key, const char *s)
     return sfpy_set_item(d, key, PyUnicode_DecodeUTF8(s, (Py_ssize_t)strlen(s), "replace"));
 }
 
+PyObject *sfpy_dict_filled(PyObject *d, int failed)
+{
+    if (failed)
+        Py_CLEAR(d);
+    return d;
+}
+
 /* ------------------------------------------------------------ callbacks */
 
 void sfpy_cb_init(struct pycb *cb, PyObject *progress, enum cb_kind kind)
@@ -269,11 +276,7 @@ PyObject *sfpy_snapshot_dict(const struct pycb *cb)
         break;
     }
     }
-    if (rc) {
-        Py_DECREF(d);
-        return NULL;
-    }
-    return d;
+    return sfpy_dict_filled(d, rc);
 }
 
 /* Calls the user's progress with the newest snapshot (GIL held). */

@@ -48,12 +48,6 @@ int sfpy_sources_options(PyObject *sources, const char *json, const char *fn, st
  * use it) and passes on the log; -1 with an exception when that raised. */
 int sfpy_sources_options_free(struct strv *sv, void *keep);
 
-/* ------------------------------------------------------------ dicts */
-
-int sfpy_set_item(PyObject *d, const char *key, PyObject *v);
-int sfpy_set_u64(PyObject *d, const char *key, unsigned long long v);
-int sfpy_set_str(PyObject *d, const char *key, const char *s);
-
 /* ------------------------------------------------------------ callbacks */
 
 enum cb_kind { CB_PACK, CB_INDEX, CB_WARM };

@@ -45,42 +45,53 @@ static PyObject *doctor_dict(const struct sf_doctor_result *r)
     }
 #define F(f) sfpy_set_item(d, #f, PyFloat_FromDouble(r->f))
 #define U(f) sfpy_set_u64(d, #f, (unsigned long long)r->f)
-    if (sfpy_set_item(d, "stages", st) || F(decode_per_thread_per_s) || U(decode_threads) ||
+    int failed =
+        sfpy_set_item(d, "stages", st) || F(decode_per_thread_per_s) || U(decode_threads) ||
         U(cores) || F(fetch_mib_per_s) || F(fetch_mib_per_s_more) || U(concurrency) ||
         U(concurrency_more) || F(bytes_per_sample) || U(samples_measured) || F(step_per_s) ||
         F(max_side_speedup) || F(max_side_bytes) || F(pipeline_per_s) || F(wait_share) ||
         sfpy_set_str(d, "bound", r->bound == SF_STAGE_NONE ? "step" : sf_stage_name(r->bound)) ||
         sfpy_set_str(d, "verdict", r->verdict) ||
-        sfpy_set_item(d, "_raw", PyBytes_FromStringAndSize((const char *)r, sizeof(*r)))) {
-        Py_DECREF(d);
-        return NULL;
-    }
+        sfpy_set_item(d, "_raw", PyBytes_FromStringAndSize((const char *)r, sizeof(*r)));
 #undef F
 #undef U
-    return d;
+    return sfpy_dict_filled(d, failed);
+}
+
+/* Parses (sources, options_json, seconds) as fmt says and runs the doctor's
+ * measurements into *dr, or with dr NULL the tuner into *tr, with the GIL
+ * released. 0, or -1 with the exception. */
+static int run_on_sources(PyObject *args, const char *fmt, const char *fn,
+                          struct sf_doctor_result *dr, struct sf_tune_result *tr)
+{
+    PyObject *sources;
+    const char *json;
+    double seconds;
+    if (!PyArg_ParseTuple(args, fmt, &sources, &json, &seconds))
+        return -1;
+    struct strv sv;
+    struct sf_loader_options lo;
+    void *keep = NULL;
+    if (sfpy_sources_options(sources, json, fn, &sv, &lo, &keep) < 0)
+        return -1;
+    lo.sources = sv.v;
+    lo.source_count = sv.n;
+    char err[1024] = "";
+    sf_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = dr ? sf_doctor_measure(&lo, seconds, dr, err, sizeof(err))
+            : sf_tune(&lo, seconds, tr, err, sizeof(err));
+    Py_END_ALLOW_THREADS
+    return options_done(&sv, keep, st, err);
 }
 
 /* _doctor_measure(sources, options_json, seconds) -> dict */
 PyObject *sfpy_doctor_measure(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *sources;
-    const char *json;
-    double seconds;
-    if (!PyArg_ParseTuple(args, "Osd:_doctor_measure", &sources, &json, &seconds))
-        return NULL;
-    struct strv sv;
-    struct sf_loader_options lo;
-    void *keep = NULL;
-    if (sfpy_sources_options(sources, json, "doctor", &sv, &lo, &keep) < 0)
-        return NULL;
-    lo.sources = sv.v;
-    lo.source_count = sv.n;
     struct sf_doctor_result r;
-    char err[1024] = "";
-    sf_status st;
-    Py_BEGIN_ALLOW_THREADS st = sf_doctor_measure(&lo, seconds, &r, err, sizeof(err));
-    Py_END_ALLOW_THREADS if (options_done(&sv, keep, st, err) < 0) return NULL;
+    if (run_on_sources(args, "Osd:_doctor_measure", "doctor", &r, NULL) < 0)
+        return NULL;
     return doctor_dict(&r);
 }
 
@@ -114,37 +125,18 @@ PyObject *sfpy_doctor_conclude(PyObject *self, PyObject *args)
 PyObject *sfpy_tune(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *sources;
-    const char *json;
-    double budget;
-    if (!PyArg_ParseTuple(args, "Osd:_tune", &sources, &json, &budget))
-        return NULL;
-    struct strv sv;
-    struct sf_loader_options lo;
-    void *keep = NULL;
-    if (sfpy_sources_options(sources, json, "tune", &sv, &lo, &keep) < 0)
-        return NULL;
-    lo.sources = sv.v;
-    lo.source_count = sv.n;
     struct sf_tune_result r;
-    char err[1024] = "";
-    sf_status st;
-    Py_BEGIN_ALLOW_THREADS st = sf_tune(&lo, budget, &r, err, sizeof(err));
-    Py_END_ALLOW_THREADS if (options_done(&sv, keep, st, err) < 0) return NULL;
-    PyObject *d = PyDict_New();
-    if (!d)
+    if (run_on_sources(args, "Osd:_tune", "tune", NULL, &r) < 0)
         return NULL;
+    PyObject *d = PyDict_New();
 #define F(f) sfpy_set_item(d, #f, PyFloat_FromDouble(r.f))
 #define U(f) sfpy_set_u64(d, #f, (unsigned long long)r.f)
-    if (sfpy_set_str(d, "config_json", r.config_json) || U(decode_threads) || U(concurrency) ||
-        U(chunk_bytes) || U(prefetch_shards) || U(prefetch_batches) || F(decode_per_s) ||
-        F(fetch_mib_per_s) || F(tuned_per_s) || F(given_per_s) ||
-        sfpy_set_item(d, "kept_given", PyBool_FromLong(r.kept_given)) || U(points) || F(seconds) ||
-        sfpy_set_str(d, "trace", r.trace)) {
-        Py_DECREF(d);
-        return NULL;
-    }
+    int failed = !d || sfpy_set_str(d, "config_json", r.config_json) || U(decode_threads) ||
+                 U(concurrency) || U(chunk_bytes) || U(prefetch_shards) || U(prefetch_batches) ||
+                 F(decode_per_s) || F(fetch_mib_per_s) || F(tuned_per_s) || F(given_per_s) ||
+                 sfpy_set_item(d, "kept_given", PyBool_FromLong(r.kept_given)) || U(points) ||
+                 F(seconds) || sfpy_set_str(d, "trace", r.trace);
 #undef F
 #undef U
-    return d;
+    return sfpy_dict_filled(d, failed);
 }
