@@ -282,6 +282,19 @@ SF_API sf_status sf_index_shards(struct sf_s3 *s3, const char *const *sources, s
                                  const struct sf_index_options *o, struct sf_index_result *result,
                                  char *err, size_t err_len);
 
+/*
+ * Writes result->json to result->index_url: an s3:// URL with one PUT through
+ * s3 (SF_ERR_INVALID_ARGUMENT when s3 is NULL); a local path or file:// URL
+ * through a temporary file beside it that is renamed over it, so a reader
+ * never sees part of an index. http(s):// cannot be written:
+ * SF_ERR_INVALID_ARGUMENT. On failure err (when not NULL) names the path or
+ * URL and the reason (for s3://, the client's sf_s3_errmsg() text); a local
+ * path whose folder does not exist gives SF_ERR_NOT_FOUND, other local
+ * failures SF_ERR_IO. Blocks the caller; any thread.
+ */
+SF_API sf_status sf_index_result_save(struct sf_s3 *s3, const struct sf_index_result *result,
+                                      char *err, size_t err_len);
+
 #ifdef __cplusplus
 }
 #endif

@@ -127,6 +127,14 @@ SF_API const struct sf_object_info *sf_object_list_get(const struct sf_object_li
 SF_API void sf_object_list_destroy(struct sf_object_list *l);
 
 /*
+ * 1 when url holds a brace pattern (a list "{a,b}" or a range "{0..9}") or a
+ * brace syntax error that sf_s3_expand() would name, i.e. when the source
+ * names objects by pattern rather than itself; 0 otherwise, also for NULL.
+ * "{x}" and "{}" are literal. Never allocates, never fails; any thread.
+ */
+SF_API int sf_s3_is_pattern(const char *url);
+
+/*
  * Turns a source into the objects it names, in order:
  *  - brace patterns "s3://b/train-{000000..001023}.tar", "{a,b}", several braces
  *    (expanded without network access; sizes unknown, existence not checked:

@@ -410,6 +410,11 @@ static sf_status expand(struct sf_s3 *s3, const char *source, size_t max_objects
     return st;
 }
 
+SF_API int sf_s3_is_pattern(const char *url)
+{
+    return sf__has_braces(url);
+}
+
 SF_API sf_status sf_s3_expand(struct sf_s3 *s3, const char *source, size_t max_objects,
                               struct sf_object_list **out)
 {

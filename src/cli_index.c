@@ -5,7 +5,6 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,52 +36,6 @@ static int on_index_progress(void *user, const struct sf_index_progress *p)
 static int is_http(const char *url)
 {
     return !strncmp(url, "http://", 7) || !strncmp(url, "https://", 8);
-}
-
-/* Writes text to a local path: a temporary file beside it, renamed over it. */
-static int write_local(const char *url, const char *text, size_t len)
-{
-    const char *path = !strncmp(url, "file://", 7) ? url + 7 : url;
-    const char *slash = strrchr(path, '/');
-    size_t dl = slash ? (size_t)(slash - path + 1) : 0;
-    size_t n = strlen(path) + 64;
-    char *tmp = malloc(n);
-    if (!tmp) {
-        cli_errorf("out of memory");
-        return 1;
-    }
-    snprintf(tmp, n, "%.*s.%s.sfindex-%ld", (int)dl, path, path + dl, (long)getpid());
-    int rc = 0;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        cli_errorf("%s: cannot create: %s", tmp, strerror(errno));
-        free(tmp);
-        return 1;
-    }
-    size_t done = 0;
-    while (done < len) {
-        ssize_t w = write(fd, text + done, len - done);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0) {
-            cli_errorf("%s: write: %s", tmp, w < 0 ? strerror(errno) : "no progress");
-            rc = 1;
-            break;
-        }
-        done += (size_t)w;
-    }
-    if (close(fd) != 0 && rc == 0) {
-        cli_errorf("%s: close: %s", tmp, strerror(errno));
-        rc = 1;
-    }
-    if (rc == 0 && rename(tmp, path) != 0) {
-        cli_errorf("%s: cannot rename into place: %s", path, strerror(errno));
-        rc = 1;
-    }
-    if (rc != 0)
-        unlink(tmp);
-    free(tmp);
-    return rc;
 }
 
 int cli_cmd_index(int argc, char **argv)
@@ -136,19 +89,14 @@ int cli_cmd_index(int argc, char **argv)
             cli_errorf("stdout: %s", strerror(errno));
             rc = 1;
         }
-    } else if (!strncmp(res.index_url, "s3://", 5)) {
-        st = sf_s3_put(s3, res.index_url, NULL, res.json, res.json_len, NULL, 0);
-        if (st != SF_OK) {
-            cli_report(s3, st);
-            rc = 1;
-        }
     } else if (is_http(res.index_url)) {
         cli_errorf("index: %s: cannot write over http(s); name a local path or s3:// URL with "
                    "-o, or use --dry-run",
                    res.index_url);
         rc = 1;
-    } else {
-        rc = write_local(res.index_url, res.json, res.json_len);
+    } else if ((st = sf_index_result_save(s3, &res, err, sizeof(err))) != SF_OK) {
+        cli_errorf("index: %s (%s)", err[0] ? err : sf_status_str(st), sf_status_name(st));
+        rc = 1;
     }
     sf_s3_destroy(s3);
     double mib_s = secs > 0 ? (double)res.bytes / 1048576.0 / secs : 0;

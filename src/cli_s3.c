@@ -48,28 +48,6 @@ static cJSON *info_json(const struct sf_object_info *in)
 
 /* ------------------------------------------------------------ ls, stat */
 
-/* 1 when url holds a brace pattern ("{a,b}", "{0..9}") or a brace syntax
- * error, as the library's expansion sees it; "{x}" alone is literal. */
-static int is_pattern(const char *url)
-{
-    for (const char *s = url; *s; s++) {
-        if (*s == '}')
-            return 1; /* a '}' without its '{': an error the library names */
-        if (*s != '{')
-            continue;
-        const char *e = s + 1;
-        while (*e && *e != '}' && *e != '{')
-            e++;
-        if (*e != '}')
-            return 1; /* unbalanced or nested */
-        for (const char *x = s + 1; x < e; x++)
-            if (*x == ',' || (x[0] == '.' && x[1] == '.' && x + 1 < e))
-                return 1;
-        s = e;
-    }
-    return 0;
-}
-
 static void print_ls_line(const struct sf_object_info *in)
 {
     if (in->is_prefix) {
@@ -92,7 +70,7 @@ int cli_cmd_ls(struct cli *c)
         return 1;
     struct sf_object_list *l = NULL;
     /* a pattern lists the objects it names, each checked to exist */
-    sf_status st = is_pattern(c->args[0])
+    sf_status st = sf_s3_is_pattern(c->args[0])
                        ? sf_s3_expand_stat(s3, c->args[0], 0, &l)
                        : sf_s3_list(s3, c->args[0], c->recursive ? SF_LIST_RECURSIVE : 0, 0, &l);
     if (st != SF_OK) {
@@ -149,7 +127,7 @@ int cli_cmd_stat(struct cli *c)
     if (rc)
         return rc;
     /* --json: one object for one plain URL (as it always was), else an array */
-    int single = c->n_args == 1 && !is_pattern(c->args[0]);
+    int single = c->n_args == 1 && !sf_s3_is_pattern(c->args[0]);
     cJSON *arr = c->json && !single ? cJSON_CreateArray() : NULL;
     int printed = 0;
     for (int a = 0; a < c->n_args; a++) {
@@ -158,7 +136,7 @@ int cli_cmd_stat(struct cli *c)
         struct sf_object_info one;
         memset(&one, 0, sizeof(one));
         sf_status st =
-            is_pattern(url) ? sf_s3_expand_stat(s3, url, 0, &l) : sf_s3_stat(s3, url, &one);
+            sf_s3_is_pattern(url) ? sf_s3_expand_stat(s3, url, 0, &l) : sf_s3_stat(s3, url, &one);
         if (st != SF_OK) {
             cli_report(s3, st);
             rc = 1;

@@ -1,6 +1,7 @@
 #include <criterion/criterion.h>
 
 #include "s3/braces.h"
+#include "shardfeed_s3.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -221,4 +222,25 @@ Test(braces, null_arguments)
     /* err is optional. */
     cr_expect_eq(sf__brace_expand("{", 0, &v, &n, NULL, 0), SF_ERR_INVALID_ARGUMENT);
     sf__strv_free(NULL, 0);
+}
+
+/* The public test the CLI and the Python tools use: a pattern exactly when
+ * the expansion fails or yields something other than the URL itself. */
+Test(braces, public_is_pattern_agrees_with_expansion)
+{
+    static const char *const urls[] = {
+        "s3://b/train-{000..009}.tar", "s3://b/{a,b}/x.tar", "s3://b/plain.tar", "s3://b/x{y}.tar",
+        "{}", "", "abc}", "{a", "{{a,b}}", "x-{1..1}", "a..b,c", "{1,2}{x}", "{..}", "{,}",
+    };
+    for (size_t i = 0; i < sizeof(urls) / sizeof(urls[0]); i++) {
+        char **v = NULL;
+        size_t n = 0;
+        char err[256] = "";
+        sf_status st = sf__brace_expand(urls[i], 0, &v, &n, err, sizeof err);
+        int names_itself = st == SF_OK && n == 1 && strcmp(v[0], urls[i]) == 0;
+        cr_expect_eq(sf_s3_is_pattern(urls[i]), !names_itself, "sf_s3_is_pattern(\"%s\")",
+                     urls[i]);
+        sf__strv_free(v, n);
+    }
+    cr_expect_eq(sf_s3_is_pattern(NULL), 0);
 }

@@ -4,12 +4,9 @@
  */
 #include "tools.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 static int index_progress_cb(void *user, const struct sf_index_progress *p)
 {
@@ -20,52 +17,6 @@ static int index_progress_cb(void *user, const struct sf_index_progress *p)
 }
 
 /* ------------------------------------------------------------ index */
-
-/* Writes text to a local path through a temporary file beside it, renamed
- * over it (as `shardfeed index`). Without the GIL; the failure into msg. */
-static sf_status write_local(const char *url, const char *text, size_t len, char *msg, size_t n)
-{
-    const char *path = !strncmp(url, "file://", 7) ? url + 7 : url;
-    const char *slash = strrchr(path, '/');
-    size_t dl = slash ? (size_t)(slash - path + 1) : 0;
-    size_t tl = strlen(path) + 64;
-    char *tmp = malloc(tl);
-    if (!tmp)
-        return SF_ERR_NO_MEMORY;
-    snprintf(tmp, tl, "%.*s.%s.sfindex-%ld", (int)dl, path, path + dl, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        snprintf(msg, n, "%s: cannot create: %s", tmp, strerror(errno));
-        free(tmp);
-        return errno == ENOENT ? SF_ERR_NOT_FOUND : SF_ERR_IO;
-    }
-    sf_status st = SF_OK;
-    size_t done = 0;
-    while (done < len) {
-        ssize_t w = write(fd, text + done, len - done);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0) {
-            snprintf(msg, n, "%s: write at byte %zu: %s", tmp, done,
-                     w < 0 ? strerror(errno) : "no progress");
-            st = SF_ERR_IO;
-            break;
-        }
-        done += (size_t)w;
-    }
-    if (close(fd) != 0 && st == SF_OK) {
-        snprintf(msg, n, "%s: close: %s", tmp, strerror(errno));
-        st = SF_ERR_IO;
-    }
-    if (st == SF_OK && rename(tmp, path) != 0) {
-        snprintf(msg, n, "%s: cannot rename into place: %s", path, strerror(errno));
-        st = SF_ERR_IO;
-    }
-    if (st != SF_OK)
-        unlink(tmp);
-    free(tmp);
-    return st;
-}
 
 static int is_http(const char *url)
 {
@@ -136,15 +87,7 @@ PyObject *sfpy_index(PyObject *self, PyObject *args)
         goto done;
     }
     if (!dry_run) {
-        if (!strncmp(res.index_url, "s3://", 5)) {
-            Py_BEGIN_ALLOW_THREADS st =
-                sf_s3_put(s3, res.index_url, NULL, res.json, res.json_len, NULL, 0);
-            Py_END_ALLOW_THREADS if (st != SF_OK)
-            {
-                sfpy_raise_s3(s3, st);
-                goto done;
-            }
-        } else if (is_http(res.index_url)) {
+        if (is_http(res.index_url)) {
             char msg[600];
             snprintf(msg, sizeof(msg),
                      "index: %.400s: cannot write over http(s); name a local path or s3:// URL "
@@ -152,15 +95,12 @@ PyObject *sfpy_index(PyObject *self, PyObject *args)
                      res.index_url);
             sfpy_raise(SF_ERR_INVALID_ARGUMENT, msg);
             goto done;
-        } else {
-            char msg[1024] = "";
-            Py_BEGIN_ALLOW_THREADS st =
-                write_local(res.index_url, res.json, res.json_len, msg, sizeof(msg));
-            Py_END_ALLOW_THREADS if (st != SF_OK)
-            {
-                sfpy_raise(st, msg);
-                goto done;
-            }
+        }
+        Py_BEGIN_ALLOW_THREADS st = sf_index_result_save(s3, &res, err, sizeof(err));
+        Py_END_ALLOW_THREADS if (st != SF_OK)
+        {
+            sfpy_raise(st, err);
+            goto done;
         }
     }
     out = Py_BuildValue("(s#s)", res.json, (Py_ssize_t)res.json_len, res.index_url);

@@ -46,29 +46,6 @@ static PyObject *list_of(const struct sf_object_list *l)
 
 /* ------------------------------------------------------------ ls, stat */
 
-/* 1 when url holds a brace pattern ("{a,b}", "{0..9}") or a brace syntax
- * error the library's expansion would name; "{x}" alone is literal (as
- * `shardfeed ls` decides). */
-static int is_pattern(const char *url)
-{
-    for (const char *s = url; *s; s++) {
-        if (*s == '}')
-            return 1;
-        if (*s != '{')
-            continue;
-        const char *e = s + 1;
-        while (*e && *e != '}' && *e != '{')
-            e++;
-        if (*e != '}')
-            return 1;
-        for (const char *x = s + 1; x < e; x++)
-            if (*x == ',' || (x[0] == '.' && x[1] == '.' && x + 1 < e))
-                return 1;
-        s = e;
-    }
-    return 0;
-}
-
 /* A client for the S3 options of json, whose strings *keep holds (free with
  * sf_loader_options_free_json after the client); NULL with the exception. */
 static struct sf_s3 *client_of(const char *json, void **keep)
@@ -96,7 +73,7 @@ PyObject *sfpy_ls(PyObject *self, PyObject *args)
         return NULL;
     struct sf_object_list *l = NULL;
     sf_status st;
-    int pattern = is_pattern(url);
+    int pattern = sf_s3_is_pattern(url);
     Py_BEGIN_ALLOW_THREADS
         /* a pattern lists the objects it names, each checked to exist */
         st = pattern ? sf_s3_expand_stat(s3, url, 0, &l)
@@ -117,7 +94,7 @@ PyObject *sfpy_stat(PyObject *self, PyObject *args)
     const char *url, *json;
     if (!PyArg_ParseTuple(args, "ss:_stat", &url, &json))
         return NULL;
-    if (is_pattern(url)) {
+    if (sf_s3_is_pattern(url)) {
         char msg[512];
         snprintf(msg, sizeof(msg),
                  "stat: '%.400s' is a brace pattern: shardfeed.ls() gives every object it names",
