@@ -103,6 +103,7 @@ struct sf__policy {
     int ss, desc;
     unsigned desc_cuts, ss_tries, desc_n, desc_thr;
     double desc_rps, desc_cwnd; /* the rate and window before the descent */
+    double desc_low_rps;        /* the lowest rate a descent began at */
     /* slow start went on after a descent judged noise (restores counts
      * them); answers at the restored rate until the next descent, for the
      * last and the one before */
