@@ -37,9 +37,10 @@ int policy_model_run(const struct policy_model *m, uint64_t seed, struct policy_
     struct req *rq = calloc((size_t)P * W, sizeof(*rq));
     unsigned *done = calloc(P, sizeof(*done)), *inflight = calloc(P, sizeof(*inflight));
     uint64_t *end = calloc(P, sizeof(*end));
+    uint64_t *begin = calloc(P, sizeof(*begin));
     unsigned inited = 0;
     int rc = -1;
-    if (!pol || !rq || !done || !inflight || !end)
+    if (!pol || !rq || !done || !inflight || !end || !begin)
         goto out;
     for (; inited < P; inited++) {
         struct sf__policy_config c = {
@@ -55,6 +56,8 @@ int policy_model_run(const struct policy_model *m, uint64_t seed, struct policy_
             goto out;
     }
     uint64_t rng = seed * 7919, now = 0, tok_ns = 0;
+    for (unsigned p = 0; p < P && m->stagger_ms > 0; p++)
+        begin[p] = (uint64_t)(m->stagger_ms * (double)MS * uniform(&rng));
     double tokens = m->limit;
     unsigned long long thr = 0, all = 0;
     unsigned left = P;
@@ -62,7 +65,7 @@ int policy_model_run(const struct policy_model *m, uint64_t seed, struct policy_
     while (left && now < stop) {
         for (unsigned p = 0; p < P; p++) {
             struct req *r = rq + (size_t)p * W;
-            for (unsigned i = 0; i < W && done[p] < W; i++) {
+            for (unsigned i = 0; i < W && done[p] < W && now >= begin[p]; i++) {
                 if (r[i].state != 0 || r[i].t > now)
                     continue;
                 if (inflight[p] >= sf__policy_window(&pol[p]) ||
@@ -142,5 +145,6 @@ out:
     free(done);
     free(inflight);
     free(end);
+    free(begin);
     return rc;
 }

@@ -4,7 +4,9 @@
  * flight at most and W requests to complete; one token bucket of `limit`
  * requests/s (burst `limit`, full at the start: the mock's rate_limit), and
  * on top of it a share `noise` of answers throttled at random; every answer
- * comes 0.5-1.5 x rtt_ms after its request starts (0.1 ms steps); a
+ * comes 0.5-1.5 x rtt_ms after its request starts (0.1 ms steps), engines
+ * start together or spread over stagger_ms (processes that start on a busy
+ * machine); a
  * throttled request starts again after sf__policy_retry()'s delay.
  * Deterministic for a seed. bench/scale_model.c prints it (bench_scale_model);
  * tests/test_fetch_policy.c asserts on it.
@@ -18,6 +20,7 @@
 struct policy_model {
     unsigned ranks, requests;
     double limit, noise, rtt_ms;
+    double stagger_ms; /* each engine starts at a uniform random time in [0, stagger_ms) */
     double max_s; /* model time after which unfinished engines count as failed */
     FILE *trace;  /* each engine's done count, rate cap and state every 250 ms */
 };

@@ -3,7 +3,7 @@
  * policy (s3/fetch_policy.c) without a mock server or a noisy machine.
  *
  *   bench_scale_model [--ranks P] [--requests W] [--limit R] [--noise F]
- *                     [--seeds S] [--rtt-ms MS] [--trace]
+ *                     [--seeds S] [--rtt-ms MS] [--stagger-ms MS] [--trace]
  *
  * The model (bench/policy_model.h, shared with tests/test_fetch_policy.c):
  * P engines, each running the real policy with 32 requests in flight at most
@@ -12,7 +12,9 @@
  * on top of it a share F of answers is throttled at random (noise). Every
  * answer comes 0.5-1.5 x MS after its request starts (0.1 ms steps on a
  * synthetic clock); a throttled request is tried again after the delay
- * sf__policy_retry() gives. Per seed (the RTT and noise draws and the
+ * sf__policy_retry() gives; --stagger-ms spreads the engines' starts
+ * uniformly over that many ms (8 processes started at once on a loaded
+ * machine begin over some 100 ms). Per seed (the RTT and noise draws and the
  * policies' jitter), and as mean and worst over S seeds, prints what
  * scale_sim.sh prints: throttled share of all answers (target <= 5 %),
  * slowest / fastest completion (<= 1.5) and the aggregate rate of useful
@@ -32,7 +34,7 @@
 static void usage(void)
 {
     fprintf(stderr, "usage: bench_scale_model [--ranks P] [--requests W] [--limit R] "
-                    "[--noise F] [--seeds S] [--rtt-ms MS] [--trace]\n");
+                    "[--noise F] [--seeds S] [--rtt-ms MS] [--stagger-ms MS] [--trace]\n");
     exit(2);
 }
 
@@ -62,11 +64,13 @@ int main(int argc, char **argv)
             seeds = (unsigned)strtoul(v, NULL, 10);
         else if (strcmp(a, "--rtt-ms") == 0)
             m.rtt_ms = strtod(v, NULL);
+        else if (strcmp(a, "--stagger-ms") == 0)
+            m.stagger_ms = strtod(v, NULL);
         else
             usage();
     }
     if (m.ranks < 1 || m.ranks > 4096 || m.requests < 1 || seeds < 1 || !(m.limit >= 1) ||
-        !(m.noise >= 0 && m.noise < 1) || !(m.rtt_ms > 0))
+        !(m.noise >= 0 && m.noise < 1) || !(m.rtt_ms > 0) || !(m.stagger_ms >= 0))
         usage();
     double share = 0, fair = 0, agg = 0, worst_share = 0, worst_fair = 0;
     for (unsigned s = 1; s <= seeds; s++) {

@@ -56,11 +56,13 @@
 #define DESC_N        4u
 #define DESC_EVIDENCE 3u
 #define SS_TRIES      6u
-/* A descent never takes the rate under 1/DESC_FLOOR_DIV of the rate it
- * started from (3 halvings). Ranks that start together all halve at once,
- * each on its own throttled answers: without a floor they landed at 1/8 to
- * 1/32 of that rate, far under their fair share and at different depths. */
-#define DESC_FLOOR_DIV 8.0
+/* A descent never takes the rate under 1/DESC_FLOOR_DIV of the lowest rate
+ * a descent of this engine started from (3-4 halvings), and a limit
+ * confirmed during slow start lands the rate there at once (land()). Ranks
+ * that start together all halve at once, each on its own throttled answers:
+ * without a floor they landed at 1/8 to 1/32 of that rate, far under their
+ * fair share and at different depths. */
+#define DESC_FLOOR_DIV 10.0
 /* After descents judged noise gave the rate back, two descents in a row
  * that started within RETRIGGER_N answers at the restored rate (both
  * together) confirm a limit: the throttling fell with the rate and came back
@@ -252,11 +254,29 @@ static void halve(struct sf__policy *p, uint64_t now)
     double fl = window_floor(p);
     p->cwnd = p->cwnd / 2 < fl ? fl : p->cwnd / 2;
     p->send_rps = p->send_rps / 2 < RATE_FLOOR_RPS ? RATE_FLOOR_RPS : p->send_rps / 2;
-    if (p->send_rps < p->desc_rps / DESC_FLOOR_DIV)
-        p->send_rps = p->desc_rps / DESC_FLOOR_DIV;
+    if (p->send_rps < p->desc_low_rps / DESC_FLOOR_DIV)
+        p->send_rps = p->desc_low_rps / DESC_FLOOR_DIV;
     p->bucket = 0;
     p->bucket_ns = now;
     window_reset(p, now);
+}
+
+/*
+ * A limit confirmed during slow start: the rate goes to the descents' floor
+ * at once. Where a descent stops depends on when the other ranks sharing the
+ * limit slowed: one whose descents came late saw little throttling, was
+ * given its rate back, and was confirmed at 2-3x the others' rate (60/s
+ * against 20-25 in bench_scale_model), a lead the capped recovery took the
+ * whole run to undo. The floor depends only on the rate the engine's first
+ * descent began at, which ranks that start together share. Under lock.
+ */
+static void land(struct sf__policy *p)
+{
+    double r = p->desc_low_rps / DESC_FLOOR_DIV;
+    if (r < RATE_FLOOR_RPS)
+        r = RATE_FLOOR_RPS;
+    if (p->send_rps > r)
+        p->send_rps = r;
 }
 
 /* Multiplicative decrease of the window and of the rate. Under lock. */
@@ -326,6 +346,7 @@ enum sf__verdict sf__policy_record(struct sf__policy *p, uint64_t now_ns, uint64
             p->limited = 1;
             p->cuts++;
             v = SF__VERDICT_CONFIRM;
+            land(p);
         }
     }
     if (start_ns < p->changed_ns) {
@@ -403,10 +424,14 @@ enum sf__verdict sf__policy_record(struct sf__policy *p, uint64_t now_ns, uint64
             p->desc = 1;
             p->desc_cuts = 1;
             p->desc_rps = p->send_rps;
+            if (p->desc_low_rps <= 0 || p->send_rps < p->desc_low_rps)
+                p->desc_low_rps = p->send_rps;
             p->desc_cwnd = p->cwnd;
             p->ss_tries++;
             p->probes++;
             halve(p, now_ns);
+            if (v == SF__VERDICT_CONFIRM)
+                land(p);
         } else if (thr) {
             p->noise++;
             v = SF__VERDICT_NOISE;

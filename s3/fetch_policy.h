@@ -26,10 +26,12 @@
  * descents are the evidence: at least 3 throttled, a third of the answers,
  * confirm a limit (congestion avoidance, below); otherwise the descent was
  * noise, the rate before it comes back and slow start goes on (6 descents
- * at most, then only the rules below). A descent never goes under 1/8 of
- * the rate it started from, and two descents in a row that each began soon
- * after the rate came back (16 answers at the restored rates in all) confirm
- * a limit: throttling that falls with the rate and returns with it.
+ * at most, then only the rules below). A descent never goes under 1/10 of
+ * the lowest rate a descent of this policy began at, and two descents in a
+ * row that each began soon after the rate came back (16 answers at the
+ * restored rates in all) confirm a limit: throttling that falls with the
+ * rate and returns with it. A limit confirmed during slow start lands the
+ * rate at that floor at once, wherever the descent had got to.
  * Capped, the rate grows back faster the lower it is (75/rate requests/s
  * per second, within 1-20), so ranks sharing a limit converge.
  *
@@ -103,6 +105,7 @@ struct sf__policy {
     int ss, desc;
     unsigned desc_cuts, ss_tries, desc_n, desc_thr;
     double desc_rps, desc_cwnd; /* the rate and window before the descent */
+    double desc_low_rps;        /* the lowest rate a descent began at */
     /* slow start went on after a descent judged noise (restores counts
      * them); answers at the restored rate until the next descent, for the
      * last and the one before */
