@@ -92,9 +92,14 @@ static void h_sse2(int16_t *h, const unsigned char *row, const int32_t *xo, cons
     }
 }
 
-static void v_sse2(unsigned char *dst, const int16_t *h0, const int16_t *h1, size_t n, uint32_t wy)
+/* Eight values a step from i while they last; returns where it stopped.
+ * Always inlined: in v_avx2 it is compiled with VEX encodings, so no legacy
+ * SSE instruction runs after AVX2 code with the upper halves dirty. */
+static inline __attribute__((always_inline)) size_t v_sse2_steps(unsigned char *dst,
+                                                                 const int16_t *h0,
+                                                                 const int16_t *h1, size_t i,
+                                                                 size_t n, uint32_t wy)
 {
-    size_t i = 0;
     const __m128i wv = _mm_set1_epi32((int)((SF__W_ONE - wy) | (wy << 16)));
     const __m128i rnd = _mm_set1_epi32(1 << 17);
     for (; i + 8 <= n; i += 8) {
@@ -106,6 +111,12 @@ static void v_sse2(unsigned char *dst, const int16_t *h0, const int16_t *h1, siz
                                           _mm_srai_epi32(_mm_add_epi32(hi, rnd), 18));
         _mm_storel_epi64((__m128i *)(void *)(dst + i), _mm_packus_epi16(v, v));
     }
+    return i;
+}
+
+static void v_sse2(unsigned char *dst, const int16_t *h0, const int16_t *h1, size_t n, uint32_t wy)
+{
+    const size_t i = v_sse2_steps(dst, h0, h1, 0, n, wy);
     v_c(dst + i, h0 + i, h1 + i, n - i, wy);
 }
 #endif /* __SSE2__ */
@@ -212,7 +223,8 @@ AVX2_FN static void h_avx2_interleaved(int16_t *h, const unsigned char *row, con
     }
 }
 
-/* Sixteen values a step; the rest as v_sse2 does them. */
+/* Sixteen values a step; the rest as v_sse2 does them, inlined here (see
+ * v_sse2_steps). */
 AVX2_FN static void v_avx2(unsigned char *dst, const int16_t *h0, const int16_t *h1, size_t n,
                            uint32_t wy)
 {
@@ -230,7 +242,10 @@ AVX2_FN static void v_avx2(unsigned char *dst, const int16_t *h0, const int16_t 
         const __m256i u = _mm256_permute4x64_epi64(_mm256_packus_epi16(v, v), 0x08);
         _mm_storeu_si128((__m128i *)(void *)(dst + i), _mm256_castsi256_si128(u));
     }
-    v_sse2(dst + i, h0 + i, h1 + i, n - i, wy);
+    i = v_sse2_steps(dst, h0, h1, i, n, wy);
+    const uint32_t wy0 = SF__W_ONE - wy;
+    for (; i < n; i++)
+        dst[i] = (unsigned char)(((uint32_t)h0[i] * wy0 + (uint32_t)h1[i] * wy + (1u << 17)) >> 18);
 }
 #endif /* SF_HAVE_AVX2_TARGET */
 
