@@ -2,7 +2,9 @@
  * bench_loader: the loader end to end against the decode limit, in one run.
  *
  *   bench_loader [--threads N] [--rounds R] [--batch-size B] [--size S]
- *                [--cache-dir DIR] [--endpoint-url URL] SHARDS...
+ *                [--cache-dir DIR] [--endpoint-url URL]
+ *                [--decoder-only | --full-only] [--simd c|sse2|avx2]
+ *                [--max-images N] SHARDS...
  *
  * SHARDS are what `shardfeed load` takes (a local folder of tar shards with
  * index.json, s3:// URLs or patterns with --endpoint-url). The run:
@@ -21,7 +23,11 @@
  *  5. for the why: the loader's own decoder alone (sf__decode_jpeg, one
  *     thread, then N threads at once) and the full decode on N threads at
  *     once (how far N threads of this machine are from N x one thread).
- *     --decoder-only runs the decoder alone and nothing else (for perf).
+ *     --decoder-only runs the decoder alone and nothing else (for perf),
+ *     --full-only the full decode alone; --simd makes the decoder alone
+ *     resize with that level's kernels (src/resize.h; the loader's own
+ *     decoders always use the CPU's best), --max-images reads only the
+ *     first N images (a fixed workload for callgrind: see docs/decode.md).
  */
 #include "shardfeed.h"
 #include "shardfeed_shard.h"
@@ -60,7 +66,8 @@ struct image {
 };
 
 static struct image *images;
-static size_t n_images, cap_images;
+static size_t n_images, cap_images, max_images = SIZE_MAX;
+static int simd_level = -1; /* --simd: the decoder alone's resize kernels */
 
 /* Reads every "jpg"/"jpeg" field of every shard of the sources. */
 static void collect(struct sf_s3 *s3, char **sources, int n_sources)
@@ -69,7 +76,7 @@ static void collect(struct sf_s3 *s3, char **sources, int n_sources)
         struct sf_object_list *list;
         if (sf_s3_expand(s3, sources[i], 0, &list) != SF_OK)
             die("cannot expand %s", sources[i]);
-        for (size_t k = 0; k < sf_object_list_count(list); k++) {
+        for (size_t k = 0; k < sf_object_list_count(list) && n_images < max_images; k++) {
             const struct sf_object_info *obj = sf_object_list_get(list, k);
             size_t len = strlen(obj->url);
             if (len < 4 || strcmp(obj->url + len - 4, ".tar"))
@@ -88,7 +95,8 @@ static void collect(struct sf_s3 *s3, char **sources, int n_sources)
             sf_shard_reader_feed(r, sf_fetch_data(f), p.total, p.total);
             struct sf_sample s;
             enum sf_shard_event ev;
-            while (sf_shard_reader_next(r, &s, &ev) == SF_OK && ev == SF_SHARD_SAMPLE) {
+            while (n_images < max_images && sf_shard_reader_next(r, &s, &ev) == SF_OK &&
+                   ev == SF_SHARD_SAMPLE) {
                 for (size_t j = 0; j < s.field_count; j++) {
                     if (strcmp(s.fields[j].name, "jpg") && strcmp(s.fields[j].name, "jpeg"))
                         continue;
@@ -151,6 +159,8 @@ static double decoder_alone(const struct sf_image_options *io, unsigned epoch)
     struct sf_decoder *d;
     if (sf__decoder_new(&d) != SF_OK)
         die("%s", "decoder");
+    if (simd_level >= 0 && sf__decoder_set_simd(d, (enum sf__simd)simd_level) != SF_OK)
+        die("%s", "--simd: this build or CPU lacks that level");
     unsigned char *out = malloc(sf__image_bytes(io));
     if (!out)
         die("%s", "out of memory");
@@ -203,8 +213,8 @@ static double decoders_alone(const struct sf_image_options *io, unsigned epoch, 
 
 /* `epochs` epochs through one loader, open to last batch (a training run
  * opens once; the next epoch is read ahead): images/s. */
-static double loader_epoch(struct sf_loader_options *o, unsigned epochs,
-                           unsigned long long *n_out, unsigned *threads_out)
+static double loader_epoch(struct sf_loader_options *o, unsigned epochs, unsigned long long *n_out,
+                           unsigned *threads_out)
 {
     struct sf_loader *l;
     char err[1024];
@@ -236,7 +246,7 @@ static double loader_epoch(struct sf_loader_options *o, unsigned epochs,
 int main(int argc, char **argv)
 {
     unsigned threads = 0, rounds = 3, batch = 256, size = 224;
-    int decoder_only = 0;
+    int decoder_only = 0, full_only = 0;
     const char *cache_dir = NULL, *endpoint = NULL;
     char **sources = calloc((size_t)argc, sizeof(*sources));
     int n_sources = 0;
@@ -252,7 +262,19 @@ int main(int argc, char **argv)
             size = (unsigned)atoi(argv[++i]);
         else if (!strcmp(argv[i], "--decoder-only"))
             decoder_only = 1;
-        else if (!strcmp(argv[i], "--cache-dir") && v)
+        else if (!strcmp(argv[i], "--full-only"))
+            full_only = 1;
+        else if (!strcmp(argv[i], "--max-images") && v)
+            max_images = (size_t)strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--simd") && v) {
+            const char *lv = argv[++i];
+            simd_level = !strcmp(lv, "c")      ? SF__SIMD_C
+                         : !strcmp(lv, "sse2") ? SF__SIMD_SSE2
+                         : !strcmp(lv, "avx2") ? SF__SIMD_AVX2
+                                               : -2;
+            if (simd_level == -2)
+                die("--simd %s: c, sse2 or avx2", lv);
+        } else if (!strcmp(argv[i], "--cache-dir") && v)
             cache_dir = argv[++i];
         else if (!strcmp(argv[i], "--endpoint-url") && v)
             endpoint = argv[++i];
@@ -263,7 +285,8 @@ int main(int argc, char **argv)
     }
     if (!n_sources || !rounds)
         die("%s", "usage: bench_loader [--threads N] [--rounds R] [--batch-size B] [--size S] "
-                  "[--cache-dir DIR] [--endpoint-url URL] SHARDS...");
+                  "[--cache-dir DIR] [--endpoint-url URL] [--decoder-only | --full-only] "
+                  "[--simd c|sse2|avx2] [--max-images N] SHARDS...");
     struct sf_s3_options so;
     sf_s3_options_init_default(&so);
     so.endpoint_url = endpoint;
@@ -292,12 +315,16 @@ int main(int argc, char **argv)
             printf("the loader's decoder alone: %.1f images/s\n", decoder_alone(&o.image, r + 1));
         return 0;
     }
+    if (full_only) { /* the same, for the full decode */
+        for (unsigned r = 0; r < rounds; r++)
+            printf("full tjDecompress2: %.1f images/s\n", decode_limit());
+        return 0;
+    }
     unsigned long long n = 0;
     unsigned t = 0;
     loader_epoch(&o, 1, &n, &t); /* warms the cache (and the page cache) */
 
-    double best_dec = 0, best_ld = 0, best_ld4 = 0, best_alone = 0, best_par = 0,
-           best_dec_par = 0;
+    double best_dec = 0, best_ld = 0, best_ld4 = 0, best_alone = 0, best_par = 0, best_dec_par = 0;
     unsigned long long n4 = 0;
     for (unsigned r = 0; r < rounds; r++) {
         double d = decode_limit();
@@ -330,8 +357,8 @@ int main(int argc, char **argv)
     printf("the loader's decoder alone (1 thread, crop + resize + CHW): %.1f images/s, "
            "%.2f x full decode\n",
            best_alone, best_alone / best_dec);
-    printf("the loader's decoder alone on %u threads at once: %.1f images/s, %.2f x the limit\n",
-           t, best_par, best_par / (best_dec * t));
+    printf("the loader's decoder alone on %u threads at once: %.1f images/s, %.2f x the limit\n", t,
+           best_par, best_par / (best_dec * t));
     printf("loader, one epoch from %s: %.1f images/s\n", cache_dir ? "a warm cache" : "local files",
            best_ld);
     printf("ratio loader / decode limit: %.2f (issue 15: >= 1.15)\n", best_ld / (best_dec * t));

@@ -13,6 +13,7 @@
  */
 #include "src/decode.h"
 #include "src/gpu_kernel.h"
+#include "src/resize.h"
 
 #include "common/strbuf.h"
 
@@ -28,10 +29,6 @@
 
 #include <jpeglib.h>
 #include <jerror.h>
-
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
 
 /* ------------------------------------------------------------------ options */
 
@@ -134,9 +131,7 @@ size_t sf__image_bytes(const struct sf_image_options *o)
  * slower than the next power of two up, so only these are used. */
 static const unsigned scale_choices[] = {1, 2, 4, 8};
 
-/* Bilinear weights in 1/2048ths: 255 * 2048 * 2048 fits in 32 bits. */
-#define W_BITS 11
-#define W_ONE  (1 << W_BITS)
+#define W_ONE SF__W_ONE
 
 /* Rows/columns decoded beyond the ones the resize reads, so that the pixels
  * used never sit at the edge of the decoded region, where fancy upsampling
@@ -174,6 +169,7 @@ struct sf_decoder {
     int lut_ok;
 
     ZSTD_DCtx *zstd;
+    enum sf__simd simd; /* the resize kernels': the CPU's best unless a test sets it */
 };
 
 static struct sf_decoder *decoder_of(j_common_ptr c)
@@ -318,6 +314,7 @@ sf_status sf__decoder_new(struct sf_decoder **out)
     d->src.resync_to_restart = jpeg_resync_to_restart;
     d->src.term_source = src_term;
     d->progress.progress_monitor = on_progress;
+    d->simd = sf__simd_best();
     d->zstd = ZSTD_createDCtx();
     if (!d->zstd) {
         sf__decoder_destroy(d);
@@ -338,6 +335,14 @@ void sf__decoder_destroy(struct sf_decoder *d)
     free(d->line);
     free(d->tab);
     free(d);
+}
+
+sf_status sf__decoder_set_simd(struct sf_decoder *d, enum sf__simd level)
+{
+    if (!d || !sf__simd_available(level))
+        return SF_ERR_UNSUPPORTED;
+    d->simd = level;
+    return SF_OK;
 }
 
 ZSTD_DCtx *sf__decoder_zstd(struct sf_decoder *d)
@@ -379,6 +384,7 @@ struct emitter {
     enum sf_layout layout;
     enum sf_dtype dtype;
     const float (*lut)[256];
+    enum sf__simd simd; /* the resize kernels' level */
 };
 
 static void put_f32(unsigned char *out, size_t index, float v)
@@ -516,126 +522,41 @@ static void axis_table(int32_t *t, unsigned n, unsigned lo, unsigned len, unsign
  * The bilinear resize, separable and streamed: each decoded row an output
  * row needs goes once through the horizontal pass into 16-bit values, and
  * an output row is two such rows blended, written straight into its place
- * in the batch slot (plane by plane for CHW). Per channel, exactly:
- *   h_k = (row_k[a] (2048 - wx) + row_k[a + 1] wx + 8) >> 4   (k = 0, 1; 1/128ths)
- *   out = (h_0 (2048 - wy) + h_1 wy + 2^17) >> 18
- * The SSE2 and the portable code give the same bytes. Per output pixel the
- * x table holds the byte offset of its left source pixel in the decoded
- * row and the packed weights (2048 - wx) | wx << 16; where the box edge
- * clamps both taps to one pixel the weight of the right one is 0 (the same
- * value). Four output pixels a step: the table has W rounded up to 4 entries
- * (copies of the last), the decoded row has 16 bytes of padding.
+ * in the batch slot (plane by plane for CHW). The per-row kernels, with
+ * their exact arithmetic, are in src/resize.c. Per output pixel the x table
+ * holds the byte offset of its left source pixel in the decoded row and the
+ * packed weights (2048 - wx) | wx << 16; where the box edge clamps both taps
+ * to one pixel the weight of the right one is 0 (the same value). The table
+ * has W rounded up to SF__RESIZE_STEP entries (copies of the last), the
+ * decoded row SF__RESIZE_ROW_PAD bytes of padding.
  */
-#define HPAD 8 /* int16s after an interleaved horizontal row (overlapping stores) */
 
-#if defined(__SSE2__)
-/* Source pixels a and a + 1 of p as bytes [Ra Rb Ga Gb Ba Bb . .]. */
-static __m128i tap_pair(const unsigned char *p)
-{
-    const __m128i s = _mm_loadl_epi64((const __m128i *)(const void *)p);
-    return _mm_unpacklo_epi8(s, _mm_srli_si128(s, 3));
-}
-
-/* Two output pixels: int16 [R0 G0 B0 . R1 G1 B1 .]. */
-static __m128i taps_two(const unsigned char *row, const int32_t *xo, __m128i w0, __m128i w1)
-{
-    const __m128i zero = _mm_setzero_si128(), rnd = _mm_set1_epi32(8);
-    const __m128i pp = _mm_unpacklo_epi64(tap_pair(row + xo[0]), tap_pair(row + xo[1]));
-    const __m128i m0 = _mm_add_epi32(_mm_madd_epi16(_mm_unpacklo_epi8(pp, zero), w0), rnd);
-    const __m128i m1 = _mm_add_epi32(_mm_madd_epi16(_mm_unpackhi_epi8(pp, zero), w1), rnd);
-    return _mm_packs_epi32(_mm_srai_epi32(m0, 4), _mm_srai_epi32(m1, 4));
-}
-#endif
-
-/* Horizontal pass of one decoded row into h: planar (three planes of W4
- * values, for CHW) or interleaved (3 W4 values, for HWC). */
-static void resize_h(int16_t *h, const unsigned char *row, const int32_t *xo, const uint32_t *xw,
-                     unsigned W4, int planar)
-{
-#if defined(__SSE2__)
-    for (unsigned x = 0; x < W4; x += 4) {
-        const __m128i wv = _mm_loadu_si128((const __m128i *)(const void *)(xw + x));
-        const __m128i v01 = taps_two(row, xo + x, _mm_shuffle_epi32(wv, 0x00),
-                                     _mm_shuffle_epi32(wv, 0x55));
-        const __m128i v23 = taps_two(row, xo + x + 2, _mm_shuffle_epi32(wv, 0xaa),
-                                     _mm_shuffle_epi32(wv, 0xff));
-        if (planar) { /* 4x4 transpose of the int16 lanes, then a plane each */
-            const __m128i t0 = _mm_unpacklo_epi16(v01, v23), t1 = _mm_unpackhi_epi16(v01, v23);
-            const __m128i rg = _mm_unpacklo_epi16(t0, t1), b = _mm_unpackhi_epi16(t0, t1);
-            _mm_storel_epi64((__m128i *)(void *)(h + x), rg);
-            _mm_storel_epi64((__m128i *)(void *)(h + W4 + x), _mm_srli_si128(rg, 8));
-            _mm_storel_epi64((__m128i *)(void *)(h + 2 * (size_t)W4 + x), b);
-        } else { /* 4 lanes a pixel, each store's 4th lane overwritten by the next */
-            int16_t *q = h + 3 * (size_t)x;
-            _mm_storel_epi64((__m128i *)(void *)q, v01);
-            _mm_storel_epi64((__m128i *)(void *)(q + 3), _mm_srli_si128(v01, 8));
-            _mm_storel_epi64((__m128i *)(void *)(q + 6), v23);
-            _mm_storel_epi64((__m128i *)(void *)(q + 9), _mm_srli_si128(v23, 8));
-        }
-    }
-#else
-    for (unsigned x = 0; x < W4; x++) {
-        const unsigned char *a = row + xo[x], *b = a + 3;
-        const uint32_t wa = xw[x] & 0xffff, wb = xw[x] >> 16;
-        for (unsigned c = 0; c < 3; c++) {
-            int16_t v = (int16_t)((a[c] * wa + b[c] * wb + 8) >> 4);
-            if (planar)
-                h[c * (size_t)W4 + x] = v;
-            else
-                h[3 * (size_t)x + c] = v;
-        }
-    }
-#endif
-}
-
-/* Vertical pass: n output bytes from horizontal rows h0 (upper) and h1. */
-static void resize_v(unsigned char *dst, const int16_t *h0, const int16_t *h1, size_t n,
-                     uint32_t wy)
-{
-    size_t i = 0;
-#if defined(__SSE2__)
-    const __m128i wv = _mm_set1_epi32((int)((W_ONE - wy) | (wy << 16)));
-    const __m128i rnd = _mm_set1_epi32(1 << 17);
-    for (; i + 8 <= n; i += 8) {
-        const __m128i a = _mm_loadu_si128((const __m128i *)(const void *)(h0 + i));
-        const __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(h1 + i));
-        const __m128i lo = _mm_madd_epi16(_mm_unpacklo_epi16(a, b), wv);
-        const __m128i hi = _mm_madd_epi16(_mm_unpackhi_epi16(a, b), wv);
-        const __m128i v = _mm_packs_epi32(_mm_srai_epi32(_mm_add_epi32(lo, rnd), 18),
-                                          _mm_srai_epi32(_mm_add_epi32(hi, rnd), 18));
-        _mm_storel_epi64((__m128i *)(void *)(dst + i), _mm_packus_epi16(v, v));
-    }
-#endif
-    const uint32_t wy0 = W_ONE - wy;
-    for (; i < n; i++)
-        dst[i] = (unsigned char)(((uint32_t)h0[i] * wy0 + (uint32_t)h1[i] * wy + (1u << 17)) >> 18);
-}
-
-/* Output row y of e from horizontal rows h0, h1 (W4 values a plane); tmp:
- * 3 W4 bytes for float32 output. */
+/* Output row y of e from horizontal rows h0, h1 (wp values a plane); tmp:
+ * 3 wp bytes for float32 output. */
 static void resize_out(const struct emitter *e, unsigned y, const int16_t *h0, const int16_t *h1,
-                       uint32_t wy, unsigned W4, unsigned char *tmp)
+                       uint32_t wy, unsigned wp, unsigned char *tmp)
 {
     const unsigned W = e->width;
     const size_t plane = (size_t)W * e->height, row = (size_t)y * W;
     const int planar = e->layout == SF_LAYOUT_CHW;
     if (e->dtype == SF_DTYPE_UINT8) {
         if (!planar) {
-            resize_v(e->out + row * 3, h0, h1, (size_t)W * 3, wy);
+            sf__resize_v(e->simd, e->out + row * 3, h0, h1, (size_t)W * 3, wy);
             return;
         }
         for (unsigned c = 0; c < 3; c++)
-            resize_v(e->out + c * plane + row, h0 + c * (size_t)W4, h1 + c * (size_t)W4, W, wy);
+            sf__resize_v(e->simd, e->out + c * plane + row, h0 + c * (size_t)wp,
+                         h1 + c * (size_t)wp, W, wy);
         return;
     }
     if (!planar) {
-        resize_v(tmp, h0, h1, (size_t)W * 3, wy);
+        sf__resize_v(e->simd, tmp, h0, h1, (size_t)W * 3, wy);
         for (size_t i = 0; i < (size_t)W * 3; i++)
             put_f32(e->out, row * 3 + i, e->lut[i % 3][tmp[i]]);
         return;
     }
     for (unsigned c = 0; c < 3; c++) {
-        resize_v(tmp, h0 + c * (size_t)W4, h1 + c * (size_t)W4, W, wy);
+        sf__resize_v(e->simd, tmp, h0 + c * (size_t)wp, h1 + c * (size_t)wp, W, wy);
         for (unsigned x = 0; x < W; x++)
             put_f32(e->out, c * plane + row + x, e->lut[c][tmp[x]]);
     }
@@ -702,7 +623,7 @@ static void decode_body(struct sf_decoder *d, const struct sf_image_options *o, 
         raise_(d, SF_ERR_INTERNAL, "libjpeg gives %d components, expected %u",
                ci->output_components, nch);
 
-    struct emitter e = {out, ow, oh, o->layout, o->dtype, NULL};
+    struct emitter e = {out, ow, oh, o->layout, o->dtype, NULL, d->simd};
     if (o->dtype == SF_DTYPE_FLOAT32) {
         build_lut(d, o->mean, o->std);
         e.lut = (const float(*)[256])d->lut;
@@ -738,11 +659,11 @@ static void decode_body(struct sf_decoder *d, const struct sf_image_options *o, 
 
     /* Resize: sample positions first (they say which region to decode),
      * then the region, row by row, each row resized as it arrives. */
-    const unsigned W4 = (ow + 3) & ~3u;
+    const unsigned wp = sf__resize_pad(ow);
     int32_t *t = grow(d, (void **)&d->tab, &d->tab_cap,
-                      sizeof(int32_t) * (3 * ((size_t)ow + oh) + 2 * (size_t)W4));
+                      sizeof(int32_t) * (3 * ((size_t)ow + oh) + 2 * (size_t)wp));
     int32_t *xt = t, *yt = t + 3 * (size_t)ow, *xo = yt + 3 * (size_t)oh;
-    uint32_t *xw = (uint32_t *)(void *)(xo + W4);
+    uint32_t *xw = (uint32_t *)(void *)(xo + wp);
     axis_table(xt, ow, box.x, box.w, M, sw - 1, flip);
     axis_table(yt, oh, box.y, box.h, M, sh - 1, 0);
     const int32_t *xfirst = flip ? xt + 3 * (size_t)(ow - 1) : xt;
@@ -754,7 +675,7 @@ static void decode_body(struct sf_decoder *d, const struct sf_image_options *o, 
     r0 = r0 > REGION_MARGIN ? r0 - REGION_MARGIN : 0;
     unsigned cw;
     unsigned xoff = set_region(d, c0, c1, r0, &cw);
-    for (unsigned i = 0; i < W4; i++) { /* byte offset of the left tap, packed weights */
+    for (unsigned i = 0; i < wp; i++) { /* byte offset of the left tap, packed weights */
         const int32_t *x = xt + 3 * (size_t)(i < ow ? i : ow - 1);
         const uint32_t w = x[1] == x[0] ? 0 : (uint32_t)x[2];
         xo[i] = (x[0] - (int32_t)xoff) * 3;
@@ -765,13 +686,14 @@ static void decode_body(struct sf_decoder *d, const struct sf_image_options *o, 
         yt[3 * i + 1] -= (int32_t)r0;
     }
     const int planar = o->layout == SF_LAYOUT_CHW;
-    const size_t hn = 3 * (size_t)W4 + HPAD;
-    /* line: the CMYK scanline, then the RGB one (+ 16: 8-byte tap loads);
+    const size_t hn = 3 * (size_t)wp + SF__RESIZE_HPAD;
+    /* line: the CMYK scanline, then the RGB one (+ padding: 8-byte tap loads);
      * win: two horizontal rows, then a byte row for float32 output. */
-    unsigned char *line = grow(d, (void **)&d->line, &d->line_cap, (size_t)cw * (nch + 3) + 16);
+    unsigned char *line =
+        grow(d, (void **)&d->line, &d->line_cap, (size_t)cw * (nch + 3) + SF__RESIZE_ROW_PAD);
     unsigned char *rgb = line + (size_t)cw * nch;
-    memset(rgb + (size_t)cw * 3, 0, 16);
-    int16_t *h = grow(d, (void **)&d->win, &d->win_cap, 2 * hn * sizeof(int16_t) + 3 * (size_t)W4);
+    memset(rgb + (size_t)cw * 3, 0, SF__RESIZE_ROW_PAD);
+    int16_t *h = grow(d, (void **)&d->win, &d->win_cap, 2 * hn * sizeof(int16_t) + 3 * (size_t)wp);
     unsigned char *tmp = (unsigned char *)(h + 2 * hn);
     const unsigned rows = r1 - r0 + 1;
     unsigned y = 0; /* the next output row: it reads rows yt[3y] and yt[3y + 1] */
@@ -780,10 +702,10 @@ static void decode_body(struct sf_decoder *d, const struct sf_image_options *o, 
         /* Rows r - 1 and r are kept (in the slots of their parity): the
          * output rows still to come read nothing older. */
         if (y < oh && ((unsigned)yt[3 * y] == r || (unsigned)yt[3 * y + 1] == r))
-            resize_h(h + (r & 1) * hn, rgb, xo, xw, W4, planar);
+            sf__resize_h(d->simd, h + (r & 1) * hn, rgb, xo, xw, wp, planar);
         for (; y < oh && (unsigned)yt[3 * y + 1] == r; y++)
             resize_out(&e, y, h + ((unsigned)yt[3 * y] & 1) * hn, h + (r & 1) * hn,
-                       (uint32_t)yt[3 * y + 2], W4, tmp);
+                       (uint32_t)yt[3 * y + 2], wp, tmp);
     }
     finish_if_complete(d);
 }

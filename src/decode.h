@@ -10,6 +10,7 @@
 #include "shardfeed.h"
 #include "shardfeed_loader.h"
 #include "src/crop.h"
+#include "src/resize.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -30,6 +31,11 @@ struct sf_decoder;
 
 sf_status sf__decoder_new(struct sf_decoder **out);
 void sf__decoder_destroy(struct sf_decoder *d);
+
+/* Makes d resize with the kernels of `level` (src/resize.h) instead of the
+ * best the CPU has, for the tests that compare them: the output is the same
+ * bytes. SF_ERR_UNSUPPORTED if this build or CPU lacks the level. */
+sf_status sf__decoder_set_simd(struct sf_decoder *d, enum sf__simd level);
 
 /*
  * Decodes one JPEG into out (sf__image_bytes(o) bytes, any alignment):
