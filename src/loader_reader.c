@@ -44,6 +44,7 @@ struct reader {
     uint64_t next_read; /* read indices parsed so far (in order) */
     uint64_t real;      /* R: the stream's real samples, once pass0_done */
     uint64_t *rs_buf;   /* restore: sorted copy of the sampler's buffer */
+    unsigned long long decoded_base; /* l->n_decoded when this reading began */
 };
 
 /* Counts this epoch's deliveries per shard with the counter sampler,
@@ -136,6 +137,7 @@ static uint64_t epoch_batches_of(const struct sf_loader *l, uint64_t size)
 static void reader_begin(struct sf_loader *l, struct reader *rd, uint64_t position)
 {
     reader_plan(l, rd, position);
+    rd->decoded_base = atomic_load(&l->n_decoded);
     atomic_fetch_add(&l->n_dropped, rd->dropped);
     uint64_t B = l->o.batch_size;
     /* Replayed positions were consumed already: the shards hold fewer
@@ -366,15 +368,19 @@ static void reader_sweep(struct sf_loader *l, struct reader *rd, int failed)
     }
 }
 
-/* Until the first batch is assigned, another shard is opened only while
- * the ones opened have less than this left to download: the head shard
- * gets the bandwidth its first batch needs instead of sharing it with the
- * prefetched ones, and tiny shards still open many at once. */
+/* Until the first batch is assigned and decoded, another shard is opened
+ * only while the ones opened have less than this left to download: the
+ * head shard gets the bandwidth its first batch needs, and the decoders the
+ * cores, instead of sharing them with the prefetched shards' downloads;
+ * tiny shards still open many at once. */
 #define START_INFLIGHT_BYTES (8ull << 20)
 
-static int may_open_more(const struct sf_loader *l, const struct reader *rd)
+static int may_open_more(struct sf_loader *l, const struct reader *rd)
 {
-    if (rd->position >= l->o.batch_size || !rd->open)
+    if (!rd->open)
+        return 1;
+    if (rd->position >= l->o.batch_size &&
+        atomic_load(&l->n_decoded) - rd->decoded_base >= l->o.batch_size)
         return 1;
     unsigned long long left = 0;
     for (const struct shard_slot *s = rd->open; s; s = s->next) {
