@@ -10,6 +10,7 @@
 mock_start() {
   local bin=$1 out=$2
   shift 2
+  : >"$out"  # exists before the background job opens it: the poll below never reads a missing file
   "$bin" --port 0 "$@" </dev/null >"$out" 2>"$out.err" &
   MOCK_PID=$!
   URL=
