@@ -11,23 +11,25 @@
 #include <stdlib.h>
 #include <string.h>
 
-static char *tmp;
-static char root[700];
-static struct mock_proc srv;
-static struct sf_s3 *s3;
+/* These tests belong to the index suite (test_index.c runs its setup); each
+ * keeps its own temporary root, and a server only where it needs one. */
+struct save_env {
+    char *tmp;
+    char root[700];
+    struct mock_proc srv;
+    struct sf_s3 *s3;
+};
 
-static void setup(void)
+static void env_begin(struct save_env *e)
 {
-    tmp = mock_env_root(root, sizeof(root));
+    memset(e, 0, sizeof(*e));
+    e->tmp = mock_env_root(e->root, sizeof(e->root));
 }
 
-static void teardown(void)
+static void env_end(struct save_env *e)
 {
-    mock_env_stop(&srv, &tmp, &s3);
-    memset(&srv, 0, sizeof(srv));
+    mock_env_stop(&e->srv, &e->tmp, &e->s3);
 }
-
-TestSuite(index_save, .init = setup, .fini = teardown, .timeout = 60);
 
 static const char json[] = "{\"shards\": []}\n";
 
@@ -64,10 +66,12 @@ static char *read_text(const char *path)
     return buf;
 }
 
-Test(index_save, a_local_path_gets_the_whole_text_and_no_temporary_file_stays)
+Test(index, save_to_a_local_path_writes_the_whole_text_and_leaves_no_temporary_file)
 {
+    struct save_env e;
+    env_begin(&e);
     char dir[800], path[900], url[920];
-    snprintf(dir, sizeof(dir), "%s/bucket", root);
+    snprintf(dir, sizeof(dir), "%s/bucket", e.root);
     snprintf(path, sizeof(path), "%s/index.json", dir);
     FILE *old = fopen(path, "w");
     cr_assert(old);
@@ -82,19 +86,23 @@ Test(index_save, a_local_path_gets_the_whole_text_and_no_temporary_file_stays)
     r = result_for(url);
     cr_assert_eq(sf_index_result_save(NULL, &r, err, sizeof(err)), SF_OK, "%s", err);
     cr_expect_str_eq(read_text(path), json);
+    env_end(&e);
 }
 
-Test(index_save, a_missing_folder_is_not_found_and_named)
+Test(index, save_into_a_missing_folder_is_not_found_and_named)
 {
+    struct save_env e;
+    env_begin(&e);
     char path[900];
-    snprintf(path, sizeof(path), "%s/no-such-folder/index.json", root);
+    snprintf(path, sizeof(path), "%s/no-such-folder/index.json", e.root);
     struct sf_index_result r = result_for(path);
     char err[1024] = "";
     cr_expect_eq(sf_index_result_save(NULL, &r, err, sizeof(err)), SF_ERR_NOT_FOUND);
     cr_expect(strstr(err, "no-such-folder") && strstr(err, "cannot create"), "%s", err);
+    env_end(&e);
 }
 
-Test(index_save, http_and_s3_without_a_client_are_refused)
+Test(index, save_over_http_or_to_s3_without_a_client_is_refused)
 {
     struct sf_index_result r = result_for("https://example.com/x/index.json");
     char err[512] = "";
@@ -106,18 +114,21 @@ Test(index_save, http_and_s3_without_a_client_are_refused)
     cr_expect_eq(sf_index_result_save(NULL, NULL, err, sizeof(err)), SF_ERR_INVALID_ARGUMENT);
 }
 
-Test(index_save, an_s3_url_is_one_put_and_a_missing_bucket_is_named)
+Test(index, save_to_an_s3_url_is_one_put_and_a_missing_bucket_is_named)
 {
-    mock_env_start(&srv, root, NULL);
+    struct save_env e;
+    env_begin(&e);
+    mock_env_start(&e.srv, e.root, NULL);
     struct sf_s3_options so;
-    mock_env_s3_options(&so, srv.url);
-    s3 = mock_env_s3_new(&so);
+    mock_env_s3_options(&so, e.srv.url);
+    e.s3 = mock_env_s3_new(&so);
     struct sf_index_result r = result_for("s3://bucket/train/index.json");
     char err[1024] = "", path[900];
-    cr_assert_eq(sf_index_result_save(s3, &r, err, sizeof(err)), SF_OK, "%s", err);
-    snprintf(path, sizeof(path), "%s/bucket/train/index.json", root);
+    cr_assert_eq(sf_index_result_save(e.s3, &r, err, sizeof(err)), SF_OK, "%s", err);
+    snprintf(path, sizeof(path), "%s/bucket/train/index.json", e.root);
     cr_expect_str_eq(read_text(path), json);
     r = result_for("s3://no-such-bucket/index.json");
-    cr_expect_neq(sf_index_result_save(s3, &r, err, sizeof(err)), SF_OK);
+    cr_expect_neq(sf_index_result_save(e.s3, &r, err, sizeof(err)), SF_OK);
     cr_expect(strstr(err, "no-such-bucket"), "%s", err);
+    env_end(&e);
 }
