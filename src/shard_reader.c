@@ -19,8 +19,8 @@ void sf__shard_common_init(struct sf__shard_common *c, const char *name)
     c->err_offset = SF_SIZE_UNKNOWN;
 }
 
-static sf_status shard_vfail(struct sf__shard_common *c, sf_status st, uint64_t offset,
-                             const char *fmt, va_list ap)
+__attribute__((format(printf, 4, 0))) static sf_status
+shard_vfail(struct sf__shard_common *c, sf_status st, uint64_t offset, const char *fmt, va_list ap)
 {
     if (c->err_status != SF_OK)
         return c->err_status;
