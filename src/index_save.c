@@ -25,10 +25,10 @@ static sf_status save_local(const char *path, const char *text, size_t len, char
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
         int e = errno;
-        sf__fail(err, err_len, e == ENOENT ? SF_ERR_NOT_FOUND : SF_ERR_IO,
-                 "%s: cannot create: %s", tmp, strerror(e));
+        sf_status st = sf__fail(err, err_len, e == ENOENT ? SF_ERR_NOT_FOUND : SF_ERR_IO,
+                                "%s: cannot create: %s", tmp, strerror(e));
         free(tmp);
-        return e == ENOENT ? SF_ERR_NOT_FOUND : SF_ERR_IO;
+        return st;
     }
     sf_status st = SF_OK;
     size_t done = 0;
