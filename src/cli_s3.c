@@ -206,6 +206,13 @@ static int job_open(struct job *j)
         cli_errorf("%s: cannot create: %s", j->tmp, strerror(errno));
         return -1;
     }
+    /* Blocks reserved up front: the writes find them allocated (no delayed
+     * allocation per page), and a full disk fails here, before any GET. */
+    if (j->in->size && j->in->size != SF_SIZE_UNKNOWN &&
+        fallocate(j->fd, 0, 0, (off_t)j->in->size) != 0 && errno == ENOSPC) {
+        cli_errorf("%s: no space for %llu bytes", j->tmp, (unsigned long long)j->in->size);
+        return -1;
+    }
     return 0;
 }
 
