@@ -126,6 +126,17 @@ sample_photos() {
     { echo "$(basename "$0" .sh): the sample dataset could not be made" >&2; exit 2; }
 }
 
+# bench_photos_setup NAME PER_PHOTO PROGRAM...: what a bench over sample
+# photos does after reading its options: bench_build PROGRAMs, then TMP a new
+# temp dir /tmp/NAME.XXXXXX removed at exit, and PHOTOS, when empty, sample
+# photos made in it (PER_PHOTO from each photograph, sample_photos).
+bench_photos_setup() {
+  bench_build "${@:3}"
+  TMP=$(mktemp -d "/tmp/$1.XXXXXX")
+  bench_cleanup_on_exit "$TMP"
+  sample_photos PHOTOS "$TMP" "$2" "$BUILD_DIR"
+}
+
 # bench_usage: prints the script's "# Usage:" comment (that line and the
 # indented comment lines under it) on stderr and exits 2.
 bench_usage() {
