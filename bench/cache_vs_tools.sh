@@ -26,10 +26,7 @@
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
-OBJECTS=${SF_BENCH_OBJECTS:-16}
-SIZE_MIB=${SF_BENCH_SIZE_MIB:-64}
-ROUNDS=${SF_BENCH_ROUNDS:-3}
-BUILD_DIR=${SF_BENCH_BUILD_DIR:-}
+bench_env OBJECTS=16 SIZE_MIB=64 ROUNDS=3 BUILD_DIR=
 USE_AWS=1
 bench_options --objects=OBJECTS --size-mib=SIZE_MIB --rounds=ROUNDS --no-aws=USE_AWS=0 \
   --build-dir=BUILD_DIR -- "$@"

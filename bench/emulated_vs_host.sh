@@ -13,11 +13,7 @@ set -euo pipefail
 
 PHOTOS= PER_PHOTO=60 ROUNDS=3 BUILD_DIR=
 bench_options --photos=PHOTOS --per-photo=PER_PHOTO --rounds=ROUNDS --build-dir=BUILD_DIR -- "$@"
-bench_build shardfeed
-TMP=$(mktemp -d /tmp/sf-emulated-bench.XXXXXX)
-bench_cleanup_on_exit "$TMP"
-
-sample_photos PHOTOS "$TMP" "$PER_PHOTO" "$BUILD_DIR"
+bench_photos_setup sf-emulated-bench "$PER_PHOTO" shardfeed
 "$SF" pack "$PHOTOS" "$TMP/shards/" --shard-size 16M --no-progress >&2
 SRC=$(ls "$TMP"/shards/*.tar | tr '\n' ' ')
 host=() emu=()

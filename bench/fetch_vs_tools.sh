@@ -53,19 +53,10 @@
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
-OBJECTS=${SF_BENCH_OBJECTS:-16}
-SIZE_MIB=${SF_BENCH_SIZE_MIB:-64}
-ROUNDS=${SF_BENCH_ROUNDS:-5}
-GRID_ROUNDS=${SF_BENCH_GRID_ROUNDS:-3}
-SF_CONC=${SF_BENCH_CONCURRENCY:-}
-SF_CHUNK=${SF_BENCH_CHUNK:-}
-TUNED=${SF_BENCH_TUNED:-1}
-BUILD_DIR=${SF_BENCH_BUILD_DIR:-}
-GRID_CONC=${SF_BENCH_GRID_CONC:-4 16 64}
-GRID_CHUNK=${SF_BENCH_GRID_CHUNK:-1M 8M 32M}
-CURL_PARALLEL=${SF_BENCH_CURL_PARALLEL:-16}
-S5CMD_TUNED=${SF_BENCH_S5CMD_TUNED:---numworkers 64 cp --concurrency 16 --part-size 8}
-AWS_TUNED=${SF_BENCH_AWS_TUNED:-32 32MB}
+bench_env OBJECTS=16 SIZE_MIB=64 ROUNDS=5 GRID_ROUNDS=3 SF_CONC:SF_BENCH_CONCURRENCY= \
+  SF_CHUNK:SF_BENCH_CHUNK= TUNED=1 BUILD_DIR= GRID_CONC="4 16 64" GRID_CHUNK="1M 8M 32M" \
+  CURL_PARALLEL=16 S5CMD_TUNED="--numworkers 64 cp --concurrency 16 --part-size 8" \
+  AWS_TUNED="32 32MB" TMP_PARENT:SF_BENCH_TMPDIR=
 
 bench_options --objects=OBJECTS --size-mib=SIZE_MIB --rounds=ROUNDS --grid-rounds=GRID_ROUNDS \
   --concurrency=SF_CONC --chunk-size=SF_CHUNK --no-tuned=TUNED=0 --build-dir=BUILD_DIR -- "$@"
@@ -110,7 +101,6 @@ TIME_BIN=''
 # ---- temp dir: source objects and one output set at a time
 NEED_KB=$((OBJECTS * SIZE_MIB * 1024 * 2 + 256 * 1024))
 avail_kb() { df -Pk "$1" 2>/dev/null | awk 'NR == 2 { print $4 }'; }
-TMP_PARENT=${SF_BENCH_TMPDIR:-}
 if [[ -z $TMP_PARENT ]]; then
   TMP_PARENT=/tmp
   mem_kb=$(awk '/^MemAvailable:/ { print $2 }' /proc/meminfo 2>/dev/null || echo 0)

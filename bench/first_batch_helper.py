@@ -37,7 +37,7 @@ import subprocess
 import sys
 import time
 
-from run_results import RunResults
+from run_results import RunResults, last_json_line
 
 
 def die(msg, code=1):
@@ -197,11 +197,8 @@ def cmd_torch_first(a):
 # ------------------------------------------------------------------ results
 
 def cmd_record(a):
-    try:
-        with open(a.output) as f:
-            lines = [l for l in f if l.lstrip().startswith("{")]
-        d = json.loads(lines[-1])
-    except (OSError, ValueError, IndexError):
+    d = last_json_line(a.output)
+    if d is None:
         die("%s (round %d): no JSON line in %s" % (a.run, a.round, a.output))
     if a.run.startswith("torch"):
         want = min(a.batch_size, a.expect)

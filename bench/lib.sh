@@ -1,7 +1,7 @@
 # Shared by the bench scripts (source it): shardfeed-mock-s3 (and nginx) to
 # run against with the AWS variables pointed at it, temp dirs and sample data,
-# the scripts' option parsing, build check and cleanup, output checks and
-# medians. Each script keeps its own settings, runs and figures.
+# the scripts' settings and option parsing, build check and cleanup, output
+# checks and medians. Each script keeps its own settings, runs and figures.
 
 # mock_start BIN OUT [ARGS...]: starts the mock in the background on a free
 # port with ARGS (--root DIR, --fault ..., --quiet), its stdout in OUT and
@@ -126,6 +126,17 @@ sample_photos() {
     { echo "$(basename "$0" .sh): the sample dataset could not be made" >&2; exit 2; }
 }
 
+# bench_photos_setup NAME PER_PHOTO PROGRAM...: what a bench over sample
+# photos does after reading its options: bench_build PROGRAMs, then TMP a new
+# temp dir /tmp/NAME.XXXXXX removed at exit, and PHOTOS, when empty, sample
+# photos made in it (PER_PHOTO from each photograph, sample_photos).
+bench_photos_setup() {
+  bench_build "${@:3}"
+  TMP=$(mktemp -d "/tmp/$1.XXXXXX")
+  bench_cleanup_on_exit "$TMP"
+  sample_photos PHOTOS "$TMP" "$2" "$BUILD_DIR"
+}
+
 # bench_usage: prints the script's "# Usage:" comment (that line and the
 # indented comment lines under it) on stderr and exits 2.
 bench_usage() {
@@ -133,6 +144,21 @@ bench_usage() {
        on && /^#  / { sub(/^# /, ""); print; next }
        on { exit }' "$0" >&2
   exit 2
+}
+
+# bench_env SETTING...: the script's settings from the environment, before
+# bench_options reads its flags over them. `ROUNDS=5`: ROUNDS is
+# $SF_BENCH_ROUNDS when that is set and not empty, else 5.
+# `TMP_PARENT:SF_BENCH_TMPDIR=`: the same with the environment variable named
+# (here with an empty default), for a variable called otherwise.
+bench_env() {
+  local _setting _var _env
+  for _setting in "$@"; do
+    _var=${_setting%%=*}
+    _env=SF_BENCH_$_var
+    [[ $_var != *:* ]] || _env=${_var#*:} _var=${_var%%:*}
+    printf -v "$_var" '%s' "${!_env:-${_setting#*=}}"
+  done
 }
 
 # bench_options SPEC... -- ARGS...: reads the script's arguments ARGS as the

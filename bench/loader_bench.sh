@@ -23,13 +23,8 @@ set -euo pipefail
 PHOTOS= PER_PHOTO=150 ROUNDS=3 SHARD_SIZE=32M BUILD_DIR=
 bench_options --photos=PHOTOS --per-photo=PER_PHOTO --rounds=ROUNDS --shard-size=SHARD_SIZE \
   --build-dir=BUILD_DIR -- "$@"
-bench_build shardfeed shardfeed-mock-s3 bench_loader
+bench_photos_setup sf-loader-bench "$PER_PHOTO" shardfeed shardfeed-mock-s3 bench_loader
 BL=$BUILD_DIR/bench_loader
-
-TMP=$(mktemp -d /tmp/sf-loader-bench.XXXXXX)
-bench_cleanup_on_exit "$TMP"
-
-sample_photos PHOTOS "$TMP" "$PER_PHOTO" "$BUILD_DIR"
 mkdir -p "$TMP/root/bench"
 "$SF" pack "$PHOTOS" "$TMP/root/bench/train/" --shard-size "$SHARD_SIZE" --no-progress >&2
 

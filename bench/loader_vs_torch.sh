@@ -54,15 +54,8 @@
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
-PER_PHOTO=${SF_BENCH_PER_PHOTO:-300}
-EPOCHS=${SF_BENCH_EPOCHS:-2}
-ROUNDS=${SF_BENCH_ROUNDS:-3}
-BATCH=${SF_BENCH_BATCH:-256}
-SHARD_SIZE=${SF_BENCH_SHARD_SIZE:-auto}
-DATA=${SF_BENCH_DATA:-}
-ONLY=${SF_BENCH_ONLY:-}
-BUILD_DIR=${SF_BENCH_BUILD_DIR:-}
-TMP_PARENT=${SF_BENCH_TMPDIR:-}
+bench_env PER_PHOTO=300 EPOCHS=2 ROUNDS=3 BATCH=256 SHARD_SIZE=auto DATA= ONLY= BUILD_DIR= \
+  TMP_PARENT:SF_BENCH_TMPDIR=
 
 bench_options --per-photo=PER_PHOTO --epochs=EPOCHS --rounds=ROUNDS --batch-size=BATCH \
   --shard-size=SHARD_SIZE --data=DATA --only=ONLY --build-dir=BUILD_DIR --tmpdir=TMP_PARENT -- "$@"

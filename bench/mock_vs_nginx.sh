@@ -25,11 +25,7 @@
 set -u -o pipefail
 . "$(dirname "$0")/lib.sh"
 
-FILES=${SF_BENCH_FILES:-16}
-FILE_MIB=${SF_BENCH_FILE_MIB:-64}
-PARALLEL=${SF_BENCH_PARALLEL:-16}
-ROUNDS=${SF_BENCH_ROUNDS:-5}
-MOCK_BIN=${SF_MOCK_S3_BIN:-}
+bench_env FILES=16 FILE_MIB=64 PARALLEL=16 ROUNDS=5 MOCK_BIN:SF_MOCK_S3_BIN=
 
 ARGS=()
 bench_options --files=FILES --file-mib=FILE_MIB --parallel=PARALLEL --rounds=ROUNDS @ARGS -- "$@"

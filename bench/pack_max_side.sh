@@ -13,10 +13,7 @@ set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 PHOTOS= PER_PHOTO=100 EPOCHS=3 BUILD_DIR=
 bench_options --photos=PHOTOS --per-photo=PER_PHOTO --epochs=EPOCHS --build-dir=BUILD_DIR -- "$@"
-bench_build shardfeed
-TMP=$(mktemp -d /tmp/sf-maxside-bench.XXXXXX)
-bench_cleanup_on_exit "$TMP"
-sample_photos PHOTOS "$TMP" "$PER_PHOTO" "$BUILD_DIR"
+bench_photos_setup sf-maxside-bench "$PER_PHOTO" shardfeed
 
 rate() { # shards dir -> images/s of one epoch
   "$SF" load "$1/" --epochs 1 --json 2>/dev/null | json_field images_per_s

@@ -35,12 +35,7 @@
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
-FILES=${SF_BENCH_FILES:-2000}
-SIZE_KIB=${SF_BENCH_SIZE_KIB:-110}
-CLASSES=${SF_BENCH_CLASSES:-10}
-ROUNDS=${SF_BENCH_ROUNDS:-7}
-BUILD_DIR=${SF_BENCH_BUILD_DIR:-}
-TMP_PARENT=${SF_BENCH_TMPDIR:-}
+bench_env FILES=2000 SIZE_KIB=110 CLASSES=10 ROUNDS=7 BUILD_DIR= TMP_PARENT:SF_BENCH_TMPDIR=
 
 bench_options --files=FILES --size-kib=SIZE_KIB --classes=CLASSES --rounds=ROUNDS \
   --build-dir=BUILD_DIR --tmpdir=TMP_PARENT -- "$@"

@@ -3,6 +3,7 @@
 
 #include "s3/fetch.h" /* SF__START_RPS: the engine's slow start */
 #include "s3/fetch_policy.h"
+#include "shardfeed_s3.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,13 @@ struct req {
     unsigned attempts;
     int state; /* 0 waiting, 1 in flight, 2 done */
     int thr;   /* the answer will be throttled */
+};
+
+/* One engine: its policy and how far it got. */
+struct engine {
+    struct sf__policy pol;
+    unsigned done, inflight;
+    uint64_t begin, end; /* model time of its first start and its last answer */
 };
 
 static double uniform(uint64_t *rng)
@@ -33,31 +41,31 @@ int policy_model_run(const struct policy_model *m, uint64_t seed, struct policy_
 {
     memset(out, 0, sizeof(*out));
     const unsigned P = m->ranks, W = m->requests;
-    struct sf__policy *pol = calloc(P, sizeof(*pol));
+    struct engine *eng = calloc(P, sizeof(*eng));
     struct req *rq = calloc((size_t)P * W, sizeof(*rq));
-    unsigned *done = calloc(P, sizeof(*done)), *inflight = calloc(P, sizeof(*inflight));
-    uint64_t *end = calloc(P, sizeof(*end));
-    uint64_t *begin = calloc(P, sizeof(*begin));
     unsigned inited = 0;
     int rc = -1;
-    if (!pol || !rq || !done || !inflight || !end || !begin)
+    if (!eng || !rq)
         goto out;
-    for (; inited < P; inited++) {
-        struct sf__policy_config c = {
-            .concurrency = 32,
-            .max_attempts = 1000,
-            .retry_base_ms = 50,
-            .throttle_base_ms = 500,
-            .retry_cap_ms = 20000,
-            .retry_quota = 1000000,
-            .start_rps = SF__START_RPS,
-        };
-        if (sf__policy_init(&pol[inited], &c, seed * 100 + inited) != 0)
+    /* What a fetch engine gets from sf_s3_options_init_default(), but no
+     * request ever gives up: the model measures how fast they all finish. */
+    struct sf_s3_options d;
+    sf_s3_options_init_default(&d);
+    const struct sf__policy_config c = {
+        .concurrency = d.concurrency,
+        .max_attempts = 1000,
+        .retry_base_ms = d.retry_base_ms,
+        .throttle_base_ms = d.throttle_base_ms,
+        .retry_cap_ms = d.retry_cap_ms,
+        .retry_quota = 1000000,
+        .start_rps = SF__START_RPS,
+    };
+    for (; inited < P; inited++)
+        if (sf__policy_init(&eng[inited].pol, &c, seed * 100 + inited) != 0)
             goto out;
-    }
     uint64_t rng = seed * 7919, now = 0, tok_ns = 0;
     for (unsigned p = 0; p < P && m->stagger_ms > 0; p++)
-        begin[p] = (uint64_t)(m->stagger_ms * (double)MS * uniform(&rng));
+        eng[p].begin = (uint64_t)(m->stagger_ms * (double)MS * uniform(&rng));
     double tokens = m->limit;
     unsigned long long thr = 0, all = 0;
     unsigned left = P;
@@ -65,15 +73,15 @@ int policy_model_run(const struct policy_model *m, uint64_t seed, struct policy_
     while (left && now < stop) {
         for (unsigned p = 0; p < P; p++) {
             struct req *r = rq + (size_t)p * W;
-            for (unsigned i = 0; i < W && done[p] < W && now >= begin[p]; i++) {
+            for (unsigned i = 0; i < W && eng[p].done < W && now >= eng[p].begin; i++) {
                 if (r[i].state != 0 || r[i].t > now)
                     continue;
-                if (inflight[p] >= sf__policy_window(&pol[p]) ||
-                    !sf__policy_may_start(&pol[p], now))
+                if (eng[p].inflight >= sf__policy_window(&eng[p].pol) ||
+                    !sf__policy_may_start(&eng[p].pol, now))
                     break;
                 r[i].state = 1;
                 r[i].t = now;
-                inflight[p]++;
+                eng[p].inflight++;
                 tokens += (double)(now - tok_ns) / 1e9 * m->limit;
                 tok_ns = now;
                 if (tokens > m->limit)
@@ -91,8 +99,8 @@ int policy_model_run(const struct policy_model *m, uint64_t seed, struct policy_
         if (m->trace && now % (250 * MS) == 0) {
             fprintf(m->trace, "t=%5.2f", (double)now / 1e9);
             for (unsigned p = 0; p < P; p++)
-                fprintf(m->trace, " %4u:%5.0f%c", done[p], pol[p].send_rps,
-                        "sdL "[state_of(&pol[p])]);
+                fprintf(m->trace, " %4u:%5.0f%c", eng[p].done, eng[p].pol.send_rps,
+                        "sdL "[state_of(&eng[p].pol)]);
             fprintf(m->trace, "\n");
         }
         for (unsigned p = 0; p < P; p++) {
@@ -100,26 +108,27 @@ int policy_model_run(const struct policy_model *m, uint64_t seed, struct policy_
             for (unsigned i = 0; i < W; i++) {
                 if (r[i].state != 1 || now < r[i].due)
                     continue;
-                inflight[p]--;
+                eng[p].inflight--;
                 all++;
                 if (r[i].thr) {
                     thr++;
-                    out->by_state[state_of(&pol[p])]++;
+                    out->by_state[state_of(&eng[p].pol)]++;
                     out->first_second += now < 1000 * MS;
                 }
                 unsigned held = 0;
-                enum sf__verdict v = sf__policy_record(
-                    &pol[p], now, r[i].t, r[i].thr ? SF__OUTCOME_THROTTLED : SF__OUTCOME_OK, &held);
+                enum sf__verdict v =
+                    sf__policy_record(&eng[p].pol, now, r[i].t,
+                                      r[i].thr ? SF__OUTCOME_THROTTLED : SF__OUTCOME_OK, &held);
                 if (r[i].thr) {
                     uint64_t delay = 0;
-                    sf__policy_retry(&pol[p], ++r[i].attempts, SF__OUTCOME_THROTTLED, v, &held,
+                    sf__policy_retry(&eng[p].pol, ++r[i].attempts, SF__OUTCOME_THROTTLED, v, &held,
                                      &delay);
                     r[i].state = 0;
                     r[i].t = now + delay * MS;
                 } else {
                     r[i].state = 2;
-                    if (++done[p] == W) {
-                        end[p] = now;
+                    if (++eng[p].done == W) {
+                        eng[p].end = now;
                         left--;
                     }
                 }
@@ -128,7 +137,7 @@ int policy_model_run(const struct policy_model *m, uint64_t seed, struct policy_
     }
     uint64_t slowest = 0, fastest = UINT64_MAX;
     for (unsigned p = 0; p < P; p++) {
-        uint64_t e = end[p] ? end[p] : now;
+        uint64_t e = eng[p].end ? eng[p].end : now;
         slowest = e > slowest ? e : slowest;
         fastest = e < fastest ? e : fastest;
     }
@@ -139,12 +148,8 @@ int policy_model_run(const struct policy_model *m, uint64_t seed, struct policy_
     rc = 0;
 out:
     for (unsigned p = 0; p < inited; p++)
-        sf__policy_free(&pol[p]);
-    free(pol);
+        sf__policy_free(&eng[p].pol);
+    free(eng);
     free(rq);
-    free(done);
-    free(inflight);
-    free(end);
-    free(begin);
     return rc;
 }

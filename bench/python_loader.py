@@ -43,7 +43,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run_results import RunResults  # noqa: E402
+from run_results import RunResults, last_json_line  # noqa: E402
 from torch_loader import _descendants, _kib_field  # noqa: E402  (the /proc tree walk)
 
 
@@ -191,11 +191,8 @@ def cmd_baseline(a):
 # ------------------------------------------------------------------ record
 
 def cmd_record(a):
-    try:
-        with open(a.output) as f:
-            lines = [line for line in f if line.lstrip().startswith("{")]
-        d = json.loads(lines[-1])
-    except (OSError, ValueError, IndexError):
+    d = last_json_line(a.output)
+    if d is None:
         die("%s (round %d): no JSON line in %s" % (a.run, a.round, a.output))
     with open(a.measure) as f:
         m = json.load(f)

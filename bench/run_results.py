@@ -1,9 +1,21 @@
 """The results file the bench helpers write and summarise: JSON lines, one
 object per measured run, each with its "run" (which tool or setting) and its
-"round"."""
+"round"; and the tools' output each object comes from."""
 
 import json
 import statistics
+
+
+def last_json_line(path):
+    """The object on the last line of the file path that starts with "{" (a
+    tool's JSON line after what it logged); None when the file cannot be read
+    or has no such line, or that line is not JSON."""
+    try:
+        with open(path) as f:
+            lines = [line for line in f if line.lstrip().startswith("{")]
+        return json.loads(lines[-1])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 class RunResults:
