@@ -18,6 +18,7 @@
 #include "src/index_json.h"
 
 #include "s3/endpoint.h"
+#include "common/strv.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -383,9 +384,7 @@ static void packer_free(struct packer *p)
         free(p->entries[i].re);
     }
     free(p->entries);
-    for (size_t i = 0; i < p->n_classes; i++)
-        free(p->classes[i]);
-    free(p->classes);
+    sf__strv_free(p->classes, p->n_classes);
     free(p->class_counts);
     free(p->samples);
     for (size_t i = 0; i < p->n_shards; i++)

@@ -5,6 +5,7 @@
  */
 #include "src/pack_internal.h"
 #include "common/grow.h"
+#include "common/strv.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -227,9 +228,7 @@ sf_status sf__pack_scan(struct packer *p)
     } else if (st == SF_OK) {
         st = walk(p, p->src, "", 0, -1);
     }
-    for (size_t i = 0; dirs && i < n_dirs; i++)
-        free(dirs[i]);
-    free(dirs);
+    sf__strv_free(dirs, n_dirs);
     free(first_file);
     if (st == SF_OK && p->n_entries == 0)
         st = sf__pack_fail(p, SF_ERR_NOT_FOUND, "%s: no files to pack", p->src);
