@@ -33,6 +33,7 @@
 #include "src/shard_reader.h"
 #include "src/gpu.h"
 #include "common/cpu.h"
+#include "common/file.h"
 #include "common/strbuf.h"
 #include "common/strv.h"
 
@@ -276,7 +277,7 @@ static sf_status read_small(struct sf_loader *l, const char *url, char **out, si
         const char *path = !strncmp(url, "file://", 7) ? url + 7 : url;
         FILE *f = fopen(path, "rb");
         if (!f)
-            return errno == ENOENT ? SF_ERR_NOT_FOUND : SF_ERR_IO;
+            return sf__errno_status(errno);
         char *buf = NULL;
         size_t n = 0, cap = 0;
         for (;;) {

@@ -18,6 +18,7 @@
 #include "src/index_json.h"
 
 #include "s3/endpoint.h"
+#include "common/file.h"
 #include "common/strv.h"
 
 #include <errno.h>
@@ -50,7 +51,7 @@ __attribute__((format(printf, 3, 4))) sf_status sf__pack_fail(struct packer *p, 
 
 sf_status sf__pack_errno_status(int e)
 {
-    return e == ENOENT ? SF_ERR_NOT_FOUND : e == ENOMEM ? SF_ERR_NO_MEMORY : SF_ERR_IO;
+    return e == ENOMEM ? SF_ERR_NO_MEMORY : sf__errno_status(e);
 }
 
 /* ------------------------------------------------------------ public helpers */

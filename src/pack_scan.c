@@ -6,6 +6,7 @@
 #include "src/pack_internal.h"
 #include "common/grow.h"
 #include "common/strv.h"
+#include "common/file.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -330,12 +331,10 @@ sf_status sf__pack_open_source(struct packer *p, const struct entry *e, char **a
     if (!abs)
         return SF_ERR_NO_MEMORY;
     *abs_out = abs;
-    int fd = open(abs, O_RDONLY | O_CLOEXEC);
     struct stat sb;
-    if (fd < 0 || fstat(fd, &sb) != 0) {
+    int fd = sf__open_stat(abs, &sb);
+    if (fd < 0) {
         int er = errno;
-        if (fd >= 0)
-            close(fd);
         return sf__pack_fail(p, sf__pack_errno_status(er), "%s: cannot read: %s", abs,
                              strerror(er));
     }
