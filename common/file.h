@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -23,6 +24,20 @@ static inline int sf__open_stat(const char *path, struct stat *sb)
         fd = -1;
     }
     return fd;
+}
+
+/* Drops a half-written temporary file: closes *fd (then -1) and removes
+ * and frees *path (then NULL). Either may be gone already (-1, NULL). */
+static inline void sf__temp_discard(int *fd, char **path)
+{
+    if (*fd >= 0)
+        close(*fd);
+    *fd = -1;
+    if (*path) {
+        unlink(*path);
+        free(*path);
+        *path = NULL;
+    }
 }
 
 /* The status for a local file that cannot be opened or read: errno e is

@@ -60,3 +60,19 @@ Test(common_file, other_failures_are_io_errors)
     cr_expect_eq(sf__errno_status(EACCES), SF_ERR_IO);
     unlink(path);
 }
+
+Test(common_file, temp_discard_closes_removes_and_forgets)
+{
+    char path[64];
+    make_file(path, sizeof(path), "partial");
+    char *name = strdup(path);
+    cr_assert_not_null(name);
+    int fd = open(path, O_RDONLY);
+    cr_assert_geq(fd, 0);
+    sf__temp_discard(&fd, &name);
+    cr_expect_eq(fd, -1);
+    cr_expect_null(name);
+    cr_expect_eq(access(path, F_OK), -1); /* removed */
+    sf__temp_discard(&fd, &name);         /* nothing left: a no-op */
+    cr_expect_eq(fd, -1);
+}
