@@ -182,7 +182,6 @@ enum MHD_Result mock_op_list_objects(struct request *rq, struct MHD_Connection *
     struct s3_error e = {0};
     const char *prefix = mock_param_get(rq, "prefix");
     const char *delim = mock_param_get(rq, "delimiter");
-    const char *enc = mock_param_get(rq, "encoding-type");
     const char *max_s = mock_param_get(rq, "max-keys");
     const char *token = v2 ? mock_param_get(rq, "continuation-token") : NULL;
     const char *start_after = mock_param_get(rq, v2 ? "start-after" : "marker");
@@ -190,15 +189,9 @@ enum MHD_Result mock_op_list_objects(struct request *rq, struct MHD_Connection *
         prefix = "";
     if (delim && !*delim)
         delim = NULL;
-    int url = 0;
-    if (enc) {
-        if (strcmp(enc, "url") != 0) {
-            mock_set_error(&e, 400, "InvalidArgument",
-                           "Invalid Encoding Method specified in Request");
-            return mock_respond_error(rq, conn, &e, NULL);
-        }
-        url = 1;
-    }
+    int url = mock_param_url_encoding(rq, &e);
+    if (url < 0)
+        return mock_respond_error(rq, conn, &e, NULL);
     long max_keys = 1000;
     if (max_s) {
         char *end;

@@ -166,6 +166,9 @@ enum MHD_Result mock_respond_405(struct request *rq, struct MHD_Connection *conn
 /* mock_xml.c */
 void mock_xml_escape(struct sf__strbuf *b, const char *s, size_t n);
 void mock_xml_elem(struct sf__strbuf *b, const char *tag, const char *value, int url_encode);
+/* The request's encoding-type: 1 for "url" (keys go out url-encoded), 0 when
+ * absent, -1 with e set (400 InvalidArgument) for any other value. */
+int mock_param_url_encoding(const struct request *rq, struct s3_error *e);
 void mock_set_error(struct s3_error *e, int status, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 enum MHD_Result mock_respond_error(struct request *rq, struct MHD_Connection *conn,

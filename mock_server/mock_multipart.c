@@ -461,16 +461,13 @@ enum MHD_Result mock_op_list_uploads(struct request *rq, struct MHD_Connection *
     const char *prefix = mock_param_get(rq, "prefix");
     const char *key_marker = mock_param_get(rq, "key-marker");
     const char *id_marker = mock_param_get(rq, "upload-id-marker");
-    const char *enc = mock_param_get(rq, "encoding-type");
     if (!prefix)
         prefix = "";
     if (!key_marker)
         key_marker = "";
-    if (enc && strcmp(enc, "url") != 0) {
-        mock_set_error(&e, 400, "InvalidArgument", "Invalid Encoding Method specified in Request");
+    int url = mock_param_url_encoding(rq, &e);
+    if (url < 0)
         return mock_respond_error(rq, conn, &e, NULL);
-    }
-    int url = enc != NULL;
     unsigned long max_uploads = 1000;
     if (param_uint(rq, "max-uploads", 0, 2147483647ul, &max_uploads, &e) != 0)
         return mock_respond_error(rq, conn, &e, NULL);

@@ -13,6 +13,7 @@
 #include "mock_server/uploads.h"
 #include "s3/sigv4.h"
 #include "common/clock.h"
+#include "common/file.h"
 #include "common/strbuf.h"
 
 #include <errno.h>
@@ -499,15 +500,7 @@ int mock_make_parents(struct mock_server *srv, const char *bucket, const char *k
 
 void mock_upload_abort(struct request *rq)
 {
-    if (rq->up_fd >= 0) {
-        close(rq->up_fd);
-        rq->up_fd = -1;
-    }
-    if (rq->up_tmp) {
-        unlink(rq->up_tmp);
-        free(rq->up_tmp);
-        rq->up_tmp = NULL;
-    }
+    sf__temp_discard(&rq->up_fd, &rq->up_tmp);
 }
 
 void mock_format_etag(const unsigned char md5[16], char out[MOCK_ETAG_LEN + 1])

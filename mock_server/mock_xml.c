@@ -47,6 +47,19 @@ void mock_xml_elem(struct sf__strbuf *b, const char *tag, const char *value, int
     sf__strbuf_printf(b, "</%s>", tag);
 }
 
+/* A listing's encoding-type: "url" is the only one S3 knows. */
+int mock_param_url_encoding(const struct request *rq, struct s3_error *e)
+{
+    const char *enc = mock_param_get(rq, "encoding-type");
+    if (!enc)
+        return 0;
+    if (strcmp(enc, "url") != 0) {
+        mock_set_error(e, 400, "InvalidArgument", "Invalid Encoding Method specified in Request");
+        return -1;
+    }
+    return 1;
+}
+
 void mock_set_error(struct s3_error *e, int status, const char *code, const char *fmt, ...)
 {
     e->status = status;

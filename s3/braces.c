@@ -216,15 +216,6 @@ int sf__has_braces(const char *s)
     return ps.n_groups > 0;
 }
 
-void sf__strv_free(char **v, size_t n)
-{
-    if (!v)
-        return;
-    for (size_t i = 0; i < n; i++)
-        free(v[i]);
-    free(v);
-}
-
 /* Writes alternative k of group g at dst (room for g->max_len + 1 bytes);
  * returns its length. */
 static size_t put_alternative(const char *pat, const struct parse *ps, const struct group *g,

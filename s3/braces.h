@@ -17,6 +17,7 @@
 #define SF_S3_BRACES_H
 
 #include "shardfeed/common.h"
+#include "common/strv.h" /* sf__strv_free, for the results */
 
 #include <stddef.h>
 
@@ -33,7 +34,5 @@ int sf__has_braces(const char *s);
  * NULL, *n is 0 and err (when err_len > 0) holds a message. */
 sf_status sf__brace_expand(const char *pattern, size_t max_results, char ***out, size_t *n,
                            char *err, size_t err_len);
-
-void sf__strv_free(char **v, size_t n);
 
 #endif

@@ -14,6 +14,7 @@
 #include "s3/sigv4.h"
 #include "shardfeed_s3.h"
 #include "common/strbuf.h"
+#include "common/file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -393,8 +394,7 @@ sf_status sf__s3_stat_local(struct sf_s3 *s3, const char *path, const char *disp
     struct stat sb;
     if (stat(path, &sb) != 0) {
         int e = errno;
-        return sf__s3_set_err(s3, e == ENOENT ? SF_ERR_NOT_FOUND : SF_ERR_IO, "%s: %s", display,
-                              strerror(e));
+        return sf__s3_set_err(s3, sf__errno_status(e), "%s: %s", display, strerror(e));
     }
     if (!S_ISREG(sb.st_mode))
         return sf__s3_set_err(s3, SF_ERR_INVALID_ARGUMENT, "%s: not a regular file", display);
@@ -471,12 +471,12 @@ static sf_status read_local(struct sf_s3 *s3, const struct sf__locator *loc,
     sf_status st = SF_OK;
     void *owned = NULL;
     uint64_t total = 0, object_size = SF_SIZE_UNKNOWN;
-    int fd = open(loc->key, O_RDONLY | O_CLOEXEC);
     struct stat sb;
-    if (fd < 0 || fstat(fd, &sb) != 0) {
+    int fd = sf__open_stat(loc->key, &sb);
+    if (fd < 0) {
         int e = errno;
         snprintf(msg, sizeof(msg), "%s: %s", loc->display, strerror(e));
-        st = e == ENOENT ? SF_ERR_NOT_FOUND : SF_ERR_IO;
+        st = sf__errno_status(e);
     } else if (!S_ISREG(sb.st_mode)) {
         snprintf(msg, sizeof(msg), "%s: not a regular file", loc->display);
         st = SF_ERR_INVALID_ARGUMENT;

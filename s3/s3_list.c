@@ -9,6 +9,7 @@
 #include "s3/fetch.h"
 #include "s3/s3_client_impl.h"
 #include "common/strbuf.h"
+#include "common/file.h"
 #include "common/grow.h"
 #include "s3/uri.h"
 #include "s3/xml.h"
@@ -275,8 +276,7 @@ static sf_status walk_dir(struct sf_s3 *s3, const char *dir, int depth, size_t m
     DIR *d = opendir(dir);
     if (!d) {
         int e = errno;
-        return sf__s3_set_err(s3, e == ENOENT ? SF_ERR_NOT_FOUND : SF_ERR_IO, "%s: %s", dir,
-                              strerror(e));
+        return sf__s3_set_err(s3, sf__errno_status(e), "%s: %s", dir, strerror(e));
     }
     sf_status st = SF_OK;
     struct dirent *de;
@@ -334,8 +334,7 @@ static sf_status expand_one(struct sf_s3 *s3, const char *source, size_t max,
         struct stat sb;
         if (stat(loc.key, &sb) != 0) {
             int e = errno;
-            st = sf__s3_set_err(s3, e == ENOENT ? SF_ERR_NOT_FOUND : SF_ERR_IO, "%s: %s", source,
-                                strerror(e));
+            st = sf__s3_set_err(s3, sf__errno_status(e), "%s: %s", source, strerror(e));
         } else if (S_ISDIR(sb.st_mode)) {
             size_t before = l->n;
             st = walk_dir(s3, loc.key, 0, max, l);

@@ -7,6 +7,7 @@
 #include "s3/s3_client_impl.h"
 #include "s3/sigv4.h"
 #include "common/strbuf.h"
+#include "common/file.h"
 #include "s3/uri.h"
 #include "s3/xml.h"
 #include "shardfeed_s3.h"
@@ -90,11 +91,10 @@ SF_API sf_status sf_s3_put(struct sf_s3 *s3, const char *url, const char *path, 
     struct sf__body body = {.data = data, .fd = -1, .len = len, .sha256_hex = hash};
     if (path) {
         struct stat sb;
-        body.fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (body.fd < 0 || fstat(body.fd, &sb) != 0) {
+        body.fd = sf__open_stat(path, &sb);
+        if (body.fd < 0) {
             int e = errno;
-            st = sf__s3_set_err(s3, e == ENOENT ? SF_ERR_NOT_FOUND : SF_ERR_IO, "%s: %s", path,
-                                strerror(e));
+            st = sf__s3_set_err(s3, sf__errno_status(e), "%s: %s", path, strerror(e));
         } else if (!S_ISREG(sb.st_mode)) {
             st = sf__s3_set_err(s3, SF_ERR_INVALID_ARGUMENT, "%s: not a regular file", path);
         } else {
@@ -359,13 +359,10 @@ SF_API sf_status sf_s3_upload_file(struct sf_s3 *s3, const char *url, const char
         return sf__s3_set_err(s3, SF_ERR_INVALID_ARGUMENT, "%s: %u parallel parts, at most %u", url,
                               parallel, UPLOAD_PARALLEL_MAX);
     struct stat sb;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0 || fstat(fd, &sb) != 0) {
+    int fd = sf__open_stat(path, &sb);
+    if (fd < 0) {
         int e = errno;
-        if (fd >= 0)
-            close(fd);
-        return sf__s3_set_err(s3, e == ENOENT ? SF_ERR_NOT_FOUND : SF_ERR_IO, "%s: %s", path,
-                              strerror(e));
+        return sf__s3_set_err(s3, sf__errno_status(e), "%s: %s", path, strerror(e));
     }
     if (!S_ISREG(sb.st_mode)) {
         close(fd);

@@ -10,6 +10,7 @@
 
 #include "common/calendar.h"
 #include "common/strbuf.h"
+#include "common/strv.h"
 #include "s3/uri.h"
 
 #include <expat.h>
@@ -749,9 +750,7 @@ void sf__list_page_free(struct sf__list_page *p)
     for (size_t i = 0; i < p->n_entries; i++)
         free(p->entries[i].key);
     free(p->entries);
-    for (size_t i = 0; i < p->n_prefixes; i++)
-        free(p->prefixes[i]);
-    free(p->prefixes);
+    sf__strv_free(p->prefixes, p->n_prefixes);
     free(p->next_token);
     memset(p, 0, sizeof *p);
 }

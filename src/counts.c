@@ -1,5 +1,6 @@
 /* Learned sample counts in the cache directory (src/counts.h). */
 #include "src/counts.h"
+#include "common/file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -152,7 +153,7 @@ static sf_status read_head(struct sf_s3 *s3, const struct sf_object_info *obj, u
         int fd = open(path, O_RDONLY | O_CLOEXEC);
         if (fd < 0) {
             snprintf(err, err_len, "%s: %s", path, strerror(errno));
-            return errno == ENOENT ? SF_ERR_NOT_FOUND : SF_ERR_IO;
+            return sf__errno_status(errno);
         }
         size_t got = 0;
         while (got < len) {

@@ -189,6 +189,21 @@ static double uniform(struct sf__rng *r, double a, double b)
     return a + (b - a) * rng_uniform(r);
 }
 
+/* A w x h box (at 0, 0) held to 1..W by 1..H; the caller places it. */
+static struct sf__crop_box sized_box(double w, double h, unsigned W, unsigned H)
+{
+    if (w < 1.0)
+        w = 1.0;
+    if (h < 1.0)
+        h = 1.0;
+    if (w > (double)W)
+        w = W;
+    if (h > (double)H)
+        h = H;
+    struct sf__crop_box b = {0, 0, (unsigned)w, (unsigned)h};
+    return b;
+}
+
 static struct sf__crop_box random_resized(const struct sf_image_options *o, unsigned W, unsigned H,
                                           struct sf__rng *rng)
 {
@@ -216,15 +231,7 @@ static struct sf__crop_box random_resized(const struct sf_image_options *o, unsi
         h = round_even((double)W / (double)o->ratio_min);
     else if (in_ratio > (double)o->ratio_max)
         w = round_even((double)H * (double)o->ratio_max);
-    if (w < 1.0)
-        w = 1.0;
-    if (h < 1.0)
-        h = 1.0;
-    if (w > (double)W)
-        w = W;
-    if (h > (double)H)
-        h = H;
-    struct sf__crop_box b = {0, 0, (unsigned)w, (unsigned)h};
+    struct sf__crop_box b = sized_box(w, h, W, H);
     b.x = (W - b.w) / 2;
     b.y = (H - b.h) / 2;
     return b;
@@ -241,15 +248,7 @@ static struct sf__crop_box center_box(const struct sf_image_options *o, unsigned
         S = 1.0;
     double per = (double)(W < H ? W : H) / S;
     double bw = round_even((double)o->width * per), bh = round_even((double)o->height * per);
-    if (bw < 1.0)
-        bw = 1.0;
-    if (bh < 1.0)
-        bh = 1.0;
-    if (bw > (double)W)
-        bw = W;
-    if (bh > (double)H)
-        bh = H;
-    struct sf__crop_box b = {0, 0, (unsigned)bw, (unsigned)bh};
+    struct sf__crop_box b = sized_box(bw, bh, W, H);
     b.x = (unsigned)round_even((double)(W - b.w) / 2.0);
     b.y = (unsigned)round_even((double)(H - b.h) / 2.0);
     return b;

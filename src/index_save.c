@@ -3,6 +3,7 @@
 #include "shardfeed.h"
 #include "shardfeed_pack.h"
 #include "common/strbuf.h"
+#include "common/file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -25,8 +26,8 @@ static sf_status save_local(const char *path, const char *text, size_t len, char
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
         int e = errno;
-        sf_status st = sf__fail(err, err_len, e == ENOENT ? SF_ERR_NOT_FOUND : SF_ERR_IO,
-                                "%s: cannot create: %s", tmp, strerror(e));
+        sf_status st =
+            sf__fail(err, err_len, sf__errno_status(e), "%s: cannot create: %s", tmp, strerror(e));
         free(tmp);
         return st;
     }

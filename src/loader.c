@@ -33,7 +33,9 @@
 #include "src/shard_reader.h"
 #include "src/gpu.h"
 #include "common/cpu.h"
+#include "common/file.h"
 #include "common/strbuf.h"
+#include "common/strv.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -99,8 +101,6 @@ void sf__loader_cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int ms)
     pthread_cond_timedwait(cv, mu, &ts);
 }
 
-static void free_names(char **v, size_t n);
-
 /* Splits "a;b;c" into a NULL-terminated array of owned strings (NULL when
  * out of memory). */
 static char **split_names(const char *s, size_t *n)
@@ -119,7 +119,7 @@ static char **split_names(const char *s, size_t *n)
         if (len) {
             v[*n] = strndup(p, len);
             if (!v[*n]) {
-                free_names(v, *n);
+                sf__strv_free(v, *n);
                 *n = 0;
                 return NULL;
             }
@@ -128,13 +128,6 @@ static char **split_names(const char *s, size_t *n)
         p += len + (e ? 1 : 0);
     }
     return v;
-}
-
-static void free_names(char **v, size_t n)
-{
-    for (size_t i = 0; v && i < n; i++)
-        free(v[i]);
-    free(v);
 }
 
 int sf__loader_is_local(const char *url)
@@ -187,13 +180,10 @@ void sf_loader_close(struct sf_loader *l)
     sf__loader_lists_free(l->lists, l->n_lists);
     sf_cache_destroy(l->cache);
     sf_s3_destroy(l->s3);
-    free_names(l->img_names, l->n_img);
-    free_names(l->lbl_names, l->n_lbl);
-    free_names(l->extra_names, l->n_extra);
-    if (l->extra_zst)
-        for (size_t i = 0; i < l->n_extra; i++)
-            free(l->extra_zst[i]);
-    free(l->extra_zst);
+    sf__strv_free(l->img_names, l->n_img);
+    sf__strv_free(l->lbl_names, l->n_lbl);
+    sf__strv_free(l->extra_names, l->n_extra);
+    sf__strv_free(l->extra_zst, l->n_extra);
     free(l->image_fields);
     free(l->label_fields);
     free(l->extra_fields);
@@ -287,7 +277,7 @@ static sf_status read_small(struct sf_loader *l, const char *url, char **out, si
         const char *path = !strncmp(url, "file://", 7) ? url + 7 : url;
         FILE *f = fopen(path, "rb");
         if (!f)
-            return errno == ENOENT ? SF_ERR_NOT_FOUND : SF_ERR_IO;
+            return sf__errno_status(errno);
         char *buf = NULL;
         size_t n = 0, cap = 0;
         for (;;) {

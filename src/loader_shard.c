@@ -5,6 +5,7 @@
  * pass, before any thread starts).
  */
 #include "src/loader_internal.h"
+#include "common/file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -90,16 +91,14 @@ sf_status sf__loader_shard_open(struct sf_loader *l, uint64_t shard, uint64_t be
         return open_failed(l, sh, st, err);
     if (sf__loader_is_local(obj->url)) {
         const char *path = local_path(obj);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
         struct stat sb;
-        if (fd < 0 || fstat(fd, &sb) != 0) {
+        int fd = sf__open_stat(path, &sb);
+        if (fd < 0) {
             int e = errno;
-            if (fd >= 0)
-                close(fd);
+            st = sf__errno_status(e);
             sf__loader_shard_close(l, sh);
-            sf__loader_fail(l, e == ENOENT ? SF_ERR_NOT_FOUND : SF_ERR_IO, "%s: %s", path,
-                            strerror(e));
-            return e == ENOENT ? SF_ERR_NOT_FOUND : SF_ERR_IO;
+            sf__loader_fail(l, st, "%s: %s", path, strerror(e));
+            return st;
         }
         sh->size = (unsigned long long)sb.st_size;
         if (sh->size > l->o.max_shard_bytes) {

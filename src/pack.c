@@ -18,6 +18,8 @@
 #include "src/index_json.h"
 
 #include "s3/endpoint.h"
+#include "common/file.h"
+#include "common/strv.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -49,7 +51,7 @@ __attribute__((format(printf, 3, 4))) sf_status sf__pack_fail(struct packer *p, 
 
 sf_status sf__pack_errno_status(int e)
 {
-    return e == ENOENT ? SF_ERR_NOT_FOUND : e == ENOMEM ? SF_ERR_NO_MEMORY : SF_ERR_IO;
+    return e == ENOMEM ? SF_ERR_NO_MEMORY : sf__errno_status(e);
 }
 
 /* ------------------------------------------------------------ public helpers */
@@ -383,9 +385,7 @@ static void packer_free(struct packer *p)
         free(p->entries[i].re);
     }
     free(p->entries);
-    for (size_t i = 0; i < p->n_classes; i++)
-        free(p->classes[i]);
-    free(p->classes);
+    sf__strv_free(p->classes, p->n_classes);
     free(p->class_counts);
     free(p->samples);
     for (size_t i = 0; i < p->n_shards; i++)

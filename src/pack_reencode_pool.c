@@ -6,6 +6,7 @@
 #include "src/pack_internal.h"
 
 #include "src/pack_reencode.h"
+#include "common/file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -37,9 +38,9 @@ static sf_status slurp(const char *src, const struct entry *e, unsigned char **o
         return SF_ERR_NO_MEMORY;
     sf_status st = SF_OK;
     unsigned char *buf = NULL;
-    int fd = open(abs, O_RDONLY | O_CLOEXEC);
     struct stat sb;
-    if (fd < 0 || fstat(fd, &sb) != 0) {
+    int fd = sf__open_stat(abs, &sb);
+    if (fd < 0) {
         int er = errno;
         snprintf(err, len, "%s: cannot read: %s", abs, strerror(er));
         st = sf__pack_errno_status(er);

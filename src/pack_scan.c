@@ -5,6 +5,8 @@
  */
 #include "src/pack_internal.h"
 #include "common/grow.h"
+#include "common/strv.h"
+#include "common/file.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -227,9 +229,7 @@ sf_status sf__pack_scan(struct packer *p)
     } else if (st == SF_OK) {
         st = walk(p, p->src, "", 0, -1);
     }
-    for (size_t i = 0; dirs && i < n_dirs; i++)
-        free(dirs[i]);
-    free(dirs);
+    sf__strv_free(dirs, n_dirs);
     free(first_file);
     if (st == SF_OK && p->n_entries == 0)
         st = sf__pack_fail(p, SF_ERR_NOT_FOUND, "%s: no files to pack", p->src);
@@ -331,12 +331,10 @@ sf_status sf__pack_open_source(struct packer *p, const struct entry *e, char **a
     if (!abs)
         return SF_ERR_NO_MEMORY;
     *abs_out = abs;
-    int fd = open(abs, O_RDONLY | O_CLOEXEC);
     struct stat sb;
-    if (fd < 0 || fstat(fd, &sb) != 0) {
+    int fd = sf__open_stat(abs, &sb);
+    if (fd < 0) {
         int er = errno;
-        if (fd >= 0)
-            close(fd);
         return sf__pack_fail(p, sf__pack_errno_status(er), "%s: cannot read: %s", abs,
                              strerror(er));
     }

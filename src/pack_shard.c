@@ -4,6 +4,7 @@
  * into place or handed to the uploader.
  */
 #include "src/pack_internal.h"
+#include "common/file.h"
 #include "common/grow.h"
 
 #include <errno.h>
@@ -126,14 +127,7 @@ sf_status sf__pack_shard_open(struct packer *p, struct shard *s, size_t index)
 /* Frees what shard_open made; removes the temporary file unless it was handed on. */
 void sf__pack_shard_discard(struct shard *s)
 {
-    if (s->fd >= 0)
-        close(s->fd);
-    s->fd = -1;
-    if (s->tmp_path) {
-        unlink(s->tmp_path);
-        free(s->tmp_path);
-        s->tmp_path = NULL;
-    }
+    sf__temp_discard(&s->fd, &s->tmp_path);
     XXH3_freeState(s->xx);
     s->xx = NULL;
     sf__record_writer_destroy(s->rw);

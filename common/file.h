@@ -1,0 +1,50 @@
+/* Opening a local file to read it: the open-then-fstat step (and the status
+ * of its failure) every folder's local reads share. */
+#ifndef SF_COMMON_FILE_H
+#define SF_COMMON_FILE_H
+
+#include "shardfeed/common.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Opens path read-only (close-on-exec) and fills *sb. Returns the
+ * descriptor, or -1 with errno from the open or the fstat that failed (the
+ * descriptor then closed). */
+static inline int sf__open_stat(const char *path, struct stat *sb)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0 && fstat(fd, sb) != 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        fd = -1;
+    }
+    return fd;
+}
+
+/* Drops a half-written temporary file: closes *fd (then -1) and removes
+ * and frees *path (then NULL). Either may be gone already (-1, NULL). */
+static inline void sf__temp_discard(int *fd, char **path)
+{
+    if (*fd >= 0)
+        close(*fd);
+    *fd = -1;
+    if (*path) {
+        unlink(*path);
+        free(*path);
+        *path = NULL;
+    }
+}
+
+/* The status for a local file that cannot be opened or read: errno e is
+ * ENOENT (SF_ERR_NOT_FOUND) or anything else (SF_ERR_IO). */
+static inline sf_status sf__errno_status(int e)
+{
+    return e == ENOENT ? SF_ERR_NOT_FOUND : SF_ERR_IO;
+}
+
+#endif
