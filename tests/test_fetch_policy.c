@@ -31,7 +31,7 @@
 
 static struct sf__policy pol;
 
-static void policy(unsigned concurrency)
+static void policy_ss(unsigned concurrency, double start_rps, uint64_t seed)
 {
     struct sf__policy_config c = {
         .concurrency = concurrency,
@@ -40,8 +40,15 @@ static void policy(unsigned concurrency)
         .throttle_base_ms = 500,
         .retry_cap_ms = 20000,
         .retry_quota = 500,
+        .start_rps = start_rps,
     };
-    cr_assert_eq(sf__policy_init(&pol, &c, 42), 0);
+    cr_assert_eq(sf__policy_init(&pol, &c, seed), 0);
+}
+
+/* A policy without slow start. */
+static void policy(unsigned concurrency)
+{
+    policy_ss(concurrency, 0, 42);
 }
 
 static void policy_fini(void)
@@ -132,28 +139,37 @@ static double ten_percent(unsigned w)
     return 0.10;
 }
 
-Test(fetch_policy, a_moderate_share_that_falls_with_the_rate_is_a_limit)
+/* 16 in flight, an answer every 10 ms for n answers, share(window) of them
+ * throttled: a probe must test the share; it is judged a limit (confirmed,
+ * the rate cut) or noise (the rate restored, no cut). */
+static void expect_probe_judges(unsigned n, double (*share)(unsigned), int limit, const char *why,
+                                unsigned v[6])
 {
     policy(16);
     uint64_t now = 1000 * MS;
-    unsigned v[6] = {0};
-    run(&now, 1000, 10 * MS, over_12_ten_percent, v);
+    run(&now, n, 10 * MS, share, v);
     cr_expect_geq(v[SF__VERDICT_PROBE], 1, "10 %% never tested");
-    cr_expect_geq(v[SF__VERDICT_CONFIRM], 1, "the share fell to 0 at the lower rate");
-    cr_expect_eq(v[SF__VERDICT_RESTORE], 0);
-    cr_expect_geq(sf__policy_cuts(&pol), 1);
+    enum sf__verdict judged = limit ? SF__VERDICT_CONFIRM : SF__VERDICT_RESTORE;
+    enum sf__verdict other = limit ? SF__VERDICT_RESTORE : SF__VERDICT_CONFIRM;
+    cr_expect_geq(v[judged], 1, "%s", why);
+    cr_expect_eq(v[other], 0);
+    if (limit)
+        cr_expect_geq(sf__policy_cuts(&pol), 1);
+    else
+        cr_expect_eq(sf__policy_cuts(&pol), 0);
+}
+
+Test(fetch_policy, a_moderate_share_that_falls_with_the_rate_is_a_limit)
+{
+    unsigned v[6] = {0};
+    expect_probe_judges(1000, over_12_ten_percent, 1, "the share fell to 0 at the lower rate", v);
 }
 
 Test(fetch_policy, a_moderate_share_that_does_not_fall_is_noise_and_the_rate_comes_back)
 {
-    policy(16);
-    uint64_t now = 1000 * MS;
     unsigned v[6] = {0};
-    run(&now, 3000, 10 * MS, ten_percent, v);
-    cr_expect_geq(v[SF__VERDICT_PROBE], 1, "10 %% never tested");
-    cr_expect_geq(v[SF__VERDICT_RESTORE], 1, "the share did not fall, the rate was not restored");
-    cr_expect_eq(v[SF__VERDICT_CONFIRM], 0);
-    cr_expect_eq(sf__policy_cuts(&pol), 0);
+    expect_probe_judges(3000, ten_percent, 0, "the share did not fall, the rate was not restored",
+                        v);
     cr_expect_leq(v[SF__VERDICT_PROBE], 2, "%u probes in 30 s: the noise floor was not learned",
                   v[SF__VERDICT_PROBE]);
     cr_expect_eq(sf__policy_window(&pol), 16);
@@ -299,20 +315,6 @@ Test(fetch_policy, never_falls_below_the_floor)
 /* ---- slow start (start_rps > 0), in a model of one engine: at most the
  * window in flight, starts gated by the rate cap, every answer rtt after
  * its start, on a synthetic clock in 0.1 ms ticks. */
-
-static void policy_ss(unsigned concurrency, double start_rps, uint64_t seed)
-{
-    struct sf__policy_config c = {
-        .concurrency = concurrency,
-        .max_attempts = 10,
-        .retry_base_ms = 50,
-        .throttle_base_ms = 500,
-        .retry_cap_ms = 20000,
-        .retry_quota = 500,
-        .start_rps = start_rps,
-    };
-    cr_assert_eq(sf__policy_init(&pol, &c, seed), 0);
-}
 
 struct server {
     double noise;     /* share throttled at random */
@@ -499,14 +501,15 @@ Test(fetch_policy, a_limit_confirmed_in_slow_start_lands_at_the_first_descents_f
  * 200), as bench/scale_sim.sh; answers 1.5-4.5 ms after their start; a
  * throttled request is started again after the policy's retry delay. */
 
-Test(fetch_policy, ranks_sharing_a_limit_finish_together_with_few_throttled_answers)
+/* The model of 8 ranks over seeds 1-4: the means and the worst runs. */
+struct ranks_summary {
+    double share, fair, agg; /* means of the 4 runs */
+    double worst_share, worst_fair;
+};
+
+static struct ranks_summary ranks_sharing_a_limit(void)
 {
-    /* the means of 4 runs (seeds): 4.2 % throttled, slowest/fastest 1.36
-     * (1.47 at worst), aggregate 0.99 of the limit (5.6 %, 1.37 (1.57),
-     * 0.98 before the landing at the floor, below); before the descent
-     * floor, the restore rule and the rate-dependent recovery: 6.8 %, 2.72
-     * (4.05), 1.01 */
-    double share = 0, fair = 0, agg = 0, worst_fair = 0;
+    struct ranks_summary s = {0};
     const struct policy_model m = {
         .ranks = 8, .requests = 256, .limit = 200, .rtt_ms = 3, .max_s = 120};
     for (uint64_t seed = 1; seed <= 4; seed++) {
@@ -514,15 +517,27 @@ Test(fetch_policy, ranks_sharing_a_limit_finish_together_with_few_throttled_answ
         cr_assert_eq(policy_model_run(&m, seed, &r), 0);
         cr_assert_eq(r.finished, m.ranks, "seed %llu: %u of %u engines finished",
                      (unsigned long long)seed, r.finished, m.ranks);
-        share += r.share / 4;
-        fair += r.fairness / 4;
-        agg += r.aggregate / 4;
-        worst_fair = r.fairness > worst_fair ? r.fairness : worst_fair;
+        s.share += r.share / 4;
+        s.fair += r.fairness / 4;
+        s.agg += r.aggregate / 4;
+        s.worst_share = r.share > s.worst_share ? r.share : s.worst_share;
+        s.worst_fair = r.fairness > s.worst_fair ? r.fairness : s.worst_fair;
     }
-    cr_expect_leq(share, 0.06, "%.1f %% of the answers throttled", 100 * share);
-    cr_expect_leq(fair, 1.6, "slowest/fastest %.2f (mean of 4 runs)", fair);
-    cr_expect_leq(worst_fair, 2.0, "slowest/fastest %.2f in one run", worst_fair);
-    cr_expect_geq(agg, 0.9, "aggregate %.2f of the limit", agg);
+    return s;
+}
+
+Test(fetch_policy, ranks_sharing_a_limit_finish_together_with_few_throttled_answers)
+{
+    /* the means of 4 runs (seeds): 4.2 % throttled, slowest/fastest 1.36
+     * (1.47 at worst), aggregate 0.99 of the limit (5.6 %, 1.37 (1.57),
+     * 0.98 before the landing at the floor, below); before the descent
+     * floor, the restore rule and the rate-dependent recovery: 6.8 %, 2.72
+     * (4.05), 1.01 */
+    struct ranks_summary s = ranks_sharing_a_limit();
+    cr_expect_leq(s.share, 0.06, "%.1f %% of the answers throttled", 100 * s.share);
+    cr_expect_leq(s.fair, 1.6, "slowest/fastest %.2f (mean of 4 runs)", s.fair);
+    cr_expect_leq(s.worst_fair, 2.0, "slowest/fastest %.2f in one run", s.worst_fair);
+    cr_expect_geq(s.agg, 0.9, "aggregate %.2f of the limit", s.agg);
 }
 
 Test(fetch_policy, ranks_that_start_together_land_together_under_the_limit)
@@ -532,23 +547,12 @@ Test(fetch_policy, ranks_that_start_together_land_together_under_the_limit)
      * limit confirmed in slow start landed at the floor of the engine's
      * first descent: 5.6 % (5.9), 1.37 (1.57), 0.98; the ranks whose
      * descents came late were confirmed at 2-3x the others' rate */
-    double fair = 0, agg = 0, worst_share = 0, worst_fair = 0;
-    const struct policy_model m = {
-        .ranks = 8, .requests = 256, .limit = 200, .rtt_ms = 3, .max_s = 120};
-    for (uint64_t seed = 1; seed <= 4; seed++) {
-        struct policy_model_result r;
-        cr_assert_eq(policy_model_run(&m, seed, &r), 0);
-        cr_assert_eq(r.finished, m.ranks);
-        fair += r.fairness / 4;
-        agg += r.aggregate / 4;
-        worst_share = r.share > worst_share ? r.share : worst_share;
-        worst_fair = r.fairness > worst_fair ? r.fairness : worst_fair;
-    }
-    cr_expect_leq(worst_share, 0.045, "%.1f %% of the answers throttled in one run",
-                  100 * worst_share);
-    cr_expect_leq(fair, 1.4, "slowest/fastest %.2f (mean of 4 runs)", fair);
-    cr_expect_leq(worst_fair, 1.5, "slowest/fastest %.2f in one run", worst_fair);
-    cr_expect_geq(agg, 0.92, "aggregate %.2f of the limit", agg);
+    struct ranks_summary s = ranks_sharing_a_limit();
+    cr_expect_leq(s.worst_share, 0.045, "%.1f %% of the answers throttled in one run",
+                  100 * s.worst_share);
+    cr_expect_leq(s.fair, 1.4, "slowest/fastest %.2f (mean of 4 runs)", s.fair);
+    cr_expect_leq(s.worst_fair, 1.5, "slowest/fastest %.2f in one run", s.worst_fair);
+    cr_expect_geq(s.agg, 0.92, "aggregate %.2f of the limit", s.agg);
 }
 
 Test(fetch_policy, retries_are_bounded_jittered_and_paid_for)
