@@ -196,6 +196,17 @@ sf_status get_fail(struct sf__cred_chain *c, time_t now, char *err, size_t err_l
     return st;
 }
 
+/* A chain of o (opts() when NULL) whose get now fails with
+ * SF_ERR_ACCESS_DENIED, the message (in err) holding frag unless NULL. */
+void expect_denied(const struct sf__cred_options *o, const char *frag, char *err, size_t err_len)
+{
+    struct sf__cred_chain *c = o ? chain_with(o) : default_chain();
+    cr_expect_eq(get_fail(c, time(NULL), err, err_len), SF_ERR_ACCESS_DENIED);
+    if (frag)
+        cr_expect(strstr(err, frag) != NULL, "%s", err);
+    sf__cred_chain_destroy(c);
+}
+
 /* credentials.NAME from /_mock/stats. */
 int cred_stat(const char *name)
 {
