@@ -92,11 +92,10 @@ void setup(void)
 {
     tmp = test_tmpdir_with_root(&root);
     cr_assert(tmp);
-    char path[700];
-    snprintf(path, sizeof(path), "%s/home", tmp);
-    cr_assert(mkdir(path, 0755) == 0);
+    char home[700];
+    cr_assert(test_make_dir(tmp, "home", home, sizeof(home)) == 0);
     clean_env();
-    setenv("HOME", path, 1);
+    setenv("HOME", home, 1);
     unsetenv("AWS_SHARED_CREDENTIALS_FILE");
     unsetenv("AWS_CONFIG_FILE");
     snprintf(cred_path, sizeof(cred_path), "%s/home/.aws/credentials", tmp);
