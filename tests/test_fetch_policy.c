@@ -65,12 +65,37 @@ static double uniform(void)
     return (double)(lcg >> 11) / 9007199254740992.0;
 }
 
+/* What a synthetic server throttles at a window of w in flight: nothing at
+ * w <= over (over 0: no threshold), then share of the answers at random, or,
+ * with excess, what is over `over` ((w - over) / w). */
+struct throttling {
+    double share;
+    unsigned over;
+    int excess;
+};
+
+static double throttled_share(const struct throttling *t, unsigned w)
+{
+    if (t->over && w <= t->over)
+        return 0.0;
+    return t->excess ? (double)(w - t->over) / w : t->share;
+}
+
+/* 5 % SlowDown whatever the rate */
+static const struct throttling noise_5 = {.share = 0.05};
+/* a server that serves 8 at a time and throttles what is over */
+static const struct throttling above_8_in_flight = {.over = 8, .excess = 1};
+static const struct throttling over_12_ten_percent = {.share = 0.12, .over = 12};
+static const struct throttling ten_percent = {.share = 0.10};
+static const struct throttling all = {.share = 1.0};
+static const struct throttling none = {.share = 0.0};
+
 /*
  * Runs n outcomes, one every step_ns, each of a request started half a step
- * before; the throttling probability comes from share(window). Returns the
+ * before; the throttling probability comes from t at the window. Returns the
  * mean window over the run; *verdicts counts each verdict.
  */
-static double run(uint64_t *now, unsigned n, uint64_t step_ns, double (*share)(unsigned window),
+static double run(uint64_t *now, unsigned n, uint64_t step_ns, const struct throttling *t,
                   unsigned verdicts[6])
 {
     double sum = 0;
@@ -78,7 +103,8 @@ static double run(uint64_t *now, unsigned n, uint64_t step_ns, double (*share)(u
         *now += step_ns;
         unsigned w = sf__policy_window(&pol);
         sum += w;
-        enum sf__outcome o = uniform() < share(w) ? SF__OUTCOME_THROTTLED : SF__OUTCOME_OK;
+        enum sf__outcome o =
+            uniform() < throttled_share(t, w) ? SF__OUTCOME_THROTTLED : SF__OUTCOME_OK;
         unsigned held = 0;
         enum sf__verdict v = sf__policy_record(&pol, *now, *now - step_ns / 2, o, &held);
         if (verdicts)
@@ -87,19 +113,13 @@ static double run(uint64_t *now, unsigned n, uint64_t step_ns, double (*share)(u
     return sum / n;
 }
 
-static double noise_5(unsigned w)
-{
-    (void)w;
-    return 0.05;
-}
-
 Test(fetch_policy, steady_five_percent_noise_does_not_cut_the_rate)
 {
     policy(16);
     uint64_t now = 1000 * MS;
     unsigned v[6] = {0};
     /* 5,000 answers over 50 s, 5 % of them SlowDown whatever the rate */
-    double mean = run(&now, 5000, 10 * MS, noise_5, v);
+    double mean = run(&now, 5000, 10 * MS, &noise_5, v);
     cr_expect_gt(v[SF__VERDICT_NOISE], 150, "%u throttled answers judged noise", v[SF__VERDICT_NOISE]);
     cr_expect_eq(sf__policy_cuts(&pol), 0, "%llu rate cuts on noise", sf__policy_cuts(&pol));
     cr_expect_eq(v[SF__VERDICT_CUT], 0);
@@ -108,46 +128,29 @@ Test(fetch_policy, steady_five_percent_noise_does_not_cut_the_rate)
     cr_expect_gt(mean, 15.5, "mean window %.2f of 16: the rate sagged", mean);
 }
 
-static double above_8_in_flight(unsigned w)
-{
-    /* a server that serves 8 at a time and throttles what is over */
-    return w > 8 ? (double)(w - 8) / w : 0.0;
-}
-
 Test(fetch_policy, throttling_that_rises_with_the_rate_cuts_it)
 {
     policy(32);
     uint64_t now = 1000 * MS;
     unsigned v[6] = {0};
-    run(&now, 200, 5 * MS, above_8_in_flight, v);
+    run(&now, 200, 5 * MS, &above_8_in_flight, v);
     cr_expect_geq(v[SF__VERDICT_CUT], 1, "no cut at a 75 %% throttled share");
     cr_expect_leq(sf__policy_window(&pol), 16, "window %u", sf__policy_window(&pol));
     /* then it hovers near what the server takes */
-    double mean = run(&now, 2000, 5 * MS, above_8_in_flight, NULL);
+    double mean = run(&now, 2000, 5 * MS, &above_8_in_flight, NULL);
     cr_expect_lt(mean, 14, "mean window %.2f with a server that takes 8", mean);
     cr_expect_geq(mean, 4, "mean window %.2f: fell into a crawl", mean);
 }
 
-static double over_12_ten_percent(unsigned w)
-{
-    return w > 12 ? 0.12 : 0.0;
-}
-
-static double ten_percent(unsigned w)
-{
-    (void)w;
-    return 0.10;
-}
-
-/* 16 in flight, an answer every 10 ms for n answers, share(window) of them
+/* 16 in flight, an answer every 10 ms for n answers, what t says of them
  * throttled: a probe must test the share; it is judged a limit (confirmed,
  * the rate cut) or noise (the rate restored, no cut). */
-static void expect_probe_judges(unsigned n, double (*share)(unsigned), int limit, const char *why,
+static void expect_probe_judges(unsigned n, const struct throttling *t, int limit, const char *why,
                                 unsigned v[6])
 {
     policy(16);
     uint64_t now = 1000 * MS;
-    run(&now, n, 10 * MS, share, v);
+    run(&now, n, 10 * MS, t, v);
     cr_expect_geq(v[SF__VERDICT_PROBE], 1, "10 %% never tested");
     enum sf__verdict judged = limit ? SF__VERDICT_CONFIRM : SF__VERDICT_RESTORE;
     enum sf__verdict other = limit ? SF__VERDICT_RESTORE : SF__VERDICT_CONFIRM;
@@ -162,13 +165,13 @@ static void expect_probe_judges(unsigned n, double (*share)(unsigned), int limit
 Test(fetch_policy, a_moderate_share_that_falls_with_the_rate_is_a_limit)
 {
     unsigned v[6] = {0};
-    expect_probe_judges(1000, over_12_ten_percent, 1, "the share fell to 0 at the lower rate", v);
+    expect_probe_judges(1000, &over_12_ten_percent, 1, "the share fell to 0 at the lower rate", v);
 }
 
 Test(fetch_policy, a_moderate_share_that_does_not_fall_is_noise_and_the_rate_comes_back)
 {
     unsigned v[6] = {0};
-    expect_probe_judges(3000, ten_percent, 0, "the share did not fall, the rate was not restored",
+    expect_probe_judges(3000, &ten_percent, 0, "the share did not fall, the rate was not restored",
                         v);
     cr_expect_leq(v[SF__VERDICT_PROBE], 2, "%u probes in 30 s: the noise floor was not learned",
                   v[SF__VERDICT_PROBE]);
@@ -176,24 +179,12 @@ Test(fetch_policy, a_moderate_share_that_does_not_fall_is_noise_and_the_rate_com
     cr_expect_eq(sf__policy_rate(&pol), 0);
 }
 
-static double all(unsigned w)
-{
-    (void)w;
-    return 1.0;
-}
-
-static double none(unsigned w)
-{
-    (void)w;
-    return 0.0;
-}
-
 Test(fetch_policy, recovers_after_a_limit_ends)
 {
     policy(16);
     uint64_t now = 1000 * MS;
-    run(&now, 300, 2 * MS, none, NULL); /* 500/s accepted */
-    run(&now, 40, 2 * MS, all, NULL);
+    run(&now, 300, 2 * MS, &none, NULL); /* 500/s accepted */
+    run(&now, 40, 2 * MS, &all, NULL);
     cr_assert_lt(sf__policy_window(&pol), 16);
     double capped = sf__policy_rate(&pol);
     cr_assert_gt(capped, 0, "no rate cap after a burst of SlowDown");
@@ -224,7 +215,7 @@ Test(fetch_policy, once_capped_a_few_throttled_answers_at_the_capped_rate_cut_ag
 {
     policy(16);
     uint64_t now = 1000 * MS;
-    run(&now, 300, 2 * MS, none, NULL); /* 500/s accepted */
+    run(&now, 300, 2 * MS, &none, NULL); /* 500/s accepted */
     /* the limit: throttled until the first cut */
     for (unsigned i = 0; i < 40 && sf__policy_cuts(&pol) == 0; i++) {
         now += 2 * MS;
@@ -257,7 +248,7 @@ Test(fetch_policy, the_same_few_throttled_answers_without_a_confirmed_limit_are_
 {
     policy(16);
     uint64_t now = 1000 * MS;
-    run(&now, 300, 2 * MS, none, NULL);
+    run(&now, 300, 2 * MS, &none, NULL);
     unsigned v[6] = {0};
     for (unsigned i = 0; i < 60; i++) {
         now += 20 * MS;
@@ -295,7 +286,7 @@ Test(fetch_policy, never_falls_below_the_floor)
 {
     policy(16);
     uint64_t now = 1000 * MS;
-    run(&now, 100, 2 * MS, none, NULL);
+    run(&now, 100, 2 * MS, &none, NULL);
     /* a minute of nothing but SlowDown */
     unsigned started = 0;
     for (unsigned i = 0; i < 60000; i++) {
