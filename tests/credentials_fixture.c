@@ -92,11 +92,10 @@ void setup(void)
 {
     tmp = test_tmpdir_with_root(&root);
     cr_assert(tmp);
-    char path[700];
-    snprintf(path, sizeof(path), "%s/home", tmp);
-    cr_assert(mkdir(path, 0755) == 0);
+    char home[700];
+    cr_assert(test_make_dir(tmp, "home", home, sizeof(home)) == 0);
     clean_env();
-    setenv("HOME", path, 1);
+    setenv("HOME", home, 1);
     unsetenv("AWS_SHARED_CREDENTIALS_FILE");
     unsetenv("AWS_CONFIG_FILE");
     snprintf(cred_path, sizeof(cred_path), "%s/home/.aws/credentials", tmp);
@@ -194,6 +193,17 @@ sf_status get_fail(struct sf__cred_chain *c, time_t now, char *err, size_t err_l
     cr_assert_neq(st, SF_OK, "get succeeded from %s", cr.source);
     expect_no_secret(err, "the error message");
     return st;
+}
+
+/* A chain of o (opts() when NULL) whose get now fails with
+ * SF_ERR_ACCESS_DENIED, the message (in err) holding frag unless NULL. */
+void expect_denied(const struct sf__cred_options *o, const char *frag, char *err, size_t err_len)
+{
+    struct sf__cred_chain *c = o ? chain_with(o) : default_chain();
+    cr_expect_eq(get_fail(c, time(NULL), err, err_len), SF_ERR_ACCESS_DENIED);
+    if (frag)
+        cr_expect(strstr(err, frag) != NULL, "%s", err);
+    sf__cred_chain_destroy(c);
 }
 
 /* credentials.NAME from /_mock/stats. */

@@ -57,6 +57,7 @@ void get_from(struct sf__cred_chain *c, struct sf__credentials *cr, const char *
 void expect_fake_keys(const struct sf__credentials *cr, const char *ak);
 void expect_issued(const struct sf__credentials *cr, const char *source);
 sf_status get_fail(struct sf__cred_chain *c, time_t now, char *err, size_t err_len);
+void expect_denied(const struct sf__cred_options *o, const char *frag, char *err, size_t err_len);
 /* credentials.NAME of the mock's /_mock/stats; a port nothing listens on;
  * the IMDS and container endpoints pointed at the mock. */
 int cred_stat(const char *name);

@@ -36,9 +36,7 @@ void make_root(void)
 {
     tmp = test_tmpdir_with_root(&root);
     cr_assert(tmp);
-    char path[600];
-    snprintf(path, sizeof(path), "%s/root/bucket1", tmp);
-    cr_assert(mkdir(path, 0755) == 0);
+    cr_assert(test_make_dir(root, "bucket1", NULL, 0) == 0);
     cr_assert(test_write_file(tmp, "secret.txt", "top secret", 10) == 0);
 }
 

@@ -94,6 +94,15 @@ void unsigned_client(void)
     s3 = mock_env_s3_from(opts_init, 1);
 }
 
+void local_client(void)
+{
+    make_root();
+    struct sf_s3_options o;
+    opts_init(&o);
+    o.endpoint_url = "http://127.0.0.1:1"; /* never contacted */
+    client(&o);
+}
+
 const char *errmsg(void)
 {
     static char buf[1024];

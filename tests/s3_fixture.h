@@ -44,6 +44,8 @@ void client(const struct sf_s3_options *o);
 void default_client(void);
 /* A client that does not sign (no keys). */
 void unsigned_client(void);
+/* make_root and a client whose endpoint is never contacted, for local paths. */
+void local_client(void);
 /* s3's detail message. */
 const char *errmsg(void);
 /* Fetches url whole into memory, checking it against want (n bytes). */

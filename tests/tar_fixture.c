@@ -120,6 +120,15 @@ void pax_rec(struct bytes *b, const char *kw, const char *val, size_t val_len)
     bytes_put(b, "\n", 1);
 }
 
+size_t tb_pax(struct bytes *b, const char *kw, const char *val, size_t val_len)
+{
+    struct bytes x = {0};
+    pax_rec(&x, kw, val, val_len);
+    size_t at = tb_meta(b, 'x', x.p, x.len);
+    bytes_free(&x);
+    return at;
+}
+
 /* ------------------------------------------------------------ expected samples */
 
 void serialize_want(struct bytes *out, const struct want_sample *w, size_t n)

@@ -44,6 +44,8 @@ size_t tb_meta(struct bytes *b, char type, const void *d, size_t n);
 void tb_end(struct bytes *b);
 /* A pax record with its correct length prefix. */
 void pax_rec(struct bytes *b, const char *kw, const char *val, size_t val_len);
+/* A pax header ('x') of the one record kw=val; its offset. */
+size_t tb_pax(struct bytes *b, const char *kw, const char *val, size_t val_len);
 
 /* ------------------------------------------------------------ expected samples */
 

@@ -204,18 +204,15 @@ Test(credentials, profile_in_config_file_only)
 
 Test(credentials, nothing_configured_lists_every_provider)
 {
-    struct sf__cred_chain *c = default_chain();
     char err[4096] = "";
-    cr_expect_eq(get_fail(c, time(NULL), err, sizeof(err)), SF_ERR_ACCESS_DENIED);
+    expect_denied(NULL, "AWS_ACCESS_KEY_ID not set", err, sizeof(err));
     char want_profile[2000];
     snprintf(want_profile, sizeof(want_profile), "profile 'default': not found in %s, %s",
              cred_path, config_path);
     cr_expect(strncmp(err, "no credentials: explicit options not set; ", 42) == 0, "%s", err);
-    cr_expect(strstr(err, "AWS_ACCESS_KEY_ID not set") != NULL, "%s", err);
     cr_expect(strstr(err, want_profile) != NULL, "%s", err);
     cr_expect(strstr(err, "container: AWS_CONTAINER_CREDENTIALS_RELATIVE_URI") != NULL, "%s", err);
     cr_expect(strstr(err, "imds: disabled by AWS_EC2_METADATA_DISABLED") != NULL, "%s", err);
-    sf__cred_chain_destroy(c);
 }
 
 Test(credentials, secrets_never_in_error_messages)
@@ -230,15 +227,12 @@ Test(credentials, secrets_never_in_error_messages)
                                         "aws_session_token = " FAKE_TOKEN "\n");
     use_container_full_uri();
     setenv("AWS_CONTAINER_AUTHORIZATION_TOKEN", AUTH_TOKEN, 1);
-    struct sf__cred_chain *c = default_chain();
     char err[4096] = "";
-    cr_expect_eq(get_fail(c, time(NULL), err, sizeof(err)), SF_ERR_ACCESS_DENIED);
-    cr_expect(strstr(err, "AWS_SECRET_ACCESS_KEY set but AWS_ACCESS_KEY_ID not set") != NULL, "%s",
-              err);
+    expect_denied(NULL, "AWS_SECRET_ACCESS_KEY set but AWS_ACCESS_KEY_ID not set", err,
+                  sizeof(err));
     cr_expect(strstr(err, "no aws_access_key_id") != NULL, "%s", err);
     cr_expect(strstr(err, "HTTP 401") != NULL, "%s", err);
     cr_expect_eq(cred_stat("container"), 0, "nothing was issued");
-    sf__cred_chain_destroy(c);
     expect_logs_clean();
 }
 

@@ -104,28 +104,35 @@ static unsigned char *djpeg_rgb(const struct jpeg *j)
     return rgb;
 }
 
+/* Output pixel i of n across a box side of len source pixels: src = (i +
+ * 0.5) * len / n - 0.5 clamped to the side; its two source neighbours and
+ * the weight of the second. */
+static void naive_src(unsigned i, unsigned n, unsigned len, unsigned *p0, unsigned *p1, double *f)
+{
+    double s = ((double)i + 0.5) * len / n - 0.5;
+    if (s < 0)
+        s = 0;
+    if (s > len - 1)
+        s = len - 1;
+    *p0 = (unsigned)s;
+    *p1 = *p0 + 1 < len ? *p0 + 1 : *p0;
+    *f = s - *p0;
+}
+
 /* Naive reference: crop box out of a full RGB decode (W wide), bilinear to
- * ow x oh with src = (dst + 0.5) * box / out - 0.5 clamped to the box, as
- * torchvision's resized_crop on a tensor (bilinear, antialias off). */
+ * ow x oh (naive_src on each axis), as torchvision's resized_crop on a
+ * tensor (bilinear, antialias off). */
 static void naive_resized_crop(const unsigned char *full, unsigned W, struct sf__crop_box b,
                                unsigned ow, unsigned oh, double *out)
 {
     for (unsigned y = 0; y < oh; y++) {
-        double sy = ((double)y + 0.5) * b.h / oh - 0.5;
-        if (sy < 0)
-            sy = 0;
-        if (sy > b.h - 1)
-            sy = b.h - 1;
-        unsigned y0 = (unsigned)sy, y1 = y0 + 1 < b.h ? y0 + 1 : y0;
-        double fy = sy - y0;
+        unsigned y0, y1;
+        double fy;
+        naive_src(y, oh, b.h, &y0, &y1, &fy);
         for (unsigned x = 0; x < ow; x++) {
-            double sx = ((double)x + 0.5) * b.w / ow - 0.5;
-            if (sx < 0)
-                sx = 0;
-            if (sx > b.w - 1)
-                sx = b.w - 1;
-            unsigned x0 = (unsigned)sx, x1 = x0 + 1 < b.w ? x0 + 1 : x0;
-            double fx = sx - x0;
+            unsigned x0, x1;
+            double fx;
+            naive_src(x, ow, b.w, &x0, &x1, &fx);
             for (int c = 0; c < 3; c++) {
 #define PX(xx, yy) ((double)full[(((size_t)(b.y + (yy))) * W + b.x + (xx)) * 3 + (size_t)c])
                 double top = PX(x0, y0) * (1 - fx) + PX(x1, y0) * fx;

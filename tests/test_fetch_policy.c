@@ -31,7 +31,7 @@
 
 static struct sf__policy pol;
 
-static void policy(unsigned concurrency)
+static void policy_ss(unsigned concurrency, double start_rps, uint64_t seed)
 {
     struct sf__policy_config c = {
         .concurrency = concurrency,
@@ -40,8 +40,15 @@ static void policy(unsigned concurrency)
         .throttle_base_ms = 500,
         .retry_cap_ms = 20000,
         .retry_quota = 500,
+        .start_rps = start_rps,
     };
-    cr_assert_eq(sf__policy_init(&pol, &c, 42), 0);
+    cr_assert_eq(sf__policy_init(&pol, &c, seed), 0);
+}
+
+/* A policy without slow start. */
+static void policy(unsigned concurrency)
+{
+    policy_ss(concurrency, 0, 42);
 }
 
 static void policy_fini(void)
@@ -58,12 +65,37 @@ static double uniform(void)
     return (double)(lcg >> 11) / 9007199254740992.0;
 }
 
+/* What a synthetic server throttles at a window of w in flight: nothing at
+ * w <= over (over 0: no threshold), then share of the answers at random, or,
+ * with excess, what is over `over` ((w - over) / w). */
+struct throttling {
+    double share;
+    unsigned over;
+    int excess;
+};
+
+static double throttled_share(const struct throttling *t, unsigned w)
+{
+    if (t->over && w <= t->over)
+        return 0.0;
+    return t->excess ? (double)(w - t->over) / w : t->share;
+}
+
+/* 5 % SlowDown whatever the rate */
+static const struct throttling noise_5 = {.share = 0.05};
+/* a server that serves 8 at a time and throttles what is over */
+static const struct throttling above_8_in_flight = {.over = 8, .excess = 1};
+static const struct throttling over_12_ten_percent = {.share = 0.12, .over = 12};
+static const struct throttling ten_percent = {.share = 0.10};
+static const struct throttling all = {.share = 1.0};
+static const struct throttling none = {.share = 0.0};
+
 /*
  * Runs n outcomes, one every step_ns, each of a request started half a step
- * before; the throttling probability comes from share(window). Returns the
+ * before; the throttling probability comes from t at the window. Returns the
  * mean window over the run; *verdicts counts each verdict.
  */
-static double run(uint64_t *now, unsigned n, uint64_t step_ns, double (*share)(unsigned window),
+static double run(uint64_t *now, unsigned n, uint64_t step_ns, const struct throttling *t,
                   unsigned verdicts[6])
 {
     double sum = 0;
@@ -71,7 +103,8 @@ static double run(uint64_t *now, unsigned n, uint64_t step_ns, double (*share)(u
         *now += step_ns;
         unsigned w = sf__policy_window(&pol);
         sum += w;
-        enum sf__outcome o = uniform() < share(w) ? SF__OUTCOME_THROTTLED : SF__OUTCOME_OK;
+        enum sf__outcome o =
+            uniform() < throttled_share(t, w) ? SF__OUTCOME_THROTTLED : SF__OUTCOME_OK;
         unsigned held = 0;
         enum sf__verdict v = sf__policy_record(&pol, *now, *now - step_ns / 2, o, &held);
         if (verdicts)
@@ -80,19 +113,13 @@ static double run(uint64_t *now, unsigned n, uint64_t step_ns, double (*share)(u
     return sum / n;
 }
 
-static double noise_5(unsigned w)
-{
-    (void)w;
-    return 0.05;
-}
-
 Test(fetch_policy, steady_five_percent_noise_does_not_cut_the_rate)
 {
     policy(16);
     uint64_t now = 1000 * MS;
     unsigned v[6] = {0};
     /* 5,000 answers over 50 s, 5 % of them SlowDown whatever the rate */
-    double mean = run(&now, 5000, 10 * MS, noise_5, v);
+    double mean = run(&now, 5000, 10 * MS, &noise_5, v);
     cr_expect_gt(v[SF__VERDICT_NOISE], 150, "%u throttled answers judged noise", v[SF__VERDICT_NOISE]);
     cr_expect_eq(sf__policy_cuts(&pol), 0, "%llu rate cuts on noise", sf__policy_cuts(&pol));
     cr_expect_eq(v[SF__VERDICT_CUT], 0);
@@ -101,83 +128,63 @@ Test(fetch_policy, steady_five_percent_noise_does_not_cut_the_rate)
     cr_expect_gt(mean, 15.5, "mean window %.2f of 16: the rate sagged", mean);
 }
 
-static double above_8_in_flight(unsigned w)
-{
-    /* a server that serves 8 at a time and throttles what is over */
-    return w > 8 ? (double)(w - 8) / w : 0.0;
-}
-
 Test(fetch_policy, throttling_that_rises_with_the_rate_cuts_it)
 {
     policy(32);
     uint64_t now = 1000 * MS;
     unsigned v[6] = {0};
-    run(&now, 200, 5 * MS, above_8_in_flight, v);
+    run(&now, 200, 5 * MS, &above_8_in_flight, v);
     cr_expect_geq(v[SF__VERDICT_CUT], 1, "no cut at a 75 %% throttled share");
     cr_expect_leq(sf__policy_window(&pol), 16, "window %u", sf__policy_window(&pol));
     /* then it hovers near what the server takes */
-    double mean = run(&now, 2000, 5 * MS, above_8_in_flight, NULL);
+    double mean = run(&now, 2000, 5 * MS, &above_8_in_flight, NULL);
     cr_expect_lt(mean, 14, "mean window %.2f with a server that takes 8", mean);
     cr_expect_geq(mean, 4, "mean window %.2f: fell into a crawl", mean);
 }
 
-static double over_12_ten_percent(unsigned w)
+/* 16 in flight, an answer every 10 ms for n answers, what t says of them
+ * throttled: a probe must test the share; it is judged a limit (confirmed,
+ * the rate cut) or noise (the rate restored, no cut). */
+static void expect_probe_judges(unsigned n, const struct throttling *t, int limit, const char *why,
+                                unsigned v[6])
 {
-    return w > 12 ? 0.12 : 0.0;
-}
-
-static double ten_percent(unsigned w)
-{
-    (void)w;
-    return 0.10;
+    policy(16);
+    uint64_t now = 1000 * MS;
+    run(&now, n, 10 * MS, t, v);
+    cr_expect_geq(v[SF__VERDICT_PROBE], 1, "10 %% never tested");
+    enum sf__verdict judged = limit ? SF__VERDICT_CONFIRM : SF__VERDICT_RESTORE;
+    enum sf__verdict other = limit ? SF__VERDICT_RESTORE : SF__VERDICT_CONFIRM;
+    cr_expect_geq(v[judged], 1, "%s", why);
+    cr_expect_eq(v[other], 0);
+    if (limit)
+        cr_expect_geq(sf__policy_cuts(&pol), 1);
+    else
+        cr_expect_eq(sf__policy_cuts(&pol), 0);
 }
 
 Test(fetch_policy, a_moderate_share_that_falls_with_the_rate_is_a_limit)
 {
-    policy(16);
-    uint64_t now = 1000 * MS;
     unsigned v[6] = {0};
-    run(&now, 1000, 10 * MS, over_12_ten_percent, v);
-    cr_expect_geq(v[SF__VERDICT_PROBE], 1, "10 %% never tested");
-    cr_expect_geq(v[SF__VERDICT_CONFIRM], 1, "the share fell to 0 at the lower rate");
-    cr_expect_eq(v[SF__VERDICT_RESTORE], 0);
-    cr_expect_geq(sf__policy_cuts(&pol), 1);
+    expect_probe_judges(1000, &over_12_ten_percent, 1, "the share fell to 0 at the lower rate", v);
 }
 
 Test(fetch_policy, a_moderate_share_that_does_not_fall_is_noise_and_the_rate_comes_back)
 {
-    policy(16);
-    uint64_t now = 1000 * MS;
     unsigned v[6] = {0};
-    run(&now, 3000, 10 * MS, ten_percent, v);
-    cr_expect_geq(v[SF__VERDICT_PROBE], 1, "10 %% never tested");
-    cr_expect_geq(v[SF__VERDICT_RESTORE], 1, "the share did not fall, the rate was not restored");
-    cr_expect_eq(v[SF__VERDICT_CONFIRM], 0);
-    cr_expect_eq(sf__policy_cuts(&pol), 0);
+    expect_probe_judges(3000, &ten_percent, 0, "the share did not fall, the rate was not restored",
+                        v);
     cr_expect_leq(v[SF__VERDICT_PROBE], 2, "%u probes in 30 s: the noise floor was not learned",
                   v[SF__VERDICT_PROBE]);
     cr_expect_eq(sf__policy_window(&pol), 16);
     cr_expect_eq(sf__policy_rate(&pol), 0);
 }
 
-static double all(unsigned w)
-{
-    (void)w;
-    return 1.0;
-}
-
-static double none(unsigned w)
-{
-    (void)w;
-    return 0.0;
-}
-
 Test(fetch_policy, recovers_after_a_limit_ends)
 {
     policy(16);
     uint64_t now = 1000 * MS;
-    run(&now, 300, 2 * MS, none, NULL); /* 500/s accepted */
-    run(&now, 40, 2 * MS, all, NULL);
+    run(&now, 300, 2 * MS, &none, NULL); /* 500/s accepted */
+    run(&now, 40, 2 * MS, &all, NULL);
     cr_assert_lt(sf__policy_window(&pol), 16);
     double capped = sf__policy_rate(&pol);
     cr_assert_gt(capped, 0, "no rate cap after a burst of SlowDown");
@@ -208,7 +215,7 @@ Test(fetch_policy, once_capped_a_few_throttled_answers_at_the_capped_rate_cut_ag
 {
     policy(16);
     uint64_t now = 1000 * MS;
-    run(&now, 300, 2 * MS, none, NULL); /* 500/s accepted */
+    run(&now, 300, 2 * MS, &none, NULL); /* 500/s accepted */
     /* the limit: throttled until the first cut */
     for (unsigned i = 0; i < 40 && sf__policy_cuts(&pol) == 0; i++) {
         now += 2 * MS;
@@ -241,7 +248,7 @@ Test(fetch_policy, the_same_few_throttled_answers_without_a_confirmed_limit_are_
 {
     policy(16);
     uint64_t now = 1000 * MS;
-    run(&now, 300, 2 * MS, none, NULL);
+    run(&now, 300, 2 * MS, &none, NULL);
     unsigned v[6] = {0};
     for (unsigned i = 0; i < 60; i++) {
         now += 20 * MS;
@@ -279,7 +286,7 @@ Test(fetch_policy, never_falls_below_the_floor)
 {
     policy(16);
     uint64_t now = 1000 * MS;
-    run(&now, 100, 2 * MS, none, NULL);
+    run(&now, 100, 2 * MS, &none, NULL);
     /* a minute of nothing but SlowDown */
     unsigned started = 0;
     for (unsigned i = 0; i < 60000; i++) {
@@ -299,20 +306,6 @@ Test(fetch_policy, never_falls_below_the_floor)
 /* ---- slow start (start_rps > 0), in a model of one engine: at most the
  * window in flight, starts gated by the rate cap, every answer rtt after
  * its start, on a synthetic clock in 0.1 ms ticks. */
-
-static void policy_ss(unsigned concurrency, double start_rps, uint64_t seed)
-{
-    struct sf__policy_config c = {
-        .concurrency = concurrency,
-        .max_attempts = 10,
-        .retry_base_ms = 50,
-        .throttle_base_ms = 500,
-        .retry_cap_ms = 20000,
-        .retry_quota = 500,
-        .start_rps = start_rps,
-    };
-    cr_assert_eq(sf__policy_init(&pol, &c, seed), 0);
-}
 
 struct server {
     double noise;     /* share throttled at random */
@@ -499,14 +492,15 @@ Test(fetch_policy, a_limit_confirmed_in_slow_start_lands_at_the_first_descents_f
  * 200), as bench/scale_sim.sh; answers 1.5-4.5 ms after their start; a
  * throttled request is started again after the policy's retry delay. */
 
-Test(fetch_policy, ranks_sharing_a_limit_finish_together_with_few_throttled_answers)
+/* The model of 8 ranks over seeds 1-4: the means and the worst runs. */
+struct ranks_summary {
+    double share, fair, agg; /* means of the 4 runs */
+    double worst_share, worst_fair;
+};
+
+static struct ranks_summary ranks_sharing_a_limit(void)
 {
-    /* the means of 4 runs (seeds): 4.2 % throttled, slowest/fastest 1.36
-     * (1.47 at worst), aggregate 0.99 of the limit (5.6 %, 1.37 (1.57),
-     * 0.98 before the landing at the floor, below); before the descent
-     * floor, the restore rule and the rate-dependent recovery: 6.8 %, 2.72
-     * (4.05), 1.01 */
-    double share = 0, fair = 0, agg = 0, worst_fair = 0;
+    struct ranks_summary s = {0};
     const struct policy_model m = {
         .ranks = 8, .requests = 256, .limit = 200, .rtt_ms = 3, .max_s = 120};
     for (uint64_t seed = 1; seed <= 4; seed++) {
@@ -514,15 +508,27 @@ Test(fetch_policy, ranks_sharing_a_limit_finish_together_with_few_throttled_answ
         cr_assert_eq(policy_model_run(&m, seed, &r), 0);
         cr_assert_eq(r.finished, m.ranks, "seed %llu: %u of %u engines finished",
                      (unsigned long long)seed, r.finished, m.ranks);
-        share += r.share / 4;
-        fair += r.fairness / 4;
-        agg += r.aggregate / 4;
-        worst_fair = r.fairness > worst_fair ? r.fairness : worst_fair;
+        s.share += r.share / 4;
+        s.fair += r.fairness / 4;
+        s.agg += r.aggregate / 4;
+        s.worst_share = r.share > s.worst_share ? r.share : s.worst_share;
+        s.worst_fair = r.fairness > s.worst_fair ? r.fairness : s.worst_fair;
     }
-    cr_expect_leq(share, 0.06, "%.1f %% of the answers throttled", 100 * share);
-    cr_expect_leq(fair, 1.6, "slowest/fastest %.2f (mean of 4 runs)", fair);
-    cr_expect_leq(worst_fair, 2.0, "slowest/fastest %.2f in one run", worst_fair);
-    cr_expect_geq(agg, 0.9, "aggregate %.2f of the limit", agg);
+    return s;
+}
+
+Test(fetch_policy, ranks_sharing_a_limit_finish_together_with_few_throttled_answers)
+{
+    /* the means of 4 runs (seeds): 4.2 % throttled, slowest/fastest 1.36
+     * (1.47 at worst), aggregate 0.99 of the limit (5.6 %, 1.37 (1.57),
+     * 0.98 before the landing at the floor, below); before the descent
+     * floor, the restore rule and the rate-dependent recovery: 6.8 %, 2.72
+     * (4.05), 1.01 */
+    struct ranks_summary s = ranks_sharing_a_limit();
+    cr_expect_leq(s.share, 0.06, "%.1f %% of the answers throttled", 100 * s.share);
+    cr_expect_leq(s.fair, 1.6, "slowest/fastest %.2f (mean of 4 runs)", s.fair);
+    cr_expect_leq(s.worst_fair, 2.0, "slowest/fastest %.2f in one run", s.worst_fair);
+    cr_expect_geq(s.agg, 0.9, "aggregate %.2f of the limit", s.agg);
 }
 
 Test(fetch_policy, ranks_that_start_together_land_together_under_the_limit)
@@ -532,23 +538,12 @@ Test(fetch_policy, ranks_that_start_together_land_together_under_the_limit)
      * limit confirmed in slow start landed at the floor of the engine's
      * first descent: 5.6 % (5.9), 1.37 (1.57), 0.98; the ranks whose
      * descents came late were confirmed at 2-3x the others' rate */
-    double fair = 0, agg = 0, worst_share = 0, worst_fair = 0;
-    const struct policy_model m = {
-        .ranks = 8, .requests = 256, .limit = 200, .rtt_ms = 3, .max_s = 120};
-    for (uint64_t seed = 1; seed <= 4; seed++) {
-        struct policy_model_result r;
-        cr_assert_eq(policy_model_run(&m, seed, &r), 0);
-        cr_assert_eq(r.finished, m.ranks);
-        fair += r.fairness / 4;
-        agg += r.aggregate / 4;
-        worst_share = r.share > worst_share ? r.share : worst_share;
-        worst_fair = r.fairness > worst_fair ? r.fairness : worst_fair;
-    }
-    cr_expect_leq(worst_share, 0.045, "%.1f %% of the answers throttled in one run",
-                  100 * worst_share);
-    cr_expect_leq(fair, 1.4, "slowest/fastest %.2f (mean of 4 runs)", fair);
-    cr_expect_leq(worst_fair, 1.5, "slowest/fastest %.2f in one run", worst_fair);
-    cr_expect_geq(agg, 0.92, "aggregate %.2f of the limit", agg);
+    struct ranks_summary s = ranks_sharing_a_limit();
+    cr_expect_leq(s.worst_share, 0.045, "%.1f %% of the answers throttled in one run",
+                  100 * s.worst_share);
+    cr_expect_leq(s.fair, 1.4, "slowest/fastest %.2f (mean of 4 runs)", s.fair);
+    cr_expect_leq(s.worst_fair, 1.5, "slowest/fastest %.2f in one run", s.worst_fair);
+    cr_expect_geq(s.agg, 0.92, "aggregate %.2f of the limit", s.agg);
 }
 
 Test(fetch_policy, retries_are_bounded_jittered_and_paid_for)

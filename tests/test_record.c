@@ -165,6 +165,38 @@ static void parse(const unsigned char *buf, size_t len, struct parse_result *res
     parse_with(buf, len, NULL, FEED_ALL, 0, res);
 }
 
+/* The reader's defaults, for test.sfr. */
+static struct sf_shard_reader_options sfr_options(void)
+{
+    struct sf_shard_reader_options o;
+    sf_shard_reader_options_init_default(&o);
+    o.name = "test.sfr";
+    return o;
+}
+
+/* buf[0, len) parsed all at once as a record shard, whatever its first
+ * bytes (format forced). */
+static void parse_as_record(const unsigned char *buf, size_t len, struct parse_result *res)
+{
+    struct sf_shard_reader_options o = sfr_options();
+    o.format = SF_SHARD_FORMAT_RECORD;
+    parse_with(buf, len, &o, FEED_ALL, 0, res);
+}
+
+/* buf parsed with o stops at a limit at offset off, the message holding
+ * frag unless NULL. */
+static void expect_limit(const unsigned char *buf, size_t len,
+                         const struct sf_shard_reader_options *o, uint64_t off, const char *frag)
+{
+    struct parse_result r;
+    parse_with(buf, len, o, FEED_ALL, 0, &r);
+    cr_expect_eq(r.st, SF_ERR_LIMIT, "%s", r.err);
+    cr_expect_eq(r.err_offset, off);
+    if (frag)
+        cr_expect(strstr(r.err, frag) != NULL, "%s", r.err);
+    bytes_free(&r.ser);
+}
+
 static void expect_corpus(const struct parse_result *r, const struct corpus *c)
 {
     struct bytes want = {0};
@@ -459,9 +491,7 @@ Test(record, corrupted_byte_names_record_and_offset)
         sf__record_reader_destroy(rr);
 
         /* skip_checksums: plain data passes; a compressed frame still must decode */
-        struct sf_shard_reader_options o;
-        sf_shard_reader_options_init_default(&o);
-        o.name = "test.sfr";
+        struct sf_shard_reader_options o = sfr_options();
         o.skip_checksums = 1;
         parse_with(buf, len, &o, FEED_ALL, 0, &r);
         if (level == 0)
@@ -484,12 +514,8 @@ Test(record, every_single_byte_flip_is_detected)
         for (size_t i = 0; i < len; i++) {
             for (int bit = 0; bit < 8; bit += 3) {
                 buf[i] ^= (unsigned char)(1u << bit);
-                struct sf_shard_reader_options o;
-                sf_shard_reader_options_init_default(&o);
-                o.name = "test.sfr";
-                o.format = SF_SHARD_FORMAT_RECORD;
                 struct parse_result r;
-                parse_with(buf, len, &o, FEED_ALL, 0, &r);
+                parse_as_record(buf, len, &r);
                 cr_assert(r.st == SF_ERR_CORRUPT || r.st == SF_ERR_PARSE || r.st == SF_ERR_LIMIT,
                           "level %d: flip at %zu bit %d gave %d (%s)", level, i, bit, (int)r.st,
                           r.err);
@@ -510,12 +536,8 @@ Test(record, truncated_shard_is_an_error_at_every_length)
     size_t len;
     unsigned char *buf = write_mem(&c, 0, &len);
     for (size_t k = 0; k < len; k++) {
-        struct sf_shard_reader_options o;
-        sf_shard_reader_options_init_default(&o);
-        o.name = "test.sfr";
-        o.format = SF_SHARD_FORMAT_RECORD;
         struct parse_result r;
-        parse_with(buf, k, &o, FEED_ALL, 0, &r);
+        parse_as_record(buf, k, &r);
         cr_assert_eq(r.st, SF_ERR_CORRUPT, "k=%zu: %d (%s)", k, (int)r.st, r.err);
         cr_assert(r.err_offset <= k, "k=%zu: offset %llu", k, r.err_offset);
         cr_assert(strstr(r.err, "truncated") != NULL, "k=%zu: %s", k, r.err);
@@ -610,11 +632,7 @@ Test(record, bad_footer_and_index)
 
     /* bad magic (format forced) and version */
     buf[1] = 'X';
-    struct sf_shard_reader_options o;
-    sf_shard_reader_options_init_default(&o);
-    o.name = "test.sfr";
-    o.format = SF_SHARD_FORMAT_RECORD;
-    parse_with(buf, len, &o, FEED_ALL, 0, &r);
+    parse_as_record(buf, len, &r);
     cr_expect_eq(r.st, SF_ERR_PARSE);
     cr_expect_eq(r.err_offset, 0);
     bytes_free(&r.ser);
@@ -636,25 +654,12 @@ Test(record, reader_limits)
     unsigned char *buf = write_mem(&c, 3, &len);
     uint64_t off = record_offset(buf, len, 1, NULL);
 
-    struct sf_shard_reader_options o;
-    sf_shard_reader_options_init_default(&o);
-    o.name = "test.sfr";
+    struct sf_shard_reader_options o = sfr_options();
     o.max_record_bytes = 60000;
-    struct parse_result r;
-    parse_with(buf, len, &o, FEED_ALL, 0, &r);
-    cr_expect_eq(r.st, SF_ERR_LIMIT, "%s", r.err);
-    cr_expect_eq(r.err_offset, off);
-    cr_expect(strstr(r.err, "record 1") != NULL, "%s", r.err);
-    bytes_free(&r.ser);
-
-    sf_shard_reader_options_init_default(&o);
-    o.name = "test.sfr";
+    expect_limit(buf, len, &o, off, "record 1");
+    o = sfr_options();
     o.zstd_window_log_max = 10;
-    parse_with(buf, len, &o, FEED_ALL, 0, &r);
-    cr_expect_eq(r.st, SF_ERR_LIMIT, "%s", r.err);
-    cr_expect_eq(r.err_offset, off);
-    cr_expect(strstr(r.err, "window") != NULL, "%s", r.err);
-    bytes_free(&r.ser);
+    expect_limit(buf, len, &o, off, "window");
     free(buf);
 
     /* too many fields */
@@ -666,13 +671,9 @@ Test(record, reader_limits)
     cr_assert_eq(sf__record_writer_finish(w), SF_OK);
     buf = sf__record_writer_take(w, &len);
     sf__record_writer_destroy(w);
-    sf_shard_reader_options_init_default(&o);
-    o.name = "test.sfr";
+    o = sfr_options();
     o.max_fields = 4;
-    parse_with(buf, len, &o, FEED_ALL, 0, &r);
-    cr_expect_eq(r.st, SF_ERR_LIMIT, "%s", r.err);
-    cr_expect_eq(r.err_offset, 16);
-    bytes_free(&r.ser);
+    expect_limit(buf, len, &o, 16, NULL);
     free(buf);
     corpus_free(&c);
 }

@@ -84,11 +84,7 @@ Test(s3, stat_of_a_missing_key_is_not_found)
 
 Test(s3, stat_of_a_local_file)
 {
-    make_root();
-    struct sf_s3_options o;
-    opts_init(&o);
-    o.endpoint_url = "http://127.0.0.1:1"; /* never contacted */
-    client(&o);
+    local_client();
     cr_assert(test_write_file(tmp, "f.bin", "12345", 5) == 0);
     char path[700], url[720];
     snprintf(path, sizeof(path), "%s/f.bin", tmp);
@@ -295,14 +291,23 @@ Test(s3, keys_with_spaces_plus_percent_ampersand_and_utf8)
 
 /* ============================================================ expand */
 
+typedef sf_status (*expand_fn)(struct sf_s3 *, const char *, size_t, struct sf_object_list **);
+
+/* fn (sf_s3_expand or sf_s3_expand_stat) of source, uncapped, gives n objects. */
+static struct sf_object_list *expanded(expand_fn fn, const char *source, size_t n)
+{
+    struct sf_object_list *l = NULL;
+    sf_status st = fn(s3, source, 0, &l);
+    cr_assert_eq(st, SF_OK, "%s: %s: %s", source, sf_status_name(st), errmsg());
+    cr_assert_eq(sf_object_list_count(l), n, "%s", source);
+    return l;
+}
+
 Test(s3, expand_brace_patterns_without_network)
 {
     start_mock(NULL);
     default_client();
-    struct sf_object_list *l = NULL;
-    sf_status st = sf_s3_expand(s3, "s3://bucket/train-{000..009}.tar", 0, &l);
-    cr_assert_eq(st, SF_OK, "%s: %s", sf_status_name(st), errmsg());
-    cr_assert_eq(sf_object_list_count(l), 10);
+    struct sf_object_list *l = expanded(sf_s3_expand, "s3://bucket/train-{000..009}.tar", 10);
     for (size_t i = 0; i < 10; i++) {
         char want[64];
         snprintf(want, sizeof(want), "s3://bucket/train-%03zu.tar", i);
@@ -349,9 +354,7 @@ Test(s3, expand_a_prefix_fills_size_and_etag)
         free(d);
     }
     put_small("dsx/not-me.tar", 1);
-    struct sf_object_list *l = NULL;
-    cr_assert_eq(sf_s3_expand(s3, "s3://bucket/ds/", 0, &l), SF_OK, "%s", errmsg());
-    cr_assert_eq(sf_object_list_count(l), 3);
+    struct sf_object_list *l = expanded(sf_s3_expand, "s3://bucket/ds/", 3);
     for (size_t i = 0; i < 3; i++) {
         const struct sf_object_info *it = sf_object_list_get(l, i);
         char url[128];
@@ -365,8 +368,7 @@ Test(s3, expand_a_prefix_fills_size_and_etag)
     sf_object_list_destroy(l);
 
     /* one key: not checked, size unknown */
-    cr_assert_eq(sf_s3_expand(s3, "s3://bucket/ds/a.tar", 0, &l), SF_OK, "%s", errmsg());
-    cr_assert_eq(sf_object_list_count(l), 1);
+    l = expanded(sf_s3_expand, "s3://bucket/ds/a.tar", 1);
     cr_expect_eq(sf_object_list_get(l, 0)->size, SF_SIZE_UNKNOWN);
     sf_object_list_destroy(l);
 
@@ -379,30 +381,31 @@ Test(s3, expand_a_prefix_fills_size_and_etag)
     cJSON_Delete(j);
 }
 
-Test(s3, expand_a_local_directory_sorted_and_recursive)
+/* The n objects of l are the files tmp/rels[i], in that order, of sizes[i] bytes. */
+static void expect_local_objects(const struct sf_object_list *l, const char *const *rels,
+                                 const size_t *sizes, size_t n)
 {
-    make_root();
-    struct sf_s3_options o;
-    opts_init(&o);
-    o.endpoint_url = "http://127.0.0.1:1"; /* never contacted */
-    client(&o);
-    const char *rels[] = {"local/z/y/x.bin", "local/b.bin", "local/a/c.bin", "local/a/b.bin"};
-    for (size_t i = 0; i < 4; i++)
-        cr_assert(test_write_file(tmp, rels[i], "abcdefgh", i + 1) == 0);
-    const char *sorted[] = {"local/a/b.bin", "local/a/c.bin", "local/b.bin", "local/z/y/x.bin"};
-    size_t sizes[] = {4, 3, 2, 1};
-    char dir[700];
-    snprintf(dir, sizeof(dir), "%s/local/", tmp);
-    struct sf_object_list *l = NULL;
-    cr_assert_eq(sf_s3_expand(s3, dir, 0, &l), SF_OK, "%s", errmsg());
-    cr_assert_eq(sf_object_list_count(l), 4);
-    for (size_t i = 0; i < 4; i++) {
+    for (size_t i = 0; i < n; i++) {
         char want[800];
-        snprintf(want, sizeof(want), "%s/%s", tmp, sorted[i]);
+        snprintf(want, sizeof(want), "%s/%s", tmp, rels[i]);
         const struct sf_object_info *it = sf_object_list_get(l, i);
         cr_expect_str_eq(it->key, want);
         cr_expect_eq(it->size, sizes[i], "%s", want);
     }
+}
+
+Test(s3, expand_a_local_directory_sorted_and_recursive)
+{
+    local_client();
+    const char *rels[] = {"local/z/y/x.bin", "local/b.bin", "local/a/c.bin", "local/a/b.bin"};
+    for (size_t i = 0; i < 4; i++)
+        cr_assert(test_write_file(tmp, rels[i], "abcdefgh", i + 1) == 0);
+    const char *sorted[] = {"local/a/b.bin", "local/a/c.bin", "local/b.bin", "local/z/y/x.bin"};
+    const size_t sizes[] = {4, 3, 2, 1};
+    char dir[700];
+    snprintf(dir, sizeof(dir), "%s/local/", tmp);
+    struct sf_object_list *l = expanded(sf_s3_expand, dir, 4);
+    expect_local_objects(l, sorted, sizes, 4);
     sf_object_list_destroy(l);
 
     /* file:// of the directory, and of one file */
@@ -412,8 +415,7 @@ Test(s3, expand_a_local_directory_sorted_and_recursive)
     cr_expect_eq(sf_object_list_count(l), 4);
     sf_object_list_destroy(l);
     snprintf(url, sizeof(url), "file://%s/local/b.bin", tmp);
-    cr_assert_eq(sf_s3_expand(s3, url, 0, &l), SF_OK, "%s", errmsg());
-    cr_assert_eq(sf_object_list_count(l), 1);
+    l = expanded(sf_s3_expand, url, 1);
     cr_expect_eq(sf_object_list_get(l, 0)->size, 2);
     sf_object_list_destroy(l);
 
@@ -435,10 +437,8 @@ Test(s3, expand_stat_of_a_pattern_gives_sizes_and_etags_in_pattern_order)
     put_small("ds/a/t-0035.tar", 9);
     put_small("ds/c/t-000.tar", 9);
     /* b before a and a falling range: pattern order, not listing order */
-    struct sf_object_list *l = NULL;
-    sf_status st = sf_s3_expand_stat(s3, "s3://bucket/ds/{b,a}/t-{010..002}.tar", 0, &l);
-    cr_assert_eq(st, SF_OK, "%s: %s", sf_status_name(st), errmsg());
-    cr_assert_eq(sf_object_list_count(l), 18);
+    struct sf_object_list *l =
+        expanded(sf_s3_expand_stat, "s3://bucket/ds/{b,a}/t-{010..002}.tar", 18);
     for (size_t i = 0; i < 18; i++) {
         int dir = i < 9 ? 1 : 0, num = 10 - (int)(i % 9);
         char key[64], url[96];
@@ -483,8 +483,7 @@ Test(s3, expand_stat_of_a_few_keys_heads_each_one)
     cJSON_Delete(j);
 
     /* one key, no braces: one HEAD, size known (sf_s3_expand leaves it unknown) */
-    cr_assert_eq(sf_s3_expand_stat(s3, "s3://bucket/few/t-004.tar", 0, &l), SF_OK, "%s", errmsg());
-    cr_assert_eq(sf_object_list_count(l), 1);
+    l = expanded(sf_s3_expand_stat, "s3://bucket/few/t-004.tar", 1);
     cr_expect_eq(sf_object_list_get(l, 0)->size, 104);
     cr_expect_str_eq(sf_object_list_get(l, 0)->etag, etags[4]);
     sf_object_list_destroy(l);
@@ -545,10 +544,8 @@ Test(s3, expand_stat_names_the_first_missing_object)
 Test(s3, expand_stat_of_2500_keys_lists_pages_not_objects)
 {
     mock_with_many();
-    struct sf_object_list *l = NULL;
-    sf_status st = sf_s3_expand_stat(s3, "s3://bucket/many/k-{00000..02499}.bin", 0, &l);
-    cr_assert_eq(st, SF_OK, "%s: %s", sf_status_name(st), errmsg());
-    cr_assert_eq(sf_object_list_count(l), 2500);
+    struct sf_object_list *l =
+        expanded(sf_s3_expand_stat, "s3://bucket/many/k-{00000..02499}.bin", 2500);
     for (int i = 0; i < 2500; i++) {
         const struct sf_object_info *it = sf_object_list_get(l, (size_t)i);
         cr_assert_eq(it->size, (unsigned long long)(i % 7), "entry %d", i);
@@ -580,7 +577,7 @@ Test(s3, expand_stat_of_2500_keys_lists_pages_not_objects)
     char path[700];
     snprintf(path, sizeof(path), "%s/bucket/many/k-01234.bin", root);
     cr_assert(unlink(path) == 0);
-    st = sf_s3_expand_stat(s3, "s3://bucket/many/k-{00000..02499}.bin", 0, &l);
+    sf_status st = sf_s3_expand_stat(s3, "s3://bucket/many/k-{00000..02499}.bin", 0, &l);
     cr_expect_eq(st, SF_ERR_NOT_FOUND);
     cr_expect(strstr(errmsg(), "s3://bucket/many/k-01234.bin"), "message: %s", errmsg());
     cr_expect(strstr(errmsg(), "1 of the 2500"), "message: %s", errmsg());
@@ -588,11 +585,7 @@ Test(s3, expand_stat_of_2500_keys_lists_pages_not_objects)
 
 Test(s3, expand_stat_of_a_local_pattern)
 {
-    make_root();
-    struct sf_s3_options o;
-    opts_init(&o);
-    o.endpoint_url = "http://127.0.0.1:1"; /* never contacted */
-    client(&o);
+    local_client();
     for (int i = 0; i < 6; i++) {
         char rel[64];
         snprintf(rel, sizeof(rel), "loc/s-%d.bin", i);
@@ -600,17 +593,13 @@ Test(s3, expand_stat_of_a_local_pattern)
     }
     char pat[800];
     snprintf(pat, sizeof(pat), "%s/loc/s-{5..0}.bin", tmp);
-    struct sf_object_list *l = NULL;
-    cr_assert_eq(sf_s3_expand_stat(s3, pat, 0, &l), SF_OK, "%s", errmsg());
-    cr_assert_eq(sf_object_list_count(l), 6);
-    for (size_t i = 0; i < 6; i++) {
-        char want[800];
-        snprintf(want, sizeof(want), "%s/loc/s-%zu.bin", tmp, 5 - i);
-        const struct sf_object_info *it = sf_object_list_get(l, i);
-        cr_expect_str_eq(it->key, want);
-        cr_expect_eq(it->size, 6 - i, "%s", want);
-        cr_expect_gt(it->last_modified, 0);
-    }
+    struct sf_object_list *l = expanded(sf_s3_expand_stat, pat, 6);
+    const char *in_order[] = {"loc/s-5.bin", "loc/s-4.bin", "loc/s-3.bin",
+                              "loc/s-2.bin", "loc/s-1.bin", "loc/s-0.bin"};
+    const size_t sizes[] = {6, 5, 4, 3, 2, 1};
+    expect_local_objects(l, in_order, sizes, 6);
+    for (size_t i = 0; i < 6; i++)
+        cr_expect_gt(sf_object_list_get(l, i)->last_modified, 0);
     sf_object_list_destroy(l);
 
     /* file:// too; a missing file is named */
@@ -642,9 +631,7 @@ Test(s3, expand_stat_of_an_http_pattern_heads_each_url)
     unsigned_client();
     char pat[200];
     snprintf(pat, sizeof(pat), "%s/bucket/web/{b,a}.bin", srv.url);
-    struct sf_object_list *l = NULL;
-    cr_assert_eq(sf_s3_expand_stat(s3, pat, 0, &l), SF_OK, "%s", errmsg());
-    cr_assert_eq(sf_object_list_count(l), 2);
+    struct sf_object_list *l = expanded(sf_s3_expand_stat, pat, 2);
     cr_expect_eq(sf_object_list_get(l, 0)->size, 20);
     cr_expect_eq(sf_object_list_get(l, 1)->size, 10);
     cr_expect_eq(strlen(sf_object_list_get(l, 1)->etag), 34);

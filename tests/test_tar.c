@@ -101,9 +101,7 @@ Test(tar, sample_offsets_cover_headers_data_and_padding)
     struct bytes b = {0};
     unsigned char d[700];
     fill_random(d, sizeof d, 3);
-    struct bytes pax = {0};
-    pax_rec(&pax, "path", "k1.jpg", 6);
-    tb_meta(&b, 'x', pax.p, pax.len);              /* 0..1024 */
+    tb_pax(&b, "path", "k1.jpg", 6);               /* 0..1024 */
     tb_file(&b, "ignored.bin", d, 700);            /* header 1024, data 1536..2236, pad to 2560 */
     tb_file(&b, "k1.cls", "1", 1);                 /* 2560..3584 */
     size_t second = tb_file(&b, "k2.cls", "2", 1); /* 3584..4608 */
@@ -131,7 +129,6 @@ Test(tar, sample_offsets_cover_headers_data_and_padding)
     cr_assert_eq(sf_shard_reader_next(r, &s, &ev), SF_OK);
     cr_expect_eq(ev, SF_SHARD_END);
     sf_shard_reader_destroy(r);
-    bytes_free(&pax);
     bytes_free(&b);
 }
 
@@ -206,9 +203,7 @@ Test(tar, gnu_long_name_and_pax_path_size_and_global_header)
     tb_header(&b, "ustar-name.bin", '0', 0, TB_POSIX);
     tb_data(&b, d, 2000);
     /* pax sparse: skipped */
-    struct bytes sp = {0};
-    pax_rec(&sp, "GNU.sparse.major", "1", 1);
-    tb_meta(&b, 'x', sp.p, sp.len);
+    tb_pax(&b, "GNU.sparse.major", "1", 1);
     tb_file(&b, "sparse.bin", d, 10);
     tb_file(&b, "after.txt", "t", 1);
     tb_end(&b);
@@ -229,7 +224,6 @@ Test(tar, gnu_long_name_and_pax_path_size_and_global_header)
     bytes_free(&b);
     bytes_free(&g);
     bytes_free(&x);
-    bytes_free(&sp);
 }
 
 Test(tar, base256_size_is_read)
@@ -370,13 +364,10 @@ Test(tar, random_increments_give_the_same_samples)
         snprintf(name, sizeof name, "s%03d.cls", i);
         tb_file(&b, name, "3", 1);
         if (i % 5 == 0) {
-            struct bytes x = {0};
             char p[64];
             int n = snprintf(p, sizeof p, "s%03d.json", i);
-            pax_rec(&x, "path", p, (size_t)n);
-            tb_meta(&b, 'x', x.p, x.len);
+            tb_pax(&b, "path", p, (size_t)n);
             tb_file(&b, "unused", "{}", 2);
-            bytes_free(&x);
         }
         if (i % 7 == 0) {
             tb_meta(&b, 'L', longname, sizeof longname);

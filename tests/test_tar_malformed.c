@@ -36,6 +36,28 @@ static void expect_over_limit(const struct bytes *b, const struct sf_shard_reade
     parse_result_free(&r);
 }
 
+/* a.txt, then a one-byte member name holding data[0], then the end; the
+ * second member's header offset (the one the tests break). */
+static size_t second_member(struct bytes *b, const char *name, const char *data)
+{
+    tb_file(b, "a.txt", "a", 1);
+    size_t at = tb_file(b, name, data, 1);
+    tb_end(b);
+    return at;
+}
+
+/* A GNU long name or pax header (type) of the n bytes of d, then the
+ * one-byte member it describes (ustar name name), then the end; the
+ * header's offset. */
+static size_t meta_then_member(struct bytes *b, char type, const void *d, size_t n,
+                               const char *name)
+{
+    size_t at = tb_meta(b, type, d, n);
+    tb_file(b, name, "x", 1);
+    tb_end(b);
+    return at;
+}
+
 Test(tar, truncation_at_every_offset_never_crashes_and_names_the_offset)
 {
     struct bytes b = {0};
@@ -47,9 +69,7 @@ Test(tar, truncation_at_every_offset_never_crashes_and_names_the_offset)
     tb_meta(&b, 'L', longname, strlen(longname) + 1);
     tb_file(&b, "x", d, 1000);
     tb_file(&b, "nnn.cls", "1", 1);
-    struct bytes x = {0};
-    pax_rec(&x, "path", "k/2.png", 7);
-    tb_meta(&b, 'x', x.p, x.len);
+    tb_pax(&b, "path", "k/2.png", 7);
     tb_file(&b, "y", d, 3000);
     tb_file(&b, "k/2.cls", "2", 1);
     tb_end(&b);
@@ -94,16 +114,13 @@ Test(tar, truncation_at_every_offset_never_crashes_and_names_the_offset)
     expect_error(b.p, 8192 - 1, SF_ERR_CORRUPT, 4608, "runs past the end");
     expect_error(b.p, 9216 + 700, SF_ERR_CORRUPT, 9728, "second end-of-archive");
     parse_result_free(&full);
-    bytes_free(&x);
     bytes_free(&b);
 }
 
 Test(tar, bad_checksums)
 {
     struct bytes b = {0};
-    tb_file(&b, "a.txt", "a", 1);
-    size_t second = tb_file(&b, "b.txt", "b", 1);
-    tb_end(&b);
+    size_t second = second_member(&b, "b.txt", "b");
     b.p[second + 140] ^= 0x01; /* mtime */
     expect_error(b.p, b.len, SF_ERR_CORRUPT, second, "bad header checksum");
     b.p[second + 140] ^= 0x01;
@@ -121,9 +138,7 @@ Test(tar, bad_checksums)
 Test(tar, bad_magic_and_numbers)
 {
     struct bytes b = {0};
-    tb_file(&b, "a.txt", "a", 1);
-    size_t at = tb_file(&b, "b.txt", "b", 1);
-    tb_end(&b);
+    size_t at = second_member(&b, "b.txt", "b");
     memcpy(b.p + at + 257,
            "ustar\0"
            "01",
@@ -143,9 +158,7 @@ Test(tar, bad_magic_and_numbers)
 Test(tar, huge_and_negative_and_overflowing_sizes)
 {
     struct bytes b = {0};
-    tb_file(&b, "a.txt", "a", 1);
-    size_t at = tb_file(&b, "b.txt", "b", 1);
-    tb_end(&b);
+    size_t at = second_member(&b, "b.txt", "b");
     unsigned char *h = b.p + at;
     /* 8 GiB - 1 in a 3 KiB shard */
     memcpy(h + 124, "77777777777", 11);
@@ -191,9 +204,7 @@ Test(tar, long_name_without_member_and_over_cap)
     char big[5000];
     memset(big, 'a', sizeof big);
     memcpy(big + 4990, ".jpg", 5);
-    at = tb_meta(&b, 'L', big, sizeof big);
-    tb_file(&b, "x", "x", 1);
-    tb_end(&b);
+    at = meta_then_member(&b, 'L', big, sizeof big, "x");
     expect_error(b.p, b.len, SF_ERR_LIMIT, at, "max_name_bytes");
     /* and over a configured cap */
     bytes_free(&b);
@@ -201,9 +212,7 @@ Test(tar, long_name_without_member_and_over_cap)
     memset(mid, 'm', 100);
     mid[96] = '.';
     mid[100] = '\0';
-    at = tb_meta(&b, 'L', mid, 101);
-    tb_file(&b, "x", "x", 1);
-    tb_end(&b);
+    at = meta_then_member(&b, 'L', mid, 101, "x");
     struct sf_shard_reader_options o;
     sf_shard_reader_options_init_default(&o);
     o.max_name_bytes = 64;
@@ -216,9 +225,7 @@ Test(tar, long_name_without_member_and_over_cap)
     parse_result_free(&r);
     /* an empty long name */
     bytes_free(&b);
-    at = tb_meta(&b, 'L', "\0\0", 2);
-    tb_file(&b, "x.txt", "x", 1);
-    tb_end(&b);
+    at = meta_then_member(&b, 'L', "\0\0", 2, "x.txt");
     expect_error(b.p, b.len, SF_ERR_PARSE, at, "empty");
     bytes_free(&b);
     /* the cap holds for plain ustar names too */
@@ -226,9 +233,7 @@ Test(tar, long_name_without_member_and_over_cap)
     memset(un, 'u', 99);
     un[95] = '.';
     un[99] = '\0';
-    tb_file(&b, "a.txt", "a", 1);
-    at = tb_file(&b, un, "x", 1);
-    tb_end(&b);
+    at = second_member(&b, un, "x");
     o.max_name_bytes = 64;
     expect_over_limit(&b, &o, at);
     bytes_free(&b);
@@ -237,15 +242,11 @@ Test(tar, long_name_without_member_and_over_cap)
 Test(tar, nul_inside_names)
 {
     struct bytes b = {0};
-    size_t at = tb_meta(&b, 'L', "abc\0def.jpg", 12);
-    tb_file(&b, "x", "x", 1);
-    tb_end(&b);
+    size_t at = meta_then_member(&b, 'L', "abc\0def.jpg", 12, "x");
     expect_error(b.p, b.len, SF_ERR_PARSE, at, "NUL");
     bytes_free(&b);
     /* a long name without its terminating NUL is accepted (GNU tar does) */
-    tb_meta(&b, 'L', "noterm.jpg", 10);
-    tb_file(&b, "x", "x", 1);
-    tb_end(&b);
+    meta_then_member(&b, 'L', "noterm.jpg", 10, "x");
     struct parse_result r;
     parse(b.p, b.len, &r);
     const struct want_sample w[] = {{"noterm", 1, {{"jpg", "x", 1}}}};
@@ -255,9 +256,7 @@ Test(tar, nul_inside_names)
     /* pax path with a NUL */
     struct bytes x = {0};
     pax_rec(&x, "path", "a\0b.jpg", 7);
-    at = tb_meta(&b, 'x', x.p, x.len);
-    tb_file(&b, "x", "x", 1);
-    tb_end(&b);
+    at = meta_then_member(&b, 'x', x.p, x.len, "x");
     expect_error(b.p, b.len, SF_ERR_PARSE, at + BLK, "NUL");
     bytes_free(&x);
     bytes_free(&b);
@@ -269,9 +268,7 @@ static void pax_case(const char *records, size_t n, sf_status want, size_t want_
 {
     struct bytes b = {0};
     tb_file(&b, "first.txt", "1", 1);
-    size_t at = tb_meta(&b, 'x', records, n);
-    tb_file(&b, "x.txt", "x", 1);
-    tb_end(&b);
+    size_t at = meta_then_member(&b, 'x', records, n, "x.txt");
     expect_error(b.p, b.len, want, at + BLK + want_rel, frag);
     bytes_free(&b);
 }
@@ -298,9 +295,7 @@ Test(tar, pax_records_with_bad_lengths)
     char v[2000];
     memset(v, 'v', sizeof v);
     pax_rec(&x, "comment", v, sizeof v);
-    size_t at = tb_meta(&b, 'x', x.p, x.len);
-    tb_file(&b, "x.txt", "x", 1);
-    tb_end(&b);
+    size_t at = meta_then_member(&b, 'x', x.p, x.len, "x.txt");
     struct sf_shard_reader_options o;
     sf_shard_reader_options_init_default(&o);
     o.max_pax_bytes = 1024;
@@ -317,42 +312,37 @@ Test(tar, pax_size_disagreeing_with_ustar_size)
 {
     unsigned char d[1500];
     fill_random(d, sizeof d, 8);
-    /* pax says more than ustar: the reader skips by the pax size and finds
-     * member data where the next header should be */
-    struct bytes b = {0}, x = {0};
-    pax_rec(&x, "size", "1034", 4);
-    tb_meta(&b, 'x', x.p, x.len);
-    size_t hdr = tb_header(&b, "a.bin", '0', 10, TB_POSIX);
-    tb_data(&b, d, 10);
-    tb_file(&b, "b.bin", d, 1500);
-    tb_file(&b, "c.bin", d, 1500);
-    tb_end(&b);
-    /* pax: 1034 bytes -> 1536 with padding: the next header is read at
-     * hdr + 512 + 1536, which is inside b.bin's data */
-    expect_error(b.p, b.len, SF_ERR_CORRUPT, hdr + BLK + 1536, "checksum");
-    bytes_free(&b);
-    bytes_free(&x);
-
-    /* pax says less than ustar: same, earlier */
-    pax_rec(&x, "size", "100", 3);
-    tb_meta(&b, 'x', x.p, x.len);
-    hdr = tb_header(&b, "a.bin", '0', 1500, TB_POSIX);
-    tb_data(&b, d, 1500);
-    tb_file(&b, "b.bin", d, 10);
-    tb_end(&b);
-    expect_error(b.p, b.len, SF_ERR_CORRUPT, hdr + BLK + BLK, "checksum");
-    bytes_free(&b);
-    bytes_free(&x);
-
-    /* pax size beyond the shard */
-    pax_rec(&x, "size", "1000000", 7);
-    tb_meta(&b, 'x', x.p, x.len);
-    hdr = tb_header(&b, "a.bin", '0', 10, TB_POSIX);
-    tb_data(&b, d, 10);
-    tb_end(&b);
-    expect_error(b.p, b.len, SF_ERR_CORRUPT, hdr, "runs past the end");
-    bytes_free(&b);
-    bytes_free(&x);
+    /* A pax size, the ustar member a.bin of ustar_size bytes, then members
+     * b.bin and c.bin of next[] bytes (0: none): the error is at a.bin's
+     * header + at. */
+    static const struct {
+        const char *pax_size;
+        size_t ustar_size, next[2], at;
+        const char *frag;
+    } cases[] = {
+        /* pax says more than ustar: the reader skips by the pax size and
+         * finds member data where the next header should be (1034 bytes ->
+         * 1536 with padding: the next header is read at hdr + 512 + 1536,
+         * which is inside b.bin's data) */
+        {"1034", 10, {1500, 1500}, BLK + 1536, "checksum"},
+        /* pax says less than ustar: same, earlier */
+        {"100", 1500, {10, 0}, BLK + BLK, "checksum"},
+        /* pax size beyond the shard */
+        {"1000000", 10, {0, 0}, 0, "runs past the end"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct bytes b = {0};
+        tb_pax(&b, "size", cases[i].pax_size, strlen(cases[i].pax_size));
+        size_t hdr = tb_header(&b, "a.bin", '0', cases[i].ustar_size, TB_POSIX);
+        tb_data(&b, d, cases[i].ustar_size);
+        if (cases[i].next[0])
+            tb_file(&b, "b.bin", d, cases[i].next[0]);
+        if (cases[i].next[1])
+            tb_file(&b, "c.bin", d, cases[i].next[1]);
+        tb_end(&b);
+        expect_error(b.p, b.len, SF_ERR_CORRUPT, hdr + cases[i].at, cases[i].frag);
+        bytes_free(&b);
+    }
 }
 
 Test(tar, lone_zero_block_followed_by_data_and_duplicates_and_field_cap)
@@ -367,9 +357,7 @@ Test(tar, lone_zero_block_followed_by_data_and_duplicates_and_field_cap)
     expect_error(b.p, b.len, SF_ERR_CORRUPT, z, "lone zero block");
     bytes_free(&b);
 
-    tb_file(&b, "a.txt", "a", 1);
-    size_t dup = tb_file(&b, "a.TXT", "A", 1);
-    tb_end(&b);
+    size_t dup = second_member(&b, "a.TXT", "A");
     expect_error(b.p, b.len, SF_ERR_PARSE, dup, "twice");
     bytes_free(&b);
 

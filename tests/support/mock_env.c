@@ -13,11 +13,8 @@ char *mock_env_root(char *root, size_t root_len)
     char *tmp = test_tmpdir();
     cr_assert(tmp);
     test_isolate_aws_env(tmp);
-    snprintf(root, root_len, "%s/root", tmp);
-    cr_assert(mkdir(root, 0755) == 0, "%s", root);
-    char path[1100];
-    snprintf(path, sizeof(path), "%s/bucket", root);
-    cr_assert(mkdir(path, 0755) == 0, "%s", path);
+    cr_assert(test_make_dir(tmp, "root", root, root_len) == 0, "%s/root", tmp);
+    cr_assert(test_make_dir(root, "bucket", NULL, 0) == 0, "%s/bucket", root);
     return tmp;
 }
 

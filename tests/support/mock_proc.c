@@ -139,6 +139,19 @@ void test_rmtree(const char *path)
         nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
+int test_make_dir(const char *dir, const char *rel, char *path, size_t path_len)
+{
+    char buf[4096];
+    if (!path) {
+        path = buf;
+        path_len = sizeof(buf);
+    }
+    int n = snprintf(path, path_len, "%s/%s", dir, rel);
+    if (n < 0 || (size_t)n >= path_len)
+        return -1;
+    return mkdir(path, 0755);
+}
+
 int test_write_file(const char *root, const char *rel, const void *data, size_t n)
 {
     char path[4096];

@@ -27,6 +27,9 @@ char *test_tmpdir(void);
 char *test_tmpdir_with_root(char **root);
 /* rm -rf */
 void test_rmtree(const char *path);
+/* Makes the folder dir/rel (its parent must exist); its path goes to path
+ * unless NULL. Returns 0 or -1. */
+int test_make_dir(const char *dir, const char *rel, char *path, size_t path_len);
 /* Writes data to root/rel, creating parent directories. */
 int test_write_file(const char *root, const char *rel, const void *data, size_t n);
 /* Fills buf with deterministic pseudo-random bytes. */
