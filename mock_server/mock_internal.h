@@ -120,6 +120,9 @@ struct request {
     struct sf__sigv4_auth auth;
     char amz_date[SF__AMZ_DATE_LEN + 1];
     int begun;              /* begin() ran */
+    /* A fault planned for an object PUT: answered once its body is drained */
+    int fault_pending;
+    struct mock_fault_plan fault_plan;
     struct sf__strbuf body; /* bodies of requests other than object PUTs */
     /* UploadPart: the part number (0 for PutObject) and upload id */
     unsigned part_number;

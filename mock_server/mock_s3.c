@@ -405,6 +405,16 @@ static enum MHD_Result begin(struct request *rq, struct MHD_Connection *conn)
         }
         if (plan.latency_ms && mock_sleep_ms_interruptible(srv, plan.latency_ms) != 0)
             return MHD_NO;
+        if (plan.status && is_put) {
+            /* Answered after the body, as S3 answers an upload it refuses
+             * for its content: an answer from this first callback makes
+             * libmicrohttpd close the connection while the client may still
+             * be sending, and the client then sees a reset (which it may
+             * retry) or the status, by timing. */
+            rq->fault_plan = plan;
+            rq->fault_pending = 1;
+            return MHD_YES;
+        }
         if (plan.status)
             return mock_respond_fault_status(rq, conn, &plan);
         if (strcmp(rq->op, "CreateMultipartUpload") == 0)
@@ -517,7 +527,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     if (*upload_data_size) {
         if (!rq->done) {
-            if (rq->up_tmp) {
+            if (rq->fault_pending) {
+                /* drained: the planned fault answers it */
+            } else if (rq->up_tmp) {
                 /* libmicrohttpd 0.9.75 refuses a response while the body is
                  * still arriving: remember the failure, drain the body, and
                  * answer once it is complete. */
@@ -539,6 +551,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_YES;
     if (!rq->begun)
         return begin(rq, conn);
+    if (rq->fault_pending)
+        return mock_respond_fault_status(rq, conn, &rq->fault_plan);
     return mock_op_put_object_finish(rq, conn, rq->up_failed);
 }
 
