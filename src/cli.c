@@ -183,9 +183,7 @@ void cli_print_json(cJSON *j)
         print_now(held_json);
         cJSON_Delete(held_json);
     }
-    held_json = cJSON_Duplicate(j, 1);
-    if (!held_json)
-        print_now(j);
+    held_json = j;
 }
 
 /* --json and a failure: exactly one JSON object on stdout with "ok": false,

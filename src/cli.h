@@ -103,6 +103,8 @@ void cli_log_stderr(void *user, enum sf_log_level level, const char *message);
 int cli_open_client(struct cli *c, struct sf_s3 **s3);
 /* Prints the client's last error for status st. */
 void cli_report(struct sf_s3 *s3, sf_status st);
+/* Prints j (held until the command's exit status is known) and takes it:
+ * the caller does not free it. NULL prints nothing. */
 void cli_print_json(cJSON *j);
 
 /* The S3 commands (cli_s3.c), run with the common options parsed into c.

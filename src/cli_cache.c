@@ -224,7 +224,6 @@ static int warm(const struct cli *c, const struct cache_flags *f, struct sf_cach
             cJSON_AddItemToObject(j, "failures", ui.failed);
             ui.failed = NULL;
             cli_print_json(j);
-            cJSON_Delete(j);
         } else {
             char b1[32], b2[32], r[32];
             if (f->dry_run) {
@@ -362,10 +361,8 @@ int cli_cmd_cache(int argc, char **argv)
         struct ls_ctx x = {c.json, c.json ? cJSON_CreateArray() : NULL};
         unsigned long long bad = 0;
         st = sf_cache_list(cache, verify, ls_one, &x, &bad);
-        if (c.json) {
+        if (c.json)
             cli_print_json(x.arr);
-            cJSON_Delete(x.arr);
-        }
         if (st == SF_OK && bad) {
             cli_errorf("%s: %llu bad entr%s%s", cmd, bad, bad == 1 ? "y" : "ies",
                        verify ? " (deleted; they will be fetched again)" : "");
@@ -384,7 +381,6 @@ int cli_cmd_cache(int argc, char **argv)
             cJSON_AddNumberToObject(j, "abandoned_downloads", (double)s.abandoned_downloads);
             cJSON_AddNumberToObject(j, "limit_bytes", (double)s.limit_bytes);
             cli_print_json(j);
-            cJSON_Delete(j);
         } else if (st == SF_OK) {
             char b1[32], b2[32];
             cli_format_bytes((double)s.entry_bytes, b1, sizeof(b1));
@@ -400,7 +396,6 @@ int cli_cmd_cache(int argc, char **argv)
             cJSON *j = cJSON_CreateObject();
             cJSON_AddNumberToObject(j, "removed", (double)removed);
             cli_print_json(j);
-            cJSON_Delete(j);
         } else if (st == SF_OK) {
             printf("removed %llu file%s from %s\n", removed, removed == 1 ? "" : "s",
                    sf_cache_dir(cache));

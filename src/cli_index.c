@@ -113,7 +113,6 @@ int cli_cmd_index(int argc, char **argv)
             cJSON_AddNumberToObject(o, "seconds", secs);
             cJSON_AddNumberToObject(o, "mib_per_s", mib_s);
             cli_print_json(o);
-            cJSON_Delete(o);
         } else {
             char b[32];
             cli_format_bytes((double)res.bytes, b, sizeof(b));

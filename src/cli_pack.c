@@ -145,7 +145,6 @@ int cli_cmd_pack(int argc, char **argv)
         cJSON_AddNumberToObject(o, "reencoded_source_bytes", (double)res.reencoded_source_bytes);
         cJSON_AddNumberToObject(o, "reencoded_bytes", (double)res.reencoded_bytes);
         cli_print_json(o);
-        cJSON_Delete(o);
     } else {
         char in[32], out[32];
         cli_format_bytes((double)res.source_bytes, in, sizeof(in));
@@ -362,7 +361,6 @@ int cli_cmd_inspect(int argc, char **argv)
             ss.skipped_dirs + ss.skipped_links + ss.skipped_other + ss.skipped_unnamed;
         cJSON_AddNumberToObject(out, "skipped_members", (double)skipped);
         cli_print_json(out);
-        cJSON_Delete(out);
     } else if (!fetch_failed) {
         printf("-- %s: %s, ", url, fmt);
         if (total != SF_SIZE_UNKNOWN)
