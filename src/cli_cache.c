@@ -63,11 +63,7 @@ static int open_cache(struct cache_flags *f, struct sf_cache **cache)
 {
     char err[1024] = "";
     sf_status st = sf_cache_new(&f->co, cache, err, sizeof(err));
-    if (st != SF_OK) {
-        cli_errorf("cache: %s (%s)", err[0] ? err : sf_status_str(st), sf_status_name(st));
-        return 1;
-    }
-    return 0;
+    return st != SF_OK ? cli_fail_status("cache", err, st) : 0;
 }
 
 /* ------------------------------------------------------------ warm-cache */
@@ -401,11 +397,8 @@ int cli_cmd_cache(int argc, char **argv)
                    sf_cache_dir(cache));
         }
     }
-    if (st != SF_OK) {
-        sf_cache_errmsg(cache, msg, sizeof(msg));
-        cli_errorf("%s: %s (%s)", cmd, msg[0] ? msg : sf_status_str(st), sf_status_name(st));
-        rc = 1;
-    }
+    if (st != SF_OK)
+        rc = cli_fail_status(cmd, sf_cache_errmsg(cache, msg, sizeof(msg)), st);
     sf_cache_destroy(cache);
     return rc;
 }

@@ -276,7 +276,7 @@ static void print_json_error(const char *msg, sf_status st)
  * message on stderr and, with --json, the object that carries it. */
 static int command_failed(const char *cmd, const char *err, sf_status st, int json)
 {
-    cli_errorf("%s: %s (%s)", cmd, err[0] ? err : sf_status_str(st), sf_status_name(st));
+    cli_fail_status(cmd, err, st);
     if (json)
         print_json_error(err, st);
     return 1;

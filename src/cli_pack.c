@@ -119,10 +119,8 @@ int cli_cmd_pack(int argc, char **argv)
     double secs = sf__now_s() - t0;
     cli_progress_finish(pp.bar); /* and frees it */
     sf_s3_destroy(s3);
-    if (st != SF_OK) {
-        cli_errorf("pack: %s (%s)", err[0] ? err : sf_status_str(st), sf_status_name(st));
-        return 1;
-    }
+    if (st != SF_OK)
+        return cli_fail_status("pack", err, st);
     double mib_s = secs > 0 ? (double)res.source_bytes / 1048576.0 / secs : 0;
     if (c.json) {
         cJSON *o = cJSON_CreateObject();
@@ -243,7 +241,7 @@ int cli_cmd_inspect(int argc, char **argv)
     char err[512] = "";
     st = sf_shard_reader_new(&ro, &r, err, sizeof(err));
     if (st != SF_OK) {
-        cli_errorf("inspect: %s (%s)", err[0] ? err : sf_status_str(st), sf_status_name(st));
+        cli_fail_status("inspect", err, st);
         sf_fetch_destroy(f);
         sf_s3_destroy(s3);
         return 1;
