@@ -233,6 +233,16 @@ PyObject *sfpy_dict_filled(PyObject *d, int failed)
 
 /* ------------------------------------------------------------ callbacks */
 
+int sfpy_cb_check(PyObject *progress, const char *fn)
+{
+    if (progress == Py_None || PyCallable_Check(progress))
+        return 0;
+    char msg[128];
+    snprintf(msg, sizeof(msg), "%s: progress: expected a callable", fn);
+    sfpy_raise(SF_ERR_INVALID_ARGUMENT, msg);
+    return -1;
+}
+
 void sfpy_cb_init(struct pycb *cb, PyObject *progress, enum cb_kind kind)
 {
     memset(cb, 0, sizeof(*cb));
