@@ -54,14 +54,9 @@ static const struct cli_flag pack_flags[] = {
 };
 #undef AT
 
-struct pack_progress {
-    struct cli_progress *bar;
-};
-
 static int on_pack_progress(void *user, const struct sf_pack_progress *p)
 {
-    struct pack_progress *pp = user;
-    cli_progress_update(pp->bar, p->bytes_done, p->bytes_total, p->files_done, p->files_total);
+    cli_progress_update(user, p->bytes_done, p->bytes_total, p->files_done, p->files_total);
     return 0;
 }
 
@@ -104,12 +99,12 @@ int cli_cmd_pack(int argc, char **argv)
             return 1;
         a.o.s3 = s3;
     }
-    struct pack_progress pp = {NULL};
+    struct cli_progress *bar = NULL;
     if (!a.no_progress) {
-        pp.bar = cli_progress_new(stderr, CLI_PROGRESS_AUTO, "pack", "files", 5.0);
-        if (pp.bar) {
+        bar = cli_progress_new(stderr, CLI_PROGRESS_AUTO, "pack", "files", 5.0);
+        if (bar) {
             a.o.progress = on_pack_progress;
-            a.o.progress_user = &pp;
+            a.o.progress_user = bar;
         }
     }
     struct sf_pack_result res;
@@ -117,7 +112,7 @@ int cli_cmd_pack(int argc, char **argv)
     double t0 = sf__now_s();
     sf_status st = sf_pack(src, dest, &a.o, &res, err, sizeof(err));
     double secs = sf__now_s() - t0;
-    cli_progress_finish(pp.bar); /* and frees it */
+    cli_progress_finish(bar); /* and frees it */
     sf_s3_destroy(s3);
     if (st != SF_OK)
         return cli_fail_status("pack", err, st);
