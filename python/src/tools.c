@@ -250,14 +250,16 @@ void sfpy_cb_init(struct pycb *cb, PyObject *progress, enum cb_kind kind)
     cb->kind = kind;
 }
 
-/* A snapshot's counters: the unsigned long long at off, under its C name. */
+/* A snapshot's counters: the unsigned long long at off, under its C name
+ * (U64_AT refuses, at compile time, a member of another type). */
 struct u64_field {
     const char *name;
     size_t off;
 };
-#define PACK(m)  {#m, offsetof(struct sf_pack_progress, m)}
-#define INDEX(m) {#m, offsetof(struct sf_index_progress, m)}
-#define WARM(m)  {#m, offsetof(struct sf_warm_stats, m)}
+#define U64_AT(type, m) {#m, offsetof(type, m) + 0 * _Generic(((type *)0)->m, unsigned long long: 1)}
+#define PACK(m)  U64_AT(struct sf_pack_progress, m)
+#define INDEX(m) U64_AT(struct sf_index_progress, m)
+#define WARM(m)  U64_AT(struct sf_warm_stats, m)
 static const struct u64_field pack_fields[] = {
     PACK(bytes_done), PACK(bytes_total), PACK(files_done), PACK(files_total), PACK(shards_done),
 };
@@ -265,13 +267,13 @@ static const struct u64_field index_fields[] = {
     INDEX(shards_done), INDEX(shards_total), INDEX(bytes_done), INDEX(bytes_total),
 };
 static const struct u64_field warm_fields[] = {
-    WARM(objects_total), WARM(objects_done), WARM(fetched),        WARM(cached),
-    WARM(peer),          WARM(failed),       WARM(bytes_total),    WARM(bytes_to_fetch),
-    WARM(bytes_fetched),
+    WARM(objects_total), WARM(objects_done), WARM(fetched),        WARM(cached), WARM(peer),
+    WARM(failed),        WARM(bytes_total),  WARM(bytes_to_fetch), WARM(bytes_fetched),
 };
 #undef PACK
 #undef INDEX
 #undef WARM
+#undef U64_AT
 #define FIELDS(t) {(t), sizeof(t) / sizeof((t)[0])}
 static const struct {
     const struct u64_field *f;
