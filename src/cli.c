@@ -144,26 +144,27 @@ void cli_log_stderr(void *user, enum sf_log_level level, const char *message)
             message);
 }
 
-/* A failure as every command prints it: msg (st's text when empty), then
- * st's name. */
-static void error_status(const char *msg, sf_status st)
+int cli_fail_status(const char *cmd, const char *msg, sf_status st)
 {
-    cli_errorf("%s (%s)", msg[0] ? msg : sf_status_str(st), sf_status_name(st));
+    const char *text = msg[0] ? msg : sf_status_str(st);
+    if (cmd)
+        cli_errorf("%s: %s (%s)", cmd, text, sf_status_name(st));
+    else
+        cli_errorf("%s (%s)", text, sf_status_name(st));
+    return 1;
 }
 
 int cli_open_client(struct cli *c, struct sf_s3 **s3)
 {
     char err[512] = "";
     sf_status st = sf_s3_new(&c->s3o, s3, err, sizeof(err));
-    if (st != SF_OK)
-        error_status(err, st);
-    return st != SF_OK;
+    return st != SF_OK ? cli_fail_status(NULL, err, st) : 0;
 }
 
 void cli_report(struct sf_s3 *s3, sf_status st)
 {
     char msg[1024];
-    error_status(sf_s3_errmsg(s3, msg, sizeof(msg)), st);
+    cli_fail_status(NULL, sf_s3_errmsg(s3, msg, sizeof(msg)), st);
 }
 
 static void print_now(const cJSON *j)
@@ -183,9 +184,7 @@ void cli_print_json(cJSON *j)
         print_now(held_json);
         cJSON_Delete(held_json);
     }
-    held_json = cJSON_Duplicate(j, 1);
-    if (!held_json)
-        print_now(j);
+    held_json = j;
 }
 
 /* --json and a failure: exactly one JSON object on stdout with "ok": false,

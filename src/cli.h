@@ -97,12 +97,18 @@ const struct cli_flag *cli_common_flag(const char *arg, int *takes_next);
 void cli_usage(FILE *f);
 
 __attribute__((format(printf, 1, 2))) void cli_errorf(const char *fmt, ...);
+/* A failure as every command prints it: "cmd: msg (SF_ERR_...)", with st's
+ * text when msg is empty and no "cmd: " when cmd is NULL. Returns 1, the
+ * exit status of a command that failed. */
+int cli_fail_status(const char *cmd, const char *msg, sf_status st);
 void cli_log_stderr(void *user, enum sf_log_level level, const char *message);
 
 /* Creates the S3 client from c->s3o; prints the reason and returns 1 on failure. */
 int cli_open_client(struct cli *c, struct sf_s3 **s3);
 /* Prints the client's last error for status st. */
 void cli_report(struct sf_s3 *s3, sf_status st);
+/* Prints j (held until the command's exit status is known) and takes it:
+ * the caller does not free it. NULL prints nothing. */
 void cli_print_json(cJSON *j);
 
 /* The S3 commands (cli_s3.c), run with the common options parsed into c.

@@ -63,11 +63,7 @@ static int open_cache(struct cache_flags *f, struct sf_cache **cache)
 {
     char err[1024] = "";
     sf_status st = sf_cache_new(&f->co, cache, err, sizeof(err));
-    if (st != SF_OK) {
-        cli_errorf("cache: %s (%s)", err[0] ? err : sf_status_str(st), sf_status_name(st));
-        return 1;
-    }
-    return 0;
+    return st != SF_OK ? cli_fail_status("cache", err, st) : 0;
 }
 
 /* ------------------------------------------------------------ warm-cache */
@@ -224,7 +220,6 @@ static int warm(const struct cli *c, const struct cache_flags *f, struct sf_cach
             cJSON_AddItemToObject(j, "failures", ui.failed);
             ui.failed = NULL;
             cli_print_json(j);
-            cJSON_Delete(j);
         } else {
             char b1[32], b2[32], r[32];
             if (f->dry_run) {
@@ -362,10 +357,8 @@ int cli_cmd_cache(int argc, char **argv)
         struct ls_ctx x = {c.json, c.json ? cJSON_CreateArray() : NULL};
         unsigned long long bad = 0;
         st = sf_cache_list(cache, verify, ls_one, &x, &bad);
-        if (c.json) {
+        if (c.json)
             cli_print_json(x.arr);
-            cJSON_Delete(x.arr);
-        }
         if (st == SF_OK && bad) {
             cli_errorf("%s: %llu bad entr%s%s", cmd, bad, bad == 1 ? "y" : "ies",
                        verify ? " (deleted; they will be fetched again)" : "");
@@ -384,7 +377,6 @@ int cli_cmd_cache(int argc, char **argv)
             cJSON_AddNumberToObject(j, "abandoned_downloads", (double)s.abandoned_downloads);
             cJSON_AddNumberToObject(j, "limit_bytes", (double)s.limit_bytes);
             cli_print_json(j);
-            cJSON_Delete(j);
         } else if (st == SF_OK) {
             char b1[32], b2[32];
             cli_format_bytes((double)s.entry_bytes, b1, sizeof(b1));
@@ -400,17 +392,13 @@ int cli_cmd_cache(int argc, char **argv)
             cJSON *j = cJSON_CreateObject();
             cJSON_AddNumberToObject(j, "removed", (double)removed);
             cli_print_json(j);
-            cJSON_Delete(j);
         } else if (st == SF_OK) {
             printf("removed %llu file%s from %s\n", removed, removed == 1 ? "" : "s",
                    sf_cache_dir(cache));
         }
     }
-    if (st != SF_OK) {
-        sf_cache_errmsg(cache, msg, sizeof(msg));
-        cli_errorf("%s: %s (%s)", cmd, msg[0] ? msg : sf_status_str(st), sf_status_name(st));
-        rc = 1;
-    }
+    if (st != SF_OK)
+        rc = cli_fail_status(cmd, sf_cache_errmsg(cache, msg, sizeof(msg)), st);
     sf_cache_destroy(cache);
     return rc;
 }

@@ -79,7 +79,7 @@ int cli_cmd_index(int argc, char **argv)
     double secs = sf__now_s() - t0;
     cli_progress_finish(bar); /* and frees it */
     if (st != SF_OK) {
-        cli_errorf("index: %s (%s)", err[0] ? err : sf_status_str(st), sf_status_name(st));
+        cli_fail_status("index", err, st);
         sf_s3_destroy(s3);
         return 1;
     }
@@ -95,8 +95,7 @@ int cli_cmd_index(int argc, char **argv)
                    res.index_url);
         rc = 1;
     } else if ((st = sf_index_result_save(s3, &res, err, sizeof(err))) != SF_OK) {
-        cli_errorf("index: %s (%s)", err[0] ? err : sf_status_str(st), sf_status_name(st));
-        rc = 1;
+        rc = cli_fail_status("index", err, st);
     }
     sf_s3_destroy(s3);
     double mib_s = secs > 0 ? (double)res.bytes / 1048576.0 / secs : 0;
@@ -113,7 +112,6 @@ int cli_cmd_index(int argc, char **argv)
             cJSON_AddNumberToObject(o, "seconds", secs);
             cJSON_AddNumberToObject(o, "mib_per_s", mib_s);
             cli_print_json(o);
-            cJSON_Delete(o);
         } else {
             char b[32];
             cli_format_bytes((double)res.bytes, b, sizeof(b));

@@ -270,14 +270,13 @@ static void print_json_error(const char *msg, sf_status st)
     cJSON_AddStringToObject(j, "error", msg && msg[0] ? msg : sf_status_str(st));
     cJSON_AddStringToObject(j, "status", sf_status_name(st));
     cli_print_json(j);
-    cJSON_Delete(j);
 }
 
 /* A failure once the options were checked (exit 1, not bad usage): the
  * message on stderr and, with --json, the object that carries it. */
 static int command_failed(const char *cmd, const char *err, sf_status st, int json)
 {
-    cli_errorf("%s: %s (%s)", cmd, err[0] ? err : sf_status_str(st), sf_status_name(st));
+    cli_fail_status(cmd, err, st);
     if (json)
         print_json_error(err, st);
     return 1;
@@ -514,7 +513,6 @@ static int load_or_doctor(int argc, char **argv, int doctor)
             cJSON_AddStringToObject(j, "digest", hex);
         }
         cli_print_json(j);
-        cJSON_Delete(j);
     } else {
         printf("load: %llu images in %llu batches, %u epoch(s), %.2f s: %.1f images/s\n", images,
                batches, lc.epochs, seconds, seconds > 0 ? (double)images / seconds : 0.0);
@@ -642,7 +640,6 @@ static int run_doctor(struct sf_loader_options *o, const struct load_ctx *lc, in
         cJSON_AddStringToObject(j, "bound", r.bound == SF_STAGE_NONE ? "step" : sf_stage_name(r.bound));
         cJSON_AddStringToObject(j, "verdict", r.verdict);
         cli_print_json(j);
-        cJSON_Delete(j);
         return 0;
     }
     printf("%-10s %14s  %s\n", "stage", "samples/s", "measured as");
@@ -704,7 +701,6 @@ static int run_tune(struct sf_loader_options *o, const struct load_ctx *lc, int 
         cJSON_AddNumberToObject(j, "seconds", r.seconds);
         cJSON_AddStringToObject(j, "trace", r.trace);
         cli_print_json(j);
-        cJSON_Delete(j);
         return 0;
     }
     if (!output)

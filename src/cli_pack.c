@@ -54,14 +54,9 @@ static const struct cli_flag pack_flags[] = {
 };
 #undef AT
 
-struct pack_progress {
-    struct cli_progress *bar;
-};
-
 static int on_pack_progress(void *user, const struct sf_pack_progress *p)
 {
-    struct pack_progress *pp = user;
-    cli_progress_update(pp->bar, p->bytes_done, p->bytes_total, p->files_done, p->files_total);
+    cli_progress_update(user, p->bytes_done, p->bytes_total, p->files_done, p->files_total);
     return 0;
 }
 
@@ -104,12 +99,12 @@ int cli_cmd_pack(int argc, char **argv)
             return 1;
         a.o.s3 = s3;
     }
-    struct pack_progress pp = {NULL};
+    struct cli_progress *bar = NULL;
     if (!a.no_progress) {
-        pp.bar = cli_progress_new(stderr, CLI_PROGRESS_AUTO, "pack", "files", 5.0);
-        if (pp.bar) {
+        bar = cli_progress_new(stderr, CLI_PROGRESS_AUTO, "pack", "files", 5.0);
+        if (bar) {
             a.o.progress = on_pack_progress;
-            a.o.progress_user = &pp;
+            a.o.progress_user = bar;
         }
     }
     struct sf_pack_result res;
@@ -117,12 +112,10 @@ int cli_cmd_pack(int argc, char **argv)
     double t0 = sf__now_s();
     sf_status st = sf_pack(src, dest, &a.o, &res, err, sizeof(err));
     double secs = sf__now_s() - t0;
-    cli_progress_finish(pp.bar); /* and frees it */
+    cli_progress_finish(bar); /* and frees it */
     sf_s3_destroy(s3);
-    if (st != SF_OK) {
-        cli_errorf("pack: %s (%s)", err[0] ? err : sf_status_str(st), sf_status_name(st));
-        return 1;
-    }
+    if (st != SF_OK)
+        return cli_fail_status("pack", err, st);
     double mib_s = secs > 0 ? (double)res.source_bytes / 1048576.0 / secs : 0;
     if (c.json) {
         cJSON *o = cJSON_CreateObject();
@@ -145,7 +138,6 @@ int cli_cmd_pack(int argc, char **argv)
         cJSON_AddNumberToObject(o, "reencoded_source_bytes", (double)res.reencoded_source_bytes);
         cJSON_AddNumberToObject(o, "reencoded_bytes", (double)res.reencoded_bytes);
         cli_print_json(o);
-        cJSON_Delete(o);
     } else {
         char in[32], out[32];
         cli_format_bytes((double)res.source_bytes, in, sizeof(in));
@@ -244,7 +236,7 @@ int cli_cmd_inspect(int argc, char **argv)
     char err[512] = "";
     st = sf_shard_reader_new(&ro, &r, err, sizeof(err));
     if (st != SF_OK) {
-        cli_errorf("inspect: %s (%s)", err[0] ? err : sf_status_str(st), sf_status_name(st));
+        cli_fail_status("inspect", err, st);
         sf_fetch_destroy(f);
         sf_s3_destroy(s3);
         return 1;
@@ -362,7 +354,6 @@ int cli_cmd_inspect(int argc, char **argv)
             ss.skipped_dirs + ss.skipped_links + ss.skipped_other + ss.skipped_unnamed;
         cJSON_AddNumberToObject(out, "skipped_members", (double)skipped);
         cli_print_json(out);
-        cJSON_Delete(out);
     } else if (!fetch_failed) {
         printf("-- %s: %s, ", url, fmt);
         if (total != SF_SIZE_UNKNOWN)

@@ -86,7 +86,6 @@ int cli_cmd_ls(struct cli *c)
         for (size_t i = 0; i < n; i++)
             cJSON_AddItemToArray(arr, info_json(sf_object_list_get(l, i)));
         cli_print_json(arr);
-        cJSON_Delete(arr);
     } else {
         for (size_t i = 0; i < n; i++)
             print_ls_line(sf_object_list_get(l, i));
@@ -150,9 +149,7 @@ int cli_cmd_stat(struct cli *c)
             if (arr) {
                 cJSON_AddItemToArray(arr, info_json(in));
             } else if (c->json) {
-                cJSON *o = info_json(in);
-                cli_print_json(o);
-                cJSON_Delete(o);
+                cli_print_json(info_json(in));
             } else {
                 if (printed++)
                     putchar('\n');
@@ -162,10 +159,8 @@ int cli_cmd_stat(struct cli *c)
         sf_object_list_destroy(l);
         sf_object_info_clear(&one);
     }
-    if (arr) {
+    if (arr)
         cli_print_json(arr);
-        cJSON_Delete(arr);
-    }
     sf_s3_destroy(s3);
     return rc;
 }
@@ -528,7 +523,6 @@ int cli_cmd_get(struct cli *c)
         cJSON_AddNumberToObject(o, "throttled", (double)ss.throttled);
         cJSON_AddNumberToObject(o, "connections", (double)ss.connections);
         cli_print_json(o);
-        cJSON_Delete(o);
     }
     for (size_t i = 0; jobs && i < n_jobs; i++) {
         free(jobs[i].dest);

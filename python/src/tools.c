@@ -20,6 +20,7 @@
 #include "common/clock.h"
 
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -232,6 +233,16 @@ PyObject *sfpy_dict_filled(PyObject *d, int failed)
 
 /* ------------------------------------------------------------ callbacks */
 
+int sfpy_cb_check(PyObject *progress, const char *fn)
+{
+    if (progress == Py_None || PyCallable_Check(progress))
+        return 0;
+    char msg[128];
+    snprintf(msg, sizeof(msg), "%s: progress: expected a callable", fn);
+    sfpy_raise(SF_ERR_INVALID_ARGUMENT, msg);
+    return -1;
+}
+
 void sfpy_cb_init(struct pycb *cb, PyObject *progress, enum cb_kind kind)
 {
     memset(cb, 0, sizeof(*cb));
@@ -239,43 +250,57 @@ void sfpy_cb_init(struct pycb *cb, PyObject *progress, enum cb_kind kind)
     cb->kind = kind;
 }
 
+/* A snapshot's counters: the unsigned long long at off, under its C name
+ * (U64_AT refuses, at compile time, a member of another type). */
+struct u64_field {
+    const char *name;
+    size_t off;
+};
+#define U64_AT(type, m) {#m, offsetof(type, m) + 0 * _Generic(((type *)0)->m, unsigned long long: 1)}
+#define PACK(m)  U64_AT(struct sf_pack_progress, m)
+#define INDEX(m) U64_AT(struct sf_index_progress, m)
+#define WARM(m)  U64_AT(struct sf_warm_stats, m)
+static const struct u64_field pack_fields[] = {
+    PACK(bytes_done), PACK(bytes_total), PACK(files_done), PACK(files_total), PACK(shards_done),
+};
+static const struct u64_field index_fields[] = {
+    INDEX(shards_done), INDEX(shards_total), INDEX(bytes_done), INDEX(bytes_total),
+};
+static const struct u64_field warm_fields[] = {
+    WARM(objects_total), WARM(objects_done), WARM(fetched),        WARM(cached), WARM(peer),
+    WARM(failed),        WARM(bytes_total),  WARM(bytes_to_fetch), WARM(bytes_fetched),
+};
+#undef PACK
+#undef INDEX
+#undef WARM
+#undef U64_AT
+#define FIELDS(t) {(t), sizeof(t) / sizeof((t)[0])}
+static const struct {
+    const struct u64_field *f;
+    size_t n;
+} snapshot_fields[] = {
+    [CB_PACK] = FIELDS(pack_fields),
+    [CB_INDEX] = FIELDS(index_fields),
+    [CB_WARM] = FIELDS(warm_fields),
+};
+#undef FIELDS
+
 PyObject *sfpy_snapshot_dict(const struct pycb *cb)
 {
     PyObject *d = PyDict_New();
     if (!d)
         return NULL;
+    /* every member of the union starts at cb->last */
+    const char *base = (const char *)&cb->last;
+    const struct u64_field *f = snapshot_fields[cb->kind].f;
     int rc = 0;
-    switch (cb->kind) {
-    case CB_PACK: {
-        const struct sf_pack_progress *p = &cb->last.pack;
-        rc = sfpy_set_u64(d, "bytes_done", p->bytes_done) ||
-             sfpy_set_u64(d, "bytes_total", p->bytes_total) ||
-             sfpy_set_u64(d, "files_done", p->files_done) ||
-             sfpy_set_u64(d, "files_total", p->files_total) ||
-             sfpy_set_u64(d, "shards_done", p->shards_done);
-        break;
+    for (size_t i = 0; !rc && i < snapshot_fields[cb->kind].n; i++) {
+        unsigned long long v;
+        memcpy(&v, base + f[i].off, sizeof(v));
+        rc = sfpy_set_u64(d, f[i].name, v);
     }
-    case CB_INDEX: {
-        const struct sf_index_progress *p = &cb->last.index;
-        rc = sfpy_set_u64(d, "shards_done", p->shards_done) ||
-             sfpy_set_u64(d, "shards_total", p->shards_total) ||
-             sfpy_set_u64(d, "bytes_done", p->bytes_done) ||
-             sfpy_set_u64(d, "bytes_total", p->bytes_total);
-        break;
-    }
-    case CB_WARM: {
-        const struct sf_warm_stats *s = &cb->last.warm;
-        rc = sfpy_set_u64(d, "objects_total", s->objects_total) ||
-             sfpy_set_u64(d, "objects_done", s->objects_done) ||
-             sfpy_set_u64(d, "fetched", s->fetched) || sfpy_set_u64(d, "cached", s->cached) ||
-             sfpy_set_u64(d, "peer", s->peer) || sfpy_set_u64(d, "failed", s->failed) ||
-             sfpy_set_u64(d, "bytes_total", s->bytes_total) ||
-             sfpy_set_u64(d, "bytes_to_fetch", s->bytes_to_fetch) ||
-             sfpy_set_u64(d, "bytes_fetched", s->bytes_fetched) ||
-             sfpy_set_item(d, "elapsed_s", PyFloat_FromDouble(s->elapsed_s));
-        break;
-    }
-    }
+    if (!rc && cb->kind == CB_WARM)
+        rc = sfpy_set_item(d, "elapsed_s", PyFloat_FromDouble(cb->last.warm.elapsed_s));
     return sfpy_dict_filled(d, rc);
 }
 

@@ -68,6 +68,9 @@ struct pycb {
     PyObject *et, *ev, *tb; /* that exception */
 };
 
+/* 0 when progress is None or callable; else -1 with ConfigError "fn:
+ * progress: expected a callable". */
+int sfpy_cb_check(PyObject *progress, const char *fn);
 void sfpy_cb_init(struct pycb *cb, PyObject *progress, enum cb_kind kind);
 PyObject *sfpy_snapshot_dict(const struct pycb *cb);
 /* From a library callback, without the GIL: checks for signals and hands

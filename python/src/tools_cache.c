@@ -174,8 +174,8 @@ PyObject *sfpy_warm_cache(PyObject *self, PyObject *args)
     if (max_obj != Py_None && sfpy_get_uint(max_obj, "warm_cache", "max_objects", 1,
                                             SF_WARM_MAX_OBJECTS_MAX, &max_objects) < 0)
         return NULL;
-    if (progress != Py_None && !PyCallable_Check(progress))
-        return sfpy_raise(SF_ERR_INVALID_ARGUMENT, "warm_cache: progress: expected a callable");
+    if (sfpy_cb_check(progress, "warm_cache") < 0)
+        return NULL;
     struct strv src;
     struct sf_loader_options lo;
     void *keep;

@@ -56,8 +56,8 @@ PyObject *sfpy_index(PyObject *self, PyObject *args)
                  "index: output: expected a local path or an s3:// URL, got '%.400s'", output);
         return sfpy_raise(SF_ERR_INVALID_ARGUMENT, msg);
     }
-    if (progress != Py_None && !PyCallable_Check(progress))
-        return sfpy_raise(SF_ERR_INVALID_ARGUMENT, "index: progress: expected a callable");
+    if (sfpy_cb_check(progress, "index") < 0)
+        return NULL;
     o.index_url = output;
     struct strv src;
     struct sf_loader_options lo;

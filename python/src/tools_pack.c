@@ -76,8 +76,8 @@ PyObject *sfpy_pack(PyObject *self, PyObject *args)
                  pattern);
         return sfpy_raise(SF_ERR_INVALID_ARGUMENT, msg);
     }
-    if (progress != Py_None && !PyCallable_Check(progress))
-        return sfpy_raise(SF_ERR_INVALID_ARGUMENT, "pack: progress: expected a callable");
+    if (sfpy_cb_check(progress, "pack") < 0)
+        return NULL;
     o.name_pattern = pattern;
     o.follow_symlinks = follow;
     o.tmp_dir = tmp_dir;
