@@ -154,23 +154,14 @@ static void drop_data(struct sf_cache_object *o)
     o->fd = -1;
 }
 
-/* read_ahead: a complete entry, read front to back. The kernel reads it
- * ahead and the reader parses the first pages while the rest comes in, as
- * for a local shard (loader_shard.c); MAP_POPULATE made the open wait for
- * the whole entry to be mapped (tens of ms for 64 MiB in the page cache,
- * the whole read from disk otherwise) before the first sample. */
-static int map_fd(struct sf_cache_object *o, int fd, uint64_t size, int read_ahead)
+static int map_fd(struct sf_cache_object *o, int fd, uint64_t size, int populate)
 {
     if (size == 0)
         return 0;
-    void *p = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
+    void *p =
+        mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED | (populate ? MAP_POPULATE : 0), fd, 0);
     if (p == MAP_FAILED)
         return -1;
-    if (read_ahead) {
-        /* two calls: the advice values are numbers, not flags */
-        madvise(p, (size_t)size, MADV_SEQUENTIAL);
-        madvise(p, (size_t)size, MADV_WILLNEED);
-    }
     o->data = p;
     o->map_len = (size_t)size;
     return 0;
