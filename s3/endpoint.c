@@ -38,11 +38,37 @@ void sf__locator_free(struct sf__locator *l)
 {
     if (!l)
         return;
-    free(l->bucket);
-    free(l->key);
-    free(l->url);
-    free(l->display);
+    free(l->mem);
     memset(l, 0, sizeof(*l));
+}
+
+/* Sets out to kind and copies of the strings given (bucket_len bytes of
+ * bucket; a NULL string stays NULL), all in one allocation. */
+static sf_status locator_set(struct sf__locator *out, enum sf__loc_kind kind, const char *bucket,
+                             size_t bucket_len, const char *key, const char *url,
+                             const char *display)
+{
+    const char *src[4] = {bucket, key, url, display};
+    char **dst[4] = {&out->bucket, &out->key, &out->url, &out->display};
+    size_t len[4], total = 0;
+    for (int i = 0; i < 4; i++) {
+        len[i] = !src[i] ? 0 : i == 0 ? bucket_len : strlen(src[i]);
+        total += src[i] ? len[i] + 1 : 0;
+    }
+    memset(out, 0, sizeof(*out));
+    if (!(out->mem = malloc(total ? total : 1)))
+        return SF_ERR_NO_MEMORY;
+    char *p = out->mem;
+    for (int i = 0; i < 4; i++) {
+        if (!src[i])
+            continue;
+        memcpy(p, src[i], len[i]);
+        p[len[i]] = '\0';
+        *dst[i] = p;
+        p += len[i] + 1;
+    }
+    out->kind = kind;
+    return SF_OK;
 }
 
 sf_status sf__locator_parse(const char *url, struct sf__locator *out, char *err, size_t err_len)
@@ -64,19 +90,13 @@ sf_status sf__locator_parse(const char *url, struct sf__locator *out, char *err,
         if (strlen(k) > MAX_KEY_BYTES)
             return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT,
                             "'%.200s...': key longer than 1024 bytes", url);
-        out->kind = SF__LOC_S3;
-        out->bucket = dup_n(b, bn);
-        out->key = strdup(k);
-        out->display = strdup(url);
+        return locator_set(out, SF__LOC_S3, b, bn, k, NULL, url);
     } else if (strncmp(url, "http://", 7) == 0 || strncmp(url, "https://", 8) == 0) {
         const char *auth = strstr(url, "://") + 3;
         if (!*auth || *auth == '/')
             return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "'%s': missing host", url);
         const char *path = strchr(auth, '/');
-        out->kind = SF__LOC_HTTP;
-        out->url = strdup(url);
-        out->key = strdup(path ? path : "/");
-        out->display = strdup(url);
+        return locator_set(out, SF__LOC_HTTP, NULL, 0, path ? path : "/", url, url);
     } else if (strncmp(url, "file://", 7) == 0) {
         const char *p = url + 7;
         if (strncmp(p, "localhost/", 10) == 0)
@@ -91,46 +111,20 @@ sf_status sf__locator_parse(const char *url, struct sf__locator *out, char *err,
             sf__strbuf_free(&b);
             return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "'%s': bad file URL", url);
         }
-        out->kind = SF__LOC_FILE;
-        out->key = sf__strbuf_take(&b);
-        out->display = strdup(url);
+        sf_status st = locator_set(out, SF__LOC_FILE, NULL, 0, sf__strbuf_str(&b), NULL, url);
+        sf__strbuf_free(&b);
+        return st;
     } else if (strstr(url, "://")) {
         return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT,
                         "'%s': unknown URL scheme (use s3://, http(s)://, file:// or a path)", url);
-    } else {
-        out->kind = SF__LOC_FILE;
-        out->key = strdup(url);
-        out->display = strdup(url);
     }
-    if (!out->display || !out->key || (out->kind == SF__LOC_S3 && !out->bucket) ||
-        (out->kind == SF__LOC_HTTP && !out->url)) {
-        sf__locator_free(out);
-        return SF_ERR_NO_MEMORY;
-    }
-    return SF_OK;
-}
-
-/* A copy of s (NULL for NULL); *oom is set when the copy failed. */
-static char *dup_or_null(const char *s, int *oom)
-{
-    char *d = s ? strdup(s) : NULL;
-    if (s && !d)
-        *oom = 1;
-    return d;
+    return locator_set(out, SF__LOC_FILE, NULL, 0, url, NULL, url);
 }
 
 sf_status sf__locator_copy(const struct sf__locator *src, struct sf__locator *dst)
 {
-    int oom = 0;
-    memset(dst, 0, sizeof(*dst));
-    dst->kind = src->kind;
-    dst->bucket = dup_or_null(src->bucket, &oom);
-    dst->key = dup_or_null(src->key, &oom);
-    dst->url = dup_or_null(src->url, &oom);
-    dst->display = dup_or_null(src->display, &oom);
-    if (oom)
-        sf__locator_free(dst);
-    return oom ? SF_ERR_NO_MEMORY : SF_OK;
+    return locator_set(dst, src->kind, src->bucket, src->bucket ? strlen(src->bucket) : 0, src->key,
+                       src->url, src->display);
 }
 
 void sf__endpoint_free(struct sf__endpoint *e)

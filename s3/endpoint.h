@@ -19,6 +19,7 @@ struct sf__locator {
     char *key;     /* S3: key ("" for a bucket or "s3://"); FILE: the path; HTTP: the path */
     char *url;     /* HTTP: the URL as given */
     char *display; /* "s3://bucket/key", the URL, or the path: for messages */
+    char *mem;     /* the strings above, in one allocation (NULL: borrowed strings) */
 };
 
 /* Parses url: "s3://bucket/key", "s3://bucket", "s3://", "http(s)://...",
