@@ -1,6 +1,7 @@
 #include "s3/endpoint.h"
 
 #include "common/strbuf.h"
+#include "common/strpack.h"
 #include "s3/uri.h"
 
 #include <ctype.h>
@@ -11,16 +12,6 @@
 
 #define MAX_KEY_BYTES    1024
 #define MAX_BUCKET_BYTES 255
-
-static char *dup_n(const char *s, size_t n)
-{
-    char *p = malloc(n + 1);
-    if (p) {
-        memcpy(p, s, n);
-        p[n] = '\0';
-    }
-    return p;
-}
 
 static int valid_bucket(const char *b, size_t n)
 {
@@ -48,25 +39,15 @@ static sf_status locator_set(struct sf__locator *out, enum sf__loc_kind kind, co
                              size_t bucket_len, const char *key, const char *url,
                              const char *display)
 {
-    const char *src[4] = {bucket, key, url, display};
-    char **dst[4] = {&out->bucket, &out->key, &out->url, &out->display};
-    size_t len[4], total = 0;
-    for (int i = 0; i < 4; i++) {
-        len[i] = !src[i] ? 0 : i == 0 ? bucket_len : strlen(src[i]);
-        total += src[i] ? len[i] + 1 : 0;
-    }
+    const struct sf__strpack_item it[] = {
+        {bucket, bucket_len, &out->bucket},
+        {key, sf__strpack_len(key), &out->key},
+        {url, sf__strpack_len(url), &out->url},
+        {display, sf__strpack_len(display), &out->display},
+    };
     memset(out, 0, sizeof(*out));
-    if (!(out->mem = malloc(total ? total : 1)))
+    if (sf__strpack(&out->mem, it, sizeof(it) / sizeof(it[0])) != 0)
         return SF_ERR_NO_MEMORY;
-    char *p = out->mem;
-    for (int i = 0; i < 4; i++) {
-        if (!src[i])
-            continue;
-        memcpy(p, src[i], len[i]);
-        p[len[i]] = '\0';
-        *dst[i] = p;
-        p += len[i] + 1;
-    }
     out->kind = kind;
     return SF_OK;
 }
@@ -131,10 +112,7 @@ void sf__endpoint_free(struct sf__endpoint *e)
 {
     if (!e)
         return;
-    free(e->scheme);
-    free(e->authority);
-    free(e->base_path);
-    free(e->region);
+    free(e->mem);
     memset(e, 0, sizeof(*e));
 }
 
@@ -148,51 +126,49 @@ sf_status sf__endpoint_init(struct sf__endpoint *e, const char *endpoint_url, co
         if (!isalnum((unsigned char)*r) && *r != '-')
             return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "region '%s' is not valid",
                             region);
-    e->region = strdup(region);
+    char host[128];
+    const char *scheme = "https", *auth = host, *path = "";
+    size_t sn = 5, an, pn = 0;
     if (!endpoint_url || !*endpoint_url) {
-        char host[128];
-        snprintf(host, sizeof(host), "s3.%s.amazonaws.com", region);
-        e->scheme = strdup("https");
-        e->authority = strdup(host);
-        e->base_path = strdup("");
-        e->is_aws = 1;
-        e->addressing =
-            addressing == SF_ADDRESSING_PATH ? SF_ADDRESSING_PATH : SF_ADDRESSING_VIRTUAL;
+        an = (size_t)snprintf(host, sizeof(host), "s3.%s.amazonaws.com", region);
+        if (an >= sizeof(host))
+            return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "region '%s' is too long",
+                            region);
+        if (addressing != SF_ADDRESSING_PATH)
+            addressing = SF_ADDRESSING_VIRTUAL;
     } else {
         const char *sep = strstr(endpoint_url, "://");
-        size_t sn = sep ? (size_t)(sep - endpoint_url) : 0;
+        sn = sep ? (size_t)(sep - endpoint_url) : 0;
         if (!sep || !((sn == 4 && strncmp(endpoint_url, "http", 4) == 0) ||
-                      (sn == 5 && strncmp(endpoint_url, "https", 5) == 0))) {
-            sf__endpoint_free(e);
+                      (sn == 5 && strncmp(endpoint_url, "https", 5) == 0)))
             return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT,
                             "endpoint URL '%s' must start with http:// or https://", endpoint_url);
-        }
-        const char *auth = sep + 3;
-        size_t an = strcspn(auth, "/?#");
-        if (an == 0 || auth[an] == '?' || auth[an] == '#' || memchr(auth, '@', an)) {
-            sf__endpoint_free(e);
+        scheme = endpoint_url;
+        auth = sep + 3;
+        an = strcspn(auth, "/?#");
+        if (an == 0 || auth[an] == '?' || auth[an] == '#' || memchr(auth, '@', an))
             return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT,
                             "endpoint URL '%s': expected scheme://host[:port][/path]",
                             endpoint_url);
-        }
-        const char *path = auth + an;
-        size_t pn = strlen(path);
+        path = auth + an;
+        pn = strlen(path);
         while (pn > 0 && path[pn - 1] == '/')
             pn--;
-        e->scheme = dup_n(endpoint_url, sn);
-        e->authority = dup_n(auth, an);
-        e->base_path = dup_n(path, pn);
-        for (char *p = e->authority; p && *p; p++)
-            *p = (char)tolower((unsigned char)*p);
-        e->is_aws = e->authority && strstr(e->authority, "amazonaws.com") != NULL;
-        if (addressing == SF_ADDRESSING_AUTO)
-            addressing = e->is_aws ? SF_ADDRESSING_VIRTUAL : SF_ADDRESSING_PATH;
-        e->addressing = addressing;
     }
-    if (!e->scheme || !e->authority || !e->base_path || !e->region) {
-        sf__endpoint_free(e);
+    const struct sf__strpack_item it[] = {
+        {scheme, sn, &e->scheme},
+        {auth, an, &e->authority},
+        {path, pn, &e->base_path},
+        {region, strlen(region), &e->region},
+    };
+    if (sf__strpack(&e->mem, it, sizeof(it) / sizeof(it[0])) != 0)
         return SF_ERR_NO_MEMORY;
-    }
+    for (char *p = e->authority; *p; p++)
+        *p = (char)tolower((unsigned char)*p);
+    e->is_aws = !endpoint_url || !*endpoint_url || strstr(e->authority, "amazonaws.com") != NULL;
+    if (addressing == SF_ADDRESSING_AUTO)
+        addressing = e->is_aws ? SF_ADDRESSING_VIRTUAL : SF_ADDRESSING_PATH;
+    e->addressing = addressing;
     return SF_OK;
 }
 
@@ -214,9 +190,7 @@ void sf__target_free(struct sf__target *t)
 {
     if (!t)
         return;
-    free(t->url);
-    free(t->host);
-    free(t->path);
+    free(t->mem);
     memset(t, 0, sizeof(*t));
 }
 
@@ -248,10 +222,12 @@ sf_status sf__endpoint_target(const struct sf__endpoint *e, const char *bucket, 
         sf__strbuf_printf(&url, "?%s", query);
     sf_status st = host.err ? host.err : path.err ? path.err : url.err;
     if (st == SF_OK) {
-        out->host = sf__strbuf_take(&host);
-        out->path = sf__strbuf_take(&path);
-        out->url = sf__strbuf_take(&url);
-        if (!out->host || !out->path || !out->url)
+        const struct sf__strpack_item it[] = {
+            {sf__strbuf_str(&host), host.len, &out->host},
+            {sf__strbuf_str(&path), path.len, &out->path},
+            {sf__strbuf_str(&url), url.len, &out->url},
+        };
+        if (sf__strpack(&out->mem, it, sizeof(it) / sizeof(it[0])) != 0)
             st = SF_ERR_NO_MEMORY;
     }
     sf__strbuf_free(&host);

@@ -35,6 +35,7 @@ struct sf__endpoint {
     char *authority; /* "s3.us-east-1.amazonaws.com" or "127.0.0.1:9000" */
     char *base_path; /* "" or "/minio" (no trailing slash) */
     char *region;
+    char *mem; /* the four strings above, in one allocation */
     int is_aws;
     enum sf_addressing addressing; /* resolved: PATH or VIRTUAL (AUTO decided per bucket) */
 };
@@ -52,6 +53,7 @@ struct sf__target {
     char *url;
     char *host;
     char *path;
+    char *mem; /* the three strings above, in one allocation */
 };
 
 /* Target for bucket/key (key "" = bucket level; bucket NULL = service

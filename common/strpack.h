@@ -1,0 +1,46 @@
+/* Several strings in one allocation, for a struct whose strings are made
+ * together and freed together (a locator, an endpoint and its request
+ * targets, a signature's texts): one malloc, one free, no partial state. */
+#ifndef SF_COMMON_STRPACK_H
+#define SF_COMMON_STRPACK_H
+
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* One string to pack: n bytes of s (s NULL: *to becomes NULL), copied and
+ * NUL-terminated at *to. */
+struct sf__strpack_item {
+    const char *s;
+    size_t n;
+    char **to;
+};
+
+/* strlen that takes NULL (an absent field). */
+static inline size_t sf__strpack_len(const char *s)
+{
+    return s ? strlen(s) : 0;
+}
+
+/* Copies the n items into one malloc'd block, *mem (free it alone), and
+ * points each item's *to at its copy. Returns -1 when out of memory: then
+ * *mem and every *to are NULL. */
+static inline int sf__strpack(char **mem, const struct sf__strpack_item *it, size_t n)
+{
+    size_t total = 1;
+    for (size_t i = 0; i < n; i++)
+        total += it[i].s ? it[i].n + 1 : 0;
+    char *p = *mem = malloc(total);
+    for (size_t i = 0; i < n; i++) {
+        *it[i].to = NULL;
+        if (!p || !it[i].s)
+            continue;
+        memcpy(p, it[i].s, it[i].n);
+        p[it[i].n] = '\0';
+        *it[i].to = p;
+        p += it[i].n + 1;
+    }
+    return *mem ? 0 : -1;
+}
+
+#endif
