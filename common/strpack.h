@@ -5,6 +5,7 @@
 #define SF_COMMON_STRPACK_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,14 +24,21 @@ static inline size_t sf__strpack_len(const char *s)
 }
 
 /* Copies the n items into one malloc'd block, *mem (free it alone), and
- * points each item's *to at its copy. Returns -1 when out of memory: then
- * *mem and every *to are NULL. */
+ * points each item's *to at its copy. Returns -1 when out of memory or when
+ * the lengths add up past SIZE_MAX: then *mem and every *to are NULL. */
 static inline int sf__strpack(char **mem, const struct sf__strpack_item *it, size_t n)
 {
     size_t total = 1;
-    for (size_t i = 0; i < n; i++)
-        total += it[i].s ? it[i].n + 1 : 0;
-    char *p = *mem = malloc(total);
+    int over = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!it[i].s)
+            continue;
+        if (it[i].n >= SIZE_MAX - total)
+            over = 1;
+        else
+            total += it[i].n + 1;
+    }
+    char *p = *mem = over ? NULL : malloc(total);
     for (size_t i = 0; i < n; i++) {
         *it[i].to = NULL;
         if (!p || !it[i].s)
