@@ -3,7 +3,7 @@
 faster than the pipeline.
 
     python3 bench/stalls.py SHARDS [--epochs 10] [--batch-size 64]
-        [--decode-threads N] [--fraction 0.9] [--rounds N] [--json]
+        [--decode-threads N] [--fraction 0.9] [--rounds N] [--json] [--trace]
 
 1. Measures the pipeline's own rate: one epoch of shardfeed.Loader over
    SHARDS (a folder of tar shards with index.json) with no step.
@@ -95,7 +95,8 @@ def one_round(a, opts):
            "epoch_first_batch_max_ms": max(edge) if edge else 0,
            "epoch_first_batch_max_later_ms": max(edge[1:]) if len(edge) > 1 else 0,
            "loader_wait_share": [r["wait_share"] for r in reports],
-           "loader_bound": [r["bound"] for r in reports]}
+           "loader_bound": [r["bound"] for r in reports],
+           "epoch_starts": firsts}
     return res, ms, edge, rate, step_s, images, wall
 
 
@@ -110,6 +111,9 @@ def main():
                     help="calibrate and run the epochs this many times (the machine's load "
                          "moves the pipeline's rate; the median of the rounds is printed)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--trace", action="store_true",
+                    help="also print every batch's wait, epoch by epoch, in delivery order "
+                         "(to see whether long waits recur at a period, e.g. shard ends)")
     a = ap.parse_args()
     opts = dict(batch_size=a.batch_size, device="host", prefetch_batches=4)
     if a.decode_threads:
@@ -156,6 +160,10 @@ def main():
         if k:
             label = f"{lo:g}-{hi:g} ms" if hi < 1e9 else f">= {lo:g} ms"
             print(f"  {label:>12} {k:6d} {'#' * max(1, round(60 * k / len(ms)))}")
+    if a.trace:
+        starts = res["epoch_starts"] + [len(ms)]
+        for e, (lo, hi) in enumerate(zip(starts, starts[1:])):
+            print(f"epoch {e + 1} waits (ms): " + " ".join(f"{x:.0f}" for x in ms[lo:hi]))
 
 
 if __name__ == "__main__":
