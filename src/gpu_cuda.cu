@@ -76,10 +76,14 @@ static int cu_stream_sync(void *, void *s)
     return (int)cudaStreamSynchronize((cudaStream_t)s);
 }
 
+/* Blocking sync: the loader's GPU thread sleeps in cudaEventSynchronize
+ * instead of spinning a core the decode threads need (the runtime spins by
+ * default; measured on an H100 with 16 decode threads on 16 cores). Per
+ * event, so the application's own CUDA context keeps its flags. */
 static int cu_event_create(void *, void **e, int timing)
 {
-    return (int)cudaEventCreateWithFlags((cudaEvent_t *)e,
-                                         timing ? cudaEventDefault : cudaEventDisableTiming);
+    unsigned flags = cudaEventBlockingSync | (timing ? cudaEventDefault : cudaEventDisableTiming);
+    return (int)cudaEventCreateWithFlags((cudaEvent_t *)e, flags);
 }
 
 static int cu_event_destroy(void *, void *e)
