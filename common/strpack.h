@@ -1,6 +1,8 @@
-/* Several strings in one allocation, for a struct whose strings are made
- * together and freed together (a locator, an endpoint and its request
- * targets, a signature's texts): one malloc, one free, no partial state. */
+/* Several strings in one allocation, for a struct whose strings are cut
+ * from its input together and freed together (a locator, an endpoint): one
+ * malloc, one free, no partial state. Strings already built in their own
+ * buffers (a request target, a signature's texts) keep those buffers: a
+ * copy into one block would add work to every request. */
 #ifndef SF_COMMON_STRPACK_H
 #define SF_COMMON_STRPACK_H
 

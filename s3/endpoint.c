@@ -104,7 +104,7 @@ sf_status sf__locator_parse(const char *url, struct sf__locator *out, char *err,
 
 sf_status sf__locator_copy(const struct sf__locator *src, struct sf__locator *dst)
 {
-    return locator_set(dst, src->kind, src->bucket, src->bucket ? strlen(src->bucket) : 0, src->key,
+    return locator_set(dst, src->kind, src->bucket, sf__strpack_len(src->bucket), src->key,
                        src->url, src->display);
 }
 
@@ -129,7 +129,8 @@ sf_status sf__endpoint_init(struct sf__endpoint *e, const char *endpoint_url, co
     char host[128];
     const char *scheme = "https", *auth = host, *path = "";
     size_t sn = 5, an, pn = 0;
-    if (!endpoint_url || !*endpoint_url) {
+    int aws = !endpoint_url || !*endpoint_url;
+    if (aws) {
         an = (size_t)snprintf(host, sizeof(host), "s3.%s.amazonaws.com", region);
         if (an >= sizeof(host))
             return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "region '%s' is too long",
@@ -165,7 +166,7 @@ sf_status sf__endpoint_init(struct sf__endpoint *e, const char *endpoint_url, co
         return SF_ERR_NO_MEMORY;
     for (char *p = e->authority; *p; p++)
         *p = (char)tolower((unsigned char)*p);
-    e->is_aws = !endpoint_url || !*endpoint_url || strstr(e->authority, "amazonaws.com") != NULL;
+    e->is_aws = aws || strstr(e->authority, "amazonaws.com") != NULL;
     if (addressing == SF_ADDRESSING_AUTO)
         addressing = e->is_aws ? SF_ADDRESSING_VIRTUAL : SF_ADDRESSING_PATH;
     e->addressing = addressing;
@@ -190,7 +191,9 @@ void sf__target_free(struct sf__target *t)
 {
     if (!t)
         return;
-    free(t->mem);
+    free(t->url);
+    free(t->host);
+    free(t->path);
     memset(t, 0, sizeof(*t));
 }
 
@@ -222,12 +225,10 @@ sf_status sf__endpoint_target(const struct sf__endpoint *e, const char *bucket, 
         sf__strbuf_printf(&url, "?%s", query);
     sf_status st = host.err ? host.err : path.err ? path.err : url.err;
     if (st == SF_OK) {
-        const struct sf__strpack_item it[] = {
-            {sf__strbuf_str(&host), host.len, &out->host},
-            {sf__strbuf_str(&path), path.len, &out->path},
-            {sf__strbuf_str(&url), url.len, &out->url},
-        };
-        if (sf__strpack(&out->mem, it, sizeof(it) / sizeof(it[0])) != 0)
+        out->host = sf__strbuf_take(&host);
+        out->path = sf__strbuf_take(&path);
+        out->url = sf__strbuf_take(&url);
+        if (!out->host || !out->path || !out->url)
             st = SF_ERR_NO_MEMORY;
     }
     sf__strbuf_free(&host);

@@ -53,7 +53,6 @@ struct sf__target {
     char *url;
     char *host;
     char *path;
-    char *mem; /* the three strings above, in one allocation */
 };
 
 /* Target for bucket/key (key "" = bucket level; bucket NULL = service

@@ -173,8 +173,10 @@ static sf_status prepare(void *user, const struct sf__req_spec *spec, char **url
             snprintf(err, err_len, "signing failed: %s", sf_status_str(st));
     }
     memset(&cr, 0, sizeof(cr));
-    if (st == SF_OK && !(*url = strdup(t.url)))
-        st = SF_ERR_NO_MEMORY;
+    if (st == SF_OK) {
+        *url = t.url;
+        t.url = NULL;
+    }
     sf__target_free(&t);
     return st;
 }

@@ -2,7 +2,6 @@
 #include "s3/sigv4_internal.h"
 
 #include "common/strbuf.h"
-#include "common/strpack.h"
 #include "s3/uri.h"
 
 #include <limits.h>
@@ -211,7 +210,10 @@ void sf__sigv4_result_free(struct sf__sigv4_result *r)
 {
     if (!r)
         return;
-    free(r->mem);
+    free(r->canonical_request);
+    free(r->string_to_sign);
+    free(r->authorization);
+    free(r->signed_headers);
     memset(r, 0, sizeof *r);
 }
 
@@ -511,13 +513,12 @@ sf_status sf__sigv4_compute(struct sf__sigv4_signer *s, const struct sf__sigv4_s
     if ((st = auth.err) != SF_OK)
         goto done;
 
-    const struct sf__strpack_item it[] = {
-        {sf__strbuf_str(&creq), creq.len, &out->canonical_request},
-        {sf__strbuf_str(&sts), sts.len, &out->string_to_sign},
-        {sf__strbuf_str(&auth), auth.len, &out->authorization},
-        {sf__strbuf_str(&signed_list), signed_list.len, &out->signed_headers},
-    };
-    if (sf__strpack(&out->mem, it, sizeof(it) / sizeof(it[0])) != 0)
+    out->canonical_request = sf__strbuf_take(&creq);
+    out->string_to_sign = sf__strbuf_take(&sts);
+    out->authorization = sf__strbuf_take(&auth);
+    out->signed_headers = sf__strbuf_take(&signed_list);
+    if (!out->canonical_request || !out->string_to_sign || !out->authorization ||
+        !out->signed_headers)
         st = SF_ERR_NO_MEMORY;
 
 done:

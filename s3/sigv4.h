@@ -52,11 +52,10 @@ struct sf__sigv4_signer {
 
 /* Everything a signature is made of, kept for tests and for error bodies. */
 struct sf__sigv4_result {
-    char *canonical_request;
-    char *string_to_sign;
-    char *authorization;  /* the whole Authorization header value */
-    char *signed_headers; /* "host;x-amz-date" */
-    char *mem;            /* the four strings above, in one allocation */
+    char *canonical_request; /* malloc'd */
+    char *string_to_sign;    /* malloc'd */
+    char *authorization;     /* malloc'd, the whole Authorization header value */
+    char *signed_headers;    /* malloc'd, "host;x-amz-date" */
     char signature[SF__SHA256_HEX_LEN + 1];
 };
 
