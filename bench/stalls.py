@@ -16,6 +16,13 @@ faster than the pipeline.
    and the range of the loader's own per-epoch reports (wait share, bound).
    The first timed epoch follows a step-less one (nothing read ahead), so its
    first batch is shown apart.
+4. Runs the same consumer against a reference pipeline in the same round
+   (unless --no-reference): as many threads as the loader decodes with share
+   each batch of items of one fixed cost (SHA-256 of a fixed buffer, which
+   releases the GIL), sized to the loader's cost per image, through a queue
+   of the same depth. Its batches cost the same every time, so its p99 / p50
+   is what this machine's scheduling alone gives a pipeline with a 10 %
+   margin: the floor under the loader's figure.
 
 A DataLoader whose workers each hold whole batches delivers in bursts (a
 wait every num_workers batches); shardfeed's decode threads share every
@@ -23,11 +30,13 @@ batch, so the waits should stay even. The step runs on this thread, the
 waits are measured around next() only.
 """
 import argparse
+import hashlib
 import json
 import math
 import os
 import statistics
 import sys
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -50,6 +59,95 @@ def run_epoch(loader, step_s, waits, firsts=None):
         if step_s:
             time.sleep(step_s)
         b.release()
+
+
+class FixedPipeline:
+    """Threads that share each batch's items of fixed cost; a batch is ready
+    when its last item is done; at most `depth` batches ahead of the consumer
+    (the loader's ring). next_batch() waits for the next one in order."""
+
+    def __init__(self, threads, batch, depth, item_bytes, batches):
+        self.buf = os.urandom(item_bytes)
+        self.batch, self.depth, self.total = batch, depth, batches
+        self.cv = threading.Condition()
+        self.next_item = 0  # over all batches: batch = item // batch
+        self.done = [0] * batches
+        self.taken = 0
+        self.stop = False
+        self.threads = [threading.Thread(target=self.work, daemon=True)
+                        for _ in range(threads)]
+        for t in self.threads:
+            t.start()
+
+    def work(self):
+        while True:
+            with self.cv:
+                while not self.stop and (self.next_item >= self.total * self.batch or
+                                         self.next_item // self.batch >= self.taken + self.depth):
+                    self.cv.wait()
+                if self.stop:
+                    return
+                b = self.next_item // self.batch
+                self.next_item += 1
+            hashlib.sha256(self.buf).digest()
+            with self.cv:
+                self.done[b] += 1
+                if self.done[b] == self.batch:
+                    self.cv.notify_all()
+
+    def next_batch(self):
+        with self.cv:
+            if self.taken >= self.total:
+                return None
+            while self.done[self.taken] < self.batch:
+                self.cv.wait()
+            self.taken += 1
+            self.cv.notify_all()
+            return self.batch
+
+    def close(self):
+        with self.cv:
+            self.stop = True
+            self.cv.notify_all()
+        for t in self.threads:
+            t.join()
+
+
+def item_bytes_for(seconds):
+    """The SHA-256 input size that takes `seconds` on this thread."""
+    n = 1 << 20
+    buf = os.urandom(n)
+    t0, k = time.perf_counter(), 0
+    while time.perf_counter() - t0 < 0.2:
+        hashlib.sha256(buf).digest()
+        k += 1
+    per_byte = (time.perf_counter() - t0) / (k * n)
+    return max(4096, int(seconds / per_byte))
+
+
+def reference_round(a, threads, loader_rate, batches):
+    """The consumer of one_round against FixedPipeline: waits per batch."""
+    per_image = threads / loader_rate  # one thread's time per image in the loader
+    item = item_bytes_for(per_image)
+    p = FixedPipeline(threads, a.batch_size, 4, item, batches + 8)
+    try:
+        t0 = time.perf_counter()
+        for _ in range(8):  # its own rate, as the loader's step-less epoch
+            p.next_batch()
+        rate = 8 * a.batch_size / (time.perf_counter() - t0)
+        step_s = a.fraction * a.batch_size / rate
+        waits = []
+        for _ in range(batches):
+            t = time.perf_counter()
+            p.next_batch()
+            waits.append((time.perf_counter() - t) * 1e3)
+            time.sleep(step_s)
+    finally:
+        p.close()
+    return {"rate": rate, "step_ms": step_s * 1e3, "p50": pct(waits, .5),
+            "p99": pct(waits, .99), "max": max(waits),
+            "p99_over_p50": pct(waits, .99) / pct(waits, .5) if pct(waits, .5) > 0
+            else float("inf")}
 
 
 def pct(xs, q):
@@ -77,6 +175,7 @@ def one_round(a, opts):
             reports.append(loader.report())
             loader.set_epoch(loader.epoch + 1)
         wall = time.perf_counter() - t0
+        threads = loader.stats()["decode_threads"]
     ms = [w * 1e3 for w in waits]
     first = set(firsts)
     inner = [x for i, x in enumerate(ms) if i not in first]
@@ -97,6 +196,8 @@ def one_round(a, opts):
            "loader_wait_share": [r["wait_share"] for r in reports],
            "loader_bound": [r["bound"] for r in reports],
            "epoch_starts": firsts}
+    if not a.no_reference:
+        res["reference"] = reference_round(a, threads, rate, len(inner))
     return res, ms, edge, rate, step_s, images, wall
 
 
@@ -111,6 +212,8 @@ def main():
                     help="calibrate and run the epochs this many times (the machine's load "
                          "moves the pipeline's rate; the median of the rounds is printed)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--no-reference", action="store_true",
+                    help="skip the fixed-cost reference pipeline")
     ap.add_argument("--trace", action="store_true",
                     help="also print every batch's wait, epoch by epoch, in delivery order "
                          "(to see whether long waits recur at a period, e.g. shard ends)")
@@ -123,14 +226,19 @@ def main():
         rounds.append(one_round(a, opts))
         if a.rounds > 1 and not a.json:
             rr = rounds[-1][0]
+            ref = (f", reference {rr['reference']['p99_over_p50']:.2f}"
+                   if "reference" in rr else "")
             print(f"round {r + 1}: pipeline {rr['pipeline_per_s']:.0f} img/s, wait share "
                   f"{100 * rr['wait_share']:.1f} %, p99 / p50 {rr['p99_over_p50']:.2f}, within "
-                  f"epochs {rr['within_epoch_p99_over_p50']:.2f}")
+                  f"epochs {rr['within_epoch_p99_over_p50']:.2f}{ref}")
     if a.rounds > 1 and not a.json:
         print(f"median of {a.rounds} rounds: p99 / p50 "
               f"{statistics.median(x[0]['p99_over_p50'] for x in rounds):.2f}, within epochs "
               f"{statistics.median(x[0]['within_epoch_p99_over_p50'] for x in rounds):.2f} "
-              f"(target <= 2); the last round in full:")
+              f"(target <= 2)" + (
+                  f"; the fixed-cost reference "
+                  f"{statistics.median(x[0]['reference']['p99_over_p50'] for x in rounds):.2f}"
+                  if "reference" in rounds[0][0] else "") + "; the last round in full:")
     res, ms, edge, rate, step_s, images, wall = rounds[-1]
     p50, p90, p99, mx = pct(ms, .5), pct(ms, .9), pct(ms, .99), max(ms)
     if a.json:
@@ -150,6 +258,12 @@ def main():
           f"{res['epoch_first_batch_median_ms']:.2f} ms, max "
           f"{res['epoch_first_batch_max_later_ms']:.2f} ms after the first epoch; the first "
           f"epoch's (after the step-less one) {edge[0] if edge else 0:.2f} ms")
+    if "reference" in res:
+        r = res["reference"]
+        print(f"fixed-cost reference (same threads, queue and step fraction, "
+              f"{len(ms) - len(edge)} batches): {r['rate']:.0f} img/s, step "
+              f"{r['step_ms']:.1f} ms; wait p50 {r['p50']:.2f} ms, p99 {r['p99']:.2f} ms, max "
+              f"{r['max']:.2f} ms; p99 / p50 = {r['p99_over_p50']:.2f}: this machine's floor")
     ws = res["loader_wait_share"]
     if ws:
         print(f"loader's reports: wait share {100 * min(ws):.1f}-{100 * max(ws):.1f} % per "

@@ -8,6 +8,7 @@
 #include "cache/disk_cache_internal.h"
 #include "cache/fdlock.h"
 #include "common/endian.h"
+#include "common/file.h"
 #include "common/strbuf.h"
 
 #include <dirent.h>
@@ -235,15 +236,13 @@ sf_status sf__dc_begin(struct sf__disk_cache *dc, const struct sf__cache_id *id,
          * not truncated: on ext4 a truncate to 0 arms auto_da_alloc, and the
          * last close of the entry then starts writeback of all its pages on
          * the closing thread (CPU taken from the decoders, docs/cache.md).
-         * fallocate: the download's writes find their blocks allocated
-         * (cheaper per page than delayed allocation) and a full disk fails
-         * here rather than halfway; where it is not supported the file stays
-         * sparse, as before. */
+         * The blocks are reserved (sf__preallocate): a full disk fails
+         * here rather than halfway. */
         struct stat fst;
         if (w->fd < 0 || fstat(w->fd, &fst) != 0 ||
             (!w->resume && fst.st_size != 0 && ftruncate(w->fd, 0) != 0) ||
             ftruncate(w->fd, (off_t)size) != 0 ||
-            (size && fallocate(w->fd, 0, 0, (off_t)size) != 0 && errno == ENOSPC)) {
+            sf__preallocate(w->fd, size) != 0) {
             st = sf__fail(err, err_len, SF_ERR_IO, "cannot create %s: %s", part_path,
                           strerror(errno));
             /* Give the reservation back (evict.lock is still held here). */

@@ -1,5 +1,6 @@
-/* Opening a local file to read it: the open-then-fstat step (and the status
- * of its failure) every folder's local reads share. */
+/* Local files: the open-then-fstat step (and the status of its failure)
+ * every folder's local reads share, and the preallocation of a download's
+ * destination. */
 #ifndef SF_COMMON_FILE_H
 #define SF_COMMON_FILE_H
 
@@ -7,8 +8,11 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/magic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 /* Opens path read-only (close-on-exec) and fills *sb. Returns the
@@ -38,6 +42,23 @@ static inline void sf__temp_discard(int *fd, char **path)
         free(*path);
         *path = NULL;
     }
+}
+
+/* Reserves the blocks of the first size bytes of fd's file before a
+ * download writes them: on a disk the writes then find their blocks
+ * allocated (cheaper per page than delayed allocation), and a full disk
+ * fails here, before any byte is fetched. Not on tmpfs, where it would zero
+ * every page once before the download writes it. Returns 0, or -1 with
+ * errno ENOSPC; a file system without fallocate keeps the file sparse (0).
+ * The size stays as it was: only blocks are reserved. */
+static inline int sf__preallocate(int fd, uint64_t size)
+{
+    struct statfs fs;
+    if (!size || (fstatfs(fd, &fs) == 0 && fs.f_type == TMPFS_MAGIC))
+        return 0;
+    if (fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, (off_t)size) == 0 || errno != ENOSPC)
+        return 0;
+    return -1;
 }
 
 /* The status for a local file that cannot be opened or read: errno e is

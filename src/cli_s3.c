@@ -1,15 +1,15 @@
 /* The S3 commands of the command-line tool: ls, stat and get. */
 #include "cli.h"
 
+#include "common/file.h"
+
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <linux/magic.h>
 #include <sys/stat.h>
-#include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -203,13 +203,7 @@ static int job_open(struct job *j)
         cli_errorf("%s: cannot create: %s", j->tmp, strerror(errno));
         return -1;
     }
-    /* Blocks reserved up front on a disk: the writes find them allocated (no
-     * delayed allocation per page), and a full disk fails here, before any
-     * GET. Not on tmpfs, where it would zero every page before the write. */
-    struct statfs fs;
-    if (j->in->size && j->in->size != SF_SIZE_UNKNOWN &&
-        (fstatfs(j->fd, &fs) != 0 || fs.f_type != TMPFS_MAGIC) &&
-        fallocate(j->fd, 0, 0, (off_t)j->in->size) != 0 && errno == ENOSPC) {
+    if (j->in->size != SF_SIZE_UNKNOWN && sf__preallocate(j->fd, j->in->size) != 0) {
         cli_errorf("%s: no space for %llu bytes", j->tmp, (unsigned long long)j->in->size);
         return -1;
     }

@@ -76,3 +76,62 @@ Test(common_file, temp_discard_closes_removes_and_forgets)
     sf__temp_discard(&fd, &name);         /* nothing left: a no-op */
     cr_expect_eq(fd, -1);
 }
+
+/* Blocks of a new file in dir after sf__preallocate of 1 MiB; the file
+ * system's type into *type. -1 where dir cannot hold a test file. */
+static long long preallocated_blocks(const char *dir, long *type)
+{
+    char path[128];
+    snprintf(path, sizeof(path), "%s/sf-test-prealloc-XXXXXX", dir);
+    int fd = mkstemp(path);
+    if (fd < 0)
+        return -1;
+    unlink(path);
+    struct statfs fs;
+    cr_assert_eq(fstatfs(fd, &fs), 0);
+    *type = (long)fs.f_type;
+    cr_assert_eq(sf__preallocate(fd, 1 << 20), 0);
+    struct stat sb;
+    cr_assert_eq(fstat(fd, &sb), 0);
+    cr_expect_eq(sb.st_size, 0, "preallocation does not change the size");
+    close(fd);
+    return (long long)sb.st_blocks * 512;
+}
+
+Test(common_file, preallocates_on_a_disk_but_not_on_tmpfs)
+{
+    long type = 0;
+    long long bytes = preallocated_blocks("/dev/shm", &type);
+    if (bytes >= 0 && type == TMPFS_MAGIC)
+        cr_expect_eq(bytes, 0, "tmpfs: no page is zeroed ahead of the writes");
+    bytes = preallocated_blocks(".", &type);
+    cr_assert_geq(bytes, 0);
+    if (type == TMPFS_MAGIC) {
+        cr_expect_eq(bytes, 0);
+        return;
+    }
+    /* a disk, where the file system has fallocate at all */
+    char probe[64];
+    make_file(probe, sizeof(probe), "");
+    int fd = open(probe, O_RDWR);
+    cr_assert_geq(fd, 0);
+    int has_fallocate = fallocate(fd, 0, 0, 4096) == 0;
+    close(fd);
+    unlink(probe);
+    if (has_fallocate)
+        cr_expect_geq(bytes, 1 << 20, "a disk: the blocks are reserved up front");
+}
+
+Test(common_file, preallocating_nothing_does_nothing)
+{
+    char path[64];
+    make_file(path, sizeof(path), "");
+    int fd = open(path, O_RDWR);
+    cr_assert_geq(fd, 0);
+    cr_expect_eq(sf__preallocate(fd, 0), 0);
+    struct stat sb;
+    cr_assert_eq(fstat(fd, &sb), 0);
+    cr_expect_eq(sb.st_blocks, 0);
+    close(fd);
+    unlink(path);
+}
