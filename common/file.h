@@ -11,6 +11,7 @@
 #include <linux/magic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
 #include <unistd.h>
@@ -59,6 +60,19 @@ static inline int sf__preallocate(int fd, uint64_t size)
     if (fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, (off_t)size) == 0 || errno != ENOSPC)
         return 0;
     return -1;
+}
+
+/* The pages wholly inside [p, p + n) of a FILE mapping leave this process:
+ * its resident size falls, the page cache keeps the bytes, and a later read
+ * faults them back unchanged. Never on anonymous memory (a malloc'd
+ * buffer), whose dropped pages would read back as zeros. */
+static inline void sf__drop_mapped(const void *p, size_t n)
+{
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = ((uintptr_t)p + page - 1) & ~(page - 1);
+    uintptr_t e = ((uintptr_t)p + n) & ~(page - 1);
+    if (e > a)
+        madvise((void *)a, e - a, MADV_DONTNEED);
 }
 
 /* The status for a local file that cannot be opened or read: errno e is

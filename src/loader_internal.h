@@ -111,6 +111,11 @@ struct shard_slot {
     struct shard_slot *next; /* open list */
 };
 
+/* Decoded images of at least this many bytes give their mapped pages back
+ * (loader_workers.c drop_pages); smaller ones keep them: the syscall and
+ * the TLB flush would cost more than the memory they hold. */
+#define SF__DROP_MIN_BYTES (32u << 10)
+
 struct work {
     struct batch *b;
     unsigned slot;

@@ -7,6 +7,7 @@
  */
 #include "src/loader_internal.h"
 
+#include "common/file.h"
 #include "src/decode.h"
 #include "src/gpu.h"
 
@@ -162,6 +163,21 @@ static void shard_unref(struct sf_loader *l, struct shard_slot *sh)
     }
 }
 
+/*
+ * A decoded image's bytes are not read again from this mapping (a pad
+ * re-reads them through the page cache), so the pages wholly inside it leave
+ * this process: a mapped shard's resident size falls as its samples are
+ * decoded instead of staying whole while the shuffle buffer still holds one
+ * of them (docs/loader.md "Threads and memory"). Only where the shard is a
+ * file mapping (a local file, a cache entry); a RAM-only download's buffer
+ * is the only copy.
+ */
+static void drop_pages(const struct shard_slot *sh, const unsigned char *p, size_t n)
+{
+    if ((sh->map || sh->co) && n >= SF__DROP_MIN_BYTES)
+        sf__drop_mapped(p, n);
+}
+
 static sf_status decode_one(struct sf_loader *l, struct sf_decoder *d, const struct work *w,
                             char *err, size_t err_len)
 {
@@ -183,6 +199,7 @@ static sf_status decode_one(struct sf_loader *l, struct sf_decoder *d, const str
                  m);
         return st;
     }
+    drop_pages(w->sh, loc->img, loc->img_size);
     b->labels[w->slot] = -1;
     if (l->n_lbl && loc->lbl) {
         int64_t v;

@@ -135,3 +135,52 @@ Test(common_file, preallocating_nothing_does_nothing)
     close(fd);
     unlink(path);
 }
+
+/* The resident kilobytes of the mapping that starts at p (/proc/self/smaps). */
+static long resident_kib(const void *p)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    cr_assert(f);
+    char line[512];
+    int in = 0;
+    long kib = -1;
+    while (fgets(line, sizeof(line), f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
+            in = lo == (unsigned long)(uintptr_t)p;
+        else if (in && sscanf(line, "Rss: %ld kB", &kib) == 1)
+            break;
+    }
+    fclose(f);
+    return kib;
+}
+
+Test(common_file, dropped_pages_leave_the_process_and_read_back_unchanged)
+{
+    char path[64];
+    make_file(path, sizeof(path), "");
+    enum { SIZE = 1 << 20 };
+    unsigned char *want = malloc(SIZE);
+    for (size_t i = 0; i < SIZE; i++)
+        want[i] = (unsigned char)(i * 131 + (i >> 12));
+    int fd = open(path, O_RDWR);
+    cr_assert_eq(write(fd, want, SIZE), SIZE);
+    const unsigned char *m = mmap(NULL, SIZE, PROT_READ, MAP_PRIVATE, fd, 0);
+    cr_assert(m != MAP_FAILED);
+    close(fd);
+    unsigned long sum = 0;
+    for (size_t i = 0; i < SIZE; i += 4096)
+        sum += m[i];
+    cr_assert_geq(resident_kib(m), SIZE / 1024, "every page touched (sum %lu)", sum);
+    /* an unaligned range: the pages wholly inside it go, its two ends stay */
+    sf__drop_mapped(m + 100, SIZE - 200);
+    cr_expect_eq(resident_kib(m), 8, "the first and the last page stay");
+    cr_expect(memcmp(m, want, SIZE) == 0, "the bytes read back unchanged");
+    cr_expect_geq(resident_kib(m), SIZE / 1024);
+    /* a range inside one page drops nothing */
+    sf__drop_mapped(m + 4096 + 10, 4000);
+    cr_expect_geq(resident_kib(m), SIZE / 1024);
+    munmap((void *)m, SIZE);
+    free(want);
+    unlink(path);
+}

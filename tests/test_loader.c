@@ -609,3 +609,36 @@ Test(loader, an_index_json_count_out_of_range_fails_the_open_naming_it)
               "the message does not name the index, %s and the field: %s", shard, err);
     sf_loader_close(l);
 }
+
+/* Local shards are file mappings whose decoded images' pages the workers
+ * drop (src/loader_workers.c drop_pages); a pad decodes such an image again
+ * and must read it back whole (run_epoch checks every image's class against
+ * its label, pads included). */
+Test(loader, pads_of_mapped_shards_read_images_back_after_their_pages_were_dropped)
+{
+    local_dataset_sized(40, 256 << 10, -1, 640); /* local_dataset_large's images, 7 shards */
+    char img[800];
+    snprintf(img, sizeof(img), "%s/src/s00000.jpg", tmp);
+    struct stat sb;
+    cr_assert_eq(stat(img, &sb), 0, "%s", img);
+    cr_assert_gt(sb.st_size, SF__DROP_MIN_BYTES, "images large enough to drop pages of (%lld bytes)",
+                 (long long)sb.st_size);
+    unsigned pads = 0, images = 0;
+    for (int r = 0; r < 3; r++) {
+        struct sf_loader_options o;
+        base_options(&o, shards_src, 1);
+        o.sampler.rank = r;
+        o.sampler.world_size = 3;
+        o.image.crop = SF_CROP_CENTER;
+        struct sf_loader *l = open_loader(&o);
+        struct epoch_log e;
+        cr_assert_eq(run_epoch(l, &e, 0), SF_END_OF_EPOCH);
+        cr_expect(e.labels_ok, "rank %d: every image (pads too) has its class", r);
+        pads += e.pads;
+        images += e.images - e.pads;
+        free(e.seen);
+        sf_loader_close(l);
+    }
+    cr_expect_eq(images, 40u);
+    cr_expect_gt(pads, 0u, "40 samples over 3 ranks: some are padded");
+}
