@@ -23,7 +23,6 @@ struct mock_proc srv;
 char *tmp;
 char root[600];
 char base[80];
-struct sf_s3 *s3;
 char cert_file[700], key_file[700];
 
 /* ------------------------------------------------------------ environment */
@@ -142,16 +141,6 @@ void opts_init(struct sf_s3_options *o)
     o->connect_timeout_ms = 5000;
 }
 
-void client(const struct sf_s3_options *o)
-{
-    s3 = mock_env_s3_new(o);
-}
-
-void default_client(void)
-{
-    s3 = mock_env_s3_from(opts_init, 0);
-}
-
 void start_default(void)
 {
     start_mock(NULL);
@@ -165,11 +154,6 @@ void sized_client(unsigned concurrency, size_t chunk_bytes)
     o.concurrency = concurrency;
     o.chunk_bytes = chunk_bytes;
     client(&o);
-}
-
-void unsigned_client(void)
-{
-    s3 = mock_env_s3_from(opts_init, 1);
 }
 
 sf_status fetch_sync(const char *url, const struct sf_fetch_options *o, struct sf_fetch **f,

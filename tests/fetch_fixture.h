@@ -7,6 +7,7 @@
 #include "shardfeed.h"
 #include "support/mock_env.h"
 #include "support/mock_proc.h"
+#include "support/suite_client.h"
 
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
@@ -20,7 +21,6 @@ extern struct mock_proc srv;
 extern char *tmp;                          /* holds root/ and scratch files */
 extern char root[600];                     /* the mock's root: bucket "bucket" in it */
 extern char base[80];                      /* "http://127.0.0.1:PORT" or https:// */
-extern struct sf_s3 *s3;                   /* the client, once made */
 extern char cert_file[700], key_file[700]; /* start_mock_tls's */
 
 /* tmp with root/bucket/, no server. */
@@ -60,15 +60,10 @@ unsigned char *put_object(const char *key, size_t n, unsigned seed);
 /* The suite's client options: base, the mock's keys, 4 connections, 1 MiB
  * chunks, fast retries, a 1 s stall timeout. */
 void opts_init(struct sf_s3_options *o);
-/* s3 = a client with o. */
-void client(const struct sf_s3_options *o);
-void default_client(void);
 /* start_mock(NULL) and default_client(). */
 void start_default(void);
 /* A client of the given concurrency and chunk size. */
 void sized_client(unsigned concurrency, size_t chunk_bytes);
-/* A client that does not sign (no keys). */
-void unsigned_client(void);
 
 /* n objects dir/obj-00.bin, dir/obj-01.bin... (dir without the bucket),
  * object i of first + i * step + i pseudo-random bytes of seed seed + i: its

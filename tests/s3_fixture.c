@@ -21,7 +21,6 @@
 struct mock_proc srv;
 char *tmp;
 char root[600];
-struct sf_s3 *s3;
 
 /* ------------------------------------------------------------ environment */
 
@@ -77,21 +76,6 @@ void opts_init(struct sf_s3_options *o)
 {
     mock_env_s3_fast(o, srv.url, 4, 256 * 1024);
     o->connect_timeout_ms = 5000;
-}
-
-void client(const struct sf_s3_options *o)
-{
-    s3 = mock_env_s3_new(o);
-}
-
-void default_client(void)
-{
-    s3 = mock_env_s3_from(opts_init, 0);
-}
-
-void unsigned_client(void)
-{
-    s3 = mock_env_s3_from(opts_init, 1);
 }
 
 void local_client(void)

@@ -7,6 +7,7 @@
 #include "shardfeed.h"
 #include "support/mock_env.h"
 #include "support/mock_proc.h"
+#include "support/suite_client.h"
 
 #include <cjson/cJSON.h>
 #include <stddef.h>
@@ -14,7 +15,6 @@
 extern struct mock_proc srv;
 extern char *tmp;      /* holds root/ and scratch files */
 extern char root[600]; /* the mock's root: bucket "bucket" in it */
-extern struct sf_s3 *s3;
 
 /* tmp with root/bucket/, no server. */
 void make_root(void);
@@ -39,11 +39,6 @@ void put_shards(const char *prefix, int count, const int *skip, char (*etags)[35
 /* The suite's client options: the mock, 4 connections, 256 KiB chunks, fast
  * retries. */
 void opts_init(struct sf_s3_options *o);
-/* s3 = a client with o. */
-void client(const struct sf_s3_options *o);
-void default_client(void);
-/* A client that does not sign (no keys). */
-void unsigned_client(void);
 /* make_root and a client whose endpoint is never contacted, for local paths. */
 void local_client(void);
 /* s3's detail message. */

@@ -23,6 +23,17 @@ void fill_random(unsigned char *p, size_t n, uint64_t seed)
         p[i] = (unsigned char)(rng_next(&seed) >> 56);
 }
 
+char *long_name(size_t len, char fill, const char *suffix)
+{
+    size_t n = strlen(suffix);
+    cr_assert(n <= len);
+    char *s = malloc(len + 1);
+    cr_assert_not_null(s);
+    memset(s, fill, len - n);
+    memcpy(s + len - n, suffix, n + 1);
+    return s;
+}
+
 const struct feed_style tar_style = {"test.tar", 1500, 4};
 
 void parse_with(const unsigned char *buf, size_t len, const struct sf_shard_reader_options *o,
@@ -100,6 +111,12 @@ void tb_end(struct bytes *b)
 {
     static const unsigned char zero[2 * BLK];
     bytes_put(b, zero, sizeof zero);
+}
+
+void tb_end_and_parse(struct bytes *b, struct parse_result *res)
+{
+    tb_end(b);
+    parse(b->p, b->len, res);
 }
 
 void pax_rec(struct bytes *b, const char *kw, const char *val, size_t val_len)

@@ -22,6 +22,8 @@ void parse(const unsigned char *buf, size_t len, struct parse_result *res);
 /* The same samples, status and offset whatever the feed mode and steps. */
 void expect_same_in_all_feed_modes(const unsigned char *buf, size_t len);
 void fill_random(unsigned char *p, size_t n, uint64_t seed);
+/* A name of len bytes: fill repeated, then suffix; malloc'd, NUL-terminated. */
+char *long_name(size_t len, char fill, const char *suffix);
 
 /* ------------------------------------------------------------ tar builder */
 
@@ -42,6 +44,8 @@ size_t tb_file(struct bytes *b, const char *name, const void *d, size_t n);
 size_t tb_meta(struct bytes *b, char type, const void *d, size_t n);
 /* The two zero blocks. */
 void tb_end(struct bytes *b);
+/* tb_end, then parse of the whole archive. */
+void tb_end_and_parse(struct bytes *b, struct parse_result *res);
 /* A pax record with its correct length prefix. */
 void pax_rec(struct bytes *b, const char *kw, const char *val, size_t val_len);
 /* A pax header ('x') of the one record kw=val; its offset. */

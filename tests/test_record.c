@@ -214,6 +214,20 @@ static void expect_error(const unsigned char *buf, size_t len, sf_status want,
     expect_shard_error(&sfr_style, buf, len, want, want_offset, frag, 1);
 }
 
+/* Both readers of a shard's tail refuse buf as corrupt: the index read from
+ * the tail with a message holding index_frag, the reader with an error at
+ * offset at holding reader_frag. */
+static void expect_bad_tail(const unsigned char *buf, size_t len, const char *index_frag,
+                            unsigned long long at, const char *reader_frag)
+{
+    struct sf__record_index *idx;
+    char err[256];
+    cr_expect_eq(sf__record_index_from_tail(buf, len, len, "t", &idx, NULL, err, sizeof err),
+                 SF_ERR_CORRUPT);
+    cr_expect(strstr(err, index_frag) != NULL, "%s", err);
+    expect_error(buf, len, SF_ERR_CORRUPT, at, reader_frag);
+}
+
 /* Offset of record i, from the index. */
 static uint64_t record_offset(const unsigned char *buf, size_t len, uint64_t i, uint64_t *bytes)
 {
@@ -569,41 +583,27 @@ Test(record, bad_footer_and_index)
     unsigned char *buf = write_mem(&c, 0, &len);
     const size_t fat = len - 40;
     const uint64_t io = get64(buf + fat);
-    struct sf__record_index *idx;
-    char err[256];
 
     /* footer magic */
     buf[len - 1] ^= 1;
-    cr_expect_eq(sf__record_index_from_tail(buf, len, len, "t", &idx, NULL, err, sizeof err),
-                 SF_ERR_CORRUPT);
-    cr_expect(strstr(err, "footer magic") != NULL, "%s", err);
-    expect_error(buf, len, SF_ERR_CORRUPT, fat, "footer magic");
+    expect_bad_tail(buf, len, "footer magic", fat, "footer magic");
     buf[len - 1] ^= 1;
 
     /* footer checksum */
     buf[fat + 2] ^= 1;
-    cr_expect_eq(sf__record_index_from_tail(buf, len, len, "t", &idx, NULL, err, sizeof err),
-                 SF_ERR_CORRUPT);
-    cr_expect(strstr(err, "footer checksum") != NULL, "%s", err);
-    expect_error(buf, len, SF_ERR_CORRUPT, fat, "footer checksum");
+    expect_bad_tail(buf, len, "footer checksum", fat, "footer checksum");
     buf[fat + 2] ^= 1;
 
     /* a footer with a valid checksum pointing elsewhere */
     put64(buf + fat, io - 16);
     put64(buf + fat + 24, XXH3_64bits(buf + fat, 24));
-    cr_expect_eq(sf__record_index_from_tail(buf, len, len, "t", &idx, NULL, err, sizeof err),
-                 SF_ERR_CORRUPT);
-    cr_expect(strstr(err, "does not end at the footer") != NULL, "%s", err);
-    expect_error(buf, len, SF_ERR_CORRUPT, fat, "footer points");
+    expect_bad_tail(buf, len, "does not end at the footer", fat, "footer points");
     put64(buf + fat, io);
     put64(buf + fat + 24, XXH3_64bits(buf + fat, 24));
 
     /* index checksum */
     buf[io + 20] ^= 1;
-    cr_expect_eq(sf__record_index_from_tail(buf, len, len, "t", &idx, NULL, err, sizeof err),
-                 SF_ERR_CORRUPT);
-    cr_expect(strstr(err, "index block checksum") != NULL, "%s", err);
-    expect_error(buf, len, SF_ERR_CORRUPT, io, "index block checksum");
+    expect_bad_tail(buf, len, "index block checksum", io, "index block checksum");
     buf[io + 20] ^= 1;
 
     /* index entries swapped, checksum recomputed */
@@ -613,10 +613,7 @@ Test(record, bad_footer_and_index)
     memcpy(buf + io + 32, e, 16);
     size_t ib = 24 + 16 * 6;
     put64(buf + io + ib - 8, XXH3_64bits(buf + io, ib - 8));
-    cr_expect_eq(sf__record_index_from_tail(buf, len, len, "t", &idx, NULL, err, sizeof err),
-                 SF_ERR_CORRUPT);
-    cr_expect(strstr(err, "index entry 1") != NULL, "%s", err);
-    expect_error(buf, len, SF_ERR_CORRUPT, io + 16, "index entry 0");
+    expect_bad_tail(buf, len, "index entry 1", io + 16, "index entry 0");
     free(buf);
 
     /* data after the footer */

@@ -74,10 +74,9 @@ Test(tar, webdataset_grouping_keys_fields_and_skips)
     tb_file(&b, "dir.v2/001.txt", "", 0);
     /* the key comes back later, not adjacent: a new sample */
     tb_file(&b, "train/000.txt", "again", 5);
-    tb_end(&b);
 
     struct parse_result r;
-    parse(b.p, b.len, &r);
+    tb_end_and_parse(&b, &r);
     const struct want_sample w[] = {
         {"train/000", 3, {{"jpg", img, sizeof img}, {"cls", "7", 1}, {"seg.png", seg, sizeof seg}}},
         {"dir.v2/001", 2, {{"json", "{}", 2}, {"txt", "", 0}}},
@@ -161,9 +160,8 @@ Test(tar, ustar_prefix_v7_and_signed_checksum)
         h[155] = ' ';
     }
     tb_data(&b, "s", 1);
-    tb_end(&b);
     struct parse_result r;
-    parse(b.p, b.len, &r);
+    tb_end_and_parse(&b, &r);
     const struct want_sample w[] = {
         {"some/prefix/n", 1, {{"jpg", "abc", 3}}},
         {"g", 1, {{"jpg", "gg", 2}}},
@@ -178,9 +176,7 @@ Test(tar, ustar_prefix_v7_and_signed_checksum)
 
 Test(tar, gnu_long_name_and_pax_path_size_and_global_header)
 {
-    char longname[300];
-    memset(longname, 'L', sizeof longname);
-    memcpy(longname + 280, "/sample.Jpeg", 13); /* 292 chars + NUL */
+    char *longname = long_name(292, 'L', "/sample.Jpeg");
     unsigned char d[2000];
     fill_random(d, sizeof d, 4);
     struct bytes b = {0};
@@ -206,13 +202,13 @@ Test(tar, gnu_long_name_and_pax_path_size_and_global_header)
     tb_pax(&b, "GNU.sparse.major", "1", 1);
     tb_file(&b, "sparse.bin", d, 10);
     tb_file(&b, "after.txt", "t", 1);
-    tb_end(&b);
 
     struct parse_result r;
-    parse(b.p, b.len, &r);
+    tb_end_and_parse(&b, &r);
     char key[300];
     memcpy(key, longname, 287);
     key[287] = '\0';
+    free(longname);
     const struct want_sample w[] = {
         {key, 1, {{"jpeg", d, 100}}},
         {"p\xc3\xbc/x", 1, {{"npy", d, 2000}}},
@@ -239,9 +235,8 @@ Test(tar, base256_size_is_read)
     unsigned char d[600];
     fill_random(d, sizeof d, 5);
     tb_data(&b, d, 600);
-    tb_end(&b);
     struct parse_result r;
-    parse(b.p, b.len, &r);
+    tb_end_and_parse(&b, &r);
     const struct want_sample w[] = {{"big", 1, {{"bin", d, 600}}}};
     expect_samples(&r, w, 1);
     parse_result_free(&r);

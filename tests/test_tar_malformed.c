@@ -63,18 +63,16 @@ Test(tar, truncation_at_every_offset_never_crashes_and_names_the_offset)
     struct bytes b = {0};
     unsigned char d[3000];
     fill_random(d, sizeof d, 6);
-    char longname[200];
-    memset(longname, 'n', sizeof longname);
-    memcpy(longname + 190, ".jpg", 5);
+    char *longname = long_name(194, 'n', ".jpg");
     tb_meta(&b, 'L', longname, strlen(longname) + 1);
+    free(longname);
     tb_file(&b, "x", d, 1000);
     tb_file(&b, "nnn.cls", "1", 1);
     tb_pax(&b, "path", "k/2.png", 7);
     tb_file(&b, "y", d, 3000);
     tb_file(&b, "k/2.cls", "2", 1);
-    tb_end(&b);
     struct parse_result full;
-    parse(b.p, b.len, &full);
+    tb_end_and_parse(&b, &full);
     cr_assert_eq(full.st, SF_OK, "%s", full.err);
     cr_assert_eq(full.samples, 3);
 
@@ -208,11 +206,9 @@ Test(tar, long_name_without_member_and_over_cap)
     expect_error(b.p, b.len, SF_ERR_LIMIT, at, "max_name_bytes");
     /* and over a configured cap */
     bytes_free(&b);
-    char mid[101];
-    memset(mid, 'm', 100);
-    mid[96] = '.';
-    mid[100] = '\0';
-    at = meta_then_member(&b, 'L', mid, 101, "x");
+    char *mid = long_name(100, 'm', ".mmm");
+    at = meta_then_member(&b, 'L', mid, strlen(mid) + 1, "x");
+    free(mid);
     struct sf_shard_reader_options o;
     sf_shard_reader_options_init_default(&o);
     o.max_name_bytes = 64;
@@ -229,11 +225,9 @@ Test(tar, long_name_without_member_and_over_cap)
     expect_error(b.p, b.len, SF_ERR_PARSE, at, "empty");
     bytes_free(&b);
     /* the cap holds for plain ustar names too */
-    char un[100];
-    memset(un, 'u', 99);
-    un[95] = '.';
-    un[99] = '\0';
+    char *un = long_name(99, 'u', ".uuu");
     at = second_member(&b, un, "x");
+    free(un);
     o.max_name_bytes = 64;
     expect_over_limit(&b, &o, at);
     bytes_free(&b);

@@ -9,6 +9,8 @@
  * ran (a crash aborts), 1 when an input cannot be read or there was none. */
 #include "fuzz.h"
 
+#include "common/grow.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <sys/stat.h>
@@ -23,17 +25,14 @@ static int run_file(const char *path)
     unsigned char *buf = NULL;
     size_t n = 0, cap = 0;
     for (;;) {
-        if (n == cap) {
-            cap = cap ? cap * 2 : 65536;
-            unsigned char *nb = realloc(buf, cap);
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                fprintf(stderr, "replay: %s: out of memory\n", path);
-                return -1;
-            }
-            buf = nb;
+        unsigned char *nb = sf__grow(buf, n, &cap, 1, 65536);
+        if (!nb) {
+            free(buf);
+            fclose(f);
+            fprintf(stderr, "replay: %s: out of memory\n", path);
+            return -1;
         }
+        buf = nb;
         size_t r = fread(buf + n, 1, cap - n, f);
         n += r;
         if (r == 0)
@@ -79,13 +78,10 @@ static long run_dir(const char *dir)
     while ((e = readdir(d)) != NULL) {
         if (e->d_name[0] == '.')
             continue; /* ., .., .gitkeep */
-        if (n == cap) {
-            cap = cap ? cap * 2 : 64;
-            char **nn = realloc(names, cap * sizeof(*names));
-            if (!nn)
-                break;
-            names = nn;
-        }
+        char **nn = sf__grow(names, n, &cap, sizeof(*names), 64);
+        if (!nn)
+            break;
+        names = nn;
         names[n] = strdup(e->d_name);
         if (names[n])
             n++;
