@@ -368,6 +368,46 @@ int sfpy_cb_finish(struct pycb *cb, int succeeded)
     return 0;
 }
 
+/* The library's progress callbacks of pack and index: the newest snapshot
+ * goes into its member of cb->last, then the poll. */
+static int pack_progress_cb(void *user, const struct sf_pack_progress *p)
+{
+    struct pycb *cb = user;
+    cb->last.pack = *p;
+    cb->pending = 1;
+    return sfpy_cb_poll(cb);
+}
+
+static int index_progress_cb(void *user, const struct sf_index_progress *p)
+{
+    struct pycb *cb = user;
+    cb->last.index = *p;
+    cb->pending = 1;
+    return sfpy_cb_poll(cb);
+}
+
+static int cb_start(struct pycb *cb, PyObject *progress, enum cb_kind kind, const char *fn)
+{
+    if (sfpy_cb_check(progress, fn) < 0)
+        return -1;
+    sfpy_cb_init(cb, progress, kind);
+    return 0;
+}
+
+int sfpy_cb_pack(struct pycb *cb, PyObject *progress, struct sf_pack_options *o)
+{
+    o->progress = pack_progress_cb;
+    o->progress_user = cb;
+    return cb_start(cb, progress, CB_PACK, "pack");
+}
+
+int sfpy_cb_index(struct pycb *cb, PyObject *progress, struct sf_index_options *o)
+{
+    o->progress = index_progress_cb;
+    o->progress_user = cb;
+    return cb_start(cb, progress, CB_INDEX, "index");
+}
+
 /* ------------------------------------------------------------ module */
 
 static PyMethodDef methods[] = {

@@ -73,6 +73,12 @@ struct pycb {
 int sfpy_cb_check(PyObject *progress, const char *fn);
 void sfpy_cb_init(struct pycb *cb, PyObject *progress, enum cb_kind kind);
 PyObject *sfpy_snapshot_dict(const struct pycb *cb);
+/* For sf_pack and sf_index: o's progress callback set to hand cb its
+ * snapshots, sfpy_cb_check(progress, "pack" / "index") and sfpy_cb_init
+ * with the kind of that callback (one call, so the two cannot disagree).
+ * 0, or -1 with the ConfigError of sfpy_cb_check (nothing to undo). */
+int sfpy_cb_pack(struct pycb *cb, PyObject *progress, struct sf_pack_options *o);
+int sfpy_cb_index(struct pycb *cb, PyObject *progress, struct sf_index_options *o);
 /* From a library callback, without the GIL: checks for signals and hands
  * log lines over (every CHECK_S), calls progress (every PROGRESS_S when a
  * new snapshot is pending). Returns 1 when the call must stop. */

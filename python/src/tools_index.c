@@ -8,14 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int index_progress_cb(void *user, const struct sf_index_progress *p)
-{
-    struct pycb *cb = user;
-    cb->last.index = *p;
-    cb->pending = 1;
-    return sfpy_cb_poll(cb);
-}
-
 /* ------------------------------------------------------------ index */
 
 static int is_http(const char *url)
@@ -56,7 +48,8 @@ PyObject *sfpy_index(PyObject *self, PyObject *args)
                  "index: output: expected a local path or an s3:// URL, got '%.400s'", output);
         return sfpy_raise(SF_ERR_INVALID_ARGUMENT, msg);
     }
-    if (sfpy_cb_check(progress, "index") < 0)
+    struct pycb cb;
+    if (sfpy_cb_index(&cb, progress, &o) < 0)
         return NULL;
     o.index_url = output;
     struct strv src;
@@ -70,10 +63,6 @@ PyObject *sfpy_index(PyObject *self, PyObject *args)
         sfpy_strv_clear(&src);
         return NULL;
     }
-    struct pycb cb;
-    sfpy_cb_init(&cb, progress, CB_INDEX);
-    o.progress = index_progress_cb;
-    o.progress_user = &cb;
     struct sf_index_result res;
     memset(&res, 0, sizeof(res));
     char err[1024] = "";

@@ -6,14 +6,6 @@
 
 #include <string.h>
 
-static int pack_progress_cb(void *user, const struct sf_pack_progress *p)
-{
-    struct pycb *cb = user;
-    cb->last.pack = *p;
-    cb->pending = 1;
-    return sfpy_cb_poll(cb);
-}
-
 /* ------------------------------------------------------------ pack */
 
 /* _pack(src, dest, options_json, format, shard_bytes, zstd_level, name_pattern,
@@ -76,7 +68,8 @@ PyObject *sfpy_pack(PyObject *self, PyObject *args)
                  pattern);
         return sfpy_raise(SF_ERR_INVALID_ARGUMENT, msg);
     }
-    if (sfpy_cb_check(progress, "pack") < 0)
+    struct pycb cb;
+    if (sfpy_cb_pack(&cb, progress, &o) < 0)
         return NULL;
     o.name_pattern = pattern;
     o.follow_symlinks = follow;
@@ -95,10 +88,6 @@ PyObject *sfpy_pack(PyObject *self, PyObject *args)
         }
         o.s3 = s3;
     }
-    struct pycb cb;
-    sfpy_cb_init(&cb, progress, CB_PACK);
-    o.progress = pack_progress_cb;
-    o.progress_user = &cb;
     struct sf_pack_result res;
     memset(&res, 0, sizeof(res));
     char err[1024] = "";
