@@ -5,6 +5,7 @@
  */
 #include "s3/fetch_internal.h"
 #include "common/clock.h"
+#include "common/io.h"
 #include "common/text.h"
 
 #include <errno.h>
@@ -247,17 +248,12 @@ static int dest_put(struct xfer *x, const unsigned char *data, size_t n)
     uint64_t dest = at - f->offset;
     const unsigned char *placed = data;
     if (f->fd >= 0) {
-        size_t done = 0;
-        while (done < n) {
-            ssize_t w = pwrite(f->fd, data + done, n - done, (off_t)(f->file_offset + dest + done));
-            if (w < 0 && errno == EINTR)
-                continue;
-            if (w <= 0) {
-                set_abort(x, AB_IO, "write at file offset %" PRIu64 ": %s",
-                          f->file_offset + dest + done, w < 0 ? strerror(errno) : "no progress");
-                return -1;
-            }
-            done += (size_t)w;
+        size_t done;
+        int rc = sf__pwrite_full(f->fd, data, n, f->file_offset + dest, &done);
+        if (rc) {
+            set_abort(x, AB_IO, "write at file offset %" PRIu64 ": %s",
+                      f->file_offset + dest + done, rc < 0 ? strerror(errno) : "no progress");
+            return -1;
         }
     } else {
         memcpy(f->buf + dest, data, n);
