@@ -354,7 +354,7 @@ int sf__on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t u
             x->quiet_since_ns = now;
         return 0;
     }
-    const struct sf__engine_config *c = &x->e->cfg;
+    const struct sf_s3_options *c = &x->e->cfg.opt;
     uint64_t rt_ns = (uint64_t)c->request_timeout_ms * 1000000ull;
     if (rt_ns && now - x->quiet_since_ns >= rt_ns) {
         set_abort(x, AB_SILENT, "no answer from %s for %u ms (request_timeout_ms, %u attempts)",

@@ -337,29 +337,16 @@ SF_API sf_status sf_s3_new(const struct sf_s3_options *o, struct sf_s3 **out, ch
     }
     if (st == SF_OK) {
         struct sf__engine_config ec = {
-            .concurrency = o->concurrency,
-            .io_threads = o->io_threads ? o->io_threads : sf__io_threads_default(),
-            .chunk_bytes = o->chunk_bytes,
-            .max_attempts = o->max_attempts,
-            .retry_base_ms = o->retry_base_ms,
-            .throttle_base_ms = o->throttle_base_ms,
-            .retry_cap_ms = o->retry_cap_ms,
-            .retry_quota = o->retry_quota,
-            .stall_timeout_ms = o->stall_timeout_ms,
-            .connect_timeout_ms = o->connect_timeout_ms,
-            .first_byte_timeout_ms = o->first_byte_timeout_ms,
-            .request_timeout_ms = o->request_timeout_ms,
-            .max_object_bytes = o->max_object_bytes ? o->max_object_bytes : (64ull << 30),
-            .ca_bundle = s3->ca_bundle,
-            .insecure = o->insecure,
-            .http2 = o->http2,
-            .log = o->log,
-            .log_user = o->log_user,
-            .log_level = o->log_level,
+            .opt = *o,
             .prepare = prepare,
             .invalidate = invalidate,
             .user = s3,
         };
+        if (!ec.opt.io_threads)
+            ec.opt.io_threads = sf__io_threads_default();
+        if (!ec.opt.max_object_bytes)
+            ec.opt.max_object_bytes = 64ull << 30;
+        ec.opt.ca_bundle = s3->ca_bundle;
         st = sf__engine_new(&ec, &s3->engine, err, err_len);
     }
     if (st != SF_OK) {
