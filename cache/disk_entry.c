@@ -8,6 +8,7 @@
  */
 #include "cache/disk_cache_internal.h"
 #include "common/endian.h"
+#include "common/io.h"
 #include "common/strbuf.h"
 
 #include <cjson/cJSON.h>
@@ -244,17 +245,12 @@ sf_status sf__dc_verify_mem(const void *data, const struct sf__dc_meta *meta, ch
 sf_status sf__dc_pread_full(int fd, unsigned char *buf, size_t n, uint64_t off, char *err,
                             size_t err_len)
 {
-    size_t got = 0;
-    while (got < n) {
-        ssize_t r = pread(fd, buf + got, n - got, (off_t)(off + got));
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return sf__fail(err, err_len, r == 0 ? SF_ERR_CORRUPT : SF_ERR_IO,
-                            "short read at offset %" PRIu64 "%s%s", off + got, r ? ": " : "",
-                            r ? strerror(errno) : "");
-        got += (size_t)r;
-    }
+    size_t got;
+    int rc = sf__pread_full(fd, buf, n, off, &got);
+    if (rc)
+        return sf__fail(err, err_len, rc > 0 ? SF_ERR_CORRUPT : SF_ERR_IO,
+                        "short read at offset %" PRIu64 "%s%s", off + got, rc < 0 ? ": " : "",
+                        rc < 0 ? strerror(errno) : "");
     return SF_OK;
 }
 

@@ -10,6 +10,7 @@
 #include "common/endian.h"
 #include "common/file.h"
 #include "common/strbuf.h"
+#include "common/io.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -501,22 +502,6 @@ void sf__dc_writer_abort(struct sf__dc_writer *w, int keep_part)
     writer_free(w);
 }
 
-static int write_all(int fd, const void *p, size_t n, uint64_t off)
-{
-    const char *c = p;
-    while (n) {
-        ssize_t r = pwrite(fd, c, n, (off_t)off);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return -1;
-        c += r;
-        n -= (size_t)r;
-        off += (uint64_t)r;
-    }
-    return 0;
-}
-
 /* Removes every other ETag of the key once a new one is published. */
 static void remove_other_versions(struct sf__disk_cache *dc, const char *kh, const char *keep)
 {
@@ -583,8 +568,8 @@ sf_status sf__dc_writer_publish(struct sf__dc_writer *w, const char *url,
     if (st != SF_OK)
         goto fail;
     size_t ml = strlen(mj);
-    if (write_all(w->fd, mj, ml, w->size) != 0 ||
-        write_all(w->fd, t, sizeof(t), w->size + ml) != 0 ||
+    if (sf__pwrite_full(w->fd, mj, ml, w->size, NULL) != 0 ||
+        sf__pwrite_full(w->fd, t, sizeof(t), w->size + ml, NULL) != 0 ||
         ftruncate(w->fd, (off_t)(w->size + ml + sizeof(t))) != 0) {
         st = sf__fail(err, err_len, SF_ERR_IO, "cannot write the cache entry for %s: %s", url,
                       strerror(errno));

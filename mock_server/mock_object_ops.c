@@ -14,6 +14,7 @@
 #include "s3/sigv4.h"
 #include "common/clock.h"
 #include "common/file.h"
+#include "common/io.h"
 #include "common/strbuf.h"
 
 #include <errno.h>
@@ -607,15 +608,8 @@ int mock_put_consume(struct request *rq, const char *data, size_t n)
         rq->up_too_large = 1;
         return -1;
     }
-    size_t off = 0;
-    while (off < n) {
-        ssize_t w = write(rq->up_fd, data + off, n - off);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
-        off += (size_t)w;
-    }
+    if (sf__write_full(rq->up_fd, data, n, NULL) != 0)
+        return -1;
     EVP_DigestUpdate(rq->up_md5, data, n);
     EVP_DigestUpdate(rq->up_sha, data, n);
     if (rq->up_ck_on)

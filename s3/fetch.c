@@ -78,10 +78,9 @@ sf_status sf__fetch_layout(struct sf__engine *e, struct sf_fetch *f, uint64_t si
             return SF_ERR_LIMIT;
         }
         if (!f->buf) {
-            if (total > e->cfg.max_object_bytes) {
-                snprintf(msg, msg_len,
-                         "%s: %" PRIu64 " bytes exceed max_object_bytes (%" PRIu64 ")",
-                         f->loc.display, total, e->cfg.max_object_bytes);
+            if (total > e->cfg.opt.max_object_bytes) {
+                snprintf(msg, msg_len, "%s: %" PRIu64 " bytes exceed max_object_bytes (%llu)",
+                         f->loc.display, total, e->cfg.opt.max_object_bytes);
                 return SF_ERR_LIMIT;
             }
             f->buf = malloc(total ? total : 1);
@@ -100,7 +99,7 @@ sf_status sf__fetch_layout(struct sf__engine *e, struct sf_fetch *f, uint64_t si
      * those multiples, so a cache's 4 MiB checksum blocks each fall in one
      * range when chunk_bytes is a multiple of 4 MiB (hashed as they arrive).
      */
-    uint64_t chunk = e->cfg.chunk_bytes;
+    uint64_t chunk = e->cfg.opt.chunk_bytes;
     uint64_t end = f->offset + total;
     uint64_t head_end = f->offset + (total < f->first_bytes ? total : f->first_bytes);
     size_t n = 0;
@@ -186,8 +185,8 @@ sf_status sf__engine_fetch(struct sf__engine *e, const struct sf__locator *loc,
     if (!f)
         return SF_ERR_NO_MEMORY;
     f->e = e;
-    if (f->first_bytes > e->cfg.chunk_bytes)
-        f->first_bytes = e->cfg.chunk_bytes;
+    if (f->first_bytes > e->cfg.opt.chunk_bytes)
+        f->first_bytes = e->cfg.opt.chunk_bytes;
     if (sf__locator_copy(loc, &f->loc) != SF_OK) {
         sf_fetch_destroy(f);
         return SF_ERR_NO_MEMORY;

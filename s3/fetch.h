@@ -57,25 +57,12 @@ typedef sf_status (*sf__prepare_fn)(void *user, const struct sf__req_spec *spec,
 typedef void (*sf__invalidate_fn)(void *user);
 
 struct sf__engine_config {
-    unsigned concurrency; /* in flight in total, over all I/O threads */
-    unsigned io_threads;  /* 1..; capped at concurrency */
-    uint64_t chunk_bytes;
-    unsigned max_attempts;
-    unsigned retry_base_ms;
-    unsigned throttle_base_ms;
-    unsigned retry_cap_ms;
-    unsigned retry_quota;
-    unsigned stall_timeout_ms;
-    unsigned connect_timeout_ms;
-    unsigned first_byte_timeout_ms; /* 0 = off */
-    unsigned request_timeout_ms;    /* no byte across attempts; 0 = off */
-    uint64_t max_object_bytes;
-    const char *ca_bundle; /* copied */
-    int insecure;
-    int http2;
-    sf_log_fn log;
-    void *log_user;
-    enum sf_log_level log_level;
+    /* The client's options, resolved: io_threads 1.. (capped at concurrency,
+     * which counts requests in flight over all I/O threads), ca_bundle the
+     * file in use or NULL (copied), max_object_bytes not 0. The engine reads
+     * no other string of them (endpoint, region and credentials are
+     * prepare's). */
+    struct sf_s3_options opt;
     sf__prepare_fn prepare;
     sf__invalidate_fn invalidate;
     void *user;

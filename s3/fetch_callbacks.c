@@ -5,6 +5,7 @@
  */
 #include "s3/fetch_internal.h"
 #include "common/clock.h"
+#include "common/io.h"
 #include "common/text.h"
 
 #include <errno.h>
@@ -247,17 +248,12 @@ static int dest_put(struct xfer *x, const unsigned char *data, size_t n)
     uint64_t dest = at - f->offset;
     const unsigned char *placed = data;
     if (f->fd >= 0) {
-        size_t done = 0;
-        while (done < n) {
-            ssize_t w = pwrite(f->fd, data + done, n - done, (off_t)(f->file_offset + dest + done));
-            if (w < 0 && errno == EINTR)
-                continue;
-            if (w <= 0) {
-                set_abort(x, AB_IO, "write at file offset %" PRIu64 ": %s",
-                          f->file_offset + dest + done, w < 0 ? strerror(errno) : "no progress");
-                return -1;
-            }
-            done += (size_t)w;
+        size_t done;
+        int rc = sf__pwrite_full(f->fd, data, n, f->file_offset + dest, &done);
+        if (rc) {
+            set_abort(x, AB_IO, "write at file offset %" PRIu64 ": %s",
+                      f->file_offset + dest + done, rc < 0 ? strerror(errno) : "no progress");
+            return -1;
         }
     } else {
         memcpy(f->buf + dest, data, n);
@@ -358,7 +354,7 @@ int sf__on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t u
             x->quiet_since_ns = now;
         return 0;
     }
-    const struct sf__engine_config *c = &x->e->cfg;
+    const struct sf_s3_options *c = &x->e->cfg.opt;
     uint64_t rt_ns = (uint64_t)c->request_timeout_ms * 1000000ull;
     if (rt_ns && now - x->quiet_since_ns >= rt_ns) {
         set_abort(x, AB_SILENT, "no answer from %s for %u ms (request_timeout_ms, %u attempts)",

@@ -282,36 +282,36 @@ sf_status sf__engine_new(const struct sf__engine_config *c, struct sf__engine **
     if (!e)
         return SF_ERR_NO_MEMORY;
     e->cfg = *c;
-    if (e->cfg.concurrency < 1)
-        e->cfg.concurrency = 1;
-    if (e->cfg.chunk_bytes < 1)
-        e->cfg.chunk_bytes = 8u << 20;
-    if (e->cfg.max_attempts < 1)
-        e->cfg.max_attempts = 1;
-    e->ca_bundle = c->ca_bundle ? strdup(c->ca_bundle) : NULL;
-    e->cfg.ca_bundle = e->ca_bundle;
-    e->stats.concurrency_limit = e->cfg.concurrency;
-    e->stats.retry_tokens = e->cfg.retry_quota;
+    if (e->cfg.opt.concurrency < 1)
+        e->cfg.opt.concurrency = 1;
+    if (e->cfg.opt.chunk_bytes < 1)
+        e->cfg.opt.chunk_bytes = 8u << 20;
+    if (e->cfg.opt.max_attempts < 1)
+        e->cfg.opt.max_attempts = 1;
+    e->ca_bundle = c->opt.ca_bundle ? strdup(c->opt.ca_bundle) : NULL;
+    e->cfg.opt.ca_bundle = e->ca_bundle;
+    e->stats.concurrency_limit = e->cfg.opt.concurrency;
+    e->stats.retry_tokens = e->cfg.opt.retry_quota;
     e->rng = (uint64_t)sf__now_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)e;
     if (!e->rng)
         e->rng = 0x9E3779B97F4A7C15ull;
     struct sf__policy_config pc = {
-        .concurrency = e->cfg.concurrency,
-        .max_attempts = e->cfg.max_attempts,
-        .retry_base_ms = e->cfg.retry_base_ms,
-        .throttle_base_ms = e->cfg.throttle_base_ms,
-        .retry_cap_ms = e->cfg.retry_cap_ms,
-        .retry_quota = e->cfg.retry_quota,
+        .concurrency = e->cfg.opt.concurrency,
+        .max_attempts = e->cfg.opt.max_attempts,
+        .retry_base_ms = e->cfg.opt.retry_base_ms,
+        .throttle_base_ms = e->cfg.opt.throttle_base_ms,
+        .retry_cap_ms = e->cfg.opt.retry_cap_ms,
+        .retry_quota = e->cfg.opt.retry_quota,
         /* S3 asks clients to ramp up gradually; from 100/s a rank doubles
          * in about 0.14 s of successes (docs/transport.md, "Slow start") */
         .start_rps = SF__START_RPS,
     };
     int policy_ok = sf__policy_init(&e->policy, &pc, e->rng) == 0;
     /* no more threads than requests in flight: each has a share of them */
-    unsigned n = e->cfg.io_threads ? e->cfg.io_threads : 1;
-    if (n > e->cfg.concurrency)
-        n = e->cfg.concurrency;
-    e->share = (e->cfg.concurrency + n - 1) / n;
+    unsigned n = e->cfg.opt.io_threads ? e->cfg.opt.io_threads : 1;
+    if (n > e->cfg.opt.concurrency)
+        n = e->cfg.opt.concurrency;
+    e->share = (e->cfg.opt.concurrency + n - 1) / n;
     e->workers = calloc(n, sizeof(*e->workers));
     pthread_mutex_init(&e->lock, NULL);
     pthread_mutex_init(&e->sched, NULL);

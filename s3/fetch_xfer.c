@@ -23,7 +23,7 @@ elog(struct sf__engine *e, enum sf_log_level level, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    sf__vlog(e->cfg.log, e->cfg.log_user, e->cfg.log_level, level, fmt, ap);
+    sf__vlog(e->cfg.opt.log, e->cfg.opt.log_user, e->cfg.opt.log_level, level, fmt, ap);
     va_end(ap);
 }
 
@@ -141,8 +141,8 @@ static void attempt_release(struct sf__engine *e, struct xfer *x)
  * request's no-answer budget (request_timeout_ms) ends sooner. */
 static unsigned attempt_connect_ms(const struct sf__engine *e, const struct xfer *x, uint64_t now)
 {
-    unsigned ms = e->cfg.connect_timeout_ms;
-    uint64_t rt_ns = (uint64_t)e->cfg.request_timeout_ms * 1000000ull;
+    unsigned ms = e->cfg.opt.connect_timeout_ms;
+    uint64_t rt_ns = (uint64_t)e->cfg.opt.request_timeout_ms * 1000000ull;
     if (rt_ns) {
         uint64_t used = now - x->quiet_since_ns;
         uint64_t left_ms = used < rt_ns ? (rt_ns - used) / 1000000ull : 0;
@@ -238,7 +238,7 @@ sf_status sf__attempt_start(struct sf__engine *e, struct xfer *x)
     curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
     curl_easy_setopt(h, CURLOPT_BUFFERSIZE, EASY_BUFFER_SIZE);
     curl_easy_setopt(h, CURLOPT_HTTP_VERSION,
-                     e->cfg.http2 ? (long)CURL_HTTP_VERSION_2TLS : (long)CURL_HTTP_VERSION_1_1);
+                     e->cfg.opt.http2 ? (long)CURL_HTTP_VERSION_2TLS : (long)CURL_HTTP_VERSION_1_1);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)attempt_connect_ms(e, x, now0));
     curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, sf__on_header);
     curl_easy_setopt(h, CURLOPT_HEADERDATA, x);
@@ -247,15 +247,16 @@ sf_status sf__attempt_start(struct sf__engine *e, struct xfer *x)
     curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
     curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, sf__on_progress);
     curl_easy_setopt(h, CURLOPT_XFERINFODATA, x);
-    if (e->cfg.stall_timeout_ms || e->cfg.first_byte_timeout_ms || e->cfg.request_timeout_ms) {
+    if (e->cfg.opt.stall_timeout_ms || e->cfg.opt.first_byte_timeout_ms ||
+        e->cfg.opt.request_timeout_ms) {
         /* Backstop for sf__on_progress, and it makes curl revisit idle transfers
          * every second, which is what lets sf__on_progress see a stall or a
          * silent server. */
-        unsigned longest = e->cfg.stall_timeout_ms;
-        if (e->cfg.first_byte_timeout_ms > longest)
-            longest = e->cfg.first_byte_timeout_ms;
+        unsigned longest = e->cfg.opt.stall_timeout_ms;
+        if (e->cfg.opt.first_byte_timeout_ms > longest)
+            longest = e->cfg.opt.first_byte_timeout_ms;
         if (!longest)
-            longest = e->cfg.request_timeout_ms;
+            longest = e->cfg.opt.request_timeout_ms;
         long secs = (long)((longest + 999) / 1000);
         curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
         curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, secs + 1);
@@ -268,7 +269,7 @@ sf_status sf__attempt_start(struct sf__engine *e, struct xfer *x)
     }
     if (e->ca_bundle)
         curl_easy_setopt(h, CURLOPT_CAINFO, e->ca_bundle);
-    if (e->cfg.insecure) {
+    if (e->cfg.opt.insecure) {
         curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 0L);
         curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 0L);
     }
@@ -507,13 +508,14 @@ static void retry_or_fail(struct sf__engine *e, struct xfer *x, sf_status st, in
         sf__fail_xfer(e, x, st, msg);
         return;
     }
-    uint64_t rt_ns = (uint64_t)e->cfg.request_timeout_ms * 1000000ull;
+    uint64_t rt_ns = (uint64_t)e->cfg.opt.request_timeout_ms * 1000000ull;
     uint64_t now = sf__now_ns();
     if (rt_ns && x->quiet_since_ns && now + delay_ms * 1000000ull - x->quiet_since_ns >= rt_ns) {
         char msg[1024];
         snprintf(msg, sizeof(msg),
                  "%s%s: %s; no answer from %s for %u ms (request_timeout_ms, %u attempts)",
-                 sf__xfer_name(x), rng_txt, why, x->origin, e->cfg.request_timeout_ms, x->attempts);
+                 sf__xfer_name(x), rng_txt, why, x->origin, e->cfg.opt.request_timeout_ms,
+                 x->attempts);
         publish_limits(e);
         sf__fail_xfer(e, x, SF_ERR_TIMEOUT, msg);
         return;

@@ -15,6 +15,7 @@
 #include "shardfeed_s3.h"
 #include "common/strbuf.h"
 #include "common/file.h"
+#include "common/io.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -336,29 +337,16 @@ SF_API sf_status sf_s3_new(const struct sf_s3_options *o, struct sf_s3 **out, ch
     }
     if (st == SF_OK) {
         struct sf__engine_config ec = {
-            .concurrency = o->concurrency,
-            .io_threads = o->io_threads ? o->io_threads : sf__io_threads_default(),
-            .chunk_bytes = o->chunk_bytes,
-            .max_attempts = o->max_attempts,
-            .retry_base_ms = o->retry_base_ms,
-            .throttle_base_ms = o->throttle_base_ms,
-            .retry_cap_ms = o->retry_cap_ms,
-            .retry_quota = o->retry_quota,
-            .stall_timeout_ms = o->stall_timeout_ms,
-            .connect_timeout_ms = o->connect_timeout_ms,
-            .first_byte_timeout_ms = o->first_byte_timeout_ms,
-            .request_timeout_ms = o->request_timeout_ms,
-            .max_object_bytes = o->max_object_bytes ? o->max_object_bytes : (64ull << 30),
-            .ca_bundle = s3->ca_bundle,
-            .insecure = o->insecure,
-            .http2 = o->http2,
-            .log = o->log,
-            .log_user = o->log_user,
-            .log_level = o->log_level,
+            .opt = *o,
             .prepare = prepare,
             .invalidate = invalidate,
             .user = s3,
         };
+        if (!ec.opt.io_threads)
+            ec.opt.io_threads = sf__io_threads_default();
+        if (!ec.opt.max_object_bytes)
+            ec.opt.max_object_bytes = 64ull << 30;
+        ec.opt.ca_bundle = s3->ca_bundle;
         st = sf__engine_new(&ec, &s3->engine, err, err_len);
     }
     if (st != SF_OK) {
@@ -511,34 +499,23 @@ static sf_status read_local(struct sf_s3 *s3, const struct sf__locator *loc,
             unsigned char *to = dst ? dst + done : tmp;
             if (!dst && want > sizeof(tmp))
                 want = sizeof(tmp);
-            if (want > (1u << 30))
-                want = 1u << 30;
-            ssize_t r = pread(fd, to, want, (off_t)(o->offset + done));
-            if (r < 0 && errno == EINTR)
-                continue;
-            if (r <= 0) {
+            size_t got;
+            int rc = sf__pread_full(fd, to, want, o->offset + done, &got);
+            int read_errno = errno, wrc = 0;
+            /* what was read goes to the file before a stop is reported */
+            if (!dst && got)
+                wrc = sf__pwrite_full(o->fd, tmp, got, o->file_offset + done, NULL);
+            if (wrc) {
+                snprintf(msg, sizeof(msg), "%s: write: %s", loc->display,
+                         wrc < 0 ? strerror(errno) : "no progress");
+                st = SF_ERR_IO;
+            } else if (rc) {
                 snprintf(msg, sizeof(msg), "%s: read at offset %" PRIu64 ": %s", loc->display,
-                         (uint64_t)(o->offset + done), r < 0 ? strerror(errno) : "file shrank");
-                st = r < 0 ? SF_ERR_IO : SF_ERR_CHANGED;
-                break;
+                         (uint64_t)(o->offset + done + got),
+                         rc < 0 ? strerror(read_errno) : "file shrank");
+                st = rc < 0 ? SF_ERR_IO : SF_ERR_CHANGED;
             }
-            if (!dst) {
-                size_t w = 0;
-                while (w < (size_t)r) {
-                    ssize_t k =
-                        pwrite(o->fd, tmp + w, (size_t)r - w, (off_t)(o->file_offset + done + w));
-                    if (k < 0 && errno == EINTR)
-                        continue;
-                    if (k <= 0) {
-                        snprintf(msg, sizeof(msg), "%s: write: %s", loc->display,
-                                 k < 0 ? strerror(errno) : "no progress");
-                        st = SF_ERR_IO;
-                        break;
-                    }
-                    w += (size_t)k;
-                }
-            }
-            done += (uint64_t)r;
+            done += got;
         }
     }
     if (fd >= 0)

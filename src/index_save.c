@@ -4,6 +4,7 @@
 #include "shardfeed_pack.h"
 #include "common/strbuf.h"
 #include "common/file.h"
+#include "common/io.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -32,18 +33,11 @@ static sf_status save_local(const char *path, const char *text, size_t len, char
         return st;
     }
     sf_status st = SF_OK;
-    size_t done = 0;
-    while (done < len) {
-        ssize_t w = write(fd, text + done, len - done);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0) {
-            st = sf__fail(err, err_len, SF_ERR_IO, "%s: write at byte %zu: %s", tmp, done,
-                          w < 0 ? strerror(errno) : "no progress");
-            break;
-        }
-        done += (size_t)w;
-    }
+    size_t done;
+    int rc = sf__write_full(fd, text, len, &done);
+    if (rc)
+        st = sf__fail(err, err_len, SF_ERR_IO, "%s: write at byte %zu: %s", tmp, done,
+                      rc < 0 ? strerror(errno) : "no progress");
     if (close(fd) != 0 && st == SF_OK)
         st = sf__fail(err, err_len, SF_ERR_IO, "%s: close: %s", tmp, strerror(errno));
     if (st == SF_OK && rename(tmp, path) != 0)

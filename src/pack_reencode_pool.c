@@ -7,6 +7,7 @@
 
 #include "src/pack_reencode.h"
 #include "common/file.h"
+#include "common/io.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -52,18 +53,12 @@ static sf_status slurp(const char *src, const struct entry *e, unsigned char **o
         st = SF_ERR_NO_MEMORY;
         snprintf(err, len, "%s: no memory for %" PRIu64 " bytes", abs, e->size);
     } else {
-        size_t got = 0;
-        while (st == SF_OK && got < e->size) {
-            ssize_t r = read(fd, buf + got, (size_t)e->size - got);
-            if (r < 0 && errno == EINTR)
-                continue;
-            if (r <= 0) {
-                snprintf(err, len, "%s: read at offset %zu: %s", abs, got,
-                         r < 0 ? strerror(errno) : "the file shrank");
-                st = r < 0 ? SF_ERR_IO : SF_ERR_CHANGED;
-            } else {
-                got += (size_t)r;
-            }
+        size_t got;
+        int rc = sf__read_full(fd, buf, (size_t)e->size, &got);
+        if (rc) {
+            snprintf(err, len, "%s: read at offset %zu: %s", abs, got,
+                     rc < 0 ? strerror(errno) : "the file shrank");
+            st = rc < 0 ? SF_ERR_IO : SF_ERR_CHANGED;
         }
     }
     if (fd >= 0)

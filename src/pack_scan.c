@@ -7,6 +7,7 @@
 #include "common/grow.h"
 #include "common/strv.h"
 #include "common/file.h"
+#include "common/io.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -351,18 +352,13 @@ sf_status sf__pack_open_source(struct packer *p, const struct entry *e, char **a
 sf_status sf__pack_read_exact(struct packer *p, int fd, const char *abs, unsigned char *dst,
                               size_t n, uint64_t at)
 {
-    size_t got = 0;
-    while (got < n) {
-        ssize_t r = read(fd, dst + got, n - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0)
-            return sf__pack_fail(p, SF_ERR_IO, "%s: read at offset %" PRIu64 ": %s", abs, at + got,
-                                 strerror(errno));
-        if (r == 0)
-            return sf__pack_fail(p, SF_ERR_CHANGED,
-                                 "%s: shrank while packing (at offset %" PRIu64 ")", abs, at + got);
-        got += (size_t)r;
-    }
+    size_t got;
+    int rc = sf__read_full(fd, dst, n, &got);
+    if (rc < 0)
+        return sf__pack_fail(p, SF_ERR_IO, "%s: read at offset %" PRIu64 ": %s", abs, at + got,
+                             strerror(errno));
+    if (rc > 0)
+        return sf__pack_fail(p, SF_ERR_CHANGED, "%s: shrank while packing (at offset %" PRIu64 ")",
+                             abs, at + got);
     return SF_OK;
 }

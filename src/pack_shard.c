@@ -5,6 +5,7 @@
  */
 #include "src/pack_internal.h"
 #include "common/file.h"
+#include "common/io.h"
 #include "common/grow.h"
 
 #include <errno.h>
@@ -19,17 +20,10 @@
 
 sf_status sf__pack_write_all(struct packer *p, struct shard *s, const void *data, size_t n)
 {
-    const unsigned char *c = data;
-    while (n > 0) {
-        ssize_t w = write(s->fd, c, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return sf__pack_fail(p, SF_ERR_IO, "%s: write: %s", s->tmp_path,
-                                 w < 0 ? strerror(errno) : "no progress");
-        c += w;
-        n -= (size_t)w;
-    }
+    int rc = sf__write_full(s->fd, data, n, NULL);
+    if (rc)
+        return sf__pack_fail(p, SF_ERR_IO, "%s: write: %s", s->tmp_path,
+                             rc < 0 ? strerror(errno) : "no progress");
     return SF_OK;
 }
 

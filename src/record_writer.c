@@ -4,6 +4,7 @@
 
 #include "common/strbuf.h"
 #include "common/endian.h"
+#include "common/io.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -77,19 +78,12 @@ static sf_status emit_bytes(struct sf__record_writer *w, const void *data, size_
         w->mem_len += n;
         break;
     case DEST_FD: {
-        const unsigned char *p = data;
-        size_t left = n;
-        while (left) {
-            ssize_t k = write(w->o.fd, p, left);
-            if (k < 0 && errno == EINTR)
-                continue;
-            if (k <= 0)
-                return wfail(w, SF_ERR_IO, "write at offset %llu: %s",
-                             (unsigned long long)(w->written + (n - left)),
-                             k < 0 ? strerror(errno) : "no progress");
-            p += k;
-            left -= (size_t)k;
-        }
+        size_t done;
+        int rc = sf__write_full(w->o.fd, data, n, &done);
+        if (rc)
+            return wfail(w, SF_ERR_IO, "write at offset %llu: %s",
+                         (unsigned long long)(w->written + done),
+                         rc < 0 ? strerror(errno) : "no progress");
         break;
     }
     case DEST_FILE:
