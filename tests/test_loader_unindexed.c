@@ -58,6 +58,21 @@ static void rank_options(struct sf_loader_options *o, const char *const *sources
     o->learned_counts = 0;
 }
 
+/* Sets l to epoch, which must be exact from its start (every shard's count
+ * learned: its size known and, when logged is not NULL, logged holds in the
+ * kept log), then runs it to its end into e. */
+static void run_exact_epoch(struct sf_loader *l, uint64_t epoch, const char *logged,
+                            struct epoch_log *e)
+{
+    cr_assert_eq(sf_loader_set_epoch(l, epoch), SF_OK, "%s", sf_loader_errmsg(l));
+    if (logged)
+        cr_assert(log_has(logged), "epoch %llu should be exact: %s", (unsigned long long)epoch,
+                  log_text);
+    cr_assert_eq(sf_loader_epoch_size_known(l), 1, "epoch %llu is estimated",
+                 (unsigned long long)epoch);
+    cr_assert_eq(run_epoch(l, e, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
+}
+
 Test(loader, unindexed_one_rank_streams_every_sample_once_and_learns_counts)
 {
     struct sf_loader_options o;
@@ -210,10 +225,8 @@ Test(loader, unindexed_drop_last_one_rank_delivers_only_full_batches)
         /* The two samples of the short tail hold no shard open. */
         cr_assert_eq(shards_open_after_settling(l), 0u, "shards still open after the epoch");
         /* The next epoch is exact (the counts were learned) and drops the same tail. */
-        cr_assert_eq(sf_loader_set_epoch(l, 1), SF_OK, "%s", sf_loader_errmsg(l));
-        cr_assert_eq(sf_loader_epoch_size_known(l), 1);
         struct epoch_log e1;
-        cr_assert_eq(run_epoch(l, &e1, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
+        run_exact_epoch(l, 1, NULL, &e1);
         cr_assert_eq(e1.batches, 8u);
         free(e.seen);
         free(e1.seen);
@@ -239,11 +252,8 @@ Test(loader, unindexed_empty_object_does_not_keep_the_next_epoch_estimated)
     struct epoch_log e;
     cr_assert_eq(run_epoch(l, &e, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
     cr_assert_eq(e.images, 60u);
-    cr_assert_eq(sf_loader_set_epoch(l, 1), SF_OK, "%s", sf_loader_errmsg(l));
-    cr_assert(log_has("every shard's sample count is known: exact"), "epoch 1 should be exact: %s",
-              log_text);
     struct epoch_log e1;
-    cr_assert_eq(run_epoch(l, &e1, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
+    run_exact_epoch(l, 1, "every shard's sample count is known: exact", &e1);
     cr_assert_eq(e1.images, 60u);
     free(e.seen);
     free(e1.seen);
@@ -371,11 +381,8 @@ Test(loader, learned_counts_in_the_cache_dir_make_a_later_run_exact_at_open)
     for (unsigned i = 0; i < 120; i++)
         cr_assert_eq(head.seen[i] + again.seen[i], 1, "sample %u", i);
     log_clear();
-    cr_assert_eq(sf_loader_set_epoch(l, 1), SF_OK, "%s", sf_loader_errmsg(l));
-    cr_assert(log_has("is known: exact"), "%s", log_text);
-    cr_assert_eq(sf_loader_epoch_size_known(l), 1);
     struct epoch_log e1;
-    cr_assert_eq(run_epoch(l, &e1, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
+    run_exact_epoch(l, 1, "is known: exact", &e1);
     for (unsigned i = 0; i < 120; i++)
         cr_assert_eq(e1.seen[i], 1, "epoch 1: sample %u", i);
     free(head.seen);
