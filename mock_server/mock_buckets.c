@@ -7,10 +7,9 @@
 #include "mock_server/objects.h"
 #include "s3/sigv4.h"
 #include "s3/uri.h"
-#include "common/grow.h"
+#include "common/dirnames.h"
 #include "common/strbuf.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -19,36 +18,23 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* sf__dirnames filter: the server root's entries that are buckets. */
+static int keep_bucket(const char *dir, const char *name, void *store)
+{
+    (void)dir;
+    return mock_bucket_name_valid(name) && mock_bucket_exists(store, name);
+}
+
 enum MHD_Result mock_op_list_buckets(struct request *rq, struct MHD_Connection *conn)
 {
     struct mock_server *srv = rq->srv;
     struct s3_error e = {0};
-    DIR *d = opendir(mock_store_root(srv->store));
-    if (!d) {
+    char **names = NULL;
+    size_t n = 0;
+    if (sf__dirnames(mock_store_root(srv->store), keep_bucket, srv->store, &names, &n) != 0) {
         mock_set_error(&e, 500, "InternalError", "Cannot read the server root");
         return mock_respond_error(rq, conn, &e, NULL);
     }
-    char **names = NULL;
-    size_t n = 0, cap = 0;
-    struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
-        if (!mock_bucket_name_valid(de->d_name) || !mock_bucket_exists(srv->store, de->d_name))
-            continue;
-        char **nn = sf__grow(names, n, &cap, sizeof(*nn), 16);
-        if (!nn)
-            break;
-        names = nn;
-        names[n] = strdup(de->d_name);
-        if (names[n])
-            n++;
-    }
-    closedir(d);
-    for (size_t i = 1; i < n; i++) /* few buckets: insertion sort */
-        for (size_t j = i; j > 0 && strcmp(names[j - 1], names[j]) > 0; j--) {
-            char *t = names[j];
-            names[j] = names[j - 1];
-            names[j - 1] = t;
-        }
     struct sf__strbuf b;
     sf__strbuf_init(&b, 0);
     sf__strbuf_puts(&b, XML_DECL
@@ -65,9 +51,8 @@ enum MHD_Result mock_op_list_buckets(struct request *rq, struct MHD_Connection *
         mock_xml_elem(&b, "Name", names[i], 0);
         mock_xml_elem(&b, "CreationDate", when, 0);
         sf__strbuf_puts(&b, "</Bucket>");
-        free(names[i]);
     }
-    free(names);
+    sf__strv_free(names, n);
     sf__strbuf_puts(&b, "</Buckets></ListAllMyBucketsResult>");
     return mock_respond_buffer(rq, conn, 200, "application/xml", &b, NULL);
 }

@@ -1,5 +1,6 @@
 #include <criterion/criterion.h>
 
+#include "common/dirnames.h"
 #include "common/file.h"
 
 #include <errno.h>
@@ -183,4 +184,45 @@ Test(common_file, dropped_pages_leave_the_process_and_read_back_unchanged)
     munmap((void *)m, SIZE);
     free(want);
     unlink(path);
+}
+
+static int not_c(const char *dir, const char *name, void *user)
+{
+    cr_expect_str_eq(dir, (const char *)user, "the filter is told the folder");
+    return strcmp(name, "c") != 0;
+}
+
+Test(common_file, dirnames_are_filtered_and_sorted_without_dot_entries)
+{
+    char dir[] = "/tmp/sf-test-dirnames-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    const char *files[] = {"b", "c", ".hidden", "a10", "a2"};
+    char path[128];
+    for (size_t i = 0; i < 5; i++) {
+        snprintf(path, sizeof(path), "%s/%s", dir, files[i]);
+        int fd = open(path, O_WRONLY | O_CREAT, 0600);
+        cr_assert_geq(fd, 0);
+        close(fd);
+    }
+    char **names;
+    size_t n;
+    cr_assert_eq(sf__dirnames(dir, not_c, dir, &names, &n), 0);
+    const char *want[] = {".hidden", "a10", "a2", "b"};
+    cr_assert_eq(n, 4u);
+    for (size_t i = 0; i < n; i++)
+        cr_expect_str_eq(names[i], want[i]);
+    sf__strv_free(names, n);
+    cr_assert_eq(sf__dirnames(dir, NULL, NULL, &names, &n), 0);
+    cr_expect_eq(n, 5u, "no filter: every name but . and ..");
+    sf__strv_free(names, n);
+    for (size_t i = 0; i < 5; i++) {
+        snprintf(path, sizeof(path), "%s/%s", dir, files[i]);
+        unlink(path);
+    }
+    rmdir(dir);
+    errno = 0;
+    cr_expect_eq(sf__dirnames(dir, NULL, NULL, &names, &n), -1, "a missing folder");
+    cr_expect_eq(errno, ENOENT);
+    cr_expect_null(names);
+    cr_expect_eq(n, 0u);
 }

@@ -7,10 +7,10 @@
 
 #include <criterion/criterion.h>
 
+#include "common/dirnames.h"
 #include "s3/sigv4.h"
 
 #include <cjson/cJSON.h>
-#include <dirent.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <pthread.h>
@@ -338,35 +338,27 @@ static void verify_case(const char *dir, const struct signed_case *sc)
     free(wire.buf);
 }
 
-static int name_cmp(const void *a, const void *b)
+/* sf__dirnames filter: the suite's case folders (those with a request.txt). */
+static int is_case(const char *suite, const char *name, void *user)
 {
-    return strcmp(*(char *const *)a, *(char *const *)b);
+    (void)user;
+    if (name[0] == '.')
+        return 0;
+    char probe[1024];
+    int n = snprintf(probe, sizeof probe, "%s/%s/request.txt", suite, name);
+    cr_assert(n > 0 && (size_t)n < sizeof probe);
+    FILE *f = fopen(probe, "rb");
+    if (f)
+        fclose(f);
+    return f != NULL;
 }
 
 Test(sigv4, aws_test_suite)
 {
-    DIR *d = opendir(SUITE_DIR);
-    cr_assert_not_null(d, "test data folder %s is missing", SUITE_DIR);
-    char *names[128];
-    size_t n_names = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.')
-            continue;
-        char probe[1024];
-        int n = snprintf(probe, sizeof probe, "%s/%s/request.txt", SUITE_DIR, e->d_name);
-        cr_assert(n > 0 && (size_t)n < sizeof probe);
-        FILE *f = fopen(probe, "rb");
-        if (!f)
-            continue;
-        fclose(f);
-        cr_assert_lt(n_names, sizeof names / sizeof names[0]);
-        names[n_names] = strdup(e->d_name);
-        cr_assert_not_null(names[n_names]);
-        n_names++;
-    }
-    closedir(d);
-    qsort(names, n_names, sizeof names[0], name_cmp);
+    char **names;
+    size_t n_names;
+    cr_assert_eq(sf__dirnames(SUITE_DIR, is_case, NULL, &names, &n_names), 0,
+                 "test data folder %s is missing", SUITE_DIR);
 
     size_t as_is = 0, not_normalized = 0;
     for (size_t i = 0; i < n_names; i++) {
@@ -422,8 +414,8 @@ Test(sigv4, aws_test_suite)
         }
         free(want_creq);
         signed_case_free(&sc);
-        free(names[i]);
     }
+    sf__strv_free(names, n_names);
     cr_expect_eq(n_names, SUITE_CASES_TOTAL, "cases found on disk");
     cr_expect_eq(as_is, SUITE_CASES_AS_IS, "cases checked against the suite's output");
     cr_expect_eq(not_normalized, SUITE_CASES_NOT_NORMALIZED, "cases checked as not normalized");

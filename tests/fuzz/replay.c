@@ -9,9 +9,8 @@
  * ran (a crash aborts), 1 when an input cannot be read or there was none. */
 #include "fuzz.h"
 
-#include "common/grow.h"
+#include "common/dirnames.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <sys/stat.h>
 
@@ -59,36 +58,23 @@ static int run_file(const char *path)
     return 0;
 }
 
-static int cmp_names(const void *a, const void *b)
+/* sf__dirnames filter: not ., .., .gitkeep. */
+static int not_hidden(const char *dir, const char *name, void *user)
 {
-    return strcmp(*(char *const *)a, *(char *const *)b);
+    (void)dir;
+    (void)user;
+    return name[0] != '.';
 }
 
 /* Runs every regular file of dir, in name order; returns how many, -1 on error. */
 static long run_dir(const char *dir)
 {
-    DIR *d = opendir(dir);
-    if (!d) {
+    char **names;
+    size_t n;
+    if (sf__dirnames(dir, not_hidden, NULL, &names, &n) != 0) {
         fprintf(stderr, "replay: %s: %s\n", dir, strerror(errno));
         return -1;
     }
-    char **names = NULL;
-    size_t n = 0, cap = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.')
-            continue; /* ., .., .gitkeep */
-        char **nn = sf__grow(names, n, &cap, sizeof(*names), 64);
-        if (!nn)
-            break;
-        names = nn;
-        names[n] = strdup(e->d_name);
-        if (names[n])
-            n++;
-    }
-    closedir(d);
-    if (n)
-        qsort(names, n, sizeof(*names), cmp_names);
     long ran = 0;
     for (size_t i = 0; i < n; i++) {
         char path[4096];
@@ -100,9 +86,8 @@ static long run_dir(const char *dir)
             else if (ran >= 0)
                 ran++;
         }
-        free(names[i]);
     }
-    free(names);
+    sf__strv_free(names, n);
     return ran;
 }
 
