@@ -9,8 +9,8 @@
 #include "cache/fdlock.h"
 #include "common/endian.h"
 #include "common/file.h"
-#include "common/strbuf.h"
 #include "common/io.h"
+#include "common/strbuf.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -185,6 +185,14 @@ void base_options(struct sf_loader_options *o, const char *const *sources, size_
 }
 
 const char *shards_src[1] = {shards};
+
+void rank_options(struct sf_loader_options *o, const char *const *sources, size_t n, int rank,
+                  int world_size)
+{
+    base_options(o, sources, n);
+    o->sampler.rank = rank;
+    o->sampler.world_size = world_size;
+}
 const char *bucket_src[1] = {"s3://bucket/data/"};
 
 void local_options(struct sf_loader_options *o, unsigned n, unsigned long long shard_bytes)

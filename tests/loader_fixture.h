@@ -55,6 +55,9 @@ void remove_bucket_index(void);
 
 /* 16 per batch, 32 x 24 images, seed 7, the txt field, host delivery. */
 void base_options(struct sf_loader_options *o, const char *const *sources, size_t n);
+/* base_options, as rank of world_size ranks. */
+void rank_options(struct sf_loader_options *o, const char *const *sources, size_t n, int rank,
+                  int world_size);
 /* base_options for one source on the mock, fast retries, 16 KiB chunks;
  * cache_dir NULL = RAM only. */
 void s3_options(struct sf_loader_options *o, const char *const *src, const char *cache_dir);

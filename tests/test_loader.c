@@ -111,9 +111,7 @@ Test(loader, ranks_split_the_epoch_without_overlap)
     unsigned sizes[3];
     for (int r = 0; r < 3; r++) {
         struct sf_loader_options o;
-        base_options(&o, shards_src, 1);
-        o.sampler.rank = r;
-        o.sampler.world_size = 3;
+        rank_options(&o, shards_src, 1, r, 3);
         struct sf_loader *l = open_loader(&o);
         struct epoch_log e;
         cr_assert_eq(run_epoch(l, &e, 0), SF_END_OF_EPOCH);
@@ -626,9 +624,7 @@ Test(loader, pads_of_mapped_shards_read_images_back_after_their_pages_were_dropp
     unsigned pads = 0, images = 0;
     for (int r = 0; r < 3; r++) {
         struct sf_loader_options o;
-        base_options(&o, shards_src, 1);
-        o.sampler.rank = r;
-        o.sampler.world_size = 3;
+        rank_options(&o, shards_src, 1, r, 3);
         o.image.crop = SF_CROP_CENTER;
         struct sf_loader *l = open_loader(&o);
         struct epoch_log e;

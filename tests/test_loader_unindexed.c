@@ -43,15 +43,12 @@ static void unindexed_local_options(struct sf_loader_options *o, unsigned n,
     remove_index(shards);
 }
 
-/* base_options for rank of world ranks under policy, without learned counts
- * (so an unindexed epoch's size is estimated); shuffle, when not 0, is the
- * shuffle buffer. */
-static void rank_options(struct sf_loader_options *o, const char *const *sources, size_t n,
-                         int rank, unsigned world, int policy, unsigned shuffle)
+/* rank_options under policy, without learned counts (so an unindexed
+ * epoch's size is estimated); shuffle, when not 0, is the shuffle buffer. */
+static void estimated_options(struct sf_loader_options *o, const char *const *sources, size_t n,
+                              int rank, unsigned world, int policy, unsigned shuffle)
 {
-    base_options(o, sources, n);
-    o->sampler.rank = rank;
-    o->sampler.world_size = world;
+    rank_options(o, sources, n, rank, (int)world);
     o->sampler.policy = (enum sf_epoch_policy)policy;
     if (shuffle)
         o->sampler.shuffle_buffer = shuffle;
@@ -116,7 +113,7 @@ Test(loader, unindexed_ranks_deliver_the_same_number_of_batches)
         unsigned char *seen = calloc(230, 1);
         for (int rank = 0; rank < 3; rank++) {
             struct sf_loader_options o;
-            rank_options(&o, shards_src, 1, rank, 3, policy, 0);
+            estimated_options(&o, shards_src, 1, rank, 3, policy, 0);
             struct sf_loader *l = open_loader(&o);
             cr_assert_eq(sf_loader_epoch_size_known(l), 1, "equalised ranks know their size");
             uint64_t want = sf_loader_epoch_batches(l);
@@ -282,7 +279,7 @@ Test(loader, unindexed_ranks_with_wrong_estimates_pad_and_drop_to_equal_batches)
             uint64_t digest[2];
             for (unsigned t = 0; t < 2; t++) {
                 struct sf_loader_options o;
-                rank_options(&o, shards_src, 1, rank, 2, policy, 20);
+                estimated_options(&o, shards_src, 1, rank, 2, policy, 20);
                 o.sampler.seed = seed;
                 o.decode_threads = t ? 4 : 1;
                 struct sf_loader *l = open_loader(&o);
@@ -437,9 +434,7 @@ Test(loader, indexed_drop_policy_counts_the_samples_it_drops)
     unsigned real_total = 0, dropped_total = 0, batches[3];
     for (int rank = 0; rank < 3; rank++) {
         struct sf_loader_options o;
-        base_options(&o, shards_src, 1);
-        o.sampler.rank = rank;
-        o.sampler.world_size = 3;
+        rank_options(&o, shards_src, 1, rank, 3);
         o.sampler.policy = SF_EPOCH_DROP;
         struct sf_loader *l = open_loader(&o);
         struct epoch_log e;
@@ -496,9 +491,7 @@ Test(loader, unindexed_set_epoch_mid_epoch_starts_the_next_one_cleanly)
         unsigned batches[2] = {0, 0};
         for (int rank = 0; rank < world; rank++) {
             struct sf_loader_options o;
-            base_options(&o, shards_src, 1);
-            o.sampler.rank = rank;
-            o.sampler.world_size = world;
+            rank_options(&o, shards_src, 1, rank, world);
             o.learned_counts = 0; /* epoch 1 on estimates too */
             struct sf_loader *l = open_loader(&o);
             struct epoch_log part;
@@ -531,7 +524,7 @@ Test(loader, unindexed_ranks_resume_mid_epoch_with_pads_and_drops)
     unsigned pads = 0, drops = 0;
     for (int rank = 0; rank < 2; rank++) {
         struct sf_loader_options o;
-        rank_options(&o, shards_src, 1, rank, 2, SF_EPOCH_PAD, 20);
+        estimated_options(&o, shards_src, 1, rank, 2, SF_EPOCH_PAD, 20);
         o.batch_size = 8;
         struct sf_loader *l = open_loader(&o);
         uint64_t total = sf_loader_epoch_batches(l);
@@ -598,7 +591,7 @@ Test(loader, unindexed_one_shard_per_rank_pads_by_reading_it_again)
         unsigned char *seen = calloc(30, 1);
         for (int rank = 0; rank < 2; rank++) {
             struct sf_loader_options o;
-            rank_options(&o, src, 2, rank, 2, policy, 8);
+            estimated_options(&o, src, 2, rank, 2, policy, 8);
             struct sf_loader *l = open_loader(&o);
             struct epoch_log e;
             cr_assert_eq(run_epoch(l, &e, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
@@ -655,7 +648,7 @@ Test(loader, unindexed_ranks_with_drop_last_deliver_full_batches_and_close_every
     unsigned batches[2];
     for (int rank = 0; rank < 2; rank++) {
         struct sf_loader_options o;
-        rank_options(&o, shards_src, 1, rank, 2, SF_EPOCH_PAD, 0);
+        estimated_options(&o, shards_src, 1, rank, 2, SF_EPOCH_PAD, 0);
         o.drop_last = 1;
         struct sf_loader *l = open_loader(&o);
         struct epoch_log e;
