@@ -75,6 +75,33 @@ static inline void sf__drop_mapped(const void *p, size_t n)
         madvise((void *)a, e - a, MADV_DONTNEED);
 }
 
+/* What one fault of a file mapping may map: the kernel maps the page cache
+ * around the faulting address (fault-around, 64 KiB by default), and since
+ * Linux 6.18 whole large folios of it, up to the page table that holds the
+ * address (2 MiB with 4 KiB pages), whatever the madvise advice. */
+static inline uintptr_t sf__fault_map_bytes(void)
+{
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    return page * (page / sizeof(void *)); /* one page table's reach */
+}
+
+/* The pages that reading bytes [from, to) of a file mapped at base (len
+ * bytes, base page-aligned) may have mapped: the range widened to the page
+ * tables it touches (sf__fault_map_bytes), kept inside the mapping. What
+ * sf__drop_mapped() should give back once those bytes are read. */
+static inline void sf__fault_span(const void *base, size_t len, uint64_t from, uint64_t to,
+                                  const void **p, size_t *n)
+{
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), w = sf__fault_map_bytes();
+    uintptr_t b = (uintptr_t)base, end = b + ((len + page - 1) & ~(page - 1));
+    uintptr_t lo = (b + (uintptr_t)from) & ~(w - 1);
+    uintptr_t hi = (b + (uintptr_t)to + w - 1) & ~(w - 1);
+    lo = lo < b ? b : lo;
+    hi = hi > end ? end : hi;
+    *p = (const void *)lo;
+    *n = hi > lo ? hi - lo : 0;
+}
+
 /* The status for a local file that cannot be opened or read: errno e is
  * ENOENT (SF_ERR_NOT_FOUND) or anything else (SF_ERR_IO). */
 static inline sf_status sf__errno_status(int e)

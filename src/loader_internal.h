@@ -67,6 +67,13 @@ struct sample_loc {
     char lbl_name[8];
     char *key; /* owned; never moves while the shard is open (workers read it) */
     unsigned long long offset;
+    /* The mapped pages to give back once decoded (drop_pages): what the
+     * decode's faults may have mapped (NULL for a small image,
+     * SF__DROP_MIN_BYTES), and the whole shard, swept every
+     * SF__DROP_SWEEP_EVERY decodes; both NULL when the shard is not a file
+     * mapping. */
+    const void *span, *whole;
+    size_t span_len, whole_len;
     unsigned char *owned; /* fields copied out of a reader-owned (zstd) record */
     struct {
         const unsigned char *p;
@@ -108,13 +115,21 @@ struct shard_slot {
     uint64_t beyond;     /* samples parsed at or past read_limit (dropped) */
     atomic_ullong refs;      /* deliveries left + decodes in flight */
     unsigned long long bytes_counted;
-    struct shard_slot *next; /* open list */
+    unsigned long long parse_dropped; /* bytes whose mapped pages the parse gave back */
+    atomic_uint decodes;              /* samples decoded (drop_pages) */
+    struct shard_slot *next;          /* open list */
 };
 
-/* Decoded images of at least this many bytes give their mapped pages back
- * (loader_workers.c drop_pages); smaller ones keep them: the syscall and
- * the TLB flush would cost more than the memory they hold. */
+/* Samples of file-mapped shards (local files, cache entries) whose image has
+ * at least this many bytes give back what their decode mapped (up to the
+ * page tables it touched, common/file.h) once decoded (loader_workers.c
+ * drop_pages); for smaller ones the syscall, the TLB flush and the
+ * neighbours' refaults would cost more than the memory one holds: every
+ * SF__DROP_SWEEP_EVERY samples decoded from a shard give back all its pages.
+ * The parse gives back what reading the headers mapped
+ * (sf__loader_shard_parse), whatever the sizes. */
 #define SF__DROP_MIN_BYTES (32u << 10)
+#define SF__DROP_SWEEP_EVERY 32u
 
 struct work {
     struct batch *b;

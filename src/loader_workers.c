@@ -164,18 +164,21 @@ static void shard_unref(struct sf_loader *l, struct shard_slot *sh)
 }
 
 /*
- * A decoded image's bytes are not read again from this mapping (a pad
- * re-reads them through the page cache), so the pages wholly inside it leave
- * this process: a mapped shard's resident size falls as its samples are
- * decoded instead of staying whole while the shuffle buffer still holds one
- * of them (docs/loader.md "Threads and memory"). Only where the shard is a
- * file mapping (a local file, a cache entry); a RAM-only download's buffer
- * is the only copy.
+ * A decoded sample's bytes are not read again from this mapping (a pad
+ * re-reads them through the page cache), so the pages its decode mapped
+ * leave this process: a mapped shard's resident size falls as its samples
+ * are decoded instead of staying whole while the shuffle buffer still holds
+ * one of them (docs/loader.md "Threads and memory"). The spans (set by the
+ * reader, only for file mappings: a RAM-only download's buffer is the only
+ * copy) may take a neighbour's pages too; reading them faults them back
+ * unchanged.
  */
-static void drop_pages(const struct shard_slot *sh, const unsigned char *p, size_t n)
+static void drop_pages(struct shard_slot *sh, const struct sample_loc *loc)
 {
-    if ((sh->map || sh->co) && n >= SF__DROP_MIN_BYTES)
-        sf__drop_mapped(p, n);
+    if (loc->span)
+        sf__drop_mapped(loc->span, loc->span_len);
+    if (loc->whole && (atomic_fetch_add(&sh->decodes, 1) + 1) % SF__DROP_SWEEP_EVERY == 0)
+        sf__drop_mapped(loc->whole, loc->whole_len);
 }
 
 static sf_status decode_one(struct sf_loader *l, struct sf_decoder *d, const struct work *w,
@@ -199,7 +202,6 @@ static sf_status decode_one(struct sf_loader *l, struct sf_decoder *d, const str
                  m);
         return st;
     }
-    drop_pages(w->sh, loc->img, loc->img_size);
     b->labels[w->slot] = -1;
     if (l->n_lbl && loc->lbl) {
         int64_t v;
@@ -250,6 +252,7 @@ static sf_status decode_one(struct sf_loader *l, struct sf_decoder *d, const str
         memcpy(x->p, loc->extra[e].p, loc->extra[e].n);
         x->len = loc->extra[e].n;
     }
+    drop_pages(w->sh, loc);
     return SF_OK;
 }
 

@@ -186,6 +186,33 @@ Test(common_file, dropped_pages_leave_the_process_and_read_back_unchanged)
     unlink(path);
 }
 
+/* A fault may map up to the page table around it: the span to give back
+ * covers the page tables the bytes touch and never leaves the mapping. */
+Test(common_file, fault_span_covers_the_page_tables_touched_inside_the_mapping)
+{
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), w = sf__fault_map_bytes();
+    cr_assert_eq(w, page * (page / sizeof(void *)));
+    /* a mapping that starts 3 pages after a page table's start and is 5
+     * tables and 7 bytes long (addresses only: nothing is read) */
+    const unsigned char *base = (const unsigned char *)(uintptr_t)(64 * w + 3 * page);
+    size_t len = 5 * w + 7;
+    const void *p;
+    size_t n;
+    sf__fault_span(base, len, 10, 20, &p, &n);
+    cr_expect_eq((uintptr_t)p, (uintptr_t)base, "not below the mapping");
+    cr_expect_eq((uintptr_t)p + n, 65 * w, "to the end of the first table");
+    sf__fault_span(base, len, w, w + 1, &p, &n);
+    cr_expect_eq((uintptr_t)p, 65 * w);
+    cr_expect_eq(n, w, "one table, around the byte");
+    sf__fault_span(base, len, w - 4 * page, 2 * w - 3 * page + 1, &p, &n);
+    cr_expect_eq((uintptr_t)p, (uintptr_t)base, "the first table from the mapping's start");
+    cr_expect_eq((uintptr_t)p + n, 67 * w, "to the end of the third table touched");
+    sf__fault_span(base, len, len - 1, len, &p, &n);
+    cr_expect_eq((uintptr_t)p, 69 * w);
+    cr_expect_eq((uintptr_t)p + n, (uintptr_t)base + ((len + page - 1) & ~(page - 1)),
+                 "not past the mapping's last page");
+}
+
 static int not_c(const char *dir, const char *name, void *user)
 {
     cr_expect_str_eq(dir, (const char *)user, "the filter is told the folder");

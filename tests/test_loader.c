@@ -19,6 +19,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -605,6 +606,77 @@ Test(loader, an_index_json_count_out_of_range_fails_the_open_naming_it)
     cr_expect_null(l);
     cr_expect(strstr(err, "index.json") && strstr(err, shard) && strstr(err, "\"samples\""),
               "the message does not name the index, %s and the field: %s", shard, err);
+    sf_loader_close(l);
+}
+
+/* The resident KiB of the file mappings whose path starts with prefix. */
+static long mapped_kib(const char *prefix)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    cr_assert(f);
+    char line[1024];
+    int in = 0;
+    long sum = 0, kib;
+    while (fgets(line, sizeof(line), f)) {
+        unsigned long lo, hi;
+        int at = 0;
+        if (sscanf(line, "%lx-%lx %*s %*s %*s %*s %n", &lo, &hi, &at) == 2 && at > 0)
+            in = strncmp(line + at, prefix, strlen(prefix)) == 0;
+        else if (in && sscanf(line, "Rss: %ld kB", &kib) == 1)
+            sum += kib;
+    }
+    fclose(f);
+    return sum;
+}
+
+/* Reading a header maps the page cache around it (64 KiB, or whole large
+ * folios since Linux 6.18), mostly the images that follow, and the shuffle
+ * buffer keeps every shard here open: unless the parse gives those pages
+ * back and each decode gives back what its faults mapped, the shards' pages
+ * pile up while their samples wait (96 samples of 62 KB: 4.2 MiB before the
+ * fix). At any moment only the decodes in flight (each within its own shard)
+ * and the parse of one shard may hold pages. */
+Test(loader, mapped_shards_hold_no_pages_for_samples_that_wait)
+{
+    local_dataset_sized(96, 512 << 10, -1, 800);
+    long img_min = LONG_MAX;
+    for (unsigned i = 0; i < n_samples; i++) {
+        char img[800];
+        struct stat sb;
+        snprintf(img, sizeof(img), "%s/src/s%05u.jpg", tmp, i);
+        cr_assert_eq(stat(img, &sb), 0, "%s", img);
+        img_min = sb.st_size < img_min ? sb.st_size : img_min;
+    }
+    cr_assert_geq(img_min, SF__DROP_MIN_BYTES, "every image gives its pages back once decoded");
+    struct sf_loader_options o;
+    base_options(&o, shards_src, 1);
+    o.batch_size = 2;
+    o.prefetch_batches = 2;
+    o.prefetch_shards = 16; /* every shard parsed early; the buffer keeps them open */
+    o.image.crop = SF_CROP_CENTER;
+    struct sf_loader *l = open_loader(&o);
+    long bound = ((long)o.decode_threads + 1) * 512; /* KiB: shards of at most 512 KiB */
+    long peak = 0;
+    unsigned images = 0, batches = 0;
+    int labels_ok = 1;
+    for (;;) {
+        struct epoch_log e;
+        sf_status st = run_epoch(l, &e, 1);
+        free(e.seen);
+        long kib = mapped_kib(shards);
+        peak = kib > peak ? kib : peak;
+        if (st == SF_END_OF_EPOCH)
+            break;
+        cr_assert_eq(st, SF_OK);
+        images += e.images;
+        labels_ok &= e.labels_ok;
+        batches++;
+    }
+    cr_expect_eq(images, 96u);
+    cr_expect(labels_ok, "every image read back has its class");
+    cr_log_info("mapped shard pages peaked at %ld KiB (bound %ld)", peak, bound);
+    cr_expect_leq(peak, bound, "mapped shard pages peaked at %ld KiB over %u batches (bound %ld)",
+                  peak, batches, bound);
     sf_loader_close(l);
 }
 
