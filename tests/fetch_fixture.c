@@ -109,6 +109,15 @@ unsigned char *put_object(const char *key, size_t n, unsigned seed)
     return mock_env_put(root, key, n, seed);
 }
 
+int open_scratch(const char *name)
+{
+    char path[900];
+    snprintf(path, sizeof(path), "%s/%s", tmp, name);
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    cr_assert(fd >= 0, "%s", path);
+    return fd;
+}
+
 size_t put_numbered_objects(const char *dir, size_t n, size_t first, size_t step, unsigned seed,
                             size_t range_bytes, unsigned char **want, size_t *size)
 {
@@ -147,6 +156,12 @@ void start_default(void)
     default_client();
 }
 
+unsigned char *start_with_object(const char *key, size_t n, unsigned seed)
+{
+    start_default();
+    return put_object(key, n, seed);
+}
+
 void sized_client(unsigned concurrency, size_t chunk_bytes)
 {
     struct sf_s3_options o;
@@ -164,6 +179,17 @@ sf_status fetch_sync(const char *url, const struct sf_fetch_options *o, struct s
         return st;
     cr_assert(*f);
     return sf_fetch_wait(*f, ~0ull, -1, p);
+}
+
+void expect_fetch_fails(const char *url, const struct sf_fetch_options *o, sf_status want,
+                        const char *frag)
+{
+    struct sf_fetch *f = NULL;
+    struct sf_fetch_progress p;
+    sf_status st = fetch_sync(url, o, &f, &p);
+    cr_expect_eq(st, want, "%s: %s, want %s", url, sf_status_name(st), sf_status_name(want));
+    cr_expect(strstr(sf_fetch_errmsg(f), frag), "%s: message: %s", url, sf_fetch_errmsg(f));
+    sf_fetch_destroy(f);
 }
 
 void expect_fetch_whole(const char *key, const unsigned char *want, size_t n,

@@ -56,12 +56,17 @@ void sha256(const void *p, size_t n, unsigned char out[32]);
     } while (0)
 /* Writes root/bucket/key with n pseudo-random bytes; returns them (malloc'd). */
 unsigned char *put_object(const char *key, size_t n, unsigned seed);
+/* tmp/name created empty (truncated if it exists), open for reading and
+ * writing: a destination for fetches into an fd. Close it. */
+int open_scratch(const char *name);
 
 /* The suite's client options: base, the mock's keys, 4 connections, 1 MiB
  * chunks, fast retries, a 1 s stall timeout. */
 void opts_init(struct sf_s3_options *o);
 /* start_mock(NULL) and default_client(). */
 void start_default(void);
+/* start_default() with one object: put_object(key, n, seed), returned. */
+unsigned char *start_with_object(const char *key, size_t n, unsigned seed);
 /* A client of the given concurrency and chunk size. */
 void sized_client(unsigned concurrency, size_t chunk_bytes);
 
@@ -76,6 +81,10 @@ void start_numbered_fetches(const char *dir, size_t n, struct sf_fetch **f);
 /* Starts and waits for the end of a fetch; the fetch is left in *f. */
 sf_status fetch_sync(const char *url, const struct sf_fetch_options *o, struct sf_fetch **f,
                      struct sf_fetch_progress *p);
+/* A fetch of url (options o, or NULL) that must fail with want, its message
+ * naming frag. */
+void expect_fetch_fails(const char *url, const struct sf_fetch_options *o, sf_status want,
+                        const char *frag);
 /* Fetches s3://bucket/key whole into engine memory and checks it against want. */
 void expect_fetch_whole(const char *key, const unsigned char *want, size_t n,
                         struct sf_fetch_progress *p);

@@ -18,6 +18,7 @@
 #include "src/decode.h"
 #include "src/gpu.h"
 #include "src/gpu_dev.h"
+#include "support/float_bits.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -57,13 +58,6 @@ static uint64_t rng_next(uint64_t *s)
     return *s;
 }
 
-static uint32_t bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
 static int differ_u8(const unsigned char *a, const unsigned char *b, size_t n, const char *what,
                      const char *names)
 {
@@ -79,12 +73,12 @@ static int differ_u8(const unsigned char *a, const unsigned char *b, size_t n, c
 static int differ_f32(const float *a, const float *b, size_t n, const char *what, const char *names)
 {
     for (size_t i = 0; i < n; i++)
-        if (bits(a[i]) != bits(b[i])) {
+        if (float_bits(a[i]) != float_bits(b[i])) {
             fprintf(stderr,
                     "gpu_diff: FAIL: %s: float %zu of %zu differs (%s): %a (0x%08x) vs %a "
                     "(0x%08x)\n",
-                    what, i, n, names, (double)a[i], (unsigned)bits(a[i]), (double)b[i],
-                    (unsigned)bits(b[i]));
+                    what, i, n, names, (double)a[i], (unsigned)float_bits(a[i]), (double)b[i],
+                    (unsigned)float_bits(b[i]));
             return 1;
         }
     return 0;

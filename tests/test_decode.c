@@ -176,13 +176,22 @@ static struct diff diff_to_naive(const unsigned char *got, const unsigned char *
     return df;
 }
 
-/* diff_to_naive is at most max per value and under mean on average. */
-static void expect_near_naive(const unsigned char *got, const unsigned char *full, unsigned W,
-                              struct sf__crop_box box, unsigned ow, unsigned oh, double max,
-                              double mean)
+/* Decodes j with o (HWC) and seed, and checks the result against the naive
+ * crop and resize of j's full decode: at most max per value and under mean
+ * on average. Returns where the crop came from. */
+static struct sf__decode_info expect_decode_near_naive(const struct sf_image_options *o,
+                                                       const struct jpeg *j, uint64_t seed,
+                                                       double max, double mean)
 {
-    struct diff df = diff_to_naive(got, full, W, box, ow, oh);
-    cr_assert(df.max <= max && df.mean < mean, "max %.2f mean %.3f", df.max, df.mean);
+    unsigned char *full = tj_decode(j, TJPF_RGB);
+    struct sf__decode_info info;
+    unsigned char *got = decode_ok(dec, o, j, seed, &info);
+    struct diff df = diff_to_naive(got, full, j->w, info.box, o->width, o->height);
+    cr_assert(df.max <= max && df.mean < mean, "seed %llu: max %.2f mean %.3f",
+              (unsigned long long)seed, df.max, df.mean);
+    free(got);
+    free(full);
+    return info;
 }
 
 /* ------------------------------------------------------------------ full decode == djpeg */
@@ -348,14 +357,9 @@ Test(decode, region_decode_matches_naive_crop_and_resize)
 Test(decode, none_resizes_the_whole_image)
 {
     struct jpeg j = make_jpeg(333, 251, TJSAMP_420, 0, 5);
-    unsigned char *full = tj_decode(&j, TJPF_RGB);
     struct sf_image_options o = opts(SF_CROP_NONE, 300, 140, SF_LAYOUT_HWC);
-    struct sf__decode_info info;
-    unsigned char *got = decode_ok(dec, &o, &j, 0, &info);
+    struct sf__decode_info info = expect_decode_near_naive(&o, &j, 0, 1.0, 0.5);
     cr_assert(info.box.x == 0 && info.box.y == 0 && info.box.w == 333 && info.box.h == 251);
-    expect_near_naive(got, full, j.w, info.box, 300, 140, 1.0, 0.5);
-    free(got);
-    free(full);
     free(j.data);
 }
 
@@ -399,28 +403,20 @@ Test(decode, large_crops_are_decoded_at_a_reduced_dct_scale)
     unsigned char *px = make_smooth(2000, 1500);
     struct jpeg j = compress_pixels(px, 2000, 1500, TJPF_RGB, TJSAMP_420, 0, 90);
     free(px);
-    unsigned char *full = tj_decode(&j, TJPF_RGB);
     struct sf_image_options o = opts(SF_CROP_RANDOM_RESIZED, 224, 224, SF_LAYOUT_HWC);
     o.scale_min = o.scale_max = 1.0f;
     for (uint64_t seed = 0; seed < 3; seed++) {
-        struct sf__decode_info info;
-        unsigned char *got = decode_ok(dec, &o, &j, seed, &info);
+        struct sf__decode_info info = expect_decode_near_naive(&o, &j, seed, 12.0, 1.0);
         /* 1500 x 2/8 = 375 >= 224, 1500 x 1/8 < 224 */
         cr_assert_eq(info.scale_num, 2u, "scale %u/8 for box %ux%u", info.scale_num, info.box.w,
                      info.box.h);
-        expect_near_naive(got, full, j.w, info.box, 224, 224, 12.0, 1.0);
-        free(got);
     }
     /* A smaller crop of the same image: scale 4/8 (box 600..895 px). */
     o.scale_min = o.scale_max = 0.25f;
     o.ratio_min = o.ratio_max = 1.0f;
-    struct sf__decode_info info;
-    unsigned char *got = decode_ok(dec, &o, &j, 1, &info);
+    struct sf__decode_info info = expect_decode_near_naive(&o, &j, 1, 12.0, 1.0);
     cr_assert_eq(info.box.w, 866u);
     cr_assert_eq(info.scale_num, 4u);
-    expect_near_naive(got, full, j.w, info.box, 224, 224, 12.0, 1.0);
-    free(got);
-    free(full);
     free(j.data);
 }
 

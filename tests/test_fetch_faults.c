@@ -40,9 +40,8 @@ static void expect_attempts(const char *key, unsigned requests, const char *stat
 /* A single-chunk object: every request is one attempt of the same range. */
 static void expect_two_forced_errors_then_success(const char *fault)
 {
-    start_default();
     size_t n = 100 * KiB;
-    unsigned char *want = put_object("flaky.bin", n, 30);
+    unsigned char *want = start_with_object("flaky.bin", n, 30);
     queue_fault("bucket/flaky.bin", fault, 2);
     struct sf_fetch_progress p;
     expect_fetch_whole("flaky.bin", want, n, &p);
@@ -170,9 +169,8 @@ Test(fetch, stall_mid_body_is_aborted_and_resumed)
 
 static void expect_bad_answer_retried(const char *fault)
 {
-    start_default();
     size_t n = 2 * MiB + 99;
-    unsigned char *want = put_object("bad.bin", n, 34);
+    unsigned char *want = start_with_object("bad.bin", n, 34);
     queue_fault("bucket/bad.bin", fault, 1);
     struct sf_fetch_progress p;
     expect_fetch_whole("bad.bin", want, n, &p);
@@ -194,9 +192,8 @@ Test(fetch, a_206_without_content_range_is_retried)
 
 Test(fetch, etag_change_between_ranges_fails_with_changed)
 {
-    start_default();
     size_t n = 3 * MiB;
-    unsigned char *want = put_object("chg.bin", n, 35);
+    unsigned char *want = start_with_object("chg.bin", n, 35);
     set_rules("prefix=bucket/chg.bin,etag_change_after=1");
     struct sf_fetch *f = NULL;
     struct sf_fetch_progress p;

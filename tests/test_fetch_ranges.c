@@ -98,10 +98,7 @@ Test(fetch, on_data_reports_each_byte_once_across_resets_and_retries)
     unsigned char *want = put_object("obs.bin", n, 91);
     queue_fault("bucket/obs.bin", "reset=70000", 2);
     queue_fault("bucket/obs.bin", "500", 1);
-    char path[700];
-    snprintf(path, sizeof(path), "%s/obs.out", tmp);
-    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    cr_assert(fd >= 0);
+    int fd = open_scratch("obs.out");
     struct pieces pc = {.n = n, .count = calloc(1, n), .want = want};
     cr_assert(pc.count);
     struct sf_fetch_options o;
@@ -229,10 +226,7 @@ static void many_and_large(unsigned io_threads)
     size_t big_n = 8 * MiB + 12345; /* 33 ranges */
     unsigned char *big = put_object("t/big.bin", big_n, 250);
     ranges += 2 * ((big_n + 256 * KiB - 1) / (256 * KiB));
-    char path[700];
-    snprintf(path, sizeof(path), "%s/big.out", tmp);
-    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    cr_assert(fd >= 0);
+    int fd = open_scratch("big.out");
     struct sf_fetch_options fo;
     sf_fetch_options_init_default(&fo);
     fo.fd = fd;
@@ -341,12 +335,9 @@ Test(fetch, four_io_threads_missing_object_fails_naming_it)
     start_mock(NULL);
     threads_client(4, 8, 256 * KiB);
     unsigned char *want = put_object("there.bin", MiB + 3, 261);
-    struct sf_fetch *f = NULL;
+    expect_fetch_fails("s3://bucket/not-there.bin", NULL, SF_ERR_NOT_FOUND,
+                       "s3://bucket/not-there.bin");
     struct sf_fetch_progress p;
-    sf_status st = fetch_sync("s3://bucket/not-there.bin", NULL, &f, &p);
-    cr_expect_eq(st, SF_ERR_NOT_FOUND, "%s", sf_status_name(st));
-    cr_expect(strstr(sf_fetch_errmsg(f), "s3://bucket/not-there.bin"), "%s", sf_fetch_errmsg(f));
-    sf_fetch_destroy(f);
     expect_fetch_whole("there.bin", want, MiB + 3, &p);
     free(want);
 }

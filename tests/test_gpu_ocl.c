@@ -22,6 +22,7 @@
 
 #include "src/decode.h"
 #include "src/gpu_kernel.h"
+#include "support/float_bits.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -70,13 +71,6 @@ static void *xmalloc(size_t n)
     if (!p)
         fail("out of memory (%zu bytes)", n);
     return p;
-}
-
-static uint32_t float_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
 }
 
 static float bits_float(uint32_t u)

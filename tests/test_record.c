@@ -149,6 +149,14 @@ static unsigned char *write_mem(const struct corpus *c, int zstd_level, size_t *
     return write_corpus(c, &o, len);
 }
 
+/* corpus_make, then write_mem of it: the corpus in *c, the shard returned. */
+static unsigned char *corpus_shard(struct corpus *c, size_t n, size_t max_size, int compressible,
+                                   uint64_t seed, int zstd_level, size_t *len)
+{
+    corpus_make(c, n, max_size, compressible, seed);
+    return write_mem(c, zstd_level, len);
+}
+
 /* ------------------------------------------------------------ parsing */
 
 static const struct feed_style sfr_style = {"test.sfr", 3000, 3};
@@ -248,9 +256,8 @@ static uint64_t record_offset(const unsigned char *buf, size_t len, uint64_t i, 
 Test(record, round_trip_uncompressed_is_byte_identical_and_zero_copy)
 {
     struct corpus c;
-    corpus_make(&c, 60, 20000, 0, 1);
     size_t len;
-    unsigned char *buf = write_mem(&c, 0, &len);
+    unsigned char *buf = corpus_shard(&c, 60, 20000, 0, 1, 0, &len);
     struct parse_result r;
     parse(buf, len, &r);
     expect_corpus(&r, &c);
@@ -271,9 +278,8 @@ Test(record, round_trip_uncompressed_is_byte_identical_and_zero_copy)
 Test(record, round_trip_zstd_is_byte_identical)
 {
     struct corpus c;
-    corpus_make(&c, 40, 30000, 1, 2);
     size_t plain_len, len;
-    unsigned char *plain = write_mem(&c, 0, &plain_len);
+    unsigned char *plain = corpus_shard(&c, 40, 30000, 1, 2, 0, &plain_len);
     unsigned char *buf = write_mem(&c, 3, &len);
     cr_expect(len < plain_len, "zstd shard %zu bytes, plain %zu", len, plain_len);
     struct parse_result r;
@@ -294,9 +300,8 @@ Test(record, round_trip_zstd_is_byte_identical)
 Test(record, fd_file_and_memory_destinations_write_the_same_bytes)
 {
     struct corpus c;
-    corpus_make(&c, 25, 5000, 1, 3);
     size_t len;
-    unsigned char *mem = write_mem(&c, 1, &len);
+    unsigned char *mem = corpus_shard(&c, 25, 5000, 1, 3, 1, &len);
 
     FILE *f = tmpfile();
     cr_assert_not_null(f);
@@ -408,9 +413,8 @@ Test(record, layout_matches_the_specification)
 Test(record, random_access_by_index_matches_sequential_reading)
 {
     struct corpus c;
-    corpus_make(&c, 300, 3000, 1, 4);
     size_t len;
-    unsigned char *buf = write_mem(&c, 3, &len);
+    unsigned char *buf = corpus_shard(&c, 300, 3000, 1, 4, 3, &len);
 
     /* the tail: too short for the footer, then for the index */
     struct sf__record_index *idx = NULL;
@@ -546,9 +550,8 @@ Test(record, every_single_byte_flip_is_detected)
 Test(record, truncated_shard_is_an_error_at_every_length)
 {
     struct corpus c;
-    corpus_make(&c, 5, 300, 0, 7);
     size_t len;
-    unsigned char *buf = write_mem(&c, 0, &len);
+    unsigned char *buf = corpus_shard(&c, 5, 300, 0, 7, 0, &len);
     for (size_t k = 0; k < len; k++) {
         struct parse_result r;
         parse_as_record(buf, k, &r);
@@ -578,9 +581,8 @@ Test(record, truncated_shard_is_an_error_at_every_length)
 Test(record, bad_footer_and_index)
 {
     struct corpus c;
-    corpus_make(&c, 6, 500, 0, 8);
     size_t len;
-    unsigned char *buf = write_mem(&c, 0, &len);
+    unsigned char *buf = corpus_shard(&c, 6, 500, 0, 8, 0, &len);
     const size_t fat = len - 40;
     const uint64_t io = get64(buf + fat);
 
