@@ -5,6 +5,7 @@
  * sf_loader_options_from_json(), so the CLI, the JSON file (--config) and
  * the C struct cannot drift apart. */
 #include "cli.h"
+#include "src/pipeline_rate.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -553,6 +554,12 @@ int cli_cmd_doctor(int argc, char **argv)
     return load_or_doctor(argc, argv, 1);
 }
 
+/* The simulated training step (--step-ms) after each batch; user: the ms. */
+static void sleep_step(void *user)
+{
+    sleep_ms(*(const double *)user);
+}
+
 /* The whole pipeline with the step, for `seconds` (whole epochs as needed). */
 static sf_status doctor_pipeline(struct sf_loader_options *o, const struct load_ctx *lc,
                                  double seconds, double *per_s, struct sf_loader_report *rep,
@@ -562,32 +569,11 @@ static sf_status doctor_pipeline(struct sf_loader_options *o, const struct load_
     sf_status st = sf_loader_open(o, &l, err, err_len);
     if (st != SF_OK)
         return st;
-    unsigned long long images = 0;
-    double t0 = sf__now_s(), t = 0;
-    uint64_t epoch = o->sampler.epoch;
-    while ((t = sf__now_s() - t0) < seconds) {
-        struct sf_batch b;
-        st = sf_loader_next(l, &b);
-        if (st == SF_END_OF_EPOCH) {
-            st = sf_loader_set_epoch(l, ++epoch);
-            if (st != SF_OK)
-                break;
-            continue;
-        }
-        if (st != SF_OK)
-            break;
-        images += b.size;
-        sleep_ms(lc->step_ms);
-        sf_loader_release(l, &b);
-    }
-    if (st == SF_END_OF_EPOCH)
-        st = SF_OK;
-    if (st != SF_OK)
-        snprintf(err, err_len, "%s", sf_loader_errmsg(l));
+    double step_ms = lc->step_ms;
+    st = sf__pipeline_rate(l, o->sampler.epoch, seconds, sleep_step, &step_ms, per_s, err, err_len);
     struct sf_loader_stats s;
     sf_loader_get_stats(l, &s);
     sf_loader_report(l, rep);
-    *per_s = t > 0 ? (double)images / t : 0;
     *in_cache = s.bytes_fetched == 0;
     sf_loader_close(l);
     return st;

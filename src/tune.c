@@ -28,6 +28,7 @@
 #include "shardfeed_loader.h"
 
 #include "src/doctor.h"
+#include "src/pipeline_rate.h"
 #include "common/clock.h"
 #include "common/cpu.h"
 
@@ -70,41 +71,8 @@ static sf_status pipeline_rate(const struct sf_loader_options *given, unsigned t
     sf_status st = sf_loader_open(&o, &l, err, len);
     if (st != SF_OK)
         return st;
-    unsigned long long n = 0, n_epoch = 0;
-    uint64_t epoch = o.sampler.epoch;
-    double t0 = sf__now_s(), t = 0;
-    /* Until the span ends, and at least one batch: a rate of 0 would say
-     * nothing (a loaded machine, a short budget) and a point always has one. */
-    while ((t = sf__now_s() - t0) < span_s || n == 0) {
-        struct sf_batch b;
-        /* never past the span once a batch came: a slow point is a slow
-         * point, not a long one */
-        double left = t < span_s ? span_s - t : 0;
-        st = n == 0 && left <= 0 ? sf_loader_next(l, &b)
-                                 : sf_loader_next_wait(l, &b, (unsigned)(left * 1000.0) + 1);
-        if (st == SF_NOT_READY) {
-            st = SF_OK;
-            continue;
-        }
-        if (st == SF_END_OF_EPOCH) {
-            st = SF_OK;
-            if (n == n_epoch)
-                break; /* an epoch without a batch: no data to measure */
-            n_epoch = n;
-            st = sf_loader_set_epoch(l, ++epoch);
-            if (st != SF_OK)
-                break;
-            continue;
-        }
-        if (st != SF_OK)
-            break;
-        n += b.size;
-        sf_loader_release(l, &b);
-    }
-    if (st != SF_OK)
-        snprintf(err, len, "%s", sf_loader_errmsg(l));
+    st = sf__pipeline_rate(l, o.sampler.epoch, span_s, NULL, NULL, per_s, err, len);
     sf_loader_close(l);
-    *per_s = t > 0 ? (double)n / t : 0;
     return st;
 }
 
