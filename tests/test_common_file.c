@@ -2,6 +2,7 @@
 
 #include "common/dirnames.h"
 #include "common/file.h"
+#include "support/rss.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -137,23 +138,10 @@ Test(common_file, preallocating_nothing_does_nothing)
     unlink(path);
 }
 
-/* The resident kilobytes of the mapping that starts at p (/proc/self/smaps). */
+/* The resident kilobytes of the mapping that starts at p. */
 static long resident_kib(const void *p)
 {
-    FILE *f = fopen("/proc/self/smaps", "r");
-    cr_assert(f);
-    char line[512];
-    int in = 0;
-    long kib = -1;
-    while (fgets(line, sizeof(line), f)) {
-        unsigned long lo, hi;
-        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
-            in = lo == (unsigned long)(uintptr_t)p;
-        else if (in && sscanf(line, "Rss: %ld kB", &kib) == 1)
-            break;
-    }
-    fclose(f);
-    return kib;
+    return test_mapped_rss_kib(p, NULL);
 }
 
 Test(common_file, dropped_pages_leave_the_process_and_read_back_unchanged)

@@ -13,6 +13,7 @@
 #include "src/loader.h"
 #include "src/loader_internal.h"
 #include "support/mock_proc.h"
+#include "support/rss.h"
 #include "support/s3_client.h"
 
 #include <cjson/cJSON.h>
@@ -609,26 +610,6 @@ Test(loader, an_index_json_count_out_of_range_fails_the_open_naming_it)
     sf_loader_close(l);
 }
 
-/* The resident KiB of the file mappings whose path starts with prefix. */
-static long mapped_kib(const char *prefix)
-{
-    FILE *f = fopen("/proc/self/smaps", "r");
-    cr_assert(f);
-    char line[1024];
-    int in = 0;
-    long sum = 0, kib;
-    while (fgets(line, sizeof(line), f)) {
-        unsigned long lo, hi;
-        int at = 0;
-        if (sscanf(line, "%lx-%lx %*s %*s %*s %*s %n", &lo, &hi, &at) == 2 && at > 0)
-            in = strncmp(line + at, prefix, strlen(prefix)) == 0;
-        else if (in && sscanf(line, "Rss: %ld kB", &kib) == 1)
-            sum += kib;
-    }
-    fclose(f);
-    return sum;
-}
-
 /* Reading a header maps the page cache around it (64 KiB, or whole large
  * folios since Linux 6.18), mostly the images that follow, and the shuffle
  * buffer keeps every shard here open: unless the parse gives those pages
@@ -663,7 +644,7 @@ Test(loader, mapped_shards_hold_no_pages_for_samples_that_wait)
         struct epoch_log e;
         sf_status st = run_epoch(l, &e, 1);
         free(e.seen);
-        long kib = mapped_kib(shards);
+        long kib = test_mapped_rss_kib(NULL, shards);
         peak = kib > peak ? kib : peak;
         if (st == SF_END_OF_EPOCH)
             break;
