@@ -294,6 +294,19 @@ static struct emu_op *count_queued_op(struct sf__emu *e, enum op_kind k, int *rc
     return op;
 }
 
+/* Counts a call that creates a stream or event and allocates it, zeroed;
+ * NULL with *rc set when the call fails now or memory runs out. */
+static void *count_new_handle(struct sf__emu *e, size_t bytes, int *rc)
+{
+    *rc = sf__emu_count_op(e, 0, NULL, NULL);
+    if (*rc)
+        return NULL;
+    void *p = calloc(1, bytes);
+    if (!p)
+        *rc = EMU_NO_MEMORY;
+    return p;
+}
+
 /* The live stream or event h (under e->mu); NULL after failing the call
  * `what` with "no stream/event h". */
 static struct emu_stream *stream_or_fail(struct sf__emu *e, void *h, const char *what, int *rc)
@@ -310,6 +323,62 @@ static struct emu_event *event_or_fail(struct sf__emu *e, void *h, const char *w
     if (!v)
         *rc = sf__emu_fail_locked(e, EMU_INVALID_HANDLE, "%s: no event %p", what, h);
     return v;
+}
+
+/* A point in a stream's order: s has completed operation seq. s NULL (the
+ * point of an event never recorded) is always reached. */
+struct emu_point {
+    struct emu_stream *s;
+    uint64_t seq;
+};
+
+static int point_reached(struct emu_point p)
+{
+    return p.s == NULL || atomic_load_explicit(&p.s->completed, memory_order_acquire) >= p.seq;
+}
+
+/* Under e->mu: event v's last record. */
+static struct emu_point last_record(const struct emu_event *v)
+{
+    return (struct emu_point){atomic_load_explicit(&v->s, memory_order_relaxed), v->seq};
+}
+
+enum point_kind { STREAM_POINT, EVENT_POINT };
+
+/* The point a sync waits for, read under e->mu: stream h's last queued
+ * operation, or event h's last record; *p is left alone, after failing the
+ * call `what`, when h is no live stream or event. */
+static int point_of(struct sf__emu *e, void *h, enum point_kind kind, const char *what,
+                    struct emu_point *p)
+{
+    int rc = 0;
+    pthread_mutex_lock(&e->mu);
+    if (kind == EVENT_POINT) {
+        struct emu_event *v = event_or_fail(e, h, what, &rc);
+        if (v)
+            *p = last_record(v);
+    } else {
+        struct emu_stream *s = stream_or_fail(e, h, what, &rc);
+        if (s)
+            *p = (struct emu_point){s, s->enqueued};
+    }
+    pthread_mutex_unlock(&e->mu);
+    return rc;
+}
+
+/* A stream or event sync (block) or an event query: counts the call, then
+ * waits for the point h names, or says whether it is reached. */
+static int sync_point(struct sf__emu *e, void *h, enum point_kind kind, const char *what, int block)
+{
+    struct emu_point p = {NULL, 0};
+    int rc = sf__emu_count_op(e, 0, NULL, NULL);
+    if (!rc)
+        rc = point_of(e, h, kind, what, &p);
+    if (rc)
+        return rc;
+    if (block && p.s)
+        return wait_done(e, p.s, p.seq);
+    return e->sticky ? e->sticky : point_reached(p) ? 0 : EMU_NOT_READY;
 }
 
 /* ------------------------------------------------------------------ the table */
@@ -346,16 +415,10 @@ static int e_unit_count(void *ctx, int device, int *units)
     return rc;
 }
 
-static int e_stream_create(void *ctx, void **out)
+/* Seeds stream s of e and starts its worker; 0, or EMU_NO_MEMORY with
+ * nothing left to undo but s's allocation. */
+static int start_stream(struct sf__emu *e, struct emu_stream *s)
 {
-    struct sf__emu *e = ctx;
-    *out = NULL;
-    int rc = sf__emu_count_op(e, 0, NULL, NULL);
-    if (rc)
-        return rc;
-    struct emu_stream *s = calloc(1, sizeof *s);
-    if (!s)
-        return EMU_NO_MEMORY;
     s->e = e;
     pthread_mutex_init(&s->qmu, NULL);
     pthread_cond_init(&s->qcv, NULL);
@@ -367,10 +430,25 @@ static int e_stream_create(void *ctx, void **out)
     if (pthread_create(&s->th, NULL, stream_main, s) != 0) {
         pthread_cond_destroy(&s->qcv);
         pthread_mutex_destroy(&s->qmu);
-        free(s);
         return EMU_NO_MEMORY;
     }
     s->started = 1;
+    return 0;
+}
+
+static int e_stream_create(void *ctx, void **out)
+{
+    struct sf__emu *e = ctx;
+    *out = NULL;
+    int rc;
+    struct emu_stream *s = count_new_handle(e, sizeof *s, &rc);
+    if (!s)
+        return rc;
+    rc = start_stream(e, s);
+    if (rc) {
+        free(s);
+        return rc;
+    }
     pthread_mutex_lock(&e->mu);
     s->next = e->streams;
     e->streams = s;
@@ -409,27 +487,17 @@ static int e_stream_destroy(void *ctx, void *h)
 
 static int e_stream_sync(void *ctx, void *h)
 {
-    struct sf__emu *e = ctx;
-    int rc = sf__emu_count_op(e, 0, NULL, NULL);
-    if (rc)
-        return rc;
-    pthread_mutex_lock(&e->mu);
-    struct emu_stream *s = stream_or_fail(e, h, "stream sync", &rc);
-    uint64_t target = s ? s->enqueued : 0;
-    pthread_mutex_unlock(&e->mu);
-    return rc ? rc : wait_done(e, s, target);
+    return sync_point(ctx, h, STREAM_POINT, "stream sync", 1);
 }
 
 static int e_event_create(void *ctx, void **out, int timing)
 {
     struct sf__emu *e = ctx;
     *out = NULL;
-    int rc = sf__emu_count_op(e, 0, NULL, NULL);
-    if (rc)
-        return rc;
-    struct emu_event *v = calloc(1, sizeof *v);
+    int rc;
+    struct emu_event *v = count_new_handle(e, sizeof *v, &rc);
     if (!v)
-        return EMU_NO_MEMORY;
+        return rc;
     v->timing = timing;
     pthread_mutex_lock(&e->mu);
     v->next = e->events;
@@ -451,55 +519,45 @@ static int e_event_destroy(void *ctx, void *h)
     return rc;
 }
 
-static int e_event_record(void *ctx, void *h, void *stream)
+/* Queues on stream an op naming event h: a record of h (OP_RECORD), or a
+ * wait for h's last record (OP_WAIT). */
+static int queue_event_op(struct sf__emu *e, enum op_kind k, void *stream, void *h,
+                          const char *what)
 {
-    struct sf__emu *e = ctx;
     int rc;
-    struct emu_op *op = count_queued_op(e, OP_RECORD, &rc);
+    struct emu_op *op = count_queued_op(e, k, &rc);
     if (!op)
         return rc;
     pthread_mutex_lock(&e->mu);
-    op->ev = event_or_fail(e, h, "event record", &rc);
+    struct emu_event *v = event_or_fail(e, h, what, &rc);
+    struct emu_point p = v ? last_record(v) : (struct emu_point){NULL, 0};
     pthread_mutex_unlock(&e->mu);
-    return enqueue_unless(e, rc, stream, op, op->ev);
+    if (k == OP_RECORD) {
+        op->ev = v;
+        return enqueue_unless(e, rc, stream, op, v);
+    }
+    if (!rc && p.s == NULL) { /* never recorded: nothing to wait for (as CUDA) */
+        free(op);
+        return 0;
+    }
+    op->ws = p.s;
+    op->wseq = p.seq;
+    return enqueue_unless(e, rc, stream, op, NULL);
 }
 
-/* Under e->mu. */
-static int event_done(const struct emu_event *v)
+static int e_event_record(void *ctx, void *h, void *stream)
 {
-    struct emu_stream *s = atomic_load_explicit(&v->s, memory_order_relaxed);
-    return s == NULL ||
-           atomic_load_explicit(&s->completed, memory_order_acquire) >= v->seq;
+    return queue_event_op(ctx, OP_RECORD, stream, h, "event record");
 }
 
 static int e_event_query(void *ctx, void *h)
 {
-    struct sf__emu *e = ctx;
-    int rc = sf__emu_count_op(e, 0, NULL, NULL);
-    if (rc)
-        return rc;
-    pthread_mutex_lock(&e->mu);
-    struct emu_event *v = event_or_fail(e, h, "event query", &rc);
-    if (v)
-        rc = e->sticky ? e->sticky : event_done(v) ? 0 : EMU_NOT_READY;
-    pthread_mutex_unlock(&e->mu);
-    return rc;
+    return sync_point(ctx, h, EVENT_POINT, "event query", 0);
 }
 
 static int e_event_sync(void *ctx, void *h)
 {
-    struct sf__emu *e = ctx;
-    int rc = sf__emu_count_op(e, 0, NULL, NULL);
-    if (rc)
-        return rc;
-    pthread_mutex_lock(&e->mu);
-    struct emu_event *v = event_or_fail(e, h, "event sync", &rc);
-    struct emu_stream *s = v ? atomic_load_explicit(&v->s, memory_order_relaxed) : NULL;
-    uint64_t seq = v ? v->seq : 0;
-    pthread_mutex_unlock(&e->mu);
-    if (rc)
-        return rc;
-    return s ? wait_done(e, s, seq) : e->sticky;
+    return sync_point(ctx, h, EVENT_POINT, "event sync", 1);
 }
 
 static int e_event_elapsed_ms(void *ctx, float *ms, void *a, void *b)
@@ -514,7 +572,7 @@ static int e_event_elapsed_ms(void *ctx, float *ms, void *a, void *b)
     if (!x || !y || !x->timing || !y->timing || !x->s || !y->s)
         rc = sf__emu_fail_locked(e, EMU_INVALID_HANDLE,
                          "elapsed time: events not created with timing or never recorded");
-    else if (!event_done(x) || !event_done(y))
+    else if (!point_reached(last_record(x)) || !point_reached(last_record(y)))
         rc = EMU_NOT_READY;
     else if (x->t_seq != x->seq || y->t_seq != y->seq)
         rc = sf__emu_fail_locked(e, EMU_INVALID_HANDLE, "elapsed time: a record did not run");
@@ -527,27 +585,7 @@ static int e_event_elapsed_ms(void *ctx, float *ms, void *a, void *b)
 
 static int e_stream_wait_event(void *ctx, void *stream, void *h)
 {
-    struct sf__emu *e = ctx;
-    int rc;
-    struct emu_op *op = count_queued_op(e, OP_WAIT, &rc);
-    if (!op)
-        return rc;
-    pthread_mutex_lock(&e->mu);
-    struct emu_event *v = event_or_fail(e, h, "stream wait", &rc);
-    if (v && v->s == NULL) {
-        /* Never recorded: nothing to wait for (as CUDA). */
-        op->kind = OP_FN;
-        op->fn = NULL;
-    } else if (v) {
-        op->ws = atomic_load_explicit(&v->s, memory_order_relaxed);
-        op->wseq = v->seq;
-    }
-    pthread_mutex_unlock(&e->mu);
-    if (!rc && op->kind == OP_FN) {
-        free(op);
-        return 0;
-    }
-    return enqueue_unless(e, rc, stream, op, NULL);
+    return queue_event_op(ctx, OP_WAIT, stream, h, "stream wait");
 }
 
 static int queue_copy(struct sf__emu *e, void *dst, const void *src, size_t bytes, void *stream,
