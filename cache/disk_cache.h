@@ -64,9 +64,12 @@ struct sf__dc_meta {
 };
 /* Frees meta->blocks. */
 void sf__dc_meta_clear(struct sf__dc_meta *meta);
-/* Checks size bytes at data (a mapping of the entry) against meta's blocks. */
-sf_status sf__dc_verify_mem(const void *data, const struct sf__dc_meta *meta, char *err,
-                            size_t err_len);
+/* Checks size bytes at data (a file mapping of the entry, page-aligned)
+ * against meta's blocks, giving back each block's pages once hashed (the
+ * page cache keeps them): verifying a 1 GiB entry does not make it resident.
+ * Never on anonymous memory, whose dropped pages would read back as zeros. */
+sf_status sf__dc_verify_mapped(const void *data, const struct sf__dc_meta *meta, char *err,
+                               size_t err_len);
 
 /* The progress record a downloader keeps in <kh>.lock. */
 enum sf__dc_state { SF__DC_ST_IDLE = 0, SF__DC_ST_DOWNLOADING = 1, SF__DC_ST_PUBLISHED = 2 };

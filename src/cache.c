@@ -154,12 +154,13 @@ static void drop_data(struct sf_cache_object *o)
     o->fd = -1;
 }
 
-static int map_fd(struct sf_cache_object *o, int fd, uint64_t size, int populate)
+/* Not populated: a reader maps what it reads (the loader gives the pages
+ * back as it goes), and a verified hit's hash gives back each block. */
+static int map_fd(struct sf_cache_object *o, int fd, uint64_t size)
 {
     if (size == 0)
         return 0;
-    void *p =
-        mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED | (populate ? MAP_POPULATE : 0), fd, 0);
+    void *p = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED)
         return -1;
     o->data = p;
@@ -183,14 +184,14 @@ static sf_status open_hit(struct sf_cache_object *o, int fd, struct sf__dc_meta 
         return SF_OK;
     }
     o->fd = fd;
-    if (map_fd(o, fd, m->size, 1) != 0) {
+    if (map_fd(o, fd, m->size) != 0) {
         drop_data(o);
         return obj_fail(o, SF_ERR_IO, "%s: cannot map cache entry %s: %s", o->info.url, m->name,
                         strerror(errno));
     }
     if (o->verify && m->size) {
         char why[256];
-        if (sf__dc_verify_mem(o->data, m, why, sizeof(why)) != SF_OK) {
+        if (sf__dc_verify_mapped(o->data, m, why, sizeof(why)) != SF_OK) {
             drop_data(o);
             sf__dc_remove(c->dc, m->name);
             c->n.corrupt++;
@@ -328,7 +329,7 @@ static sf_status step_begin(struct sf_cache_object *o)
         c->n.resumed++;
     o->source = SF_CACHE_FROM_FETCH;
     o->contiguous = o->fetch_base;
-    if (o->want_data && map_fd(o, sf__dc_writer_fd(o->w), o->info.size, 0) != 0) {
+    if (o->want_data && map_fd(o, sf__dc_writer_fd(o->w), o->info.size) != 0) {
         sf__dc_writer_abort(o->w, 1);
         o->w = NULL;
         return obj_fail(o, SF_ERR_IO, "%s: cannot map the download: %s", o->info.url,
@@ -438,7 +439,7 @@ static sf_status step_follow(struct sf_cache_object *o, uint64_t want, int timeo
                 struct stat sb;
                 if (fd >= 0 && fstat(fd, &sb) == 0 && (uint64_t)sb.st_size >= o->info.size) {
                     o->fd = fd;
-                    if (map_fd(o, fd, o->info.size, 0) != 0)
+                    if (map_fd(o, fd, o->info.size) != 0)
                         drop_data(o);
                 } else if (fd >= 0) {
                     close(fd);

@@ -12,6 +12,7 @@
 #include "shardfeed.h"
 #include "support/mock_env.h"
 #include "support/mock_proc.h"
+#include "support/rss.h"
 #include "support/s3_client.h"
 #include "support/spawn.h"
 
@@ -152,6 +153,27 @@ Test(cache, hit_after_fetch_no_network_and_private_modes)
     cr_assert_eq(cs.entries, 1);
     cr_assert_eq(cs.disk_hits, 1);
     cr_assert_eq(cs.fetched_objects, 1);
+    free(data);
+}
+
+/* A disk hit is verified through its mapping, block by block; each block's
+ * pages go back once hashed (the page cache keeps them), so opening a large
+ * entry does not leave it resident (it was: mapped with MAP_POPULATE). */
+Test(cache, a_verified_hit_is_not_left_resident)
+{
+    size_t n = 9 * 1024 * 1024;
+    unsigned char *data = mock_and_cache("big.tar", n, 3, 1024 * 1024, 4);
+    cr_assert_eq(read_through("big.tar", data, n), SF_CACHE_FROM_FETCH);
+    struct sf_object_info in = info_of("big.tar");
+    struct sf_cache_object *o = NULL;
+    cr_assert_eq(sf_cache_open(cache, s3, &in, &o), SF_OK);
+    struct sf_cache_object_progress p;
+    cr_assert_eq(sf_cache_object_wait(o, n, 30000, &p), SF_OK);
+    cr_assert_eq(p.source, SF_CACHE_FROM_DISK);
+    long kib = test_mapped_rss_kib(sf_cache_object_data(o), NULL);
+    cr_expect_leq(kib, 8, "%ld KiB of the 9 MiB entry resident after its verified open", kib);
+    cr_expect(memcmp(sf_cache_object_data(o), data, n) == 0, "the bytes read back");
+    sf_cache_object_close(o);
     free(data);
 }
 
