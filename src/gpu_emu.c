@@ -531,14 +531,16 @@ static int queue_event_op(struct sf__emu *e, enum op_kind k, void *stream, void 
     pthread_mutex_lock(&e->mu);
     struct emu_event *v = event_or_fail(e, h, what, &rc);
     struct emu_point p = v ? last_record(v) : (struct emu_point){NULL, 0};
+    if (v && k == OP_WAIT && p.s == NULL) /* the stream is checked even with nothing to wait for */
+        (void)stream_or_fail(e, stream, what, &rc);
     pthread_mutex_unlock(&e->mu);
     if (k == OP_RECORD) {
         op->ev = v;
         return enqueue_unless(e, rc, stream, op, v);
     }
-    if (!rc && p.s == NULL) { /* never recorded: nothing to wait for (as CUDA) */
+    if (rc || p.s == NULL) { /* a refused handle, or never recorded: nothing to wait for (as CUDA) */
         free(op);
-        return 0;
+        return rc;
     }
     op->ws = p.s;
     op->wseq = p.seq;

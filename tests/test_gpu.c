@@ -568,6 +568,55 @@ Test(gpu, copy_reads_the_host_buffer_when_it_runs)
     sf__gpu_close(g);
 }
 
+/* rc must be the emulator's refusal of a handle, an invalid argument whose
+ * text names what was missing. */
+static void expect_refused(const struct sf__gpu_ops *ops, struct sf__emu *e, int rc,
+                           const char *call, const char *what)
+{
+    cr_expect_neq(rc, 0, "%s succeeded", call);
+    cr_expect_eq(ops->status_of(rc), SF_ERR_INVALID_ARGUMENT, "%s", call);
+    char t[256] = "";
+    ops->error_text(e, rc, t, sizeof t);
+    cr_expect(strstr(t, what), "%s: '%s' does not say '%s'", call, t, what);
+}
+
+/* Streams and events that were destroyed, or never existed, are refused by
+ * every call that names them (as CUDA's invalid handle), and the refusal is
+ * not sticky: the live handles work on. */
+Test(gpu, emulator_refuses_destroyed_and_unknown_handles)
+{
+    need_emulator();
+    struct sf__emu_options eo = emu_defaults();
+    eo.delay_us = 0;
+    struct sf__emu *e = NULL;
+    cr_assert_eq(sf__emu_new(&eo, &e), 0);
+    const struct sf__gpu_ops *ops = sf__gpu_emu_ops();
+    void *s = NULL, *v = NULL, *dead_s = NULL, *dead_v = NULL;
+    int unknown = 0;
+    cr_assert_eq(ops->stream_create(e, &s), 0);
+    cr_assert_eq(ops->event_create(e, &v, 0), 0);
+    cr_assert_eq(ops->stream_create(e, &dead_s), 0);
+    cr_assert_eq(ops->event_create(e, &dead_v, 0), 0);
+    cr_assert_eq(ops->stream_destroy(e, dead_s), 0);
+    cr_assert_eq(ops->event_destroy(e, dead_v), 0);
+    void *streams[] = {dead_s, &unknown}, *events[] = {dead_v, &unknown};
+    for (int i = 0; i < 2; i++) {
+        expect_refused(ops, e, ops->stream_sync(e, streams[i]), "stream sync", "no stream");
+        expect_refused(ops, e, ops->event_record(e, v, streams[i]), "record on", "no stream");
+        expect_refused(ops, e, ops->stream_wait_event(e, streams[i], v), "wait on", "no stream");
+        expect_refused(ops, e, ops->event_sync(e, events[i]), "event sync", "no event");
+        expect_refused(ops, e, ops->event_query(e, events[i]), "event query", "no event");
+        expect_refused(ops, e, ops->event_record(e, events[i], s), "record of", "no event");
+        expect_refused(ops, e, ops->stream_wait_event(e, s, events[i]), "wait for", "no event");
+    }
+    cr_expect_eq(ops->event_record(e, v, s), 0, "the live handles work on");
+    cr_expect_eq(ops->stream_sync(e, s), 0);
+    cr_expect_eq(ops->event_query(e, v), 0, "recorded and synced: done");
+    cr_expect_eq(ops->event_destroy(e, v), 0);
+    cr_expect_eq(ops->stream_destroy(e, s), 0);
+    sf__emu_destroy(e);
+}
+
 struct consumer_read {
     struct sf__emu *emu;
     const void *dev;
