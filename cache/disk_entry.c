@@ -8,7 +8,6 @@
  */
 #include "cache/disk_cache_internal.h"
 #include "common/endian.h"
-#include "common/file.h"
 #include "common/io.h"
 #include "common/strbuf.h"
 
@@ -228,21 +227,22 @@ out:
 
 /* ------------------------------------------------------------ checking the data */
 
-sf_status sf__dc_verify_mapped(const void *data, const struct sf__dc_meta *meta, char *err,
-                               size_t err_len)
+sf_status sf__dc_verify_read(int fd, const struct sf__dc_meta *meta, char *err, size_t err_len)
 {
-    const unsigned char *p = data;
-    for (size_t i = 0; i < meta->n_blocks; i++) {
+    unsigned char *buf = malloc(SF__DC_BLOCK_BYTES);
+    if (!buf)
+        return sf__fail(err, err_len, SF_ERR_NO_MEMORY, "out of memory");
+    sf_status st = SF_OK;
+    for (size_t i = 0; i < meta->n_blocks && st == SF_OK; i++) {
         uint64_t off = (uint64_t)i * SF__DC_BLOCK_BYTES;
         uint64_t n = meta->size - off < SF__DC_BLOCK_BYTES ? meta->size - off : SF__DC_BLOCK_BYTES;
-        uint64_t h = XXH3_64bits(p + off, (size_t)n);
-        sf__drop_mapped(p + off, (size_t)n);
-        if (h != meta->blocks[i])
-            return sf__fail(err, err_len, SF_ERR_CORRUPT,
-                            "data checksum mismatch in bytes %" PRIu64 "..%" PRIu64, off,
-                            off + n - 1);
+        st = sf__dc_pread_full(fd, buf, (size_t)n, off, err, err_len);
+        if (st == SF_OK && XXH3_64bits(buf, (size_t)n) != meta->blocks[i])
+            st = sf__fail(err, err_len, SF_ERR_CORRUPT,
+                          "data checksum mismatch in bytes %" PRIu64 "..%" PRIu64, off, off + n - 1);
     }
-    return SF_OK;
+    free(buf);
+    return st;
 }
 
 sf_status sf__dc_pread_full(int fd, unsigned char *buf, size_t n, uint64_t off, char *err,
