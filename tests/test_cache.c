@@ -156,9 +156,9 @@ Test(cache, hit_after_fetch_no_network_and_private_modes)
     free(data);
 }
 
-/* A disk hit is verified through its mapping, block by block; each block's
- * pages go back once hashed (the page cache keeps them), so opening a large
- * entry does not leave it resident (it was: mapped with MAP_POPULATE). */
+/* A disk hit is verified with reads, not through its mapping, and mapped
+ * without MAP_POPULATE: opening a large entry does not make it resident (it
+ * did: populated, then hashed in place). */
 Test(cache, a_verified_hit_is_not_left_resident)
 {
     size_t n = 9 * 1024 * 1024;
