@@ -64,11 +64,6 @@ struct sf__dc_meta {
 };
 /* Frees meta->blocks. */
 void sf__dc_meta_clear(struct sf__dc_meta *meta);
-/* Checks the entry's size bytes, read from fd (the entry file) a block at a
- * time into a buffer of its own, against meta's blocks. Not through a
- * mapping: hashing every page there would map them all (a whole shard
- * resident per open) and fault each folio in once more than the reader. */
-sf_status sf__dc_verify_read(int fd, const struct sf__dc_meta *meta, char *err, size_t err_len);
 
 /* The progress record a downloader keeps in <kh>.lock. */
 enum sf__dc_state { SF__DC_ST_IDLE = 0, SF__DC_ST_DOWNLOADING = 1, SF__DC_ST_PUBLISHED = 2 };

@@ -8,6 +8,7 @@
  */
 #include "cache/disk_cache_internal.h"
 #include "common/endian.h"
+#include "common/file.h"
 #include "common/io.h"
 #include "common/strbuf.h"
 
@@ -227,24 +228,6 @@ out:
 
 /* ------------------------------------------------------------ checking the data */
 
-sf_status sf__dc_verify_read(int fd, const struct sf__dc_meta *meta, char *err, size_t err_len)
-{
-    unsigned char *buf = malloc(SF__DC_BLOCK_BYTES);
-    if (!buf)
-        return sf__fail(err, err_len, SF_ERR_NO_MEMORY, "out of memory");
-    sf_status st = SF_OK;
-    for (size_t i = 0; i < meta->n_blocks && st == SF_OK; i++) {
-        uint64_t off = (uint64_t)i * SF__DC_BLOCK_BYTES;
-        uint64_t n = meta->size - off < SF__DC_BLOCK_BYTES ? meta->size - off : SF__DC_BLOCK_BYTES;
-        st = sf__dc_pread_full(fd, buf, (size_t)n, off, err, err_len);
-        if (st == SF_OK && XXH3_64bits(buf, (size_t)n) != meta->blocks[i])
-            st = sf__fail(err, err_len, SF_ERR_CORRUPT,
-                          "data checksum mismatch in bytes %" PRIu64 "..%" PRIu64, off, off + n - 1);
-    }
-    free(buf);
-    return st;
-}
-
 sf_status sf__dc_pread_full(int fd, unsigned char *buf, size_t n, uint64_t off, char *err,
                             size_t err_len)
 {
@@ -263,7 +246,8 @@ static sf_status hash_fd(int fd, uint64_t size, uint64_t *blocks, const uint64_t
 {
     /* Through a read-only mapping: the bytes are in the page cache (just
      * written, or about to be read), so this hashes them where they are
-     * instead of copying them out with pread. */
+     * instead of copying them out with pread. Each block's pages go back
+     * once hashed, so verifying an entry never makes it resident whole. */
     struct stat sb;
     /* Only when the file holds every byte: a mapping past its end faults. */
     if (size && size <= SIZE_MAX && fstat(fd, &sb) == 0 && (uint64_t)sb.st_size >= size) {
@@ -276,6 +260,7 @@ static sf_status hash_fd(int fd, uint64_t size, uint64_t *blocks, const uint64_t
                 size_t n =
                     (size_t)(size - off < SF__DC_BLOCK_BYTES ? size - off : SF__DC_BLOCK_BYTES);
                 uint64_t h = XXH3_64bits((const unsigned char *)m + off, n);
+                sf__drop_mapped((const unsigned char *)m + off, n);
                 if (blocks)
                     blocks[i] = h;
                 if (expect && expect[i] != h) {

@@ -155,7 +155,8 @@ static void drop_data(struct sf_cache_object *o)
 }
 
 /* Not populated: a reader maps what it reads (the loader gives the pages
- * back as it goes); a hit is verified with reads, not through the map. */
+ * back as it goes); a hit is verified by sf__dc_verify_fd, which gives each
+ * block back once hashed. */
 static int map_fd(struct sf_cache_object *o, int fd, uint64_t size)
 {
     if (size == 0)
@@ -191,7 +192,7 @@ static sf_status open_hit(struct sf_cache_object *o, int fd, struct sf__dc_meta 
     }
     if (o->verify && m->size) {
         char why[256];
-        if (sf__dc_verify_read(fd, m, why, sizeof(why)) != SF_OK) {
+        if (sf__dc_verify_fd(fd, m, why, sizeof(why)) != SF_OK) {
             drop_data(o);
             sf__dc_remove(c->dc, m->name);
             c->n.corrupt++;

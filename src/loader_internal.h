@@ -68,12 +68,10 @@ struct sample_loc {
     char *key; /* owned; never moves while the shard is open (workers read it) */
     unsigned long long offset;
     /* The mapped pages to give back once decoded (drop_pages): what the
-     * decode's faults may have mapped (NULL for a small image,
-     * SF__DROP_MIN_BYTES), and the whole shard, swept every
-     * SF__DROP_SWEEP_EVERY decodes; both NULL when the shard is not a file
-     * mapping. */
-    const void *span, *whole;
-    size_t span_len, whole_len;
+     * decode's faults may have mapped; NULL for a small image
+     * (SF__DROP_MIN_BYTES) or a shard that is not a file mapping. */
+    const void *span;
+    size_t span_len;
     unsigned char *owned; /* fields copied out of a reader-owned (zstd) record */
     struct {
         const unsigned char *p;
@@ -116,7 +114,12 @@ struct shard_slot {
     atomic_ullong refs;      /* deliveries left + decodes in flight */
     unsigned long long bytes_counted;
     unsigned long long parse_dropped; /* bytes whose mapped pages the parse gave back */
-    atomic_uint decodes;              /* samples decoded (drop_pages) */
+    /* The file mapping that drop_pages sweeps every SF__DROP_SWEEP_EVERY
+     * decodes; set by the reader before the shard's first sample is queued,
+     * NULL when the shard is not a file mapping. */
+    const void *sweep;
+    size_t sweep_len;
+    atomic_uint decodes; /* samples decoded (drop_pages) */
     struct shard_slot *next;          /* open list */
 };
 

@@ -253,7 +253,10 @@ static sf_status record_sample(struct sf_loader *l, struct shard_slot *sh,
         size_t len = sh->map ? sh->map_len
                      : sh->size != SF_SIZE_UNKNOWN ? (size_t)sh->size
                                                    : (size_t)sh->contiguous;
-        sf__fault_span(sh->base, len, 0, len, &loc->whole, &loc->whole_len);
+        if (!sh->sweep) {
+            sh->sweep = sh->base;
+            sh->sweep_len = len;
+        }
         if (img && img->size >= SF__DROP_MIN_BYTES)
             sf__fault_span(sh->base, len, s->offset, s->end, &loc->span, &loc->span_len);
     }
@@ -367,13 +370,12 @@ static int delivered_before(const struct sf_loader *l, uint64_t k)
     return !(a < l->rs_n && l->rs_window[a] == k);
 }
 
-/* Parses what arrived of the shard at the head of the read order. Returns
- * the number of samples newly read, or -1 on error. Reader thread. */
-/* Reading a header maps its whole fault-around window, mostly image bytes
- * that wait in the shuffle buffer (with 1,000 samples of 110 KB, some 60 MiB
- * of RSS): the parse gives back the pages of what it has read of a
- * file-mapped shard, and each decode faults its sample's pages in again
- * (a few minor faults) and gives them back (drop_pages). */
+/* Reading a header maps the page cache around it (fault-around, or whole
+ * large folios up to 2 MiB), mostly image bytes that wait in the shuffle
+ * buffer (with 1,000 samples of 110 KB, some 60 MiB of RSS): the parse gives
+ * back the pages of what it has read of a file-mapped shard, and each
+ * decode faults its sample's pages in again (a few minor faults) and gives
+ * them back (drop_pages). */
 #define SF__PARSE_DROP_BYTES (4u << 20) /* given back every so many bytes parsed */
 
 static void drop_parsed(struct shard_slot *sh, unsigned long long parsed_to)
@@ -384,6 +386,8 @@ static void drop_parsed(struct shard_slot *sh, unsigned long long parsed_to)
     }
 }
 
+/* Parses what arrived of the shard at the head of the read order. Returns
+ * the number of samples newly read, or -1 on error. Reader thread. */
 long sf__loader_shard_parse(struct sf_loader *l, struct shard_slot *sh)
 {
     if (sh->parsed)

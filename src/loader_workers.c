@@ -168,17 +168,17 @@ static void shard_unref(struct sf_loader *l, struct shard_slot *sh)
  * re-reads them through the page cache), so the pages its decode mapped
  * leave this process: a mapped shard's resident size falls as its samples
  * are decoded instead of staying whole while the shuffle buffer still holds
- * one of them (docs/loader.md "Threads and memory"). The spans (set by the
- * reader, only for file mappings: a RAM-only download's buffer is the only
- * copy) may take a neighbour's pages too; reading them faults them back
- * unchanged.
+ * one of them (docs/loader.md "Threads and memory"). The span and the
+ * sweep (set by the reader, only for file mappings: a RAM-only download's
+ * buffer is the only copy) may take a neighbour's pages too; reading them
+ * faults them back unchanged.
  */
 static void drop_pages(struct shard_slot *sh, const struct sample_loc *loc)
 {
     if (loc->span)
         sf__drop_mapped(loc->span, loc->span_len);
-    if (loc->whole && (atomic_fetch_add(&sh->decodes, 1) + 1) % SF__DROP_SWEEP_EVERY == 0)
-        sf__drop_mapped(loc->whole, loc->whole_len);
+    if (sh->sweep && (atomic_fetch_add(&sh->decodes, 1) + 1) % SF__DROP_SWEEP_EVERY == 0)
+        sf__drop_mapped(sh->sweep, sh->sweep_len);
 }
 
 static sf_status decode_one(struct sf_loader *l, struct sf_decoder *d, const struct work *w,
