@@ -1,0 +1,94 @@
+"""Calls in an unexpected order, hostile arguments and exceptions raised by
+user code (signal handlers, logging filters) while the loader works: each
+raises a clear exception and leaves nothing held, lost or freed too early."""
+import json
+import logging
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+import shardfeed
+from sfutil import check_epoch, options, read_batches
+from test_lifetimes import ring_is_free
+
+CLOSE_WHILE_WAITING = textwrap.dedent("""
+    import json, signal, sys, threading
+    import shardfeed
+    url, opts = sys.argv[1], json.loads(sys.argv[2])
+    for how in ("signal handler", "thread"):
+        loader = shardfeed.Loader(url, **opts)
+        if how == "thread":
+            threading.Timer(0.3, loader.close).start()
+        else:
+            signal.signal(signal.SIGALRM, lambda *a: loader.close())
+            signal.setitimer(signal.ITIMER_REAL, 0.3)
+        try:
+            loader.next_batch()
+            print(how, "got a batch", flush=True)
+        except shardfeed.ConfigError as e:
+            print(how, "raised:", e, flush=True)
+""")
+
+
+def test_close_during_a_blocked_next_ends_it_with_config_error(dataset, tmp_path):
+    """close() from a signal handler (run by next()'s signal checks) or from
+    another thread while next() waits: the loader must stay alive under the
+    waiting call (not be freed under it) and next() raises that it was
+    closed."""
+    ds = dataset
+    ds.mock.faults(f"prefix={ds.bucket}/{ds.prefix}shard-,stall=1,stall_ms=600000")
+    script = tmp_path / "close_while_waiting.py"
+    script.write_text(CLOSE_WHILE_WAITING)
+    p = subprocess.Popen([sys.executable, str(script), ds.url, json.dumps(options(ds))],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        # A hang check, not a timing threshold: the bug waits forever on a
+        # freed loader (or crashes).
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    lines = out.decode().splitlines()
+    assert p.returncode == 0, (lines, err.decode()[-3000:])
+    assert lines == ["signal handler raised: the loader was closed during next()",
+                     "thread raised: the loader was closed during next()"], lines
+
+
+class _Raising(logging.Filter):
+    def filter(self, record):
+        raise RuntimeError("a logging filter failed")
+
+
+def test_a_logging_filter_raising_in_next_loses_no_batch(dataset):
+    """The log lines queued by the loader's threads go to logging when next()
+    has its batch: an exception there propagates, and the batch is the next
+    call's (not dropped with its ring slot held forever)."""
+    ds = dataset
+    # Two failed GETs: the I/O thread logs each retry (a WARNING).
+    ds.mock.fault(f"{ds.bucket}/{ds.prefix}shard-", "500", 2)
+    logger = logging.getLogger("shardfeed")
+    with shardfeed.Loader(ds.url, **options(ds, prefetch_batches=3)) as loader:
+        while loader.stats()["ready_batches"] == 0:  # the first batch waits, with the lines
+            time.sleep(0.01)
+        assert ds.mock.stats()["faults"].get("500", 0) == 2
+        logger.addFilter(_Raising())
+        try:
+            with pytest.raises(RuntimeError, match="logging filter"):
+                loader.next_batch()
+        finally:
+            logger.filters.clear()
+        got = read_batches(loader)
+        assert got[0].index == 0
+        check_epoch(ds, got)
+        assert ring_is_free(loader, 3)
+
+
+def test_sources_with_a_nul_character_are_refused(dataset):
+    """C would read the URL up to the NUL: another source than the one given."""
+    ds = dataset
+    with pytest.raises(shardfeed.ConfigError, match=r"sources\[1\].*NUL"):
+        shardfeed.Loader([ds.shard_urls[0], ds.url + "\0shard-000001.tar"], **options(ds))
