@@ -1,6 +1,7 @@
 """shardfeed.Loader: the C loader as a Python iterable of batches."""
 import json
 import logging
+import operator
 import os
 import sys
 
@@ -216,8 +217,26 @@ class Loader:
             blob = blob.tobytes()  # a tensor or array a checkpointer made of it
         if not isinstance(blob, bytes):
             raise _shardfeed.ConfigError("load_state_dict: 'state' is not bytes")
-        self._core().state_restore(blob)
-        self._epoch = int(state["epoch"])
+        epoch = state.get("epoch")
+        try:
+            if isinstance(epoch, bool):
+                raise TypeError
+            epoch = operator.index(epoch)  # an int, or a NumPy / 0-d tensor integer
+        except TypeError:
+            raise _shardfeed.ConfigError(
+                f"load_state_dict: 'epoch' is {epoch!r}, not an int") from None
+        c = self._core()
+        before = c.state_save()
+        c.state_restore(blob)
+        restored = c.epoch
+        if restored != epoch:
+            # The blob (checksummed) and the dict were not saved together:
+            # go back rather than iterate an epoch the caller did not ask for.
+            c.state_restore(before)
+            raise _shardfeed.CorruptError(
+                f"load_state_dict: 'epoch' is {epoch} but the saved position is in epoch "
+                f"{restored}")
+        self._epoch = epoch
         self._ended = bool(state.get("ended", False))
         self._epoch_set = False
 

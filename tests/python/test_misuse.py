@@ -8,6 +8,7 @@ import sys
 import textwrap
 import time
 
+import numpy as np
 import pytest
 
 import shardfeed
@@ -85,6 +86,29 @@ def test_a_logging_filter_raising_in_next_loses_no_batch(dataset):
         assert got[0].index == 0
         check_epoch(ds, got)
         assert ring_is_free(loader, 3)
+
+
+def test_load_state_dict_checks_the_epoch_before_it_moves(dataset):
+    ds = dataset
+    with shardfeed.Loader(ds.url, **options(ds)) as loader:
+        read_batches(loader, limit=3)
+        state = loader.state_dict()
+    no_epoch = {k: v for k, v in state.items() if k != "epoch"}
+    with shardfeed.Loader(ds.url, **options(ds)) as loader:
+        for bad in (no_epoch, dict(state, epoch="0"), dict(state, epoch=None)):
+            with pytest.raises(shardfeed.ConfigError, match="'epoch'"):
+                loader.load_state_dict(bad)
+        # A dict whose epoch is not the saved position's: refused, and the
+        # loader stays where it was (at the start of epoch 0).
+        with pytest.raises(shardfeed.CorruptError, match="epoch 0"):
+            loader.load_state_dict(dict(state, epoch=5))
+        assert loader.epoch == 0
+        first = read_batches(loader, limit=1)
+        assert first[0].index == 0 and first[0].epoch == 0
+    with shardfeed.Loader(ds.url, **options(ds)) as loader:
+        # What a checkpointer may turn the int into is still taken.
+        loader.load_state_dict(dict(state, epoch=np.int64(0)))
+        assert read_batches(loader, limit=1)[0].index == 3
 
 
 def test_sources_with_a_nul_character_are_refused(dataset):
