@@ -116,3 +116,22 @@ def test_sources_with_a_nul_character_are_refused(dataset):
     ds = dataset
     with pytest.raises(shardfeed.ConfigError, match=r"sources\[1\].*NUL"):
         shardfeed.Loader([ds.shard_urls[0], ds.url + "\0shard-000001.tar"], **options(ds))
+
+
+def test_dlpack_copy_whose_truth_raises_propagates_it(dataset):
+    ds = dataset
+
+    class NoTruth:
+        def __bool__(self):
+            raise ZeroDivisionError("no truth value")
+
+    with shardfeed.Loader(ds.url, **options(ds, prefetch_batches=3)) as loader:
+        b = loader.next_batch()
+        labels = b.labels
+        with pytest.raises(ZeroDivisionError, match="no truth value"):
+            labels.__dlpack__(copy=NoTruth())
+        # The refused export holds nothing: one capsule made and dropped
+        # unconsumed, and the rest, hand the slot back.
+        cap = labels.__dlpack__(max_version=(1, 0))
+        del cap, labels, b
+        assert ring_is_free(loader, 3)
