@@ -1,6 +1,7 @@
 """shardfeed.Loader: the C loader as a Python iterable of batches."""
 import json
 import logging
+import math
 import operator
 import os
 import sys
@@ -26,6 +27,25 @@ def _distributed_rank_world():
     return None
 
 
+def _check_json_value(where, key, value):
+    """Raises ConfigError for what JSON would carry but the C parser cannot
+    take as given: a NUL in a string (C reads up to it: another path or
+    URL) and a NaN or infinity (not JSON)."""
+    if isinstance(value, str):
+        if "\0" in value:
+            raise _shardfeed.ConfigError(f"{where}option '{key}': holds a NUL character")
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise _shardfeed.ConfigError(f"{where}option '{key}': {value!r} is not a finite number")
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _check_json_value(where, key, v)
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _check_json_value(where, key, k)
+            _check_json_value(where, key, v)
+
+
 def _options_json(config, options):
     merged = {}
     if config is not None:
@@ -46,6 +66,8 @@ def _options_json(config, options):
         rw = _distributed_rank_world()
         if rw is not None:
             merged["rank"], merged["world_size"] = rw
+    for key, value in merged.items():
+        _check_json_value("", key, value)
     try:
         return json.dumps(merged)
     except TypeError as e:

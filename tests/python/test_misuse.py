@@ -118,6 +118,22 @@ def test_sources_with_a_nul_character_are_refused(dataset):
         shardfeed.Loader([ds.shard_urls[0], ds.url + "\0shard-000001.tar"], **options(ds))
 
 
+def test_option_strings_with_a_nul_and_non_finite_numbers_are_refused(dataset, tmp_path):
+    """C would take the path up to the NUL (another folder than the one
+    given); NaN is not JSON: each is refused naming the option."""
+    ds = dataset
+    cut = tmp_path / "cache\0dir"
+    with pytest.raises(shardfeed.ConfigError, match="option 'cache_dir': holds a NUL"):
+        shardfeed.Loader(ds.url, **options(ds, ram_only=False, cache_dir=str(cut)))
+    with pytest.raises(shardfeed.ConfigError, match="option 'extra_fields': holds a NUL"):
+        shardfeed.Loader(ds.url, **options(ds, extra_fields=["cls", "j\0pg"]))
+    with pytest.raises(shardfeed.ConfigError, match="option 'scale_min': nan"):
+        shardfeed.Loader(ds.url, **options(ds, scale_min=float("nan")))
+    with pytest.raises(shardfeed.ConfigError, match="warm_cache: option 'cache_dir': holds a NUL"):
+        shardfeed.warm_cache(ds.url, cache_dir=str(cut), endpoint_url=ds.endpoint_url)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_dlpack_copy_whose_truth_raises_propagates_it(dataset):
     ds = dataset
 
