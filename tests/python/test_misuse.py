@@ -1,10 +1,12 @@
 """Calls in an unexpected order, hostile arguments and exceptions raised by
 user code (signal handlers, logging filters) while the loader works: each
 raises a clear exception and leaves nothing held, lost or freed too early."""
+import io
 import json
 import logging
 import subprocess
 import sys
+import tarfile
 import textwrap
 import time
 
@@ -132,6 +134,30 @@ def test_option_strings_with_a_nul_and_non_finite_numbers_are_refused(dataset, t
     with pytest.raises(shardfeed.ConfigError, match="warm_cache: option 'cache_dir': holds a NUL"):
         shardfeed.warm_cache(ds.url, cache_dir=str(cut), endpoint_url=ds.endpoint_url)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_error_naming_a_key_that_is_not_utf8_is_still_the_error(tmp_path, caplog):
+    """A tar member name in Latin-1 quoted in a CorruptError's message or a
+    log line: the exception is the CorruptError and the line reaches logging
+    (the bytes escaped), not a UnicodeDecodeError of the text."""
+    shard = tmp_path / "latin1.tar"
+    with tarfile.open(shard, "w", format=tarfile.GNU_FORMAT, encoding="latin-1") as t:
+        for name, data in (("caf\xe9.jpg", b"\xff\xd8 not a JPEG" * 8), ("caf\xe9.cls", b"1")):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+    with shardfeed.Loader(str(shard), batch_size=1, size=32, device="host",
+                          ram_only=True) as loader:
+        with pytest.raises(shardfeed.CorruptError) as ei:
+            loader.next_batch()
+    assert "'caf\\xe9'" in str(ei.value), str(ei.value)
+    assert ei.value.status_name in ("SF_ERR_CORRUPT", "SF_ERR_PARSE")
+    caplog.set_level(logging.WARNING, logger="shardfeed")
+    with shardfeed.Loader(str(shard), batch_size=1, size=32, device="host", ram_only=True,
+                          on_error="skip") as loader:
+        assert loader.next_batch() is None  # its only sample skipped
+    assert any("skipped" in r.getMessage() and "caf\\xe9" in r.getMessage()
+               for r in caplog.records), [r.getMessage() for r in caplog.records]
 
 
 def test_dlpack_copy_whose_truth_raises_propagates_it(dataset):
