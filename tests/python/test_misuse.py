@@ -160,6 +160,16 @@ def test_an_error_naming_a_key_that_is_not_utf8_is_still_the_error(tmp_path, cap
                for r in caplog.records), [r.getMessage() for r in caplog.records]
 
 
+def test_doctor_and_tune_refuse_an_infinite_time(dataset):
+    """seconds=inf passed the positive check and ran each stage forever."""
+    ds = dataset
+    for call in (lambda: shardfeed.doctor(ds.url, seconds=float("inf"), **options(ds)),
+                 lambda: shardfeed.tune(ds.url, budget_s=float("inf"), **options(ds)),
+                 lambda: shardfeed.Loader(ds.url, autotune=float("inf"), **options(ds))):
+        with pytest.raises(shardfeed.ConfigError, match="positive finite number, got inf"):
+            call()
+
+
 def test_dlpack_copy_whose_truth_raises_propagates_it(dataset):
     ds = dataset
 
