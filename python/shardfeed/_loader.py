@@ -90,17 +90,22 @@ def _log_report(epoch, r):
 class _EpochIterator:
     """Batches of one epoch. An exception (a failure, LimitError,
     KeyboardInterrupt) leaves it usable: the next call asks again, so a caught
-    LimitError never turns into a silent end of epoch."""
+    LimitError never turns into a silent end of epoch. It ends when
+    set_epoch() or load_state_dict() moved the loader since it was made: the
+    new position is the next iteration's."""
 
-    __slots__ = ("_loader",)
+    __slots__ = ("_loader", "_moves")
 
     def __init__(self, loader):
         self._loader = loader
+        self._moves = loader._moves
 
     def __iter__(self):
         return self
 
     def __next__(self):
+        if self._loader._moves != self._moves:
+            raise StopIteration
         batch = self._loader.next_batch()
         if batch is None:
             raise StopIteration
@@ -141,6 +146,7 @@ class Loader:
         self._ended = False  # the current epoch was read to its end
         self._epoch_report = None  # the last ended epoch's report
         self._epoch_set = False
+        self._moves = 0  # set_epoch / load_state_dict calls: ends older iterators
 
     # -- iteration -----------------------------------------------------
     def __iter__(self):
@@ -190,6 +196,7 @@ class Loader:
         self._epoch = int(epoch)
         self._epoch_set = True
         self._ended = False
+        self._moves += 1
 
     @property
     def epoch(self):
@@ -261,6 +268,7 @@ class Loader:
         self._epoch = epoch
         self._ended = bool(state.get("ended", False))
         self._epoch_set = False
+        self._moves += 1
 
     # -- the rest ------------------------------------------------------
     def stats(self):

@@ -90,6 +90,24 @@ def test_a_logging_filter_raising_in_next_loses_no_batch(dataset):
         assert ring_is_free(loader, 3)
 
 
+def test_set_epoch_inside_a_loop_ends_it_and_the_next_loop_reads_that_epoch(dataset):
+    """set_epoch(n) is the next iteration's epoch: the loop it was called in
+    used to go on into epoch n, and the next loop then got no batch at all."""
+    ds = dataset
+    with shardfeed.Loader(ds.url, **options(ds)) as loader:
+        first = []
+        for b in loader:
+            with b:
+                first.append(b.epoch)
+            if len(first) == 2:
+                loader.set_epoch(5)
+        assert first == [0, 0]
+        again = read_batches(loader)
+        assert {g.epoch for g in again} == {5}
+        check_epoch(ds, again)
+        assert {g.epoch for g in read_batches(loader)} == {6}
+
+
 def test_load_state_dict_checks_the_epoch_before_it_moves(dataset):
     ds = dataset
     with shardfeed.Loader(ds.url, **options(ds)) as loader:
