@@ -7,6 +7,7 @@ pipeline with the step; the slowest stage that runs every epoch is the
 bound, and the verdict names the knob to turn (docs/doctor.md).
 """
 import json
+import math
 import time
 
 from . import _shardfeed
@@ -29,8 +30,9 @@ def doctor(sources, step=None, *, seconds=2.0, config=None, **options):
         sources = [sources]
     sources = list(sources)
     seconds = float(seconds)
-    if not seconds > 0:
-        raise _shardfeed.ConfigError(f"doctor: seconds must be positive, got {seconds!r}")
+    if not (seconds > 0 and math.isfinite(seconds)):  # inf: every stage would run forever
+        raise _shardfeed.ConfigError(
+            f"doctor: seconds must be a positive finite number, got {seconds!r}")
     if step is not None and not callable(step):
         raise TypeError("doctor: step must be callable (it gets one Batch)")
     res = _shardfeed._doctor_measure(sources, _options_json(config, options), seconds)
@@ -87,8 +89,9 @@ def tune(sources, *, budget_s=20.0, config=None, output=None, **options):
     if isinstance(sources, str):
         sources = [sources]
     budget_s = float(budget_s)
-    if not budget_s > 0:
-        raise _shardfeed.ConfigError(f"tune: budget_s must be positive, got {budget_s!r}")
+    if not (budget_s > 0 and math.isfinite(budget_s)):
+        raise _shardfeed.ConfigError(
+            f"tune: budget_s must be a positive finite number, got {budget_s!r}")
     r = _shardfeed._tune(list(sources), _options_json(config, options), budget_s)
     r["config"] = json.loads(r.pop("config_json"))
     if output is not None:

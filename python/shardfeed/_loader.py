@@ -1,6 +1,8 @@
 """shardfeed.Loader: the C loader as a Python iterable of batches."""
 import json
 import logging
+import math
+import operator
 import os
 import sys
 
@@ -25,6 +27,25 @@ def _distributed_rank_world():
     return None
 
 
+def _check_json_value(where, key, value):
+    """Raises ConfigError for what JSON would carry but the C parser cannot
+    take as given: a NUL in a string (C reads up to it: another path or
+    URL) and a NaN or infinity (not JSON)."""
+    if isinstance(value, str):
+        if "\0" in value:
+            raise _shardfeed.ConfigError(f"{where}option '{key}': holds a NUL character")
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise _shardfeed.ConfigError(f"{where}option '{key}': {value!r} is not a finite number")
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _check_json_value(where, key, v)
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _check_json_value(where, key, k)
+            _check_json_value(where, key, v)
+
+
 def _options_json(config, options):
     merged = {}
     if config is not None:
@@ -45,6 +66,8 @@ def _options_json(config, options):
         rw = _distributed_rank_world()
         if rw is not None:
             merged["rank"], merged["world_size"] = rw
+    for key, value in merged.items():
+        _check_json_value("", key, value)
     try:
         return json.dumps(merged)
     except TypeError as e:
@@ -67,17 +90,22 @@ def _log_report(epoch, r):
 class _EpochIterator:
     """Batches of one epoch. An exception (a failure, LimitError,
     KeyboardInterrupt) leaves it usable: the next call asks again, so a caught
-    LimitError never turns into a silent end of epoch."""
+    LimitError never turns into a silent end of epoch. It ends when
+    set_epoch() or load_state_dict() moved the loader since it was made: the
+    new position is the next iteration's."""
 
-    __slots__ = ("_loader",)
+    __slots__ = ("_loader", "_moves")
 
     def __init__(self, loader):
         self._loader = loader
+        self._moves = loader._moves
 
     def __iter__(self):
         return self
 
     def __next__(self):
+        if self._loader._moves != self._moves:
+            raise StopIteration
         batch = self._loader.next_batch()
         if batch is None:
             raise StopIteration
@@ -118,6 +146,7 @@ class Loader:
         self._ended = False  # the current epoch was read to its end
         self._epoch_report = None  # the last ended epoch's report
         self._epoch_set = False
+        self._moves = 0  # set_epoch / load_state_dict calls: ends older iterators
 
     # -- iteration -----------------------------------------------------
     def __iter__(self):
@@ -167,6 +196,7 @@ class Loader:
         self._epoch = int(epoch)
         self._epoch_set = True
         self._ended = False
+        self._moves += 1
 
     @property
     def epoch(self):
@@ -216,10 +246,29 @@ class Loader:
             blob = blob.tobytes()  # a tensor or array a checkpointer made of it
         if not isinstance(blob, bytes):
             raise _shardfeed.ConfigError("load_state_dict: 'state' is not bytes")
-        self._core().state_restore(blob)
-        self._epoch = int(state["epoch"])
+        epoch = state.get("epoch")
+        try:
+            if isinstance(epoch, bool):
+                raise TypeError
+            epoch = operator.index(epoch)  # an int, or a NumPy / 0-d tensor integer
+        except TypeError:
+            raise _shardfeed.ConfigError(
+                f"load_state_dict: 'epoch' is {epoch!r}, not an int") from None
+        c = self._core()
+        before = c.state_save()
+        c.state_restore(blob)
+        restored = c.epoch
+        if restored != epoch:
+            # The blob (checksummed) and the dict were not saved together:
+            # go back rather than iterate an epoch the caller did not ask for.
+            c.state_restore(before)
+            raise _shardfeed.CorruptError(
+                f"load_state_dict: 'epoch' is {epoch} but the saved position is in epoch "
+                f"{restored}")
+        self._epoch = epoch
         self._ended = bool(state.get("ended", False))
         self._epoch_set = False
+        self._moves += 1
 
     # -- the rest ------------------------------------------------------
     def stats(self):

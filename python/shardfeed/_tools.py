@@ -26,6 +26,7 @@ import json
 import os
 
 from . import _shardfeed
+from ._loader import _check_json_value
 
 def _config_error(message):
     """A ConfigError like the C side's: .status, .status_name, .message set."""
@@ -53,6 +54,8 @@ def _options_json(fn, s3, extra=None):
     for key, value in (extra or {}).items():
         if value is not None:
             merged[key] = os.fspath(value) if isinstance(value, os.PathLike) else value
+    for key, value in merged.items():
+        _check_json_value(f"{fn}: ", key, value)
     try:
         return json.dumps(merged)
     except (TypeError, ValueError) as e:

@@ -241,7 +241,9 @@ static PyObject *array_dlpack(PyObject *self, PyObject *args, PyObject *kw)
             return NULL;
         }
     }
-    int want_copy = copy != Py_None && PyObject_IsTrue(copy) == 1;
+    const int want_copy = copy == Py_None ? 0 : PyObject_IsTrue(copy);
+    if (want_copy < 0)
+        return NULL;
     if (want_copy && a->dev != SFPY_CPU) {
         PyErr_SetString(PyExc_BufferError,
                         "shardfeed.Array: copy=True is supported for host arrays only");

@@ -57,7 +57,14 @@ PyObject *sfpy_raise(sf_status st, const char *msg)
 {
     PyObject *cls = (unsigned)st < SF_STATUS_COUNT_ && classes[st] ? classes[st] : base_error;
     const char *detail = msg && *msg ? msg : sf_status_str(st);
-    PyObject *exc = PyObject_CallFunction(cls, "sis", detail, (int)st, sf_status_name(st));
+    /* Messages quote keys and names as the shard holds them: bytes that are
+     * not UTF-8 (a Latin-1 tar member name) must not turn the failure into
+     * a UnicodeDecodeError. */
+    PyObject *text = PyUnicode_DecodeUTF8(detail, (Py_ssize_t)strlen(detail), "backslashreplace");
+    if (!text)
+        return NULL;
+    PyObject *exc = PyObject_CallFunction(cls, "Ois", text, (int)st, sf_status_name(st));
+    Py_DECREF(text);
     if (!exc)
         return NULL;
     PyErr_SetObject(cls, exc);

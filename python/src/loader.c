@@ -82,6 +82,10 @@ void sfpy_slot_decref(struct sfpy_slot *s)
 typedef struct {
     PyObject_HEAD
     struct sfpy_core *core; /* NULL once closed */
+    /* A batch next() took from the loader while handing the log lines over
+     * raised (a logging filter, Ctrl-C in a handler): the next next() returns
+     * it, so the exception neither loses a batch nor keeps its slot. */
+    struct sfpy_slot *pending;
 } loader_object;
 
 static PyTypeObject *loader_type;
@@ -100,6 +104,40 @@ static struct sfpy_core *usable(loader_object *self)
         return NULL;
     }
     return self->core;
+}
+
+/* A reference of self's open core for a call that releases the GIL: a
+ * close() meanwhile (another thread, a signal handler, a __del__ run by the
+ * collector) then only drops the Loader's own reference, and the loader
+ * stays open until the call lets go with drop_held(). NULL with the
+ * exception when self is closed. */
+static struct sfpy_core *hold(loader_object *self)
+{
+    struct sfpy_core *c = usable(self);
+    if (c)
+        sfpy_core_incref(c);
+    return c;
+}
+
+/* The last reference closes the loader, which joins its threads: not with
+ * the GIL held. */
+static void drop_held(struct sfpy_core *c)
+{
+    Py_BEGIN_ALLOW_THREADS
+    sfpy_core_decref(c);
+    Py_END_ALLOW_THREADS
+}
+
+/* Hands a pending batch back to the loader (set_epoch, a restore, close). */
+static void drop_pending(loader_object *self)
+{
+    struct sfpy_slot *s = self->pending;
+    self->pending = NULL;
+    if (s) {
+        Py_BEGIN_ALLOW_THREADS
+        sfpy_slot_decref(s);
+        Py_END_ALLOW_THREADS
+    }
 }
 
 /* Loader(sources: list[str] | None, options_json: str) */
@@ -152,6 +190,13 @@ static int loader_init(PyObject *pyself, PyObject *args, PyObject *kw)
             urls[i] = PyBytes_AsString(utf8);
             if (!urls[i])
                 goto fail_py;
+            /* C reads up to the NUL: another source than the one given. */
+            if (strlen(urls[i]) != (size_t)PyBytes_Size(utf8)) {
+                char msg[96];
+                snprintf(msg, sizeof(msg), "sources[%zd] holds a NUL character", i);
+                sfpy_raise(SF_ERR_INVALID_ARGUMENT, msg);
+                goto fail_py;
+            }
         }
         o.sources = urls;
         o.source_count = (size_t)n;
@@ -205,6 +250,7 @@ fail_py:
 
 static void loader_close_core(loader_object *self)
 {
+    drop_pending(self);
     struct sfpy_core *c = self->core;
     if (!c)
         return;
@@ -220,15 +266,15 @@ static void loader_dealloc(PyObject *pyself)
     sfpy_free_object(pyself);
 }
 
-/* next() -> Batch, or None at the end of the epoch. */
-static PyObject *loader_next(PyObject *pyself, PyObject *unused)
+/* next() with a held reference c of self's core. */
+static PyObject *next_held(loader_object *self, struct sfpy_core *c)
 {
-    (void)unused;
-    struct sfpy_core *c = usable((loader_object *)pyself);
-    if (!c)
-        return NULL;
     int collected = 0;
     for (;;) {
+        /* Closed while this call waited or collected: c is still ours, but
+         * the user is done with the loader. */
+        if (!self->core)
+            return sfpy_raise(SF_ERR_INVALID_ARGUMENT, "the loader was closed during next()");
         struct sf_batch b;
         sf_status st;
         char msg[1024];
@@ -239,8 +285,7 @@ static PyObject *loader_next(PyObject *pyself, PyObject *unused)
             snprintf(msg, sizeof(msg), "%s", sf_loader_errmsg(c->l));
         pthread_mutex_unlock(&c->call_mu);
         Py_END_ALLOW_THREADS
-        if (sfpy_log_drain() < 0)
-            return NULL;
+        const int drained = sfpy_log_drain();
         if (st == SF_OK) {
             sfpy_core_incref(c);
             struct sfpy_slot *s = sfpy_slot_new(c, &b);
@@ -249,8 +294,14 @@ static PyObject *loader_next(PyObject *pyself, PyObject *unused)
                 sfpy_core_decref(c);
                 return PyErr_NoMemory();
             }
+            if (drained < 0) {
+                self->pending = s;
+                return NULL;
+            }
             return sfpy_batch_new(s);
         }
+        if (drained < 0)
+            return NULL;
         if (st == SF_END_OF_EPOCH)
             Py_RETURN_NONE;
         if (st == SF_NOT_READY) {
@@ -278,6 +329,26 @@ static PyObject *loader_next(PyObject *pyself, PyObject *unused)
                      "(del them or call batch.release()), or raise prefetch_batches");
         return sfpy_raise(st, msg);
     }
+}
+
+/* next() -> Batch, or None at the end of the epoch. */
+static PyObject *loader_next(PyObject *pyself, PyObject *unused)
+{
+    (void)unused;
+    loader_object *self = (loader_object *)pyself;
+    struct sfpy_core *c = hold(self);
+    if (!c)
+        return NULL;
+    PyObject *r;
+    if (self->pending) {
+        struct sfpy_slot *s = self->pending;
+        self->pending = NULL;
+        r = sfpy_batch_new(s);
+    } else {
+        r = next_held(self, c);
+    }
+    drop_held(c);
+    return r;
 }
 
 /* A loader call that may block: the arguments of each. */
@@ -313,11 +384,19 @@ static sf_status run_call(struct sfpy_core *c, const struct loader_call *k, char
     return st;
 }
 
-/* None after k; NULL with the exception when k failed or the log drain raised. */
-static PyObject *run_call_none(struct sfpy_core *c, const struct loader_call *k)
+/* None after k (set_epoch, restore: which move the position, so a pending
+ * batch goes back); NULL with the exception when k failed or the log drain
+ * raised. */
+static PyObject *run_call_none(loader_object *self, const struct loader_call *k)
 {
+    struct sfpy_core *c = hold(self);
+    if (!c)
+        return NULL;
     char msg[1024] = "";
     sf_status st = run_call(c, k, msg, sizeof(msg));
+    drop_held(c);
+    if (st == SF_OK)
+        drop_pending(self);
     if (sfpy_log_drain() < 0)
         return NULL;
     if (st != SF_OK)
@@ -327,26 +406,28 @@ static PyObject *run_call_none(struct sfpy_core *c, const struct loader_call *k)
 
 static PyObject *loader_set_epoch(PyObject *pyself, PyObject *arg)
 {
-    struct sfpy_core *c = usable((loader_object *)pyself);
-    if (!c)
+    if (!usable((loader_object *)pyself))
         return NULL;
     struct loader_call k = {.op = CALL_SET_EPOCH};
     k.epoch = PyLong_AsUnsignedLongLong(arg);
     if (k.epoch == (unsigned long long)-1 && PyErr_Occurred())
         return NULL;
-    return run_call_none(c, &k);
+    return run_call_none((loader_object *)pyself, &k);
 }
 
+/* A pending batch (see loader_object) counts as delivered here, as in the
+ * loader's own counters. */
 static PyObject *loader_state_save(PyObject *pyself, PyObject *unused)
 {
     (void)unused;
-    struct sfpy_core *c = usable((loader_object *)pyself);
+    struct sfpy_core *c = hold((loader_object *)pyself);
     if (!c)
         return NULL;
     unsigned char buf[SF_LOADER_STATE_BYTES];
     struct loader_call k = {.op = CALL_STATE_SAVE, .buf = buf, .len = sizeof(buf)};
     char msg[1024] = "";
     sf_status st = run_call(c, &k, msg, sizeof(msg));
+    drop_held(c);
     if (st != SF_OK)
         return sfpy_raise(st, msg);
     return PyBytes_FromStringAndSize((const char *)buf, sizeof(buf));
@@ -354,15 +435,14 @@ static PyObject *loader_state_save(PyObject *pyself, PyObject *unused)
 
 static PyObject *loader_state_restore(PyObject *pyself, PyObject *arg)
 {
-    struct sfpy_core *c = usable((loader_object *)pyself);
-    if (!c)
+    if (!usable((loader_object *)pyself))
         return NULL;
     char *data;
     Py_ssize_t len;
     if (PyBytes_AsStringAndSize(arg, &data, &len) < 0)
         return NULL;
     struct loader_call k = {.op = CALL_STATE_RESTORE, .buf = data, .len = (size_t)len};
-    return run_call_none(c, &k);
+    return run_call_none((loader_object *)pyself, &k);
 }
 
 static PyObject *loader_stats(PyObject *pyself, PyObject *unused)

@@ -107,8 +107,13 @@ int sfpy_log_drain(void)
     PyObject *logger = get_logger();
     for (unsigned i = 0; i < n; i++) {
         if (logger && rc == 0) {
-            PyObject *r =
-                PyObject_CallMethod(logger, "log", "is", py_level(taken[i].level), taken[i].text);
+            /* Lines quote keys as the shard holds them, in any bytes. */
+            PyObject *text = PyUnicode_DecodeUTF8(taken[i].text, (Py_ssize_t)strlen(taken[i].text),
+                                                  "backslashreplace");
+            PyObject *r = text ? PyObject_CallMethod(logger, "log", "iO", py_level(taken[i].level),
+                                                     text)
+                               : NULL;
+            Py_XDECREF(text);
             if (!r)
                 rc = -1;
             Py_XDECREF(r);
