@@ -59,8 +59,9 @@ struct sf_s3 *sfpy_open_client(const struct sf_loader_options *lo)
     Py_BEGIN_ALLOW_THREADS st = sf_s3_new(&lo->s3, &s3, err, sizeof(err));
     Py_END_ALLOW_THREADS if (st != SF_OK)
     {
-        sfpy_log_drain();
-        sfpy_raise(st, err);
+        /* A logging handler that raised keeps its exception. */
+        if (sfpy_log_drain() == 0)
+            sfpy_raise(st, err);
         return NULL;
     }
     return s3;
