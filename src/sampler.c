@@ -585,6 +585,11 @@ void sf__sampler_window(const struct sf_sampler *s, uint64_t *read, const uint64
     *buf_len = s->buf_len;
 }
 
+uint64_t sf__sampler_shard_count(const struct sf_sampler *s, size_t shard)
+{
+    return s && shard < s->n_shards ? s->counts[shard] : 0;
+}
+
 sf_status sf_sampler_feed(struct sf_sampler *s, uint64_t reads, int final)
 {
     if (!s)

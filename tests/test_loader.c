@@ -610,6 +610,66 @@ Test(loader, an_index_json_count_out_of_range_fails_the_open_naming_it)
     sf_loader_close(l);
 }
 
+/* Rewrites the first shard's "samples" in shards' index.json to its value
+ * plus delta (its bytes stay right); returns that shard's name. */
+static void index_json_count_add(long delta, char shard[128])
+{
+    char path[800];
+    snprintf(path, sizeof(path), "%sindex.json", shards);
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f);
+    static char text[1 << 16];
+    size_t n = fread(text, 1, sizeof(text) - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    char *at = strstr(text, "\"samples\":");
+    cr_assert_not_null(at, "no samples in %s", text);
+    char *name = NULL;
+    for (char *p = at; p > text && !name; p--)
+        if (!strncmp(p, "\"name\":", 7))
+            name = p;
+    cr_assert_not_null(name);
+    cr_assert_eq(sscanf(name, "\"name\": \"%127[^\"]\"", shard), 1);
+    at += strlen("\"samples\":");
+    while (*at == ' ' || *at == '\t')
+        at++;
+    long count = strtol(at, NULL, 10);
+    size_t digits = strspn(at, "0123456789");
+    cr_assert_gt(count + delta, 0);
+    static char out[sizeof(text) + 32];
+    snprintf(out, sizeof(out), "%.*s%ld%s", (int)(at - text), text, count + delta, at + digits);
+    f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    cr_assert_eq(fputs(out, f) >= 0, 1);
+    fclose(f);
+}
+
+/* An index.json whose count disagrees with its shard (the sizes agree: a
+ * hand-made or stale index) fails the epoch naming the shard, whichever way
+ * it errs: a shard holding more samples than listed lost the extra ones
+ * without a word, while one holding fewer was an error. */
+Test(loader, an_index_json_count_that_disagrees_with_its_shard_fails_naming_it)
+{
+    for (int more = 0; more < 2; more++) {
+        local_dataset(60, 16 << 10, -1);
+        char shard[128];
+        index_json_count_add(more ? -1 : 1, shard);
+        struct sf_loader_options o;
+        base_options(&o, shards_src, 1);
+        struct sf_loader *l = open_loader(&o);
+        struct epoch_log e;
+        sf_status st = run_epoch(l, &e, 0);
+        cr_expect_eq(st, SF_ERR_CORRUPT, "%s: %s (%u images)", more ? "more" : "fewer",
+                     sf_status_name(st), e.images);
+        const char *m = sf_loader_errmsg(l);
+        cr_expect(strstr(m, shard) && strstr(m, "index.json") && strstr(m, "offset"),
+                  "the message does not name %s, the index and an offset: %s", shard, m);
+        free(e.seen);
+        sf_loader_close(l);
+        loader_teardown();
+    }
+}
+
 /* Reading a header maps the page cache around it (64 KiB, or whole large
  * folios since Linux 6.18), mostly the images that follow, and the shuffle
  * buffer keeps every shard here open: unless the parse gives those pages
