@@ -347,7 +347,10 @@ SF_API sf_status sf_loader_set_epoch(struct sf_loader *l, uint64_t epoch);
  * SF_LOADER_STATE_BYTES bytes (a sampler state plus the batch size and a
  * checksum). Restore with sf_loader_state_restore() on a loader opened with
  * the same sources and options: the next batch is then the first one not
- * delivered before the save, with the same contents.
+ * delivered before the save, with the same contents. Restore refuses a
+ * state of another configuration (SF_ERR_INVALID_ARGUMENT, naming the
+ * setting), of another version (SF_ERR_UNSUPPORTED, naming both) and a
+ * damaged or cut one (SF_ERR_CORRUPT); the loader is then left as it was.
  */
 SF_API sf_status sf_loader_state_save(struct sf_loader *l, void *buf, size_t len);
 SF_API sf_status sf_loader_state_restore(struct sf_loader *l, const void *state, size_t len);

@@ -209,6 +209,35 @@ Test(loader, state_restore_gives_the_same_remaining_batches)
     sf_loader_close(l);
 }
 
+/* A state of another version (a newer library's) is refused as such,
+ * naming both versions, and a cut one naming its length: both were "not a
+ * loader state (bad magic or checksum)", SF_ERR_CORRUPT, like a damaged one.
+ * Either leaves the loader where it was. */
+Test(loader, a_state_of_another_version_or_length_is_refused_naming_it)
+{
+    struct sf_loader_options o;
+    local_options(&o, 40, 32 << 10);
+    struct sf_loader *l = open_loader(&o);
+    struct epoch_log head;
+    cr_assert_eq(run_epoch(l, &head, 1), SF_OK);
+    unsigned char state[SF_LOADER_STATE_BYTES];
+    cr_assert_eq(sf_loader_state_save(l, state, sizeof(state)), SF_OK);
+    state[4] = 2; /* version 2; "SFLD" kept */
+    cr_expect_eq(sf_loader_state_restore(l, state, sizeof(state)), SF_ERR_UNSUPPORTED);
+    cr_expect(strstr(sf_loader_errmsg(l), "version 2") && strstr(sf_loader_errmsg(l), "1"), "%s",
+              sf_loader_errmsg(l));
+    state[4] = 1;
+    cr_expect_eq(sf_loader_state_restore(l, state, sizeof(state) - 8), SF_ERR_CORRUPT);
+    cr_expect(strstr(sf_loader_errmsg(l), "160 bytes") && strstr(sf_loader_errmsg(l), "168"), "%s",
+              sf_loader_errmsg(l));
+    struct epoch_log tail;
+    cr_assert_eq(run_epoch(l, &tail, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
+    cr_expect_eq(head.images + tail.images, 40u);
+    free(head.seen);
+    free(tail.seen);
+    sf_loader_close(l);
+}
+
 Test(loader, bad_options_are_refused_naming_them)
 {
     const char *src[] = {"/nonexistent/shards/"};
