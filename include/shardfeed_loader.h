@@ -207,8 +207,10 @@ SF_API void sf_loader_options_free_json(void *keep);
  * message naming the option in err (may be NULL). A caller that must tell bad
  * usage from a failure (the CLI exits 2 for one, 1 for the other) calls it
  * before sf_loader_open(), whose SF_ERR_INVALID_ARGUMENT may then come from
- * a server (an HTTP 400) or a source that cannot be parsed. o may not be
- * NULL. Any thread.
+ * a server (an HTTP 400) or a source that cannot be parsed. The sampling
+ * options are checked too, rank and world_size resolved from the launcher's
+ * environment when unset (sf_dist_from_env(): a rank not below the world
+ * size is refused here, not at open). o may not be NULL. Any thread.
  */
 SF_API sf_status sf_loader_options_check(const struct sf_loader_options *o, char *err,
                                          size_t err_len);

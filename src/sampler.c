@@ -459,6 +459,11 @@ static sf_status check_options(const struct sf_sampler_options *o, char *err, si
     return SF_OK;
 }
 
+sf_status sf__sampler_options_check(const struct sf_sampler_options *o, char *err, size_t err_len)
+{
+    return check_options(o, err, err_len);
+}
+
 sf_status sf_sampler_new(const struct sf_sampler_options *opts, const uint64_t *counts,
                          size_t n_shards, struct sf_sampler **out, char *err, size_t err_len)
 {

@@ -293,6 +293,52 @@ Test(loader, bad_options_are_refused_naming_them)
                  SF_ERR_INVALID_ARGUMENT);
 }
 
+/* A rank not below the world size, a shuffle buffer over its limit or an
+ * unknown policy are bad options like the others: sf_loader_options_check
+ * refuses them naming them, so `load` exits 2 before anything is listed.
+ * Only the sampler found them, at open, after the listing (exit 1). */
+Test(loader, sampling_options_are_checked_with_the_others)
+{
+    const char *src[] = {"/nonexistent/shards/"};
+    struct sf_loader_options o;
+    char err[512];
+    base_options(&o, src, 1);
+    o.sampler.rank = 1;
+    o.sampler.world_size = 1;
+    cr_expect_eq(sf_loader_options_check(&o, err, sizeof(err)), SF_ERR_INVALID_ARGUMENT);
+    cr_expect(strstr(err, "rank 1") && strstr(err, "world size 1"), "%s", err);
+    base_options(&o, src, 1);
+    o.sampler.shuffle_buffer = SF_SAMPLER_MAX_SHUFFLE_BUFFER + 1;
+    cr_expect_eq(sf_loader_options_check(&o, err, sizeof(err)), SF_ERR_INVALID_ARGUMENT);
+    cr_expect(strstr(err, "shuffle_buffer"), "%s", err);
+    base_options(&o, src, 1);
+    o.sampler.policy = (enum sf_epoch_policy)7;
+    cr_expect_eq(sf_loader_options_check(&o, err, sizeof(err)), SF_ERR_INVALID_ARGUMENT);
+    cr_expect(strstr(err, "policy"), "%s", err);
+    /* from the launcher's environment */
+    base_options(&o, src, 1);
+    o.sampler.rank = o.sampler.world_size = -1;
+    setenv("RANK", "2", 1);
+    setenv("WORLD_SIZE", "2", 1);
+    cr_expect_eq(sf_loader_options_check(&o, err, sizeof(err)), SF_ERR_INVALID_ARGUMENT);
+    cr_expect(strstr(err, "RANK"), "%s", err);
+    unsetenv("RANK");
+    unsetenv("WORLD_SIZE");
+    /* the loader caps initial_fill at a smaller shuffle buffer: not refused */
+    base_options(&o, src, 1);
+    o.sampler.shuffle_buffer = 10;
+    o.sampler.initial_fill = 100;
+    cr_expect_eq(sf_loader_options_check(&o, err, sizeof(err)), SF_OK, "%s", err);
+
+    loader_tmpdir();
+    char dir[800], out[4096], cerr[4096];
+    snprintf(dir, sizeof(dir), "%s/none/", tmp);
+    const char *cli[] = {SF_CLI_BIN, "load", dir, "--device", "host", "--rank", "1",
+                         "--world-size", "1", NULL};
+    cr_expect_eq(run_cli_err(cli, out, sizeof(out), cerr, sizeof(cerr)), 2, "%s", cerr);
+    cr_expect(strstr(cerr, "rank 1"), "%s", cerr);
+}
+
 /* ------------------------------------------------------------ holding batches */
 
 Test(loader, a_held_batch_never_blocks_the_ring)
