@@ -340,24 +340,24 @@ static const char *file_name(const char *url)
     return s ? s + 1 : url;
 }
 
-static int cmp_file_name(const void *a, const void *b)
+static int cmp_str(const void *a, const void *b)
 {
-    return strcmp(file_name(*(const char *const *)a), file_name(*(const char *const *)b));
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-/* The URL of a shard whose file name another shard has too, NULL when
- * none does; (const char *)l when out of memory. */
+/* A file name two shards have (in the objects' URLs), NULL when none is
+ * shared; (const char *)l when out of memory. */
 static const char *same_name(const struct sf_loader *l)
 {
     const char **v = malloc(l->n_shards * sizeof(*v));
     if (!v)
         return (const char *)l;
     for (size_t i = 0; i < l->n_shards; i++)
-        v[i] = l->objs[i]->url;
-    qsort(v, l->n_shards, sizeof(*v), cmp_file_name);
+        v[i] = file_name(l->objs[i]->url);
+    qsort(v, l->n_shards, sizeof(*v), cmp_str);
     const char *dup = NULL;
     for (size_t i = 1; i < l->n_shards && !dup; i++)
-        if (!strcmp(file_name(v[i - 1]), file_name(v[i])))
+        if (!strcmp(v[i - 1], v[i]))
             dup = v[i];
     free(v);
     return dup;
