@@ -207,8 +207,10 @@ SF_API void sf_loader_options_free_json(void *keep);
  * message naming the option in err (may be NULL). A caller that must tell bad
  * usage from a failure (the CLI exits 2 for one, 1 for the other) calls it
  * before sf_loader_open(), whose SF_ERR_INVALID_ARGUMENT may then come from
- * a server (an HTTP 400) or a source that cannot be parsed. o may not be
- * NULL. Any thread.
+ * a server (an HTTP 400) or a source that cannot be parsed. The sampling
+ * options are checked too, rank and world_size resolved from the launcher's
+ * environment when unset (sf_dist_from_env(): a rank not below the world
+ * size is refused here, not at open). o may not be NULL. Any thread.
  */
 SF_API sf_status sf_loader_options_check(const struct sf_loader_options *o, char *err,
                                          size_t err_len);
@@ -347,7 +349,10 @@ SF_API sf_status sf_loader_set_epoch(struct sf_loader *l, uint64_t epoch);
  * SF_LOADER_STATE_BYTES bytes (a sampler state plus the batch size and a
  * checksum). Restore with sf_loader_state_restore() on a loader opened with
  * the same sources and options: the next batch is then the first one not
- * delivered before the save, with the same contents.
+ * delivered before the save, with the same contents. Restore refuses a
+ * state of another configuration (SF_ERR_INVALID_ARGUMENT, naming the
+ * setting), of another version (SF_ERR_UNSUPPORTED, naming both) and a
+ * damaged or cut one (SF_ERR_CORRUPT); the loader is then left as it was.
  */
 SF_API sf_status sf_loader_state_save(struct sf_loader *l, void *buf, size_t len);
 SF_API sf_status sf_loader_state_restore(struct sf_loader *l, const void *state, size_t len);

@@ -334,6 +334,35 @@ static sf_status read_small(struct sf_loader *l, const char *url, char **out, si
     return st;
 }
 
+static const char *file_name(const char *url)
+{
+    const char *s = strrchr(url, '/');
+    return s ? s + 1 : url;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* A file name two shards have (in the objects' URLs), NULL when none is
+ * shared; (const char *)l when out of memory. */
+static const char *same_name(const struct sf_loader *l)
+{
+    const char **v = malloc(l->n_shards * sizeof(*v));
+    if (!v)
+        return (const char *)l;
+    for (size_t i = 0; i < l->n_shards; i++)
+        v[i] = file_name(l->objs[i]->url);
+    qsort(v, l->n_shards, sizeof(*v), cmp_str);
+    const char *dup = NULL;
+    for (size_t i = 1; i < l->n_shards && !dup; i++)
+        if (!strcmp(v[i - 1], v[i]))
+            dup = v[i];
+    free(v);
+    return dup;
+}
+
 /* counts[] from index.json beside the shards (pack writes it), when it
  * lists every shard: *from_index = 1. An index.json whose entry for one of
  * the shards has no valid count, or that does not match the objects
@@ -357,6 +386,22 @@ static sf_status counts_from_index(struct sf_loader *l, int *from_index, char *e
     for (size_t i = 1; i < l->n_shards; i++)
         if (strncmp(l->objs[i]->url, first, dir_len) != 0)
             return SF_OK;
+    /* Its entries are matched by file name (`shardfeed index` names a
+     * subfolder's shard sub/x.tar, and refuses two of one name): a listing
+     * walks subfolders, and two shards of one name in different folders
+     * cannot both be the one an entry names. */
+    const char *dup = same_name(l);
+    if (dup == (const char *)l) {
+        snprintf(err, err_len, "out of memory");
+        return SF_ERR_NO_MEMORY;
+    }
+    if (dup) {
+        sf__loader_log(l, SF_LOG_INFO,
+                       "%s: not used: shards of the same name (%s) in different folders, and "
+                       "its entries name shards by file name",
+                       url, dup);
+        return SF_OK;
+    }
     char *text = NULL;
     size_t len = 0;
     if (read_small(l, url, &text, &len) != SF_OK)

@@ -380,10 +380,27 @@ sf_status sf_loader_state_restore(struct sf_loader *l, const void *state, size_t
     if (!l || !state)
         return SF_ERR_INVALID_ARGUMENT;
     const unsigned char *p = state;
-    if (len != SF_LOADER_STATE_BYTES || sf__get_le64(p) != (STATE_MAGIC | (1ULL << 32)) ||
+    /* The magic first: a newer library's state (another version, maybe
+     * another length and checksum) is named as such, not as damaged. */
+    int ours = len >= 8 && (sf__get_le64(p) & 0xffffffffu) == STATE_MAGIC;
+    uint32_t version = ours ? (uint32_t)(sf__get_le64(p) >> 32) : 0;
+    if (ours && version != 1) {
+        pthread_mutex_lock(&l->mu);
+        snprintf(l->errmsg, sizeof(l->errmsg),
+                 "loader state version %u is not supported (this library reads version 1)",
+                 version);
+        pthread_mutex_unlock(&l->mu);
+        return SF_ERR_UNSUPPORTED;
+    }
+    if (len != SF_LOADER_STATE_BYTES || !ours ||
         sf__get_le64(p + 32 + SF_SAMPLER_STATE_BYTES) != state_sum(p, 32 + SF_SAMPLER_STATE_BYTES)) {
         pthread_mutex_lock(&l->mu);
-        snprintf(l->errmsg, sizeof(l->errmsg), "not a loader state (bad magic or checksum)");
+        if (len != SF_LOADER_STATE_BYTES)
+            snprintf(l->errmsg, sizeof(l->errmsg),
+                     "not a loader state: %zu bytes, a loader state is %d (cut short or padded?)",
+                     len, SF_LOADER_STATE_BYTES);
+        else
+            snprintf(l->errmsg, sizeof(l->errmsg), "not a loader state (bad magic or checksum)");
         pthread_mutex_unlock(&l->mu);
         return SF_ERR_CORRUPT;
     }

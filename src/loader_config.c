@@ -2,6 +2,7 @@
  * (include/shardfeed_loader.h, docs/loader.md). */
 #include "src/decode.h"
 #include "src/loader.h"
+#include "src/sampler.h"
 #include "common/strbuf.h"
 
 #include <cjson/cJSON.h>
@@ -74,7 +75,16 @@ sf_status sf__loader_options_check(const struct sf_loader_options *o, char *err,
     if ((double)bytes * o->batch_size * o->prefetch_batches > 64.0 * (1ULL << 30))
         return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT,
                    "batch_size x prefetch_batches x image bytes is over 64 GiB of batch memory");
-    return SF_OK;
+    /* The order's options, as the sampler will check them at open (after
+     * the listing): initial_fill is capped at shuffle_buffer by the loader,
+     * and whether counts are estimated is not known yet. */
+    struct sf_sampler_options so = o->sampler;
+    so.initial_fill = 0;
+    so.estimated_counts = 0;
+    if ((st = sf__sampler_options_check(&so, err, err_len)) != SF_OK)
+        return st;
+    struct sf_dist d = {o->sampler.rank, o->sampler.world_size, 0}; /* LOCAL_RANK: not read */
+    return sf_dist_from_env(&d, err, err_len);
 }
 
 /* ------------------------------------------------------------ JSON */

@@ -98,6 +98,10 @@ struct shard_slot {
     struct sample_loc **chunks; /* locs by (sample - begin), SF__LOC_CHUNK each */
     size_t n_chunks;
     uint64_t next_sample;    /* samples parsed so far (index in shard) */
+    /* The plan range ends at the shard's last sample by its count (exact
+     * counts): the shard is parsed to its end, so a sample after that count
+     * is an error rather than silently never delivered. */
+    int to_end;
     /* Estimated counts (docs/sampling.md "Without counts"): the shard is
      * read to its real end and its samples numbered in read order. */
     int opened;          /* counted in shards_open */

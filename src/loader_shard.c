@@ -5,6 +5,7 @@
  * pass, before any thread starts).
  */
 #include "src/loader_internal.h"
+#include "src/sampler.h"
 #include "common/file.h"
 
 #include <errno.h>
@@ -81,6 +82,7 @@ sf_status sf__loader_shard_open(struct sf_loader *l, uint64_t shard, uint64_t be
     sh->end = end;
     sh->size = obj->size;
     sh->stream = end == UINT64_MAX;
+    sh->to_end = !sh->stream && end == sf__sampler_shard_count(l->sampler, shard);
     struct sf_shard_reader_options ro;
     sf_shard_reader_options_init_default(&ro);
     ro.name = obj->url;
@@ -386,6 +388,12 @@ static void drop_parsed(struct shard_slot *sh, unsigned long long parsed_to)
     }
 }
 
+/* Where the exact counts came from, for a shard that disagrees with its. */
+static const char *count_source(const struct sf_loader *l)
+{
+    return l->from_index ? "index.json" : "the sample count learned in an earlier epoch or run";
+}
+
 /* Parses what arrived of the shard at the head of the read order. Returns
  * the number of samples newly read, or -1 on error. Reader thread. */
 long sf__loader_shard_parse(struct sf_loader *l, struct shard_slot *sh)
@@ -419,9 +427,11 @@ long sf__loader_shard_parse(struct sf_loader *l, struct shard_slot *sh)
         if (ev == SF_SHARD_END) {
             if (!sh->stream && sh->next_sample < sh->end) {
                 sf__loader_fail(l, SF_ERR_CORRUPT,
-                                "%s: %llu samples, but the index said at least %llu (offset %llu)",
-                                l->objs[sh->shard]->url, (unsigned long long)sh->next_sample,
-                                (unsigned long long)sh->end, sh->size);
+                                "%s: ends at offset %llu after %llu samples, but %s says it "
+                                "holds %s%llu",
+                                l->objs[sh->shard]->url, sh->size,
+                                (unsigned long long)sh->next_sample, count_source(l),
+                                sh->to_end ? "" : "at least ", (unsigned long long)sh->end);
                 return -1;
             }
             note_end_marker(l, sh);
@@ -458,13 +468,23 @@ long sf__loader_shard_parse(struct sf_loader *l, struct shard_slot *sh)
         }
         if (s.index < sh->begin)
             continue; /* before this stream's part of a split shard */
+        if (s.index >= sh->end) {
+            /* to_end only: the count that planned the epoch is short. */
+            sf__loader_fail(l, SF_ERR_CORRUPT,
+                            "%s: sample %llu ('%.*s') at offset %llu is past the %llu samples %s "
+                            "says it holds",
+                            l->objs[sh->shard]->url, (unsigned long long)s.index,
+                            (int)s.key_len, s.key, s.offset, (unsigned long long)sh->end,
+                            count_source(l));
+            return -1;
+        }
         st = record_sample(l, sh, &s);
         if (st != SF_OK) {
             sf__loader_fail(l, st, "%s: out of memory", l->objs[sh->shard]->url);
             return -1;
         }
         got++;
-        if (sh->next_sample >= sh->end) {
+        if (sh->next_sample >= sh->end && !sh->to_end) {
             slot_parsed(sh); /* the rest belongs to another stream, or nobody */
             break;
         }

@@ -459,6 +459,11 @@ static sf_status check_options(const struct sf_sampler_options *o, char *err, si
     return SF_OK;
 }
 
+sf_status sf__sampler_options_check(const struct sf_sampler_options *o, char *err, size_t err_len)
+{
+    return check_options(o, err, err_len);
+}
+
 sf_status sf_sampler_new(const struct sf_sampler_options *opts, const uint64_t *counts,
                          size_t n_shards, struct sf_sampler **out, char *err, size_t err_len)
 {
@@ -583,6 +588,11 @@ void sf__sampler_window(const struct sf_sampler *s, uint64_t *read, const uint64
     *read = s->read;
     *buf = s->buf;
     *buf_len = s->buf_len;
+}
+
+uint64_t sf__sampler_shard_count(const struct sf_sampler *s, size_t shard)
+{
+    return s && shard < s->n_shards ? s->counts[shard] : 0;
 }
 
 sf_status sf_sampler_feed(struct sf_sampler *s, uint64_t reads, int final)

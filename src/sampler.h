@@ -54,4 +54,12 @@ uint64_t sf__counts_hash(const uint64_t *counts, size_t n);
 void sf__sampler_window(const struct sf_sampler *s, uint64_t *read, const uint64_t **buf,
                         uint64_t *buf_len);
 
+/* The checks sf_sampler_new() makes of o alone (worker, buffer limit,
+ * initial fill, policy, partition), without the counts or the environment. */
+sf_status sf__sampler_options_check(const struct sf_sampler_options *o, char *err, size_t err_len);
+
+/* The sample count s was created with for shard `shard` (< its shard
+ * count): the loader tells a plan range that ends at its shard's end. */
+uint64_t sf__sampler_shard_count(const struct sf_sampler *s, size_t shard);
+
 #endif

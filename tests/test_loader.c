@@ -209,6 +209,35 @@ Test(loader, state_restore_gives_the_same_remaining_batches)
     sf_loader_close(l);
 }
 
+/* A state of another version (a newer library's) is refused as such,
+ * naming both versions, and a cut one naming its length: both were "not a
+ * loader state (bad magic or checksum)", SF_ERR_CORRUPT, like a damaged one.
+ * Either leaves the loader where it was. */
+Test(loader, a_state_of_another_version_or_length_is_refused_naming_it)
+{
+    struct sf_loader_options o;
+    local_options(&o, 40, 32 << 10);
+    struct sf_loader *l = open_loader(&o);
+    struct epoch_log head;
+    cr_assert_eq(run_epoch(l, &head, 1), SF_OK);
+    unsigned char state[SF_LOADER_STATE_BYTES];
+    cr_assert_eq(sf_loader_state_save(l, state, sizeof(state)), SF_OK);
+    state[4] = 2; /* version 2; "SFLD" kept */
+    cr_expect_eq(sf_loader_state_restore(l, state, sizeof(state)), SF_ERR_UNSUPPORTED);
+    cr_expect(strstr(sf_loader_errmsg(l), "version 2") && strstr(sf_loader_errmsg(l), "1"), "%s",
+              sf_loader_errmsg(l));
+    state[4] = 1;
+    cr_expect_eq(sf_loader_state_restore(l, state, sizeof(state) - 8), SF_ERR_CORRUPT);
+    cr_expect(strstr(sf_loader_errmsg(l), "160 bytes") && strstr(sf_loader_errmsg(l), "168"), "%s",
+              sf_loader_errmsg(l));
+    struct epoch_log tail;
+    cr_assert_eq(run_epoch(l, &tail, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
+    cr_expect_eq(head.images + tail.images, 40u);
+    free(head.seen);
+    free(tail.seen);
+    sf_loader_close(l);
+}
+
 Test(loader, bad_options_are_refused_naming_them)
 {
     const char *src[] = {"/nonexistent/shards/"};
@@ -262,6 +291,52 @@ Test(loader, bad_options_are_refused_naming_them)
     cr_assert(strstr(err, "crop"), "%s", err);
     cr_assert_eq(sf_loader_options_from_json(&o, "[1,2]", &keep, err, sizeof(err)),
                  SF_ERR_INVALID_ARGUMENT);
+}
+
+/* A rank not below the world size, a shuffle buffer over its limit or an
+ * unknown policy are bad options like the others: sf_loader_options_check
+ * refuses them naming them, so `load` exits 2 before anything is listed.
+ * Only the sampler found them, at open, after the listing (exit 1). */
+Test(loader, sampling_options_are_checked_with_the_others)
+{
+    const char *src[] = {"/nonexistent/shards/"};
+    struct sf_loader_options o;
+    char err[512];
+    base_options(&o, src, 1);
+    o.sampler.rank = 1;
+    o.sampler.world_size = 1;
+    cr_expect_eq(sf_loader_options_check(&o, err, sizeof(err)), SF_ERR_INVALID_ARGUMENT);
+    cr_expect(strstr(err, "rank 1") && strstr(err, "world size 1"), "%s", err);
+    base_options(&o, src, 1);
+    o.sampler.shuffle_buffer = SF_SAMPLER_MAX_SHUFFLE_BUFFER + 1;
+    cr_expect_eq(sf_loader_options_check(&o, err, sizeof(err)), SF_ERR_INVALID_ARGUMENT);
+    cr_expect(strstr(err, "shuffle_buffer"), "%s", err);
+    base_options(&o, src, 1);
+    o.sampler.policy = (enum sf_epoch_policy)7;
+    cr_expect_eq(sf_loader_options_check(&o, err, sizeof(err)), SF_ERR_INVALID_ARGUMENT);
+    cr_expect(strstr(err, "policy"), "%s", err);
+    /* from the launcher's environment */
+    base_options(&o, src, 1);
+    o.sampler.rank = o.sampler.world_size = -1;
+    setenv("RANK", "2", 1);
+    setenv("WORLD_SIZE", "2", 1);
+    cr_expect_eq(sf_loader_options_check(&o, err, sizeof(err)), SF_ERR_INVALID_ARGUMENT);
+    cr_expect(strstr(err, "RANK"), "%s", err);
+    unsetenv("RANK");
+    unsetenv("WORLD_SIZE");
+    /* the loader caps initial_fill at a smaller shuffle buffer: not refused */
+    base_options(&o, src, 1);
+    o.sampler.shuffle_buffer = 10;
+    o.sampler.initial_fill = 100;
+    cr_expect_eq(sf_loader_options_check(&o, err, sizeof(err)), SF_OK, "%s", err);
+
+    loader_tmpdir();
+    char dir[800], out[4096], cerr[4096];
+    snprintf(dir, sizeof(dir), "%s/none/", tmp);
+    const char *cli[] = {SF_CLI_BIN, "load", dir, "--device", "host", "--rank", "1",
+                         "--world-size", "1", NULL};
+    cr_expect_eq(run_cli_err(cli, out, sizeof(out), cerr, sizeof(cerr)), 2, "%s", cerr);
+    cr_expect(strstr(cerr, "rank 1"), "%s", cerr);
 }
 
 /* ------------------------------------------------------------ holding batches */
@@ -608,6 +683,66 @@ Test(loader, an_index_json_count_out_of_range_fails_the_open_naming_it)
     cr_expect(strstr(err, "index.json") && strstr(err, shard) && strstr(err, "\"samples\""),
               "the message does not name the index, %s and the field: %s", shard, err);
     sf_loader_close(l);
+}
+
+/* Rewrites the first shard's "samples" in shards' index.json to its value
+ * plus delta (its bytes stay right); returns that shard's name. */
+static void index_json_count_add(long delta, char shard[128])
+{
+    char path[800];
+    snprintf(path, sizeof(path), "%sindex.json", shards);
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f);
+    static char text[1 << 16];
+    size_t n = fread(text, 1, sizeof(text) - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    char *at = strstr(text, "\"samples\":");
+    cr_assert_not_null(at, "no samples in %s", text);
+    char *name = NULL;
+    for (char *p = at; p > text && !name; p--)
+        if (!strncmp(p, "\"name\":", 7))
+            name = p;
+    cr_assert_not_null(name);
+    cr_assert_eq(sscanf(name, "\"name\": \"%127[^\"]\"", shard), 1);
+    at += strlen("\"samples\":");
+    while (*at == ' ' || *at == '\t')
+        at++;
+    long count = strtol(at, NULL, 10);
+    size_t digits = strspn(at, "0123456789");
+    cr_assert_gt(count + delta, 0);
+    static char out[sizeof(text) + 32];
+    snprintf(out, sizeof(out), "%.*s%ld%s", (int)(at - text), text, count + delta, at + digits);
+    f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    cr_assert_eq(fputs(out, f) >= 0, 1);
+    fclose(f);
+}
+
+/* An index.json whose count disagrees with its shard (the sizes agree: a
+ * hand-made or stale index) fails the epoch naming the shard, whichever way
+ * it errs: a shard holding more samples than listed lost the extra ones
+ * without a word, while one holding fewer was an error. */
+Test(loader, an_index_json_count_that_disagrees_with_its_shard_fails_naming_it)
+{
+    for (int more = 0; more < 2; more++) {
+        local_dataset(60, 16 << 10, -1);
+        char shard[128];
+        index_json_count_add(more ? -1 : 1, shard);
+        struct sf_loader_options o;
+        base_options(&o, shards_src, 1);
+        struct sf_loader *l = open_loader(&o);
+        struct epoch_log e;
+        sf_status st = run_epoch(l, &e, 0);
+        cr_expect_eq(st, SF_ERR_CORRUPT, "%s: %s (%u images)", more ? "more" : "fewer",
+                     sf_status_name(st), e.images);
+        const char *m = sf_loader_errmsg(l);
+        cr_expect(strstr(m, shard) && strstr(m, "index.json") && strstr(m, "offset"),
+                  "the message does not name %s, the index and an offset: %s", shard, m);
+        free(e.seen);
+        sf_loader_close(l);
+        loader_teardown();
+    }
 }
 
 /* Reading a header maps the page cache around it (64 KiB, or whole large

@@ -703,3 +703,53 @@ Test(loader, an_epoch_the_reader_ends_during_open_stays_ended)
         cr_assert_null(r, "thread %d: %s", i, r == (void *)1 ? "open failed" : "no end of epoch");
     }
 }
+
+Test(loader, an_index_json_does_not_count_the_shards_of_a_subfolder)
+{
+    /* A listed folder holds shards and their index.json, and a subfolder
+     * more shards of the same names (packed on their own: a validation
+     * split, an older copy). Entries are matched by file name: taking the
+     * folder's entry for the subfolder's shard of the same name refused the
+     * open (its size differs: "the index is stale"), or with the same size
+     * gave it another shard's count. Such shards run on estimates; an index
+     * `shardfeed index` wrote over the subfolder too (other names) counts. */
+    loader_tmpdir();
+    char a_src[700], b_src[700], a_dst[800], b_dst[800];
+    snprintf(a_src, sizeof(a_src), "%s/asrc", tmp);
+    snprintf(b_src, sizeof(b_src), "%s/bsrc", tmp);
+    make_sized(a_src, 0, 20, 0, 0);
+    make_sized(b_src, 20, 30, 0, 0);
+    snprintf(a_dst, sizeof(a_dst), "%s/a/", tmp);
+    snprintf(b_dst, sizeof(b_dst), "%s/a/sub/", tmp);
+    pack(a_src, a_dst, 64 << 20, NULL);
+    pack(b_src, b_dst, 64 << 20, NULL);
+    n_samples = 30;
+    const char *src[] = {a_dst};
+    struct sf_loader_options o;
+    base_options(&o, src, 1);
+    struct sf_loader *l = NULL;
+    char err[1024] = "";
+    cr_assert_eq(sf_loader_open(&o, &l, err, sizeof(err)), SF_OK, "%s", err);
+    cr_assert_eq(sf_loader_shard_count(l), 2u);
+    struct epoch_log e;
+    cr_assert_eq(run_epoch(l, &e, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
+    for (unsigned i = 0; i < 30; i++)
+        cr_assert_eq(e.seen[i], 1, "sample %u", i);
+    free(e.seen);
+    sf_loader_close(l);
+
+    char from[900], to[900];
+    snprintf(from, sizeof(from), "%sshard-000000.tar", b_dst);
+    snprintf(to, sizeof(to), "%sother.tar", b_dst);
+    cr_assert(rename(from, to) == 0);
+    char out[4096];
+    const char *index[] = {SF_CLI_BIN, "index", a_dst, NULL};
+    cr_assert_eq(run_cli(index, out, sizeof(out)), 0, "%s", out);
+    l = open_loader(&o);
+    cr_expect_eq(sf_loader_epoch_size_known(l), 1, "the nested index.json gives exact counts");
+    cr_assert_eq(run_epoch(l, &e, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
+    for (unsigned i = 0; i < 30; i++)
+        cr_assert_eq(e.seen[i], 1, "sample %u", i);
+    free(e.seen);
+    sf_loader_close(l);
+}
