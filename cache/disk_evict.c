@@ -234,6 +234,13 @@ static int64_t remove_item(struct sf__disk_cache *dc, const struct scan_item *it
 sf_status sf__dc_make_room(struct sf__disk_cache *dc, uint64_t need, const char *own_kh, char *err,
                            size_t err_len)
 {
+    /* Larger than the whole tier: evicting every entry would not help, so
+     * none is evicted. */
+    if (dc->o.limit_bytes && need > dc->o.limit_bytes)
+        return sf__fail(err, err_len, SF_ERR_LIMIT,
+                        "cache_limit %" PRIu64 " bytes cannot hold an entry of %" PRIu64
+                        " bytes (the object and its checksums)",
+                        dc->o.limit_bytes, need);
     uint64_t u = usage_read(dc);
     if (u != UINT64_MAX && (dc->o.limit_bytes == 0 || u + need <= dc->o.limit_bytes)) {
         usage_write(dc, u + need);
