@@ -148,6 +148,11 @@ static uint64_t meta_reserve(uint64_t size)
     return 8192 + (uint64_t)sf__dc_n_blocks(size) * 20 + SF__DC_TRAILER_BYTES;
 }
 
+uint64_t sf__dc_entry_reserve(uint64_t size)
+{
+    return size + meta_reserve(size);
+}
+
 sf_status sf__dc_begin(struct sf__disk_cache *dc, const struct sf__cache_id *id, const char *etag,
                        uint64_t size, enum sf__dc_begin_result *result, struct sf__dc_writer **out,
                        char *err, size_t err_len)
@@ -228,7 +233,7 @@ sf_status sf__dc_begin(struct sf__disk_cache *dc, const struct sf__cache_id *id,
                       strerror(errno));
         goto fail;
     }
-    w->reserved = size + meta_reserve(size);
+    w->reserved = sf__dc_entry_reserve(size);
     uint64_t need = w->resume ? meta_reserve(size) : w->reserved;
     st = sf__dc_make_room(dc, need, w->kh, err, err_len);
     if (st == SF_OK) {

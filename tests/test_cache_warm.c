@@ -159,6 +159,34 @@ Test(cache, warm_refuses_data_over_the_limit_before_fetching)
     }
 }
 
+/* Shards whose bytes add up to exactly the limit do not fit with their
+ * checksums: warming them would evict the first to make room for the last
+ * and still report every shard fetched. Refused before fetching instead. */
+Test(cache, warm_counts_each_entrys_checksums_against_the_limit)
+{
+    start_mock(NULL);
+    for (int i = 0; i < 4; i++) {
+        char k[32];
+        snprintf(k, sizeof(k), "edge-%d.tar", i);
+        free(put_object(k, 256 * 1024, 75 + (unsigned)i));
+    }
+    const char *args[] = {"warm-cache", "--endpoint-url", srv.url, "--cache-dir",
+                          cdir,         "--cache-limit",  "1M",    "s3://bucket/edge-{0..3}.tar",
+                          NULL};
+    int rc = cli_run(args, "edge");
+    int entries;
+    cache_bytes(&entries);
+    cr_assert_eq(rc, 1, "warm-cache said all 4 shards are cached; %d are: %s", entries,
+                 slurp_tag("edge", "out"));
+    cr_assert(strstr(slurp_tag("edge", "err"), "cache_limit"), "%s", slurp_tag("edge", "err"));
+    cr_assert_eq(entries, 0);
+    for (int i = 0; i < 4; i++) {
+        char k[32];
+        snprintf(k, sizeof(k), "edge-%d.tar", i);
+        cr_assert_eq(key_gets(k), 0, "%s was fetched", k);
+    }
+}
+
 Test(cache, warm_names_every_failed_shard_and_keeps_the_rest)
 {
     start_mock(NULL);
