@@ -324,27 +324,40 @@ static int ls_one(void *user, const struct sf_cache_entry_info *e)
     return 0;
 }
 
+static int is_subcommand(const char *w)
+{
+    return !strcmp(w, "ls") || !strcmp(w, "stats") || !strcmp(w, "verify") || !strcmp(w, "clear");
+}
+
 int cli_cmd_cache(int argc, char **argv)
 {
     if (argc < 2) {
         cli_errorf("cache: expected ls, stats, verify or clear");
         return EXIT_USAGE;
     }
-    const char *sub = argv[1];
-    if (strcmp(sub, "ls") && strcmp(sub, "stats") && strcmp(sub, "verify") &&
-        strcmp(sub, "clear")) {
+    /* The subcommand is the operand, wherever the options put it
+     * (`shardfeed --json cache stats`, `cache --cache-dir D ls`); messages
+     * name it when it comes first. */
+    char cmd[32] = "cache";
+    if (is_subcommand(argv[1]))
+        snprintf(cmd, sizeof(cmd), "cache %s", argv[1]);
+    struct cli c;
+    struct cache_flags f;
+    int rc = parse(argc, argv, cmd, &c, &f);
+    if (rc)
+        return rc;
+    if (c.n_args < 1) {
+        cli_errorf("cache: expected ls, stats, verify or clear");
+        return EXIT_USAGE;
+    }
+    const char *sub = c.args[0];
+    if (!is_subcommand(sub)) {
         cli_errorf("cache: unknown subcommand '%s' (expected ls, stats, verify or clear)", sub);
         return EXIT_USAGE;
     }
-    char cmd[32];
     snprintf(cmd, sizeof(cmd), "cache %s", sub);
-    struct cli c;
-    struct cache_flags f;
-    int rc = parse(argc - 1, argv + 1, cmd, &c, &f);
-    if (rc)
-        return rc;
-    if (c.n_args) {
-        cli_errorf("%s: unexpected argument '%s'", cmd, c.args[0]);
+    if (c.n_args > 1) {
+        cli_errorf("%s: unexpected argument '%s'", cmd, c.args[1]);
         return EXIT_USAGE;
     }
     struct sf_cache *cache;
