@@ -170,6 +170,18 @@ static int expand_all(struct sf_s3 *s3, const struct cli *c, struct sf_object_in
     return rc;
 }
 
+/* Names every shard that failed, with the reason, on stderr. */
+static void print_failures(const cJSON *failed)
+{
+    const cJSON *e;
+    cJSON_ArrayForEach(e, failed)
+    {
+        cli_errorf("failed: %s: %s (%s)", cJSON_GetObjectItem(e, "url")->valuestring,
+                   cJSON_GetObjectItem(e, "error")->valuestring,
+                   cJSON_GetObjectItem(e, "status")->valuestring);
+    }
+}
+
 /* Warms cache with the n objects and reports it; returns the exit status. */
 static int warm(const struct cli *c, const struct cache_flags *f, struct sf_cache *cache,
                 struct sf_s3 *s3, const struct sf_object_info *objs, size_t n)
@@ -192,10 +204,14 @@ static int warm(const struct cli *c, const struct cache_flags *f, struct sf_cach
     struct sf_warm_stats s;
     sf_status st = sf_cache_warm(cache, s3, objs, n, &wo, &s);
     cli_progress_finish(ui.bar);
-    if (st == SF_ERR_LIMIT && s.objects_done + s.failed < s.objects_total) {
+    /* Refused before fetching: pass 2 would have finished every object. A
+     * shard that failed before it (not found) is already among the done. */
+    if (st == SF_ERR_LIMIT && s.objects_done < s.objects_total) {
         char msg[1024];
         sf_cache_errmsg(cache, msg, sizeof(msg));
         cli_errorf("warm-cache: %s", msg);
+        if (!c->json)
+            print_failures(ui.failed);
         rc = 1;
     } else {
         double rate = s.elapsed_s > 0 ? (double)s.bytes_fetched / s.elapsed_s : 0;
@@ -242,13 +258,14 @@ static int warm(const struct cli *c, const struct cache_flags *f, struct sf_cach
                        s.objects_total, s.fetched, s.cached + s.peer, s.cached, s.peer, s.failed,
                        b1, b2, s.elapsed_s, r);
             }
-            const cJSON *e;
-            cJSON_ArrayForEach(e, ui.failed)
-            {
-                cli_errorf("failed: %s: %s (%s)", cJSON_GetObjectItem(e, "url")->valuestring,
-                           cJSON_GetObjectItem(e, "error")->valuestring,
-                           cJSON_GetObjectItem(e, "status")->valuestring);
-            }
+            print_failures(ui.failed);
+        }
+        if (st != SF_OK && !s.failed) {
+            /* a failure no shard carries (the shards that are all cached
+             * and do not fit under the limit): say it rather than exit 1 */
+            char msg[1024];
+            sf_cache_errmsg(cache, msg, sizeof(msg));
+            cli_fail_status("warm-cache", msg, st);
         }
         rc = s.failed || st != SF_OK ? 1 : 0;
     }

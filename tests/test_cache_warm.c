@@ -187,6 +187,22 @@ Test(cache, warm_counts_each_entrys_checksums_against_the_limit)
     }
 }
 
+/* A shard that cannot be found and one over the limit: both are named, the
+ * limit too, although the failure already counts as a shard done. */
+Test(cache, warm_over_the_limit_says_so_beside_a_missing_shard)
+{
+    start_mock(NULL);
+    free(put_object("lim-0.tar", 512 * 1024, 77));
+    const char *args[] = {"warm-cache", "--endpoint-url", srv.url, "--cache-dir",
+                          cdir,         "--cache-limit",  "256K",  "s3://bucket/lim-{0..1}.tar",
+                          NULL};
+    cr_assert_eq(cli_run(args, "lim"), 1);
+    char *err = slurp_tag("lim", "err");
+    cr_assert(strstr(err, "cache_limit"), "the limit is not named: %s", err);
+    cr_assert(strstr(err, "s3://bucket/lim-1.tar"), "the missing shard is not named: %s", err);
+    cr_assert_eq(key_gets("lim-0.tar"), 0);
+}
+
 Test(cache, warm_names_every_failed_shard_and_keeps_the_rest)
 {
     start_mock(NULL);
