@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -198,6 +199,44 @@ Test(cache, leftover_download_of_another_version_is_dropped_not_resumed)
         stale += now[i] != 0;
     free(now);
     cr_expect_eq(stale, 0, "bytes of the old version are still in the download file");
+    feed_put(&fc, 0, fc.n, 0);
+    feed_publish_and_check(&fc);
+    sf__disk_cache_close(dc);
+}
+
+/* A process that followed the old download has its bytes mapped (as
+ * step_follow maps <kh>.part). The new download of another, smaller version
+ * must not cut that file short under it: a read of the mapping past the new
+ * end would be SIGBUS. The old bytes stay readable through the mapping. */
+Test(cache, new_version_leaves_a_followers_mapping_of_the_old_download_intact)
+{
+    make_dirs();
+    struct sf__disk_cache *dc = dc_open();
+    struct sf__cache_id id = {.endpoint = "http://127.0.0.1:1", .bucket = "bucket", .key = "m.tar"};
+    size_t old_n = 3 * MB + 11;
+    unsigned char *old = malloc(old_n);
+    cr_assert(old);
+    test_fill(old, old_n, 23);
+    enum sf__dc_begin_result r;
+    struct sf__dc_writer *w = NULL;
+    char err[512] = "";
+    cr_assert_eq(sf__dc_begin(dc, &id, "\"old\"", old_n, &r, &w, err, sizeof(err)), SF_OK, "%s",
+                 err);
+    cr_assert(pwrite(sf__dc_writer_fd(w), old, old_n, 0) == (ssize_t)old_n);
+    sf__dc_writer_progress(w, old_n);
+    int pfd = sf__dc_open_part(dc, &id);
+    cr_assert_geq(pfd, 0);
+    const unsigned char *m = mmap(NULL, old_n, PROT_READ, MAP_SHARED, pfd, 0);
+    cr_assert_neq(m, MAP_FAILED);
+    close(pfd);
+    sf__dc_writer_abort(w, 1); /* the downloader is killed */
+
+    struct feed_case fc;
+    feed_begin(&fc, dc, "m.tar", MB + 5, 24); /* ETag "e1", smaller */
+    cr_assert_eq(sf__dc_writer_resume(fc.w), 0);
+    cr_expect_eq(memcmp(m, old, old_n), 0, "the follower's mapping changed under it");
+    munmap((void *)m, old_n);
+    free(old);
     feed_put(&fc, 0, fc.n, 0);
     feed_publish_and_check(&fc);
     sf__disk_cache_close(dc);
