@@ -45,7 +45,7 @@ static const struct cli_flag common[] = {
      .hi = SF_S3_TIMEOUT_MS_MAX},
     {"json", 0, CLI_SET, .off = CLI_AT(struct cli, json, int)},
     {"recursive", 'r', CLI_SET, .off = CLI_AT(struct cli, recursive, int)},
-    {"output", 'o', CLI_STR, .off = CLI_AT(struct cli, output, const char *)},
+    {"output", 'o', CLI_STR, .off = CLI_AT(struct cli, output, const char *), .lo = 1},
     {"verbose", 'v', CLI_COUNT, .off = CLI_AT(struct cli, verbose, int)},
     {"help", 'h', CLI_HELP, .off = 0},
 };

@@ -91,6 +91,9 @@ Test(cli, a_bad_value_of_each_kind_names_the_flag_and_the_value)
         {{"load", "s3://b/", "--mean", "1,2", NULL}, {"--mean", "'1,2'", "three numbers"}},
         /* a string that may not be empty */
         {{"warm-cache", "s3://b/", "--cache-dir", "", NULL}, {"--cache-dir", "''"}},
+        /* get -o '' downloaded into a hidden ".sfpart-PID" in the current
+         * folder, then failed to rename it onto '' */
+        {{"get", "s3://b/k", "-o", "", NULL}, {"--output", "''"}},
         /* choices list what they take */
         {{"ls", "s3://b/", "--addressing", "sideways", NULL},
          {"--addressing", "'sideways'", "path, virtual or auto"}},
