@@ -241,3 +241,19 @@ Test(cli, warm_cache_by_its_own_name_takes_its_options_first)
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
     cr_assert_eq(system(cmd), 0);
 }
+
+/* --help is an answer, not an error: each command's text goes to stdout
+ * (`shardfeed load --help | less`) with exit 0. */
+Test(cli, help_of_each_command_is_on_stdout)
+{
+    const char *cmds[][2] = {{"ls", "usage: shardfeed"},          {"warm-cache", "usage: shardfeed"},
+                             {"load", "usage: shardfeed load"},    {"doctor", "usage: shardfeed doctor"},
+                             {"tune", "usage: shardfeed tune"},    {"pack", "usage: shardfeed"},
+                             {"index", "usage: shardfeed"},        {"inspect", "usage: shardfeed"}};
+    for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+        const char *args[] = {cmds[i][0], "--help", NULL};
+        char out[16384];
+        cr_expect_eq(run_as(SF_CLI_BIN, args, 1, out, sizeof(out)), 0, "%s --help", cmds[i][0]);
+        cr_expect(strstr(out, cmds[i][1]), "%s --help: stdout is: %s", cmds[i][0], out);
+    }
+}
