@@ -123,6 +123,43 @@ static void free_objects(struct sf_object_info *objs, size_t n)
     free(objs);
 }
 
+/* Pointers into one array: by URL, then by place, so the first of equal
+ * URLs sorts first. */
+static int by_url(const void *a, const void *b)
+{
+    const struct sf_object_info *x = *(const struct sf_object_info *const *)a;
+    const struct sf_object_info *y = *(const struct sf_object_info *const *)b;
+    int d = strcmp(x->url, y->url);
+    return d ? d : (x > y) - (x < y);
+}
+
+/* An object named twice (a prefix and one of its keys, overlapping
+ * patterns) is warmed once: later copies are dropped, the order kept.
+ * Otherwise it counts twice against the limit and its second copy waits
+ * on the first as on another process. Out of memory: left as it is. */
+static void drop_repeats(struct sf_object_info *objs, size_t *n)
+{
+    struct sf_object_info **by = malloc(*n * sizeof(*by));
+    unsigned char *dup = calloc(*n, 1);
+    if (by && dup) {
+        for (size_t i = 0; i < *n; i++)
+            by[i] = &objs[i];
+        qsort(by, *n, sizeof(*by), by_url);
+        for (size_t i = 1; i < *n; i++)
+            dup[by[i] - objs] = !strcmp(by[i]->url, by[i - 1]->url);
+        size_t k = 0;
+        for (size_t i = 0; i < *n; i++) {
+            if (dup[i])
+                sf_object_info_clear(&objs[i]);
+            else
+                objs[k++] = objs[i];
+        }
+        *n = k;
+    }
+    free(by);
+    free(dup);
+}
+
 /* Expands every URL into one list of objects (prefixes left out), which the
  * caller frees (free_objects) whatever the result. Returns 0, or 1 after
  * printing why. */
@@ -167,6 +204,8 @@ static int expand_all(struct sf_s3 *s3, const struct cli *c, struct sf_object_in
         cli_errorf("warm-cache: no objects match %s", c->args[0]);
         rc = 1;
     }
+    if (!rc)
+        drop_repeats(*objs, n);
     return rc;
 }
 

@@ -203,6 +203,32 @@ Test(cache, warm_over_the_limit_says_so_beside_a_missing_shard)
     cr_assert_eq(key_gets("lim-0.tar"), 0);
 }
 
+/* A shard named twice (a prefix and one of its keys) is one shard: counted
+ * once against the limit, fetched once, not "fetched by another process". */
+Test(cache, warm_counts_a_shard_named_twice_once)
+{
+    start_mock(NULL);
+    free(put_object("twice/t-0.tar", 600 * 1024, 78));
+    const char *args[] = {"warm-cache",
+                          "--endpoint-url",
+                          srv.url,
+                          "--cache-dir",
+                          cdir,
+                          "--cache-limit",
+                          "1M",
+                          "--json",
+                          "s3://bucket/twice/",
+                          "s3://bucket/twice/t-0.tar",
+                          NULL};
+    cr_assert_eq(cli_run(args, "twice"), 0, "%s", slurp_tag("twice", "err"));
+    cJSON *j = cJSON_Parse(slurp_tag("twice", "out"));
+    cr_assert(j, "not JSON: %s", slurp_tag("twice", "out"));
+    cr_expect_eq(cJSON_GetObjectItem(j, "objects")->valuedouble, 1);
+    cr_expect_eq(cJSON_GetObjectItem(j, "fetched")->valuedouble, 1);
+    cr_expect_eq(cJSON_GetObjectItem(j, "by_other_process")->valuedouble, 0);
+    cJSON_Delete(j);
+}
+
 Test(cache, warm_names_every_failed_shard_and_keeps_the_rest)
 {
     start_mock(NULL);
