@@ -242,6 +242,46 @@ Test(cache, new_version_leaves_a_followers_mapping_of_the_old_download_intact)
     sf__disk_cache_close(dc);
 }
 
+/* docs/cache.md: leftover downloads whose lock is free "are the first to go
+ * when space is needed", before any published entry, however recent. */
+Test(cache, an_abandoned_download_goes_before_an_entry_when_room_is_needed)
+{
+    make_dirs();
+    struct sf__disk_cache_options o = {.dir = cdir, .limit_bytes = 3 * MB};
+    struct sf__disk_cache *dc = NULL;
+    char err[512] = "";
+    cr_assert_eq(sf__disk_cache_open(&o, &dc, err, sizeof(err)), SF_OK, "%s", err);
+    struct feed_case fc;
+    feed_begin(&fc, dc, "kept.tar", MB, 41);
+    feed_put(&fc, 0, fc.n, 0);
+    feed_publish_and_check(&fc); /* the oldest file of the tier */
+
+    feed_begin(&fc, dc, "left.tar", MB, 42); /* its process dies halfway */
+    feed_put(&fc, 0, fc.n / 2, 0);
+    sf__dc_writer_progress(fc.w, fc.n / 2);
+    sf__dc_writer_abort(fc.w, 1);
+    free(fc.data);
+
+    feed_begin(&fc, dc, "new.tar", MB, 43); /* needs room: one of the two goes */
+    feed_put(&fc, 0, fc.n, 0);
+    feed_publish_and_check(&fc);
+    struct sf__cache_id kept = {.endpoint = "http://127.0.0.1:1", .bucket = "bucket", .key = "kept.tar"};
+    struct sf__dc_meta m;
+    int fd = -1;
+    cr_expect_eq(sf__dc_lookup(dc, &kept, "\"e1\"", 0, &fd, &m, err, sizeof(err)), SF_OK,
+                 "the entry was evicted, the abandoned download kept: %s", err);
+    if (fd >= 0) {
+        close(fd);
+        sf__dc_meta_clear(&m);
+    }
+    struct sf__cache_id left = {.endpoint = "http://127.0.0.1:1", .bucket = "bucket", .key = "left.tar"};
+    int pfd = sf__dc_open_part(dc, &left);
+    cr_expect_lt(pfd, 0, "the abandoned download is still there");
+    if (pfd >= 0)
+        close(pfd);
+    sf__disk_cache_close(dc);
+}
+
 static void queue_fault_c(const char *prefix, const char *fault, unsigned count)
 {
     char q[512];
