@@ -161,6 +161,11 @@ static void tune_usage(FILE *f)
           f);
 }
 
+#define CONFIG_MAX_BYTES (32u << 20)
+
+/* The whole file, NUL-terminated (the caller frees it), or NULL with errno:
+ * EFBIG over CONFIG_MAX_BYTES, EISDIR and other read errors as read gave
+ * them (fread's 0 is not the end of a file it could not read). */
 static char *read_file(const char *path)
 {
     FILE *f = fopen(path, "rb");
@@ -168,16 +173,18 @@ static char *read_file(const char *path)
         return NULL;
     size_t cap = 65536, n = 0;
     char *buf = malloc(cap + 1);
+    int e = buf ? 0 : ENOMEM;
     while (buf) {
         size_t r = fread(buf + n, 1, cap - n, f);
         n += r;
-        if (r == 0)
+        if (r == 0) {
+            e = ferror(f) ? (errno ? errno : EIO) : 0;
             break;
+        }
         if (n == cap) {
-            char *nb = cap < (16u << 20) ? realloc(buf, cap * 2 + 1) : NULL;
+            char *nb = cap < CONFIG_MAX_BYTES ? realloc(buf, cap * 2 + 1) : NULL;
             if (!nb) {
-                free(buf);
-                buf = NULL;
+                e = cap < CONFIG_MAX_BYTES ? ENOMEM : EFBIG;
                 break;
             }
             buf = nb;
@@ -185,8 +192,12 @@ static char *read_file(const char *path)
         }
     }
     fclose(f);
-    if (buf)
-        buf[n] = 0;
+    if (e) {
+        free(buf);
+        errno = e;
+        return NULL;
+    }
+    buf[n] = 0;
     return buf;
 }
 
@@ -341,7 +352,11 @@ static int load_or_doctor(int argc, char **argv, int doctor)
     if (lc.config) {
         char *text = read_file(lc.config);
         if (!text) {
-            cli_errorf("--config %s: %s", lc.config, strerror(errno ? errno : EIO));
+            if (errno == EFBIG)
+                cli_errorf("--config %s: reaches the %u MiB limit of a configuration", lc.config,
+                           CONFIG_MAX_BYTES >> 20);
+            else
+                cli_errorf("--config %s: %s", lc.config, strerror(errno ? errno : EIO));
             cJSON_Delete(lc.set);
             return EXIT_USAGE;
         }

@@ -257,3 +257,24 @@ Test(cli, help_of_each_command_is_on_stdout)
         cr_expect(strstr(out, cmds[i][1]), "%s --help: stdout is: %s", cmds[i][0], out);
     }
 }
+
+/* --config names what is wrong with the file: a folder, or one too big (the
+ * error of an earlier call was printed instead). */
+Test(cli, a_config_that_cannot_be_read_says_why)
+{
+    char dir[] = "/tmp/sf-cli-XXXXXX";
+    cr_assert(mkdtemp(dir));
+    char big[64];
+    snprintf(big, sizeof(big), "%s/big.json", dir);
+    int fd = open(big, O_WRONLY | O_CREAT, 0600);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(ftruncate(fd, 40 << 20), 0); /* sparse */
+    close(fd);
+    const struct bad bad[] = {
+        {{"load", "s3://b/", "--config", dir, NULL}, {"--config", "Is a directory"}},
+        {{"load", "s3://b/", "--config", big, NULL}, {"--config", "big.json", "32 MiB"}},
+    };
+    expect_usage_errors(bad, sizeof(bad) / sizeof(bad[0]));
+    unlink(big);
+    rmdir(dir);
+}
