@@ -265,7 +265,8 @@ Test(cache, an_abandoned_download_goes_before_an_entry_when_room_is_needed)
     feed_begin(&fc, dc, "new.tar", MB, 43); /* needs room: one of the two goes */
     feed_put(&fc, 0, fc.n, 0);
     feed_publish_and_check(&fc);
-    struct sf__cache_id kept = {.endpoint = "http://127.0.0.1:1", .bucket = "bucket", .key = "kept.tar"};
+    struct sf__cache_id kept = {
+        .endpoint = "http://127.0.0.1:1", .bucket = "bucket", .key = "kept.tar"};
     struct sf__dc_meta m;
     int fd = -1;
     cr_expect_eq(sf__dc_lookup(dc, &kept, "\"e1\"", 0, &fd, &m, err, sizeof(err)), SF_OK,
@@ -274,7 +275,8 @@ Test(cache, an_abandoned_download_goes_before_an_entry_when_room_is_needed)
         close(fd);
         sf__dc_meta_clear(&m);
     }
-    struct sf__cache_id left = {.endpoint = "http://127.0.0.1:1", .bucket = "bucket", .key = "left.tar"};
+    struct sf__cache_id left = {
+        .endpoint = "http://127.0.0.1:1", .bucket = "bucket", .key = "left.tar"};
     int pfd = sf__dc_open_part(dc, &left);
     cr_expect_lt(pfd, 0, "the abandoned download is still there");
     if (pfd >= 0)

@@ -13,8 +13,7 @@
 /* Runs the CLI as argv0 with argv (NULL-terminated, without the program);
  * what it writes on out_fd (1 or 2) goes into buf, the other stream is
  * dropped. Returns the exit status. */
-static int run_as(const char *argv0, const char *const *args, int out_fd, char *buf,
-                  size_t buf_len)
+static int run_as(const char *argv0, const char *const *args, int out_fd, char *buf, size_t buf_len)
 {
     const char *argv[32] = {argv0};
     size_t n = 1;
@@ -246,10 +245,11 @@ Test(cli, warm_cache_by_its_own_name_takes_its_options_first)
  * (`shardfeed load --help | less`) with exit 0. */
 Test(cli, help_of_each_command_is_on_stdout)
 {
-    const char *cmds[][2] = {{"ls", "usage: shardfeed"},          {"warm-cache", "usage: shardfeed"},
-                             {"load", "usage: shardfeed load"},    {"doctor", "usage: shardfeed doctor"},
-                             {"tune", "usage: shardfeed tune"},    {"pack", "usage: shardfeed"},
-                             {"index", "usage: shardfeed"},        {"inspect", "usage: shardfeed"}};
+    const char *cmds[][2] = {
+        {"ls", "usage: shardfeed"},        {"warm-cache", "usage: shardfeed"},
+        {"load", "usage: shardfeed load"}, {"doctor", "usage: shardfeed doctor"},
+        {"tune", "usage: shardfeed tune"}, {"pack", "usage: shardfeed"},
+        {"index", "usage: shardfeed"},     {"inspect", "usage: shardfeed"}};
     for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
         const char *args[] = {cmds[i][0], "--help", NULL};
         char out[16384];
