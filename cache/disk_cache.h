@@ -122,6 +122,9 @@ enum sf__dc_begin_result {
 sf_status sf__dc_begin(struct sf__disk_cache *dc, const struct sf__cache_id *id, const char *etag,
                        uint64_t size, enum sf__dc_begin_result *result, struct sf__dc_writer **w,
                        char *err, size_t err_len);
+/* The bytes a download of size bytes reserves under the limit: the data and
+ * room for its metadata and trailer (a published entry takes a little less). */
+uint64_t sf__dc_entry_reserve(uint64_t size);
 int sf__dc_writer_fd(const struct sf__dc_writer *w);
 uint64_t sf__dc_writer_resume(const struct sf__dc_writer *w);
 /*

@@ -195,6 +195,16 @@ static int by_mtime(const void *a, const void *b)
     return (x->mtime_ns > y->mtime_ns) - (x->mtime_ns < y->mtime_ns);
 }
 
+/* Eviction order: downloads first (only abandoned ones can go: their lock is
+ * free), then entries, each least recently used first (docs/cache.md). */
+static int eviction_order(const void *a, const void *b)
+{
+    const struct scan_item *x = a, *y = b;
+    if (x->is_part != y->is_part)
+        return y->is_part - x->is_part;
+    return by_mtime(a, b);
+}
+
 /* Locks the key of a part file without waiting; -1 when its owner is alive. */
 static int try_key_lock(struct sf__disk_cache *dc, const char *kh)
 {
@@ -234,6 +244,13 @@ static int64_t remove_item(struct sf__disk_cache *dc, const struct scan_item *it
 sf_status sf__dc_make_room(struct sf__disk_cache *dc, uint64_t need, const char *own_kh, char *err,
                            size_t err_len)
 {
+    /* Larger than the whole tier: evicting every entry would not help, so
+     * none is evicted. */
+    if (dc->o.limit_bytes && need > dc->o.limit_bytes)
+        return sf__fail(err, err_len, SF_ERR_LIMIT,
+                        "cache_limit %" PRIu64 " bytes cannot hold an entry of %" PRIu64
+                        " bytes (the object and its checksums)",
+                        dc->o.limit_bytes, need);
     uint64_t u = usage_read(dc);
     if (u != UINT64_MAX && (dc->o.limit_bytes == 0 || u + need <= dc->o.limit_bytes)) {
         usage_write(dc, u + need);
@@ -266,7 +283,7 @@ sf_status sf__dc_make_room(struct sf__disk_cache *dc, uint64_t need, const char 
     }
     if (dc->o.limit_bytes && total + need > dc->o.limit_bytes) {
         if (s.n)
-            qsort(s.v, s.n, sizeof(*s.v), by_mtime);
+            qsort(s.v, s.n, sizeof(*s.v), eviction_order);
         for (size_t i = 0; i < s.n && total + need > dc->o.limit_bytes; i++) {
             if (!s.v[i].size)
                 continue;

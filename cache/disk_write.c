@@ -148,6 +148,11 @@ static uint64_t meta_reserve(uint64_t size)
     return 8192 + (uint64_t)sf__dc_n_blocks(size) * 20 + SF__DC_TRAILER_BYTES;
 }
 
+uint64_t sf__dc_entry_reserve(uint64_t size)
+{
+    return size + meta_reserve(size);
+}
+
 sf_status sf__dc_begin(struct sf__disk_cache *dc, const struct sf__cache_id *id, const char *etag,
                        uint64_t size, enum sf__dc_begin_result *result, struct sf__dc_writer **out,
                        char *err, size_t err_len)
@@ -228,21 +233,28 @@ sf_status sf__dc_begin(struct sf__disk_cache *dc, const struct sf__cache_id *id,
                       strerror(errno));
         goto fail;
     }
-    w->reserved = size + meta_reserve(size);
+    w->reserved = sf__dc_entry_reserve(size);
     uint64_t need = w->resume ? meta_reserve(size) : w->reserved;
     st = sf__dc_make_room(dc, need, w->kh, err, err_len);
     if (st == SF_OK) {
         w->fd = open(part_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-        /* Leftover bytes not resumed are dropped, but a new (empty) file is
-         * not truncated: on ext4 a truncate to 0 arms auto_da_alloc, and the
-         * last close of the entry then starts writeback of all its pages on
-         * the closing thread (CPU taken from the decoders, docs/cache.md).
-         * The blocks are reserved (sf__preallocate): a full disk fails
-         * here rather than halfway. */
+        /* Leftover bytes not resumed are dropped by starting a new file,
+         * never by truncating that one: a process that followed the old
+         * download may still have it mapped, and would fault (SIGBUS)
+         * reading past a shorter end, or read zeros. A new (empty) file is
+         * not truncated either: on ext4 a truncate to 0 arms auto_da_alloc,
+         * and the last close of the entry then starts writeback of all its
+         * pages on the closing thread (CPU taken from the decoders,
+         * docs/cache.md). The blocks are reserved (sf__preallocate): a full
+         * disk fails here rather than halfway. */
         struct stat fst;
-        if (w->fd < 0 || fstat(w->fd, &fst) != 0 ||
-            (!w->resume && fst.st_size != 0 && ftruncate(w->fd, 0) != 0) ||
-            ftruncate(w->fd, (off_t)size) != 0 ||
+        if (w->fd >= 0 && !w->resume && fstat(w->fd, &fst) == 0 && fst.st_size != 0) {
+            close(w->fd);
+            w->fd = unlink(part_path) == 0 || errno == ENOENT
+                        ? open(part_path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600)
+                        : -1;
+        }
+        if (w->fd < 0 || fstat(w->fd, &fst) != 0 || ftruncate(w->fd, (off_t)size) != 0 ||
             sf__preallocate(w->fd, size) != 0) {
             st = sf__fail(err, err_len, SF_ERR_IO, "cannot create %s: %s", part_path,
                           strerror(errno));

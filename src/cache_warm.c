@@ -76,6 +76,7 @@ sf_status sf_cache_warm(struct sf_cache *c, struct sf_s3 *s3, const struct sf_ob
     double t0 = sf__now_s();
     s.objects_total = n;
     sf_status first = SF_OK;
+    uint64_t need = 0; /* what the objects take under the limit, checksums included */
     c->errmsg[0] = 0;
 
     /* Pass 1: what is cached, and the sizes of the rest (HEAD when unknown). */
@@ -119,12 +120,14 @@ sf_status sf_cache_warm(struct sf_cache *c, struct sf_s3 *s3, const struct sf_ob
             todo[i] = 2;
         } else if (o->state == ST_READY) {
             s.bytes_total += o->info.size;
+            need += sf__dc_entry_reserve(o->info.size);
             s.cached++;
             s.objects_done++;
             warm_report(&wo, &objs[i], SF_WARM_CACHED, SF_OK, "");
         } else {
             s.bytes_total += o->info.size;
             s.bytes_to_fetch += o->info.size;
+            need += sf__dc_entry_reserve(o->info.size);
             todo[i] = 1;
         }
         sf_cache_object_close(o);
@@ -134,12 +137,13 @@ sf_status sf_cache_warm(struct sf_cache *c, struct sf_s3 *s3, const struct sf_ob
         free(todo);
         return warm_cancelled(c, &wo, &s, t0, stats_out);
     }
-    /* Everything must fit at once, or warming evicts what it just fetched. */
-    if (c->o.limit_bytes && s.bytes_total > c->o.limit_bytes) {
+    /* Everything must fit at once, or warming evicts what it just fetched:
+     * each entry with its metadata and trailer, as a download reserves it. */
+    if (c->o.limit_bytes && need > c->o.limit_bytes) {
         snprintf(c->errmsg, sizeof(c->errmsg),
-                 "the %llu objects need %llu bytes but cache_limit is %llu bytes: raise "
-                 "--cache-limit or warm fewer shards",
-                 s.objects_total, s.bytes_total, c->o.limit_bytes);
+                 "the %llu objects need %llu bytes (%llu of data and their checksums) but "
+                 "cache_limit is %llu bytes: raise --cache-limit or warm fewer shards",
+                 s.objects_total, (unsigned long long)need, s.bytes_total, c->o.limit_bytes);
         free(objs);
         free(todo);
         s.elapsed_s = sf__now_s() - t0;

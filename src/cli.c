@@ -285,6 +285,11 @@ int main(int argc, char **argv)
 
 static int run(int argc, char **argv)
 {
+    /* Installed also as `warm-cache`: the program name selects the command,
+     * and every word after it is the command's (`warm-cache --cache-dir D URL`). */
+    const char *prog = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
+    if (!strcmp(prog, "warm-cache"))
+        return cli_cmd_warm_cache(argc, argv);
     if (argc < 2) {
         cli_usage(stderr);
         return EXIT_USAGE;
@@ -330,10 +335,6 @@ static int run(int argc, char **argv)
         moved[n] = NULL;
         argv = moved; /* lives until exit */
     }
-    /* Installed also as `warm-cache`: the program name selects the command. */
-    const char *prog = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
-    if (!strcmp(prog, "warm-cache"))
-        return cli_cmd_warm_cache(argc, argv);
     const char *cmd = argv[1];
     for (size_t i = 0; i < sizeof(own_parsers) / sizeof(own_parsers[0]); i++)
         if (!strcmp(cmd, own_parsers[i].name))

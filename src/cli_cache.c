@@ -123,6 +123,43 @@ static void free_objects(struct sf_object_info *objs, size_t n)
     free(objs);
 }
 
+/* Pointers into one array: by URL, then by place, so the first of equal
+ * URLs sorts first. */
+static int by_url(const void *a, const void *b)
+{
+    const struct sf_object_info *x = *(const struct sf_object_info *const *)a;
+    const struct sf_object_info *y = *(const struct sf_object_info *const *)b;
+    int d = strcmp(x->url, y->url);
+    return d ? d : (x > y) - (x < y);
+}
+
+/* An object named twice (a prefix and one of its keys, overlapping
+ * patterns) is warmed once: later copies are dropped, the order kept.
+ * Otherwise it counts twice against the limit and its second copy waits
+ * on the first as on another process. Out of memory: left as it is. */
+static void drop_repeats(struct sf_object_info *objs, size_t *n)
+{
+    struct sf_object_info **by = malloc(*n * sizeof(*by));
+    unsigned char *dup = calloc(*n, 1);
+    if (by && dup) {
+        for (size_t i = 0; i < *n; i++)
+            by[i] = &objs[i];
+        qsort(by, *n, sizeof(*by), by_url);
+        for (size_t i = 1; i < *n; i++)
+            dup[by[i] - objs] = !strcmp(by[i]->url, by[i - 1]->url);
+        size_t k = 0;
+        for (size_t i = 0; i < *n; i++) {
+            if (dup[i])
+                sf_object_info_clear(&objs[i]);
+            else
+                objs[k++] = objs[i];
+        }
+        *n = k;
+    }
+    free(by);
+    free(dup);
+}
+
 /* Expands every URL into one list of objects (prefixes left out), which the
  * caller frees (free_objects) whatever the result. Returns 0, or 1 after
  * printing why. */
@@ -167,7 +204,21 @@ static int expand_all(struct sf_s3 *s3, const struct cli *c, struct sf_object_in
         cli_errorf("warm-cache: no objects match %s", c->args[0]);
         rc = 1;
     }
+    if (!rc)
+        drop_repeats(*objs, n);
     return rc;
+}
+
+/* Names every shard that failed, with the reason, on stderr. */
+static void print_failures(const cJSON *failed)
+{
+    const cJSON *e;
+    cJSON_ArrayForEach(e, failed)
+    {
+        cli_errorf("failed: %s: %s (%s)", cJSON_GetObjectItem(e, "url")->valuestring,
+                   cJSON_GetObjectItem(e, "error")->valuestring,
+                   cJSON_GetObjectItem(e, "status")->valuestring);
+    }
 }
 
 /* Warms cache with the n objects and reports it; returns the exit status. */
@@ -192,10 +243,14 @@ static int warm(const struct cli *c, const struct cache_flags *f, struct sf_cach
     struct sf_warm_stats s;
     sf_status st = sf_cache_warm(cache, s3, objs, n, &wo, &s);
     cli_progress_finish(ui.bar);
-    if (st == SF_ERR_LIMIT && s.objects_done + s.failed < s.objects_total) {
+    /* Refused before fetching: pass 2 would have finished every object. A
+     * shard that failed before it (not found) is already among the done. */
+    if (st == SF_ERR_LIMIT && s.objects_done < s.objects_total) {
         char msg[1024];
         sf_cache_errmsg(cache, msg, sizeof(msg));
         cli_errorf("warm-cache: %s", msg);
+        if (!c->json)
+            print_failures(ui.failed);
         rc = 1;
     } else {
         double rate = s.elapsed_s > 0 ? (double)s.bytes_fetched / s.elapsed_s : 0;
@@ -242,13 +297,14 @@ static int warm(const struct cli *c, const struct cache_flags *f, struct sf_cach
                        s.objects_total, s.fetched, s.cached + s.peer, s.cached, s.peer, s.failed,
                        b1, b2, s.elapsed_s, r);
             }
-            const cJSON *e;
-            cJSON_ArrayForEach(e, ui.failed)
-            {
-                cli_errorf("failed: %s: %s (%s)", cJSON_GetObjectItem(e, "url")->valuestring,
-                           cJSON_GetObjectItem(e, "error")->valuestring,
-                           cJSON_GetObjectItem(e, "status")->valuestring);
-            }
+            print_failures(ui.failed);
+        }
+        if (st != SF_OK && !s.failed) {
+            /* a failure no shard carries (the shards that are all cached
+             * and do not fit under the limit): say it rather than exit 1 */
+            char msg[1024];
+            sf_cache_errmsg(cache, msg, sizeof(msg));
+            cli_fail_status("warm-cache", msg, st);
         }
         rc = s.failed || st != SF_OK ? 1 : 0;
     }
@@ -324,27 +380,40 @@ static int ls_one(void *user, const struct sf_cache_entry_info *e)
     return 0;
 }
 
+static int is_subcommand(const char *w)
+{
+    return !strcmp(w, "ls") || !strcmp(w, "stats") || !strcmp(w, "verify") || !strcmp(w, "clear");
+}
+
 int cli_cmd_cache(int argc, char **argv)
 {
     if (argc < 2) {
         cli_errorf("cache: expected ls, stats, verify or clear");
         return EXIT_USAGE;
     }
-    const char *sub = argv[1];
-    if (strcmp(sub, "ls") && strcmp(sub, "stats") && strcmp(sub, "verify") &&
-        strcmp(sub, "clear")) {
+    /* The subcommand is the operand, wherever the options put it
+     * (`shardfeed --json cache stats`, `cache --cache-dir D ls`); messages
+     * name it when it comes first. */
+    char cmd[32] = "cache";
+    if (is_subcommand(argv[1]))
+        snprintf(cmd, sizeof(cmd), "cache %s", argv[1]);
+    struct cli c;
+    struct cache_flags f;
+    int rc = parse(argc, argv, cmd, &c, &f);
+    if (rc)
+        return rc;
+    if (c.n_args < 1) {
+        cli_errorf("cache: expected ls, stats, verify or clear");
+        return EXIT_USAGE;
+    }
+    const char *sub = c.args[0];
+    if (!is_subcommand(sub)) {
         cli_errorf("cache: unknown subcommand '%s' (expected ls, stats, verify or clear)", sub);
         return EXIT_USAGE;
     }
-    char cmd[32];
     snprintf(cmd, sizeof(cmd), "cache %s", sub);
-    struct cli c;
-    struct cache_flags f;
-    int rc = parse(argc - 1, argv + 1, cmd, &c, &f);
-    if (rc)
-        return rc;
-    if (c.n_args) {
-        cli_errorf("%s: unexpected argument '%s'", cmd, c.args[0]);
+    if (c.n_args > 1) {
+        cli_errorf("%s: unexpected argument '%s'", cmd, c.args[1]);
         return EXIT_USAGE;
     }
     struct sf_cache *cache;

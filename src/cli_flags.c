@@ -45,7 +45,7 @@ static const struct cli_flag common[] = {
      .hi = SF_S3_TIMEOUT_MS_MAX},
     {"json", 0, CLI_SET, .off = CLI_AT(struct cli, json, int)},
     {"recursive", 'r', CLI_SET, .off = CLI_AT(struct cli, recursive, int)},
-    {"output", 'o', CLI_STR, .off = CLI_AT(struct cli, output, const char *)},
+    {"output", 'o', CLI_STR, .off = CLI_AT(struct cli, output, const char *), .lo = 1},
     {"verbose", 'v', CLI_COUNT, .off = CLI_AT(struct cli, verbose, int)},
     {"help", 'h', CLI_HELP, .off = 0},
 };
@@ -158,16 +158,21 @@ static void expected(const struct cli_flag *f, char *buf, size_t len)
     }
 }
 
-/* Reads a decimal integer; 0 when arg is one (a leading '-' only if signed). */
+/* Reads a decimal integer; 0 when arg is one (a leading '-' only if signed).
+ * It starts with a digit or that '-': strtoull also takes blanks and a sign,
+ * and would read " -1" as 2^64 - 1. */
 static int read_integer(const char *arg, int is_signed, long long *s, unsigned long long *u)
 {
+    const char *digits = is_signed && arg[0] == '-' ? arg + 1 : arg;
+    if (*digits < '0' || *digits > '9')
+        return -1;
     char *end;
     errno = 0;
     if (is_signed)
         *s = strtoll(arg, &end, 10);
     else
         *u = strtoull(arg, &end, 10);
-    return arg[0] && !*end && !errno && (is_signed || arg[0] != '-') ? 0 : -1;
+    return !*end && !errno ? 0 : -1;
 }
 
 /* The value of f given as arg (NULL for a flag without one, neg for its
@@ -364,15 +369,18 @@ int cli_parse_options(int argc, char **argv, struct cli *c, const char *cmd,
                 return EXIT_USAGE;
             continue;
         }
+        /* optopt is the letter of a short option; a long option's value is
+         * OPT_BASE + its slot (0 when unknown). argv[optind - 1] is not
+         * always the word at fault: a letter inside -xv leaves optind on
+         * that word. */
+        int short_opt = optopt > 0 && optopt < OPT_BASE;
         if (ch == ':') {
-            /* optopt holds the option's value (a long option's is no
-             * character): name it as it was typed */
-            if (optopt > 0 && optopt < 128 && argv[optind - 1][1] != '-')
+            if (short_opt)
                 cli_errorf("%s: option '-%c' needs a value, and it is missing", cmd, optopt);
             else
                 cli_errorf("%s: option '%s' needs a value, and it is missing", cmd,
                            argv[optind - 1]);
-        } else if (optopt > 0 && optopt < 128 && argv[optind - 1][1] != '-') {
+        } else if (short_opt) {
             cli_errorf("%s: unknown option '-%c'", cmd, optopt);
         } else if (optopt) {
             /* a known long option given a value it does not take */

@@ -101,7 +101,7 @@ static const struct cli_flag tune_flags[] = {
 };
 #undef AT
 
-static void load_usage(void)
+static void load_usage(FILE *f)
 {
     fputs(
         "usage: shardfeed load URL... [options]\n"
@@ -134,10 +134,10 @@ static void load_usage(void)
         "  --chunk-size, ...).\n"
         "Exit status: 0 done, 1 the loader failed (the message names the shard, key\n"
         "and offset), 2 bad usage.\n",
-        stderr);
+        f);
 }
 
-static void doctor_usage(void)
+static void doctor_usage(FILE *f)
 {
     fputs("usage: shardfeed doctor URL... [loader options] [--step-ms MS] [--seconds S] [--json]\n"
           "Measures each stage of the pipeline on its own, on your data and options (fetch,\n"
@@ -146,10 +146,10 @@ static void doctor_usage(void)
           "names the stage that bounds it and the knob to turn (docs/doctor.md).\n"
           "Takes every option of `shardfeed load` (see `shardfeed load --help`).\n"
           "Exit status: 0 done, 1 a stage failed (the message names the object), 2 bad usage.\n",
-          stderr);
+          f);
 }
 
-static void tune_usage(void)
+static void tune_usage(FILE *f)
 {
     fputs("usage: shardfeed tune URL... [loader options] [--budget-s S] [-o config.json] [--json]\n"
           "Searches decode threads, concurrency, chunk size and the prefetch depths against\n"
@@ -158,9 +158,14 @@ static void tune_usage(void)
           "--config / config= (stdout without -o). docs/doctor.md \"Autotune\".\n"
           "Exit status: 0 done, 1 a measurement failed (the message names the object), 2 bad\n"
           "usage.\n",
-          stderr);
+          f);
 }
 
+#define CONFIG_MAX_BYTES (32u << 20)
+
+/* The whole file, NUL-terminated (the caller frees it), or NULL with errno:
+ * EFBIG over CONFIG_MAX_BYTES, EISDIR and other read errors as read gave
+ * them (fread's 0 is not the end of a file it could not read). */
 static char *read_file(const char *path)
 {
     FILE *f = fopen(path, "rb");
@@ -168,16 +173,18 @@ static char *read_file(const char *path)
         return NULL;
     size_t cap = 65536, n = 0;
     char *buf = malloc(cap + 1);
+    int e = buf ? 0 : ENOMEM;
     while (buf) {
         size_t r = fread(buf + n, 1, cap - n, f);
         n += r;
-        if (r == 0)
+        if (r == 0) {
+            e = ferror(f) ? (errno ? errno : EIO) : 0;
             break;
+        }
         if (n == cap) {
-            char *nb = cap < (16u << 20) ? realloc(buf, cap * 2 + 1) : NULL;
+            char *nb = cap < CONFIG_MAX_BYTES ? realloc(buf, cap * 2 + 1) : NULL;
             if (!nb) {
-                free(buf);
-                buf = NULL;
+                e = cap < CONFIG_MAX_BYTES ? ENOMEM : EFBIG;
                 break;
             }
             buf = nb;
@@ -185,8 +192,12 @@ static char *read_file(const char *path)
         }
     }
     fclose(f);
-    if (buf)
-        buf[n] = 0;
+    if (e) {
+        free(buf);
+        errno = e;
+        return NULL;
+    }
+    buf[n] = 0;
     return buf;
 }
 
@@ -283,22 +294,23 @@ static int command_failed(const char *cmd, const char *err, sf_status st, int js
     return 1;
 }
 
-/* doctor: 0 load, 1 doctor, 2 tune. */
-static void usage_of(int doctor)
+/* doctor: 0 load, 1 doctor, 2 tune. On f: stdout for --help, stderr after
+ * bad usage. */
+static void usage_of(int doctor, FILE *f)
 {
     if (doctor == 2)
-        tune_usage();
+        tune_usage(f);
     else if (doctor)
-        doctor_usage();
+        doctor_usage(f);
     else
-        load_usage();
+        load_usage(f);
 }
 
 static int load_or_doctor(int argc, char **argv, int doctor)
 {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            usage_of(doctor);
+            usage_of(doctor, stdout);
             return 0;
         }
     struct load_ctx lc = {.set = cJSON_CreateObject(), .epochs = 1, .doctor = doctor, .seconds = 2};
@@ -320,7 +332,7 @@ static int load_or_doctor(int argc, char **argv, int doctor)
     }
     if (c.n_args < 1) {
         cli_errorf("%s: expected at least one shard URL, pattern or prefix", name);
-        usage_of(doctor);
+        usage_of(doctor, stderr);
         cJSON_Delete(lc.set);
         return EXIT_USAGE;
     }
@@ -340,7 +352,11 @@ static int load_or_doctor(int argc, char **argv, int doctor)
     if (lc.config) {
         char *text = read_file(lc.config);
         if (!text) {
-            cli_errorf("--config %s: %s", lc.config, strerror(errno ? errno : EIO));
+            if (errno == EFBIG)
+                cli_errorf("--config %s: reaches the %u MiB limit of a configuration", lc.config,
+                           CONFIG_MAX_BYTES >> 20);
+            else
+                cli_errorf("--config %s: %s", lc.config, strerror(errno ? errno : EIO));
             cJSON_Delete(lc.set);
             return EXIT_USAGE;
         }

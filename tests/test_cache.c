@@ -294,6 +294,34 @@ Test(cache, limit_holds_under_eviction)
         free(d[i]);
 }
 
+/* An object bigger than cache_limit can never fit: the open fails without
+ * evicting what is cached (nothing could make room for it). */
+Test(cache, an_object_over_the_limit_evicts_nothing)
+{
+    start_mock(NULL);
+    unsigned char *small = put_object("fits.tar", 100 * 1024, 31);
+    free(put_object("huge.tar", 2 * MB, 32));
+    client(256 * 1024);
+    open_cache(MB, SF_REVALIDATE_TRUST);
+    cr_assert_eq(read_through("fits.tar", small, 100 * 1024), SF_CACHE_FROM_FETCH);
+    struct sf_object_info in = info_of("huge.tar");
+    struct sf_cache_object *o = NULL;
+    cr_assert_eq(sf_cache_open(cache, s3, &in, &o), SF_OK);
+    struct sf_cache_object_progress p;
+    sf_status st = sf_cache_object_wait(o, 2 * MB, 30000, &p);
+    const char *msg = sf_cache_object_errmsg(o);
+    cr_assert_eq(st, SF_ERR_LIMIT, "wait: %s (%s)", sf_status_name(st), msg);
+    cr_assert(strstr(msg, "huge.tar") && strstr(msg, "cache_limit"), "%s", msg);
+    sf_cache_object_close(o);
+    cr_assert_eq(key_gets("huge.tar"), 0);
+    struct sf_cache_stats cs;
+    cr_assert_eq(sf_cache_stats(cache, &cs), SF_OK);
+    cr_assert_eq(cs.evictions, 0);
+    cr_assert_eq(cs.entries, 1);
+    cr_assert_eq(read_through("fits.tar", small, 100 * 1024), SF_CACHE_FROM_DISK);
+    free(small);
+}
+
 Test(cache, revalidation_trust_versus_head)
 {
     size_t n = 300 * 1024;

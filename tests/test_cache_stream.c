@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -200,6 +201,86 @@ Test(cache, leftover_download_of_another_version_is_dropped_not_resumed)
     cr_expect_eq(stale, 0, "bytes of the old version are still in the download file");
     feed_put(&fc, 0, fc.n, 0);
     feed_publish_and_check(&fc);
+    sf__disk_cache_close(dc);
+}
+
+/* A process that followed the old download has its bytes mapped (as
+ * step_follow maps <kh>.part). The new download of another, smaller version
+ * must not cut that file short under it: a read of the mapping past the new
+ * end would be SIGBUS. The old bytes stay readable through the mapping. */
+Test(cache, new_version_leaves_a_followers_mapping_of_the_old_download_intact)
+{
+    make_dirs();
+    struct sf__disk_cache *dc = dc_open();
+    struct sf__cache_id id = {.endpoint = "http://127.0.0.1:1", .bucket = "bucket", .key = "m.tar"};
+    size_t old_n = 3 * MB + 11;
+    unsigned char *old = malloc(old_n);
+    cr_assert(old);
+    test_fill(old, old_n, 23);
+    enum sf__dc_begin_result r;
+    struct sf__dc_writer *w = NULL;
+    char err[512] = "";
+    cr_assert_eq(sf__dc_begin(dc, &id, "\"old\"", old_n, &r, &w, err, sizeof(err)), SF_OK, "%s",
+                 err);
+    cr_assert(pwrite(sf__dc_writer_fd(w), old, old_n, 0) == (ssize_t)old_n);
+    sf__dc_writer_progress(w, old_n);
+    int pfd = sf__dc_open_part(dc, &id);
+    cr_assert_geq(pfd, 0);
+    const unsigned char *m = mmap(NULL, old_n, PROT_READ, MAP_SHARED, pfd, 0);
+    cr_assert_neq(m, MAP_FAILED);
+    close(pfd);
+    sf__dc_writer_abort(w, 1); /* the downloader is killed */
+
+    struct feed_case fc;
+    feed_begin(&fc, dc, "m.tar", MB + 5, 24); /* ETag "e1", smaller */
+    cr_assert_eq(sf__dc_writer_resume(fc.w), 0);
+    cr_expect_eq(memcmp(m, old, old_n), 0, "the follower's mapping changed under it");
+    munmap((void *)m, old_n);
+    free(old);
+    feed_put(&fc, 0, fc.n, 0);
+    feed_publish_and_check(&fc);
+    sf__disk_cache_close(dc);
+}
+
+/* docs/cache.md: leftover downloads whose lock is free "are the first to go
+ * when space is needed", before any published entry, however recent. */
+Test(cache, an_abandoned_download_goes_before_an_entry_when_room_is_needed)
+{
+    make_dirs();
+    struct sf__disk_cache_options o = {.dir = cdir, .limit_bytes = 3 * MB};
+    struct sf__disk_cache *dc = NULL;
+    char err[512] = "";
+    cr_assert_eq(sf__disk_cache_open(&o, &dc, err, sizeof(err)), SF_OK, "%s", err);
+    struct feed_case fc;
+    feed_begin(&fc, dc, "kept.tar", MB, 41);
+    feed_put(&fc, 0, fc.n, 0);
+    feed_publish_and_check(&fc); /* the oldest file of the tier */
+
+    feed_begin(&fc, dc, "left.tar", MB, 42); /* its process dies halfway */
+    feed_put(&fc, 0, fc.n / 2, 0);
+    sf__dc_writer_progress(fc.w, fc.n / 2);
+    sf__dc_writer_abort(fc.w, 1);
+    free(fc.data);
+
+    feed_begin(&fc, dc, "new.tar", MB, 43); /* needs room: one of the two goes */
+    feed_put(&fc, 0, fc.n, 0);
+    feed_publish_and_check(&fc);
+    struct sf__cache_id kept = {
+        .endpoint = "http://127.0.0.1:1", .bucket = "bucket", .key = "kept.tar"};
+    struct sf__dc_meta m;
+    int fd = -1;
+    cr_expect_eq(sf__dc_lookup(dc, &kept, "\"e1\"", 0, &fd, &m, err, sizeof(err)), SF_OK,
+                 "the entry was evicted, the abandoned download kept: %s", err);
+    if (fd >= 0) {
+        close(fd);
+        sf__dc_meta_clear(&m);
+    }
+    struct sf__cache_id left = {
+        .endpoint = "http://127.0.0.1:1", .bucket = "bucket", .key = "left.tar"};
+    int pfd = sf__dc_open_part(dc, &left);
+    cr_expect_lt(pfd, 0, "the abandoned download is still there");
+    if (pfd >= 0)
+        close(pfd);
     sf__disk_cache_close(dc);
 }
 

@@ -159,6 +159,76 @@ Test(cache, warm_refuses_data_over_the_limit_before_fetching)
     }
 }
 
+/* Shards whose bytes add up to exactly the limit do not fit with their
+ * checksums: warming them would evict the first to make room for the last
+ * and still report every shard fetched. Refused before fetching instead. */
+Test(cache, warm_counts_each_entrys_checksums_against_the_limit)
+{
+    start_mock(NULL);
+    for (int i = 0; i < 4; i++) {
+        char k[32];
+        snprintf(k, sizeof(k), "edge-%d.tar", i);
+        free(put_object(k, 256 * 1024, 75 + (unsigned)i));
+    }
+    const char *args[] = {"warm-cache", "--endpoint-url", srv.url, "--cache-dir",
+                          cdir,         "--cache-limit",  "1M",    "s3://bucket/edge-{0..3}.tar",
+                          NULL};
+    int rc = cli_run(args, "edge");
+    int entries;
+    cache_bytes(&entries);
+    cr_assert_eq(rc, 1, "warm-cache said all 4 shards are cached; %d are: %s", entries,
+                 slurp_tag("edge", "out"));
+    cr_assert(strstr(slurp_tag("edge", "err"), "cache_limit"), "%s", slurp_tag("edge", "err"));
+    cr_assert_eq(entries, 0);
+    for (int i = 0; i < 4; i++) {
+        char k[32];
+        snprintf(k, sizeof(k), "edge-%d.tar", i);
+        cr_assert_eq(key_gets(k), 0, "%s was fetched", k);
+    }
+}
+
+/* A shard that cannot be found and one over the limit: both are named, the
+ * limit too, although the failure already counts as a shard done. */
+Test(cache, warm_over_the_limit_says_so_beside_a_missing_shard)
+{
+    start_mock(NULL);
+    free(put_object("lim-0.tar", 512 * 1024, 77));
+    const char *args[] = {"warm-cache", "--endpoint-url", srv.url, "--cache-dir",
+                          cdir,         "--cache-limit",  "256K",  "s3://bucket/lim-{0..1}.tar",
+                          NULL};
+    cr_assert_eq(cli_run(args, "lim"), 1);
+    char *err = slurp_tag("lim", "err");
+    cr_assert(strstr(err, "cache_limit"), "the limit is not named: %s", err);
+    cr_assert(strstr(err, "s3://bucket/lim-1.tar"), "the missing shard is not named: %s", err);
+    cr_assert_eq(key_gets("lim-0.tar"), 0);
+}
+
+/* A shard named twice (a prefix and one of its keys) is one shard: counted
+ * once against the limit, fetched once, not "fetched by another process". */
+Test(cache, warm_counts_a_shard_named_twice_once)
+{
+    start_mock(NULL);
+    free(put_object("twice/t-0.tar", 600 * 1024, 78));
+    const char *args[] = {"warm-cache",
+                          "--endpoint-url",
+                          srv.url,
+                          "--cache-dir",
+                          cdir,
+                          "--cache-limit",
+                          "1M",
+                          "--json",
+                          "s3://bucket/twice/",
+                          "s3://bucket/twice/t-0.tar",
+                          NULL};
+    cr_assert_eq(cli_run(args, "twice"), 0, "%s", slurp_tag("twice", "err"));
+    cJSON *j = cJSON_Parse(slurp_tag("twice", "out"));
+    cr_assert(j, "not JSON: %s", slurp_tag("twice", "out"));
+    cr_expect_eq(cJSON_GetObjectItem(j, "objects")->valuedouble, 1);
+    cr_expect_eq(cJSON_GetObjectItem(j, "fetched")->valuedouble, 1);
+    cr_expect_eq(cJSON_GetObjectItem(j, "by_other_process")->valuedouble, 0);
+    cJSON_Delete(j);
+}
+
 Test(cache, warm_names_every_failed_shard_and_keeps_the_rest)
 {
     start_mock(NULL);

@@ -10,11 +10,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* Runs the CLI with argv (NULL-terminated, without the program); its stderr
- * goes into err. Returns the exit status. */
-static int run(const char *const *args, char *err, size_t err_len)
+/* Runs the CLI as argv0 with argv (NULL-terminated, without the program);
+ * what it writes on out_fd (1 or 2) goes into buf, the other stream is
+ * dropped. Returns the exit status. */
+static int run_as(const char *argv0, const char *const *args, int out_fd, char *buf, size_t buf_len)
 {
-    const char *argv[32] = {SF_CLI_BIN};
+    const char *argv[32] = {argv0};
     size_t n = 1;
     for (; args[n - 1]; n++)
         cr_assert_lt(n, 31);
@@ -24,24 +25,31 @@ static int run(const char *const *args, char *err, size_t err_len)
     pid_t pid = fork();
     cr_assert_geq(pid, 0);
     if (pid == 0) {
-        dup2(fd[1], 2);
+        int null = open("/dev/null", O_WRONLY);
+        dup2(null, 3 - out_fd);
+        dup2(fd[1], out_fd);
         close(fd[0]);
         close(fd[1]);
-        int null = open("/dev/null", O_WRONLY);
-        dup2(null, 1);
         execv(SF_CLI_BIN, (char *const *)argv);
         _exit(127);
     }
     close(fd[1]);
     size_t got = 0;
     ssize_t r;
-    while ((r = read(fd[0], err + got, err_len - 1 - got)) > 0)
+    while ((r = read(fd[0], buf + got, buf_len - 1 - got)) > 0)
         got += (size_t)r;
-    err[got] = '\0';
+    buf[got] = '\0';
     close(fd[0]);
     int status;
     cr_assert_eq(waitpid(pid, &status, 0), pid);
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* Runs the CLI with argv (NULL-terminated, without the program); its stderr
+ * goes into err. Returns the exit status. */
+static int run(const char *const *args, char *err, size_t err_len)
+{
+    return run_as(SF_CLI_BIN, args, 2, err, err_len);
 }
 
 struct bad {
@@ -82,6 +90,9 @@ Test(cli, a_bad_value_of_each_kind_names_the_flag_and_the_value)
         {{"load", "s3://b/", "--mean", "1,2", NULL}, {"--mean", "'1,2'", "three numbers"}},
         /* a string that may not be empty */
         {{"warm-cache", "s3://b/", "--cache-dir", "", NULL}, {"--cache-dir", "''"}},
+        /* get -o '' downloaded into a hidden ".sfpart-PID" in the current
+         * folder, then failed to rename it onto '' */
+        {{"get", "s3://b/k", "-o", "", NULL}, {"--output", "''"}},
         /* choices list what they take */
         {{"ls", "s3://b/", "--addressing", "sideways", NULL},
          {"--addressing", "'sideways'", "path, virtual or auto"}},
@@ -153,4 +164,117 @@ Test(cli, values_at_the_limits_are_accepted)
     char err[4096];
     cr_expect_eq(run(args, err, sizeof(err)), 1, "%s", err);
     cr_expect_null(strstr(err, "expected"), "%s", err);
+}
+
+/* A word that does not start with a digit is not a number, whatever strtoull
+ * makes of it: " -1" would be 2^64 - 1 and reach the library as such. */
+Test(cli, numbers_with_leading_blanks_or_signs_are_refused)
+{
+    const struct bad bad[] = {
+        {{"load", "s3://b/", "--seed", " -1", NULL}, {"load: --seed", "' -1'"}},
+        {{"warm-cache", "s3://b/", "--max-objects", " 8", NULL}, {"--max-objects", "' 8'"}},
+    };
+    expect_usage_errors(bad, sizeof(bad) / sizeof(bad[0]));
+}
+
+/* An unknown letter inside a group of short options (-xv) is named as such,
+ * not blamed on the word before it. */
+Test(cli, an_unknown_short_option_in_a_group_is_named)
+{
+    const struct bad bad[] = {
+        {{"ls", "--json", "-xv", "s3://b/", NULL}, {"unknown option '-x'"}},
+        {{"cache", "ls", "--verify", "-qv", NULL}, {"unknown option '-q'"}},
+    };
+    expect_usage_errors(bad, sizeof(bad) / sizeof(bad[0]));
+}
+
+/* `cache` takes its subcommand among its options, as every command does,
+ * so the options every command takes may come before the command too. */
+Test(cli, cache_subcommand_after_the_options_and_its_help)
+{
+    char dir[] = "/tmp/sf-cli-XXXXXX";
+    cr_assert(mkdtemp(dir));
+    char out[8192];
+    const char *a1[] = {"--json", "cache", "stats", "--cache-dir", dir, NULL};
+    cr_expect_eq(run_as(SF_CLI_BIN, a1, 1, out, sizeof(out)), 0, "%s", out);
+    cr_expect(strstr(out, "\"entries\":0"), "%s", out);
+    const char *a2[] = {"cache", "--cache-dir", dir, "stats", NULL};
+    cr_expect_eq(run_as(SF_CLI_BIN, a2, 1, out, sizeof(out)), 0, "%s", out);
+    cr_expect(strstr(out, "entries: 0"), "%s", out);
+    for (int h = 0; h < 2; h++) {
+        const char *a3[] = {"cache", h ? "-h" : "--help", NULL};
+        cr_expect_eq(run_as(SF_CLI_BIN, a3, 1, out, sizeof(out)), 0);
+        cr_expect(strstr(out, "usage:") && strstr(out, "cache ls|stats|verify|clear"), "%s", out);
+    }
+    const struct bad bad[] = {
+        {{"cache", "--cache-dir", dir, NULL}, {"cache", "expected ls, stats, verify or clear"}},
+        {{"cache", "stats", "ls", "--cache-dir", dir, NULL}, {"unexpected argument 'ls'"}},
+        {{"cache", "--cache-dir", dir, "sweep", NULL}, {"unknown subcommand 'sweep'"}},
+    };
+    expect_usage_errors(bad, sizeof(bad) / sizeof(bad[0]));
+    char cmd[64];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+/* Installed as `warm-cache`, the program is the command: its own options
+ * may come first (`warm-cache --cache-dir D URL`). No server here, so it
+ * gets past its options and fails for want of one (1), not usage (2). */
+Test(cli, warm_cache_by_its_own_name_takes_its_options_first)
+{
+    char dir[] = "/tmp/sf-cli-XXXXXX";
+    cr_assert(mkdtemp(dir));
+    const char *args[] = {"--cache-dir",    dir,
+                          "--dry-run",      "--no-sign-request",
+                          "--endpoint-url", "http://127.0.0.1:1",
+                          "--max-attempts", "1",
+                          "s3://b/k",       NULL};
+    char err[4096];
+    cr_expect_eq(run_as("/usr/bin/warm-cache", args, 2, err, sizeof(err)), 1, "%s", err);
+    cr_expect_null(strstr(err, "option"), "%s", err);
+    const char *help[] = {"--help", NULL};
+    char out[8192];
+    cr_expect_eq(run_as("warm-cache", help, 1, out, sizeof(out)), 0);
+    cr_expect(strstr(out, "usage:"), "%s", out);
+    char cmd[64];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+/* --help is an answer, not an error: each command's text goes to stdout
+ * (`shardfeed load --help | less`) with exit 0. */
+Test(cli, help_of_each_command_is_on_stdout)
+{
+    const char *cmds[][2] = {
+        {"ls", "usage: shardfeed"},        {"warm-cache", "usage: shardfeed"},
+        {"load", "usage: shardfeed load"}, {"doctor", "usage: shardfeed doctor"},
+        {"tune", "usage: shardfeed tune"}, {"pack", "usage: shardfeed"},
+        {"index", "usage: shardfeed"},     {"inspect", "usage: shardfeed"}};
+    for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+        const char *args[] = {cmds[i][0], "--help", NULL};
+        char out[16384];
+        cr_expect_eq(run_as(SF_CLI_BIN, args, 1, out, sizeof(out)), 0, "%s --help", cmds[i][0]);
+        cr_expect(strstr(out, cmds[i][1]), "%s --help: stdout is: %s", cmds[i][0], out);
+    }
+}
+
+/* --config names what is wrong with the file: a folder, or one too big (the
+ * error of an earlier call was printed instead). */
+Test(cli, a_config_that_cannot_be_read_says_why)
+{
+    char dir[] = "/tmp/sf-cli-XXXXXX";
+    cr_assert(mkdtemp(dir));
+    char big[64];
+    snprintf(big, sizeof(big), "%s/big.json", dir);
+    int fd = open(big, O_WRONLY | O_CREAT, 0600);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(ftruncate(fd, 40 << 20), 0); /* sparse */
+    close(fd);
+    const struct bad bad[] = {
+        {{"load", "s3://b/", "--config", dir, NULL}, {"--config", "Is a directory"}},
+        {{"load", "s3://b/", "--config", big, NULL}, {"--config", "big.json", "32 MiB"}},
+    };
+    expect_usage_errors(bad, sizeof(bad) / sizeof(bad[0]));
+    unlink(big);
+    rmdir(dir);
 }
