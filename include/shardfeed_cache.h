@@ -116,7 +116,11 @@ SF_API sf_status sf_cache_object_wait(struct sf_cache_object *o, unsigned long l
                                       int timeout_ms, struct sf_cache_object_progress *p);
 
 /* The object's bytes, read-only, valid for the contiguous prefix reported by
- * the last wait, until sf_cache_object_close(). NULL for an empty object. */
+ * the last wait, until sf_cache_object_close(). NULL for an empty object.
+ * While another process downloads the object (progress source
+ * SF_CACHE_FROM_PEER, not done), a wait may replace the mapping when that
+ * download ends or its process dies: take the pointer again after each wait
+ * until the object is done, and keep no pointer from before across one. */
 SF_API const void *sf_cache_object_data(const struct sf_cache_object *o);
 SF_API unsigned long long sf_cache_object_size(const struct sf_cache_object *o);
 /* Why the object failed (names the object and the offset); "" otherwise. */

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 /* Loader options as flags, into the JSON object under their own names
  * ("batch_size" for --batch-size); a boolean's --no- form sets false. Their
@@ -166,6 +167,28 @@ static void tune_usage(FILE *f)
 /* The whole file, NUL-terminated (the caller frees it), or NULL with errno:
  * EFBIG over CONFIG_MAX_BYTES, EISDIR and other read errors as read gave
  * them (fread's 0 is not the end of a file it could not read). */
+/* Whether path can be written: an existing file, or a new one in a folder
+ * that can be written; errno says why not. */
+static int writable_path(const char *path)
+{
+    if (access(path, W_OK) == 0)
+        return 1;
+    if (errno != ENOENT)
+        return 0;
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        return access(".", W_OK) == 0;
+    char dir[4096];
+    size_t n = slash == path ? 1 : (size_t)(slash - path);
+    if (n >= sizeof(dir)) {
+        errno = ENAMETOOLONG;
+        return 0;
+    }
+    memcpy(dir, path, n);
+    dir[n] = '\0';
+    return access(dir, W_OK) == 0;
+}
+
 static char *read_file(const char *path)
 {
     FILE *f = fopen(path, "rb");
@@ -333,6 +356,13 @@ static int load_or_doctor(int argc, char **argv, int doctor)
     if (c.n_args < 1) {
         cli_errorf("%s: expected at least one shard URL, pattern or prefix", name);
         usage_of(doctor, stderr);
+        cJSON_Delete(lc.set);
+        return EXIT_USAGE;
+    }
+
+    /* tune -o: a path it cannot write is said before the budget is spent. */
+    if (doctor == 2 && c.output && strcmp(c.output, "-") && !writable_path(c.output)) {
+        cli_errorf("tune: -o %s: %s", c.output, strerror(errno));
         cJSON_Delete(lc.set);
         return EXIT_USAGE;
     }
@@ -681,10 +711,18 @@ static int run_tune(struct sf_loader_options *o, const struct load_ctx *lc, int 
     sf_status st = sf_tune(o, lc->budget_s, &r, err, sizeof(err));
     if (st != SF_OK)
         return command_failed("tune", err, st, json);
+    if (output && !strcmp(output, "-"))
+        output = NULL; /* stdout, as without -o */
     if (output) {
         FILE *f = fopen(output, "w");
-        if (!f || fprintf(f, "%s\n", r.config_json) < 0 || fclose(f) != 0) {
-            cli_errorf("tune: -o %s: %s", output, strerror(errno));
+        int ok = f && fprintf(f, "%s\n", r.config_json) >= 0;
+        int e = errno;
+        if (f && fclose(f) != 0 && ok) {
+            ok = 0;
+            e = errno;
+        }
+        if (!ok) {
+            cli_errorf("tune: -o %s: %s", output, strerror(e));
             return 1;
         }
     }

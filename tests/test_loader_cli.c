@@ -340,6 +340,23 @@ Test(loader, tune_writes_a_config_the_loader_takes)
     cJSON_Delete(j);
     const char *bad[] = {SF_CLI_BIN, "tune", shards, "--budget-s", "0", NULL};
     cr_expect_eq(run_cli(bad, out, sizeof(out)), 2);
+    /* -o where nothing can be written: said before the budget is spent (a
+     * usage error, nothing measured); -o - is stdout, as without -o. */
+    char missing[900], err_text[2048];
+    snprintf(missing, sizeof(missing), "%s/no-such-folder/tuned.json", tmp);
+    const char *unwritable[] = {SF_CLI_BIN, "tune", shards, "--budget-s", "60", "-o", missing,
+                                NULL};
+    cr_expect_eq(run_cli_err(unwritable, out, sizeof(out), err_text, sizeof(err_text)), 2);
+    cr_expect(strstr(err_text, missing) && strstr(err_text, "No such file"), "%s", err_text);
+    cr_expect_null(strstr(err_text, "measurements"), "%s", err_text);
+    const char *to_stdout[] = {SF_CLI_BIN, "tune", shards, "--size", "32", "--budget-s", "1",
+                               "-o",       "-",    NULL};
+    cr_assert_eq(run_cli_err(to_stdout, out, sizeof(out), err_text, sizeof(err_text)), 0, "%s",
+                 err_text);
+    cJSON *printed = cJSON_Parse(out);
+    cr_expect(printed && cJSON_GetObjectItem(printed, "decode_threads"), "stdout: %s", out);
+    cJSON_Delete(printed);
+    cr_expect_null(strstr(err_text, "written to"), "%s", err_text);
 
     /* load --autotune: tunes, then runs; a flag given still wins (5 decode
      * threads: the search tries 1, cores / 2, cores and 1.5 x cores). */
