@@ -500,6 +500,10 @@ sf_status sf_sampler_new(const struct sf_sampler_options *opts, const uint64_t *
         nonempty += counts[i] > 0;
     }
     uint64_t streams = (uint64_t)dist.world_size * o->num_workers;
+    if (total == 0)
+        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT,
+                        "the %zu shard%s hold%s no sample: nothing to load", n_shards,
+                        n_shards == 1 ? "" : "s", n_shards == 1 ? "s" : "");
     if (o->partition == SF_PARTITION_SHARDS && nonempty < streams)
         return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT,
                         "%llu non-empty shards cannot give one to each of %llu streams "

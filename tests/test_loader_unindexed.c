@@ -459,7 +459,7 @@ Test(loader, unindexed_shards_without_samples_end_the_epoch_at_once)
     /* One rank, shards that hold no sample (a tar of only its end blocks):
      * the epoch is empty, known once they are read; no wait, no error.
      * (With the counts then known, the next epoch is refused as an exact
-     * one would be: no non-empty shard.) */
+     * one would be: the shards hold no sample.) */
     loader_tmpdir();
     static unsigned char zeros[10240];
     cr_assert(test_write_file(tmp, "a.tar", zeros, sizeof(zeros)) == 0);

@@ -418,6 +418,13 @@ Test(sampler, too_few_shards_or_samples_is_a_clear_error)
     cr_expect_eq(sf_sampler_new(&o, counts, 3, &s, err, sizeof err), SF_OK, "%s", err);
     sf_sampler_destroy(s);
 
+    /* No sample at all: said as such, not as too few shards. */
+    static const uint64_t none[] = {0, 0};
+    o = opts((struct cfg){.world = 1});
+    cr_expect_eq(sf_sampler_new(&o, none, 2, &s, err, sizeof err), SF_ERR_INVALID_ARGUMENT);
+    cr_expect(strstr(err, "the 2 shards hold no sample"), "message: %s", err);
+    cr_expect_null(s);
+
     static const uint64_t tiny[] = {1, 2};
     o = opts((struct cfg){.world = 4, .partition = SF_PARTITION_SAMPLES});
     cr_expect_eq(sf_sampler_new(&o, tiny, 2, &s, err, sizeof err), SF_ERR_INVALID_ARGUMENT);
