@@ -254,6 +254,12 @@ class Loader:
         except TypeError:
             raise _shardfeed.ConfigError(
                 f"load_state_dict: 'epoch' is {epoch!r}, not an int") from None
+        ended = state.get("ended", False)
+        if hasattr(ended, "item") and not isinstance(ended, int):
+            ended = ended.item()  # a NumPy or 0-d tensor value a checkpointer made of it
+        if not isinstance(ended, int) or ended not in (0, 1):
+            # bool("no") is True: the rest of the epoch would be skipped.
+            raise _shardfeed.ConfigError(f"load_state_dict: 'ended' is {ended!r}, not a bool")
         c = self._core()
         before = c.state_save()
         c.state_restore(blob)
@@ -266,7 +272,7 @@ class Loader:
                 f"load_state_dict: 'epoch' is {epoch} but the saved position is in epoch "
                 f"{restored}")
         self._epoch = epoch
-        self._ended = bool(state.get("ended", False))
+        self._ended = bool(ended)
         self._epoch_set = False
         self._moves += 1
 

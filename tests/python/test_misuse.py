@@ -120,6 +120,9 @@ def test_load_state_dict_checks_the_epoch_before_it_moves(dataset):
                 loader.load_state_dict(bad)
         # A dict whose epoch is not the saved position's: refused, and the
         # loader stays where it was (at the start of epoch 0).
+        for bad in ("no", None, 2, 0.0):
+            with pytest.raises(shardfeed.ConfigError, match="'ended'"):
+                loader.load_state_dict(dict(state, ended=bad))
         with pytest.raises(shardfeed.CorruptError, match="epoch 0"):
             loader.load_state_dict(dict(state, epoch=5))
         assert loader.epoch == 0
@@ -127,7 +130,7 @@ def test_load_state_dict_checks_the_epoch_before_it_moves(dataset):
         assert first[0].index == 0 and first[0].epoch == 0
     with shardfeed.Loader(ds.url, **options(ds)) as loader:
         # What a checkpointer may turn the int into is still taken.
-        loader.load_state_dict(dict(state, epoch=np.int64(0)))
+        loader.load_state_dict(dict(state, epoch=np.int64(0), ended=np.bool_(False)))
         assert read_batches(loader, limit=1)[0].index == 3
 
 
