@@ -232,11 +232,22 @@ static void on_error_exit(j_common_ptr c)
     jpeg_fail(c, 0);
 }
 
+/* The two warnings about headers, not data: a JFIF APP0 version other than
+ * 1.x (only the marker's metadata is affected) and sequential-scan SOS
+ * parameters other than 0, 63, 0, 0 (which the sequential decoders never
+ * read: the pixels are the same). Both come from real encoders, on images
+ * every other decoder shows; every other warning is damage. */
+static int warning_is_benign(int code)
+{
+    return code == JWRN_JFIF_MAJOR || code == JWRN_NOT_SEQUENTIAL;
+}
+
 static void on_emit_message(j_common_ptr c, int level)
 {
-    if (level < 0) /* a warning: the data is corrupt but libjpeg would go on */
+    /* a warning: the data is corrupt but libjpeg would go on */
+    if (level < 0 && !warning_is_benign(c->err->msg_code))
         jpeg_fail(c, 1);
-    /* level >= 0: trace messages, ignored */
+    /* benign warnings and level >= 0 (trace messages): ignored */
 }
 
 static void on_output_message(j_common_ptr c)

@@ -98,6 +98,44 @@ Test(decode, corrupt_input_fails_with_a_message)
     free(j.data);
 }
 
+/* Two libjpeg warnings are about headers, not pixels: a JFIF version other
+ * than 1.x, and sequential SOS parameters other than Ss 0, Se 63, Ah/Al 0
+ * (which the sequential decoder never reads; real encoders write them). The
+ * image decodes to the same pixels as the untouched file, for the full and
+ * the region path. */
+Test(decode, header_only_warnings_are_not_errors)
+{
+    struct jpeg j = make_jpeg(67, 45, TJSAMP_420, 0, 31);
+    struct sf_image_options full = opts(SF_CROP_NONE, 67, 45, SF_LAYOUT_HWC);
+    struct sf_image_options center = opts(SF_CROP_CENTER, 24, 16, SF_LAYOUT_CHW);
+    unsigned char *want_full = decode_ok(dec, &full, &j, 0, NULL);
+    unsigned char *want_center = decode_ok(dec, &center, &j, 0, NULL);
+    cr_assert(j.size > 13 && !memcmp(j.data + 6, "JFIF", 5), "TurboJPEG wrote no JFIF APP0");
+    size_t sos = first_sos(&j);
+    size_t tail = sos + 2 + (size_t)(j.data[sos + 2] << 8 | j.data[sos + 3]) - 3; /* Ss Se AhAl */
+    cr_assert_eq(j.data[tail + 1], 63);
+    const struct {
+        size_t at;
+        unsigned char v;
+    } patches[] = {{11, 2}, {tail, 1}, {tail + 1, 0}, {tail + 2, 0x01}};
+    unsigned char *buf = malloc(j.size);
+    for (size_t k = 0; k < sizeof patches / sizeof patches[0]; k++) {
+        memcpy(buf, j.data, j.size);
+        buf[patches[k].at] = patches[k].v;
+        struct jpeg p = {buf, j.size, j.w, j.h};
+        unsigned char *got = decode_ok(dec, &full, &p, 0, NULL);
+        cr_assert_eq(memcmp(got, want_full, (size_t)67 * 45 * 3), 0, "patch %zu: other pixels", k);
+        free(got);
+        got = decode_ok(dec, &center, &p, 0, NULL);
+        cr_assert_eq(memcmp(got, want_center, sf__image_bytes(&center)), 0, "patch %zu", k);
+        free(got);
+    }
+    free(buf);
+    free(want_full);
+    free(want_center);
+    free(j.data);
+}
+
 Test(decode, size_limits_are_checked_before_any_pixel)
 {
     struct jpeg j = make_jpeg(333, 251, TJSAMP_420, 0, 31);
