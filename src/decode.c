@@ -573,13 +573,22 @@ static void resize_out(const struct emitter *e, unsigned y, const int16_t *h0, c
     }
 }
 
-/* When the last row was read, the rest of the stream is read up to EOI, so
- * that trailing damage (extraneous bytes, a missing EOI) is an error too.
- * Otherwise the caller aborts: rows after the window are never decoded. */
-static void finish_if_complete(struct sf_decoder *d)
+/* When the window reaches the image's last row, the rows the resize did not
+ * need below it (a downscale samples above the edge) are read too, into
+ * `line` (cw pixels), and then the rest of the stream up to EOI, so that
+ * trailing damage (a cut, extraneous bytes, a missing EOI) is an error. The
+ * rows are read, not skipped: jpeg_skip_scanlines() to the end marks the EOI
+ * reached without reading it. Otherwise the caller aborts: rows after the
+ * window are never decoded. */
+static void finish_if_complete(struct sf_decoder *d, int reaches_bottom, unsigned char *line,
+                               unsigned cw)
 {
-    if (d->cinfo.output_scanline == d->cinfo.output_height)
-        jpeg_finish_decompress(&d->cinfo);
+    struct jpeg_decompress_struct *ci = &d->cinfo;
+    if (reaches_bottom)
+        while (ci->output_scanline < ci->output_height)
+            read_line(d, line, cw);
+    if (ci->output_scanline == ci->output_height)
+        jpeg_finish_decompress(ci);
 }
 
 static unsigned choose_scale(const struct sf__crop_box *b, unsigned ow, unsigned oh)
@@ -664,7 +673,7 @@ static void decode_body(struct sf_decoder *d, const struct sf_image_options *o, 
             read_line(d, rgb, cw);
             emit_row(&e, y - box.y, rgb + (size_t)(box.x - xoff) * 3, flip);
         }
-        finish_if_complete(d);
+        finish_if_complete(d, box.y + box.h == H, rgb, cw);
         return;
     }
 
@@ -718,7 +727,7 @@ static void decode_body(struct sf_decoder *d, const struct sf_image_options *o, 
             resize_out(&e, y, h + ((unsigned)yt[3 * y] & 1) * hn, h + (r & 1) * hn,
                        (uint32_t)yt[3 * y + 2], wp, tmp);
     }
-    finish_if_complete(d);
+    finish_if_complete(d, box.y + box.h == H, rgb, cw);
 }
 
 /* The setjmp frame: nothing here changes between setjmp and a longjmp. */

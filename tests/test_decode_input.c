@@ -98,6 +98,27 @@ Test(decode, corrupt_input_fails_with_a_message)
     free(j.data);
 }
 
+/* A window reaching the last row reads the stream to its EOI, even when the
+ * downscale samples no pixel of its last rows (SF_CROP_NONE 200 -> 8 at
+ * scale 1/8 needs rows up to 23 of 25, and the last iMCU row, 24, was never
+ * decoded): a cut file is an error, not the pixels of the rows that happened
+ * to be complete. */
+Test(decode, a_window_reaching_the_bottom_detects_a_cut_tail)
+{
+    struct jpeg j = make_jpeg(200, 200, TJSAMP_420, 0, 32);
+    struct sf_image_options small = opts(SF_CROP_NONE, 8, 8, SF_LAYOUT_CHW);
+    free(decode_ok(dec, &small, &j, 0, NULL));
+    char err[256];
+    size_t cuts[] = {j.size - 2, j.size - 50};
+    for (size_t k = 0; k < sizeof cuts / sizeof cuts[0]; k++) {
+        sf_status st = try_decode(dec, &small, j.data, cuts[k], err, sizeof err);
+        cr_assert_eq(st, SF_ERR_CORRUPT, "cut to %zu of %zu: %s", cuts[k], j.size,
+                     sf_status_name(st));
+        cr_assert(strstr(err, "Premature end"), "%s", err);
+    }
+    free(j.data);
+}
+
 /* Two libjpeg warnings are about headers, not pixels: a JFIF version other
  * than 1.x, and sequential SOS parameters other than Ss 0, Se 63, Ah/Al 0
  * (which the sequential decoder never reads; real encoders write them). The
