@@ -222,8 +222,11 @@ static _Noreturn void jpeg_fail(j_common_ptr c, int warning)
     char text[JMSG_LENGTH_MAX];
     (*c->err->format_message)(c, text);
     sf_status st = warning ? SF_ERR_CORRUPT : status_of_jpeg_error(c->err->msg_code);
-    raise_(d, st, "%s JPEG at byte %zu of %zu: %s%s",
-           st == SF_ERR_UNSUPPORTED ? "unsupported" : "bad", input_offset(d), d->size, text,
+    const char *what = st == SF_ERR_UNSUPPORTED ? "unsupported JPEG"
+                       : st == SF_ERR_LIMIT     ? "JPEG over a libjpeg limit"
+                       : st == SF_ERR_NO_MEMORY ? "out of memory decoding a JPEG"
+                                                : "bad JPEG";
+    raise_(d, st, "%s at byte %zu of %zu: %s%s", what, input_offset(d), d->size, text,
            warning ? " (a libjpeg warning, treated as an error)" : "");
 }
 

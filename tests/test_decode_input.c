@@ -178,6 +178,18 @@ Test(decode, size_limits_are_checked_before_any_pixel)
     o.max_pixels = 333 * 251; /* exactly at the limits: decodes (and finds the damage) */
     cr_assert_eq(try_decode(dec, &o, bad, j.size, err, sizeof err), SF_ERR_CORRUPT);
     cr_assert_eq(try_decode(dec, &o, j.data, j.size, err, sizeof err), SF_OK, "%s", err);
+    /* A side of 65535 is over libjpeg's own 65500: a limit, and said so. */
+    memcpy(bad, j.data, j.size);
+    size_t sof = 2;
+    while (sof + 8 < j.size && !(bad[sof] == 0xFF && bad[sof + 1] == 0xC0))
+        sof++;
+    cr_assert(sof + 8 < j.size, "no SOF0");
+    bad[sof + 7] = 0xFF; /* width, big-endian */
+    bad[sof + 8] = 0xFF;
+    o.max_side = 65500;
+    o.max_pixels = UINT64_MAX;
+    cr_assert_eq(try_decode(dec, &o, bad, j.size, err, sizeof err), SF_ERR_LIMIT, "%s", err);
+    cr_assert(strstr(err, "65500") && !strstr(err, "bad JPEG"), "%s", err);
     free(bad);
     free(j.data);
 }
