@@ -222,8 +222,11 @@ static _Noreturn void jpeg_fail(j_common_ptr c, int warning)
     char text[JMSG_LENGTH_MAX];
     (*c->err->format_message)(c, text);
     sf_status st = warning ? SF_ERR_CORRUPT : status_of_jpeg_error(c->err->msg_code);
-    raise_(d, st, "%s JPEG at byte %zu of %zu: %s%s",
-           st == SF_ERR_UNSUPPORTED ? "unsupported" : "bad", input_offset(d), d->size, text,
+    const char *what = st == SF_ERR_UNSUPPORTED ? "unsupported JPEG"
+                       : st == SF_ERR_LIMIT     ? "JPEG over a libjpeg limit"
+                       : st == SF_ERR_NO_MEMORY ? "out of memory decoding a JPEG"
+                                                : "bad JPEG";
+    raise_(d, st, "%s at byte %zu of %zu: %s%s", what, input_offset(d), d->size, text,
            warning ? " (a libjpeg warning, treated as an error)" : "");
 }
 
@@ -232,11 +235,22 @@ static void on_error_exit(j_common_ptr c)
     jpeg_fail(c, 0);
 }
 
+/* The two warnings about headers, not data: a JFIF APP0 version other than
+ * 1.x (only the marker's metadata is affected) and sequential-scan SOS
+ * parameters other than 0, 63, 0, 0 (which the sequential decoders never
+ * read: the pixels are the same). Both come from real encoders, on images
+ * every other decoder shows; every other warning is damage. */
+static int warning_is_benign(int code)
+{
+    return code == JWRN_JFIF_MAJOR || code == JWRN_NOT_SEQUENTIAL;
+}
+
 static void on_emit_message(j_common_ptr c, int level)
 {
-    if (level < 0) /* a warning: the data is corrupt but libjpeg would go on */
+    /* a warning: the data is corrupt but libjpeg would go on */
+    if (level < 0 && !warning_is_benign(c->err->msg_code))
         jpeg_fail(c, 1);
-    /* level >= 0: trace messages, ignored */
+    /* benign warnings and level >= 0 (trace messages): ignored */
 }
 
 static void on_output_message(j_common_ptr c)
@@ -562,13 +576,22 @@ static void resize_out(const struct emitter *e, unsigned y, const int16_t *h0, c
     }
 }
 
-/* When the last row was read, the rest of the stream is read up to EOI, so
- * that trailing damage (extraneous bytes, a missing EOI) is an error too.
- * Otherwise the caller aborts: rows after the window are never decoded. */
-static void finish_if_complete(struct sf_decoder *d)
+/* When the window reaches the image's last row, the rows the resize did not
+ * need below it (a downscale samples above the edge) are read too, into
+ * `line` (cw pixels), and then the rest of the stream up to EOI, so that
+ * trailing damage (a cut, extraneous bytes, a missing EOI) is an error. The
+ * rows are read, not skipped: jpeg_skip_scanlines() to the end marks the EOI
+ * reached without reading it. Otherwise the caller aborts: rows after the
+ * window are never decoded. */
+static void finish_if_complete(struct sf_decoder *d, int reaches_bottom, unsigned char *line,
+                               unsigned cw)
 {
-    if (d->cinfo.output_scanline == d->cinfo.output_height)
-        jpeg_finish_decompress(&d->cinfo);
+    struct jpeg_decompress_struct *ci = &d->cinfo;
+    if (reaches_bottom)
+        while (ci->output_scanline < ci->output_height)
+            read_line(d, line, cw);
+    if (ci->output_scanline == ci->output_height)
+        jpeg_finish_decompress(ci);
 }
 
 static unsigned choose_scale(const struct sf__crop_box *b, unsigned ow, unsigned oh)
@@ -653,7 +676,7 @@ static void decode_body(struct sf_decoder *d, const struct sf_image_options *o, 
             read_line(d, rgb, cw);
             emit_row(&e, y - box.y, rgb + (size_t)(box.x - xoff) * 3, flip);
         }
-        finish_if_complete(d);
+        finish_if_complete(d, box.y + box.h == H, rgb, cw);
         return;
     }
 
@@ -707,7 +730,7 @@ static void decode_body(struct sf_decoder *d, const struct sf_image_options *o, 
             resize_out(&e, y, h + ((unsigned)yt[3 * y] & 1) * hn, h + (r & 1) * hn,
                        (uint32_t)yt[3 * y + 2], wp, tmp);
     }
-    finish_if_complete(d);
+    finish_if_complete(d, box.y + box.h == H, rgb, cw);
 }
 
 /* The setjmp frame: nothing here changes between setjmp and a longjmp. */

@@ -54,7 +54,8 @@ sf_status sf__decoder_set_simd(struct sf_decoder *d, enum sf__simd level);
  * libjpeg's message, SF_ERR_LIMIT, SF_ERR_UNSUPPORTED for a non-JPEG) leave a
  * message in err naming the byte offset within the image data where known.
  * libjpeg warnings (corrupt data the library recovers from) are errors too:
- * nothing corrupt is delivered silently. info may be NULL.
+ * nothing corrupt is delivered silently; only the two about headers alone
+ * (JFIF version, sequential SOS parameters) are not. info may be NULL.
  */
 sf_status sf__decode_jpeg(struct sf_decoder *d, const struct sf_image_options *o, const void *data,
                           size_t size, uint64_t rng_seed, void *out, struct sf__decode_info *info,

@@ -64,7 +64,9 @@ struct sample_loc {
     unsigned long long img_off;
     const unsigned char *lbl;
     size_t lbl_size;
-    char lbl_name[8];
+    /* The label field's name: one of the loader's lbl_names, whole (its last
+     * dot-separated part picks the syntax). */
+    const char *lbl_name;
     char *key; /* owned; never moves while the shard is open (workers read it) */
     unsigned long long offset;
     /* The mapped pages to give back once decoded (drop_pages): what the

@@ -243,10 +243,12 @@ static sf_status record_sample(struct sf_loader *l, struct shard_slot *sh,
         return SF_ERR_NO_MEMORY;
     struct sample_loc *loc = &sh->chunks[c][at_i % SF__LOC_CHUNK];
     const struct sf_sample_field *img = NULL, *lbl = NULL;
+    const char *lbl_name = NULL;
     for (size_t i = 0; i < l->n_img && !img; i++)
         img = find_field(s, l->img_names[i]);
     for (size_t i = 0; i < l->n_lbl && !lbl; i++)
-        lbl = find_field(s, l->lbl_names[i]);
+        if ((lbl = find_field(s, l->lbl_names[i])))
+            lbl_name = l->lbl_names[i];
     loc->key = strndup(s->key, s->key_len);
     if (!loc->key)
         return SF_ERR_NO_MEMORY;
@@ -300,7 +302,7 @@ static sf_status record_sample(struct sf_loader *l, struct shard_slot *sh,
     if (lbl) {
         TAKE(loc->lbl, lbl);
         loc->lbl_size = lbl->size;
-        snprintf(loc->lbl_name, sizeof(loc->lbl_name), "%s", lbl->name);
+        loc->lbl_name = lbl_name; /* whole: its last part picks the syntax */
     }
     for (size_t e = 0; e < l->n_extra; e++) {
         const struct sf_sample_field *f = find_field(s, l->extra_names[e]);

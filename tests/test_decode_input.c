@@ -98,6 +98,65 @@ Test(decode, corrupt_input_fails_with_a_message)
     free(j.data);
 }
 
+/* A window reaching the last row reads the stream to its EOI, even when the
+ * downscale samples no pixel of its last rows (SF_CROP_NONE 200 -> 8 at
+ * scale 1/8 needs rows up to 23 of 25, and the last iMCU row, 24, was never
+ * decoded): a cut file is an error, not the pixels of the rows that happened
+ * to be complete. */
+Test(decode, a_window_reaching_the_bottom_detects_a_cut_tail)
+{
+    struct jpeg j = make_jpeg(200, 200, TJSAMP_420, 0, 32);
+    struct sf_image_options small = opts(SF_CROP_NONE, 8, 8, SF_LAYOUT_CHW);
+    free(decode_ok(dec, &small, &j, 0, NULL));
+    char err[256];
+    size_t cuts[] = {j.size - 2, j.size - 50};
+    for (size_t k = 0; k < sizeof cuts / sizeof cuts[0]; k++) {
+        sf_status st = try_decode(dec, &small, j.data, cuts[k], err, sizeof err);
+        cr_assert_eq(st, SF_ERR_CORRUPT, "cut to %zu of %zu: %s", cuts[k], j.size,
+                     sf_status_name(st));
+        cr_assert(strstr(err, "Premature end"), "%s", err);
+    }
+    free(j.data);
+}
+
+/* Two libjpeg warnings are about headers, not pixels: a JFIF version other
+ * than 1.x, and sequential SOS parameters other than Ss 0, Se 63, Ah/Al 0
+ * (which the sequential decoder never reads; real encoders write them). The
+ * image decodes to the same pixels as the untouched file, for the full and
+ * the region path. */
+Test(decode, header_only_warnings_are_not_errors)
+{
+    struct jpeg j = make_jpeg(67, 45, TJSAMP_420, 0, 31);
+    struct sf_image_options full = opts(SF_CROP_NONE, 67, 45, SF_LAYOUT_HWC);
+    struct sf_image_options center = opts(SF_CROP_CENTER, 24, 16, SF_LAYOUT_CHW);
+    unsigned char *want_full = decode_ok(dec, &full, &j, 0, NULL);
+    unsigned char *want_center = decode_ok(dec, &center, &j, 0, NULL);
+    cr_assert(j.size > 13 && !memcmp(j.data + 6, "JFIF", 5), "TurboJPEG wrote no JFIF APP0");
+    size_t sos = first_sos(&j);
+    size_t tail = sos + 2 + (size_t)(j.data[sos + 2] << 8 | j.data[sos + 3]) - 3; /* Ss Se AhAl */
+    cr_assert_eq(j.data[tail + 1], 63);
+    const struct {
+        size_t at;
+        unsigned char v;
+    } patches[] = {{11, 2}, {tail, 1}, {tail + 1, 0}, {tail + 2, 0x01}};
+    unsigned char *buf = malloc(j.size);
+    for (size_t k = 0; k < sizeof patches / sizeof patches[0]; k++) {
+        memcpy(buf, j.data, j.size);
+        buf[patches[k].at] = patches[k].v;
+        struct jpeg p = {buf, j.size, j.w, j.h};
+        unsigned char *got = decode_ok(dec, &full, &p, 0, NULL);
+        cr_assert_eq(memcmp(got, want_full, (size_t)67 * 45 * 3), 0, "patch %zu: other pixels", k);
+        free(got);
+        got = decode_ok(dec, &center, &p, 0, NULL);
+        cr_assert_eq(memcmp(got, want_center, sf__image_bytes(&center)), 0, "patch %zu", k);
+        free(got);
+    }
+    free(buf);
+    free(want_full);
+    free(want_center);
+    free(j.data);
+}
+
 Test(decode, size_limits_are_checked_before_any_pixel)
 {
     struct jpeg j = make_jpeg(333, 251, TJSAMP_420, 0, 31);
@@ -119,6 +178,18 @@ Test(decode, size_limits_are_checked_before_any_pixel)
     o.max_pixels = 333 * 251; /* exactly at the limits: decodes (and finds the damage) */
     cr_assert_eq(try_decode(dec, &o, bad, j.size, err, sizeof err), SF_ERR_CORRUPT);
     cr_assert_eq(try_decode(dec, &o, j.data, j.size, err, sizeof err), SF_OK, "%s", err);
+    /* A side of 65535 is over libjpeg's own 65500: a limit, and said so. */
+    memcpy(bad, j.data, j.size);
+    size_t sof = 2;
+    while (sof + 8 < j.size && !(bad[sof] == 0xFF && bad[sof + 1] == 0xC0))
+        sof++;
+    cr_assert(sof + 8 < j.size, "no SOF0");
+    bad[sof + 7] = 0xFF; /* width, big-endian */
+    bad[sof + 8] = 0xFF;
+    o.max_side = 65500;
+    o.max_pixels = UINT64_MAX;
+    cr_assert_eq(try_decode(dec, &o, bad, j.size, err, sizeof err), SF_ERR_LIMIT, "%s", err);
+    cr_assert(strstr(err, "65500") && !strstr(err, "bad JPEG"), "%s", err);
     free(bad);
     free(j.data);
 }

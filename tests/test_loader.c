@@ -67,6 +67,43 @@ Test(loader, one_epoch_delivers_every_sample_once_with_its_label)
     sf_loader_close(l);
 }
 
+
+/* The label field's whole name picks its syntax: "label.json" (longer than a
+ * short name buffer once was) is JSON, its object's "label" the label. */
+Test(loader, a_long_label_field_name_keeps_its_json_syntax)
+{
+    loader_tmpdir();
+    char src[700], path[800], cls[32];
+    snprintf(src, sizeof(src), "%s/src", tmp);
+    make_flat(src, 20, -1);
+    for (unsigned i = 0; i < 20; i++) {
+        snprintf(path, sizeof(path), "%s/s%05u.cls", src, i);
+        FILE *f = fopen(path, "r");
+        cr_assert_not_null(f);
+        cr_assert_not_null(fgets(cls, sizeof(cls), f));
+        fclose(f);
+        snprintf(path, sizeof(path), "%s/s%05u.cls", src, i);
+        cr_assert_eq(unlink(path), 0);
+        snprintf(path, sizeof(path), "%s/s%05u.label.json", src, i);
+        f = fopen(path, "w");
+        cr_assert_not_null(f);
+        fprintf(f, "{\"label\": %d, \"source\": \"test\"}\n", atoi(cls));
+        fclose(f);
+    }
+    snprintf(shards, sizeof(shards), "%s/shards/", tmp);
+    pack(src, shards, 64 << 10, NULL);
+    n_samples = 20;
+    struct sf_loader_options o;
+    base_options(&o, shards_src, 1);
+    o.label_fields = "label.json";
+    struct sf_loader *l = open_loader(&o);
+    struct epoch_log e;
+    cr_assert_eq(run_epoch(l, &e, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
+    cr_assert_eq(e.images, 20u);
+    cr_assert(e.labels_ok, "labels differ from the classes");
+    free(e.seen);
+    sf_loader_close(l);
+}
 Test(loader, same_seed_same_batches_different_seed_different)
 {
     local_dataset(120, 48 << 10, -1);
