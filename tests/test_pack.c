@@ -63,6 +63,22 @@ Test(pack, imagefolder_to_tar_round_trip)
     cJSON_Delete(idx);
 }
 
+Test(pack, hidden_names_at_the_top_of_an_imagefolder_are_counted_as_ignored)
+{
+    make_imagefolder(); /* cat/.DS_Store */
+    add_hidden(".DS_Store");
+    add_hidden(".git/HEAD"); /* a hidden folder counts once, as below the top */
+    struct sf_pack_options o;
+    sf_pack_options_init_default(&o);
+    char dest[800];
+    struct sf_pack_result res;
+    pack_out(&o, dest, &res);
+    cr_expect_eq(res.layout, SF_PACK_LAYOUT_IMAGEFOLDER);
+    cr_expect_eq(res.classes, 3, "hidden folders are no classes");
+    cr_expect_eq(res.ignored, 3, "cat/.DS_Store, .DS_Store and .git: got %llu", res.ignored);
+    cr_expect_eq(res.files, n_files);
+}
+
 Test(pack, imagefolder_to_record_round_trip)
 {
     make_imagefolder();
