@@ -65,9 +65,10 @@ struct sf_pack_progress {
 
 /*
  * Progress callback: called on the thread that runs sf_pack(), after the scan
- * and after every sample, and once more when everything is written. Return 0
- * to go on; anything else stops the pack with SF_ERR_CANCELLED (shards this
- * call renamed into a local destination are removed; see docs/pack.md).
+ * and after every sample, and once more when every shard is in place, just
+ * before index.json is written. Return 0 to go on; anything else stops the
+ * pack with SF_ERR_CANCELLED (no index.json is written, and shards this call
+ * renamed into a local destination are removed; see docs/pack.md).
  */
 typedef int (*sf_pack_progress_fn)(void *user, const struct sf_pack_progress *progress);
 

@@ -353,6 +353,8 @@ int cli_cmd_inspect(int argc, char **argv)
         unsigned long long skipped =
             ss.skipped_dirs + ss.skipped_links + ss.skipped_other + ss.skipped_unnamed;
         cJSON_AddNumberToObject(out, "skipped_members", (double)skipped);
+        cJSON_AddBoolToObject(out, "missing_end_marker", ss.missing_end_marker);
+        cJSON_AddBoolToObject(out, "lone_zero_block", ss.lone_zero_block);
         cli_print_json(out);
     } else if (!fetch_failed) {
         printf("-- %s: %s, ", url, fmt);
@@ -368,6 +370,13 @@ int cli_cmd_inspect(int argc, char **argv)
             printf("-- %llu tar members skipped (folders, links, special files, or names "
                    "without key or extension)\n",
                    skipped);
+        /* accepted as GNU tar accepts them (docs/FORMAT.md), but a shard cut
+         * short at a member boundary looks the same: this is where to see it */
+        if (ss.missing_end_marker)
+            printf("-- the tar ends without its end-of-archive blocks (two zero blocks): "
+                   "complete only if its writer left them out\n");
+        else if (ss.lone_zero_block)
+            printf("-- the tar ends after one zero block of its two end-of-archive blocks\n");
     }
     for (size_t i = 0; i < n_fields; i++)
         free(fields[i].name);

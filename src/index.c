@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <xxhash.h>
 
@@ -671,6 +672,26 @@ static sf_status expand(struct sf_s3 *s3, const char *const *sources, size_t n_s
     return SF_OK;
 }
 
+/* A local path (or file:// URL) without its scheme; NULL for other URLs. */
+static const char *local_path(const char *url)
+{
+    if (!strncmp(url, "file://", 7))
+        return url + 7;
+    return strstr(url, "://") ? NULL : url;
+}
+
+/* Whether the index would be written over this shard: the same URL, or two
+ * spellings of one local file. */
+static int is_same_object(const char *shard_url, const char *index_url)
+{
+    if (!strcmp(shard_url, index_url))
+        return 1;
+    const char *a = local_path(shard_url), *b = local_path(index_url);
+    struct stat sa, sb;
+    return a && b && stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
+}
+
 /* index_url and each shard's name relative to its folder (the whole URL
  * when the shard is not below it). */
 static sf_status name_shards(struct indexer *ix, const char *index_url, struct sf_index_result *res,
@@ -694,6 +715,11 @@ static sf_status name_shards(struct indexer *ix, const char *index_url, struct s
     size_t dl = slash ? (size_t)(slash - res->index_url + 1) : 0;
     for (size_t i = 0; i < ix->n; i++) {
         const char *url = ix->shards[i].obj->url;
+        if (is_same_object(url, res->index_url))
+            return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT,
+                            "%s: the index would be written over this shard; name another "
+                            "output",
+                            url);
         const char *name = dl && !strncmp(url, res->index_url, dl) && url[dl] ? url + dl : url;
         if (!(ix->shards[i].name = strdup(name)))
             return sf__fail(err, err_len, SF_ERR_NO_MEMORY, "out of memory");

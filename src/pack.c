@@ -184,9 +184,12 @@ static sf_status check_pattern(struct packer *p, const char *pat)
     return SF_OK;
 }
 
-/* mkdir -p */
-static sf_status make_dirs(struct packer *p, const char *path)
+/* mkdir -p. The lengths of the prefixes of path it created go to made (one
+ * slot per '/' of path, plus one), *n_made of them in order, so that a
+ * destination refused afterwards can be taken back (unmake_dirs). */
+static sf_status make_dirs(struct packer *p, const char *path, size_t *made, size_t *n_made)
 {
+    *n_made = 0;
     char *s = strdup(path);
     if (!s)
         return SF_ERR_NO_MEMORY;
@@ -196,7 +199,9 @@ static sf_status make_dirs(struct packer *p, const char *path)
             continue;
         char saved = *c;
         *c = '\0';
-        if (mkdir(s, 0755) != 0 && errno != EEXIST) {
+        if (mkdir(s, 0755) == 0) {
+            made[(*n_made)++] = (size_t)(c - s);
+        } else if (errno != EEXIST) {
             st = sf__pack_fail(p, sf__pack_errno_status(errno), "%s: cannot create the folder: %s",
                                s, strerror(errno));
             break;
@@ -212,6 +217,17 @@ static sf_status make_dirs(struct packer *p, const char *path)
             st = sf__pack_fail(p, SF_ERR_INVALID_ARGUMENT, "%s: not a folder", path);
     }
     return st;
+}
+
+/* Removes the folders make_dirs created, the deepest first (rmdir: only while empty). */
+static void unmake_dirs(const char *path, const size_t *made, size_t n_made)
+{
+    for (size_t i = n_made; i-- > 0;) {
+        char *d = strndup(path, made[i]);
+        if (d)
+            rmdir(d);
+        free(d);
+    }
 }
 
 /* ------------------------------------------------------------ progress */
@@ -342,7 +358,13 @@ static sf_status resolve_dest(struct packer *p, const char *dest_url)
             p->tmp_dir = t && *t ? t : "/tmp";
         }
     } else {
-        st = make_dirs(p, loc.key);
+        /* A refused destination is not left behind: made inside SRC, an empty
+         * folder would be an empty class of the next ImageFolder pack. */
+        size_t slots = 1, n_made = 0;
+        for (const char *c = loc.key; *c; c++)
+            slots += *c == '/';
+        size_t *made = malloc(slots * sizeof(*made));
+        st = made ? make_dirs(p, loc.key, made, &n_made) : SF_ERR_NO_MEMORY;
         char *rs = st == SF_OK ? realpath(p->src, NULL) : NULL;
         char *rd = st == SF_OK ? realpath(loc.key, NULL) : NULL;
         if (st == SF_OK && (!rs || !rd))
@@ -357,10 +379,13 @@ static sf_status resolve_dest(struct packer *p, const char *dest_url)
                     loc.key, p->src);
         }
         free(rs);
-        if (st == SF_OK)
+        if (st == SF_OK) {
             p->dest_dir = rd;
-        else
+        } else {
             free(rd);
+            unmake_dirs(loc.key, made, n_made);
+        }
+        free(made);
     }
     sf__locator_free(&loc);
     return st;
@@ -481,10 +506,12 @@ SF_API sf_status sf_pack(const char *src_dir, const char *dest_url, const struct
     uint64_t total = 0;
     for (size_t i = 0; i < p->n_shards; i++)
         total += p->shards[i].bytes;
-    if (st == SF_OK)
-        st = sf__pack_write_index(p, total);
+    /* The last call comes before index.json: a cancel there must not leave
+     * an index naming the shards the failure path removes. */
     if (st == SF_OK)
         st = report(p);
+    if (st == SF_OK)
+        st = sf__pack_write_index(p, total);
     if (st != SF_OK) {
         if (st == SF_ERR_NO_MEMORY)
             sf__pack_fail(p, st, "out of memory");

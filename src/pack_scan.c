@@ -168,11 +168,16 @@ sf_status sf__pack_scan(struct packer *p)
                              p->src, strerror(errno));
     char **dirs = NULL, *first_file = NULL;
     size_t n_dirs = 0, cap = 0, n_files = 0;
+    unsigned long long top_hidden = 0;
     sf_status st = SF_OK;
     struct dirent *de;
     while (st == SF_OK && (de = readdir(d))) {
-        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") || is_hidden(de->d_name))
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
             continue;
+        if (is_hidden(de->d_name)) {
+            top_hidden++;
+            continue;
+        }
         char *abs = sf__pack_path_join(p->src, de->d_name);
         if (!abs) {
             st = SF_ERR_NO_MEMORY;
@@ -207,6 +212,8 @@ sf_status sf__pack_scan(struct packer *p)
         layout = n_dirs > 0 && n_files == 0 ? SF_PACK_LAYOUT_IMAGEFOLDER : SF_PACK_LAYOUT_FLAT;
     p->layout = layout;
     if (st == SF_OK && layout == SF_PACK_LAYOUT_IMAGEFOLDER) {
+        /* the classes' walks start below the top; the flat walk counts these itself */
+        p->ignored += top_hidden;
         if (n_files > 0) {
             st = sf__pack_fail(
                 p, SF_ERR_INVALID_ARGUMENT,

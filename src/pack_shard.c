@@ -4,6 +4,7 @@
  * into place or handed to the uploader.
  */
 #include "src/pack_internal.h"
+#include "src/index_json.h"
 #include "common/file.h"
 #include "common/io.h"
 #include "common/grow.h"
@@ -164,6 +165,26 @@ char *sf__pack_object_url(struct packer *p, const char *name)
     return sf__pack_path_join(p->dest_url, name);
 }
 
+/*
+ * An index.json left by an earlier pack into this folder names shards with
+ * their old sizes, counts and checksums; the shards of this run replace some
+ * of them, and a failure removes those again. So the old index goes before
+ * the first shard is renamed into place (the new one comes last): a reader
+ * never finds an index naming a shard that is gone or different.
+ */
+static sf_status remove_old_index(struct packer *p)
+{
+    char *path = sf__pack_path_join(p->dest_dir, SF__INDEX_JSON_NAME);
+    if (!path)
+        return SF_ERR_NO_MEMORY;
+    sf_status st = SF_OK;
+    if (unlink(path) != 0 && errno != ENOENT)
+        st = sf__pack_fail(p, sf__pack_errno_status(errno),
+                           "%s: cannot remove the earlier pack's index: %s", path, strerror(errno));
+    free(path);
+    return st;
+}
+
 /* Ends the archive or index, then renames into place or hands over for upload. */
 sf_status sf__pack_shard_close(struct packer *p, struct shard *s)
 {
@@ -210,6 +231,8 @@ sf_status sf__pack_shard_close(struct packer *p, struct shard *s)
         s->tmp_path = NULL;
         return sf__pack_uploader_submit(p, path, url);
     }
+    if (p->local_done == 0 && (st = remove_old_index(p)) != SF_OK)
+        return st;
     char *final = sf__pack_path_join(p->dest_dir, s->name);
     if (!final)
         return SF_ERR_NO_MEMORY;

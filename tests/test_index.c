@@ -839,6 +839,43 @@ Test(index, works_with_faults_and_reports_progress)
 
 /* ============================================================ usage */
 
+Test(index, an_output_that_is_one_of_the_shards_is_refused)
+{
+    char a[800], src[900];
+    snprintf(a, sizeof(a), "%s/a", tmp);
+    make_tar_shards(a);
+    start_mock(NULL);
+    snprintf(src, sizeof(src), "%s/", a);
+    char shard[900], other_spelling[900];
+    snprintf(shard, sizeof(shard), "%s/part-0.tar", a);
+    snprintf(other_spelling, sizeof(other_spelling), "%s/./part-0.tar", a);
+    size_t before;
+    free(test_load(shard, &before));
+    const char *outs[] = {shard, other_spelling};
+    for (size_t i = 0; i < 2; i++) {
+        struct sf_index_options o;
+        sf_index_options_init_default(&o);
+        o.index_url = outs[i];
+        struct sf_index_result res;
+        char err[1024] = "";
+        sf_status st = run_index(src, &o, &res, NULL, err, sizeof(err));
+        cr_expect_eq(st, SF_ERR_INVALID_ARGUMENT, "%s: %s", outs[i], sf_status_name(st));
+        cr_expect(strstr(err, "part-0.tar"), "err: %s", err);
+        if (st == SF_OK) {
+            cr_expect_eq(sf_index_result_save(NULL, &res, err, sizeof(err)), SF_OK);
+            sf_index_result_clear(&res);
+        }
+        size_t after;
+        free(test_load(shard, &after));
+        cr_expect_eq(after, before, "the shard was replaced by the index");
+    }
+    /* the CLI: `-o` followed by a glob's first match */
+    cr_expect_eq(cli("index '%s' -o '%s' --no-progress", src, shard), 1);
+    size_t after;
+    free(test_load(shard, &after));
+    cr_expect_eq(after, before);
+}
+
 Test(index, bad_options_and_usage)
 {
     char a[800], b[800];

@@ -63,6 +63,22 @@ Test(pack, imagefolder_to_tar_round_trip)
     cJSON_Delete(idx);
 }
 
+Test(pack, hidden_names_at_the_top_of_an_imagefolder_are_counted_as_ignored)
+{
+    make_imagefolder(); /* cat/.DS_Store */
+    add_hidden(".DS_Store");
+    add_hidden(".git/HEAD"); /* a hidden folder counts once, as below the top */
+    struct sf_pack_options o;
+    sf_pack_options_init_default(&o);
+    char dest[800];
+    struct sf_pack_result res;
+    pack_out(&o, dest, &res);
+    cr_expect_eq(res.layout, SF_PACK_LAYOUT_IMAGEFOLDER);
+    cr_expect_eq(res.classes, 3, "hidden folders are no classes");
+    cr_expect_eq(res.ignored, 3, "cat/.DS_Store, .DS_Store and .git: got %llu", res.ignored);
+    cr_expect_eq(res.files, n_files);
+}
+
 Test(pack, imagefolder_to_record_round_trip)
 {
     make_imagefolder();
@@ -366,6 +382,82 @@ Test(pack, progress_counts_every_file_and_can_cancel)
     cr_expect_neq(access(path, F_OK), 0, "no index.json");
 }
 
+/* A callback that cancels on its n-th call (counting from 1). */
+struct cancel_at_call {
+    int calls, at;
+};
+
+static int cancel_on_call(void *user, const struct sf_pack_progress *p)
+{
+    (void)p;
+    struct cancel_at_call *c = user;
+    return ++c->calls == c->at;
+}
+
+Test(pack, a_cancel_on_the_last_progress_call_leaves_no_index_json)
+{
+    make_imagefolder();
+    struct cancel_at_call count = {0, 0};
+    struct sf_pack_options o;
+    sf_pack_options_init_default(&o);
+    o.shard_bytes = 32 * 1024;
+    o.progress = cancel_on_call;
+    o.progress_user = &count;
+    char dest[800], err[1024] = "";
+    dest_path(dest, sizeof(dest), "counted");
+    cr_assert_eq(do_pack(dest, &o, NULL, err, sizeof(err)), SF_OK, "%s", err);
+    cr_assert_gt(count.calls, 1);
+
+    /* the same pack, cancelled by the call "when everything is written" */
+    struct cancel_at_call last = {0, count.calls};
+    o.progress_user = &last;
+    dest_path(dest, sizeof(dest), "cancelled");
+    sf_status st = do_pack(dest, &o, NULL, err, sizeof(err));
+    cr_expect_eq(st, SF_ERR_CANCELLED, "%s", sf_status_name(st));
+    cr_expect_eq(last.calls, count.calls);
+    static char names[256][256];
+    cr_expect_eq(list_shards(dest, names, 256), 0, "shards removed");
+    char path[900];
+    path_in(path, sizeof(path), dest, "index.json");
+    cr_expect_neq(access(path, F_OK), 0, "no index.json naming the removed shards");
+}
+
+Test(pack, a_failed_pack_over_an_old_one_leaves_no_index_naming_removed_shards)
+{
+    make_imagefolder();
+    struct sf_pack_options o;
+    sf_pack_options_init_default(&o);
+    o.shard_bytes = 32 * 1024;
+    char dest[800];
+    struct sf_pack_result res;
+    pack_out(&o, dest, &res);
+    cr_assert_gt(res.shards, 2);
+
+    /* the same pack again into the same folder, cancelled after some shards
+     * replaced the old ones of the same names (and were removed again) */
+    struct progress_calls c = {0, {0, 0, 0, 0, 0}, 20, 1};
+    o.progress = on_progress;
+    o.progress_user = &c;
+    char err[1024] = "";
+    sf_status st = do_pack(dest, &o, NULL, err, sizeof(err));
+    cr_assert_eq(st, SF_ERR_CANCELLED, "%s", sf_status_name(st));
+    cr_assert_gt(c.last.shards_done, 0, "some shards were replaced before the cancel");
+    char path[900];
+    path_in(path, sizeof(path), dest, "index.json");
+    if (access(path, F_OK) != 0)
+        return; /* no index: a reader lists the folder */
+    cJSON *idx = test_load_json(path);
+    const cJSON *sh;
+    cJSON_ArrayForEach(sh, cJSON_GetObjectItemCaseSensitive(idx, "shards"))
+    {
+        const char *name = cJSON_GetObjectItemCaseSensitive(sh, "name")->valuestring;
+        char shard[900];
+        path_in(shard, sizeof(shard), dest, name);
+        cr_expect_eq(access(shard, F_OK), 0, "index.json names %s, which is gone", name);
+    }
+    cJSON_Delete(idx);
+}
+
 /* ============================================================ errors */
 
 Test(pack, a_missing_source_is_not_found)
@@ -536,6 +628,24 @@ Test(pack, bad_options_are_refused_before_anything_is_written)
 
     /* and with good options the same call works */
     cr_expect_eq(do_pack(dest, &o, NULL, err, sizeof(err)), SF_OK, "%s", err);
+}
+
+Test(pack, a_refused_destination_inside_the_source_leaves_no_folder_there)
+{
+    make_imagefolder();
+    char inside[900], err[1024] = "";
+    path_in(inside, sizeof(inside), src, "shards/train");
+    sf_status st = do_pack(inside, NULL, NULL, err, sizeof(err));
+    cr_expect_eq(st, SF_ERR_INVALID_ARGUMENT, "%s", sf_status_name(st));
+    cr_expect(strstr(err, "inside"), "message: %s", err);
+    char made[900];
+    path_in(made, sizeof(made), src, "shards");
+    cr_expect_neq(access(made, F_OK), 0, "%s was created and left in the source", made);
+    /* else the next pack of the tree finds a fourth, empty class */
+    char dest[800];
+    struct sf_pack_result res;
+    pack_out(NULL, dest, &res);
+    cr_expect_eq(res.classes, 3, "got %llu classes", res.classes);
 }
 
 /* After the scan (the first progress call), a later file grows. */

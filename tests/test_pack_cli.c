@@ -150,6 +150,41 @@ Test(pack, cli_inspect_names_shard_and_offset_of_corruption)
     cr_expect_eq(cli(args), 1);
 }
 
+Test(pack, cli_inspect_says_when_a_tar_has_no_end_of_archive_blocks)
+{
+    make_flat();
+    char dest[800], args[2048];
+    dest_path(dest, sizeof(dest), "out");
+    snprintf(args, sizeof(args), "pack '%s' '%s' --no-progress", src, dest);
+    cr_assert_eq(cli(args), 0);
+    char shard[900];
+    path_in(shard, sizeof(shard), dest, "shard-000000.tar");
+    snprintf(args, sizeof(args), "inspect --json '%s'", shard);
+    cr_assert_eq(cli(args), 0);
+    cJSON *j = test_load_json(out_path);
+    cr_expect(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(j, "missing_end_marker")));
+    cJSON_Delete(j);
+    /* cut right after the first member (000000.jpg, 3000 bytes): the readers
+     * accept it (docs/FORMAT.md), and inspect is where a user can see it */
+    size_t n, cut = 512 + (3000 + 511) / 512 * 512;
+    unsigned char *b = test_load(shard, &n);
+    cr_assert_lt(cut, n);
+    cr_assert_eq(test_write_file(dest, "cut.tar", b, cut), 0);
+    free(b);
+    path_in(shard, sizeof(shard), dest, "cut.tar");
+    snprintf(args, sizeof(args), "inspect '%s'", shard);
+    cr_expect_eq(cli(args), 0);
+    char *out = test_slurp(out_path);
+    cr_expect(strstr(out, "end-of-archive"), "stdout: %s", out);
+    free(out);
+    snprintf(args, sizeof(args), "inspect --json '%s'", shard);
+    cr_expect_eq(cli(args), 0);
+    j = test_load_json(out_path);
+    cr_expect(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "missing_end_marker")));
+    cr_expect_eq(test_jnum(j, "sample_count"), 1);
+    cJSON_Delete(j);
+}
+
 /* `pack src s3://bucket/<to> <flags>` to the mock, which must exit 0. */
 static void pack_to_mock(const char *to, const char *flags)
 {
