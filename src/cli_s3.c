@@ -6,6 +6,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -177,7 +178,64 @@ struct job {
     unsigned long long bytes;
     sf_status st;
     char etag[128];
+    volatile sig_atomic_t tmp_live; /* tmp may exist: the signal handler removes it */
 };
+
+/* ------------------------------------------------------------ interrupted get */
+
+/* What an interrupted `get` (SIGINT, SIGTERM, SIGHUP) must undo before it
+ * dies: the temporary files of the downloads in flight, and the ranges
+ * written in place into a regular file on stdout (cut back to where the
+ * download began). Set before the handlers are installed, read only by them. */
+static struct job *sig_jobs;
+static size_t sig_n_jobs;
+static off_t sig_stdout_keep;
+static volatile sig_atomic_t sig_cut_stdout;
+
+static const int cleanup_signals[] = {SIGINT, SIGTERM, SIGHUP};
+#define N_CLEANUP_SIGNALS (sizeof(cleanup_signals) / sizeof(cleanup_signals[0]))
+
+/* Async-signal-safe: unlink and ftruncate only, then the signal's default
+ * action (SA_RESETHAND restored it), so the exit status still says how the
+ * program ended. */
+static void on_cleanup_signal(int sig)
+{
+    for (size_t i = 0; i < sig_n_jobs; i++)
+        if (sig_jobs[i].tmp_live)
+            unlink(sig_jobs[i].tmp);
+    if (sig_cut_stdout && ftruncate(STDOUT_FILENO, sig_stdout_keep) != 0) {
+        /* nothing more can be done from here */
+    }
+    raise(sig);
+}
+
+static void set_cleanup_handlers(struct job *jobs, size_t n_jobs, struct sigaction *old)
+{
+    sig_jobs = jobs;
+    sig_n_jobs = n_jobs;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_cleanup_signal;
+    sa.sa_flags = SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < N_CLEANUP_SIGNALS; i++)
+        sigaddset(&sa.sa_mask, cleanup_signals[i]);
+    for (size_t i = 0; i < N_CLEANUP_SIGNALS; i++) {
+        sigaction(cleanup_signals[i], NULL, &old[i]);
+        /* a signal the shell made us ignore (nohup, `&` without job control) stays ignored */
+        if (old[i].sa_handler != SIG_IGN)
+            sigaction(cleanup_signals[i], &sa, NULL);
+    }
+}
+
+static void restore_signal_handlers(const struct sigaction *old)
+{
+    for (size_t i = 0; i < N_CLEANUP_SIGNALS; i++)
+        sigaction(cleanup_signals[i], &old[i], NULL);
+    sig_cut_stdout = 0;
+    sig_n_jobs = 0;
+    sig_jobs = NULL;
+}
 
 static const char *base_name(const char *key)
 {
@@ -203,6 +261,7 @@ static int job_open(struct job *j)
         cli_errorf("%s: cannot create: %s", j->tmp, strerror(errno));
         return -1;
     }
+    j->tmp_live = 1;
     if (j->in->size != SF_SIZE_UNKNOWN && sf__preallocate(j->fd, j->in->size) != 0) {
         cli_errorf("%s: no space for %llu bytes", j->tmp, (unsigned long long)j->in->size);
         return -1;
@@ -248,7 +307,10 @@ static int job_finish(struct job *j)
         rc = -1;
     } else {
         j->fd = -1;
-        if (rename(j->tmp, j->dest) != 0) {
+        int renamed = rename(j->tmp, j->dest) == 0;
+        if (renamed)
+            j->tmp_live = 0;
+        if (!renamed) {
             cli_errorf("%s: cannot rename into place: %s", j->dest, strerror(errno));
             j->st = SF_ERR_IO;
             rc = -1;
@@ -257,8 +319,10 @@ static int job_finish(struct job *j)
     if (j->fd >= 0)
         close(j->fd);
     j->fd = -1;
-    if (rc != 0 && j->tmp)
+    if (rc != 0 && j->tmp) {
         unlink(j->tmp);
+        j->tmp_live = 0;
+    }
     sf_fetch_destroy(j->f);
     j->f = NULL;
     return rc;
@@ -428,6 +492,10 @@ int cli_cmd_get(struct cli *c)
             }
     unsigned long long bytes = 0;
     size_t failed = 0;
+    struct sigaction old_sa[N_CLEANUP_SIGNALS];
+    int handlers_set = rc == 0;
+    if (handlers_set)
+        set_cleanup_handlers(jobs, n_jobs, old_sa);
     if (rc == 0 && to_stdout && n_jobs == 1) {
         struct stat sb;
         if (fstat(STDOUT_FILENO, &sb) == 0 && S_ISREG(sb.st_mode)) {
@@ -436,6 +504,10 @@ int cli_cmd_get(struct cli *c)
             fo.fd = STDOUT_FILENO;
             off_t pos = lseek(STDOUT_FILENO, 0, SEEK_CUR);
             fo.file_offset = pos > 0 ? (unsigned long long)pos : 0;
+            /* what a failure below, or a signal, cuts the file back to */
+            off_t keep = sb.st_size > (off_t)fo.file_offset ? sb.st_size : (off_t)fo.file_offset;
+            sig_stdout_keep = keep;
+            sig_cut_stdout = 1;
             struct sf_fetch *f;
             sf_status st = sf_fetch_start(s3, jobs[0].in->url, &fo, &f);
             if (st != SF_OK) {
@@ -444,6 +516,8 @@ int cli_cmd_get(struct cli *c)
             } else {
                 struct sf_fetch_progress p;
                 st = sf_fetch_wait(f, ~0ull, -1, &p);
+                if (st == SF_OK)
+                    sig_cut_stdout = 0; /* complete: a signal now keeps it */
                 if (st != SF_OK) {
                     cli_errorf("%s (%s)", sf_fetch_errmsg(f), sf_status_name(st));
                     rc = 1;
@@ -458,8 +532,6 @@ int cli_cmd_get(struct cli *c)
                  * holes up to the declared size, a file that looks complete.
                  * Cut it back to where it started (empty for `> file`); bytes
                  * it had past that point were there before us and stay. */
-                off_t keep =
-                    sb.st_size > (off_t)fo.file_offset ? sb.st_size : (off_t)fo.file_offset;
                 if (ftruncate(STDOUT_FILENO, keep) != 0)
                     cli_errorf("stdout: the partial download could not be cut off: %s",
                                strerror(errno));
@@ -477,8 +549,11 @@ int cli_cmd_get(struct cli *c)
                 if (job_start(s3, &jobs[next]) != 0) {
                     if (jobs[next].fd >= 0) {
                         close(jobs[next].fd);
-                        unlink(jobs[next].tmp);
                         jobs[next].fd = -1;
+                    }
+                    if (jobs[next].tmp_live) {
+                        unlink(jobs[next].tmp);
+                        jobs[next].tmp_live = 0;
                     }
                     if (jobs[next].st == SF_OK)
                         jobs[next].st = SF_ERR_IO;
@@ -493,6 +568,8 @@ int cli_cmd_get(struct cli *c)
         }
         rc = failed ? 1 : 0;
     }
+    if (handlers_set)
+        restore_signal_handlers(old_sa);
     double secs = sf__now_s() - t0;
     if (c->json && rc != EXIT_USAGE) {
         struct sf_s3_stats ss;

@@ -7,11 +7,13 @@
 #include "support/mock_env.h"
 #include "support/mock_proc.h"
 #include "support/s3_client.h"
+#include "support/spawn.h"
 
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <openssl/evp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -293,4 +295,67 @@ Test(s3, cli_json_failure_is_always_one_object_with_the_error)
     cr_expect_eq(jnum(j, "size", NULL, NULL), 7);
     cr_expect_null(cJSON_GetObjectItemCaseSensitive(j, "ok"));
     cJSON_Delete(j);
+}
+
+/* ============================================================ CLI: get interrupted */
+
+/* Polls until path exists with more than min_bytes (the test's timeout
+ * bounds it). */
+static void wait_for_file(const char *path, long long min_bytes)
+{
+    struct stat sb;
+    while (stat(path, &sb) != 0 || (long long)sb.st_size <= min_bytes)
+        usleep(2000);
+}
+
+/* A get interrupted by SIGINT while its downloads hang: before the fix the
+ * temporary file (at full size, preallocated) stayed next to the
+ * destination, and a file on stdout kept the ranges written in place, holes
+ * up to the declared size. Now the handler removes the one and cuts the
+ * other back, and the program still dies of the signal. */
+Test(s3, cli_get_interrupted_leaves_no_temporary_file_and_no_partial_stdout)
+{
+    const char *faults[] = {"--fault", "prefix=bucket/slow/,bandwidth=64K", NULL};
+    start_mock(faults);
+    free(put_object("slow/big.bin", 4u << 20, 5)); /* 16 s at 4 x 64 KiB/s */
+    setenv("AWS_ACCESS_KEY_ID", "mock-access-key", 1);
+    setenv("AWS_SECRET_ACCESS_KEY", "mock-secret-key", 1);
+    char dir[700], dest[800], part[900], out[800];
+    snprintf(dir, sizeof(dir), "%s/dl", tmp);
+    cr_assert(mkdir(dir, 0755) == 0);
+    snprintf(dest, sizeof(dest), "%s/big.bin", dir);
+
+    const char *argv[] = {SF_CLI_BIN,      "get",          "--endpoint-url",
+                          srv.url,         "--chunk-size", "16K",
+                          "--concurrency", "4",            "s3://bucket/slow/big.bin",
+                          "-o",            dest,           NULL};
+    pid_t pid = test_spawn(argv, "/dev/null", "/dev/null");
+    cr_assert(pid > 0);
+    snprintf(part, sizeof(part), "%s.sfpart-%ld", dest, (long)pid);
+    wait_for_file(part, -1);
+    cr_assert(kill(pid, SIGINT) == 0);
+    cr_expect_eq(test_wait(pid), 128 + SIGINT, "it did not die of the signal");
+    struct stat sb;
+    cr_expect(stat(part, &sb) != 0, "%s was left behind", part);
+    cr_expect(stat(dest, &sb) != 0, "%s appeared", dest);
+
+    /* stdout a regular file, 6 bytes in: cut back to them once ranges landed */
+    snprintf(out, sizeof(out), "%s/out.bin", tmp);
+    pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        int fe = open("/dev/null", O_WRONLY);
+        if (fd < 0 || fe < 0 || write(fd, "before", 6) != 6 || dup2(fd, 1) < 0 || dup2(fe, 2) < 0)
+            _exit(126);
+        argv[9] = NULL; /* without -o */
+        execv(SF_CLI_BIN, (char *const *)argv);
+        _exit(127);
+    }
+    wait_for_file(out, 6);
+    cr_assert(kill(pid, SIGINT) == 0);
+    cr_expect_eq(test_wait(pid), 128 + SIGINT, "it did not die of the signal");
+    cr_assert(stat(out, &sb) == 0);
+    cr_expect_eq(sb.st_size, 6, "the interrupted download left a %lld-byte file",
+                 (long long)sb.st_size);
 }
