@@ -49,6 +49,17 @@ static cJSON *info_json(const struct sf_object_info *in)
     return o;
 }
 
+/* A closed stdout (`>&-`) is refused before the client is made: the
+ * engine's first socket would take descriptor 1, and what the command
+ * prints (an object's bytes, a listing) would go into it, exit status 0. */
+static int stdout_is_closed(const char *cmd)
+{
+    if (fcntl(STDOUT_FILENO, F_GETFD) != -1 || errno != EBADF)
+        return 0;
+    cli_errorf("%s: stdout is closed", cmd);
+    return 1;
+}
+
 /* ------------------------------------------------------------ ls, stat */
 
 static void print_ls_line(const struct sf_object_info *in)
@@ -68,6 +79,8 @@ int cli_cmd_ls(struct cli *c)
         cli_errorf("ls: expected one URL, got %d", c->n_args);
         return EXIT_USAGE;
     }
+    if (stdout_is_closed("ls"))
+        return 1;
     struct sf_s3 *s3;
     if (cli_open_client(c, &s3))
         return 1;
@@ -111,12 +124,14 @@ static void print_stat(const struct sf_object_info *in)
 
 /* The start of a command that takes one or more URLs: the client. Returns
  * 0, or the exit status after printing why not. */
-static int open_for_urls(struct cli *c, const char *cmd, struct sf_s3 **s3)
+static int open_for_urls(struct cli *c, const char *cmd, int prints, struct sf_s3 **s3)
 {
     if (c->n_args < 1) {
         cli_errorf("%s: expected at least one URL", cmd);
         return EXIT_USAGE;
     }
+    if (prints && stdout_is_closed(cmd))
+        return 1;
     return cli_open_client(c, s3);
 }
 
@@ -125,7 +140,7 @@ static int open_for_urls(struct cli *c, const char *cmd, struct sf_s3 **s3)
 int cli_cmd_stat(struct cli *c)
 {
     struct sf_s3 *s3;
-    int rc = open_for_urls(c, "stat", &s3);
+    int rc = open_for_urls(c, "stat", 1, &s3);
     if (rc)
         return rc;
     /* --json: one object for one plain URL (as it always was), else an array */
@@ -410,7 +425,12 @@ static int get_to_pipe(struct sf_s3 *s3, struct cli *c, const struct sf_object_i
 int cli_cmd_get(struct cli *c)
 {
     struct sf_s3 *s3;
-    int rc = open_for_urls(c, "get", &s3);
+    /* stdout carries the object (no -o, -o -, or a device or FIFO put on
+     * descriptor 1 below) or the --json report */
+    struct stat dsb;
+    int prints = c->json || !c->output || !strcmp(c->output, "-") ||
+                 (stat(c->output, &dsb) == 0 && !S_ISREG(dsb.st_mode) && !S_ISDIR(dsb.st_mode));
+    int rc = open_for_urls(c, "get", prints, &s3);
     if (rc)
         return rc;
     double t0 = sf__now_s();

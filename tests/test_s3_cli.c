@@ -359,3 +359,67 @@ Test(s3, cli_get_interrupted_leaves_no_temporary_file_and_no_partial_stdout)
     cr_expect_eq(sb.st_size, 6, "the interrupted download left a %lld-byte file",
                  (long long)sb.st_size);
 }
+
+/* ============================================================ CLI: stdout closed */
+
+/* Runs the CLI with args after --endpoint-url, descriptor 1 closed and
+ * stderr into tmp/closed.err; the exit status. */
+static int run_with_stdout_closed(const char *const *args)
+{
+    const char *argv[16] = {SF_CLI_BIN, NULL};
+    int n = 1;
+    argv[n++] = args[0];
+    argv[n++] = "--endpoint-url";
+    argv[n++] = srv.url;
+    for (int i = 1; args[i] && n < 15; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    char err[800];
+    snprintf(err, sizeof(err), "%s/closed.err", tmp);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        int fe = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (fe < 0 || dup2(fe, 2) < 0)
+            _exit(126);
+        close(fe);
+        close(1);
+        execv(SF_CLI_BIN, (char *const *)argv);
+        _exit(127);
+    }
+    return test_wait(pid);
+}
+
+/* With stdout closed (`>&-`) the engine's first socket took descriptor 1:
+ * before the fix get wrote the object into it, and ls its listing, and
+ * both exited 0. Now they fail, saying so; -o FILE still works. */
+Test(s3, cli_with_stdout_closed_fails_instead_of_writing_into_a_socket)
+{
+    start_mock(NULL);
+    unsigned char *want = put_object("c/x.bin", 100000, 3);
+    setenv("AWS_ACCESS_KEY_ID", "mock-access-key", 1);
+    setenv("AWS_SECRET_ACCESS_KEY", "mock-secret-key", 1);
+    const char *get[] = {"get", "s3://bucket/c/x.bin", NULL};
+    cr_expect_eq(run_with_stdout_closed(get), 1);
+    cr_expect(strstr(cli_output("closed", "err"), "get: stdout is closed"), "stderr: %s",
+              cli_output("closed", "err"));
+    const char *ls[] = {"ls", "s3://bucket/c/", NULL};
+    cr_expect_eq(run_with_stdout_closed(ls), 1);
+    cr_expect(strstr(cli_output("closed", "err"), "ls: stdout is closed"), "stderr: %s",
+              cli_output("closed", "err"));
+
+    char path[800];
+    snprintf(path, sizeof(path), "%s/x.bin", tmp);
+    const char *to_file[] = {"get", "s3://bucket/c/x.bin", "-o", path, NULL};
+    cr_expect_eq(run_with_stdout_closed(to_file), 0, "%s", cli_output("closed", "err"));
+    size_t n = 0;
+    unsigned char *got = NULL;
+    FILE *f = fopen(path, "rb");
+    cr_assert(f);
+    got = malloc(100001);
+    n = fread(got, 1, 100001, f);
+    fclose(f);
+    cr_expect(n == 100000 && memcmp(got, want, n) == 0, "the file holds %zu bytes", n);
+    free(got);
+    free(want);
+}
