@@ -518,7 +518,11 @@ int cli_cmd_get(struct cli *c)
         set_cleanup_handlers(jobs, n_jobs, old_sa);
     if (rc == 0 && to_stdout && n_jobs == 1) {
         struct stat sb;
-        if (fstat(STDOUT_FILENO, &sb) == 0 && S_ISREG(sb.st_mode)) {
+        int is_reg = fstat(STDOUT_FILENO, &sb) == 0 && S_ISREG(sb.st_mode);
+        /* `>> FILE`: every write lands at the end whatever its offset, so
+         * ranges written in place would be appended in arrival order */
+        int appends = is_reg && (fcntl(STDOUT_FILENO, F_GETFL) & O_APPEND);
+        if (is_reg && !appends) {
             struct sf_fetch_options fo;
             sf_fetch_options_init_default(&fo);
             fo.fd = STDOUT_FILENO;
@@ -557,8 +561,20 @@ int cli_cmd_get(struct cli *c)
                                strerror(errno));
                 lseek(STDOUT_FILENO, (off_t)fo.file_offset, SEEK_SET);
             }
-        } else if (get_to_pipe(s3, c, jobs[0].in, &bytes) != 0) {
-            rc = 1;
+        } else {
+            /* in order, as to a pipe; a file appended to is cut back to the
+             * length it had on a failure or a signal, as above */
+            if (appends) {
+                sig_stdout_keep = sb.st_size;
+                sig_cut_stdout = 1;
+            }
+            if (get_to_pipe(s3, c, jobs[0].in, &bytes) != 0) {
+                rc = 1;
+                if (appends && ftruncate(STDOUT_FILENO, sb.st_size) != 0)
+                    cli_errorf("stdout: the partial download could not be cut off: %s",
+                               strerror(errno));
+            }
+            sig_cut_stdout = 0;
         }
         failed = rc != 0;
     } else if (rc == 0) {
