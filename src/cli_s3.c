@@ -271,12 +271,15 @@ static int job_open(struct job *j)
     if (!j->tmp)
         return -1;
     snprintf(j->tmp, n, "%s.sfpart-%ld", j->dest, (long)getpid());
+    /* live before open: a signal that arrives as open returns is handled
+     * before the next statement would run */
+    j->tmp_live = 1;
     j->fd = open(j->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (j->fd < 0) {
+        j->tmp_live = 0;
         cli_errorf("%s: cannot create: %s", j->tmp, strerror(errno));
         return -1;
     }
-    j->tmp_live = 1;
     if (j->in->size != SF_SIZE_UNKNOWN && sf__preallocate(j->fd, j->in->size) != 0) {
         cli_errorf("%s: no space for %llu bytes", j->tmp, (unsigned long long)j->in->size);
         return -1;
