@@ -205,6 +205,8 @@ struct job {
 static struct job *sig_jobs;
 static size_t sig_n_jobs;
 static off_t sig_stdout_keep;
+static int sig_stdout_fd = -1; /* the file on stdout, for the handler's ftruncate */
+static int sig_null_fd = -1;   /* /dev/null read-only, put on descriptor 1 first */
 static volatile sig_atomic_t sig_cut_stdout;
 
 static const int cleanup_signals[] = {SIGINT, SIGTERM, SIGHUP};
@@ -218,10 +220,36 @@ static void on_cleanup_signal(int sig)
     for (size_t i = 0; i < sig_n_jobs; i++)
         if (sig_jobs[i].tmp_live)
             unlink(sig_jobs[i].tmp);
-    if (sig_cut_stdout && ftruncate(STDOUT_FILENO, sig_stdout_keep) != 0) {
-        /* nothing more can be done from here */
+    if (sig_cut_stdout) {
+        /* The I/O threads go on writing until the process dies: descriptor
+         * 1 becomes read-only /dev/null first, so no write lands after the
+         * cut, then the file is cut through its own descriptor. */
+        if (sig_null_fd >= 0 && sig_stdout_fd >= 0)
+            dup2(sig_null_fd, STDOUT_FILENO);
+        if (ftruncate(sig_stdout_fd >= 0 ? sig_stdout_fd : STDOUT_FILENO, sig_stdout_keep) != 0) {
+            /* nothing more can be done from here */
+        }
     }
     raise(sig);
+}
+
+/* A signal now cuts the regular file on stdout back to keep bytes. */
+static void arm_stdout_cut(off_t keep)
+{
+    sig_stdout_keep = keep;
+    sig_stdout_fd = fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
+    sig_null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    sig_cut_stdout = 1;
+}
+
+static void disarm_stdout_cut(void)
+{
+    sig_cut_stdout = 0;
+    if (sig_stdout_fd >= 0)
+        close(sig_stdout_fd);
+    if (sig_null_fd >= 0)
+        close(sig_null_fd);
+    sig_stdout_fd = sig_null_fd = -1;
 }
 
 static void set_cleanup_handlers(struct job *jobs, size_t n_jobs, struct sigaction *old)
@@ -247,7 +275,7 @@ static void restore_signal_handlers(const struct sigaction *old)
 {
     for (size_t i = 0; i < N_CLEANUP_SIGNALS; i++)
         sigaction(cleanup_signals[i], &old[i], NULL);
-    sig_cut_stdout = 0;
+    disarm_stdout_cut();
     sig_n_jobs = 0;
     sig_jobs = NULL;
 }
@@ -533,8 +561,7 @@ int cli_cmd_get(struct cli *c)
             fo.file_offset = pos > 0 ? (unsigned long long)pos : 0;
             /* what a failure below, or a signal, cuts the file back to */
             off_t keep = sb.st_size > (off_t)fo.file_offset ? sb.st_size : (off_t)fo.file_offset;
-            sig_stdout_keep = keep;
-            sig_cut_stdout = 1;
+            arm_stdout_cut(keep);
             struct sf_fetch *f;
             sf_status st = sf_fetch_start(s3, jobs[0].in->url, &fo, &f);
             if (st != SF_OK) {
@@ -544,7 +571,7 @@ int cli_cmd_get(struct cli *c)
                 struct sf_fetch_progress p;
                 st = sf_fetch_wait(f, ~0ull, -1, &p);
                 if (st == SF_OK)
-                    sig_cut_stdout = 0; /* complete: a signal now keeps it */
+                    disarm_stdout_cut(); /* complete: a signal now keeps it */
                 if (st != SF_OK) {
                     cli_errorf("%s (%s)", sf_fetch_errmsg(f), sf_status_name(st));
                     rc = 1;
@@ -567,17 +594,15 @@ int cli_cmd_get(struct cli *c)
         } else {
             /* in order, as to a pipe; a file appended to is cut back to the
              * length it had on a failure or a signal, as above */
-            if (appends) {
-                sig_stdout_keep = sb.st_size;
-                sig_cut_stdout = 1;
-            }
+            if (appends)
+                arm_stdout_cut(sb.st_size);
             if (get_to_pipe(s3, c, jobs[0].in, &bytes) != 0) {
                 rc = 1;
                 if (appends && ftruncate(STDOUT_FILENO, sb.st_size) != 0)
                     cli_errorf("stdout: the partial download could not be cut off: %s",
                                strerror(errno));
             }
-            sig_cut_stdout = 0;
+            disarm_stdout_cut();
         }
         failed = rc != 0;
     } else if (rc == 0) {
