@@ -266,6 +266,8 @@ SF_API sf_status sf_s3_upload_file(struct sf_s3 *s3, const char *url, const char
  *  - buffer != NULL: caller-owned memory of buffer_bytes; an object (range)
  *    larger than that fails with SF_ERR_LIMIT;
  *  - fd >= 0: written with pwrite() at file_offset + (object offset - offset);
+ *    an fd open with O_APPEND is refused (SF_ERR_INVALID_ARGUMENT): it would
+ *    put every range at the end, in arrival order;
  *  - neither: the engine allocates one buffer of the object's size (capped by
  *    max_object_bytes) when the size is known; see sf_fetch_data().
  */

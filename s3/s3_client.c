@@ -542,6 +542,13 @@ SF_API sf_status sf_fetch_start(struct sf_s3 *s3, const char *url, const struct 
     if (o->buffer && o->fd >= 0)
         return sf__s3_set_err(s3, SF_ERR_INVALID_ARGUMENT,
                               "%s: a fetch has one destination: buffer or fd, not both", url);
+    int fl = o->fd >= 0 ? fcntl(o->fd, F_GETFL) : -1;
+    if (fl != -1 && (fl & O_APPEND))
+        /* pwrite() on it would put every range at the end, in arrival order */
+        return sf__s3_set_err(s3, SF_ERR_INVALID_ARGUMENT,
+                              "%s: the fd is open with O_APPEND, which ignores the offsets the "
+                              "ranges are written at",
+                              url);
     struct sf__locator loc;
     sf_status st = sf__s3_parse_url(s3, url, &loc);
     if (st != SF_OK)

@@ -203,16 +203,21 @@ static sf_status list_objects(struct sf_s3 *s3, const struct sf__locator *loc, i
             st = list_push(l, max, s3_url(loc->bucket, en->key), strdup(en->key), en->size,
                            en->etag, en->last_modified, 0);
         }
-        free(token);
+        char *sent = token;
         token = NULL;
         if (st == SF_OK && page.is_truncated) {
             if (!page.next_token || !*page.next_token)
                 st = sf__s3_set_err(s3, SF_ERR_PARSE,
                                     "%s: truncated listing without a continuation token",
                                     loc->display);
-            else
-                token = strdup(page.next_token);
+            else if (sent && !strcmp(sent, page.next_token))
+                /* the same page again: asking for it would never end */
+                st = sf__s3_set_err(s3, SF_ERR_PARSE,
+                                    "%s: the listing repeats its continuation token", loc->display);
+            else if (!(token = strdup(page.next_token)))
+                st = SF_ERR_NO_MEMORY;
         }
+        free(sent);
         sf__list_page_free(&page);
     } while (st == SF_OK && token);
     if (st == SF_ERR_LIMIT)
@@ -553,9 +558,15 @@ static sf_status list_range(struct sf_s3 *s3, const char *bucket, struct pending
             }
         }
         if (p < m && page.is_truncated) {
-            if (page.n_entries == 0) {
+            const char *last = page.n_entries ? page.entries[page.n_entries - 1].key : NULL;
+            if (!last) {
                 st =
                     sf__s3_set_err(s3, SF_ERR_PARSE, "%s: truncated listing without keys", display);
+            } else if (after && strcmp(last, after) <= 0) {
+                /* the page did not move past the last one: the same request
+                 * would come back for ever */
+                st = sf__s3_set_err(s3, SF_ERR_PARSE,
+                                    "%s: the listing does not advance past '%s'", display, after);
             } else {
                 free(after);
                 if (!(after = strdup(page.entries[page.n_entries - 1].key)))

@@ -6,6 +6,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +49,17 @@ static cJSON *info_json(const struct sf_object_info *in)
     return o;
 }
 
+/* A closed stdout (`>&-`) is refused before the client is made: the
+ * engine's first socket would take descriptor 1, and what the command
+ * prints (an object's bytes, a listing) would go into it, exit status 0. */
+static int stdout_is_closed(const char *cmd)
+{
+    if (fcntl(STDOUT_FILENO, F_GETFD) != -1 || errno != EBADF)
+        return 0;
+    cli_errorf("%s: stdout is closed", cmd);
+    return 1;
+}
+
 /* ------------------------------------------------------------ ls, stat */
 
 static void print_ls_line(const struct sf_object_info *in)
@@ -67,6 +79,8 @@ int cli_cmd_ls(struct cli *c)
         cli_errorf("ls: expected one URL, got %d", c->n_args);
         return EXIT_USAGE;
     }
+    if (stdout_is_closed("ls"))
+        return 1;
     struct sf_s3 *s3;
     if (cli_open_client(c, &s3))
         return 1;
@@ -110,12 +124,14 @@ static void print_stat(const struct sf_object_info *in)
 
 /* The start of a command that takes one or more URLs: the client. Returns
  * 0, or the exit status after printing why not. */
-static int open_for_urls(struct cli *c, const char *cmd, struct sf_s3 **s3)
+static int open_for_urls(struct cli *c, const char *cmd, int prints, struct sf_s3 **s3)
 {
     if (c->n_args < 1) {
         cli_errorf("%s: expected at least one URL", cmd);
         return EXIT_USAGE;
     }
+    if (prints && stdout_is_closed(cmd))
+        return 1;
     return cli_open_client(c, s3);
 }
 
@@ -124,7 +140,7 @@ static int open_for_urls(struct cli *c, const char *cmd, struct sf_s3 **s3)
 int cli_cmd_stat(struct cli *c)
 {
     struct sf_s3 *s3;
-    int rc = open_for_urls(c, "stat", &s3);
+    int rc = open_for_urls(c, "stat", 1, &s3);
     if (rc)
         return rc;
     /* --json: one object for one plain URL (as it always was), else an array */
@@ -177,7 +193,92 @@ struct job {
     unsigned long long bytes;
     sf_status st;
     char etag[128];
+    volatile sig_atomic_t tmp_live; /* tmp may exist: the signal handler removes it */
 };
+
+/* ------------------------------------------------------------ interrupted get */
+
+/* What an interrupted `get` (SIGINT, SIGTERM, SIGHUP) must undo before it
+ * dies: the temporary files of the downloads in flight, and the ranges
+ * written in place into a regular file on stdout (cut back to where the
+ * download began). Set before the handlers are installed, read only by them. */
+static struct job *sig_jobs;
+static size_t sig_n_jobs;
+static off_t sig_stdout_keep;
+static int sig_stdout_fd = -1; /* the file on stdout, for the handler's ftruncate */
+static int sig_null_fd = -1;   /* /dev/null read-only, put on descriptor 1 first */
+static volatile sig_atomic_t sig_cut_stdout;
+
+static const int cleanup_signals[] = {SIGINT, SIGTERM, SIGHUP};
+#define N_CLEANUP_SIGNALS (sizeof(cleanup_signals) / sizeof(cleanup_signals[0]))
+
+/* Async-signal-safe: unlink and ftruncate only, then the signal's default
+ * action (SA_RESETHAND restored it), so the exit status still says how the
+ * program ended. */
+static void on_cleanup_signal(int sig)
+{
+    for (size_t i = 0; i < sig_n_jobs; i++)
+        if (sig_jobs[i].tmp_live)
+            unlink(sig_jobs[i].tmp);
+    if (sig_cut_stdout) {
+        /* The I/O threads go on writing until the process dies: descriptor
+         * 1 becomes read-only /dev/null first, so no write lands after the
+         * cut, then the file is cut through its own descriptor. */
+        if (sig_null_fd >= 0 && sig_stdout_fd >= 0)
+            dup2(sig_null_fd, STDOUT_FILENO);
+        if (ftruncate(sig_stdout_fd >= 0 ? sig_stdout_fd : STDOUT_FILENO, sig_stdout_keep) != 0) {
+            /* nothing more can be done from here */
+        }
+    }
+    raise(sig);
+}
+
+/* A signal now cuts the regular file on stdout back to keep bytes. */
+static void arm_stdout_cut(off_t keep)
+{
+    sig_stdout_keep = keep;
+    sig_stdout_fd = fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
+    sig_null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    sig_cut_stdout = 1;
+}
+
+static void disarm_stdout_cut(void)
+{
+    sig_cut_stdout = 0;
+    if (sig_stdout_fd >= 0)
+        close(sig_stdout_fd);
+    if (sig_null_fd >= 0)
+        close(sig_null_fd);
+    sig_stdout_fd = sig_null_fd = -1;
+}
+
+static void set_cleanup_handlers(struct job *jobs, size_t n_jobs, struct sigaction *old)
+{
+    sig_jobs = jobs;
+    sig_n_jobs = n_jobs;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_cleanup_signal;
+    sa.sa_flags = SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < N_CLEANUP_SIGNALS; i++)
+        sigaddset(&sa.sa_mask, cleanup_signals[i]);
+    for (size_t i = 0; i < N_CLEANUP_SIGNALS; i++) {
+        sigaction(cleanup_signals[i], NULL, &old[i]);
+        /* a signal the shell made us ignore (nohup, `&` without job control) stays ignored */
+        if (old[i].sa_handler != SIG_IGN)
+            sigaction(cleanup_signals[i], &sa, NULL);
+    }
+}
+
+static void restore_signal_handlers(const struct sigaction *old)
+{
+    for (size_t i = 0; i < N_CLEANUP_SIGNALS; i++)
+        sigaction(cleanup_signals[i], &old[i], NULL);
+    disarm_stdout_cut();
+    sig_n_jobs = 0;
+    sig_jobs = NULL;
+}
 
 static const char *base_name(const char *key)
 {
@@ -198,8 +299,12 @@ static int job_open(struct job *j)
     if (!j->tmp)
         return -1;
     snprintf(j->tmp, n, "%s.sfpart-%ld", j->dest, (long)getpid());
+    /* live before open: a signal that arrives as open returns is handled
+     * before the next statement would run */
+    j->tmp_live = 1;
     j->fd = open(j->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (j->fd < 0) {
+        j->tmp_live = 0;
         cli_errorf("%s: cannot create: %s", j->tmp, strerror(errno));
         return -1;
     }
@@ -248,7 +353,10 @@ static int job_finish(struct job *j)
         rc = -1;
     } else {
         j->fd = -1;
-        if (rename(j->tmp, j->dest) != 0) {
+        int renamed = rename(j->tmp, j->dest) == 0;
+        if (renamed)
+            j->tmp_live = 0;
+        if (!renamed) {
             cli_errorf("%s: cannot rename into place: %s", j->dest, strerror(errno));
             j->st = SF_ERR_IO;
             rc = -1;
@@ -257,8 +365,10 @@ static int job_finish(struct job *j)
     if (j->fd >= 0)
         close(j->fd);
     j->fd = -1;
-    if (rc != 0 && j->tmp)
+    if (rc != 0 && j->tmp) {
         unlink(j->tmp);
+        j->tmp_live = 0;
+    }
     sf_fetch_destroy(j->f);
     j->f = NULL;
     return rc;
@@ -346,7 +456,12 @@ static int get_to_pipe(struct sf_s3 *s3, struct cli *c, const struct sf_object_i
 int cli_cmd_get(struct cli *c)
 {
     struct sf_s3 *s3;
-    int rc = open_for_urls(c, "get", &s3);
+    /* stdout carries the object (no -o, -o -, or a device or FIFO put on
+     * descriptor 1 below) or the --json report */
+    struct stat dsb;
+    int prints = c->json || !c->output || !strcmp(c->output, "-") ||
+                 (stat(c->output, &dsb) == 0 && !S_ISREG(dsb.st_mode) && !S_ISDIR(dsb.st_mode));
+    int rc = open_for_urls(c, "get", prints, &s3);
     if (rc)
         return rc;
     double t0 = sf__now_s();
@@ -428,14 +543,25 @@ int cli_cmd_get(struct cli *c)
             }
     unsigned long long bytes = 0;
     size_t failed = 0;
+    struct sigaction old_sa[N_CLEANUP_SIGNALS];
+    int handlers_set = rc == 0;
+    if (handlers_set)
+        set_cleanup_handlers(jobs, n_jobs, old_sa);
     if (rc == 0 && to_stdout && n_jobs == 1) {
         struct stat sb;
-        if (fstat(STDOUT_FILENO, &sb) == 0 && S_ISREG(sb.st_mode)) {
+        int is_reg = fstat(STDOUT_FILENO, &sb) == 0 && S_ISREG(sb.st_mode);
+        /* `>> FILE`: every write lands at the end whatever its offset, so
+         * ranges written in place would be appended in arrival order */
+        int appends = is_reg && (fcntl(STDOUT_FILENO, F_GETFL) & O_APPEND);
+        if (is_reg && !appends) {
             struct sf_fetch_options fo;
             sf_fetch_options_init_default(&fo);
             fo.fd = STDOUT_FILENO;
             off_t pos = lseek(STDOUT_FILENO, 0, SEEK_CUR);
             fo.file_offset = pos > 0 ? (unsigned long long)pos : 0;
+            /* what a failure below, or a signal, cuts the file back to */
+            off_t keep = sb.st_size > (off_t)fo.file_offset ? sb.st_size : (off_t)fo.file_offset;
+            arm_stdout_cut(keep);
             struct sf_fetch *f;
             sf_status st = sf_fetch_start(s3, jobs[0].in->url, &fo, &f);
             if (st != SF_OK) {
@@ -444,6 +570,8 @@ int cli_cmd_get(struct cli *c)
             } else {
                 struct sf_fetch_progress p;
                 st = sf_fetch_wait(f, ~0ull, -1, &p);
+                if (st == SF_OK)
+                    disarm_stdout_cut(); /* complete: a signal now keeps it */
                 if (st != SF_OK) {
                     cli_errorf("%s (%s)", sf_fetch_errmsg(f), sf_status_name(st));
                     rc = 1;
@@ -458,15 +586,23 @@ int cli_cmd_get(struct cli *c)
                  * holes up to the declared size, a file that looks complete.
                  * Cut it back to where it started (empty for `> file`); bytes
                  * it had past that point were there before us and stay. */
-                off_t keep =
-                    sb.st_size > (off_t)fo.file_offset ? sb.st_size : (off_t)fo.file_offset;
                 if (ftruncate(STDOUT_FILENO, keep) != 0)
                     cli_errorf("stdout: the partial download could not be cut off: %s",
                                strerror(errno));
                 lseek(STDOUT_FILENO, (off_t)fo.file_offset, SEEK_SET);
             }
-        } else if (get_to_pipe(s3, c, jobs[0].in, &bytes) != 0) {
-            rc = 1;
+        } else {
+            /* in order, as to a pipe; a file appended to is cut back to the
+             * length it had on a failure or a signal, as above */
+            if (appends)
+                arm_stdout_cut(sb.st_size);
+            if (get_to_pipe(s3, c, jobs[0].in, &bytes) != 0) {
+                rc = 1;
+                if (appends && ftruncate(STDOUT_FILENO, sb.st_size) != 0)
+                    cli_errorf("stdout: the partial download could not be cut off: %s",
+                               strerror(errno));
+            }
+            disarm_stdout_cut();
         }
         failed = rc != 0;
     } else if (rc == 0) {
@@ -477,8 +613,11 @@ int cli_cmd_get(struct cli *c)
                 if (job_start(s3, &jobs[next]) != 0) {
                     if (jobs[next].fd >= 0) {
                         close(jobs[next].fd);
-                        unlink(jobs[next].tmp);
                         jobs[next].fd = -1;
+                    }
+                    if (jobs[next].tmp_live) {
+                        unlink(jobs[next].tmp);
+                        jobs[next].tmp_live = 0;
                     }
                     if (jobs[next].st == SF_OK)
                         jobs[next].st = SF_ERR_IO;
@@ -493,6 +632,8 @@ int cli_cmd_get(struct cli *c)
         }
         rc = failed ? 1 : 0;
     }
+    if (handlers_set)
+        restore_signal_handlers(old_sa);
     double secs = sf__now_s() - t0;
     if (c->json && rc != EXIT_USAGE) {
         struct sf_s3_stats ss;

@@ -157,6 +157,29 @@ Test(fetch, into_an_fd_at_a_file_offset)
     free(want);
 }
 
+/* O_APPEND makes pwrite() ignore its offset: before the fix the ranges
+ * were appended in the order they arrived, a scrambled file, SF_OK. */
+Test(fetch, an_fd_open_for_appending_is_refused)
+{
+    unsigned char *want = start_with_object("app.bin", MiB, 4);
+    int fd = open_scratch("app.bin");
+    cr_assert(fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_APPEND) == 0);
+    struct sf_fetch_options o;
+    sf_fetch_options_init_default(&o);
+    o.fd = fd;
+    struct sf_fetch *f = NULL;
+    cr_expect_eq(sf_fetch_start(s3, "s3://bucket/app.bin", &o, &f), SF_ERR_INVALID_ARGUMENT);
+    cr_expect_null(f);
+    char msg[512];
+    const char *m = sf_s3_errmsg(s3, msg, sizeof(msg));
+    cr_expect(strstr(m, "O_APPEND") && strstr(m, "s3://bucket/app.bin"), "message: %s", m);
+    struct stat sb;
+    cr_assert(fstat(fd, &sb) == 0);
+    cr_expect_eq(sb.st_size, 0, "%lld bytes written", (long long)sb.st_size);
+    close(fd);
+    free(want);
+}
+
 Test(fetch, offset_and_length_sub_ranges)
 {
     size_t n = 3 * MiB + 5;

@@ -13,13 +13,17 @@
 #include "support/mock_proc.h"
 #include "support/s3_client.h"
 
+#include <arpa/inet.h>
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <openssl/evp.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -642,4 +646,110 @@ Test(s3, expand_stat_of_an_http_pattern_heads_each_url)
     cJSON *j = mock_stats();
     cr_expect_eq(jnum(j, "operations", "HeadObject", NULL), 4);
     cJSON_Delete(j);
+}
+
+/* ============================================================ a listing that never advances */
+
+/* A server that answers every request with the same truncated listing page:
+ * one key and the same continuation token, whatever was asked (a buggy
+ * S3-compatible store). Runs until its socket is shut down. */
+struct stuck_lister {
+    int fd;
+    unsigned port;
+    pthread_t th;
+    int answered;
+};
+
+static void *stuck_lister_main(void *arg)
+{
+    struct stuck_lister *sl = arg;
+    static const char body[] =
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>"
+        "<ListBucketResult><Name>bucket</Name><Prefix></Prefix><KeyCount>1</KeyCount>"
+        "<IsTruncated>true</IsTruncated><NextContinuationToken>same</NextContinuationToken>"
+        "<Contents><Key>loop/k-00</Key><Size>3</Size><ETag>&quot;0123&quot;</ETag>"
+        "<LastModified>2024-01-01T00:00:00.000Z</LastModified></Contents>"
+        "</ListBucketResult>";
+    for (;;) {
+        int c = accept(sl->fd, NULL, NULL);
+        if (c < 0)
+            return NULL;
+        char req[16384];
+        size_t n = 0;
+        for (;;) {
+            ssize_t k = read(c, req + n, sizeof(req) - 1 - n);
+            if (k <= 0)
+                break;
+            n += (size_t)k;
+            req[n] = '\0';
+            if (!strstr(req, "\r\n\r\n"))
+                continue;
+            char head[256];
+            int hl = snprintf(head, sizeof(head),
+                              "HTTP/1.1 200 OK\r\nContent-Type: application/xml\r\n"
+                              "Content-Length: %zu\r\nConnection: close\r\n\r\n",
+                              sizeof(body) - 1);
+            if (write(c, head, (size_t)hl) != hl || write(c, body, sizeof(body) - 1) < 0)
+                break;
+            __atomic_add_fetch(&sl->answered, 1, __ATOMIC_SEQ_CST);
+            break;
+        }
+        close(c);
+    }
+}
+
+static void stuck_lister_start(struct stuck_lister *sl)
+{
+    memset(sl, 0, sizeof(*sl));
+    sl->fd = socket(AF_INET, SOCK_STREAM, 0);
+    cr_assert(sl->fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert(bind(sl->fd, (struct sockaddr *)&a, sizeof(a)) == 0);
+    cr_assert(listen(sl->fd, 64) == 0);
+    socklen_t len = sizeof(a);
+    cr_assert(getsockname(sl->fd, (struct sockaddr *)&a, &len) == 0);
+    sl->port = ntohs(a.sin_port);
+    cr_assert(pthread_create(&sl->th, NULL, stuck_lister_main, sl) == 0);
+}
+
+static void stuck_lister_stop(struct stuck_lister *sl)
+{
+    shutdown(sl->fd, SHUT_RDWR);
+    pthread_join(sl->th, NULL);
+    close(sl->fd);
+}
+
+/* Before the fix both listings asked for the same page for ever, the list
+ * growing without bound: the repeated token (ls) and a start-after that
+ * does not move (expand_stat) are errors naming the listing. */
+Test(s3, a_listing_that_repeats_its_page_is_an_error_not_a_loop)
+{
+    make_root();
+    struct stuck_lister sl;
+    stuck_lister_start(&sl);
+    char endpoint[64];
+    snprintf(endpoint, sizeof(endpoint), "http://127.0.0.1:%u", sl.port);
+    struct sf_s3_options o;
+    mock_env_s3_options(&o, endpoint);
+    client(&o);
+
+    struct sf_object_list *l = NULL;
+    sf_status st = sf_s3_list(s3, "s3://bucket/loop/", SF_LIST_RECURSIVE, 0, &l);
+    cr_expect_eq(st, SF_ERR_PARSE, "%s: %s", sf_status_name(st), errmsg());
+    cr_expect_null(l);
+    cr_expect(strstr(errmsg(), "s3://bucket/loop/"), "message: %s", errmsg());
+    cr_expect(strstr(errmsg(), "continuation token"), "message: %s", errmsg());
+    cr_expect_leq(__atomic_load_n(&sl.answered, __ATOMIC_SEQ_CST), 2);
+
+    /* more keys than SF_EXPAND_HEAD_MAX: checked with start-after listings */
+    int before = __atomic_load_n(&sl.answered, __ATOMIC_SEQ_CST);
+    st = sf_s3_expand_stat(s3, "s3://bucket/loop/k-{00..09}", 0, &l);
+    cr_expect_eq(st, SF_ERR_PARSE, "%s: %s", sf_status_name(st), errmsg());
+    cr_expect_null(l);
+    cr_expect(strstr(errmsg(), "s3://bucket/loop/k-0"), "message: %s", errmsg());
+    cr_expect_leq(__atomic_load_n(&sl.answered, __ATOMIC_SEQ_CST) - before, 2);
+    sf_s3_destroy(s3);
+    s3 = NULL;
+    stuck_lister_stop(&sl);
 }

@@ -7,11 +7,13 @@
 #include "support/mock_env.h"
 #include "support/mock_proc.h"
 #include "support/s3_client.h"
+#include "support/spawn.h"
 
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <openssl/evp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -293,4 +295,191 @@ Test(s3, cli_json_failure_is_always_one_object_with_the_error)
     cr_expect_eq(jnum(j, "size", NULL, NULL), 7);
     cr_expect_null(cJSON_GetObjectItemCaseSensitive(j, "ok"));
     cJSON_Delete(j);
+}
+
+/* ============================================================ CLI: get interrupted */
+
+/* Polls until path exists with more than min_bytes (the test's timeout
+ * bounds it). */
+static void wait_for_file(const char *path, long long min_bytes)
+{
+    struct stat sb;
+    while (stat(path, &sb) != 0 || (long long)sb.st_size <= min_bytes)
+        usleep(2000);
+}
+
+/* A get interrupted by SIGINT while its downloads hang: before the fix the
+ * temporary file (at full size, preallocated) stayed next to the
+ * destination, and a file on stdout kept the ranges written in place, holes
+ * up to the declared size. Now the handler removes the one and cuts the
+ * other back, and the program still dies of the signal. */
+Test(s3, cli_get_interrupted_leaves_no_temporary_file_and_no_partial_stdout)
+{
+    const char *faults[] = {"--fault", "prefix=bucket/slow/,bandwidth=64K", NULL};
+    start_mock(faults);
+    free(put_object("slow/big.bin", 4u << 20, 5)); /* 16 s at 4 x 64 KiB/s */
+    setenv("AWS_ACCESS_KEY_ID", "mock-access-key", 1);
+    setenv("AWS_SECRET_ACCESS_KEY", "mock-secret-key", 1);
+    char dir[700], dest[800], part[900], out[800];
+    snprintf(dir, sizeof(dir), "%s/dl", tmp);
+    cr_assert(mkdir(dir, 0755) == 0);
+    snprintf(dest, sizeof(dest), "%s/big.bin", dir);
+
+    const char *argv[] = {SF_CLI_BIN,      "get",          "--endpoint-url",
+                          srv.url,         "--chunk-size", "16K",
+                          "--concurrency", "4",            "s3://bucket/slow/big.bin",
+                          "-o",            dest,           NULL};
+    pid_t pid = test_spawn(argv, "/dev/null", "/dev/null");
+    cr_assert(pid > 0);
+    snprintf(part, sizeof(part), "%s.sfpart-%ld", dest, (long)pid);
+    wait_for_file(part, -1);
+    cr_assert(kill(pid, SIGINT) == 0);
+    cr_expect_eq(test_wait(pid), 128 + SIGINT, "it did not die of the signal");
+    struct stat sb;
+    cr_expect(stat(part, &sb) != 0, "%s was left behind", part);
+    cr_expect(stat(dest, &sb) != 0, "%s appeared", dest);
+
+    /* stdout a regular file, 6 bytes in: cut back to them once ranges landed */
+    snprintf(out, sizeof(out), "%s/out.bin", tmp);
+    pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        int fe = open("/dev/null", O_WRONLY);
+        if (fd < 0 || fe < 0 || write(fd, "before", 6) != 6 || dup2(fd, 1) < 0 || dup2(fe, 2) < 0)
+            _exit(126);
+        argv[9] = NULL; /* without -o */
+        execv(SF_CLI_BIN, (char *const *)argv);
+        _exit(127);
+    }
+    wait_for_file(out, 6);
+    cr_assert(kill(pid, SIGINT) == 0);
+    cr_expect_eq(test_wait(pid), 128 + SIGINT, "it did not die of the signal");
+    cr_assert(stat(out, &sb) == 0);
+    cr_expect_eq(sb.st_size, 6, "the interrupted download left a %lld-byte file",
+                 (long long)sb.st_size);
+}
+
+/* ============================================================ CLI: stdout closed */
+
+/* Runs the CLI with args after --endpoint-url, descriptor 1 closed and
+ * stderr into tmp/closed.err; the exit status. */
+static int run_with_stdout_closed(const char *const *args)
+{
+    const char *argv[16] = {SF_CLI_BIN, NULL};
+    int n = 1;
+    argv[n++] = args[0];
+    argv[n++] = "--endpoint-url";
+    argv[n++] = srv.url;
+    for (int i = 1; args[i] && n < 15; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    char err[800];
+    snprintf(err, sizeof(err), "%s/closed.err", tmp);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        int fe = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (fe < 0 || dup2(fe, 2) < 0)
+            _exit(126);
+        close(fe);
+        close(1);
+        execv(SF_CLI_BIN, (char *const *)argv);
+        _exit(127);
+    }
+    return test_wait(pid);
+}
+
+/* With stdout closed (`>&-`) the engine's first socket took descriptor 1:
+ * before the fix get wrote the object into it, and ls its listing, and
+ * both exited 0. Now they fail, saying so; -o FILE still works. */
+Test(s3, cli_with_stdout_closed_fails_instead_of_writing_into_a_socket)
+{
+    start_mock(NULL);
+    unsigned char *want = put_object("c/x.bin", 100000, 3);
+    setenv("AWS_ACCESS_KEY_ID", "mock-access-key", 1);
+    setenv("AWS_SECRET_ACCESS_KEY", "mock-secret-key", 1);
+    const char *get[] = {"get", "s3://bucket/c/x.bin", NULL};
+    cr_expect_eq(run_with_stdout_closed(get), 1);
+    cr_expect(strstr(cli_output("closed", "err"), "get: stdout is closed"), "stderr: %s",
+              cli_output("closed", "err"));
+    const char *ls[] = {"ls", "s3://bucket/c/", NULL};
+    cr_expect_eq(run_with_stdout_closed(ls), 1);
+    cr_expect(strstr(cli_output("closed", "err"), "ls: stdout is closed"), "stderr: %s",
+              cli_output("closed", "err"));
+
+    char path[800];
+    snprintf(path, sizeof(path), "%s/x.bin", tmp);
+    const char *to_file[] = {"get", "s3://bucket/c/x.bin", "-o", path, NULL};
+    cr_expect_eq(run_with_stdout_closed(to_file), 0, "%s", cli_output("closed", "err"));
+    size_t n = 0;
+    unsigned char *got = NULL;
+    FILE *f = fopen(path, "rb");
+    cr_assert(f);
+    got = malloc(100001);
+    n = fread(got, 1, 100001, f);
+    fclose(f);
+    cr_expect(n == 100000 && memcmp(got, want, n) == 0, "the file holds %zu bytes", n);
+    free(got);
+    free(want);
+}
+
+/* ============================================================ CLI: get >> FILE */
+
+/* Runs get of url with stdout FILE opened with O_APPEND after "before"; the
+ * exit status. */
+static int get_appending(const char *url, const char *path)
+{
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (fd < 0 || write(fd, "before", 6) != 6 || close(fd) != 0)
+            _exit(126);
+        fd = open(path, O_WRONLY | O_APPEND);
+        int fe = open("/dev/null", O_WRONLY);
+        if (fd < 0 || fe < 0 || dup2(fd, 1) < 0 || dup2(fe, 2) < 0)
+            _exit(126);
+        const char *argv[] = {SF_CLI_BIN,       "get", "--endpoint-url", srv.url,
+                              "--max-attempts", "2",   "--chunk-size",   "256K",
+                              "--concurrency",  "4",   url,              NULL};
+        execv(SF_CLI_BIN, (char *const *)argv);
+        _exit(127);
+    }
+    return test_wait(pid);
+}
+
+/* With O_APPEND every pwrite lands at the end of the file whatever its
+ * offset: before the fix the ranges were appended in the order they arrived,
+ * a scrambled object, exit 0. Now the object is streamed in order after the
+ * bytes already there, and a failed download is cut back to them. */
+Test(s3, cli_get_to_a_file_opened_for_appending_keeps_the_bytes_in_order)
+{
+    const char *faults[] = {"--fault", "prefix=bucket/cut/,reset=1", NULL};
+    start_mock(faults);
+    size_t n = (2u << 20) + 12345;
+    unsigned char *want = put_object("big.bin", n, 4);
+    free(put_object("cut/big.bin", n, 4));
+    setenv("AWS_ACCESS_KEY_ID", "mock-access-key", 1);
+    setenv("AWS_SECRET_ACCESS_KEY", "mock-secret-key", 1);
+    char path[800];
+    snprintf(path, sizeof(path), "%s/app.bin", tmp);
+
+    cr_expect_eq(get_appending("s3://bucket/big.bin", path), 0);
+    unsigned char *got = malloc(n + 7);
+    cr_assert(got);
+    FILE *f = fopen(path, "rb");
+    cr_assert(f);
+    size_t k = fread(got, 1, n + 7, f);
+    fclose(f);
+    cr_expect_eq(k, n + 6, "%zu bytes", k);
+    cr_expect(memcmp(got, "before", 6) == 0, "the bytes before were lost");
+    cr_expect(k == n + 6 && memcmp(got + 6, want, n) == 0, "the object is not in order");
+
+    cr_expect_eq(get_appending("s3://bucket/cut/big.bin", path), 1);
+    struct stat sb;
+    cr_assert(stat(path, &sb) == 0);
+    cr_expect_eq(sb.st_size, 6, "the failed download left a %lld-byte file", (long long)sb.st_size);
+    free(got);
+    free(want);
 }
