@@ -139,17 +139,22 @@ int cli_run_argv(const char *tag, const char *const *argv)
     return rc;
 }
 
-int cli_run(const char *tag, const char *const *args)
+void cli_argv(const char *const *args, const char **argv, int cap)
 {
-    const char *argv[32];
     int n = 0;
     argv[n++] = SF_CLI_BIN;
     argv[n++] = args[0];
     argv[n++] = "--endpoint-url";
     argv[n++] = srv.url;
-    for (int i = 1; args[i] && n < 31; i++)
+    for (int i = 1; args[i] && n < cap - 1; i++)
         argv[n++] = args[i];
     argv[n] = NULL;
+}
+
+int cli_run(const char *tag, const char *const *args)
+{
+    const char *argv[32];
+    cli_argv(args, argv, 32);
     return cli_run_argv(tag, argv);
 }
 

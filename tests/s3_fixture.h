@@ -49,6 +49,9 @@ sf_status fetch_whole(const char *url, const void *want, size_t n);
 /* Runs the shardfeed CLI with argv as given (argv[0] is SF_CLI_BIN), stdout
  * and stderr into tmp/TAG.out and tmp/TAG.err; the exit status. */
 int cli_run_argv(const char *tag, const char *const *argv);
+/* argv (cap entries) for the shardfeed CLI: SF_CLI_BIN, args[0] (the
+ * command), --endpoint-url srv.url, then the rest of args (NULL-terminated). */
+void cli_argv(const char *const *args, const char **argv, int cap);
 /* Runs the shardfeed CLI with --endpoint-url and args (NULL-terminated). */
 int cli_run(const char *tag, const char *const *args);
 /* Contents of tmp/TAG.EXT (static buffer). */

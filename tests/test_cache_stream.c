@@ -162,28 +162,45 @@ Test(cache, byte_changed_on_disk_after_it_arrived_fails_verification)
     sf__disk_cache_close(dc);
 }
 
+/* A download of version "old" of key (3 MB + 11 bytes of seed), all written
+ * and left unpublished, in a new cache. */
+struct old_download {
+    struct sf__disk_cache *dc;
+    struct sf__cache_id id;
+    unsigned char *bytes;
+    size_t n;
+    struct sf__dc_writer *w;
+};
+
+static void old_download(struct old_download *d, const char *key, unsigned seed)
+{
+    make_dirs();
+    d->dc = dc_open();
+    d->id = (struct sf__cache_id){.endpoint = "http://127.0.0.1:1", .bucket = "bucket", .key = key};
+    d->n = 3 * MB + 11;
+    d->bytes = malloc(d->n);
+    cr_assert(d->bytes);
+    test_fill(d->bytes, d->n, seed);
+    enum sf__dc_begin_result r;
+    char err[512] = "";
+    d->w = NULL;
+    cr_assert_eq(sf__dc_begin(d->dc, &d->id, "\"old\"", d->n, &r, &d->w, err, sizeof(err)), SF_OK,
+                 "%s", err);
+    cr_assert_eq(r, SF__DC_OWNER);
+    cr_assert(pwrite(sf__dc_writer_fd(d->w), d->bytes, d->n, 0) == (ssize_t)d->n);
+    sf__dc_writer_progress(d->w, d->n);
+}
+
 /* A leftover download of another version (its process gone) is not resumed:
  * its bytes are dropped before the new download starts (a new, empty file is
  * left as it is, see sf__dc_begin), and the entry holds the new bytes. */
 Test(cache, leftover_download_of_another_version_is_dropped_not_resumed)
 {
-    make_dirs();
-    struct sf__disk_cache *dc = dc_open();
-    struct sf__cache_id id = {.endpoint = "http://127.0.0.1:1", .bucket = "bucket", .key = "v.tar"};
-    size_t old_n = 3 * MB + 11;
-    unsigned char *old = malloc(old_n);
-    cr_assert(old);
-    test_fill(old, old_n, 21);
-    enum sf__dc_begin_result r;
-    struct sf__dc_writer *w = NULL;
-    char err[512] = "";
-    cr_assert_eq(sf__dc_begin(dc, &id, "\"old\"", old_n, &r, &w, err, sizeof(err)), SF_OK, "%s",
-                 err);
-    cr_assert_eq(r, SF__DC_OWNER);
-    cr_assert(pwrite(sf__dc_writer_fd(w), old, old_n, 0) == (ssize_t)old_n);
-    sf__dc_writer_progress(w, old_n);
-    sf__dc_writer_abort(w, 1); /* as a killed process leaves it */
-    free(old);
+    struct old_download od;
+    old_download(&od, "v.tar", 21);
+    struct sf__disk_cache *dc = od.dc;
+    sf__dc_writer_abort(od.w, 1); /* as a killed process leaves it */
+    free(od.bytes);
 
     struct feed_case fc;
     feed_begin(&fc, dc, "v.tar", 2 * MB + 5, 22); /* ETag "e1", another size */
@@ -210,33 +227,22 @@ Test(cache, leftover_download_of_another_version_is_dropped_not_resumed)
  * end would be SIGBUS. The old bytes stay readable through the mapping. */
 Test(cache, new_version_leaves_a_followers_mapping_of_the_old_download_intact)
 {
-    make_dirs();
-    struct sf__disk_cache *dc = dc_open();
-    struct sf__cache_id id = {.endpoint = "http://127.0.0.1:1", .bucket = "bucket", .key = "m.tar"};
-    size_t old_n = 3 * MB + 11;
-    unsigned char *old = malloc(old_n);
-    cr_assert(old);
-    test_fill(old, old_n, 23);
-    enum sf__dc_begin_result r;
-    struct sf__dc_writer *w = NULL;
-    char err[512] = "";
-    cr_assert_eq(sf__dc_begin(dc, &id, "\"old\"", old_n, &r, &w, err, sizeof(err)), SF_OK, "%s",
-                 err);
-    cr_assert(pwrite(sf__dc_writer_fd(w), old, old_n, 0) == (ssize_t)old_n);
-    sf__dc_writer_progress(w, old_n);
-    int pfd = sf__dc_open_part(dc, &id);
+    struct old_download od;
+    old_download(&od, "m.tar", 23);
+    struct sf__disk_cache *dc = od.dc;
+    int pfd = sf__dc_open_part(dc, &od.id);
     cr_assert_geq(pfd, 0);
-    const unsigned char *m = mmap(NULL, old_n, PROT_READ, MAP_SHARED, pfd, 0);
+    const unsigned char *m = mmap(NULL, od.n, PROT_READ, MAP_SHARED, pfd, 0);
     cr_assert_neq(m, MAP_FAILED);
     close(pfd);
-    sf__dc_writer_abort(w, 1); /* the downloader is killed */
+    sf__dc_writer_abort(od.w, 1); /* the downloader is killed */
 
     struct feed_case fc;
     feed_begin(&fc, dc, "m.tar", MB + 5, 24); /* ETag "e1", smaller */
     cr_assert_eq(sf__dc_writer_resume(fc.w), 0);
-    cr_expect_eq(memcmp(m, old, old_n), 0, "the follower's mapping changed under it");
-    munmap((void *)m, old_n);
-    free(old);
+    cr_expect_eq(memcmp(m, od.bytes, od.n), 0, "the follower's mapping changed under it");
+    munmap((void *)m, od.n);
+    free(od.bytes);
     feed_put(&fc, 0, fc.n, 0);
     feed_publish_and_check(&fc);
     sf__disk_cache_close(dc);

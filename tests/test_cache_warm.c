@@ -27,6 +27,26 @@
 
 /* ------------------------------------------------------------ warm-cache */
 
+/* Objects PREFIX-0.tar .. PREFIX-(n-1).tar of size bytes, seeds seed, seed + 1... */
+static void put_numbered(const char *prefix, int n, size_t size, unsigned seed)
+{
+    for (int i = 0; i < n; i++) {
+        char k[32];
+        snprintf(k, sizeof(k), "%s-%d.tar", prefix, i);
+        free(put_object(k, size, seed + (unsigned)i));
+    }
+}
+
+/* None of put_numbered's objects was asked for. */
+static void expect_none_fetched(const char *prefix, int n)
+{
+    for (int i = 0; i < n; i++) {
+        char k[32];
+        snprintf(k, sizeof(k), "%s-%d.tar", prefix, i);
+        cr_assert_eq(key_gets(k), 0, "%s was fetched", k);
+    }
+}
+
 Test(cache, four_processes_warm_the_same_shards_each_fetched_once)
 {
     const char *faults[] = {"--fault", "prefix=bucket/w,latency_ms=20", NULL};
@@ -82,11 +102,7 @@ Test(cache, kill_during_warm_then_rerun_resumes_and_verifies)
     const char *faults[] = {"--fault", "prefix=bucket/k,bandwidth=1M", NULL};
     start_mock(faults);
     size_t n = 2 * 1024 * 1024;
-    for (int i = 0; i < 6; i++) {
-        char k[32];
-        snprintf(k, sizeof(k), "k-%d.tar", i);
-        free(put_object(k, n, 60 + (unsigned)i));
-    }
+    put_numbered("k", 6, n, 60);
     const char *args[] = {"warm-cache",
                           "--endpoint-url",
                           srv.url,
@@ -138,25 +154,30 @@ Test(cache, kill_during_warm_then_rerun_resumes_and_verifies)
     cJSON_Delete(j);
 }
 
-Test(cache, warm_refuses_data_over_the_limit_before_fetching)
+/* Four shards of size bytes each warmed under a 1M cache_limit: refused
+ * before anything is fetched, the limit named, nothing in the cache. */
+static void expect_refused_before_fetching(const char *prefix, size_t size, unsigned seed)
 {
     start_mock(NULL);
-    for (int i = 0; i < 4; i++) {
-        char k[32];
-        snprintf(k, sizeof(k), "big-%d.tar", i);
-        free(put_object(k, 512 * 1024, 70 + (unsigned)i));
-    }
+    put_numbered(prefix, 4, size, seed);
+    char pattern[64];
+    snprintf(pattern, sizeof(pattern), "s3://bucket/%s-{0..3}.tar", prefix);
     const char *args[] = {"warm-cache", "--endpoint-url", srv.url, "--cache-dir",
-                          cdir,         "--cache-limit",  "1M",    "s3://bucket/big-{0..3}.tar",
+                          cdir,         "--cache-limit",  "1M",    pattern,
                           NULL};
-    cr_assert_eq(cli_run(args, "limit"), 1);
-    char *err = slurp_tag("limit", "err");
-    cr_assert(strstr(err, "cache_limit"), "stderr: %s", err);
-    for (int i = 0; i < 4; i++) {
-        char k[32];
-        snprintf(k, sizeof(k), "big-%d.tar", i);
-        cr_assert_eq(key_gets(k), 0, "%s was fetched", k);
-    }
+    int rc = cli_run(args, prefix);
+    int entries;
+    cache_bytes(&entries);
+    cr_assert_eq(rc, 1, "warm-cache said all 4 shards are cached; %d are: %s", entries,
+                 slurp_tag(prefix, "out"));
+    cr_assert(strstr(slurp_tag(prefix, "err"), "cache_limit"), "%s", slurp_tag(prefix, "err"));
+    cr_assert_eq(entries, 0);
+    expect_none_fetched(prefix, 4);
+}
+
+Test(cache, warm_refuses_data_over_the_limit_before_fetching)
+{
+    expect_refused_before_fetching("big", 512 * 1024, 70);
 }
 
 /* Shards whose bytes add up to exactly the limit do not fit with their
@@ -164,27 +185,7 @@ Test(cache, warm_refuses_data_over_the_limit_before_fetching)
  * and still report every shard fetched. Refused before fetching instead. */
 Test(cache, warm_counts_each_entrys_checksums_against_the_limit)
 {
-    start_mock(NULL);
-    for (int i = 0; i < 4; i++) {
-        char k[32];
-        snprintf(k, sizeof(k), "edge-%d.tar", i);
-        free(put_object(k, 256 * 1024, 75 + (unsigned)i));
-    }
-    const char *args[] = {"warm-cache", "--endpoint-url", srv.url, "--cache-dir",
-                          cdir,         "--cache-limit",  "1M",    "s3://bucket/edge-{0..3}.tar",
-                          NULL};
-    int rc = cli_run(args, "edge");
-    int entries;
-    cache_bytes(&entries);
-    cr_assert_eq(rc, 1, "warm-cache said all 4 shards are cached; %d are: %s", entries,
-                 slurp_tag("edge", "out"));
-    cr_assert(strstr(slurp_tag("edge", "err"), "cache_limit"), "%s", slurp_tag("edge", "err"));
-    cr_assert_eq(entries, 0);
-    for (int i = 0; i < 4; i++) {
-        char k[32];
-        snprintf(k, sizeof(k), "edge-%d.tar", i);
-        cr_assert_eq(key_gets(k), 0, "%s was fetched", k);
-    }
+    expect_refused_before_fetching("edge", 256 * 1024, 75);
 }
 
 /* A shard that cannot be found and one over the limit: both are named, the

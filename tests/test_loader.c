@@ -677,11 +677,11 @@ Test(loader, a_folder_named_without_its_slash_reads_only_its_shards)
     sf_loader_close(l);
 }
 
-/* An index.json whose count for one of the shards is not a whole number in
- * range fails the open naming it (issue 17: 1e300 converted out of range). */
-Test(loader, an_index_json_count_out_of_range_fails_the_open_naming_it)
+/* Rewrites the first shard's "samples" in shards' index.json (its bytes stay
+ * right) to literal, or when literal is NULL to its value plus delta; returns
+ * that shard's name in shard. */
+static void index_json_rewrite_count(const char *literal, long delta, char shard[128])
 {
-    local_dataset(60, 16 << 10, -1);
     char path[800];
     snprintf(path, sizeof(path), "%sindex.json", shards);
     FILE *f = fopen(path, "rb");
@@ -697,19 +697,35 @@ Test(loader, an_index_json_count_out_of_range_fails_the_open_naming_it)
         if (!strncmp(p, "\"name\":", 7))
             name = p;
     cr_assert_not_null(name);
-    char shard[128];
     cr_assert_eq(sscanf(name, "\"name\": \"%127[^\"]\"", shard), 1);
     at += strlen("\"samples\":");
     while (*at == ' ' || *at == '\t')
         at++;
     size_t digits = strspn(at, "0123456789");
     cr_assert_gt(digits, 0u);
-    char out[sizeof(text) + 16];
-    snprintf(out, sizeof(out), "%.*s1e300%s", (int)(at - text), text, at + digits);
+    char value[32];
+    if (literal) {
+        snprintf(value, sizeof(value), "%s", literal);
+    } else {
+        long count = strtol(at, NULL, 10);
+        cr_assert_gt(count + delta, 0);
+        snprintf(value, sizeof(value), "%ld", count + delta);
+    }
+    static char out[sizeof(text) + 32];
+    snprintf(out, sizeof(out), "%.*s%s%s", (int)(at - text), text, value, at + digits);
     f = fopen(path, "wb");
     cr_assert_not_null(f);
     cr_assert_eq(fputs(out, f) >= 0, 1);
     fclose(f);
+}
+
+/* An index.json whose count for one of the shards is not a whole number in
+ * range fails the open naming it (issue 17: 1e300 converted out of range). */
+Test(loader, an_index_json_count_out_of_range_fails_the_open_naming_it)
+{
+    local_dataset(60, 16 << 10, -1);
+    char shard[128];
+    index_json_rewrite_count("1e300", 0, shard);
 
     struct sf_loader_options o;
     base_options(&o, shards_src, 1);
@@ -722,40 +738,6 @@ Test(loader, an_index_json_count_out_of_range_fails_the_open_naming_it)
     sf_loader_close(l);
 }
 
-/* Rewrites the first shard's "samples" in shards' index.json to its value
- * plus delta (its bytes stay right); returns that shard's name. */
-static void index_json_count_add(long delta, char shard[128])
-{
-    char path[800];
-    snprintf(path, sizeof(path), "%sindex.json", shards);
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f);
-    static char text[1 << 16];
-    size_t n = fread(text, 1, sizeof(text) - 1, f);
-    fclose(f);
-    text[n] = '\0';
-    char *at = strstr(text, "\"samples\":");
-    cr_assert_not_null(at, "no samples in %s", text);
-    char *name = NULL;
-    for (char *p = at; p > text && !name; p--)
-        if (!strncmp(p, "\"name\":", 7))
-            name = p;
-    cr_assert_not_null(name);
-    cr_assert_eq(sscanf(name, "\"name\": \"%127[^\"]\"", shard), 1);
-    at += strlen("\"samples\":");
-    while (*at == ' ' || *at == '\t')
-        at++;
-    long count = strtol(at, NULL, 10);
-    size_t digits = strspn(at, "0123456789");
-    cr_assert_gt(count + delta, 0);
-    static char out[sizeof(text) + 32];
-    snprintf(out, sizeof(out), "%.*s%ld%s", (int)(at - text), text, count + delta, at + digits);
-    f = fopen(path, "wb");
-    cr_assert_not_null(f);
-    cr_assert_eq(fputs(out, f) >= 0, 1);
-    fclose(f);
-}
-
 /* An index.json whose count disagrees with its shard (the sizes agree: a
  * hand-made or stale index) fails the epoch naming the shard, whichever way
  * it errs: a shard holding more samples than listed lost the extra ones
@@ -765,7 +747,7 @@ Test(loader, an_index_json_count_that_disagrees_with_its_shard_fails_naming_it)
     for (int more = 0; more < 2; more++) {
         local_dataset(60, 16 << 10, -1);
         char shard[128];
-        index_json_count_add(more ? -1 : 1, shard);
+        index_json_rewrite_count(NULL, more ? -1 : 1, shard);
         struct sf_loader_options o;
         base_options(&o, shards_src, 1);
         struct sf_loader *l = open_loader(&o);

@@ -621,6 +621,17 @@ Test(loader, unindexed_one_shard_per_rank_pads_by_reading_it_again)
     }
 }
 
+/* One epoch of l to its end, each of the n samples exactly once; closes l. */
+static void epoch_once_each_then_close(struct sf_loader *l, unsigned n)
+{
+    struct epoch_log e;
+    cr_assert_eq(run_epoch(l, &e, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
+    for (unsigned i = 0; i < n; i++)
+        cr_assert_eq(e.seen[i], 1, "sample %u", i);
+    free(e.seen);
+    sf_loader_close(l);
+}
+
 Test(loader, an_index_json_counts_only_the_shards_beside_it)
 {
     /* Two folders, each with its index.json, whose shards have the same
@@ -633,12 +644,7 @@ Test(loader, an_index_json_counts_only_the_shards_beside_it)
     struct sf_loader_options o;
     base_options(&o, src, 2);
     struct sf_loader *l = open_loader(&o);
-    struct epoch_log e;
-    cr_assert_eq(run_epoch(l, &e, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
-    for (unsigned i = 0; i < 30; i++)
-        cr_assert_eq(e.seen[i], 1, "sample %u", i);
-    free(e.seen);
-    sf_loader_close(l);
+    epoch_once_each_then_close(l, 30);
 }
 
 Test(loader, unindexed_ranks_with_drop_last_deliver_full_batches_and_close_every_shard)
@@ -731,12 +737,7 @@ Test(loader, an_index_json_does_not_count_the_shards_of_a_subfolder)
     char err[1024] = "";
     cr_assert_eq(sf_loader_open(&o, &l, err, sizeof(err)), SF_OK, "%s", err);
     cr_assert_eq(sf_loader_shard_count(l), 2u);
-    struct epoch_log e;
-    cr_assert_eq(run_epoch(l, &e, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
-    for (unsigned i = 0; i < 30; i++)
-        cr_assert_eq(e.seen[i], 1, "sample %u", i);
-    free(e.seen);
-    sf_loader_close(l);
+    epoch_once_each_then_close(l, 30);
 
     char from[900], to[900];
     snprintf(from, sizeof(from), "%sshard-000000.tar", b_dst);
@@ -747,9 +748,5 @@ Test(loader, an_index_json_does_not_count_the_shards_of_a_subfolder)
     cr_assert_eq(run_cli(index, out, sizeof(out)), 0, "%s", out);
     l = open_loader(&o);
     cr_expect_eq(sf_loader_epoch_size_known(l), 1, "the nested index.json gives exact counts");
-    cr_assert_eq(run_epoch(l, &e, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
-    for (unsigned i = 0; i < 30; i++)
-        cr_assert_eq(e.seen[i], 1, "sample %u", i);
-    free(e.seen);
-    sf_loader_close(l);
+    epoch_once_each_then_close(l, 30);
 }

@@ -34,15 +34,22 @@ TestSuite(pack, .init = pack_setup, .fini = pack_teardown, .timeout = 120);
 
 /* ============================================================ round trips */
 
-Test(pack, imagefolder_to_tar_round_trip)
+/* The ImageFolder tree packed to tar shards of 32 KiB into dest (o: the
+ * options it took). */
+static void pack_imagefolder(struct sf_pack_options *o, char dest[800], struct sf_pack_result *res)
 {
     make_imagefolder();
+    sf_pack_options_init_default(o);
+    o->shard_bytes = 32 * 1024;
+    pack_out(o, dest, res);
+}
+
+Test(pack, imagefolder_to_tar_round_trip)
+{
     struct sf_pack_options o;
-    sf_pack_options_init_default(&o);
-    o.shard_bytes = 32 * 1024;
     char dest[800];
     struct sf_pack_result res;
-    pack_out(&o, dest, &res);
+    pack_imagefolder(&o, dest, &res);
     cr_expect_eq(res.layout, SF_PACK_LAYOUT_IMAGEFOLDER);
     cr_expect_eq(res.format, SF_PACK_FORMAT_TAR);
     cr_expect_eq(res.files, n_files);
@@ -424,13 +431,10 @@ Test(pack, a_cancel_on_the_last_progress_call_leaves_no_index_json)
 
 Test(pack, a_failed_pack_over_an_old_one_leaves_no_index_naming_removed_shards)
 {
-    make_imagefolder();
     struct sf_pack_options o;
-    sf_pack_options_init_default(&o);
-    o.shard_bytes = 32 * 1024;
     char dest[800];
     struct sf_pack_result res;
-    pack_out(&o, dest, &res);
+    pack_imagefolder(&o, dest, &res);
     cr_assert_gt(res.shards, 2);
 
     /* the same pack again into the same folder, cancelled after some shards

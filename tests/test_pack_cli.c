@@ -114,16 +114,22 @@ Test(pack, cli_bad_flags_exit_2)
     free(err);
 }
 
-Test(pack, cli_inspect_names_shard_and_offset_of_corruption)
+/* The flat tree packed into dest ("out"); shard gets its first shard. */
+static void pack_flat(char dest[800], char shard[900])
 {
     make_flat();
-    char dest[800], args[2048];
-    dest_path(dest, sizeof(dest), "out");
+    char args[2048];
+    dest_path(dest, 800, "out");
     snprintf(args, sizeof(args), "pack '%s' '%s' --no-progress", src, dest);
     cr_assert_eq(cli(args), 0);
+    path_in(shard, 900, dest, "shard-000000.tar");
+}
+
+Test(pack, cli_inspect_names_shard_and_offset_of_corruption)
+{
+    char dest[800], shard[900], args[2048];
+    pack_flat(dest, shard);
     /* flip a byte in the second member's header: its checksum fails */
-    char shard[900];
-    path_in(shard, sizeof(shard), dest, "shard-000000.tar");
     size_t n;
     unsigned char *b = test_load(shard, &n);
     size_t second = 512 + (3000 + 511) / 512 * 512; /* 000000.jpg is 3000 bytes */
@@ -152,13 +158,8 @@ Test(pack, cli_inspect_names_shard_and_offset_of_corruption)
 
 Test(pack, cli_inspect_says_when_a_tar_has_no_end_of_archive_blocks)
 {
-    make_flat();
-    char dest[800], args[2048];
-    dest_path(dest, sizeof(dest), "out");
-    snprintf(args, sizeof(args), "pack '%s' '%s' --no-progress", src, dest);
-    cr_assert_eq(cli(args), 0);
-    char shard[900];
-    path_in(shard, sizeof(shard), dest, "shard-000000.tar");
+    char dest[800], shard[900], args[2048];
+    pack_flat(dest, shard);
     snprintf(args, sizeof(args), "inspect --json '%s'", shard);
     cr_assert_eq(cli(args), 0);
     cJSON *j = test_load_json(out_path);

@@ -202,6 +202,37 @@ Test(s3, cli_global_options_before_the_command)
 
 /* ============================================================ CLI: get to a file on stdout */
 
+/* Forks argv (SF_CLI_BIN first) with stdout the regular file path, which
+ * already holds "before" (opened again with O_APPEND when append), and
+ * stderr /dev/null; the child's pid. */
+static pid_t spawn_onto_file(const char *path, int append, const char *const *argv)
+{
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (fd < 0 || write(fd, "before", 6) != 6)
+            _exit(126);
+        if (append && (close(fd) != 0 || (fd = open(path, O_WRONLY | O_APPEND)) < 0))
+            _exit(126);
+        int fe = open("/dev/null", O_WRONLY);
+        if (fe < 0 || dup2(fd, 1) < 0 || dup2(fe, 2) < 0)
+            _exit(126);
+        execv(SF_CLI_BIN, (char *const *)argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* get of url onto the file path as spawn_onto_file puts it; the exit status. */
+static int get_onto_file(const char *url, const char *path, int append)
+{
+    const char *argv[] = {SF_CLI_BIN,       "get", "--endpoint-url", srv.url,
+                          "--max-attempts", "2",   "--chunk-size",   "256K",
+                          "--concurrency",  "4",   url,              NULL};
+    return test_wait(spawn_onto_file(path, append, argv));
+}
+
 /* A download into a regular file on stdout whose every body is cut: ranges
  * land in place, so before the fix the file had the object's full size
  * (holes and all) and looked complete. It is cut back to where it began. */
@@ -214,23 +245,8 @@ Test(s3, cli_failed_get_to_a_file_on_stdout_leaves_nothing_that_looks_complete)
     snprintf(path, sizeof(path), "%s/out.bin", tmp);
     setenv("AWS_ACCESS_KEY_ID", "mock-access-key", 1);
     setenv("AWS_SECRET_ACCESS_KEY", "mock-secret-key", 1);
-    pid_t pid = fork();
-    cr_assert(pid >= 0);
-    if (pid == 0) {
-        /* stdout opened without O_APPEND, 6 bytes in: the object goes after them */
-        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        int fe = open("/dev/null", O_WRONLY);
-        if (fd < 0 || fe < 0 || write(fd, "before", 6) != 6 || dup2(fd, 1) < 0 || dup2(fe, 2) < 0)
-            _exit(126);
-        const char *argv[] = {SF_CLI_BIN,       "get", "--endpoint-url",      srv.url,
-                              "--max-attempts", "2",   "--chunk-size",        "256K",
-                              "--concurrency",  "4",   "s3://bucket/big.bin", NULL};
-        execv(SF_CLI_BIN, (char *const *)argv);
-        _exit(127);
-    }
-    int status;
-    cr_assert(waitpid(pid, &status, 0) == pid);
-    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 1, "status %d", status);
+    /* stdout opened without O_APPEND, 6 bytes in: the object goes after them */
+    cr_expect_eq(get_onto_file("s3://bucket/big.bin", path, 0), 1);
     struct stat sb;
     cr_assert(stat(path, &sb) == 0);
     cr_expect_eq(sb.st_size, 6, "the failed download left a %lld-byte file", (long long)sb.st_size);
@@ -341,17 +357,8 @@ Test(s3, cli_get_interrupted_leaves_no_temporary_file_and_no_partial_stdout)
 
     /* stdout a regular file, 6 bytes in: cut back to them once ranges landed */
     snprintf(out, sizeof(out), "%s/out.bin", tmp);
-    pid = fork();
-    cr_assert(pid >= 0);
-    if (pid == 0) {
-        int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        int fe = open("/dev/null", O_WRONLY);
-        if (fd < 0 || fe < 0 || write(fd, "before", 6) != 6 || dup2(fd, 1) < 0 || dup2(fe, 2) < 0)
-            _exit(126);
-        argv[9] = NULL; /* without -o */
-        execv(SF_CLI_BIN, (char *const *)argv);
-        _exit(127);
-    }
+    argv[9] = NULL; /* without -o */
+    pid = spawn_onto_file(out, 0, argv);
     wait_for_file(out, 6);
     cr_assert(kill(pid, SIGINT) == 0);
     cr_expect_eq(test_wait(pid), 128 + SIGINT, "it did not die of the signal");
@@ -366,14 +373,8 @@ Test(s3, cli_get_interrupted_leaves_no_temporary_file_and_no_partial_stdout)
  * stderr into tmp/closed.err; the exit status. */
 static int run_with_stdout_closed(const char *const *args)
 {
-    const char *argv[16] = {SF_CLI_BIN, NULL};
-    int n = 1;
-    argv[n++] = args[0];
-    argv[n++] = "--endpoint-url";
-    argv[n++] = srv.url;
-    for (int i = 1; args[i] && n < 15; i++)
-        argv[n++] = args[i];
-    argv[n] = NULL;
+    const char *argv[16];
+    cli_argv(args, argv, 16);
     char err[800];
     snprintf(err, sizeof(err), "%s/closed.err", tmp);
     pid_t pid = fork();
@@ -426,29 +427,6 @@ Test(s3, cli_with_stdout_closed_fails_instead_of_writing_into_a_socket)
 
 /* ============================================================ CLI: get >> FILE */
 
-/* Runs get of url with stdout FILE opened with O_APPEND after "before"; the
- * exit status. */
-static int get_appending(const char *url, const char *path)
-{
-    pid_t pid = fork();
-    cr_assert(pid >= 0);
-    if (pid == 0) {
-        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        if (fd < 0 || write(fd, "before", 6) != 6 || close(fd) != 0)
-            _exit(126);
-        fd = open(path, O_WRONLY | O_APPEND);
-        int fe = open("/dev/null", O_WRONLY);
-        if (fd < 0 || fe < 0 || dup2(fd, 1) < 0 || dup2(fe, 2) < 0)
-            _exit(126);
-        const char *argv[] = {SF_CLI_BIN,       "get", "--endpoint-url", srv.url,
-                              "--max-attempts", "2",   "--chunk-size",   "256K",
-                              "--concurrency",  "4",   url,              NULL};
-        execv(SF_CLI_BIN, (char *const *)argv);
-        _exit(127);
-    }
-    return test_wait(pid);
-}
-
 /* With O_APPEND every pwrite lands at the end of the file whatever its
  * offset: before the fix the ranges were appended in the order they arrived,
  * a scrambled object, exit 0. Now the object is streamed in order after the
@@ -465,7 +443,7 @@ Test(s3, cli_get_to_a_file_opened_for_appending_keeps_the_bytes_in_order)
     char path[800];
     snprintf(path, sizeof(path), "%s/app.bin", tmp);
 
-    cr_expect_eq(get_appending("s3://bucket/big.bin", path), 0);
+    cr_expect_eq(get_onto_file("s3://bucket/big.bin", path, 1), 0);
     unsigned char *got = malloc(n + 7);
     cr_assert(got);
     FILE *f = fopen(path, "rb");
@@ -476,7 +454,7 @@ Test(s3, cli_get_to_a_file_opened_for_appending_keeps_the_bytes_in_order)
     cr_expect(memcmp(got, "before", 6) == 0, "the bytes before were lost");
     cr_expect(k == n + 6 && memcmp(got + 6, want, n) == 0, "the object is not in order");
 
-    cr_expect_eq(get_appending("s3://bucket/cut/big.bin", path), 1);
+    cr_expect_eq(get_onto_file("s3://bucket/cut/big.bin", path, 1), 1);
     struct stat sb;
     cr_assert(stat(path, &sb) == 0);
     cr_expect_eq(sb.st_size, 6, "the failed download left a %lld-byte file", (long long)sb.st_size);

@@ -1,7 +1,10 @@
 """Helpers of the Loader tests (not a test module)."""
 import collections
 import hashlib
+import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -123,3 +126,13 @@ def open_and_read(sources, **kw):
     """Opens a loader and reads one epoch: errors may come from either step."""
     with shardfeed.Loader(sources, **kw) as loader:
         return read_batches(loader)
+
+
+def spawn_with_shards_stalled(ds, script, code):
+    """Starts `python3 script URL OPTIONS_JSON` (code written to script)
+    while every shard GET of ds stops halfway for 10 minutes, so the child's
+    next() has nothing to give; its stdout and stderr are pipes."""
+    ds.mock.faults(f"prefix={ds.bucket}/{ds.prefix}shard-,stall=1,stall_ms=600000")
+    script.write_text(code)
+    return subprocess.Popen([sys.executable, str(script), ds.url, json.dumps(options(ds))],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)

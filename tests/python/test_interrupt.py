@@ -1,12 +1,9 @@
 """Ctrl-C stops a next() that waits on a stalled download."""
-import json
 import signal
-import subprocess
-import sys
 import textwrap
 import time
 
-from sfutil import options
+from sfutil import spawn_with_shards_stalled
 
 CHILD = textwrap.dedent("""
     import json, signal, sys, time
@@ -26,13 +23,7 @@ CHILD = textwrap.dedent("""
 
 
 def test_ctrl_c_interrupts_a_next_blocked_on_a_stalled_download(dataset, tmp_path):
-    ds = dataset
-    # Every shard GET stops halfway for 10 minutes: next() has nothing to give.
-    ds.mock.faults(f"prefix={ds.bucket}/{ds.prefix}shard-,stall=1,stall_ms=600000")
-    script = tmp_path / "blocked.py"
-    script.write_text(CHILD)
-    p = subprocess.Popen([sys.executable, str(script), ds.url, json.dumps(options(ds))],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p = spawn_with_shards_stalled(dataset, tmp_path / "blocked.py", CHILD)
     try:
         assert p.stdout.readline().strip() == b"ready", p.stderr.read().decode()[-3000:]
         time.sleep(1.0)  # let it block in next() (the signal is honoured at any point)
@@ -45,7 +36,7 @@ def test_ctrl_c_interrupts_a_next_blocked_on_a_stalled_download(dataset, tmp_pat
         if p.poll() is None:
             p.kill()
             p.communicate()
-    assert ds.mock.stats()["faults"].get("stall", 0) > 0  # it did wait on a stall
+    assert dataset.mock.stats()["faults"].get("stall", 0) > 0  # it did wait on a stall
     lines = out.decode().split()
     assert lines == ["interrupted", "closed"], (lines, err.decode()[-3000:])
     assert p.returncode == 0, err.decode()[-3000:]

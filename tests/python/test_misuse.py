@@ -2,10 +2,7 @@
 user code (signal handlers, logging filters) while the loader works: each
 raises a clear exception and leaves nothing held, lost or freed too early."""
 import io
-import json
 import logging
-import subprocess
-import sys
 import tarfile
 import textwrap
 import time
@@ -14,7 +11,7 @@ import numpy as np
 import pytest
 
 import shardfeed
-from sfutil import check_epoch, options, read_batches
+from sfutil import check_epoch, options, read_batches, spawn_with_shards_stalled
 from test_lifetimes import ring_is_free
 
 CLOSE_WHILE_WAITING = textwrap.dedent("""
@@ -41,12 +38,8 @@ def test_close_during_a_blocked_next_ends_it_with_config_error(dataset, tmp_path
     another thread while next() waits: the loader must stay alive under the
     waiting call (not be freed under it) and next() raises that it was
     closed."""
-    ds = dataset
-    ds.mock.faults(f"prefix={ds.bucket}/{ds.prefix}shard-,stall=1,stall_ms=600000")
-    script = tmp_path / "close_while_waiting.py"
-    script.write_text(CLOSE_WHILE_WAITING)
-    p = subprocess.Popen([sys.executable, str(script), ds.url, json.dumps(options(ds))],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p = spawn_with_shards_stalled(dataset, tmp_path / "close_while_waiting.py",
+                                  CLOSE_WHILE_WAITING)
     try:
         # A hang check, not a timing threshold: the bug waits forever on a
         # freed loader (or crashes).
