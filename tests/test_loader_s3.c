@@ -413,7 +413,7 @@ Test(loader, io_threads_zero_is_automatic_in_json_cli_and_the_client)
     cr_expect_eq(sf_s3_new(&so, &s3, err, sizeof(err)), SF_OK, "%s", err);
     sf_s3_destroy(s3);
     char out[4096];
-    const char *cli[] = {SF_CLI_BIN,      "stat", "s3://b/k",        "--endpoint-url", "http://127.0.0.1:9",
+    const char *cli[] = {SF_CLI_BIN, "stat", "s3://b/k", "--endpoint-url", "http://127.0.0.1:9",
                          "--no-sign-request", "--io-threads", "0", "--max-attempts", "1", NULL};
     int rc = run_cli(cli, out, sizeof(out));
     cr_expect_eq(rc, 1, "--io-threads 0: exit %d (1: the request failed, 2: refused): %s", rc, out);
