@@ -2,7 +2,8 @@
  * A small training-style consumer of the shardfeed loader, the program the
  * README demo runs:
  *
- *   train_loop [--epochs N] [--batch-size N] [--step-ms MS] [--json] URL...
+ *   train_loop [--epochs N] [--batch-size N] [--step-ms MS] [--size N]
+ *              [--cache-dir DIR] [--device auto|host] [--json] URL...
  *
  * It opens a loader on the shards (s3:// URLs with AWS_ENDPOINT_URL and the
  * usual AWS variables, brace patterns, prefixes or local paths), and for each

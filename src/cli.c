@@ -57,7 +57,7 @@ void cli_usage(FILE *f)
           "  --http2                offer HTTP/2 over TLS\n"
           "  --concurrency N        requests in flight in total (default 32)\n"
           "  --io-threads N         I/O threads sharing them, each its own connections\n"
-          "                         (default: the CPUs usable, at most 4)\n"
+          "                         (default 0: the CPUs usable, at most 4)\n"
           "  --chunk-size SIZE      bytes per ranged GET: 8M, 8MiB, 512K (default 8M)\n"
           "  --max-attempts N       attempts per request, first included (default 10)\n"
           "  --stall-timeout-ms N   abort and retry a transfer without progress (30000)\n"

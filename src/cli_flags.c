@@ -29,7 +29,7 @@ static const struct cli_flag common[] = {
     {"http2", 0, CLI_SET, .off = S3(http2, int)},
     {"concurrency", 0, CLI_UINT, .off = S3(concurrency, unsigned), .lo = 1,
      .hi = SF_S3_CONCURRENCY_MAX},
-    {"io-threads", 0, CLI_UINT, .off = S3(io_threads, unsigned), .lo = 1,
+    {"io-threads", 0, CLI_UINT, .off = S3(io_threads, unsigned), .lo = 0, /* 0: automatic */
      .hi = SF_S3_IO_THREADS_MAX},
     {"chunk-size", 0, CLI_SIZE, .off = S3(chunk_bytes, unsigned long long),
      .lo = SF_S3_CHUNK_BYTES_MIN, .hi = SF_S3_CHUNK_BYTES_MAX},

@@ -392,6 +392,33 @@ Test(loader, s3_limits_agree_between_json_cli_and_the_client)
     }
 }
 
+/* io_threads 0 is "automatic" (docs/configuration.md: 0..64): the JSON
+ * options and sf_s3_new() take it, and so does the CLI's --io-threads, which
+ * refused it as bad usage. */
+Test(loader, io_threads_zero_is_automatic_in_json_cli_and_the_client)
+{
+    char err[512] = "";
+    struct sf_loader_options o;
+    sf_loader_options_init_default(&o);
+    void *keep = NULL;
+    cr_expect_eq(sf_loader_options_from_json(&o, "{\"io_threads\": 0}", &keep, err, sizeof(err)),
+                 SF_OK, "%s", err);
+    sf_loader_options_free_json(keep);
+    struct sf_s3_options so;
+    sf_s3_options_init_default(&so);
+    so.endpoint_url = "http://127.0.0.1:9";
+    so.no_sign_request = 1;
+    so.io_threads = 0;
+    struct sf_s3 *s3 = NULL;
+    cr_expect_eq(sf_s3_new(&so, &s3, err, sizeof(err)), SF_OK, "%s", err);
+    sf_s3_destroy(s3);
+    char out[4096];
+    const char *cli[] = {SF_CLI_BIN, "stat", "s3://b/k", "--endpoint-url", "http://127.0.0.1:9",
+                         "--no-sign-request", "--io-threads", "0", "--max-attempts", "1", NULL};
+    int rc = run_cli(cli, out, sizeof(out));
+    cr_expect_eq(rc, 1, "--io-threads 0: exit %d (1: the request failed, 2: refused): %s", rc, out);
+}
+
 /* A shard index.json names that the listing lacks was silently left out
  * (fewer samples, exit 0); one of another size or ETag was trusted. Each is
  * an error naming the shard now; a subset named by the user is not. */

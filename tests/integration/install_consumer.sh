@@ -31,4 +31,9 @@ echo '#include <shardfeed.h>' | c++ -Wall -Wextra -Werror -fsyntax-only -I"$tmp/
 
 # 4. the installed CLI runs
 LD_LIBRARY_PATH="$libdir" "$tmp/prefix/bin/shardfeed" version
-echo "4 passed, 0 failed"
+
+# 5. ... also without LD_LIBRARY_PATH or ldconfig (README: `cmake --install build
+# --prefix /usr/local`, then `shardfeed ...`): it finds the library installed beside it
+env -u LD_LIBRARY_PATH "$tmp/prefix/bin/shardfeed" version
+env -u LD_LIBRARY_PATH "$tmp/prefix/bin/warm-cache" --help >/dev/null
+echo "5 passed, 0 failed"
