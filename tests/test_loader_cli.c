@@ -486,6 +486,26 @@ Test(loader, cli_exit_codes_usage_server_400_and_an_empty_shard)
     cJSON_Delete(j);
 }
 
+/* --config and the S3 flags every command takes (--endpoint-url,
+ * --concurrency, ...): the flag given wins over the file, as for the
+ * loader's own flags. The file's endpoint refuses connections. */
+Test(loader, cli_s3_flags_win_over_the_config_file)
+{
+    mock_dataset(20, 24 << 10);
+    char out[16384], err[8192], cfg[800];
+    snprintf(cfg, sizeof(cfg), "%s/s3.json", tmp);
+    const char *text = "{\"endpoint_url\": \"http://127.0.0.1:1\", \"max_attempts\": 1}";
+    cr_assert(test_write_file(tmp, "s3.json", text, strlen(text)) == 0);
+    const char *run[] = {SF_CLI_BIN, "load",       "s3://bucket/data/", "--config", cfg,
+                         "--endpoint-url", srv.url, "--ram-only", "--size", "16",
+                         "--device", "host", "--json", NULL};
+    cr_assert_eq(run_cli_err(run, out, sizeof(out), err, sizeof(err)), 0, "%s", err);
+    cJSON *j = cJSON_Parse(out);
+    cr_assert(j, "%s", out);
+    cr_expect_eq(cJSON_GetObjectItem(j, "images")->valuedouble, 20.0, "%s", out);
+    cJSON_Delete(j);
+}
+
 /* --json: a failure at open, or in the options, is one object with the error
  * too, as one mid-epoch is. */
 Test(loader, cli_json_failure_at_open_is_one_object_with_the_error)
