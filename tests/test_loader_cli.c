@@ -372,6 +372,27 @@ Test(loader, tune_writes_a_config_the_loader_takes)
     cr_expect_eq(run_cli(bad_tune, out, sizeof(out)), 2);
 }
 
+/* A dataset smaller than one batch with drop_last: no batch comes, both
+ * pipeline runs measure 0 samples/s. The tuned point is not faster, so the
+ * options given stay (kept_given), not an unmeasured prefetch_shards. */
+Test(loader, tune_keeps_the_given_options_when_no_batch_is_delivered)
+{
+    struct sf_loader_options o;
+    local_options(&o, 3, 16 << 10);
+    o.extra_fields = NULL;
+    o.batch_size = 8;
+    o.drop_last = 1;
+    o.prefetch_shards = 3;
+    struct sf_tune_result r;
+    char err[1024] = "";
+    cr_assert_eq(sf_tune(&o, 1.0, &r, err, sizeof(err)), SF_OK, "%s", err);
+    cr_expect_eq(r.tuned_per_s, 0.0, "%s", r.trace);
+    cr_expect_eq(r.given_per_s, 0.0, "%s", r.trace);
+    cr_expect(r.kept_given, "%s", r.trace);
+    cr_expect_eq(r.prefetch_shards, 3u, "%s", r.config_json);
+    cr_expect_eq(r.prefetch_batches, o.prefetch_batches, "%s", r.config_json);
+}
+
 /* 60 samples behind a link capped at 64 KiB/s per connection, 2 of them;
  * RAM only, no extra field. */
 static void slow_link_options(struct sf_loader_options *o)
