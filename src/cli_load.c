@@ -261,6 +261,30 @@ static int argv_has(int argc, char **argv, const char *flag)
     return 0;
 }
 
+/* The S3 flags every command takes (cli_flags.c) are in o->s3 before the
+ * --config file is read; the file's S3 options would replace them. Those
+ * given on the command line are put back: flags win over the file. */
+static void s3_flags_win(struct sf_s3_options *s3, const struct sf_s3_options *given, int argc,
+                         char **argv)
+{
+#define KEEP(flag, field)                                                                          \
+    if (argv_has(argc, argv, flag))                                                                \
+        s3->field = given->field;
+    KEEP("--endpoint-url", endpoint_url)
+    KEEP("--region", region)
+    KEEP("--profile", profile)
+    KEEP("--no-sign-request", no_sign_request)
+    KEEP("--concurrency", concurrency)
+    KEEP("--io-threads", io_threads)
+    KEEP("--chunk-size", chunk_bytes)
+    KEEP("--max-attempts", max_attempts)
+    KEEP("--stall-timeout-ms", stall_timeout_ms)
+    KEEP("--connect-timeout-ms", connect_timeout_ms)
+    KEEP("--first-byte-timeout-ms", first_byte_timeout_ms)
+    KEEP("--request-timeout-ms", request_timeout_ms)
+#undef KEEP
+}
+
 /* load --autotune: sf_tune on the options as given, the tuned knobs applied
  * over the config file, then the flags again and the S3 flags given, so
  * that whatever the user set explicitly wins (as Python's autotune=). */
@@ -397,6 +421,7 @@ static int load_or_doctor(int argc, char **argv, int doctor)
             cJSON_Delete(lc.set);
             return EXIT_USAGE;
         }
+        s3_flags_win(&o.s3, &c.s3o, argc, argv);
     }
     char *flags_json = cJSON_PrintUnformatted(lc.set);
     cJSON_Delete(lc.set);

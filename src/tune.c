@@ -233,7 +233,8 @@ sf_status sf_tune(const struct sf_loader_options *o, double budget_s, struct sf_
     if (st != SF_OK)
         return st;
     trace(r, "pipeline given:%.0f/s tuned:%.0f/s", r->given_per_s, r->tuned_per_s);
-    if (r->tuned_per_s < r->given_per_s) {
+    /* Not faster (a tie too: 0 and 0 when no batch comes) keeps the given. */
+    if (!(r->tuned_per_s > r->given_per_s)) {
         r->kept_given = 1;
         r->decode_threads = o->decode_threads ? o->decode_threads : cores;
         r->concurrency = o->s3.concurrency ? o->s3.concurrency : 32;

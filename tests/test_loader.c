@@ -328,6 +328,17 @@ Test(loader, bad_options_are_refused_naming_them)
     cr_assert(strstr(err, "crop"), "%s", err);
     cr_assert_eq(sf_loader_options_from_json(&o, "[1,2]", &keep, err, sizeof(err)),
                  SF_ERR_INVALID_ARGUMENT);
+    /* A key given twice: the last one counts (docs/loader.md), sources too. */
+    sf_loader_options_init_default(&o);
+    cr_assert_eq(sf_loader_options_from_json(&o,
+                                             "{\"batch_size\": 3, \"sources\": [\"a\", \"b\"], "
+                                             "\"batch_size\": 7, \"sources\": [\"c\"]}",
+                                             &keep, err, sizeof(err)),
+                 SF_OK, "%s", err);
+    cr_assert_eq(o.batch_size, 7u);
+    cr_assert_eq(o.source_count, 1u);
+    cr_assert_str_eq(o.sources[0], "c");
+    sf_loader_options_free_json(keep);
 }
 
 /* A rank not below the world size, a shuffle buffer over its limit or an

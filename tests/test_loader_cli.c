@@ -372,6 +372,27 @@ Test(loader, tune_writes_a_config_the_loader_takes)
     cr_expect_eq(run_cli(bad_tune, out, sizeof(out)), 2);
 }
 
+/* A dataset smaller than one batch with drop_last: no batch comes, both
+ * pipeline runs measure 0 samples/s. The tuned point is not faster, so the
+ * options given stay (kept_given), not an unmeasured prefetch_shards. */
+Test(loader, tune_keeps_the_given_options_when_no_batch_is_delivered)
+{
+    struct sf_loader_options o;
+    local_options(&o, 3, 16 << 10);
+    o.extra_fields = NULL;
+    o.batch_size = 8;
+    o.drop_last = 1;
+    o.prefetch_shards = 3;
+    struct sf_tune_result r;
+    char err[1024] = "";
+    cr_assert_eq(sf_tune(&o, 1.0, &r, err, sizeof(err)), SF_OK, "%s", err);
+    cr_expect_eq(r.tuned_per_s, 0.0, "%s", r.trace);
+    cr_expect_eq(r.given_per_s, 0.0, "%s", r.trace);
+    cr_expect(r.kept_given, "%s", r.trace);
+    cr_expect_eq(r.prefetch_shards, 3u, "%s", r.config_json);
+    cr_expect_eq(r.prefetch_batches, o.prefetch_batches, "%s", r.config_json);
+}
+
 /* 60 samples behind a link capped at 64 KiB/s per connection, 2 of them;
  * RAM only, no extra field. */
 static void slow_link_options(struct sf_loader_options *o)
@@ -483,6 +504,26 @@ Test(loader, cli_exit_codes_usage_server_400_and_an_empty_shard)
     j = cJSON_Parse(out);
     cr_assert(j, "%s", out);
     cr_expect_eq(cJSON_GetObjectItem(j, "images")->valuedouble, 40.0, "%s", out);
+    cJSON_Delete(j);
+}
+
+/* --config and the S3 flags every command takes (--endpoint-url,
+ * --concurrency, ...): the flag given wins over the file, as for the
+ * loader's own flags. The file's endpoint refuses connections. */
+Test(loader, cli_s3_flags_win_over_the_config_file)
+{
+    mock_dataset(20, 24 << 10);
+    char out[16384], err[8192], cfg[800];
+    snprintf(cfg, sizeof(cfg), "%s/s3.json", tmp);
+    const char *text = "{\"endpoint_url\": \"http://127.0.0.1:1\", \"max_attempts\": 1}";
+    cr_assert(test_write_file(tmp, "s3.json", text, strlen(text)) == 0);
+    const char *run[] = {SF_CLI_BIN, "load",       "s3://bucket/data/", "--config", cfg,
+                         "--endpoint-url", srv.url, "--ram-only", "--size", "16",
+                         "--device", "host", "--json", NULL};
+    cr_assert_eq(run_cli_err(run, out, sizeof(out), err, sizeof(err)), 0, "%s", err);
+    cJSON *j = cJSON_Parse(out);
+    cr_assert(j, "%s", out);
+    cr_expect_eq(cJSON_GetObjectItem(j, "images")->valuedouble, 20.0, "%s", out);
     cJSON_Delete(j);
 }
 
