@@ -669,7 +669,10 @@ Test(fetch_policy_net, random_slowdown_and_resets_every_byte_right_and_the_rate_
     /* noise is retried, not obeyed: no cut, the window is whole at the end */
     cr_expect_eq(s.rate_cuts, 0, "%llu rate cuts on 5 %% random SlowDown (%g of %llu requests)",
                  s.rate_cuts, slowdowns, s.requests);
-    cr_expect_eq(s.concurrency_limit, 8, "window %u of 8 at the end", s.concurrency_limit);
+    /* The last answers may have opened a descent whose evidence is not all
+     * in yet: it halves the window once until it is judged (noise: back to
+     * whole). Noise obeyed would cut again and again, towards the floor. */
+    cr_expect_geq(s.concurrency_limit, 4, "window %u of 8 at the end", s.concurrency_limit);
 }
 
 /* A TCP listener on a free port that completes handshakes (the kernel does)
