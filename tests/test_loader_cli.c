@@ -20,6 +20,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+/* The CLI run with args (argv, NULL-terminated) exits 2: bad usage. */
+static void expect_usage_error(const char *const *args)
+{
+    char out[8192];
+    cr_expect_eq(run_cli(args, out, sizeof(out)), 2, "%s %s: %s", args[1], args[2], out);
+}
+
 /* Issue 17's kill -9 loop: warm-cache killed at random moments (a seeded
  * generator, 10 rounds, over a slow link so that most kills land mid-way),
  * then `cache verify` passes and a load through that cache gives the batches
@@ -124,13 +131,10 @@ Test(loader, cli_load_json_and_errors)
     cr_assert(cf);
     fputs("{\"batch_size\": \"many\"}", cf);
     fclose(cf);
-    const char *bad_cfg[] = {SF_CLI_BIN, "load", shards, "--config", cfg, NULL};
-    cr_assert_eq(run_cli(bad_cfg, out, sizeof(out)), 2);
+    expect_usage_error((const char *[]){SF_CLI_BIN, "load", shards, "--config", cfg, NULL});
 
-    const char *bad_flag[] = {SF_CLI_BIN, "load", shards, "--batch-size", "x", NULL};
-    cr_assert_eq(run_cli(bad_flag, out, sizeof(out)), 2);
-    const char *bad_val[] = {SF_CLI_BIN, "load", shards, "--crop", "diagonal", NULL};
-    cr_assert_eq(run_cli(bad_val, out, sizeof(out)), 2);
+    expect_usage_error((const char *[]){SF_CLI_BIN, "load", shards, "--batch-size", "x", NULL});
+    expect_usage_error((const char *[]){SF_CLI_BIN, "load", shards, "--crop", "diagonal", NULL});
     char missing[800];
     snprintf(missing, sizeof(missing), "%sno-such-shard.tar", shards);
     const char *gone[] = {SF_CLI_BIN, "load", missing, "--json", NULL};
@@ -293,17 +297,22 @@ Test(loader, doctor_fails_naming_a_missing_source)
     cr_assert(j, "%s", out);
     cr_expect(cJSON_IsFalse(cJSON_GetObjectItem(j, "ok")));
     cJSON_Delete(j);
-    const char *bad[] = {SF_CLI_BIN, "doctor", shards, "--seconds", "zero", NULL};
-    cr_expect_eq(run_cli(bad, out, sizeof(out)), 2);
+    expect_usage_error((const char *[]){SF_CLI_BIN, "doctor", shards, "--seconds", "zero", NULL});
 }
 
 /* ------------------------------------------------------------ tune */
 
+/* A local dataset of n samples in 16 KiB shards, read without the txt field. */
+static void tune_options(struct sf_loader_options *o, unsigned n)
+{
+    local_options(o, n, 16 << 10);
+    o->extra_fields = NULL;
+}
+
 Test(loader, tune_writes_a_config_the_loader_takes)
 {
     struct sf_loader_options o;
-    local_options(&o, 80, 16 << 10);
-    o.extra_fields = NULL;
+    tune_options(&o, 80);
     struct sf_tune_result r;
     char err[1024] = "";
     cr_assert_eq(sf_tune(&o, 1.5, &r, err, sizeof(err)), SF_OK, "%s", err);
@@ -338,8 +347,7 @@ Test(loader, tune_writes_a_config_the_loader_takes)
     cr_assert(j, "%s", out);
     cr_expect_eq(cJSON_GetObjectItem(j, "images")->valuedouble, 80.0);
     cJSON_Delete(j);
-    const char *bad[] = {SF_CLI_BIN, "tune", shards, "--budget-s", "0", NULL};
-    cr_expect_eq(run_cli(bad, out, sizeof(out)), 2);
+    expect_usage_error((const char *[]){SF_CLI_BIN, "tune", shards, "--budget-s", "0", NULL});
     /* -o where nothing can be written: said before the budget is spent (a
      * usage error, nothing measured); -o - is stdout, as without -o. */
     char missing[900], err_text[2048];
@@ -368,8 +376,7 @@ Test(loader, tune_writes_a_config_the_loader_takes)
     cr_expect_eq(cJSON_GetObjectItem(j, "images")->valuedouble, 80.0);
     cr_expect_eq(cJSON_GetObjectItem(j, "decode_threads")->valuedouble, 5.0, "%s", out);
     cJSON_Delete(j);
-    const char *bad_tune[] = {SF_CLI_BIN, "load", shards, "--autotune", "0", NULL};
-    cr_expect_eq(run_cli(bad_tune, out, sizeof(out)), 2);
+    expect_usage_error((const char *[]){SF_CLI_BIN, "load", shards, "--autotune", "0", NULL});
 }
 
 /* A dataset smaller than one batch with drop_last: no batch comes, both
@@ -378,8 +385,7 @@ Test(loader, tune_writes_a_config_the_loader_takes)
 Test(loader, tune_keeps_the_given_options_when_no_batch_is_delivered)
 {
     struct sf_loader_options o;
-    local_options(&o, 3, 16 << 10);
-    o.extra_fields = NULL;
+    tune_options(&o, 3);
     o.batch_size = 8;
     o.drop_last = 1;
     o.prefetch_shards = 3;

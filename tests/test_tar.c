@@ -243,6 +243,19 @@ Test(tar, base256_size_is_read)
     bytes_free(&b);
 }
 
+/* The first len bytes of buf parse into the n samples of w (none: an empty
+ * archive); the reader's stats. */
+static struct sf_shard_stats parse_samples(const unsigned char *buf, size_t len,
+                                           const struct want_sample *w, size_t n)
+{
+    struct parse_result r;
+    parse(buf, len, &r);
+    expect_samples(&r, w, n);
+    struct sf_shard_stats st = r.stats;
+    parse_result_free(&r);
+    return st;
+}
+
 Test(tar, end_of_archive_variants)
 {
     struct bytes b = {0};
@@ -255,30 +268,24 @@ Test(tar, end_of_archive_variants)
     bytes_put(&b, junk, sizeof junk);
     const struct want_sample w[] = {{"a", 1, {{"txt", "a", 1}}}, {"b", 1, {{"txt", "b", 1}}}};
 
-    struct parse_result r;
-    parse(b.p, b.len, &r);
-    expect_samples(&r, w, 2);
-    cr_expect_eq(r.stats.missing_end_marker, 0);
-    cr_expect_eq(r.stats.lone_zero_block, 0);
-    parse_result_free(&r);
+    struct sf_shard_stats st = parse_samples(b.p, b.len, w, 2);
+    cr_expect_eq(st.missing_end_marker, 0);
+    cr_expect_eq(st.lone_zero_block, 0);
 
     /* no zero blocks: accepted and counted */
-    parse(b.p, members_end, &r);
-    expect_samples(&r, w, 2);
-    cr_expect_eq(r.stats.missing_end_marker, 1);
-    parse_result_free(&r);
+    st = parse_samples(b.p, members_end, w, 2);
+    cr_expect_eq(st.missing_end_marker, 1);
 
     /* one zero block then the end: accepted and counted */
-    parse(b.p, members_end + BLK, &r);
-    expect_samples(&r, w, 2);
-    cr_expect_eq(r.stats.lone_zero_block, 1);
-    parse_result_free(&r);
+    st = parse_samples(b.p, members_end + BLK, w, 2);
+    cr_expect_eq(st.lone_zero_block, 1);
 
     /* the same with require_end_marker */
     struct sf_shard_reader_options o;
     sf_shard_reader_options_init_default(&o);
     o.name = "test.tar";
     o.require_end_marker = 1;
+    struct parse_result r;
     parse_with(b.p, members_end, &o, FEED_ALL, 0, 0, &r);
     cr_expect_eq(r.st, SF_ERR_CORRUPT);
     cr_expect_eq(r.err_offset, members_end);
@@ -290,11 +297,8 @@ Test(tar, end_of_archive_variants)
     parse_result_free(&r);
 
     /* an empty shard is an empty archive without marker */
-    parse(b.p, 0, &r);
-    cr_expect_eq(r.st, SF_OK);
-    cr_expect_eq(r.samples, 0);
-    cr_expect_eq(r.stats.missing_end_marker, 1);
-    parse_result_free(&r);
+    st = parse_samples(b.p, 0, NULL, 0);
+    cr_expect_eq(st.missing_end_marker, 1);
     bytes_free(&b);
 }
 

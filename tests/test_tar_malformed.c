@@ -256,32 +256,38 @@ Test(tar, nul_inside_names)
     bytes_free(&b);
 }
 
-/* A pax header holding text (records written as given) then a member. */
-static void pax_case(const char *records, size_t n, sf_status want, size_t want_rel,
-                     const char *frag)
+/* A pax header holding the n bytes of records (written as given) then a
+ * member: a parse error at the header's data + want_rel, naming frag. */
+static void pax_bytes_case(const char *records, size_t n, size_t want_rel, const char *frag)
 {
     struct bytes b = {0};
     tb_file(&b, "first.txt", "1", 1);
     size_t at = meta_then_member(&b, 'x', records, n, "x.txt");
-    expect_error(b.p, b.len, want, at + BLK + want_rel, frag);
+    expect_error(b.p, b.len, SF_ERR_PARSE, at + BLK + want_rel, frag);
     bytes_free(&b);
+}
+
+/* pax_bytes_case of records without NUL bytes: strlen counts them. */
+static void pax_case(const char *records, size_t want_rel, const char *frag)
+{
+    pax_bytes_case(records, strlen(records), want_rel, frag);
 }
 
 Test(tar, pax_records_with_bad_lengths)
 {
-    pax_case("99 path=x.jpg\n", 14, SF_ERR_PARSE, 0, "runs past");
-    pax_case("10 path=x.jpg\n", 14, SF_ERR_PARSE, 0, "newline");
-    pax_case("14 path=x.jpg\n3 a\n", 18, SF_ERR_PARSE, 14, "too small");
-    pax_case("path=x.jpg\n", 11, SF_ERR_PARSE, 0, "decimal length");
-    pax_case("14_path=x.jpg\n", 14, SF_ERR_PARSE, 0, "space");
-    pax_case("14 pathxx.jpg\n", 14, SF_ERR_PARSE, 0, "keyword");
-    pax_case("14 =athx.jpg\n\n", 14, SF_ERR_PARSE, 0, "keyword");
-    pax_case("99999999999999999999999 a=b\n", 28, SF_ERR_PARSE, 0, "overflows");
-    pax_case("14 size=12a45\n", 14, SF_ERR_PARSE, 0, "pax size");
-    pax_case("31 size=99999999999999999999\n", 29, SF_ERR_PARSE, 0, "runs past");
-    pax_case("29 size=99999999999999999999\n", 29, SF_ERR_PARSE, 0, "pax size");
+    pax_case("99 path=x.jpg\n", 0, "runs past");
+    pax_case("10 path=x.jpg\n", 0, "newline");
+    pax_case("14 path=x.jpg\n3 a\n", 14, "too small");
+    pax_case("path=x.jpg\n", 0, "decimal length");
+    pax_case("14_path=x.jpg\n", 0, "space");
+    pax_case("14 pathxx.jpg\n", 0, "keyword");
+    pax_case("14 =athx.jpg\n\n", 0, "keyword");
+    pax_case("99999999999999999999999 a=b\n", 0, "overflows");
+    pax_case("14 size=12a45\n", 0, "pax size");
+    pax_case("31 size=99999999999999999999\n", 0, "runs past");
+    pax_case("29 size=99999999999999999999\n", 0, "pax size");
     /* records followed by NUL padding are fine; data after padding is not */
-    pax_case("12 path=a.b\n\0\0x", 15, SF_ERR_PARSE, 14, "after NUL padding");
+    pax_bytes_case("12 path=a.b\n\0\0x", 15, 14, "after NUL padding");
 
     /* over max_pax_bytes */
     struct bytes b = {0};
