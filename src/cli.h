@@ -17,6 +17,7 @@
 
 struct cli {
     struct sf_s3_options s3o;
+    unsigned long long given; /* bit i: argv gave the i-th common option (cli_flags.c) */
     int json;
     int recursive;
     const char *output;
@@ -94,6 +95,10 @@ int cli_parse_options(int argc, char **argv, struct cli *c, const char *cmd,
 /* The option every command takes that argv word arg names (-v, --region=X,
  * -oPATH ...), else NULL; *takes_next: its value is the next word. */
 const struct cli_flag *cli_common_flag(const char *arg, int *takes_next);
+/* Puts over s3 the S3 options the command line gave (their values in
+ * c->s3o), whatever their value: options applied after cli_parse_options
+ * (a --config file, tuned ones) do not replace what the user typed. */
+void cli_s3_flags_over(struct sf_s3_options *s3, const struct cli *c);
 void cli_usage(FILE *f);
 
 __attribute__((format(printf, 1, 2))) void cli_errorf(const char *fmt, ...);

@@ -51,10 +51,34 @@ static const struct cli_flag common[] = {
 };
 #undef S3
 #define N_COMMON (sizeof(common) / sizeof(common[0]))
+_Static_assert(N_COMMON <= 64, "struct cli's `given` has a bit per common option");
 
 static int takes_value(const struct cli_flag *f)
 {
     return f->kind != CLI_SET && f->kind != CLI_COUNT && f->kind != CLI_HELP;
+}
+
+/* The size of the field a flag of kind k stores (CLI_AT checks it). */
+static size_t value_size(enum cli_kind k)
+{
+    switch (k) {
+    case CLI_UINT: return sizeof(unsigned);
+    case CLI_U64:
+    case CLI_SIZE: return sizeof(unsigned long long);
+    case CLI_REAL: return sizeof(double);
+    case CLI_STR: return sizeof(const char *);
+    default: return sizeof(int);
+    }
+}
+
+void cli_s3_flags_over(struct sf_s3_options *s3, const struct cli *c)
+{
+    const size_t at = offsetof(struct cli, s3o);
+    for (size_t i = 0; i < N_COMMON; i++) {
+        const struct cli_flag *f = &common[i];
+        if ((c->given >> i & 1) && f->off >= at && f->off < at + sizeof(c->s3o))
+            memcpy((char *)s3 + (f->off - at), (const char *)c + f->off, value_size(f->kind));
+    }
 }
 
 const struct cli_flag *cli_common_flag(const char *arg, int *takes_next)
@@ -188,7 +212,6 @@ static int set_flag(const char *cmd, const struct cli_flag *f, const char *arg, 
         double d;
         const char *s;
     } v;
-    size_t size = sizeof(int);
     double d3[3];
     cJSON *item = NULL;
     int ok = 1;
@@ -219,13 +242,10 @@ static int set_flag(const char *cmd, const struct cli_flag *f, const char *arg, 
             ok = read_integer(arg, 0, &unused, &x) == 0;
         }
         ok = ok && x >= f->lo && x <= (f->hi ? f->hi : top);
-        if (f->kind == CLI_UINT) {
+        if (f->kind == CLI_UINT)
             v.u = (unsigned)x;
-            size = sizeof(v.u);
-        } else {
+        else
             v.ull = x;
-            size = sizeof(v.ull);
-        }
         item = f->json ? cJSON_CreateNumber((double)x) : NULL;
         break;
     }
@@ -242,7 +262,6 @@ static int set_flag(const char *cmd, const struct cli_flag *f, const char *arg, 
     case CLI_REAL: {
         char *end;
         v.d = strtod(arg, &end);
-        size = sizeof(v.d);
         ok = arg[0] && !*end && (f->min == 0 && f->max == 0 ? 1 : v.d >= f->min && v.d <= f->max);
         item = f->json ? cJSON_CreateNumber(v.d) : NULL;
         break;
@@ -260,7 +279,6 @@ static int set_flag(const char *cmd, const struct cli_flag *f, const char *arg, 
     }
     case CLI_STR:
         v.s = arg;
-        size = sizeof(v.s);
         ok = !(f->lo && !arg[0]);
         item = f->json ? cJSON_CreateString(arg) : NULL;
         break;
@@ -282,7 +300,7 @@ static int set_flag(const char *cmd, const struct cli_flag *f, const char *arg, 
         return EXIT_USAGE;
     }
     if (!f->json) {
-        memcpy((char *)base + f->off, &v, size);
+        memcpy((char *)base + f->off, &v, value_size(f->kind));
         return 0;
     }
     if (!item) {
@@ -310,7 +328,8 @@ struct slot {
     const struct cli_flag *f;
     void *base;
     cJSON *json;
-    int neg; /* --no-NAME */
+    int neg;                 /* --no-NAME */
+    unsigned long long mark; /* for struct cli's `given`: its bit (0: not a common option) */
 };
 
 int cli_parse_options(int argc, char **argv, struct cli *c, const char *cmd,
@@ -337,12 +356,13 @@ int cli_parse_options(int argc, char **argv, struct cli *c, const char *cmd,
             int has_arg = !takes_value(f) ? no_argument
                           : f->bare       ? optional_argument
                                           : required_argument;
-            slot[n] = (struct slot){f, all[s].base, all[s].json, 0};
+            const unsigned long long mark = s == 0 ? 1ULL << i : 0;
+            slot[n] = (struct slot){f, all[s].base, all[s].json, 0, mark};
             longopts[n] = (struct option){f->name, has_arg, NULL, OPT_BASE + (int)n};
             n++;
             if (f->negatable) {
                 snprintf(no_names[n], sizeof(no_names[n]), "no-%s", f->name);
-                slot[n] = (struct slot){f, all[s].base, all[s].json, 1};
+                slot[n] = (struct slot){f, all[s].base, all[s].json, 1, mark};
                 longopts[n] = (struct option){no_names[n], no_argument, NULL, OPT_BASE + (int)n};
                 n++;
             }
@@ -367,6 +387,7 @@ int cli_parse_options(int argc, char **argv, struct cli *c, const char *cmd,
         if (sl) {
             if (set_flag(cmd, sl->f, optarg, sl->neg, sl->base, sl->json))
                 return EXIT_USAGE;
+            c->given |= sl->mark;
             continue;
         }
         /* optopt is the letter of a short option; a long option's value is

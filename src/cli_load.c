@@ -248,49 +248,11 @@ static int run_doctor(struct sf_loader_options *o, const struct load_ctx *lc, in
 static int run_tune(struct sf_loader_options *o, const struct load_ctx *lc, int json,
                     const char *output);
 
-/* 1 when argv names the S3 flag (`--concurrency N` or `--concurrency=N`). */
-static int argv_has(int argc, char **argv, const char *flag)
-{
-    size_t n = strlen(flag);
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--"))
-            break;
-        if (!strncmp(argv[i], flag, n) && (argv[i][n] == 0 || argv[i][n] == '='))
-            return 1;
-    }
-    return 0;
-}
-
-/* The S3 flags every command takes (cli_flags.c) are in o->s3 before the
- * --config file is read; the file's S3 options would replace them. Those
- * given on the command line are put back: flags win over the file. */
-static void s3_flags_win(struct sf_s3_options *s3, const struct sf_s3_options *given, int argc,
-                         char **argv)
-{
-#define KEEP(flag, field)                                                                          \
-    if (argv_has(argc, argv, flag))                                                                \
-        s3->field = given->field;
-    KEEP("--endpoint-url", endpoint_url)
-    KEEP("--region", region)
-    KEEP("--profile", profile)
-    KEEP("--no-sign-request", no_sign_request)
-    KEEP("--concurrency", concurrency)
-    KEEP("--io-threads", io_threads)
-    KEEP("--chunk-size", chunk_bytes)
-    KEEP("--max-attempts", max_attempts)
-    KEEP("--stall-timeout-ms", stall_timeout_ms)
-    KEEP("--connect-timeout-ms", connect_timeout_ms)
-    KEEP("--first-byte-timeout-ms", first_byte_timeout_ms)
-    KEEP("--request-timeout-ms", request_timeout_ms)
-#undef KEEP
-}
-
 /* load --autotune: sf_tune on the options as given, the tuned knobs applied
  * over the config file, then the flags again and the S3 flags given, so
  * that whatever the user set explicitly wins (as Python's autotune=). */
 static sf_status autotune(struct sf_loader_options *o, const struct load_ctx *lc,
-                          const struct cli *c, int argc, char **argv, const char *flags_json,
-                          void *keep[2])
+                          const struct cli *c, const char *flags_json, void *keep[2])
 {
     char err[2048] = "";
     struct sf_tune_result r;
@@ -302,8 +264,6 @@ static sf_status autotune(struct sf_loader_options *o, const struct load_ctx *lc
                    sf_status_name(st));
         return st;
     }
-    const unsigned concurrency = o->s3.concurrency;
-    const unsigned long long chunk = o->s3.chunk_bytes;
     /* Strings in the options point into these: freed after the open. */
     st = sf_loader_options_from_json(o, r.config_json, &keep[0], err, sizeof(err));
     if (st == SF_OK)
@@ -312,10 +272,7 @@ static sf_status autotune(struct sf_loader_options *o, const struct load_ctx *lc
         cli_errorf("load: autotune: %s", err);
         return st;
     }
-    if (argv_has(argc, argv, "--concurrency"))
-        o->s3.concurrency = concurrency;
-    if (argv_has(argc, argv, "--chunk-size"))
-        o->s3.chunk_bytes = chunk;
+    cli_s3_flags_over(&o->s3, c);
     fprintf(stderr, "load: autotune: %s in %.1f s (%u measurements)%s\n", r.config_json,
             r.seconds, r.points, r.kept_given ? "; the options given were kept" : "");
     return SF_OK;
@@ -421,7 +378,7 @@ static int load_or_doctor(int argc, char **argv, int doctor)
             cJSON_Delete(lc.set);
             return EXIT_USAGE;
         }
-        s3_flags_win(&o.s3, &c.s3o, argc, argv);
+        cli_s3_flags_over(&o.s3, &c);
     }
     char *flags_json = cJSON_PrintUnformatted(lc.set);
     cJSON_Delete(lc.set);
@@ -430,7 +387,7 @@ static int load_or_doctor(int argc, char **argv, int doctor)
                        : SF_ERR_NO_MEMORY;
     void *keep_tuned[2] = {NULL, NULL};
     if (st == SF_OK && lc.autotune_s > 0) {
-        st = autotune(&o, &lc, &c, argc, argv, flags_json, keep_tuned);
+        st = autotune(&o, &lc, &c, flags_json, keep_tuned);
         if (st != SF_OK) {
             free(flags_json);
             sf_loader_options_free_json(keep_cfg);

@@ -261,14 +261,15 @@ static int apply(struct sf_loader_options *o, const char *k, const cJSON *v)
     if (!strcmp(k, "std"))
         return get_float3(v, o->image.std);
     if (!strcmp(k, "crop") || !strcmp(k, "layout") || !strcmp(k, "dtype") ||
-        !strcmp(k, "on_error") || !strcmp(k, "device")) {
+        !strcmp(k, "on_error") || !strcmp(k, "device") || !strcmp(k, "addressing")) {
         if (get_str(v, &s))
             return -1;
         int *f = !strcmp(k, "crop")       ? (int *)&o->image.crop
                  : !strcmp(k, "layout")   ? (int *)&o->image.layout
                  : !strcmp(k, "dtype")    ? (int *)&o->image.dtype
                  : !strcmp(k, "on_error") ? (int *)&o->on_error
-                                          : (int *)&o->device;
+                 : !strcmp(k, "device")   ? (int *)&o->device
+                                          : (int *)&o->s3.addressing;
         return sf__loader_parse_enum(k, s, f);
     }
     /* cache and S3 */
@@ -279,6 +280,9 @@ static int apply(struct sf_loader_options *o, const char *k, const cJSON *v)
     S("region", o->s3.region)
     S("profile", o->s3.profile)
     B("no_sign_request", o->s3.no_sign_request)
+    S("ca_bundle", o->s3.ca_bundle)
+    B("insecure", o->s3.insecure)
+    B("http2", o->s3.http2)
     if (!strcmp(k, "concurrency")) {
         if (get_uint(v, SF_S3_CONCURRENCY_MAX, &u) || u < 1)
             return -1;
@@ -328,6 +332,9 @@ int sf__loader_parse_enum(const char *what, const char *s, int *out)
         {"learned_counts", "auto", -1},
         {"learned_counts", "never", 0},
         {"learned_counts", "always", 1},
+        {"addressing", "path", SF_ADDRESSING_PATH},
+        {"addressing", "virtual", SF_ADDRESSING_VIRTUAL},
+        {"addressing", "auto", SF_ADDRESSING_AUTO},
     };
     for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++)
         if (!strcmp(t[i].what, what) && !strcmp(t[i].name, s)) {

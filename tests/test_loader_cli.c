@@ -10,12 +10,15 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -531,6 +534,226 @@ Test(loader, cli_s3_flags_win_over_the_config_file)
     cr_assert(j, "%s", out);
     cr_expect_eq(cJSON_GetObjectItem(j, "images")->valuedouble, 20.0, "%s", out);
     cJSON_Delete(j);
+}
+
+/* `load --config tmp/s3.json` (a file holding config) with the flags
+ * (NULL-terminated, may be NULL) after the usual ones (RAM only, 16 x 16,
+ * host, --json). Returns the exit status. */
+static int load_with_config(const char *config, const char *const *flags, char *out, size_t out_len,
+                            char *err, size_t err_len)
+{
+    char cfg[800];
+    snprintf(cfg, sizeof(cfg), "%s/s3.json", tmp);
+    cr_assert(test_write_file(tmp, "s3.json", config, strlen(config)) == 0);
+    const char *args[24] = {
+        SF_CLI_BIN, "load", "s3://bucket/data/", "--config", cfg,     "--ram-only",
+        "--size",   "16",   "--device",          "host",     "--json"};
+    size_t n = 11;
+    for (; flags && *flags; flags++) {
+        cr_assert_lt(n, 23);
+        args[n++] = *flags;
+    }
+    args[n] = NULL;
+    return run_cli_err(args, out, out_len, err, err_len);
+}
+
+/* One run of load_with_config: its flags, its exit status and, on 0, the
+ * images it must deliver; else a text its error must hold. */
+struct config_case {
+    const char *config;
+    const char *flags[6];
+    int rc;
+    const char *error_has;
+};
+
+static void expect_config_cases(const struct config_case *k, size_t n, unsigned images)
+{
+    char out[16384], err[8192];
+    for (size_t i = 0; i < n; i++) {
+        int rc = load_with_config(k[i].config, k[i].flags, out, sizeof(out), err, sizeof(err));
+        cr_expect_eq(rc, k[i].rc, "case %zu (%s): exit %d: %s", i, k[i].config, rc, err);
+        cJSON *j = cJSON_Parse(out);
+        cr_assert(j, "case %zu: not JSON: %s", i, out);
+        if (k[i].rc == 0) {
+            const cJSON *got = cJSON_GetObjectItem(j, "images");
+            cr_expect(cJSON_IsNumber(got) && got->valuedouble == images, "case %zu: %s", i, out);
+        } else {
+            const cJSON *e = cJSON_GetObjectItem(j, "error");
+            cr_expect(cJSON_IsString(e) && strstr(e->valuestring, k[i].error_has),
+                      "case %zu: wanted '%s' in the error: %s", i, k[i].error_has, out);
+        }
+        cJSON_Delete(j);
+    }
+}
+
+/* --addressing over the config's "addressing" (an endpoint at localhost:
+ * virtual-hosted, the listing goes to bucket.localhost/, which the mock
+ * answers with its list of buckets), and an abbreviated flag (--endpoint
+ * for --endpoint-url, as getopt takes it) wins too. */
+Test(loader, cli_addressing_and_an_abbreviated_flag_win_over_the_config_file)
+{
+    mock_dataset(20, 24 << 10);
+    char local[64], eq[80];
+    snprintf(local, sizeof(local), "http://localhost:%u", srv.port);
+    snprintf(eq, sizeof(eq), "--endpoint=%s", srv.url);
+    const char *virt = "{\"addressing\": \"virtual\", \"max_attempts\": 1}";
+    const char *path = "{\"addressing\": \"path\", \"max_attempts\": 1}";
+    const char *far = "{\"endpoint_url\": \"http://127.0.0.1:1\", \"max_attempts\": 1}";
+    const struct config_case k[] = {
+        {virt, {"--endpoint-url", local, "--addressing", "path"}, 0, NULL},
+        {virt, {"--endpoint-url", local}, 1, "ListAllMyBucketsResult"},
+        {path, {"--endpoint-url", local}, 0, NULL},
+        {path, {"--endpoint-url", local, "--addressing=virtual"}, 1, "ListAllMyBucketsResult"},
+        {far, {eq}, 0, NULL},
+    };
+    expect_config_cases(k, sizeof(k) / sizeof(k[0]), 20);
+}
+
+/* A self-signed certificate for localhost and 127.0.0.1 (P-256, valid to
+ * 2126) and its key, for a mock over TLS that nothing trusts. */
+static const char test_cert_pem[] =
+    "-----BEGIN CERTIFICATE-----\n"
+    "MIIBqzCCAVGgAwIBAgIUF/Cit9XDGWoncV1A2qPE+RmFCnEwCgYIKoZIzj0EAwIw\n"
+    "FDESMBAGA1UEAwwJbG9jYWxob3N0MCAXDTI2MTEyNzE0MjIzOVoYDzIxMjYxMTAz\n"
+    "MTQyMjM5WjAUMRIwEAYDVQQDDAlsb2NhbGhvc3QwWTATBgcqhkjOPQIBBggqhkjO\n"
+    "PQMBBwNCAAQ7fo8RwcDWb/kTgpNJJwA5ANmU1b6MI54EEve9oszXwp/B4IHbQIlR\n"
+    "UdKfGam/lEAQEmjULQ4GrJv0y9zwKwAbo38wfTAdBgNVHQ4EFgQURYwgHzdvR3x0\n"
+    "nHjmAiT8lEiLsyQwHwYDVR0jBBgwFoAURYwgHzdvR3x0nHjmAiT8lEiLsyQwDwYD\n"
+    "VR0TAQH/BAUwAwEB/zAOBgNVHQ8BAf8EBAMCAoQwGgYDVR0RBBMwEYIJbG9jYWxo\n"
+    "b3N0hwR/AAABMAoGCCqGSM49BAMCA0gAMEUCIFoC6BugDBkJuXK0+Tds/zktfRU6\n"
+    "sD+Q+YATfUam/u7gAiEAlJ+ca/z0Kjc0lLdJsT3xteu3ogxafUpUCJsDjKsxXfk=\n"
+    "-----END CERTIFICATE-----\n";
+static const char test_key_pem[] =
+    "-----BEGIN PRIVATE KEY-----\n"
+    "MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgRLkmPIYjDVyUaoeO\n"
+    "A/ouwY7P5HQ911YR8hyeFx8p/ZehRANCAAQ7fo8RwcDWb/kTgpNJJwA5ANmU1b6M\n"
+    "I54EEve9oszXwp/B4IHbQIlRUdKfGam/lEAQEmjULQ4GrJv0y9zwKwAb\n"
+    "-----END PRIVATE KEY-----\n";
+
+/* --insecure over the config's "insecure": false, against a mock over TLS
+ * whose certificate no CA bundle holds; and the file's true without it. */
+Test(loader, cli_insecure_wins_over_the_config_file)
+{
+    char *dir = test_tmpdir(), cert[800], key[800];
+    cr_assert(dir);
+    snprintf(cert, sizeof(cert), "%s/cert.pem", dir);
+    snprintf(key, sizeof(key), "%s/key.pem", dir);
+    cr_assert(test_write_file(dir, "cert.pem", test_cert_pem, strlen(test_cert_pem)) == 0);
+    cr_assert(test_write_file(dir, "key.pem", test_key_pem, strlen(test_key_pem)) == 0);
+    const char *tls[] = {"--tls-cert", cert, "--tls-key", key, NULL};
+    mock_dataset_with(20, 24 << 10, tls);
+    cr_assert(!strncmp(srv.url, "https://", 8), "%s", srv.url);
+    const char *no = "{\"insecure\": false, \"max_attempts\": 1}";
+    const char *yes = "{\"insecure\": true, \"max_attempts\": 1}";
+    const struct config_case k[] = {
+        {no, {"--endpoint-url", srv.url, "--insecure"}, 0, NULL},
+        {no, {"--endpoint-url", srv.url}, 1, "self-signed certificate"},
+        {yes, {"--endpoint-url", srv.url}, 0, NULL},
+    };
+    expect_config_cases(k, sizeof(k) / sizeof(k[0]), 20);
+    test_rmtree(dir);
+    free(dir);
+}
+
+/* A TLS listener that only reads each ClientHello and hangs up: whether
+ * curl offered HTTP/2 (ALPN "h2") or only HTTP/1.1. */
+struct hello_catcher {
+    int fd;
+    unsigned port;
+    pthread_t thread;
+    _Atomic int stop;
+    int hellos, h2, http11; /* read after the join */
+};
+
+static void *catch_hellos(void *arg)
+{
+    struct hello_catcher *h = arg;
+    static const char h2[] = "\x02h2\x08http/1.1", h11[] = "\x08http/1.1";
+    while (!h->stop) {
+        struct pollfd p = {h->fd, POLLIN, 0};
+        if (poll(&p, 1, 50) != 1)
+            continue;
+        int c = accept(h->fd, NULL, NULL);
+        if (c < 0)
+            continue;
+        char buf[16384];
+        size_t n = 0;
+        struct pollfd pc = {c, POLLIN, 0};
+        /* the record header's length says when the hello is whole */
+        while (n < sizeof(buf) && poll(&pc, 1, 2000) == 1) {
+            ssize_t r = read(c, buf + n, sizeof(buf) - n);
+            if (r <= 0)
+                break;
+            n += (size_t)r;
+            if (n >= 5 && n >= 5 + ((size_t)(unsigned char)buf[3] << 8 | (unsigned char)buf[4]))
+                break;
+        }
+        close(c);
+        h->hellos++;
+        h->h2 |= memmem(buf, n, h2, sizeof(h2) - 1) != NULL;
+        h->http11 |= memmem(buf, n, h11, sizeof(h11) - 1) != NULL;
+    }
+    return NULL;
+}
+
+static void hello_catcher_start(struct hello_catcher *h)
+{
+    memset(h, 0, sizeof(*h));
+    h->fd = socket(AF_INET, SOCK_STREAM, 0);
+    cr_assert_geq(h->fd, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    cr_assert_eq(bind(h->fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    cr_assert_eq(listen(h->fd, 16), 0);
+    cr_assert_eq(getsockname(h->fd, (struct sockaddr *)&a, &len), 0);
+    h->port = ntohs(a.sin_port);
+    cr_assert_eq(pthread_create(&h->thread, NULL, catch_hellos, h), 0);
+}
+
+static void hello_catcher_stop(struct hello_catcher *h)
+{
+    h->stop = 1;
+    pthread_join(h->thread, NULL);
+    close(h->fd);
+}
+
+/* --http2 over the config's "http2": false (seen in the ClientHello's ALPN),
+ * the file's true without it, and --ca-bundle over the config's
+ * "ca_bundle" (the error names the file that was used; neither exists). */
+Test(loader, cli_http2_and_ca_bundle_win_over_the_config_file)
+{
+    loader_tmpdir();
+    const char *off = "{\"http2\": false, \"max_attempts\": 1}";
+    const char *on = "{\"http2\": true, \"max_attempts\": 1}";
+    const struct {
+        const char *config;
+        int flag, h2;
+    } k[] = {{off, 1, 1}, {on, 0, 1}, {off, 0, 0}};
+    char out[16384], err[8192], url[64];
+    for (size_t i = 0; i < sizeof(k) / sizeof(k[0]); i++) {
+        struct hello_catcher h;
+        hello_catcher_start(&h);
+        snprintf(url, sizeof(url), "https://127.0.0.1:%u", h.port);
+        const char *flags[] = {"--endpoint-url", url, "--no-sign-request",
+                               k[i].flag ? "--http2" : NULL, NULL};
+        int rc = load_with_config(k[i].config, flags, out, sizeof(out), err, sizeof(err));
+        hello_catcher_stop(&h);
+        cr_expect_eq(rc, 1, "case %zu: %s", i, err);
+        cr_assert_gt(h.hellos, 0, "case %zu: no ClientHello came: %s", i, err);
+        cr_expect(h.http11, "case %zu: no ALPN seen in the ClientHello", i);
+        cr_expect_eq(h.h2, k[i].h2, "case %zu: h2 offered: %d, wanted %d", i, h.h2, k[i].h2);
+    }
+
+    char cfg_ca[900], flag_ca[900], cfg_text[1100];
+    snprintf(cfg_ca, sizeof(cfg_ca), "%s/config-ca.pem", tmp);
+    snprintf(flag_ca, sizeof(flag_ca), "%s/flag-ca.pem", tmp);
+    snprintf(cfg_text, sizeof(cfg_text),
+             "{\"ca_bundle\": \"%s\", \"endpoint_url\": \"http://127.0.0.1:1\"}", cfg_ca);
+    const struct config_case ca[] = {
+        {cfg_text, {"--ca-bundle", flag_ca}, 1, flag_ca},
+        {cfg_text, {NULL}, 1, cfg_ca},
+    };
+    expect_config_cases(ca, sizeof(ca) / sizeof(ca[0]), 0);
 }
 
 /* --json: a failure at open, or in the options, is one object with the error
