@@ -37,8 +37,10 @@ def _config_error(message):
     return e
 
 
-_S3_OPTIONS = ("endpoint_url", "region", "profile", "no_sign_request", "concurrency",
-               "io_threads", "chunk_size", "max_attempts")
+_S3_OPTIONS = ("endpoint_url", "region", "profile", "no_sign_request", "addressing",
+               "ca_bundle", "insecure", "http2", "concurrency", "io_threads", "chunk_size",
+               "max_attempts", "stall_timeout_ms", "connect_timeout_ms",
+               "first_byte_timeout_ms", "request_timeout_ms")
 
 
 def _options_json(fn, s3, extra=None):

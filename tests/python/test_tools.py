@@ -164,6 +164,21 @@ def test_bad_options_raise_config_error_naming_them(mock_s3, tmp_path):
         assert ei.value.status_name == "SF_ERR_INVALID_ARGUMENT"
 
 
+def test_every_s3_option_of_the_loader_reaches_the_tools(mock_s3):
+    """The tools take the S3 options the loader's JSON takes (they were
+    refused as unknown: addressing, TLS, HTTP/2 and the timeouts)."""
+    b = mock_s3.bucket("data")
+    mock_s3.put("data", "o/one.bin", b"x" * 10)
+    got = shardfeed.ls(b + "/o/", endpoint_url=mock_s3.endpoint_url, addressing="path",
+                       insecure=False, http2=False, stall_timeout_ms=30000,
+                       connect_timeout_ms=5000, first_byte_timeout_ms=30000,
+                       request_timeout_ms=60000)
+    assert [o["key"] for o in got] == ["o/one.bin"]
+    with pytest.raises(shardfeed.ConfigError) as ei:
+        shardfeed.ls(b + "/", endpoint_url=mock_s3.endpoint_url, addressing="sideways")
+    assert "addressing" in str(ei.value)
+
+
 def test_log_lines_reach_the_shardfeed_logger(mock_s3, caplog):
     b = mock_s3.bucket("data")
     put(mock_s3, "data", "retry.bin", blob(100, 5))
