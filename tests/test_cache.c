@@ -20,6 +20,8 @@
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -206,6 +208,34 @@ Test(cache, flipped_byte_is_detected_deleted_and_fetched_again)
     free(data);
 }
 
+/* The RAM tier keeps a verified entry mapped between opens. When its file
+ * is cut short by another program, the next open finds the entry bad and
+ * fetches it again; the open after that must use the new file, never the
+ * old mapping (reading it past the cut faults with SIGBUS). */
+Test(cache, a_ram_entry_of_a_replaced_file_is_never_served)
+{
+    size_t n = 3 * MB + 5;
+    start_mock(NULL);
+    unsigned char *data = put_object("ram.tar", n, 4);
+    client_c(1 * MB, 4);
+    struct sf_cache_options co;
+    sf_cache_options_init_default(&co);
+    co.dir = cdir;
+    co.ram_limit_bytes = 64 * MB;
+    char err[512] = "";
+    cr_assert(sf_cache_new(&co, &cache, err, sizeof(err)) == SF_OK, "%s", err);
+    cr_assert_eq(read_through("ram.tar", data, n), SF_CACHE_FROM_FETCH);
+    cr_assert_eq(read_through("ram.tar", data, n), SF_CACHE_FROM_DISK);
+    cr_assert_eq(read_through("ram.tar", data, n), SF_CACHE_FROM_RAM);
+    char path[900];
+    only_entry(path, sizeof(path));
+    cr_assert(truncate(path, 64 * 1024) == 0);
+    cr_assert_eq(read_through("ram.tar", data, n), SF_CACHE_FROM_FETCH);
+    cr_assert_eq(read_through("ram.tar", data, n), SF_CACHE_FROM_DISK, "the old mapping was used");
+    cr_assert_eq(read_through("ram.tar", data, n), SF_CACHE_FROM_RAM);
+    free(data);
+}
+
 Test(cache, corrupt_data_found_by_verify_command)
 {
     size_t n = 1024 * 1024;
@@ -258,6 +288,118 @@ Test(cache, keys_with_dot_dot_stay_inside_the_cache)
     cr_assert(strncmp(real, realc, strlen(realc)) == 0, "%s is outside %s", real, realc);
     sf__dc_meta_clear(&m);
     cr_assert_eq(access("/tmp/escape", F_OK), -1);
+    sf__disk_cache_close(dc);
+}
+
+/* ------------------------------------------------------------ truncated entries */
+
+/* One entry of n bytes (seed) for key in dc; its path into path. */
+static void publish_entry(struct sf__disk_cache *dc, const struct sf__cache_id *id, size_t n,
+                          unsigned seed, char *path, size_t path_len)
+{
+    unsigned char *data = malloc(n);
+    cr_assert(data);
+    test_fill(data, n, seed);
+    enum sf__dc_begin_result r;
+    struct sf__dc_writer *w;
+    char err[512] = "";
+    cr_assert_eq(sf__dc_begin(dc, id, "\"e1\"", n, &r, &w, err, sizeof(err)), SF_OK, "%s", err);
+    cr_assert_eq(r, SF__DC_OWNER);
+    cr_assert(pwrite(sf__dc_writer_fd(w), data, n, 0) == (ssize_t)n);
+    struct sf__dc_meta m;
+    cr_assert_eq(sf__dc_writer_publish(w, "s3://bucket/t", &m, err, sizeof(err)), SF_OK, "%s", err);
+    snprintf(path, path_len, "%s/v1/%s", cdir, m.name);
+    sf__dc_meta_clear(&m);
+    free(data);
+}
+
+/* An entry cut short by another program (truncate -s, a full disk) before
+ * it is opened is refused, deleted, and the message names the entry and
+ * the file's size. */
+Test(cache, an_entry_truncated_before_its_open_is_refused_with_its_size)
+{
+    make_dirs();
+    struct sf__disk_cache_options o = {.dir = cdir};
+    struct sf__disk_cache *dc;
+    char err[1024] = "", path[1024];
+    cr_assert_eq(sf__disk_cache_open(&o, &dc, err, sizeof(err)), SF_OK, "%s", err);
+    struct sf__cache_id id = {"http://h", "bucket", "t"};
+    publish_entry(dc, &id, 5 * MB, 7, path, sizeof(path));
+    cr_assert(truncate(path, 3 * MB) == 0);
+    int fd = -1;
+    struct sf__dc_meta m;
+    cr_assert_eq(sf__dc_lookup(dc, &id, "\"e1\"", SF__DC_VERIFY_DATA, &fd, &m, err, sizeof(err)),
+                 SF_ERR_CORRUPT);
+    cr_assert_eq(fd, -1);
+    cr_assert(strstr(err, "bucket/t") && strstr(err, "3145728 bytes"),
+              "the message must name the entry and its size: %s", err);
+    cr_assert_eq(access(path, F_OK), -1, "a truncated entry must be deleted");
+    sf__disk_cache_close(dc);
+}
+
+struct cutter {
+    const char *path;
+    const unsigned char *bytes; /* the whole entry file */
+    size_t n;
+    atomic_int stop, done; /* done: the cutter stopped (asked, or failed) */
+    atomic_int rounds;
+};
+
+/* Cuts the entry file to 1 MiB and writes it back whole, again and again. */
+static void *cut_and_restore(void *arg)
+{
+    struct cutter *c = arg;
+    int fd = open(c->path, O_WRONLY);
+    while (fd >= 0 && !atomic_load(&c->stop)) {
+        if (ftruncate(fd, 1 * MB) != 0 || pwrite(fd, c->bytes, c->n, 0) != (ssize_t)c->n)
+            break;
+        atomic_fetch_add(&c->rounds, 1);
+    }
+    if (fd >= 0)
+        close(fd);
+    atomic_store(&c->done, 1);
+    return NULL;
+}
+
+/* The entry file shrinks while an open verifies it: the verification fails
+ * (the entry is then deleted and fetched again), it never faults (SIGBUS
+ * on a mapping past the new end of the file). */
+Test(cache, an_entry_truncated_during_its_verification_never_faults)
+{
+    make_dirs();
+    struct sf__disk_cache_options o = {.dir = cdir};
+    struct sf__disk_cache *dc;
+    char err[1024] = "", path[1024];
+    cr_assert_eq(sf__disk_cache_open(&o, &dc, err, sizeof(err)), SF_OK, "%s", err);
+    struct sf__cache_id id = {"http://h", "bucket", "t"};
+    publish_entry(dc, &id, 16 * MB, 9, path, sizeof(path));
+    int fd = -1;
+    struct sf__dc_meta m;
+    cr_assert_eq(sf__dc_lookup(dc, &id, "\"e1\"", 0, &fd, &m, err, sizeof(err)), SF_OK, "%s", err);
+    struct stat sb;
+    cr_assert(fstat(fd, &sb) == 0);
+    struct cutter c = {.path = path, .n = (size_t)sb.st_size};
+    unsigned char *bytes = malloc(c.n);
+    cr_assert(bytes && pread(fd, bytes, c.n, 0) == (ssize_t)c.n);
+    c.bytes = bytes;
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, cut_and_restore, &c), 0);
+    /* Until the file was cut 20 times (the cutter is slower than a check
+     * that fails early), and 60 checks at least. */
+    int failed = 0, i = 0;
+    for (; i < 60 || (atomic_load(&c.rounds) < 20 && !atomic_load(&c.done)); i++) {
+        sf_status st = sf__dc_verify_fd(fd, &m, err, sizeof(err));
+        cr_assert(st == SF_OK || st == SF_ERR_CORRUPT, "verify: %s", sf_status_name(st));
+        failed += st != SF_OK;
+    }
+    atomic_store(&c.stop, 1);
+    pthread_join(t, NULL);
+    cr_log_info("%d of %d verifications failed, %d cuts", failed, i, atomic_load(&c.rounds));
+    cr_assert_geq(atomic_load(&c.rounds), 20, "the cutter stopped early");
+    cr_assert_eq(sf__dc_verify_fd(fd, &m, err, sizeof(err)), SF_OK, "restored: %s", err);
+    sf__dc_meta_clear(&m);
+    close(fd);
+    free(bytes);
     sf__disk_cache_close(dc);
 }
 
