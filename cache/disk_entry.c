@@ -64,6 +64,24 @@ static const char *json_str(const cJSON *o, const char *name)
     return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
+/* Whether a string of the JSON text t[0, n) holds an escaped NUL: our
+ * metadata never does (its strings were C strings), and cJSON would cut the
+ * identity there ("key\u0000x" compared as "key"). */
+static int has_nul_escape(const char *t, size_t n)
+{
+    int in_string = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (t[i] == '"')
+            in_string = !in_string;
+        else if (in_string && t[i] == '\\') {
+            if (i + 5 < n && !memcmp(t + i + 1, "u0000", 5))
+                return 1;
+            i++; /* the escaped character */
+        }
+    }
+    return 0;
+}
+
 sf_status sf__dc_entry_encode(const struct sf__cache_id *id, const char *etag, const char *url,
                               uint64_t size, int64_t created, const uint64_t *blocks, size_t nb,
                               char **meta_json, unsigned char t[SF__DC_TRAILER_BYTES])
@@ -155,6 +173,11 @@ sf_status sf__dc_read_entry(int fd, const struct sf__cache_id *id, const char *w
         free(mj);
         return sf__fail(why, why_len, SF_ERR_CORRUPT,
                         "metadata checksum mismatch at offset %" PRIu64, size);
+    }
+    if (has_nul_escape(mj, meta_len)) {
+        free(mj);
+        return sf__fail(why, why_len, SF_ERR_CORRUPT,
+                        "metadata at offset %" PRIu64 " holds a NUL character (\\u0000)", size);
     }
     cJSON *j = cJSON_ParseWithLength(mj, meta_len);
     free(mj);

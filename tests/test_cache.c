@@ -337,6 +337,62 @@ Test(cache, an_entry_truncated_before_its_open_is_refused_with_its_size)
     sf__disk_cache_close(dc);
 }
 
+static void put_le(unsigned char *p, uint64_t v, int n)
+{
+    for (int i = 0; i < n; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+/* The metadata names the object as C strings: an escaped NUL in one would
+ * cut it when read ("t\u0000x" compared as "t"), so an entry whose
+ * metadata holds one (checksums made to agree) is refused, not served for
+ * another object. */
+Test(cache, an_entry_whose_metadata_holds_a_nul_is_refused)
+{
+    make_dirs();
+    struct sf__disk_cache_options o = {.dir = cdir};
+    struct sf__disk_cache *dc;
+    char err[1024] = "", path[1024];
+    cr_assert_eq(sf__disk_cache_open(&o, &dc, err, sizeof(err)), SF_OK, "%s", err);
+    struct sf__cache_id id = {"http://h", "bucket", "t"};
+    size_t n = 1000;
+    publish_entry(dc, &id, n, 5, path, sizeof(path));
+    FILE *f = fopen(path, "rb");
+    cr_assert(f);
+    static unsigned char file[1 << 16];
+    size_t len = fread(file, 1, sizeof(file), f);
+    fclose(f);
+    cr_assert(len > n + 64 && len < sizeof(file) - 64);
+    /* The metadata with "key":"t" made "key":"t\u0000x", then its length
+     * and checksum and the trailer's own checksum written again. */
+    char meta[4096];
+    size_t ml = len - n - 64;
+    cr_assert(ml < sizeof(meta) - 16);
+    memcpy(meta, file + n, ml);
+    meta[ml] = 0;
+    char *k = strstr(meta, "\"key\":\"t\"");
+    cr_assert(k, "%s", meta);
+    memmove(k + 9 + 7, k + 9, strlen(k + 9) + 1);
+    memcpy(k + 8, "\\u0000x", 7);
+    ml += 7;
+    unsigned char t[64];
+    memcpy(t, file + len - 64, 64);
+    memcpy(file + n, meta, ml);
+    put_le(t + 12, ml, 4);
+    put_le(t + 32, XXH3_64bits(meta, ml), 8);
+    put_le(t + 48, XXH3_64bits(t, 48), 8);
+    memcpy(file + n + ml, t, 64);
+    f = fopen(path, "wb");
+    cr_assert(f && fwrite(file, 1, n + ml + 64, f) == n + ml + 64);
+    fclose(f);
+    int fd = -1;
+    struct sf__dc_meta m;
+    cr_assert_eq(sf__dc_lookup(dc, &id, "\"e1\"", 0, &fd, &m, err, sizeof(err)), SF_ERR_CORRUPT,
+                 "an entry of another key was served");
+    cr_assert(strstr(err, "NUL"), "%s", err);
+    sf__disk_cache_close(dc);
+}
+
 struct cutter {
     const char *path;
     const unsigned char *bytes; /* the whole entry file */
