@@ -140,9 +140,13 @@ sf_status sf__dc_read_entry(int fd, const struct sf__cache_id *id, const char *w
                         fsize);
     unsigned char t[SF__DC_TRAILER_BYTES];
     uint64_t toff = fsize - SF__DC_TRAILER_BYTES;
-    if (pread(fd, t, sizeof(t), (off_t)toff) != (ssize_t)sizeof(t))
-        return sf__fail(why, why_len, SF_ERR_IO, "cannot read the trailer at offset %" PRIu64,
-                        toff);
+    /* A file that ends before the size fstat just gave was cut meanwhile: a
+     * corrupt entry (fetched again), not an I/O error (the open would fail). */
+    char rerr[160];
+    sf_status rst = sf__dc_pread_full(fd, t, sizeof(t), toff, rerr, sizeof(rerr));
+    if (rst != SF_OK)
+        return sf__fail(why, why_len, rst, "cannot read the trailer at offset %" PRIu64 ": %s",
+                        toff, rerr);
     if (memcmp(t, TRAILER_MAGIC, 8) != 0 || memcmp(t + 56, TRAILER_END, 8) != 0)
         return sf__fail(why, why_len, SF_ERR_CORRUPT,
                         "bad trailer magic at offset %" PRIu64 " of a file of %" PRIu64
@@ -164,9 +168,11 @@ sf_status sf__dc_read_entry(int fd, const struct sf__cache_id *id, const char *w
     char *mj = malloc((size_t)meta_len + 1);
     if (!mj)
         return SF_ERR_NO_MEMORY;
-    if (pread(fd, mj, meta_len, (off_t)size) != (ssize_t)meta_len) {
+    rst = sf__dc_pread_full(fd, (unsigned char *)mj, meta_len, size, rerr, sizeof(rerr));
+    if (rst != SF_OK) {
         free(mj);
-        return sf__fail(why, why_len, SF_ERR_IO, "cannot read metadata at offset %" PRIu64, size);
+        return sf__fail(why, why_len, rst, "cannot read metadata at offset %" PRIu64 ": %s", size,
+                        rerr);
     }
     mj[meta_len] = 0;
     if (XXH3_64bits(mj, meta_len) != sf__get_le64(t + 32)) {

@@ -8,6 +8,7 @@
 #include "cache_fixture.h"
 
 #include "cache/disk_cache.h"
+#include "cache/disk_cache_internal.h"
 #include "cache/ram_cache.h"
 #include "shardfeed.h"
 #include "support/mock_env.h"
@@ -397,17 +398,21 @@ struct cutter {
     const char *path;
     const unsigned char *bytes; /* the whole entry file */
     size_t n;
+    off_t cut_to;          /* 0: 1 MiB */
     atomic_int stop, done; /* done: the cutter stopped (asked, or failed) */
     atomic_int rounds;
 };
 
-/* Cuts the entry file to 1 MiB and writes it back whole, again and again. */
+/* Cuts the entry file to cut_to (1 MiB) and writes back what was cut, again
+ * and again. */
 static void *cut_and_restore(void *arg)
 {
     struct cutter *c = arg;
     int fd = open(c->path, O_WRONLY);
     while (fd >= 0 && !atomic_load(&c->stop)) {
-        if (ftruncate(fd, 1 * MB) != 0 || pwrite(fd, c->bytes, c->n, 0) != (ssize_t)c->n)
+        off_t to = c->cut_to ? c->cut_to : (off_t)MB;
+        if (ftruncate(fd, to) != 0 ||
+            pwrite(fd, c->bytes + to, c->n - (size_t)to, to) != (ssize_t)(c->n - (size_t)to))
             break;
         atomic_fetch_add(&c->rounds, 1);
     }
@@ -454,6 +459,45 @@ Test(cache, an_entry_truncated_during_its_verification_never_faults)
     cr_assert_geq(atomic_load(&c.rounds), 20, "the cutter stopped early");
     cr_assert_eq(sf__dc_verify_fd(fd, &m, err, sizeof(err)), SF_OK, "restored: %s", err);
     sf__dc_meta_clear(&m);
+    close(fd);
+    free(bytes);
+    sf__disk_cache_close(dc);
+}
+
+/* A small entry cut and written back again and again while its trailer and
+ * metadata are read: a file that ends before the size fstat gave a moment
+ * earlier is a corrupt entry (deleted, fetched again), never an I/O error,
+ * which fails the open. */
+Test(cache, an_entry_cut_while_its_trailer_is_read_is_corrupt_not_an_io_error)
+{
+    make_dirs();
+    struct sf__disk_cache_options o = {.dir = cdir};
+    struct sf__disk_cache *dc;
+    char err[1024] = "", path[1024];
+    cr_assert_eq(sf__disk_cache_open(&o, &dc, err, sizeof(err)), SF_OK, "%s", err);
+    struct sf__cache_id id = {"http://h", "bucket", "t"};
+    publish_entry(dc, &id, 8192, 9, path, sizeof(path));
+    int fd = open(path, O_RDONLY);
+    cr_assert(fd >= 0);
+    struct stat sb;
+    cr_assert(fstat(fd, &sb) == 0);
+    struct cutter c = {.path = path, .n = (size_t)sb.st_size, .cut_to = 4096};
+    unsigned char *bytes = malloc(c.n);
+    cr_assert(bytes && pread(fd, bytes, c.n, 0) == (ssize_t)c.n);
+    c.bytes = bytes;
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, cut_and_restore, &c), 0);
+    int counts[3] = {0, 0, 0};
+    for (int i = 0; i < 20000 || (atomic_load(&c.rounds) < 2000 && !atomic_load(&c.done)); i++) {
+        struct sf__dc_meta m;
+        sf_status st = sf__dc_read_entry(fd, &id, "\"e1\"", &m, err, sizeof(err));
+        cr_assert(st == SF_OK || st == SF_ERR_CORRUPT, "%s: %s", sf_status_name(st), err);
+        counts[st == SF_OK ? 0 : 1]++;
+        sf__dc_meta_clear(&m);
+    }
+    atomic_store(&c.stop, 1);
+    pthread_join(t, NULL);
+    cr_log_info("%d read, %d corrupt, %d cuts", counts[0], counts[1], atomic_load(&c.rounds));
     close(fd);
     free(bytes);
     sf__disk_cache_close(dc);
