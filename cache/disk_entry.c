@@ -18,7 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -63,6 +62,24 @@ static const char *json_str(const cJSON *o, const char *name)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
     return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+/* Whether a string of the JSON text t[0, n) holds an escaped NUL: our
+ * metadata never does (its strings were C strings), and cJSON would cut the
+ * identity there ("key\u0000x" compared as "key"). */
+static int has_nul_escape(const char *t, size_t n)
+{
+    int in_string = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (t[i] == '"')
+            in_string = !in_string;
+        else if (in_string && t[i] == '\\') {
+            if (i + 5 < n && !memcmp(t + i + 1, "u0000", 5))
+                return 1;
+            i++; /* the escaped character */
+        }
+    }
+    return 0;
 }
 
 sf_status sf__dc_entry_encode(const struct sf__cache_id *id, const char *etag, const char *url,
@@ -123,11 +140,18 @@ sf_status sf__dc_read_entry(int fd, const struct sf__cache_id *id, const char *w
                         fsize);
     unsigned char t[SF__DC_TRAILER_BYTES];
     uint64_t toff = fsize - SF__DC_TRAILER_BYTES;
-    if (pread(fd, t, sizeof(t), (off_t)toff) != (ssize_t)sizeof(t))
-        return sf__fail(why, why_len, SF_ERR_IO, "cannot read the trailer at offset %" PRIu64,
-                        toff);
+    /* A file that ends before the size fstat just gave was cut meanwhile: a
+     * corrupt entry (fetched again), not an I/O error (the open would fail). */
+    char rerr[160];
+    sf_status rst = sf__dc_pread_full(fd, t, sizeof(t), toff, rerr, sizeof(rerr));
+    if (rst != SF_OK)
+        return sf__fail(why, why_len, rst, "cannot read the trailer at offset %" PRIu64 ": %s",
+                        toff, rerr);
     if (memcmp(t, TRAILER_MAGIC, 8) != 0 || memcmp(t + 56, TRAILER_END, 8) != 0)
-        return sf__fail(why, why_len, SF_ERR_CORRUPT, "bad trailer magic at offset %" PRIu64, toff);
+        return sf__fail(why, why_len, SF_ERR_CORRUPT,
+                        "bad trailer magic at offset %" PRIu64 " of a file of %" PRIu64
+                        " bytes (cut short, or not an entry)",
+                        toff, fsize);
     if (XXH3_64bits(t, 48) != sf__get_le64(t + 48))
         return sf__fail(why, why_len, SF_ERR_CORRUPT,
                         "trailer checksum mismatch at offset %" PRIu64, toff);
@@ -144,15 +168,22 @@ sf_status sf__dc_read_entry(int fd, const struct sf__cache_id *id, const char *w
     char *mj = malloc((size_t)meta_len + 1);
     if (!mj)
         return SF_ERR_NO_MEMORY;
-    if (pread(fd, mj, meta_len, (off_t)size) != (ssize_t)meta_len) {
+    rst = sf__dc_pread_full(fd, (unsigned char *)mj, meta_len, size, rerr, sizeof(rerr));
+    if (rst != SF_OK) {
         free(mj);
-        return sf__fail(why, why_len, SF_ERR_IO, "cannot read metadata at offset %" PRIu64, size);
+        return sf__fail(why, why_len, rst, "cannot read metadata at offset %" PRIu64 ": %s", size,
+                        rerr);
     }
     mj[meta_len] = 0;
     if (XXH3_64bits(mj, meta_len) != sf__get_le64(t + 32)) {
         free(mj);
         return sf__fail(why, why_len, SF_ERR_CORRUPT,
                         "metadata checksum mismatch at offset %" PRIu64, size);
+    }
+    if (has_nul_escape(mj, meta_len)) {
+        free(mj);
+        return sf__fail(why, why_len, SF_ERR_CORRUPT,
+                        "metadata at offset %" PRIu64 " holds a NUL character (\\u0000)", size);
     }
     cJSON *j = cJSON_ParseWithLength(mj, meta_len);
     free(mj);
@@ -240,61 +271,51 @@ sf_status sf__dc_pread_full(int fd, unsigned char *buf, size_t n, uint64_t off, 
     return SF_OK;
 }
 
-/* Hashes bytes [0, size) of fd in blocks; blocks must hold sf__dc_n_blocks(size). */
+/* Bytes read at a time while hashing: the piece stays in L2 between the
+ * copy and the hash. */
+#define HASH_PIECE_BYTES (256u << 10)
+
+/*
+ * Hashes bytes [0, size) of fd in blocks; blocks (may be NULL) gets each
+ * block's XXH3-64, and the first block that differs from expect (may be
+ * NULL) is SF_ERR_CORRUPT naming its bytes.
+ *
+ * With pread, not through a mapping: a mapping faults (SIGBUS, the process
+ * dies) when another program cuts the file short while it is read, where
+ * pread returns a short read, so an entry truncated during its check is a
+ * corrupt entry like any other. The bytes are in the page cache either way
+ * (just written, or about to be read); copied in pieces of 256 KiB, they are
+ * hashed while in L2: measured no slower than hashing the mapping in place
+ * (page faults and giving the pages back cost what the copy costs), and
+ * nothing of the entry stays mapped.
+ */
 static sf_status hash_fd(int fd, uint64_t size, uint64_t *blocks, const uint64_t *expect, char *err,
                          size_t err_len)
 {
-    /* Through a read-only mapping: the bytes are in the page cache (just
-     * written, or about to be read), so this hashes them where they are
-     * instead of copying them out with pread. Each block's pages go back
-     * once hashed, so verifying an entry never makes it resident whole. */
-    struct stat sb;
-    /* Only when the file holds every byte: a mapping past its end faults. */
-    if (size && size <= SIZE_MAX && fstat(fd, &sb) == 0 && (uint64_t)sb.st_size >= size) {
-        void *m = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
-        if (m != MAP_FAILED) {
-            madvise(m, (size_t)size, MADV_SEQUENTIAL);
-            sf_status mst = SF_OK;
-            for (size_t i = 0; i < sf__dc_n_blocks(size); i++) {
-                uint64_t off = (uint64_t)i * SF__DC_BLOCK_BYTES;
-                size_t n =
-                    (size_t)(size - off < SF__DC_BLOCK_BYTES ? size - off : SF__DC_BLOCK_BYTES);
-                uint64_t h = XXH3_64bits((const unsigned char *)m + off, n);
-                sf__drop_mapped((const unsigned char *)m + off, n);
-                if (blocks)
-                    blocks[i] = h;
-                if (expect && expect[i] != h) {
-                    mst = sf__fail(err, err_len, SF_ERR_CORRUPT,
-                                   "data checksum mismatch in bytes %" PRIu64 "..%" PRIu64, off,
-                                   off + n - 1);
-                    break;
-                }
-            }
-            munmap(m, (size_t)size);
-            return mst;
-        }
-    }
-    unsigned char *buf = malloc(SF__DC_BLOCK_BYTES);
-    if (!buf)
-        return SF_ERR_NO_MEMORY;
-    sf_status st = SF_OK;
-    for (size_t i = 0; i < sf__dc_n_blocks(size); i++) {
+    unsigned char *buf = malloc(HASH_PIECE_BYTES);
+    XXH3_state_t *s = XXH3_createState();
+    sf_status st = buf && s ? SF_OK : SF_ERR_NO_MEMORY;
+    for (size_t i = 0; st == SF_OK && i < sf__dc_n_blocks(size); i++) {
         uint64_t off = (uint64_t)i * SF__DC_BLOCK_BYTES;
         size_t n = (size_t)(size - off < SF__DC_BLOCK_BYTES ? size - off : SF__DC_BLOCK_BYTES);
-        st = sf__dc_pread_full(fd, buf, n, off, err, err_len);
+        XXH3_64bits_reset(s);
+        for (size_t done = 0; st == SF_OK && done < n; done += HASH_PIECE_BYTES) {
+            size_t k = n - done < HASH_PIECE_BYTES ? n - done : HASH_PIECE_BYTES;
+            st = sf__dc_pread_full(fd, buf, k, off + done, err, err_len);
+            if (st == SF_OK)
+                XXH3_64bits_update(s, buf, k);
+        }
         if (st != SF_OK)
-            goto out;
-        uint64_t h = XXH3_64bits(buf, n);
+            break;
+        uint64_t h = XXH3_64bits_digest(s);
         if (blocks)
             blocks[i] = h;
-        if (expect && expect[i] != h) {
+        if (expect && expect[i] != h)
             st =
                 sf__fail(err, err_len, SF_ERR_CORRUPT,
                          "data checksum mismatch in bytes %" PRIu64 "..%" PRIu64, off, off + n - 1);
-            goto out;
-        }
     }
-out:
+    XXH3_freeState(s);
     free(buf);
     return st;
 }

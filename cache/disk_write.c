@@ -21,7 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -459,25 +458,30 @@ void sf__dc_writer_feed(struct sf__dc_writer *w, uint64_t offset, const void *da
     }
 }
 
-/* Hashes block b of the file (publish, for blocks not hashed in-stream). */
-static sf_status hash_block_fd(int fd, uint64_t size, size_t b, uint64_t *out, char *err,
+/* Hashes block b of the file (publish, for blocks not hashed in-stream),
+ * with pread through the writer's scratch buffer: not through a mapping,
+ * which would fault (SIGBUS) if another program cut the file short now. */
+static sf_status hash_block_fd(struct sf__dc_writer *w, size_t b, uint64_t *out, char *err,
                                size_t err_len)
 {
     uint64_t off = (uint64_t)b * SF__DC_BLOCK_BYTES;
-    size_t n = (size_t)(size - off < SF__DC_BLOCK_BYTES ? size - off : SF__DC_BLOCK_BYTES);
-    void *m = mmap(NULL, n, PROT_READ, MAP_SHARED, fd, (off_t)off);
-    if (m != MAP_FAILED) {
-        *out = XXH3_64bits(m, n);
-        munmap(m, n);
-        return SF_OK;
-    }
-    unsigned char *buf = malloc(n);
-    if (!buf)
+    size_t n = (size_t)(w->size - off < SF__DC_BLOCK_BYTES ? w->size - off : SF__DC_BLOCK_BYTES);
+    XXH3_state_t *s = XXH3_createState();
+    if (!s || (!w->scratch && !(w->scratch = malloc(SCRATCH_BYTES)))) {
+        XXH3_freeState(s);
         return SF_ERR_NO_MEMORY;
-    sf_status st = sf__dc_pread_full(fd, buf, n, off, err, err_len);
+    }
+    XXH3_64bits_reset(s);
+    sf_status st = SF_OK;
+    for (size_t done = 0; st == SF_OK && done < n; done += SCRATCH_BYTES) {
+        size_t k = n - done < SCRATCH_BYTES ? n - done : SCRATCH_BYTES;
+        st = sf__dc_pread_full(w->fd, w->scratch, k, off + done, err, err_len);
+        if (st == SF_OK)
+            XXH3_64bits_update(s, w->scratch, k);
+    }
     if (st == SF_OK)
-        *out = XXH3_64bits(buf, n);
-    free(buf);
+        *out = XXH3_64bits_digest(s);
+    XXH3_freeState(s);
     return st;
 }
 
@@ -566,7 +570,7 @@ sf_status sf__dc_writer_publish(struct sf__dc_writer *w, const char *url,
             blocks[i] = w->fb[i].digest;
             continue;
         }
-        st = hash_block_fd(w->fd, w->size, i, &blocks[i], why, sizeof(why));
+        st = hash_block_fd(w, i, &blocks[i], why, sizeof(why));
         if (st != SF_OK) {
             st = sf__fail(err, err_len, st, "cannot read back %s for its checksum: %s", url, why);
             goto fail;

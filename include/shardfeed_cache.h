@@ -188,6 +188,17 @@ struct sf_warm_options {
 SF_API void sf_warm_options_init_default(struct sf_warm_options *o);
 
 /*
+ * Whether a training run reads obj, one of the objects sf_s3_expand(s3,
+ * source) gave, as a shard: what warm-cache should cache. A listing (a
+ * source ending in '/', or a local folder) gives its shards, *.tar and
+ * *.sfr, and not the index.json beside them (the loader reads that with one
+ * GET, never through the cache) nor any other file; an object named by its
+ * key or a brace pattern is read whatever its name; a prefix never.
+ * source and obj are not kept. 1 or 0. Any thread.
+ */
+SF_API int sf_warm_wants(const char *source, const struct sf_object_info *obj);
+
+/*
  * Makes every one of the n_objects objects (from sf_s3_expand(), sf_s3_list()
  * or sf_s3_stat(); prefixes are ignored) present and valid in c's disk tier. Objects
  * already cached are skipped; the rest download in parallel (s3's

@@ -169,6 +169,22 @@ static int map_fd(struct sf_cache_object *o, int fd, uint64_t size)
     return 0;
 }
 
+/* The RAM tier's key of an entry file: its name and the file itself
+ * (device, inode). An entry replaced by a new file of the same name (found
+ * bad, deleted and fetched again) has another key, so the mapping of the
+ * old file, which may end before its data does when the file was cut short
+ * (SIGBUS on reading), is never served for it; it ages out unused. An
+ * inode is not reused while the old mapping keeps it. */
+static int ram_key(int fd, const char *name, char *key, size_t n)
+{
+    struct stat sb;
+    if (fstat(fd, &sb) != 0)
+        return -1;
+    snprintf(key, n, "%s@%llx:%llx", name, (unsigned long long)sb.st_dev,
+             (unsigned long long)sb.st_ino);
+    return 0;
+}
+
 /* A verified disk hit: map it (through the RAM tier when enabled). */
 static sf_status open_hit(struct sf_cache_object *o, int fd, struct sf__dc_meta *m)
 {
@@ -202,9 +218,10 @@ static sf_status open_hit(struct sf_cache_object *o, int fd, struct sf__dc_meta 
             return SF_ERR_CORRUPT; /* the caller goes on as for a miss */
         }
     }
-    if (c->o.ram_limit_bytes && o->map_len) {
+    char key[SF__DC_NAME_MAX + 40];
+    if (c->o.ram_limit_bytes && o->map_len && ram_key(fd, m->name, key, sizeof(key)) == 0) {
         struct sf__ram_entry *e;
-        if (sf__ram_cache_insert(c->ram, m->name, (void *)o->data, o->map_len, unmap_release, NULL,
+        if (sf__ram_cache_insert(c->ram, key, (void *)o->data, o->map_len, unmap_release, NULL,
                                  &e) == SF_OK) {
             o->ram = e;
             o->data = sf__ram_entry_data(e); /* another open may have won the insert */
@@ -241,8 +258,9 @@ sf_status sf__cache_step_lookup(struct sf_cache_object *o)
     sf_status st = sf__dc_lookup(c->dc, &o->id, o->info.etag, flags, &fd, &m, err, sizeof(err));
     if (st == SF_OK) {
         /* RAM tier: its entries were verified when they came in. */
-        if (c->o.ram_limit_bytes && o->want_data) {
-            struct sf__ram_entry *e = sf__ram_cache_get(c->ram, m.name);
+        char key[SF__DC_NAME_MAX + 40];
+        if (c->o.ram_limit_bytes && o->want_data && ram_key(fd, m.name, key, sizeof(key)) == 0) {
+            struct sf__ram_entry *e = sf__ram_cache_get(c->ram, key);
             if (e) {
                 close(fd);
                 o->ram = e;

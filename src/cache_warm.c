@@ -6,17 +6,37 @@
 #include "s3/s3_client.h"
 #include "shardfeed.h"
 #include "common/clock.h"
+#include "src/shard_reader.h"
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 void sf_warm_options_init_default(struct sf_warm_options *o)
 {
     memset(o, 0, sizeof(*o));
     o->max_objects = 8;
     o->progress_interval_ms = 200;
+}
+
+/* The loader's rule (src/loader.c, expand_sources): only a listing is
+ * filtered, by the names sf__shard_file_name() accepts. */
+int sf_warm_wants(const char *source, const struct sf_object_info *obj)
+{
+    if (!source || !obj || obj->is_prefix)
+        return 0;
+    size_t sl = strlen(source);
+    int listing = sl && source[sl - 1] == '/';
+    if (!listing && strncmp(source, "s3://", 5) && strncmp(source, "http://", 7) &&
+        strncmp(source, "https://", 8)) {
+        struct stat sb;
+        const char *path = strncmp(source, "file://", 7) ? source : source + 7;
+        listing = stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+    }
+    const char *name = obj->key ? obj->key : obj->url ? obj->url : "";
+    return !listing || sf__shard_file_name(name);
 }
 
 struct warm_item {

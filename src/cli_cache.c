@@ -160,7 +160,8 @@ static void drop_repeats(struct sf_object_info *objs, size_t *n)
     free(dup);
 }
 
-/* Expands every URL into one list of objects (prefixes left out), which the
+/* Expands every URL into one list of the objects a training run reads from
+ * it (sf_warm_wants: a listing gives its shards, prefixes left out), which the
  * caller frees (free_objects) whatever the result. Returns 0, or 1 after
  * printing why. */
 static int expand_all(struct sf_s3 *s3, const struct cli *c, struct sf_object_info **objs,
@@ -189,8 +190,8 @@ static int expand_all(struct sf_s3 *s3, const struct cli *c, struct sf_object_in
         }
         for (size_t i = 0; !rc && i < k; i++) {
             const struct sf_object_info *in = sf_object_list_get(l, i);
-            if (in->is_prefix)
-                continue;
+            if (!sf_warm_wants(c->args[a], in))
+                continue; /* a prefix, or index.json beside the shards */
             if (copy_object(&(*objs)[*n], in)) {
                 cli_errorf("warm-cache: out of memory");
                 rc = 1;

@@ -54,6 +54,99 @@ static int slot_cmp(const void *a, const void *b)
     return key_cmp(&((const struct slot *)a)->key, &((const struct slot *)b)->key);
 }
 
+/* The longest record: 32 hex digits, ' ', a count of up to 20 digits, ' ',
+ * 8 hex digits (the newline not counted). */
+#define LINE_CHARS_MAX (32 + 1 + 20 + 1 + 8)
+
+static int hex_field(const char *s, size_t n, uint64_t *out)
+{
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; i++) {
+        int c = (unsigned char)s[i], h;
+        if (c >= '0' && c <= '9')
+            h = c - '0';
+        else if (c >= 'a' && c <= 'f')
+            h = c - 'a' + 10;
+        else if (c >= 'A' && c <= 'F')
+            h = c - 'A' + 10;
+        else
+            return -1;
+        v = v << 4 | (uint64_t)h;
+    }
+    *out = v;
+    return 0;
+}
+
+/*
+ * The record that ends the line s[0, n) (newline removed), read from its
+ * end: a crash (or a full disk) mid-append leaves part of a line with no
+ * newline, and the next append lands right after it, so a whole record is
+ * always the end of its line and whatever precedes it is ignored. 0 when it
+ * parses and its check agrees.
+ */
+static int parse_tail(const char *s, size_t n, struct sf__count_key *k, uint64_t *count)
+{
+    uint64_t check, hi, lo, v = 0;
+    if (n < 32 + 1 + 1 + 1 + 8 || hex_field(s + n - 8, 8, &check) || s[n - 9] != ' ')
+        return -1;
+    size_t e = n - 9, b = e;
+    while (b > 0 && e - b < 20 && s[b - 1] >= '0' && s[b - 1] <= '9')
+        b--;
+    if (b == e || b < 33 || s[b - 1] != ' ')
+        return -1;
+    for (size_t i = b; i < e; i++) {
+        unsigned d = (unsigned)(s[i] - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return -1;
+        v = v * 10 + d;
+    }
+    if (hex_field(s + b - 33, 16, &hi) || hex_field(s + b - 17, 16, &lo))
+        return -1;
+    k->hi = hi;
+    k->lo = lo;
+    if (line_check(*k, v) != (uint32_t)check)
+        return -1;
+    *count = v;
+    return 0;
+}
+
+/* Appends p[0, n) to the line's tail, keeping its last LINE_CHARS_MAX bytes. */
+static void tail_add(char *tail, size_t *tl, const char *p, size_t n)
+{
+    if (n >= LINE_CHARS_MAX) {
+        memcpy(tail, p + n - LINE_CHARS_MAX, LINE_CHARS_MAX);
+        *tl = LINE_CHARS_MAX;
+        return;
+    }
+    if (*tl + n > LINE_CHARS_MAX) {
+        size_t drop = *tl + n - LINE_CHARS_MAX;
+        memmove(tail, tail + drop, *tl - drop);
+        *tl -= drop;
+    }
+    memcpy(tail + *tl, p, n);
+    *tl += n;
+}
+
+/* Sets the count of every key in sorted[0, n) equal to k. */
+static void found_key(const struct slot *sorted, size_t n, struct sf__count_key k, uint64_t count,
+                      uint64_t *counts, unsigned char *found)
+{
+    size_t a = 0, b = n;
+    while (a < b) {
+        size_t m = a + (b - a) / 2;
+        int c = key_cmp(&sorted[m].key, &k);
+        if (c < 0)
+            a = m + 1;
+        else
+            b = m;
+    }
+    /* Several shards may share a key only if they are the same object. */
+    for (; a < n && key_cmp(&sorted[a].key, &k) == 0; a++) {
+        counts[sorted[a].index] = count;
+        found[sorted[a].index] = 1;
+    }
+}
+
 sf_status sf__counts_lookup(const char *dir, const struct sf__count_key *keys, size_t n,
                             uint64_t *counts, unsigned char *found)
 {
@@ -75,36 +168,32 @@ sf_status sf__counts_lookup(const char *dir, const struct sf__count_key *keys, s
         sorted[i].index = i;
     }
     qsort(sorted, n, sizeof *sorted, slot_cmp);
-    char line[256];
-    while (fgets(line, sizeof line, f)) {
-        uint64_t hi, lo, count;
-        uint32_t check;
-        char end;
-        if (sscanf(line, "%16" SCNx64 "%16" SCNx64 " %" SCNu64 " %8" SCNx32 "%c", &hi, &lo, &count,
-                   &check, &end) != 5 ||
-            end != '\n')
-            continue; /* torn or foreign line */
-        struct sf__count_key k = {hi, lo};
-        if (line_check(k, count) != check)
-            continue;
-        size_t a = 0, b = n;
-        while (a < b) {
-            size_t m = a + (b - a) / 2;
-            int c = key_cmp(&sorted[m].key, &k);
-            if (c < 0)
-                a = m + 1;
-            else
-                b = m;
-        }
-        /* Several shards may share a key only if they are the same object. */
-        for (; a < n && key_cmp(&sorted[a].key, &k) == 0; a++) {
-            counts[sorted[a].index] = count;
-            found[sorted[a].index] = 1;
+    /* Physical lines of any length, each ending at a newline; only the
+     * last LINE_CHARS_MAX bytes of one can hold its record. */
+    char buf[16384], tail[LINE_CHARS_MAX];
+    size_t tl = 0, got;
+    while ((got = fread(buf, 1, sizeof buf, f)) > 0) {
+        const char *p = buf, *end = buf + got;
+        while (p < end) {
+            const char *nl = memchr(p, '\n', (size_t)(end - p));
+            const char *q = nl ? nl : end;
+            tail_add(tail, &tl, p, (size_t)(q - p));
+            p = nl ? nl + 1 : end;
+            if (!nl)
+                break;
+            struct sf__count_key k;
+            uint64_t count;
+            int ok = parse_tail(tail, tl, &k, &count) == 0;
+            tl = 0;
+            if (!ok)
+                continue; /* torn, damaged or foreign */
+            found_key(sorted, n, k, count, counts, found);
         }
     }
+    int read_error = ferror(f);
     free(sorted);
     fclose(f);
-    return SF_OK;
+    return read_error ? SF_ERR_IO : SF_OK;
 }
 
 sf_status sf__counts_append(const char *dir, struct sf__count_key key, uint64_t count)

@@ -8,7 +8,9 @@
  *   <32 hex: XXH3-128 of url \0 etag \0 size> <count> <8 hex: check>\n
  * appended with one O_APPEND write each (atomic on local file systems), so
  * the ranks of a node may add to it at once. A line whose check fails (torn
- * or damaged) is ignored. Counts of the same key never differ unless the
+ * or damaged) is ignored. Records are read from the end of each line: an
+ * append that follows a torn one (a crash mid-write leaves no newline) lands
+ * on the same line, and is still found. Counts of the same key never differ unless the
  * data does, and then the ETag differs too.
  *
  * Thread safety: none inside; the loader calls it from one thread at a time.

@@ -121,6 +121,82 @@ char *sf__index_json_write(const struct sf__index_json *ix, size_t *len)
     return out;
 }
 
+/* ------------------------------------------------------------ NUL in strings */
+
+/* Moves *pp past the next string token of JSON text: 1 when it holds an
+ * escaped NUL, 0 when not, -1 when there is none. Outside strings JSON has
+ * no quotes, so the next '"' starts one. */
+static int next_string(const char **pp)
+{
+    const char *p = strchr(*pp, '"');
+    if (!p)
+        return -1;
+    int nul = 0;
+    for (p++; *p && *p != '"'; p++) {
+        if (*p != '\\')
+            continue;
+        if (!*++p)
+            break;
+        if (*p == 'u' && !strncmp(p + 1, "0000", 4))
+            nul = 1;
+    }
+    *pp = *p ? p + 1 : p;
+    return nul;
+}
+
+/* Appends text (a member's name) or "[i]" to path[0, *len) within cap
+ * bytes (cut when longer). */
+static void path_add(char *path, size_t *len, size_t cap, const char *name, int i)
+{
+    int w = name ? snprintf(path + *len, cap - *len, "%s%s", *len ? "." : "", name)
+                 : snprintf(path + *len, cap - *len, "[%d]", i);
+    if (w > 0)
+        *len += (size_t)w < cap - *len ? (size_t)w : cap - *len - 1;
+}
+
+/* The children of item in document order, the order of their tokens. */
+static int nul_walk(const cJSON *item, const char **pp, char *path, size_t len, size_t cap,
+                    char *where, size_t where_len)
+{
+    int i = 0;
+    for (const cJSON *c = item->child; c; c = c->next, i++) {
+        size_t l = len;
+        if (cJSON_IsObject(item)) {
+            path_add(path, &l, cap, c->string ? c->string : "", 0);
+            if (next_string(pp) == 1) {
+                snprintf(where, where_len, "the name of %s", path);
+                return 1;
+            }
+        } else {
+            path_add(path, &l, cap, NULL, i);
+        }
+        if (cJSON_IsString(c) && next_string(pp) == 1) {
+            snprintf(where, where_len, "%s", path);
+            return 1;
+        }
+        if ((cJSON_IsObject(c) || cJSON_IsArray(c)) &&
+            nul_walk(c, pp, path, l, cap, where, where_len))
+            return 1;
+        path[len] = 0;
+    }
+    return 0;
+}
+
+int sf__json_nul_where(const char *text, const struct cJSON *root, char *where, size_t where_len)
+{
+    if (!text || !root || !strstr(text, "\\u0000"))
+        return 0; /* the common case: no such escape anywhere */
+    char path[256] = "";
+    const char *p = text;
+    if (cJSON_IsString(root)) {
+        if (next_string(&p) != 1)
+            return 0;
+        snprintf(where, where_len, "the document");
+        return 1;
+    }
+    return nul_walk(root, &p, path, 0, sizeof(path), where, where_len);
+}
+
 /* ------------------------------------------------------------ readers */
 
 static const char *base_name(const char *url)
@@ -147,6 +223,13 @@ sf_status sf__index_json_check(const char *text, const char *index_url, size_t d
         cJSON_Delete(j);
         free(by_name);
         return cJSON_IsArray(arr) ? SF_ERR_NO_MEMORY : SF_OK; /* the counts judge it */
+    }
+    char where[300];
+    if (sf__json_nul_where(text, j, where, sizeof(where))) {
+        snprintf(err, err_len, "%s: %s holds a NUL character (\\u0000)", index_url, where);
+        cJSON_Delete(j);
+        free(by_name);
+        return SF_ERR_CORRUPT;
     }
     memcpy(by_name, objs, n * sizeof(*by_name));
     qsort(by_name, n, sizeof(*by_name), cmp_base_name);
@@ -232,6 +315,13 @@ sf_status sf__index_json_counts(const char *text, const char *index_name,
     cJSON *arr = cJSON_GetObjectItemCaseSensitive(j, "shards");
     int ok = cJSON_IsArray(arr);
     sf_status st = SF_OK;
+    char where[300];
+    if (ok && sf__json_nul_where(text, j, where, sizeof(where))) {
+        if (err && err_len)
+            snprintf(err, err_len, "%.512s: %s holds a NUL character (\\u0000)", index_name, where);
+        cJSON_Delete(j);
+        return SF_ERR_CORRUPT;
+    }
     for (size_t i = 0; ok && i < n; i++) {
         const char *want = base_name(objs[i]->url);
         int found = 0;

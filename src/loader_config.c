@@ -1,6 +1,7 @@
 /* Loader options: defaults, checks, and the JSON configuration file
  * (include/shardfeed_loader.h, docs/loader.md). */
 #include "src/decode.h"
+#include "src/index_json.h"
 #include "src/loader.h"
 #include "src/sampler.h"
 #include "common/strbuf.h"
@@ -359,6 +360,17 @@ sf_status sf_loader_options_from_json(struct sf_loader_options *o, const char *j
         sf_status st = sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "configuration is not a JSON object%s%.*s%s",
                            at && k->root == NULL ? " (near '" : "", at && !k->root ? 20 : 0,
                            at ? at : "", at && !k->root ? "')" : "");
+        sf_loader_options_free_json(k);
+        return st;
+    }
+    /* Paths, URLs and names are C strings: a NUL would end them early and
+     * name another file ("bucket\u0000/x" read as "bucket"). */
+    char where[300];
+    if (sf__json_nul_where(json, k->root, where, sizeof(where))) {
+        int name = !strncmp(where, "the name of ", 12), src = !strncmp(where, "sources", 7);
+        sf_status st = sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT,
+                                "%s%s%s: %sholds a NUL character (\\u0000)", src ? "" : "option '",
+                                where + (name ? 12 : 0), src ? "" : "'", name ? "its name " : "");
         sf_loader_options_free_json(k);
         return st;
     }

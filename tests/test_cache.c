@@ -8,6 +8,7 @@
 #include "cache_fixture.h"
 
 #include "cache/disk_cache.h"
+#include "cache/disk_cache_internal.h"
 #include "cache/ram_cache.h"
 #include "shardfeed.h"
 #include "support/mock_env.h"
@@ -20,6 +21,8 @@
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -206,6 +209,34 @@ Test(cache, flipped_byte_is_detected_deleted_and_fetched_again)
     free(data);
 }
 
+/* The RAM tier keeps a verified entry mapped between opens. When its file
+ * is cut short by another program, the next open finds the entry bad and
+ * fetches it again; the open after that must use the new file, never the
+ * old mapping (reading it past the cut faults with SIGBUS). */
+Test(cache, a_ram_entry_of_a_replaced_file_is_never_served)
+{
+    size_t n = 3 * MB + 5;
+    start_mock(NULL);
+    unsigned char *data = put_object("ram.tar", n, 4);
+    client_c(1 * MB, 4);
+    struct sf_cache_options co;
+    sf_cache_options_init_default(&co);
+    co.dir = cdir;
+    co.ram_limit_bytes = 64 * MB;
+    char err[512] = "";
+    cr_assert(sf_cache_new(&co, &cache, err, sizeof(err)) == SF_OK, "%s", err);
+    cr_assert_eq(read_through("ram.tar", data, n), SF_CACHE_FROM_FETCH);
+    cr_assert_eq(read_through("ram.tar", data, n), SF_CACHE_FROM_DISK);
+    cr_assert_eq(read_through("ram.tar", data, n), SF_CACHE_FROM_RAM);
+    char path[900];
+    only_entry(path, sizeof(path));
+    cr_assert(truncate(path, 64 * 1024) == 0);
+    cr_assert_eq(read_through("ram.tar", data, n), SF_CACHE_FROM_FETCH);
+    cr_assert_eq(read_through("ram.tar", data, n), SF_CACHE_FROM_DISK, "the old mapping was used");
+    cr_assert_eq(read_through("ram.tar", data, n), SF_CACHE_FROM_RAM);
+    free(data);
+}
+
 Test(cache, corrupt_data_found_by_verify_command)
 {
     size_t n = 1024 * 1024;
@@ -258,6 +289,217 @@ Test(cache, keys_with_dot_dot_stay_inside_the_cache)
     cr_assert(strncmp(real, realc, strlen(realc)) == 0, "%s is outside %s", real, realc);
     sf__dc_meta_clear(&m);
     cr_assert_eq(access("/tmp/escape", F_OK), -1);
+    sf__disk_cache_close(dc);
+}
+
+/* ------------------------------------------------------------ truncated entries */
+
+/* One entry of n bytes (seed) for key in dc; its path into path. */
+static void publish_entry(struct sf__disk_cache *dc, const struct sf__cache_id *id, size_t n,
+                          unsigned seed, char *path, size_t path_len)
+{
+    unsigned char *data = malloc(n);
+    cr_assert(data);
+    test_fill(data, n, seed);
+    enum sf__dc_begin_result r;
+    struct sf__dc_writer *w;
+    char err[512] = "";
+    cr_assert_eq(sf__dc_begin(dc, id, "\"e1\"", n, &r, &w, err, sizeof(err)), SF_OK, "%s", err);
+    cr_assert_eq(r, SF__DC_OWNER);
+    cr_assert(pwrite(sf__dc_writer_fd(w), data, n, 0) == (ssize_t)n);
+    struct sf__dc_meta m;
+    cr_assert_eq(sf__dc_writer_publish(w, "s3://bucket/t", &m, err, sizeof(err)), SF_OK, "%s", err);
+    snprintf(path, path_len, "%s/v1/%s", cdir, m.name);
+    sf__dc_meta_clear(&m);
+    free(data);
+}
+
+/* An entry cut short by another program (truncate -s, a full disk) before
+ * it is opened is refused, deleted, and the message names the entry and
+ * the file's size. */
+Test(cache, an_entry_truncated_before_its_open_is_refused_with_its_size)
+{
+    make_dirs();
+    struct sf__disk_cache_options o = {.dir = cdir};
+    struct sf__disk_cache *dc;
+    char err[1024] = "", path[1024];
+    cr_assert_eq(sf__disk_cache_open(&o, &dc, err, sizeof(err)), SF_OK, "%s", err);
+    struct sf__cache_id id = {"http://h", "bucket", "t"};
+    publish_entry(dc, &id, 5 * MB, 7, path, sizeof(path));
+    cr_assert(truncate(path, 3 * MB) == 0);
+    int fd = -1;
+    struct sf__dc_meta m;
+    cr_assert_eq(sf__dc_lookup(dc, &id, "\"e1\"", SF__DC_VERIFY_DATA, &fd, &m, err, sizeof(err)),
+                 SF_ERR_CORRUPT);
+    cr_assert_eq(fd, -1);
+    cr_assert(strstr(err, "bucket/t") && strstr(err, "3145728 bytes"),
+              "the message must name the entry and its size: %s", err);
+    cr_assert_eq(access(path, F_OK), -1, "a truncated entry must be deleted");
+    sf__disk_cache_close(dc);
+}
+
+static void put_le(unsigned char *p, uint64_t v, int n)
+{
+    for (int i = 0; i < n; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+/* The metadata names the object as C strings: an escaped NUL in one would
+ * cut it when read ("t\u0000x" compared as "t"), so an entry whose
+ * metadata holds one (checksums made to agree) is refused, not served for
+ * another object. */
+Test(cache, an_entry_whose_metadata_holds_a_nul_is_refused)
+{
+    make_dirs();
+    struct sf__disk_cache_options o = {.dir = cdir};
+    struct sf__disk_cache *dc;
+    char err[1024] = "", path[1024];
+    cr_assert_eq(sf__disk_cache_open(&o, &dc, err, sizeof(err)), SF_OK, "%s", err);
+    struct sf__cache_id id = {"http://h", "bucket", "t"};
+    size_t n = 1000;
+    publish_entry(dc, &id, n, 5, path, sizeof(path));
+    FILE *f = fopen(path, "rb");
+    cr_assert(f);
+    static unsigned char file[1 << 16];
+    size_t len = fread(file, 1, sizeof(file), f);
+    fclose(f);
+    cr_assert(len > n + 64 && len < sizeof(file) - 64);
+    /* The metadata with "key":"t" made "key":"t\u0000x", then its length
+     * and checksum and the trailer's own checksum written again. */
+    char meta[4096];
+    size_t ml = len - n - 64;
+    cr_assert(ml < sizeof(meta) - 16);
+    memcpy(meta, file + n, ml);
+    meta[ml] = 0;
+    char *k = strstr(meta, "\"key\":\"t\"");
+    cr_assert(k, "%s", meta);
+    memmove(k + 9 + 7, k + 9, strlen(k + 9) + 1);
+    memcpy(k + 8, "\\u0000x", 7);
+    ml += 7;
+    unsigned char t[64];
+    memcpy(t, file + len - 64, 64);
+    memcpy(file + n, meta, ml);
+    put_le(t + 12, ml, 4);
+    put_le(t + 32, XXH3_64bits(meta, ml), 8);
+    put_le(t + 48, XXH3_64bits(t, 48), 8);
+    memcpy(file + n + ml, t, 64);
+    f = fopen(path, "wb");
+    cr_assert(f && fwrite(file, 1, n + ml + 64, f) == n + ml + 64);
+    fclose(f);
+    int fd = -1;
+    struct sf__dc_meta m;
+    cr_assert_eq(sf__dc_lookup(dc, &id, "\"e1\"", 0, &fd, &m, err, sizeof(err)), SF_ERR_CORRUPT,
+                 "an entry of another key was served");
+    cr_assert(strstr(err, "NUL"), "%s", err);
+    sf__disk_cache_close(dc);
+}
+
+struct cutter {
+    const char *path;
+    const unsigned char *bytes; /* the whole entry file */
+    size_t n;
+    off_t cut_to;          /* 0: 1 MiB */
+    atomic_int stop, done; /* done: the cutter stopped (asked, or failed) */
+    atomic_int rounds;
+};
+
+/* Cuts the entry file to cut_to (1 MiB) and writes back what was cut, again
+ * and again. */
+static void *cut_and_restore(void *arg)
+{
+    struct cutter *c = arg;
+    int fd = open(c->path, O_WRONLY);
+    while (fd >= 0 && !atomic_load(&c->stop)) {
+        off_t to = c->cut_to ? c->cut_to : (off_t)MB;
+        if (ftruncate(fd, to) != 0 ||
+            pwrite(fd, c->bytes + to, c->n - (size_t)to, to) != (ssize_t)(c->n - (size_t)to))
+            break;
+        atomic_fetch_add(&c->rounds, 1);
+    }
+    if (fd >= 0)
+        close(fd);
+    atomic_store(&c->done, 1);
+    return NULL;
+}
+
+/* The entry file shrinks while an open verifies it: the verification fails
+ * (the entry is then deleted and fetched again), it never faults (SIGBUS
+ * on a mapping past the new end of the file). */
+Test(cache, an_entry_truncated_during_its_verification_never_faults)
+{
+    make_dirs();
+    struct sf__disk_cache_options o = {.dir = cdir};
+    struct sf__disk_cache *dc;
+    char err[1024] = "", path[1024];
+    cr_assert_eq(sf__disk_cache_open(&o, &dc, err, sizeof(err)), SF_OK, "%s", err);
+    struct sf__cache_id id = {"http://h", "bucket", "t"};
+    publish_entry(dc, &id, 16 * MB, 9, path, sizeof(path));
+    int fd = -1;
+    struct sf__dc_meta m;
+    cr_assert_eq(sf__dc_lookup(dc, &id, "\"e1\"", 0, &fd, &m, err, sizeof(err)), SF_OK, "%s", err);
+    struct stat sb;
+    cr_assert(fstat(fd, &sb) == 0);
+    struct cutter c = {.path = path, .n = (size_t)sb.st_size};
+    unsigned char *bytes = malloc(c.n);
+    cr_assert(bytes && pread(fd, bytes, c.n, 0) == (ssize_t)c.n);
+    c.bytes = bytes;
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, cut_and_restore, &c), 0);
+    /* Until the file was cut 20 times (the cutter is slower than a check
+     * that fails early), and 60 checks at least. */
+    int failed = 0, i = 0;
+    for (; i < 60 || (atomic_load(&c.rounds) < 20 && !atomic_load(&c.done)); i++) {
+        sf_status st = sf__dc_verify_fd(fd, &m, err, sizeof(err));
+        cr_assert(st == SF_OK || st == SF_ERR_CORRUPT, "verify: %s", sf_status_name(st));
+        failed += st != SF_OK;
+    }
+    atomic_store(&c.stop, 1);
+    pthread_join(t, NULL);
+    cr_log_info("%d of %d verifications failed, %d cuts", failed, i, atomic_load(&c.rounds));
+    cr_assert_geq(atomic_load(&c.rounds), 20, "the cutter stopped early");
+    cr_assert_eq(sf__dc_verify_fd(fd, &m, err, sizeof(err)), SF_OK, "restored: %s", err);
+    sf__dc_meta_clear(&m);
+    close(fd);
+    free(bytes);
+    sf__disk_cache_close(dc);
+}
+
+/* A small entry cut and written back again and again while its trailer and
+ * metadata are read: a file that ends before the size fstat gave a moment
+ * earlier is a corrupt entry (deleted, fetched again), never an I/O error,
+ * which fails the open. */
+Test(cache, an_entry_cut_while_its_trailer_is_read_is_corrupt_not_an_io_error)
+{
+    make_dirs();
+    struct sf__disk_cache_options o = {.dir = cdir};
+    struct sf__disk_cache *dc;
+    char err[1024] = "", path[1024];
+    cr_assert_eq(sf__disk_cache_open(&o, &dc, err, sizeof(err)), SF_OK, "%s", err);
+    struct sf__cache_id id = {"http://h", "bucket", "t"};
+    publish_entry(dc, &id, 8192, 9, path, sizeof(path));
+    int fd = open(path, O_RDONLY);
+    cr_assert(fd >= 0);
+    struct stat sb;
+    cr_assert(fstat(fd, &sb) == 0);
+    struct cutter c = {.path = path, .n = (size_t)sb.st_size, .cut_to = 4096};
+    unsigned char *bytes = malloc(c.n);
+    cr_assert(bytes && pread(fd, bytes, c.n, 0) == (ssize_t)c.n);
+    c.bytes = bytes;
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, cut_and_restore, &c), 0);
+    int counts[3] = {0, 0, 0};
+    for (int i = 0; i < 20000 || (atomic_load(&c.rounds) < 2000 && !atomic_load(&c.done)); i++) {
+        struct sf__dc_meta m;
+        sf_status st = sf__dc_read_entry(fd, &id, "\"e1\"", &m, err, sizeof(err));
+        cr_assert(st == SF_OK || st == SF_ERR_CORRUPT, "%s: %s", sf_status_name(st), err);
+        counts[st == SF_OK ? 0 : 1]++;
+        sf__dc_meta_clear(&m);
+    }
+    atomic_store(&c.stop, 1);
+    pthread_join(t, NULL);
+    cr_log_info("%d read, %d corrupt, %d cuts", counts[0], counts[1], atomic_load(&c.rounds));
+    close(fd);
+    free(bytes);
     sf__disk_cache_close(dc);
 }
 

@@ -230,6 +230,34 @@ Test(cache, warm_counts_a_shard_named_twice_once)
     cJSON_Delete(j);
 }
 
+/* A listing warms what the loader reads from it: its shards, not the
+ * index.json beside them (the loader reads that with a plain GET, never
+ * through the cache) nor any other file. A key named on its own is warmed
+ * whatever its name, as the loader reads it as a shard. */
+Test(cache, warm_of_a_listing_caches_only_its_shards)
+{
+    start_mock(NULL);
+    free(put_object("ls/a-0.tar", 100000, 70));
+    free(put_object("ls/a-1.sfr", 100000, 71));
+    free(put_object("ls/index.json", 3000, 72));
+    free(put_object("ls/README.txt", 2000, 73));
+    free(put_object("named.bin", 1000, 74));
+    const char *args[] = {
+        "warm-cache",      "--endpoint-url",        srv.url, "--cache-dir", cdir, "--json",
+        "s3://bucket/ls/", "s3://bucket/named.bin", NULL};
+    cr_assert_eq(cli_run(args, "listing"), 0, "%s", slurp_tag("listing", "err"));
+    cJSON *j = cJSON_Parse(slurp_tag("listing", "out"));
+    cr_assert(j, "not JSON: %s", slurp_tag("listing", "out"));
+    cr_expect_eq(cJSON_GetObjectItem(j, "objects")->valuedouble, 3);
+    cr_expect_eq(cJSON_GetObjectItem(j, "fetched")->valuedouble, 3);
+    cJSON_Delete(j);
+    cr_expect_eq(key_gets("ls/index.json"), 0, "index.json was cached as a shard");
+    cr_expect_eq(key_gets("ls/README.txt"), 0, "a file that is no shard was cached");
+    int entries;
+    cache_bytes(&entries);
+    cr_assert_eq(entries, 3);
+}
+
 Test(cache, warm_names_every_failed_shard_and_keeps_the_rest)
 {
     start_mock(NULL);

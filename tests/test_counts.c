@@ -107,6 +107,41 @@ Test(counts, torn_damaged_and_foreign_lines_are_ignored)
     cr_assert(found[3] && counts[3] == 13);
 }
 
+/* A crash mid-append leaves a line with no newline; the next append lands
+ * right after it, on the same physical line. That whole line must still be
+ * found, whatever came before it (one torn piece or several, even longer
+ * than any line). */
+Test(counts, a_line_appended_after_a_torn_one_is_kept)
+{
+    tmp = test_tmpdir();
+    cr_assert(tmp);
+    struct sf__count_key k[4] = {sf__count_key_of("u0", "e", 1), sf__count_key_of("u1", "e", 1),
+                                 sf__count_key_of("u2", "e", 1), sf__count_key_of("u3", "e", 1)};
+    cr_assert_eq(sf__counts_append(tmp, k[0], 10), SF_OK);
+    char path[900];
+    snprintf(path, sizeof(path), "%s/v1/counts.log", tmp);
+    struct stat sb;
+    cr_assert(stat(path, &sb) == 0);
+    off_t one = sb.st_size;
+    /* k[1]: torn after 40 of its bytes (inside the count), no newline. */
+    cr_assert_eq(sf__counts_append(tmp, k[1], 123456789), SF_OK);
+    cr_assert(truncate(path, one + 40) == 0);
+    cr_assert_eq(sf__counts_append(tmp, k[2], 12), SF_OK);
+    /* Torn pieces of 300 bytes in all (longer than any line), then k[3]. */
+    for (int i = 0; i < 10; i++)
+        append_raw("0123456789abcdef0123456789abcdef");
+    cr_assert_eq(sf__counts_append(tmp, k[3], 13), SF_OK);
+    uint64_t counts[4] = {0, 0, 0, 0};
+    unsigned char found[4] = {0, 0, 0, 0};
+    cr_assert_eq(sf__counts_lookup(tmp, k, 4, counts, found), SF_OK);
+    cr_assert(found[0] && counts[0] == 10);
+    cr_assert(!found[1], "a torn line was trusted (count %llu)", (unsigned long long)counts[1]);
+    cr_assert(found[2], "the line after a torn one was lost");
+    cr_assert_eq(counts[2], 12u);
+    cr_assert(found[3], "the line after long torn pieces was lost");
+    cr_assert_eq(counts[3], 13u);
+}
+
 Test(counts, writers_in_several_processes_never_mix_their_lines)
 {
     tmp = test_tmpdir();

@@ -271,6 +271,34 @@ static void expect_loader_counts(const char *json, const char *source, const cJS
     sf_object_list_destroy(l);
 }
 
+/* A shard name with an escaped NUL would match another shard once cJSON
+ * cut it ("a.tar\u0000x" read as "a.tar"): the index is refused, naming
+ * the index and the field. */
+Test(index, an_index_naming_a_shard_with_a_nul_is_refused)
+{
+    struct sf_object_info a = {.url = "s3://b/ds/a.tar", .size = 10},
+                          b = {.url = "s3://b/ds/b.tar", .size = 10};
+    const struct sf_object_info *objs[] = {&a, &b};
+    const char *json = "{\"shards\": [{\"name\": \"a.tar\", \"bytes\": 10, \"samples\": 3},"
+                       " {\"name\": \"b.tar\\u0000.old\", \"bytes\": 10, \"samples\": 9}]}";
+    char err[512] = "";
+    cr_expect_eq(
+        sf__index_json_check(json, "s3://b/ds/index.json", 10, objs, 2, 1, err, sizeof err),
+        SF_ERR_CORRUPT);
+    cr_expect(strstr(err, "s3://b/ds/index.json") && strstr(err, "shards[1].name") &&
+                  strstr(err, "NUL"),
+              "%s", err);
+    uint64_t counts[2] = {0, 0};
+    int all = -1;
+    err[0] = 0;
+    cr_expect_eq(
+        sf__index_json_counts(json, "s3://b/ds/index.json", objs, 2, counts, &all, err, sizeof err),
+        SF_ERR_CORRUPT);
+    cr_expect_eq(all, 0);
+    cr_expect_eq(counts[1], 0u, "the count of another name was taken");
+    cr_expect(strstr(err, "shards[1].name"), "%s", err);
+}
+
 /* Whoever controls the bucket controls index.json: a count the loader reads
  * is a finite whole number in range, or the open fails naming the index,
  * the shard and the field (issue 17: 1e300 and 1e999 converted out of

@@ -341,6 +341,42 @@ Test(loader, bad_options_are_refused_naming_them)
     sf_loader_options_free_json(keep);
 }
 
+/* cJSON keeps C strings: "\u0000" in a JSON string would end it there, so
+ * "bucket\u0000/x" would be read as another path. Such a string is refused
+ * naming its field; an escaped backslash before "u0000" is no NUL. */
+Test(loader, json_options_holding_a_nul_are_refused_naming_the_field)
+{
+    static const struct {
+        const char *json, *named;
+    } bad[] = {
+        {"{\"cache_dir\": \"/tmp/c\\u0000/x\"}", "option 'cache_dir'"},
+        {"{\"sources\": [\"s3://b/a.tar\", \"s3://b\\u0000/x.tar\"]}", "sources[1]"},
+        {"{\"endpoint_url\": \"http://h\\u0000.evil\"}", "option 'endpoint_url'"},
+        {"{\"cache_dir\\u0000x\": \"/tmp/c\"}", "option 'cache_dir': its name"},
+        {"{\"batch_size\": 4, \"image_fields\": \"jpg\\u0000;png\"}", "option 'image_fields'"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        struct sf_loader_options o;
+        sf_loader_options_init_default(&o);
+        void *keep = NULL;
+        char err[512] = "";
+        cr_expect_eq(sf_loader_options_from_json(&o, bad[i].json, &keep, err, sizeof(err)),
+                     SF_ERR_INVALID_ARGUMENT, "%s was taken", bad[i].json);
+        cr_expect(strstr(err, bad[i].named) && strstr(err, "NUL"), "%s: %s", bad[i].json, err);
+        cr_expect_null(keep);
+        cr_expect_null(o.cache.dir, "a refused configuration changed the options");
+    }
+    struct sf_loader_options o;
+    sf_loader_options_init_default(&o);
+    void *keep = NULL;
+    char err[512] = "";
+    cr_assert_eq(sf_loader_options_from_json(&o, "{\"cache_dir\": \"/tmp/a\\\\u0000\"}", &keep, err,
+                                             sizeof(err)),
+                 SF_OK, "%s", err);
+    cr_assert_str_eq(o.cache.dir, "/tmp/a\\u0000");
+    sf_loader_options_free_json(keep);
+}
+
 /* A rank not below the world size, a shuffle buffer over its limit or an
  * unknown policy are bad options like the others: sf_loader_options_check
  * refuses them naming them, so `load` exits 2 before anything is listed.

@@ -229,8 +229,8 @@ PyObject *sfpy_warm_cache(PyObject *self, PyObject *args)
         }
         for (size_t i = 0; i < k; i++) {
             const struct sf_object_info *in = sf_object_list_get(l, i);
-            if (in->is_prefix)
-                continue;
+            if (!sf_warm_wants(src.v[a], in))
+                continue; /* a prefix, or index.json beside the shards */
             objs[n] = *in;
             objs[n].url = strdup(in->url);
             objs[n].key = strdup(in->key ? in->key : "");

@@ -225,6 +225,20 @@ def test_warm_cache_fetches_then_finds_everything_cached(mock_s3, tmp_path):
     assert again["cached"] == 3 and again["fetched"] == 0 and again["bytes_fetched"] == 0
 
 
+def test_warm_cache_of_a_listing_keeps_its_shards_only(mock_s3, tmp_path):
+    # What the loader reads from the folder: its .tar and .sfr shards, not the
+    # index.json beside them (read with one GET, never cached) nor other files.
+    b = mock_s3.bucket("data")
+    put(mock_s3, "data", "l/l-0.tar", blob(1000, 1))
+    put(mock_s3, "data", "l/l-1.sfr", blob(1000, 2))
+    put(mock_s3, "data", "l/index.json", b"{}")
+    put(mock_s3, "data", "l/notes.txt", b"x")
+    got = shardfeed.warm_cache(b + "/l/", cache_dir=str(tmp_path / "cache"),
+                               endpoint_url=mock_s3.endpoint_url)
+    assert got["objects_total"] == 2 and got["fetched"] == 2
+    assert cache_entries(str(tmp_path / "cache")) == 2
+
+
 def test_warm_cache_names_a_missing_object_and_keeps_the_rest(mock_s3, tmp_path):
     b = mock_s3.bucket("data")
     put(mock_s3, "data", "m-0.tar", blob(1000, 1))
