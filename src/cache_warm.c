@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 void sf_warm_options_init_default(struct sf_warm_options *o)
 {
@@ -27,16 +26,8 @@ int sf_warm_wants(const char *source, const struct sf_object_info *obj)
 {
     if (!source || !obj || obj->is_prefix)
         return 0;
-    size_t sl = strlen(source);
-    int listing = sl && source[sl - 1] == '/';
-    if (!listing && strncmp(source, "s3://", 5) && strncmp(source, "http://", 7) &&
-        strncmp(source, "https://", 8)) {
-        struct stat sb;
-        const char *path = strncmp(source, "file://", 7) ? source : source + 7;
-        listing = stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
-    }
     const char *name = obj->key ? obj->key : obj->url ? obj->url : "";
-    return !listing || sf__shard_file_name(name);
+    return !sf__source_is_listing(source) || sf__shard_file_name(name);
 }
 
 struct warm_item {

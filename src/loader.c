@@ -44,7 +44,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -195,15 +194,6 @@ void sf_loader_close(struct sf_loader *l)
     free(l);
 }
 
-/* Keeps only shard-like objects of a listing: .tar, .tgz-less tar and .sfr. */
-static int local_dir(const char *src)
-{
-    if (!sf__loader_is_local(src))
-        return 0;
-    struct stat sb;
-    return stat(!strncmp(src, "file://", 7) ? src + 7 : src, &sb) == 0 && S_ISDIR(sb.st_mode);
-}
-
 sf_status sf__loader_expand_each(struct sf_s3 *s3, const struct sf_loader_options *o, int stat,
                                  struct sf_object_list ***lists, size_t *n_lists, size_t *total,
                                  char *err, size_t err_len)
@@ -248,11 +238,9 @@ static sf_status expand_sources(struct sf_loader *l, char *err, size_t err_len)
     if (!l->objs)
         return SF_ERR_NO_MEMORY;
     for (size_t i = 0; i < l->n_lists; i++) {
-        const char *src = o->sources[i];
-        size_t sl = strlen(src);
         /* A folder, named with or without its final '/', is listed: only
          * its shards are sources, not the index.json beside them. */
-        int listing = (sl && src[sl - 1] == '/') || local_dir(src);
+        int listing = sf__source_is_listing(o->sources[i]);
         l->sources_listed = (i == 0 || l->sources_listed) && listing;
         size_t n = sf_object_list_count(l->lists[i]);
         for (size_t k = 0; k < n; k++) {

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* ------------------------------------------------------------ common */
 
@@ -199,6 +200,19 @@ static int ends_with(const char *s, const char *suffix)
 int sf__shard_file_name(const char *name)
 {
     return strlen(name) > 4 && (ends_with(name, ".tar") || ends_with(name, ".sfr"));
+}
+
+int sf__source_is_listing(const char *source)
+{
+    size_t n = strlen(source);
+    if (n && source[n - 1] == '/')
+        return 1;
+    if (!strncmp(source, "s3://", 5) || !strncmp(source, "http://", 7) ||
+        !strncmp(source, "https://", 8))
+        return 0;
+    struct stat sb;
+    const char *path = strncmp(source, "file://", 7) ? source : source + 7;
+    return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
 
 enum sf_shard_format sf__shard_detect(const unsigned char *p, uint64_t n, uint64_t total,

@@ -91,6 +91,11 @@ uint64_t sf__shard_reader_keep_from(const struct sf_shard_reader *r);
  * what lies beside them (index.json). */
 int sf__shard_file_name(const char *name);
 
+/* 1 when a source is a listing, whose shards (sf__shard_file_name) are
+ * sources while the files beside them are not: a URL or path ending in '/',
+ * or a local folder named without it. The loader and warm-cache share it. */
+int sf__source_is_listing(const char *source);
+
 /* Decides the format from the first bytes (n of them, total the shard size or
  * SF_SIZE_UNKNOWN) and the name. Returns SF_SHARD_FORMAT_AUTO while more
  * bytes are needed. */
