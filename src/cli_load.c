@@ -522,9 +522,12 @@ static int load_or_doctor(int argc, char **argv, int doctor)
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     unsigned long long rss = (unsigned long long)ru.ru_maxrss * 1024ULL;
-    double wait_share = seconds > 0 ? s.consumer_wait_s / seconds : 0;
     struct sf_loader_report rep;
     sf_loader_report(l, &rep);
+    /* One wait share, the report's: the wait over the time from the first
+     * next() on. consumer_wait_s / seconds would count the open (listing,
+     * index.json) as time the step did not wait. */
+    const double wait_share = rep.wait_share;
     if (fail_st != SF_OK) {
         cli_errorf("load: %s (%s)", sf_loader_errmsg(l), sf_status_name(fail_st));
     }
@@ -588,8 +591,9 @@ static int load_or_doctor(int argc, char **argv, int doctor)
     } else {
         printf("load: %llu images in %llu batches, %u epoch(s), %.2f s: %.1f images/s\n", images,
                batches, lc.epochs, seconds, seconds > 0 ? (double)images / seconds : 0.0);
-        printf("  consumer waited %.2f s (%.1f %% of the run); first batch after %.2f s\n",
-               s.consumer_wait_s, 100.0 * wait_share, first_batch_s);
+        printf("  consumer waited %.2f s (%.1f %% of the time from its first next()); first "
+               "batch after %.2f s\n",
+               rep.wait_s, 100.0 * wait_share, first_batch_s);
         printf("  stages: read %.1f samples/s, decode %.1f images/s on %u threads (busy %.2f "
                "s), fetch %.1f MiB/s\n",
                s.read_per_s, s.decode_per_s, s.decode_threads, s.decode_busy_s, s.fetch_mib_per_s);

@@ -507,6 +507,32 @@ Test(loader, cli_exit_codes_usage_server_400_and_an_empty_shard)
     cJSON_Delete(j);
 }
 
+/* `load --json` has one wait share: `consumer_wait_share` is the report's
+ * `wait_share` (time blocked in next() over the time from the first next()
+ * on), not a second figure over a span that also counts the open. The
+ * index.json answers 300 ms late, so the open is long next to the run. */
+Test(loader, cli_load_json_has_one_wait_share)
+{
+    const char *slow_index[] = {"--fault", "prefix=bucket/data/index.json,latency_ms=300", NULL};
+    mock_dataset_with(40, 24 << 10, slow_index);
+    char out[16384], err[8192];
+    const char *run[] = {SF_CLI_BIN, "load",     "s3://bucket/data/", "--endpoint-url",
+                         srv.url,    "--ram-only", "--size",          "16",
+                         "--device", "host",     "--epochs",          "2",
+                         "--json",   NULL};
+    cr_assert_eq(run_cli_err(run, out, sizeof(out), err, sizeof(err)), 0, "%s", err);
+    cJSON *j = cJSON_Parse(out);
+    cr_assert(j, "%s", out);
+    const cJSON *share = cJSON_GetObjectItem(j, "consumer_wait_share");
+    const cJSON *r = cJSON_GetObjectItem(j, "report");
+    cr_assert(cJSON_IsNumber(share) && cJSON_IsObject(r), "%s", out);
+    const double rep = cJSON_GetObjectItem(r, "wait_share")->valuedouble;
+    cr_expect(rep > 0, "%s", out);
+    cr_expect_eq(share->valuedouble, rep, "consumer_wait_share %.17g, report.wait_share %.17g: %s",
+                 share->valuedouble, rep, out);
+    cJSON_Delete(j);
+}
+
 /* --config and the S3 flags every command takes (--endpoint-url,
  * --concurrency, ...): the flag given wins over the file, as for the
  * loader's own flags. The file's endpoint refuses connections. */
