@@ -8,6 +8,7 @@
 
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -391,6 +392,51 @@ Test(loader, tune_keeps_the_given_options_when_no_batch_is_delivered)
     cr_expect(r.kept_given, "%s", r.trace);
     cr_expect_eq(r.prefetch_shards, 3u, "%s", r.config_json);
     cr_expect_eq(r.prefetch_batches, o.prefetch_batches, "%s", r.config_json);
+}
+
+/* tune -o: the probe before the budget is only an early warning; the write
+ * itself can still fail (here: no file may grow, RLIMIT_FSIZE 0, SIGXFSZ
+ * ignored, so write() says EFBIG). The failure names the file and exits 1,
+ * and the config that was there stays whole: no truncated file, no
+ * temporary left beside it. A pipe carries the CLI's output and its exit
+ * status past the limit. */
+Test(loader, tune_o_write_failure_keeps_the_old_file_and_leaves_no_temporary)
+{
+    local_dataset(20, 16 << 10, -1);
+    char dir[800], cfg[900], out[8192];
+    snprintf(dir, sizeof(dir), "%s/cfg", tmp);
+    cr_assert(mkdir(dir, 0755) == 0);
+    snprintf(cfg, sizeof(cfg), "%s/tuned.json", dir);
+    const char *old = "{\"decode_threads\": 3}\n";
+    cr_assert(test_write_file(dir, "tuned.json", old, strlen(old)) == 0);
+    const char *script = "{ (trap '' XFSZ; ulimit -f 0; exec \"$0\" \"$@\") 2>&1; "
+                         "echo \"rc=$?\"; } | cat";
+    const char *run[] = {"/bin/sh",  "-c",  script,       SF_CLI_BIN, "tune", shards, "--size",
+                         "32",       "--budget-s", "1",   "-o",       cfg,    NULL};
+    cr_assert_eq(run_cli(run, out, sizeof(out)), 0, "%s", out);
+    cr_expect(strstr(out, "rc=1\n") != NULL, "%s", out);
+    cr_expect(strstr(out, cfg) && strstr(out, strerror(EFBIG)), "%s", out);
+    char kept[256] = "";
+    FILE *f = fopen(cfg, "r");
+    cr_assert(f, "%s is gone", cfg);
+    size_t n = fread(kept, 1, sizeof(kept) - 1, f);
+    fclose(f);
+    kept[n] = 0;
+    cr_expect_str_eq(kept, old, "the config -o names was replaced by a partial one");
+    DIR *d = opendir(dir);
+    cr_assert(d);
+    unsigned entries = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        entries += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    closedir(d);
+    cr_expect_eq(entries, 1u, "a temporary file was left in %s", dir);
+
+    /* -o a folder: access() lets it pass, the probe must not */
+    const char *folder[] = {SF_CLI_BIN, "tune", shards, "--budget-s", "60", "-o", dir, NULL};
+    char err[2048];
+    cr_expect_eq(run_cli_err(folder, out, sizeof(out), err, sizeof(err)), 2, "%s", err);
+    cr_expect(strstr(err, dir) && strstr(err, strerror(EISDIR)), "%s", err);
+    cr_expect_null(strstr(err, "measurements"), "%s", err);
 }
 
 /* 60 samples behind a link capped at 64 KiB/s per connection, 2 of them;
