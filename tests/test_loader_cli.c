@@ -298,6 +298,43 @@ Test(loader, doctor_fails_naming_a_missing_source)
     cr_expect_eq(run_cli(bad, out, sizeof(out)), 2);
 }
 
+/* Three samples in the bucket and batches of 8: with drop_last no batch
+ * ever comes, without it every batch is a part of one. Either way there is
+ * no batch to time, and doctor says the data is too small instead of
+ * naming a stage (it said "decode-bound"); exit 1 as for a failed stage. A
+ * batch of exactly the dataset's size still gets a verdict. */
+Test(loader, doctor_on_data_smaller_than_one_batch_says_it_is_too_small)
+{
+    mock_dataset(3, 24 << 10);
+    char out[16384], err[8192];
+    for (int drop = 0; drop < 2; drop++) {
+        const char *run[] = {SF_CLI_BIN, "doctor",       "s3://bucket/data/",
+                             "--endpoint-url", srv.url,  "--ram-only",
+                             "--size",   "16",           "--batch-size",
+                             "8",        "--seconds",    "0.1",
+                             "--device", "host",         drop ? "--drop-last" : "--no-drop-last",
+                             NULL};
+        cr_expect_eq(run_cli_err(run, out, sizeof(out), err, sizeof(err)), 1, "%s%s", out, err);
+        cr_expect(strstr(err, "too small to measure") && strstr(err, "batch_size 8"), "%s", err);
+        cr_expect_null(strstr(out, "bound:"), "%s", out);
+    }
+    const char *json[] = {SF_CLI_BIN, "doctor", "s3://bucket/data/", "--endpoint-url", srv.url,
+                          "--ram-only", "--size", "16", "--batch-size", "8", "--seconds", "0.1",
+                          "--device", "host", "--json", NULL};
+    cr_expect_eq(run_cli_err(json, out, sizeof(out), err, sizeof(err)), 1, "%s", err);
+    cJSON *j = cJSON_Parse(out);
+    cr_assert(j, "%s", out);
+    cr_expect(cJSON_IsFalse(cJSON_GetObjectItem(j, "ok")), "%s", out);
+    const cJSON *e = cJSON_GetObjectItem(j, "error");
+    cr_expect(cJSON_IsString(e) && strstr(e->valuestring, "too small to measure"), "%s", out);
+    cJSON_Delete(j);
+    const char *whole[] = {SF_CLI_BIN, "doctor", "s3://bucket/data/", "--endpoint-url", srv.url,
+                           "--ram-only", "--size", "16", "--batch-size", "3", "--seconds", "0.1",
+                           "--device", "host", "--drop-last", NULL};
+    cr_expect_eq(run_cli_err(whole, out, sizeof(out), err, sizeof(err)), 0, "%s", err);
+    cr_expect(strstr(out, "bound:") != NULL, "%s", out);
+}
+
 /* ------------------------------------------------------------ tune */
 
 Test(loader, tune_writes_a_config_the_loader_takes)
