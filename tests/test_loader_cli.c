@@ -238,6 +238,30 @@ Test(loader, doctor_measures_what_pack_max_side_would_give)
               "%s", r.verdict);
 }
 
+/* A step rate far beyond what threads can give (--step-ms 1e-300 is
+ * accepted: 8e303 samples/s for batches of 8): the threads it would need
+ * do not fit an unsigned, and the cast made "set decode_threads to 0". */
+Test(loader, doctor_verdict_for_a_step_beyond_any_thread_count)
+{
+    struct sf_doctor_result r;
+    memset(&r, 0, sizeof(r));
+    r.stage_per_s[SF_STAGE_READ] = 1e6;
+    r.stage_per_s[SF_STAGE_DECODE] = 2000;
+    r.stage_per_s[SF_STAGE_ASSEMBLY] = 1e6;
+    r.decode_per_thread_per_s = 1000;
+    r.decode_threads = 2;
+    r.cores = 4;
+    const double steps[] = {1e10, 1e300};
+    for (int i = 0; i < 2; i++) {
+        sf_doctor_conclude(&r, steps[i], 0, NULL, 1);
+        cr_expect_eq(r.bound, SF_STAGE_DECODE, "%s", r.verdict);
+        cr_expect(strstr(r.verdict, "more cores") != NULL, "%s", r.verdict);
+        cr_expect_null(strstr(r.verdict, "decode_threads to 0"), "%s", r.verdict);
+    }
+    sf_doctor_conclude(&r, 1e10, 0, NULL, 1); /* 1e7 threads: 9999996 more than the cores */
+    cr_expect(strstr(r.verdict, "use 9999996 more cores") != NULL, "%s", r.verdict);
+}
+
 Test(loader, doctor_names_fetch_behind_a_slow_link_unless_the_data_is_cached)
 {
     const char *slow[] = {"--fault", "prefix=bucket/data,bandwidth=32K", NULL};
