@@ -63,6 +63,7 @@ struct sf__doctor {
     unsigned char **held;
     size_t *held_len;
     const char **held_name;
+    unsigned long long *held_size; /* the object's size (SF_SIZE_UNKNOWN: unknown) */
     size_t n_held;
     struct raw raw[MAX_RAW];
     unsigned n_raw;
@@ -114,8 +115,9 @@ static sf_status hold_shards(struct sf__doctor *d, char *err, size_t len)
     d->held = calloc(d->n_shards, sizeof(*d->held));
     d->held_len = calloc(d->n_shards, sizeof(*d->held_len));
     d->held_name = calloc(d->n_shards, sizeof(*d->held_name));
+    d->held_size = calloc(d->n_shards, sizeof(*d->held_size));
     struct sf_fetch **f = calloc(d->n_shards ? d->n_shards : 1, sizeof(*f));
-    if (!d->held || !d->held_len || !d->held_name || !f) {
+    if (!d->held || !d->held_len || !d->held_name || !d->held_size || !f) {
         free(f);
         return SF_ERR_NO_MEMORY;
     }
@@ -143,6 +145,7 @@ static sf_status hold_shards(struct sf__doctor *d, char *err, size_t len)
         fo.size = obj->size;
         d->held[n] = buf;
         d->held_name[n] = obj->url;
+        d->held_size[n] = obj->size;
         st = sf_fetch_start(d->s3, obj->url, &fo, &f[n]);
         if (st != SF_OK)
             st = sf__fail(err, len, st, "reading %s: %s", obj->url, sf_status_str(st));
@@ -184,7 +187,8 @@ static long long parse_all(struct sf__doctor *d, int keep, unsigned long long *b
         struct sf_shard_reader *rd = NULL;
         if (sf_shard_reader_new(&ro, &rd, err, len) != SF_OK)
             return -1;
-        const int whole = d->shards[i]->size == d->held_len[i];
+        /* held[i] is not shards[i] once an empty shard was skipped */
+        const int whole = d->held_size[i] == d->held_len[i];
         sf_shard_reader_feed(rd, d->held[i], d->held_len[i],
                              whole ? d->held_len[i] : SF_SIZE_UNKNOWN);
         unsigned long long end = 0;
@@ -679,6 +683,7 @@ void sf__doctor_close(struct sf__doctor *d)
     free(d->held);
     free(d->held_len);
     free(d->held_name);
+    free(d->held_size);
     free(d->shards);
     sf__loader_lists_free(d->lists, d->n_lists);
     sf_s3_destroy(d->s3);

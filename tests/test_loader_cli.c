@@ -262,6 +262,39 @@ Test(loader, doctor_verdict_for_a_step_beyond_any_thread_count)
     cr_expect(strstr(r.verdict, "use 9999996 more cores") != NULL, "%s", r.verdict);
 }
 
+/* A 0-byte shard before the real one: doctor holds no bytes for it, and
+ * judged whether each held shard was whole by the size of the shard at the
+ * same position in the listing, so the real one was taken as cut short. A
+ * tar without its end-of-archive blocks then lost its last sample. */
+Test(loader, doctor_reads_every_sample_after_an_empty_shard)
+{
+    local_dataset(20, 1 << 20, -1);
+    char a[900], b[900];
+    snprintf(a, sizeof(a), "%sshard-000000.tar", shards);
+    snprintf(b, sizeof(b), "%sshard-000001.tar", shards);
+    static unsigned char tar[1 << 20];
+    FILE *f = fopen(a, "rb");
+    cr_assert(f);
+    size_t n = fread(tar, 1, sizeof(tar), f);
+    fclose(f);
+    cr_assert(n > 1024 && n < sizeof(tar));
+    static const unsigned char zero[512];
+    while (n >= 512 && !memcmp(tar + n - 512, zero, 512))
+        n -= 512; /* no end-of-archive blocks */
+    f = fopen(b, "wb");
+    cr_assert(f && fwrite(tar, 1, n, f) == n && fclose(f) == 0);
+    f = fopen(a, "wb");
+    cr_assert(f && fclose(f) == 0);
+    remove_index(shards);
+    struct sf_loader_options o;
+    base_options(&o, shards_src, 1);
+    o.decode_threads = 1;
+    struct sf_doctor_result r;
+    char err[1024] = "";
+    cr_assert_eq(sf_doctor_measure(&o, 0.1, &r, err, sizeof(err)), SF_OK, "%s", err);
+    cr_expect_eq(r.samples_measured, 20ull, "%s", r.stage_note[SF_STAGE_DECODE]);
+}
+
 Test(loader, doctor_names_fetch_behind_a_slow_link_unless_the_data_is_cached)
 {
     const char *slow[] = {"--fault", "prefix=bucket/data,bandwidth=32K", NULL};
