@@ -48,6 +48,9 @@
 struct raw {
     unsigned char *data;
     size_t size;
+    const char *shard;         /* its shard's URL (the listing's) */
+    char *key;                 /* its key, owned; NULL in re-encoded copies */
+    unsigned long long offset; /* of the image in the shard */
 };
 
 struct sf__doctor {
@@ -216,7 +219,15 @@ static long long parse_all(struct sf__doctor *d, int keep, unsigned long long *b
                     }
                     memcpy(r->data, s.fields[k].data, s.fields[k].size);
                     r->size = s.fields[k].size;
-                    d->n_raw++;
+                    r->shard = d->held_name[i];
+                    r->offset = s.fields[k].offset;
+                    r->key = strdup(s.key);
+                    d->n_raw++; /* freed by sf__doctor_close, key NULL or not */
+                    if (!r->key) {
+                        sf_shard_reader_destroy(rd);
+                        sf__fail(err, len, SF_ERR_NO_MEMORY, "out of memory");
+                        return -1;
+                    }
                     break;
                 }
         }
@@ -270,6 +281,7 @@ struct decode_job {
     unsigned long long done;
     double busy_s;
     sf_status st;
+    const struct raw *bad; /* the sample that failed */
     char err[256];
 };
 
@@ -296,6 +308,7 @@ static void *decode_main(void *arg)
                                        sizeof(j->err));
         if (st != SF_OK) {
             j->st = st;
+            j->bad = r;
             break;
         }
         j->done++;
@@ -335,7 +348,12 @@ static double decode_for(struct sf__doctor *d, unsigned threads, double span_s, 
         done += jobs[i].done;
         if (jobs[i].st != SF_OK && *st == SF_OK) {
             *st = jobs[i].st;
-            sf__fail(err, len, *st, "decoding a sample of %s: %s", d->held_name[0], jobs[i].err);
+            const struct raw *b = jobs[i].bad;
+            if (b)
+                sf__fail(err, len, *st, "decoding %s: sample '%s', image at offset %llu: %s",
+                         b->shard, b->key, b->offset, jobs[i].err);
+            else
+                sf__fail(err, len, *st, "decoding: %s", sf_status_str(*st));
         }
     }
     double t = sf__now_s() - t0;
@@ -390,7 +408,7 @@ static void max_side_gain(struct sf__doctor *d)
             SF_OK) {
             o = NULL; /* CMYK or unreadable: pack keeps those as they are */
         }
-        small[i] = o ? (struct raw){o, on} : d->raw[i];
+        small[i] = o ? (struct raw){.data = o, .size = on} : d->raw[i];
         shrunk += o != NULL;
         before += d->raw[i].size;
         after += small[i].size;
@@ -676,8 +694,10 @@ void sf__doctor_close(struct sf__doctor *d)
 {
     if (!d)
         return;
-    for (unsigned i = 0; i < d->n_raw; i++)
+    for (unsigned i = 0; i < d->n_raw; i++) {
         free(d->raw[i].data);
+        free(d->raw[i].key);
+    }
     for (size_t i = 0; i < d->n_held; i++)
         free(d->held[i]);
     free(d->held);

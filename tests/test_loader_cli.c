@@ -295,6 +295,23 @@ Test(loader, doctor_reads_every_sample_after_an_empty_shard)
     cr_expect_eq(r.samples_measured, 20ull, "%s", r.stage_note[SF_STAGE_DECODE]);
 }
 
+/* A JPEG cut short in a later shard: doctor's decode stage fails naming
+ * that shard and the sample (it named the first shard, whatever sample
+ * failed). */
+Test(loader, doctor_names_the_shard_and_sample_that_fail_to_decode)
+{
+    local_dataset(40, 16 << 10, 33);
+    const char *src[] = {shards};
+    struct sf_loader_options o;
+    base_options(&o, src, 1);
+    o.decode_threads = 1;
+    struct sf_doctor_result r;
+    char err[1024] = "";
+    cr_assert_eq(sf_doctor_measure(&o, 0.1, &r, err, sizeof(err)), SF_ERR_CORRUPT, "%s", err);
+    cr_expect(strstr(err, "sample 's00033'") != NULL, "%s", err);
+    cr_expect_null(strstr(err, "shard-000000.tar"), "%s", err);
+}
+
 Test(loader, doctor_names_fetch_behind_a_slow_link_unless_the_data_is_cached)
 {
     const char *slow[] = {"--fault", "prefix=bucket/data,bandwidth=32K", NULL};
