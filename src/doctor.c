@@ -32,6 +32,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,6 +71,9 @@ struct sf__doctor {
     size_t n_held;
     struct raw raw[MAX_RAW];
     unsigned n_raw;
+    /* 1: raw[i] failed to decode and on_error is skip: left out, as the
+     * loader leaves it out. Set by any decode thread. */
+    atomic_uchar bad[MAX_RAW];
     int remote;
     double bytes_per_sample;
     unsigned long long held_bytes;
@@ -297,20 +301,35 @@ static void *decode_main(void *arg)
         free(out);
         return NULL;
     }
+    const int skip = d->o->on_error == SF_ON_ERROR_SKIP;
     double t0 = sf__now_s();
     /* At least one image each: a thread the scheduler starts after the span
-     * (a loaded machine, a short --seconds) still measures something. */
-    for (unsigned i = j->first; j->done == 0 || sf__now_s() < j->until; i++) {
-        const struct raw *r = &d->raw[i % d->n_raw];
+     * (a loaded machine, a short --seconds) still measures something; unless
+     * every sample is left out (bad_run: those seen one after the other). */
+    unsigned bad_run = 0;
+    for (unsigned i = j->first; (j->done == 0 || sf__now_s() < j->until) && bad_run < d->n_raw;
+         i++) {
+        const unsigned k = i % d->n_raw;
+        const struct raw *r = &d->raw[k];
+        if (atomic_load_explicit(&d->bad[k], memory_order_relaxed)) {
+            bad_run++;
+            continue;
+        }
         struct sf__decode_info info;
         sf_status st = sf__decode_jpeg(dec, &d->o->image, r->data, r->size,
                                        sf__sample_rng_seed(7, 0, 0, i), out, &info, j->err,
                                        sizeof(j->err));
         if (st != SF_OK) {
-            j->st = st;
-            j->bad = r;
-            break;
+            j->bad = r; /* the last failure: named if every sample fails */
+            if (!skip) {
+                j->st = st;
+                break;
+            }
+            atomic_store_explicit(&d->bad[k], 1, memory_order_relaxed);
+            bad_run++;
+            continue;
         }
+        bad_run = 0;
         j->done++;
     }
     j->busy_s = sf__now_s() - t0;
@@ -357,6 +376,14 @@ static double decode_for(struct sf__doctor *d, unsigned threads, double span_s, 
         }
     }
     double t = sf__now_s() - t0;
+    for (unsigned i = 0; i < started && *st == SF_OK && done == 0; i++)
+        if (jobs[i].bad) {
+            const struct raw *b = jobs[i].bad;
+            *st = sf__fail(err, len, SF_ERR_CORRUPT,
+                           "decoding: none of the %u images held decodes (on_error skip); "
+                           "%s: sample '%s', image at offset %llu: %s",
+                           d->n_raw, b->shard, b->key, b->offset, jobs[i].err);
+        }
     free(jobs);
     free(tid);
     if (started == 0 && *st == SF_OK)
@@ -395,8 +422,11 @@ static double decode_round(const struct sf__doctor *d, const struct raw *imgs, u
 static void max_side_gain(struct sf__doctor *d)
 {
     struct sf_doctor_result *r = d->r;
-    const unsigned n = d->n_raw < 32 ? d->n_raw : 32;
-    struct raw small[32];
+    struct raw pick[32], small[32]; /* up to 32 of those not left out */
+    unsigned n = 0;
+    for (unsigned i = 0; i < d->n_raw && n < 32; i++)
+        if (!atomic_load_explicit(&d->bad[i], memory_order_relaxed))
+            pick[n++] = d->raw[i];
     const struct sf__reencode re = {SF_DOCTOR_MAX_SIDE, 90};
     unsigned shrunk = 0;
     unsigned long long before = 0, after = 0;
@@ -404,13 +434,13 @@ static void max_side_gain(struct sf__doctor *d)
     for (unsigned i = 0; i < n; i++) {
         unsigned char *o = NULL;
         size_t on = 0;
-        if (sf__reencode_jpeg(&re, d->raw[i].data, d->raw[i].size, &o, &on, err, sizeof(err)) !=
+        if (sf__reencode_jpeg(&re, pick[i].data, pick[i].size, &o, &on, err, sizeof(err)) !=
             SF_OK) {
             o = NULL; /* CMYK or unreadable: pack keeps those as they are */
         }
-        small[i] = o ? (struct raw){.data = o, .size = on} : d->raw[i];
+        small[i] = o ? (struct raw){.data = o, .size = on} : pick[i];
         shrunk += o != NULL;
-        before += d->raw[i].size;
+        before += pick[i].size;
         after += small[i].size;
     }
     if (shrunk == 0) {
@@ -418,13 +448,13 @@ static void max_side_gain(struct sf__doctor *d)
     } else {
         sf_status st = SF_OK;
         const double span = fmin(0.5, d->stage_s / 4);
-        double a = decode_round(d, d->raw, n, span, &st, err, sizeof(err));
+        double a = decode_round(d, pick, n, span, &st, err, sizeof(err));
         double b = st == SF_OK ? decode_round(d, small, n, span, &st, err, sizeof(err)) : 0;
         r->max_side_speedup = st == SF_OK && a > 0 ? b / a : 0;
         r->max_side_bytes = before ? (double)after / (double)before : 0;
     }
     for (unsigned i = 0; i < n; i++)
-        if (small[i].data != d->raw[i].data)
+        if (small[i].data != pick[i].data)
             free(small[i].data);
 }
 
@@ -443,13 +473,19 @@ static sf_status stage_decode(struct sf__doctor *d, char *err, size_t len)
     r->stage_per_s[SF_STAGE_DECODE] = decode_for(d, r->decode_threads, d->stage_s / 2, &st, err, len);
     if (st != SF_OK)
         return st;
-    r->samples_measured = d->n_raw;
+    unsigned skipped = 0;
+    for (unsigned i = 0; i < d->n_raw; i++)
+        skipped += atomic_load_explicit(&d->bad[i], memory_order_relaxed) != 0;
+    r->samples_measured = d->n_raw - skipped;
     max_side_gain(d);
+    char left_out[64] = "";
+    if (skipped)
+        snprintf(left_out, sizeof(left_out), "; %u skipped (on_error skip)", skipped);
     snprintf(r->stage_note[SF_STAGE_DECODE], sizeof(r->stage_note[0]),
              "%u raw samples held in memory, %ux%u output: %.0f img/s on one thread, %u threads "
-             "together",
+             "together%s",
              d->n_raw, d->o->image.width, d->o->image.height, r->decode_per_thread_per_s,
-             r->decode_threads);
+             r->decode_threads, left_out);
     return SF_OK;
 }
 

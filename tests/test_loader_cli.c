@@ -297,7 +297,7 @@ Test(loader, doctor_reads_every_sample_after_an_empty_shard)
 
 /* A JPEG cut short in a later shard: doctor's decode stage fails naming
  * that shard and the sample (it named the first shard, whatever sample
- * failed). */
+ * failed); with on_error skip it is left out, as the loader would. */
 Test(loader, doctor_names_the_shard_and_sample_that_fail_to_decode)
 {
     local_dataset(40, 16 << 10, 33);
@@ -310,6 +310,15 @@ Test(loader, doctor_names_the_shard_and_sample_that_fail_to_decode)
     cr_assert_eq(sf_doctor_measure(&o, 0.1, &r, err, sizeof(err)), SF_ERR_CORRUPT, "%s", err);
     cr_expect(strstr(err, "sample 's00033'") != NULL, "%s", err);
     cr_expect_null(strstr(err, "shard-000000.tar"), "%s", err);
+
+    /* with on_error skip the loader leaves it out, and so does doctor (it
+     * failed: no doctor on data the loader reads) */
+    o.on_error = SF_ON_ERROR_SKIP;
+    cr_assert_eq(sf_doctor_measure(&o, 0.1, &r, err, sizeof(err)), SF_OK, "%s", err);
+    cr_expect_gt(r.stage_per_s[SF_STAGE_DECODE], 0, "%s", r.stage_note[SF_STAGE_DECODE]);
+    cr_expect_gt(r.decode_per_thread_per_s, 0);
+    cr_expect(strstr(r.stage_note[SF_STAGE_DECODE], "1 skipped") != NULL, "%s",
+              r.stage_note[SF_STAGE_DECODE]);
 }
 
 Test(loader, doctor_names_fetch_behind_a_slow_link_unless_the_data_is_cached)
