@@ -321,6 +321,22 @@ Test(loader, doctor_names_the_shard_and_sample_that_fail_to_decode)
               r.stage_note[SF_STAGE_DECODE]);
 }
 
+/* on_error skip and no sample that decodes: nothing to measure, an error
+ * naming one of them, not a decode thread looking for a good one forever. */
+Test(loader, doctor_with_skip_fails_when_no_sample_decodes, .timeout = 60)
+{
+    local_dataset(1, 16 << 10, 0);
+    const char *src[] = {shards};
+    struct sf_loader_options o;
+    base_options(&o, src, 1);
+    o.on_error = SF_ON_ERROR_SKIP;
+    struct sf_doctor_result r;
+    char err[1024] = "";
+    cr_assert_eq(sf_doctor_measure(&o, 0.1, &r, err, sizeof(err)), SF_ERR_CORRUPT, "%s", err);
+    cr_expect(strstr(err, "none of the 1 images held decodes") && strstr(err, "sample 's00000'"),
+              "%s", err);
+}
+
 Test(loader, doctor_names_fetch_behind_a_slow_link_unless_the_data_is_cached)
 {
     const char *slow[] = {"--fault", "prefix=bucket/data,bandwidth=32K", NULL};
