@@ -323,7 +323,7 @@ Test(loader, doctor_names_the_shard_and_sample_that_fail_to_decode)
 
 /* on_error skip and no sample that decodes: nothing to measure, an error
  * naming one of them, not a decode thread looking for a good one forever. */
-Test(loader, doctor_with_skip_fails_when_no_sample_decodes, .timeout = 60)
+Test(loader, doctor_with_skip_fails_when_no_sample_decodes)
 {
     local_dataset(1, 16 << 10, 0);
     const char *src[] = {shards};
