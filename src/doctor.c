@@ -248,9 +248,12 @@ static sf_status first_parse(struct sf__doctor *d, char *err, size_t len)
     long long n = parse_all(d, 1, &bytes, err, len);
     if (n < 0)
         return SF_ERR_CORRUPT;
+    if (n == 0 && d->n_held == 0) /* every shard is 0 bytes: none was held */
+        return sf__fail(err, len, SF_ERR_NOT_FOUND, "no samples: %s is 0 bytes%s",
+                        d->shards[0]->url, d->n_shards > 1 ? ", and so are the others" : "");
     if (n == 0)
         return sf__fail(err, len, SF_ERR_NOT_FOUND, "no samples in the first shards (%s)",
-                    d->held_name[0]);
+                        d->held_name[0]);
     d->bytes_per_sample = (double)bytes / (double)n;
     d->held_bytes = bytes;
     return SF_OK;

@@ -337,6 +337,19 @@ Test(loader, doctor_with_skip_fails_when_no_sample_decodes)
               "%s", err);
 }
 
+/* Only a 0-byte shard: doctor holds nothing, and its message named the
+ * first shard held, of which there is none ("(null)"). */
+Test(loader, doctor_on_only_empty_shards_names_one)
+{
+    loader_tmpdir();
+    char dir[800], out[4096], err[4096];
+    snprintf(dir, sizeof(dir), "%s/empty/", tmp);
+    cr_assert(test_write_file(tmp, "empty/shard-000000.tar", "", 0) == 0);
+    const char *run[] = {SF_CLI_BIN, "doctor", dir, "--seconds", "0.1", NULL};
+    cr_expect_eq(run_cli_err(run, out, sizeof(out), err, sizeof(err)), 1, "%s", err);
+    cr_expect(strstr(err, "shard-000000.tar") && !strstr(err, "(null)"), "%s", err);
+}
+
 Test(loader, doctor_names_fetch_behind_a_slow_link_unless_the_data_is_cached)
 {
     const char *slow[] = {"--fault", "prefix=bucket/data,bandwidth=32K", NULL};
