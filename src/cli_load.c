@@ -5,13 +5,16 @@
  * sf_loader_options_from_json(), so the CLI, the JSON file (--config) and
  * the C struct cannot drift apart. */
 #include "cli.h"
+#include "common/io.h"
 #include "src/pipeline_rate.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -164,13 +167,16 @@ static void tune_usage(FILE *f)
 
 #define CONFIG_MAX_BYTES (32u << 20)
 
-/* The whole file, NUL-terminated (the caller frees it), or NULL with errno:
- * EFBIG over CONFIG_MAX_BYTES, EISDIR and other read errors as read gave
- * them (fread's 0 is not the end of a file it could not read). */
-/* Whether path can be written: an existing file, or a new one in a folder
- * that can be written; errno says why not. */
+/* Whether path can be written: an existing file (not a folder), or a new
+ * one in a folder that can be written; errno says why not. Only an early
+ * warning: write_file_atomic() does the write and says if it fails. */
 static int writable_path(const char *path)
 {
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        errno = EISDIR; /* access() would let a folder pass */
+        return 0;
+    }
     if (access(path, W_OK) == 0)
         return 1;
     if (errno != ENOENT)
@@ -189,6 +195,9 @@ static int writable_path(const char *path)
     return access(dir, W_OK) == 0;
 }
 
+/* The whole file, NUL-terminated (the caller frees it), or NULL with errno:
+ * EFBIG over CONFIG_MAX_BYTES, EISDIR and other read errors as read gave
+ * them (fread's 0 is not the end of a file it could not read). */
 static char *read_file(const char *path)
 {
     FILE *f = fopen(path, "rb");
@@ -479,9 +488,12 @@ static int load_or_doctor(int argc, char **argv, int doctor)
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     unsigned long long rss = (unsigned long long)ru.ru_maxrss * 1024ULL;
-    double wait_share = seconds > 0 ? s.consumer_wait_s / seconds : 0;
     struct sf_loader_report rep;
     sf_loader_report(l, &rep);
+    /* One wait share, the report's: the wait over the time from the first
+     * next() on. consumer_wait_s / seconds would count the open (listing,
+     * index.json) as time the step did not wait. */
+    const double wait_share = rep.wait_share;
     if (fail_st != SF_OK) {
         cli_errorf("load: %s (%s)", sf_loader_errmsg(l), sf_status_name(fail_st));
     }
@@ -545,8 +557,9 @@ static int load_or_doctor(int argc, char **argv, int doctor)
     } else {
         printf("load: %llu images in %llu batches, %u epoch(s), %.2f s: %.1f images/s\n", images,
                batches, lc.epochs, seconds, seconds > 0 ? (double)images / seconds : 0.0);
-        printf("  consumer waited %.2f s (%.1f %% of the run); first batch after %.2f s\n",
-               s.consumer_wait_s, 100.0 * wait_share, first_batch_s);
+        printf("  consumer waited %.2f s (%.1f %% of the time from its first next()); first "
+               "batch after %.2f s\n",
+               rep.wait_s, 100.0 * wait_share, first_batch_s);
         printf("  stages: read %.1f samples/s, decode %.1f images/s on %u threads (busy %.2f "
                "s), fetch %.1f MiB/s\n",
                s.read_per_s, s.decode_per_s, s.decode_threads, s.decode_busy_s, s.fetch_mib_per_s);
@@ -602,6 +615,23 @@ static sf_status doctor_pipeline(struct sf_loader_options *o, const struct load_
     struct sf_loader_stats s;
     sf_loader_get_stats(l, &s);
     sf_loader_report(l, rep);
+    /* No whole batch to time: every stage rate would still name a bound,
+     * and that verdict would be made up. */
+    const unsigned bs = o->batch_size ? o->batch_size : 256;
+    const unsigned long long n = sf_loader_epoch_samples(l);
+    if (st == SF_OK && rep->batches == 0) {
+        snprintf(err, err_len,
+                 "the data is too small to measure: the pipeline delivered no batch (batch_size "
+                 "%u%s): this rank's epoch holds fewer samples than one batch",
+                 bs, o->drop_last ? ", drop_last" : "");
+        st = SF_ERR_NOT_FOUND;
+    } else if (st == SF_OK && sf_loader_epoch_size_known(l) && n < bs) {
+        snprintf(err, err_len,
+                 "the data is too small to measure: this rank's epoch holds %llu sample%s, fewer "
+                 "than one batch (batch_size %u): every batch is a partial one",
+                 n, n == 1 ? "" : "s", bs);
+        st = SF_ERR_NOT_FOUND;
+    }
     *in_cache = s.bytes_fetched == 0;
     sf_loader_close(l);
     return st;
@@ -685,6 +715,73 @@ int cli_cmd_tune(int argc, char **argv)
     return load_or_doctor(argc, argv, 2);
 }
 
+/* Writes text to path as a whole or not at all: a temporary file beside it
+ * (the same folder, so the same file system), flushed to disk, then renamed
+ * over it; a failure removes the temporary and leaves what was at path
+ * untouched. A path that is a link writes its target; one that is not a
+ * regular file (/dev/stdout, a FIFO) is written in place, as it cannot be
+ * replaced. An existing file keeps its mode; a new one gets 0666 less the
+ * umask, as fopen() would give. Returns 0, or -1 with errno. */
+static int write_file_atomic(const char *path, const char *text)
+{
+    const size_t len = strlen(text);
+    struct stat sb;
+    int exists = stat(path, &sb) == 0;
+    if (!exists && errno != ENOENT)
+        return -1;
+    if (exists && !S_ISREG(sb.st_mode)) {
+        int fd = open(path, O_WRONLY | O_TRUNC | O_CLOEXEC);
+        if (fd < 0)
+            return -1;
+        errno = 0;
+        int rc = sf__write_full(fd, text, len, NULL) == 0 ? 0 : -1;
+        int e = rc ? (errno ? errno : EIO) : 0;
+        if (close(fd) != 0 && !rc) {
+            rc = -1;
+            e = errno;
+        }
+        errno = e;
+        return rc;
+    }
+    char *real = exists ? realpath(path, NULL) : NULL;
+    if (exists && !real)
+        return -1;
+    const char *final = real ? real : path;
+    const char *slash = strrchr(final, '/');
+    const size_t cap = strlen(final) + 64;
+    char *tmp = malloc(cap);
+    if (!tmp) {
+        free(real);
+        errno = ENOMEM;
+        return -1;
+    }
+    int fd = -1;
+    for (unsigned k = 0; fd < 0 && k < 100; k++) {
+        snprintf(tmp, cap, "%.*s.%s.tmp-%ld-%u", slash ? (int)(slash - final + 1) : 0, final,
+                 slash ? slash + 1 : final, (long)getpid(), k);
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (fd < 0 && errno != EEXIST)
+            break;
+    }
+    int e = fd < 0 ? errno : 0;
+    if (fd >= 0) {
+        errno = 0;
+        if ((exists && fchmod(fd, sb.st_mode & 07777) != 0) ||
+            sf__write_full(fd, text, len, NULL) != 0 || fsync(fd) != 0)
+            e = errno ? errno : EIO; /* a write that made no progress: EIO */
+        if (close(fd) != 0 && !e)
+            e = errno;
+        if (!e && rename(tmp, final) != 0)
+            e = errno;
+        if (e)
+            unlink(tmp);
+    }
+    free(tmp);
+    free(real);
+    errno = e;
+    return e ? -1 : 0;
+}
+
 static int run_tune(struct sf_loader_options *o, const struct load_ctx *lc, int json,
                     const char *output)
 {
@@ -696,17 +793,16 @@ static int run_tune(struct sf_loader_options *o, const struct load_ctx *lc, int 
     if (output && !strcmp(output, "-"))
         output = NULL; /* stdout, as without -o */
     if (output) {
-        FILE *f = fopen(output, "w");
-        int ok = f && fprintf(f, "%s\n", r.config_json) >= 0;
-        int e = errno;
-        if (f && fclose(f) != 0 && ok) {
-            ok = 0;
-            e = errno;
-        }
-        if (!ok) {
-            cli_errorf("tune: -o %s: %s", output, strerror(e));
+        size_t n = strlen(r.config_json) + 2;
+        char *text = malloc(n);
+        if (text)
+            snprintf(text, n, "%s\n", r.config_json);
+        if (!text || write_file_atomic(output, text) != 0) {
+            cli_errorf("tune: -o %s: %s", output, strerror(text ? errno : ENOMEM));
+            free(text);
             return 1;
         }
+        free(text);
     }
     if (json) {
         cJSON *j = cJSON_CreateObject();

@@ -32,6 +32,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,6 +49,9 @@
 struct raw {
     unsigned char *data;
     size_t size;
+    const char *shard;         /* its shard's URL (the listing's) */
+    char *key;                 /* its key, owned; NULL in re-encoded copies */
+    unsigned long long offset; /* of the image in the shard */
 };
 
 struct sf__doctor {
@@ -63,9 +67,13 @@ struct sf__doctor {
     unsigned char **held;
     size_t *held_len;
     const char **held_name;
+    unsigned long long *held_size; /* the object's size (SF_SIZE_UNKNOWN: unknown) */
     size_t n_held;
     struct raw raw[MAX_RAW];
     unsigned n_raw;
+    /* 1: raw[i] failed to decode and on_error is skip: left out, as the
+     * loader leaves it out. Set by any decode thread. */
+    atomic_uchar bad[MAX_RAW];
     int remote;
     double bytes_per_sample;
     unsigned long long held_bytes;
@@ -114,8 +122,9 @@ static sf_status hold_shards(struct sf__doctor *d, char *err, size_t len)
     d->held = calloc(d->n_shards, sizeof(*d->held));
     d->held_len = calloc(d->n_shards, sizeof(*d->held_len));
     d->held_name = calloc(d->n_shards, sizeof(*d->held_name));
+    d->held_size = calloc(d->n_shards, sizeof(*d->held_size));
     struct sf_fetch **f = calloc(d->n_shards ? d->n_shards : 1, sizeof(*f));
-    if (!d->held || !d->held_len || !d->held_name || !f) {
+    if (!d->held || !d->held_len || !d->held_name || !d->held_size || !f) {
         free(f);
         return SF_ERR_NO_MEMORY;
     }
@@ -143,6 +152,7 @@ static sf_status hold_shards(struct sf__doctor *d, char *err, size_t len)
         fo.size = obj->size;
         d->held[n] = buf;
         d->held_name[n] = obj->url;
+        d->held_size[n] = obj->size;
         st = sf_fetch_start(d->s3, obj->url, &fo, &f[n]);
         if (st != SF_OK)
             st = sf__fail(err, len, st, "reading %s: %s", obj->url, sf_status_str(st));
@@ -184,7 +194,8 @@ static long long parse_all(struct sf__doctor *d, int keep, unsigned long long *b
         struct sf_shard_reader *rd = NULL;
         if (sf_shard_reader_new(&ro, &rd, err, len) != SF_OK)
             return -1;
-        const int whole = d->shards[i]->size == d->held_len[i];
+        /* held[i] is not shards[i] once an empty shard was skipped */
+        const int whole = d->held_size[i] == d->held_len[i];
         sf_shard_reader_feed(rd, d->held[i], d->held_len[i],
                              whole ? d->held_len[i] : SF_SIZE_UNKNOWN);
         unsigned long long end = 0;
@@ -212,7 +223,15 @@ static long long parse_all(struct sf__doctor *d, int keep, unsigned long long *b
                     }
                     memcpy(r->data, s.fields[k].data, s.fields[k].size);
                     r->size = s.fields[k].size;
-                    d->n_raw++;
+                    r->shard = d->held_name[i];
+                    r->offset = s.fields[k].offset;
+                    r->key = strdup(s.key);
+                    d->n_raw++; /* freed by sf__doctor_close, key NULL or not */
+                    if (!r->key) {
+                        sf_shard_reader_destroy(rd);
+                        sf__fail(err, len, SF_ERR_NO_MEMORY, "out of memory");
+                        return -1;
+                    }
                     break;
                 }
         }
@@ -229,9 +248,12 @@ static sf_status first_parse(struct sf__doctor *d, char *err, size_t len)
     long long n = parse_all(d, 1, &bytes, err, len);
     if (n < 0)
         return SF_ERR_CORRUPT;
+    if (n == 0 && d->n_held == 0) /* every shard is 0 bytes: none was held */
+        return sf__fail(err, len, SF_ERR_NOT_FOUND, "no samples: %s is 0 bytes%s",
+                        d->shards[0]->url, d->n_shards > 1 ? ", and so are the others" : "");
     if (n == 0)
         return sf__fail(err, len, SF_ERR_NOT_FOUND, "no samples in the first shards (%s)",
-                    d->held_name[0]);
+                        d->held_name[0]);
     d->bytes_per_sample = (double)bytes / (double)n;
     d->held_bytes = bytes;
     return SF_OK;
@@ -266,6 +288,7 @@ struct decode_job {
     unsigned long long done;
     double busy_s;
     sf_status st;
+    const struct raw *bad; /* the sample that failed */
     char err[256];
 };
 
@@ -281,19 +304,35 @@ static void *decode_main(void *arg)
         free(out);
         return NULL;
     }
+    const int skip = d->o->on_error == SF_ON_ERROR_SKIP;
     double t0 = sf__now_s();
     /* At least one image each: a thread the scheduler starts after the span
-     * (a loaded machine, a short --seconds) still measures something. */
-    for (unsigned i = j->first; j->done == 0 || sf__now_s() < j->until; i++) {
-        const struct raw *r = &d->raw[i % d->n_raw];
+     * (a loaded machine, a short --seconds) still measures something; unless
+     * every sample is left out (bad_run: those seen one after the other). */
+    unsigned bad_run = 0;
+    for (unsigned i = j->first; (j->done == 0 || sf__now_s() < j->until) && bad_run < d->n_raw;
+         i++) {
+        const unsigned k = i % d->n_raw;
+        const struct raw *r = &d->raw[k];
+        if (atomic_load_explicit(&d->bad[k], memory_order_relaxed)) {
+            bad_run++;
+            continue;
+        }
         struct sf__decode_info info;
         sf_status st = sf__decode_jpeg(dec, &d->o->image, r->data, r->size,
                                        sf__sample_rng_seed(7, 0, 0, i), out, &info, j->err,
                                        sizeof(j->err));
         if (st != SF_OK) {
-            j->st = st;
-            break;
+            j->bad = r; /* the last failure: named if every sample fails */
+            if (!skip) {
+                j->st = st;
+                break;
+            }
+            atomic_store_explicit(&d->bad[k], 1, memory_order_relaxed);
+            bad_run++;
+            continue;
         }
+        bad_run = 0;
         j->done++;
     }
     j->busy_s = sf__now_s() - t0;
@@ -331,10 +370,23 @@ static double decode_for(struct sf__doctor *d, unsigned threads, double span_s, 
         done += jobs[i].done;
         if (jobs[i].st != SF_OK && *st == SF_OK) {
             *st = jobs[i].st;
-            sf__fail(err, len, *st, "decoding a sample of %s: %s", d->held_name[0], jobs[i].err);
+            const struct raw *b = jobs[i].bad;
+            if (b)
+                sf__fail(err, len, *st, "decoding %s: sample '%s', image at offset %llu: %s",
+                         b->shard, b->key, b->offset, jobs[i].err);
+            else
+                sf__fail(err, len, *st, "decoding: %s", sf_status_str(*st));
         }
     }
     double t = sf__now_s() - t0;
+    for (unsigned i = 0; i < started && *st == SF_OK && done == 0; i++)
+        if (jobs[i].bad) {
+            const struct raw *b = jobs[i].bad;
+            *st = sf__fail(err, len, SF_ERR_CORRUPT,
+                           "decoding: none of the %u images held decodes (on_error skip); "
+                           "%s: sample '%s', image at offset %llu: %s",
+                           d->n_raw, b->shard, b->key, b->offset, jobs[i].err);
+        }
     free(jobs);
     free(tid);
     if (started == 0 && *st == SF_OK)
@@ -373,8 +425,11 @@ static double decode_round(const struct sf__doctor *d, const struct raw *imgs, u
 static void max_side_gain(struct sf__doctor *d)
 {
     struct sf_doctor_result *r = d->r;
-    const unsigned n = d->n_raw < 32 ? d->n_raw : 32;
-    struct raw small[32];
+    struct raw pick[32], small[32]; /* up to 32 of those not left out */
+    unsigned n = 0;
+    for (unsigned i = 0; i < d->n_raw && n < 32; i++)
+        if (!atomic_load_explicit(&d->bad[i], memory_order_relaxed))
+            pick[n++] = d->raw[i];
     const struct sf__reencode re = {SF_DOCTOR_MAX_SIDE, 90};
     unsigned shrunk = 0;
     unsigned long long before = 0, after = 0;
@@ -382,13 +437,13 @@ static void max_side_gain(struct sf__doctor *d)
     for (unsigned i = 0; i < n; i++) {
         unsigned char *o = NULL;
         size_t on = 0;
-        if (sf__reencode_jpeg(&re, d->raw[i].data, d->raw[i].size, &o, &on, err, sizeof(err)) !=
+        if (sf__reencode_jpeg(&re, pick[i].data, pick[i].size, &o, &on, err, sizeof(err)) !=
             SF_OK) {
             o = NULL; /* CMYK or unreadable: pack keeps those as they are */
         }
-        small[i] = o ? (struct raw){o, on} : d->raw[i];
+        small[i] = o ? (struct raw){.data = o, .size = on} : pick[i];
         shrunk += o != NULL;
-        before += d->raw[i].size;
+        before += pick[i].size;
         after += small[i].size;
     }
     if (shrunk == 0) {
@@ -396,13 +451,13 @@ static void max_side_gain(struct sf__doctor *d)
     } else {
         sf_status st = SF_OK;
         const double span = fmin(0.5, d->stage_s / 4);
-        double a = decode_round(d, d->raw, n, span, &st, err, sizeof(err));
+        double a = decode_round(d, pick, n, span, &st, err, sizeof(err));
         double b = st == SF_OK ? decode_round(d, small, n, span, &st, err, sizeof(err)) : 0;
         r->max_side_speedup = st == SF_OK && a > 0 ? b / a : 0;
         r->max_side_bytes = before ? (double)after / (double)before : 0;
     }
     for (unsigned i = 0; i < n; i++)
-        if (small[i].data != d->raw[i].data)
+        if (small[i].data != pick[i].data)
             free(small[i].data);
 }
 
@@ -421,13 +476,19 @@ static sf_status stage_decode(struct sf__doctor *d, char *err, size_t len)
     r->stage_per_s[SF_STAGE_DECODE] = decode_for(d, r->decode_threads, d->stage_s / 2, &st, err, len);
     if (st != SF_OK)
         return st;
-    r->samples_measured = d->n_raw;
+    unsigned skipped = 0;
+    for (unsigned i = 0; i < d->n_raw; i++)
+        skipped += atomic_load_explicit(&d->bad[i], memory_order_relaxed) != 0;
+    r->samples_measured = d->n_raw - skipped;
     max_side_gain(d);
+    char left_out[64] = "";
+    if (skipped)
+        snprintf(left_out, sizeof(left_out), "; %u skipped (on_error skip)", skipped);
     snprintf(r->stage_note[SF_STAGE_DECODE], sizeof(r->stage_note[0]),
              "%u raw samples held in memory, %ux%u output: %.0f img/s on one thread, %u threads "
-             "together",
+             "together%s",
              d->n_raw, d->o->image.width, d->o->image.height, r->decode_per_thread_per_s,
-             r->decode_threads);
+             r->decode_threads, left_out);
     return SF_OK;
 }
 
@@ -672,13 +733,16 @@ void sf__doctor_close(struct sf__doctor *d)
 {
     if (!d)
         return;
-    for (unsigned i = 0; i < d->n_raw; i++)
+    for (unsigned i = 0; i < d->n_raw; i++) {
         free(d->raw[i].data);
+        free(d->raw[i].key);
+    }
     for (size_t i = 0; i < d->n_held; i++)
         free(d->held[i]);
     free(d->held);
     free(d->held_len);
     free(d->held_name);
+    free(d->held_size);
     free(d->shards);
     sf__loader_lists_free(d->lists, d->n_lists);
     sf_s3_destroy(d->s3);

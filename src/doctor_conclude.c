@@ -62,7 +62,8 @@ void sf_doctor_conclude(struct sf_doctor_result *r, double step_per_s, double pi
     r->bound = bound;
     char need[64];
     if (r->step_per_s > 0)
-        snprintf(need, sizeof(need), "%.0f samples/s", r->step_per_s);
+        snprintf(need, sizeof(need), r->step_per_s < 1e12 ? "%.0f samples/s" : "%.3g samples/s",
+                 r->step_per_s);
     else
         snprintf(need, sizeof(need), "as many as it gets (no step)");
     const char *waits = r->wait_share > 0.05 ? "waits" : "waited only";
@@ -90,17 +91,21 @@ void sf_doctor_conclude(struct sf_doctor_result *r, double step_per_s, double pi
         else
             pack[0] = 0;
         if (r->step_per_s > 0) {
-            const unsigned want = (unsigned)ceil(r->step_per_s / per);
+            /* In double: a step of --step-ms 1e-300 needs more threads than
+             * an unsigned holds (the cast is undefined; it gave 0). */
+            const double want = ceil(r->step_per_s / per);
             if (want <= r->cores)
                 snprintf(r->verdict, sizeof(r->verdict),
                          "decode-bound: %u threads at %.0f img/s each (%.0f together); the step "
                          "takes %s: set decode_threads to %u (cores here: %u)",
-                         r->decode_threads, per, r->stage_per_s[SF_STAGE_DECODE], need, want,
-                         r->cores);
+                         r->decode_threads, per, r->stage_per_s[SF_STAGE_DECODE], need,
+                         (unsigned)want, r->cores);
             else
                 snprintf(r->verdict, sizeof(r->verdict),
-                         "decode-bound: %u threads at %.0f img/s each (%.0f together); the step "
-                         "takes %s: use %u more cores%s",
+                         want < 1e12 ? "decode-bound: %u threads at %.0f img/s each (%.0f "
+                                       "together); the step takes %s: use %.0f more cores%s"
+                                     : "decode-bound: %u threads at %.0f img/s each (%.0f "
+                                       "together); the step takes %s: use %.3g more cores%s",
                          r->decode_threads, per, r->stage_per_s[SF_STAGE_DECODE], need,
                          want - r->cores, pack);
         } else {

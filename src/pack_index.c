@@ -148,3 +148,47 @@ sf_status sf__pack_write_index(struct packer *p, uint64_t total_bytes)
     free(text);
     return st;
 }
+
+/*
+ * The S3 side of remove_old_index (pack_shard.c): an index.json left under
+ * the prefix by an earlier pack names shards with their old sizes, counts
+ * and checksums, and this run's shards go up over some of them. A pack that
+ * fails leaves them there (pack deletes no object, and the S3 client has no
+ * DELETE), so before the first one goes up the old index is overwritten by
+ * an index of no shard: readers do not use an index that does not list the
+ * shards (they count them as without one), and the new index, PUT last,
+ * replaces it. A HEAD first, so a prefix without an index gets none; a HEAD
+ * that fails otherwise than 404 (no s3:GetObject) cannot tell, so the PUT
+ * goes anyway. A PUT that fails fails the pack before any shard went up.
+ */
+sf_status sf__pack_s3_clear_old_index(struct packer *p)
+{
+    char *url = sf__pack_object_url(p, SF__INDEX_JSON_NAME);
+    if (!url)
+        return sf__pack_fail(p, SF_ERR_NO_MEMORY, "no memory for " SF__INDEX_JSON_NAME);
+    struct sf_object_info info;
+    memset(&info, 0, sizeof(info));
+    sf_status st = sf_s3_stat(p->o->s3, url, &info);
+    sf_object_info_clear(&info);
+    if (st == SF_ERR_NOT_FOUND) {
+        free(url);
+        return SF_OK;
+    }
+    const struct sf__index_json none = {.format = sf_pack_format_name(p->o->format),
+                                        .zstd = p->o->zstd_level != 0};
+    size_t len = 0;
+    char *text = sf__index_json_write(&none, &len);
+    if (!text)
+        st = sf__pack_fail(p, SF_ERR_NO_MEMORY, "no memory for " SF__INDEX_JSON_NAME);
+    else if ((st = sf_s3_put(p->o->s3, url, NULL, text, len, NULL, 0)) != SF_OK) {
+        char msg[1024];
+        sf_s3_errmsg(p->o->s3, msg, sizeof(msg));
+        sf__pack_fail(p, st,
+                      "%s: cannot replace the earlier pack's index before the first shard goes "
+                      "up: %s",
+                      url, msg[0] ? msg : sf_status_str(st));
+    }
+    free(text);
+    free(url);
+    return st;
+}

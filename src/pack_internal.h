@@ -163,6 +163,9 @@ void sf__pack_uploader_stop(struct packer *p);
 /* ------------------------------------------------------------ pack_index.c */
 
 sf_status sf__pack_write_index(struct packer *p, uint64_t total_bytes);
+/* S3: an index.json already under the prefix is replaced by one naming no
+ * shard, before the first shard goes up (pack_index.c says why). */
+sf_status sf__pack_s3_clear_old_index(struct packer *p);
 
 /* ------------------------------------------------------------ pack_reencode_pool.c */
 

@@ -224,6 +224,8 @@ sf_status sf__pack_shard_close(struct packer *p, struct shard *s)
     info->xxh3 = xxh3;
     p->n_shards++;
     if (p->to_s3) {
+        if (p->n_shards == 1 && (st = sf__pack_s3_clear_old_index(p)) != SF_OK)
+            return st; /* the first shard: nothing went up yet */
         char *url = sf__pack_object_url(p, s->name);
         if (!url)
             return SF_ERR_NO_MEMORY;

@@ -8,6 +8,7 @@
 
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -244,6 +245,118 @@ Test(loader, doctor_measures_what_pack_max_side_would_give)
               "%s", r.verdict);
 }
 
+/* A step rate far beyond what threads can give (--step-ms 1e-300 is
+ * accepted: 8e303 samples/s for batches of 8): the threads it would need
+ * do not fit an unsigned, and the cast made "set decode_threads to 0". */
+Test(loader, doctor_verdict_for_a_step_beyond_any_thread_count)
+{
+    struct sf_doctor_result r;
+    memset(&r, 0, sizeof(r));
+    r.stage_per_s[SF_STAGE_READ] = 1e6;
+    r.stage_per_s[SF_STAGE_DECODE] = 2000;
+    r.stage_per_s[SF_STAGE_ASSEMBLY] = 1e6;
+    r.decode_per_thread_per_s = 1000;
+    r.decode_threads = 2;
+    r.cores = 4;
+    const double steps[] = {1e10, 1e300};
+    for (int i = 0; i < 2; i++) {
+        sf_doctor_conclude(&r, steps[i], 0, NULL, 1);
+        cr_expect_eq(r.bound, SF_STAGE_DECODE, "%s", r.verdict);
+        cr_expect(strstr(r.verdict, "more cores") != NULL, "%s", r.verdict);
+        cr_expect_null(strstr(r.verdict, "decode_threads to 0"), "%s", r.verdict);
+    }
+    sf_doctor_conclude(&r, 1e10, 0, NULL, 1); /* 1e7 threads: 9999996 more than the cores */
+    cr_expect(strstr(r.verdict, "use 9999996 more cores") != NULL, "%s", r.verdict);
+}
+
+/* A 0-byte shard before the real one: doctor holds no bytes for it, and
+ * judged whether each held shard was whole by the size of the shard at the
+ * same position in the listing, so the real one was taken as cut short. A
+ * tar without its end-of-archive blocks then lost its last sample. */
+Test(loader, doctor_reads_every_sample_after_an_empty_shard)
+{
+    local_dataset(20, 1 << 20, -1);
+    char a[900], b[900];
+    snprintf(a, sizeof(a), "%sshard-000000.tar", shards);
+    snprintf(b, sizeof(b), "%sshard-000001.tar", shards);
+    static unsigned char tar[1 << 20];
+    FILE *f = fopen(a, "rb");
+    cr_assert(f);
+    size_t n = fread(tar, 1, sizeof(tar), f);
+    fclose(f);
+    cr_assert(n > 1024 && n < sizeof(tar));
+    static const unsigned char zero[512];
+    while (n >= 512 && !memcmp(tar + n - 512, zero, 512))
+        n -= 512; /* no end-of-archive blocks */
+    f = fopen(b, "wb");
+    cr_assert(f && fwrite(tar, 1, n, f) == n && fclose(f) == 0);
+    f = fopen(a, "wb");
+    cr_assert(f && fclose(f) == 0);
+    remove_index(shards);
+    struct sf_loader_options o;
+    base_options(&o, shards_src, 1);
+    o.decode_threads = 1;
+    struct sf_doctor_result r;
+    char err[1024] = "";
+    cr_assert_eq(sf_doctor_measure(&o, 0.1, &r, err, sizeof(err)), SF_OK, "%s", err);
+    cr_expect_eq(r.samples_measured, 20ull, "%s", r.stage_note[SF_STAGE_DECODE]);
+}
+
+/* A JPEG cut short in a later shard: doctor's decode stage fails naming
+ * that shard and the sample (it named the first shard, whatever sample
+ * failed); with on_error skip it is left out, as the loader would. */
+Test(loader, doctor_names_the_shard_and_sample_that_fail_to_decode)
+{
+    local_dataset(40, 16 << 10, 33);
+    const char *src[] = {shards};
+    struct sf_loader_options o;
+    base_options(&o, src, 1);
+    o.decode_threads = 1;
+    struct sf_doctor_result r;
+    char err[1024] = "";
+    cr_assert_eq(sf_doctor_measure(&o, 0.1, &r, err, sizeof(err)), SF_ERR_CORRUPT, "%s", err);
+    cr_expect(strstr(err, "sample 's00033'") != NULL, "%s", err);
+    cr_expect_null(strstr(err, "shard-000000.tar"), "%s", err);
+
+    /* with on_error skip the loader leaves it out, and so does doctor (it
+     * failed: no doctor on data the loader reads) */
+    o.on_error = SF_ON_ERROR_SKIP;
+    cr_assert_eq(sf_doctor_measure(&o, 0.1, &r, err, sizeof(err)), SF_OK, "%s", err);
+    cr_expect_gt(r.stage_per_s[SF_STAGE_DECODE], 0, "%s", r.stage_note[SF_STAGE_DECODE]);
+    cr_expect_gt(r.decode_per_thread_per_s, 0);
+    cr_expect(strstr(r.stage_note[SF_STAGE_DECODE], "1 skipped") != NULL, "%s",
+              r.stage_note[SF_STAGE_DECODE]);
+}
+
+/* on_error skip and no sample that decodes: nothing to measure, an error
+ * naming one of them, not a decode thread looking for a good one forever. */
+Test(loader, doctor_with_skip_fails_when_no_sample_decodes)
+{
+    local_dataset(1, 16 << 10, 0);
+    const char *src[] = {shards};
+    struct sf_loader_options o;
+    base_options(&o, src, 1);
+    o.on_error = SF_ON_ERROR_SKIP;
+    struct sf_doctor_result r;
+    char err[1024] = "";
+    cr_assert_eq(sf_doctor_measure(&o, 0.1, &r, err, sizeof(err)), SF_ERR_CORRUPT, "%s", err);
+    cr_expect(strstr(err, "none of the 1 images held decodes") && strstr(err, "sample 's00000'"),
+              "%s", err);
+}
+
+/* Only a 0-byte shard: doctor holds nothing, and its message named the
+ * first shard held, of which there is none ("(null)"). */
+Test(loader, doctor_on_only_empty_shards_names_one)
+{
+    loader_tmpdir();
+    char dir[800], out[4096], err[4096];
+    snprintf(dir, sizeof(dir), "%s/empty/", tmp);
+    cr_assert(test_write_file(tmp, "empty/shard-000000.tar", "", 0) == 0);
+    const char *run[] = {SF_CLI_BIN, "doctor", dir, "--seconds", "0.1", NULL};
+    cr_expect_eq(run_cli_err(run, out, sizeof(out), err, sizeof(err)), 1, "%s", err);
+    cr_expect(strstr(err, "shard-000000.tar") && !strstr(err, "(null)"), "%s", err);
+}
+
 Test(loader, doctor_names_fetch_behind_a_slow_link_unless_the_data_is_cached)
 {
     const char *slow[] = {"--fault", "prefix=bucket/data,bandwidth=32K", NULL};
@@ -301,6 +414,43 @@ Test(loader, doctor_fails_naming_a_missing_source)
     cr_expect(cJSON_IsFalse(cJSON_GetObjectItem(j, "ok")));
     cJSON_Delete(j);
     expect_usage_error((const char *[]){SF_CLI_BIN, "doctor", shards, "--seconds", "zero", NULL});
+}
+
+/* Three samples in the bucket and batches of 8: with drop_last no batch
+ * ever comes, without it every batch is a part of one. Either way there is
+ * no batch to time, and doctor says the data is too small instead of
+ * naming a stage (it said "decode-bound"); exit 1 as for a failed stage. A
+ * batch of exactly the dataset's size still gets a verdict. */
+Test(loader, doctor_on_data_smaller_than_one_batch_says_it_is_too_small)
+{
+    mock_dataset(3, 24 << 10);
+    char out[16384], err[8192];
+    for (int drop = 0; drop < 2; drop++) {
+        const char *run[] = {SF_CLI_BIN, "doctor",       "s3://bucket/data/",
+                             "--endpoint-url", srv.url,  "--ram-only",
+                             "--size",   "16",           "--batch-size",
+                             "8",        "--seconds",    "0.1",
+                             "--device", "host",         drop ? "--drop-last" : "--no-drop-last",
+                             NULL};
+        cr_expect_eq(run_cli_err(run, out, sizeof(out), err, sizeof(err)), 1, "%s%s", out, err);
+        cr_expect(strstr(err, "too small to measure") && strstr(err, "batch_size 8"), "%s", err);
+        cr_expect_null(strstr(out, "bound:"), "%s", out);
+    }
+    const char *json[] = {SF_CLI_BIN, "doctor", "s3://bucket/data/", "--endpoint-url", srv.url,
+                          "--ram-only", "--size", "16", "--batch-size", "8", "--seconds", "0.1",
+                          "--device", "host", "--json", NULL};
+    cr_expect_eq(run_cli_err(json, out, sizeof(out), err, sizeof(err)), 1, "%s", err);
+    cJSON *j = cJSON_Parse(out);
+    cr_assert(j, "%s", out);
+    cr_expect(cJSON_IsFalse(cJSON_GetObjectItem(j, "ok")), "%s", out);
+    const cJSON *e = cJSON_GetObjectItem(j, "error");
+    cr_expect(cJSON_IsString(e) && strstr(e->valuestring, "too small to measure"), "%s", out);
+    cJSON_Delete(j);
+    const char *whole[] = {SF_CLI_BIN, "doctor", "s3://bucket/data/", "--endpoint-url", srv.url,
+                           "--ram-only", "--size", "16", "--batch-size", "3", "--seconds", "0.1",
+                           "--device", "host", "--drop-last", NULL};
+    cr_expect_eq(run_cli_err(whole, out, sizeof(out), err, sizeof(err)), 0, "%s", err);
+    cr_expect(strstr(out, "bound:") != NULL, "%s", out);
 }
 
 /* ------------------------------------------------------------ tune */
@@ -400,6 +550,51 @@ Test(loader, tune_keeps_the_given_options_when_no_batch_is_delivered)
     cr_expect(r.kept_given, "%s", r.trace);
     cr_expect_eq(r.prefetch_shards, 3u, "%s", r.config_json);
     cr_expect_eq(r.prefetch_batches, o.prefetch_batches, "%s", r.config_json);
+}
+
+/* tune -o: the probe before the budget is only an early warning; the write
+ * itself can still fail (here: no file may grow, RLIMIT_FSIZE 0, SIGXFSZ
+ * ignored, so write() says EFBIG). The failure names the file and exits 1,
+ * and the config that was there stays whole: no truncated file, no
+ * temporary left beside it. A pipe carries the CLI's output and its exit
+ * status past the limit. */
+Test(loader, tune_o_write_failure_keeps_the_old_file_and_leaves_no_temporary)
+{
+    local_dataset(20, 16 << 10, -1);
+    char dir[800], cfg[900], out[8192];
+    snprintf(dir, sizeof(dir), "%s/cfg", tmp);
+    cr_assert(mkdir(dir, 0755) == 0);
+    snprintf(cfg, sizeof(cfg), "%s/tuned.json", dir);
+    const char *old = "{\"decode_threads\": 3}\n";
+    cr_assert(test_write_file(dir, "tuned.json", old, strlen(old)) == 0);
+    const char *script = "{ (trap '' XFSZ; ulimit -f 0; exec \"$0\" \"$@\") 2>&1; "
+                         "echo \"rc=$?\"; } | cat";
+    const char *run[] = {"/bin/sh",  "-c",  script,       SF_CLI_BIN, "tune", shards, "--size",
+                         "32",       "--budget-s", "1",   "-o",       cfg,    NULL};
+    cr_assert_eq(run_cli(run, out, sizeof(out)), 0, "%s", out);
+    cr_expect(strstr(out, "rc=1\n") != NULL, "%s", out);
+    cr_expect(strstr(out, cfg) && strstr(out, strerror(EFBIG)), "%s", out);
+    char kept[256] = "";
+    FILE *f = fopen(cfg, "r");
+    cr_assert(f, "%s is gone", cfg);
+    size_t n = fread(kept, 1, sizeof(kept) - 1, f);
+    fclose(f);
+    kept[n] = 0;
+    cr_expect_str_eq(kept, old, "the config -o names was replaced by a partial one");
+    DIR *d = opendir(dir);
+    cr_assert(d);
+    unsigned entries = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        entries += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    closedir(d);
+    cr_expect_eq(entries, 1u, "a temporary file was left in %s", dir);
+
+    /* -o a folder: access() lets it pass, the probe must not */
+    const char *folder[] = {SF_CLI_BIN, "tune", shards, "--budget-s", "60", "-o", dir, NULL};
+    char err[2048];
+    cr_expect_eq(run_cli_err(folder, out, sizeof(out), err, sizeof(err)), 2, "%s", err);
+    cr_expect(strstr(err, dir) && strstr(err, strerror(EISDIR)), "%s", err);
+    cr_expect_null(strstr(err, "measurements"), "%s", err);
 }
 
 /* 60 samples behind a link capped at 64 KiB/s per connection, 2 of them;
@@ -513,6 +708,32 @@ Test(loader, cli_exit_codes_usage_server_400_and_an_empty_shard)
     j = cJSON_Parse(out);
     cr_assert(j, "%s", out);
     cr_expect_eq(cJSON_GetObjectItem(j, "images")->valuedouble, 40.0, "%s", out);
+    cJSON_Delete(j);
+}
+
+/* `load --json` has one wait share: `consumer_wait_share` is the report's
+ * `wait_share` (time blocked in next() over the time from the first next()
+ * on), not a second figure over a span that also counts the open. The
+ * index.json answers 300 ms late, so the open is long next to the run. */
+Test(loader, cli_load_json_has_one_wait_share)
+{
+    const char *slow_index[] = {"--fault", "prefix=bucket/data/index.json,latency_ms=300", NULL};
+    mock_dataset_with(40, 24 << 10, slow_index);
+    char out[16384], err[8192];
+    const char *run[] = {SF_CLI_BIN, "load",     "s3://bucket/data/", "--endpoint-url",
+                         srv.url,    "--ram-only", "--size",          "16",
+                         "--device", "host",     "--epochs",          "2",
+                         "--json",   NULL};
+    cr_assert_eq(run_cli_err(run, out, sizeof(out), err, sizeof(err)), 0, "%s", err);
+    cJSON *j = cJSON_Parse(out);
+    cr_assert(j, "%s", out);
+    const cJSON *share = cJSON_GetObjectItem(j, "consumer_wait_share");
+    const cJSON *r = cJSON_GetObjectItem(j, "report");
+    cr_assert(cJSON_IsNumber(share) && cJSON_IsObject(r), "%s", out);
+    const double rep = cJSON_GetObjectItem(r, "wait_share")->valuedouble;
+    cr_expect(rep > 0, "%s", out);
+    cr_expect_eq(share->valuedouble, rep, "consumer_wait_share %.17g, report.wait_share %.17g: %s",
+                 share->valuedouble, rep, out);
     cJSON_Delete(j);
 }
 

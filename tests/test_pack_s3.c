@@ -272,4 +272,84 @@ Test(pack, bad_part_sizes_are_refused)
                  SF_ERR_INVALID_ARGUMENT);
 }
 
+/* Every shard the index (a file of the mock's bucket) names is there, with
+ * the size and XXH3-64 the index gives it. */
+static void expect_index_describes_the_objects(const char *index)
+{
+    cJSON *idx = test_load_json(index);
+    const cJSON *sh;
+    cJSON_ArrayForEach(sh, cJSON_GetObjectItemCaseSensitive(idx, "shards"))
+    {
+        const char *name = cJSON_GetObjectItemCaseSensitive(sh, "name")->valuestring;
+        char path[1200];
+        snprintf(path, sizeof(path), "%.*s%s", (int)(strrchr(index, '/') - index + 1), index,
+                 name);
+        size_t n = 0;
+        unsigned char *data = test_load(path, &n);
+        cr_assert(data, "index.json names %s, which is not there", name);
+        char hex[17];
+        snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)XXH3_64bits(data, n));
+        cr_expect_eq((double)n, cJSON_GetObjectItemCaseSensitive(sh, "bytes")->valuedouble,
+                     "index.json describes %s as it was before this pack", name);
+        cr_expect_str_eq(hex, cJSON_GetObjectItemCaseSensitive(sh, "xxh3_64")->valuestring,
+                         "index.json describes %s as it was before this pack", name);
+        free(data);
+    }
+    cJSON_Delete(idx);
+}
+
+/* The S3 side of a failed pack over an earlier one: the second pack (other
+ * shard boundaries, so other bytes under the same names) uploads two shards
+ * over the old ones, then the third is refused for good. No index.json may
+ * be left under the prefix that describes shards other than the ones
+ * there (it did: the loader then failed on the sizes, SF_ERR_CHANGED,
+ * until the data was packed again). */
+Test(pack, a_failed_s3_pack_over_an_old_one_leaves_no_stale_index)
+{
+    make_imagefolder();
+    start_mock();
+    struct sf_pack_options o;
+    sf_pack_options_init_default(&o);
+    o.shard_bytes = 32 * 1024;
+    o.s3 = s3;
+    o.tmp_dir = tmp;
+    char err[1024] = "";
+    struct sf_pack_result res;
+    cr_assert_eq(do_pack("s3://bucket/ds/", &o, &res, err, sizeof(err)), SF_OK, "%s", err);
+    cr_assert_gt(res.shards, 3);
+
+    char index[900];
+    snprintf(index, sizeof(index), "%s/root/bucket/ds/index.json", tmp);
+
+    /* the old index cannot be replaced: the pack stops before any shard
+     * goes up, and the old index still describes the objects */
+    cr_assert_eq(admin("POST", "/_mock/fault?prefix=bucket/ds/index.json&fault=400&count=1", NULL),
+                 200);
+    o.shard_bytes = 20 * 1024;
+    const double puts = mock_count("PutObject", NULL);
+    sf_status st = do_pack("s3://bucket/ds/", &o, NULL, err, sizeof(err));
+    cr_expect_neq(st, SF_OK);
+    cr_expect(strstr(err, "s3://bucket/ds/index.json: cannot replace the earlier pack's index"),
+              "%s", err);
+    cr_expect_eq(mock_count("PutObject", NULL), puts + 1, "only the refused index PUT");
+    expect_index_describes_the_objects(index);
+
+    cr_assert_eq(admin("POST", "/_mock/fault?prefix=bucket/ds/shard-000002&fault=400&count=1", NULL),
+                 200);
+    st = do_pack("s3://bucket/ds/", &o, NULL, err, sizeof(err));
+    cr_assert_neq(st, SF_OK, "the queued 400 did not fail the pack");
+    cr_expect(strstr(err, "shard-000002.tar") != NULL, "%s", err);
+
+    if (access(index, F_OK) == 0)
+        expect_index_describes_the_objects(index);
+
+    /* packed again, whole: the index is the new pack's, every shard in it */
+    cr_assert_eq(do_pack("s3://bucket/ds/", &o, &res, err, sizeof(err)), SF_OK, "%s", err);
+    cJSON *idx = test_load_json(index);
+    cr_expect_eq(cJSON_GetObjectItemCaseSensitive(idx, "shard_count")->valuedouble,
+                 (double)res.shards);
+    cJSON_Delete(idx);
+    expect_index_describes_the_objects(index);
+}
+
 /* ============================================================ CLI */
