@@ -464,13 +464,19 @@ void multipart_etag_of(const unsigned char *data, size_t n, size_t part, char *o
     snprintf(out, out_len, "\"%s-%zu\"", hex, parts);
 }
 
-void large_options(struct sf_pack_options *o)
+void s3_options(struct sf_pack_options *o, unsigned long long shard_bytes)
 {
     sf_pack_options_init_default(o);
-    o->shard_bytes = 13ull << 20;
-    o->part_bytes = 5ull << 20;
+    if (shard_bytes)
+        o->shard_bytes = shard_bytes;
     o->s3 = s3;
     o->tmp_dir = tmp;
+}
+
+void large_options(struct sf_pack_options *o)
+{
+    s3_options(o, 13ull << 20);
+    o->part_bytes = 5ull << 20;
 }
 
 void make_large(void)

@@ -86,6 +86,8 @@ long signed_call(const char *method, const char *target, char **out, char *etag,
 int uploads_in_progress(void);
 /* S3's ETag of a file sent in parts of part bytes: md5 of the parts' md5s, "-N". */
 void multipart_etag_of(const unsigned char *data, size_t n, size_t part, char *out, size_t out_len);
+/* The defaults, to the mock, spooled in tmp; shards of shard_bytes unless 0. */
+void s3_options(struct sf_pack_options *o, unsigned long long shard_bytes);
 /* Shards of 13 MiB in 5 MiB parts to the mock, spooled in tmp. */
 void large_options(struct sf_pack_options *o);
 

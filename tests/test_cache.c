@@ -294,16 +294,21 @@ Test(cache, keys_with_dot_dot_stay_inside_the_cache)
 
 /* ------------------------------------------------------------ truncated entries */
 
-/* One entry of n bytes (seed) for key in dc; its path into path. */
-static void publish_entry(struct sf__disk_cache *dc, const struct sf__cache_id *id, size_t n,
-                          unsigned seed, char *path, size_t path_len)
+/* A fresh cache holding one entry of n bytes (seed) for id; its path into
+ * path. */
+static struct sf__disk_cache *open_with_entry(const struct sf__cache_id *id, size_t n,
+                                              unsigned seed, char *path, size_t path_len)
 {
+    make_dirs();
+    struct sf__disk_cache_options o = {.dir = cdir};
+    struct sf__disk_cache *dc;
+    char err[512] = "";
+    cr_assert_eq(sf__disk_cache_open(&o, &dc, err, sizeof(err)), SF_OK, "%s", err);
     unsigned char *data = malloc(n);
     cr_assert(data);
     test_fill(data, n, seed);
     enum sf__dc_begin_result r;
     struct sf__dc_writer *w;
-    char err[512] = "";
     cr_assert_eq(sf__dc_begin(dc, id, "\"e1\"", n, &r, &w, err, sizeof(err)), SF_OK, "%s", err);
     cr_assert_eq(r, SF__DC_OWNER);
     cr_assert(pwrite(sf__dc_writer_fd(w), data, n, 0) == (ssize_t)n);
@@ -312,6 +317,7 @@ static void publish_entry(struct sf__disk_cache *dc, const struct sf__cache_id *
     snprintf(path, path_len, "%s/v1/%s", cdir, m.name);
     sf__dc_meta_clear(&m);
     free(data);
+    return dc;
 }
 
 /* An entry cut short by another program (truncate -s, a full disk) before
@@ -319,13 +325,9 @@ static void publish_entry(struct sf__disk_cache *dc, const struct sf__cache_id *
  * the file's size. */
 Test(cache, an_entry_truncated_before_its_open_is_refused_with_its_size)
 {
-    make_dirs();
-    struct sf__disk_cache_options o = {.dir = cdir};
-    struct sf__disk_cache *dc;
     char err[1024] = "", path[1024];
-    cr_assert_eq(sf__disk_cache_open(&o, &dc, err, sizeof(err)), SF_OK, "%s", err);
     struct sf__cache_id id = {"http://h", "bucket", "t"};
-    publish_entry(dc, &id, 5 * MB, 7, path, sizeof(path));
+    struct sf__disk_cache *dc = open_with_entry(&id, 5 * MB, 7, path, sizeof(path));
     cr_assert(truncate(path, 3 * MB) == 0);
     int fd = -1;
     struct sf__dc_meta m;
@@ -350,14 +352,10 @@ static void put_le(unsigned char *p, uint64_t v, int n)
  * another object. */
 Test(cache, an_entry_whose_metadata_holds_a_nul_is_refused)
 {
-    make_dirs();
-    struct sf__disk_cache_options o = {.dir = cdir};
-    struct sf__disk_cache *dc;
     char err[1024] = "", path[1024];
-    cr_assert_eq(sf__disk_cache_open(&o, &dc, err, sizeof(err)), SF_OK, "%s", err);
     struct sf__cache_id id = {"http://h", "bucket", "t"};
     size_t n = 1000;
-    publish_entry(dc, &id, n, 5, path, sizeof(path));
+    struct sf__disk_cache *dc = open_with_entry(&id, n, 5, path, sizeof(path));
     FILE *f = fopen(path, "rb");
     cr_assert(f);
     static unsigned char file[1 << 16];
@@ -396,11 +394,12 @@ Test(cache, an_entry_whose_metadata_holds_a_nul_is_refused)
 
 struct cutter {
     const char *path;
-    const unsigned char *bytes; /* the whole entry file */
+    unsigned char *bytes; /* the whole entry file */
     size_t n;
     off_t cut_to;          /* 0: 1 MiB */
     atomic_int stop, done; /* done: the cutter stopped (asked, or failed) */
     atomic_int rounds;
+    pthread_t thread;
 };
 
 /* Cuts the entry file to cut_to (1 MiB) and writes back what was cut, again
@@ -422,29 +421,40 @@ static void *cut_and_restore(void *arg)
     return NULL;
 }
 
+/* Keeps a copy of the entry file fd (at path) and starts cutting it. */
+static void cutter_start(struct cutter *c, const char *path, int fd, off_t cut_to)
+{
+    struct stat sb;
+    cr_assert(fstat(fd, &sb) == 0);
+    c->path = path;
+    c->n = (size_t)sb.st_size;
+    c->cut_to = cut_to;
+    c->bytes = malloc(c->n);
+    cr_assert(c->bytes && pread(fd, c->bytes, c->n, 0) == (ssize_t)c->n);
+    cr_assert_eq(pthread_create(&c->thread, NULL, cut_and_restore, c), 0);
+}
+
+/* Stops the cutter; the file is whole again once it returns. */
+static void cutter_stop(struct cutter *c)
+{
+    atomic_store(&c->stop, 1);
+    pthread_join(c->thread, NULL);
+    free(c->bytes);
+}
+
 /* The entry file shrinks while an open verifies it: the verification fails
  * (the entry is then deleted and fetched again), it never faults (SIGBUS
  * on a mapping past the new end of the file). */
 Test(cache, an_entry_truncated_during_its_verification_never_faults)
 {
-    make_dirs();
-    struct sf__disk_cache_options o = {.dir = cdir};
-    struct sf__disk_cache *dc;
     char err[1024] = "", path[1024];
-    cr_assert_eq(sf__disk_cache_open(&o, &dc, err, sizeof(err)), SF_OK, "%s", err);
     struct sf__cache_id id = {"http://h", "bucket", "t"};
-    publish_entry(dc, &id, 16 * MB, 9, path, sizeof(path));
+    struct sf__disk_cache *dc = open_with_entry(&id, 16 * MB, 9, path, sizeof(path));
     int fd = -1;
     struct sf__dc_meta m;
     cr_assert_eq(sf__dc_lookup(dc, &id, "\"e1\"", 0, &fd, &m, err, sizeof(err)), SF_OK, "%s", err);
-    struct stat sb;
-    cr_assert(fstat(fd, &sb) == 0);
-    struct cutter c = {.path = path, .n = (size_t)sb.st_size};
-    unsigned char *bytes = malloc(c.n);
-    cr_assert(bytes && pread(fd, bytes, c.n, 0) == (ssize_t)c.n);
-    c.bytes = bytes;
-    pthread_t t;
-    cr_assert_eq(pthread_create(&t, NULL, cut_and_restore, &c), 0);
+    struct cutter c = {0};
+    cutter_start(&c, path, fd, 0);
     /* Until the file was cut 20 times (the cutter is slower than a check
      * that fails early), and 60 checks at least. */
     int failed = 0, i = 0;
@@ -453,14 +463,12 @@ Test(cache, an_entry_truncated_during_its_verification_never_faults)
         cr_assert(st == SF_OK || st == SF_ERR_CORRUPT, "verify: %s", sf_status_name(st));
         failed += st != SF_OK;
     }
-    atomic_store(&c.stop, 1);
-    pthread_join(t, NULL);
+    cutter_stop(&c);
     cr_log_info("%d of %d verifications failed, %d cuts", failed, i, atomic_load(&c.rounds));
     cr_assert_geq(atomic_load(&c.rounds), 20, "the cutter stopped early");
     cr_assert_eq(sf__dc_verify_fd(fd, &m, err, sizeof(err)), SF_OK, "restored: %s", err);
     sf__dc_meta_clear(&m);
     close(fd);
-    free(bytes);
     sf__disk_cache_close(dc);
 }
 
@@ -470,23 +478,13 @@ Test(cache, an_entry_truncated_during_its_verification_never_faults)
  * which fails the open. */
 Test(cache, an_entry_cut_while_its_trailer_is_read_is_corrupt_not_an_io_error)
 {
-    make_dirs();
-    struct sf__disk_cache_options o = {.dir = cdir};
-    struct sf__disk_cache *dc;
     char err[1024] = "", path[1024];
-    cr_assert_eq(sf__disk_cache_open(&o, &dc, err, sizeof(err)), SF_OK, "%s", err);
     struct sf__cache_id id = {"http://h", "bucket", "t"};
-    publish_entry(dc, &id, 8192, 9, path, sizeof(path));
+    struct sf__disk_cache *dc = open_with_entry(&id, 8192, 9, path, sizeof(path));
     int fd = open(path, O_RDONLY);
     cr_assert(fd >= 0);
-    struct stat sb;
-    cr_assert(fstat(fd, &sb) == 0);
-    struct cutter c = {.path = path, .n = (size_t)sb.st_size, .cut_to = 4096};
-    unsigned char *bytes = malloc(c.n);
-    cr_assert(bytes && pread(fd, bytes, c.n, 0) == (ssize_t)c.n);
-    c.bytes = bytes;
-    pthread_t t;
-    cr_assert_eq(pthread_create(&t, NULL, cut_and_restore, &c), 0);
+    struct cutter c = {0};
+    cutter_start(&c, path, fd, 4096);
     int counts[3] = {0, 0, 0};
     for (int i = 0; i < 20000 || (atomic_load(&c.rounds) < 2000 && !atomic_load(&c.done)); i++) {
         struct sf__dc_meta m;
@@ -495,11 +493,9 @@ Test(cache, an_entry_cut_while_its_trailer_is_read_is_corrupt_not_an_io_error)
         counts[st == SF_OK ? 0 : 1]++;
         sf__dc_meta_clear(&m);
     }
-    atomic_store(&c.stop, 1);
-    pthread_join(t, NULL);
+    cutter_stop(&c);
     cr_log_info("%d read, %d corrupt, %d cuts", counts[0], counts[1], atomic_load(&c.rounds));
     close(fd);
-    free(bytes);
     sf__disk_cache_close(dc);
 }
 

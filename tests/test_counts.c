@@ -71,17 +71,37 @@ Test(counts, saved_counts_are_found_and_others_left_alone)
     cr_assert_eq(counts[2], 1234567890123ULL);
 }
 
-Test(counts, torn_damaged_and_foreign_lines_are_ignored)
+/* A fresh store holding one line, k[0]'s count 10, of the four keys u0..u3;
+ * the log's path into path, its stat into sb. */
+static void four_keys_and_one_line(struct sf__count_key k[4], char *path, size_t path_len,
+                                   struct stat *sb)
 {
     tmp = test_tmpdir();
     cr_assert(tmp);
-    struct sf__count_key k[4] = {sf__count_key_of("u0", "e", 1), sf__count_key_of("u1", "e", 1),
-                                 sf__count_key_of("u2", "e", 1), sf__count_key_of("u3", "e", 1)};
+    const char *url[4] = {"u0", "u1", "u2", "u3"};
+    for (int i = 0; i < 4; i++)
+        k[i] = sf__count_key_of(url[i], "e", 1);
     cr_assert_eq(sf__counts_append(tmp, k[0], 10), SF_OK);
+    snprintf(path, path_len, "%s/v1/counts.log", tmp);
+    cr_assert(stat(path, sb) == 0);
+}
+
+/* Looks the four keys up; k[0]'s line, the first one, is always found. */
+static void lookup_four(const struct sf__count_key k[4], uint64_t counts[4],
+                        unsigned char found[4])
+{
+    memset(counts, 0, 4 * sizeof(*counts));
+    memset(found, 0, 4);
+    cr_assert_eq(sf__counts_lookup(tmp, k, 4, counts, found), SF_OK);
+    cr_assert(found[0] && counts[0] == 10);
+}
+
+Test(counts, torn_damaged_and_foreign_lines_are_ignored)
+{
+    struct sf__count_key k[4];
     char path[900];
-    snprintf(path, sizeof(path), "%s/v1/counts.log", tmp);
     struct stat sb;
-    cr_assert(stat(path, &sb) == 0);
+    four_keys_and_one_line(k, path, sizeof(path), &sb);
     size_t line_len = (size_t)sb.st_size;
     /* k[1]: a line whose count was altered (the check no longer agrees). */
     cr_assert_eq(sf__counts_append(tmp, k[1], 11), SF_OK);
@@ -98,10 +118,9 @@ Test(counts, torn_damaged_and_foreign_lines_are_ignored)
     cr_assert(truncate(path, sb.st_size - 5) == 0);
     append_raw("\n");
     cr_assert_eq(sf__counts_append(tmp, k[3], 13), SF_OK);
-    uint64_t counts[4] = {0, 0, 0, 0};
-    unsigned char found[4] = {0, 0, 0, 0};
-    cr_assert_eq(sf__counts_lookup(tmp, k, 4, counts, found), SF_OK);
-    cr_assert(found[0] && counts[0] == 10);
+    uint64_t counts[4];
+    unsigned char found[4];
+    lookup_four(k, counts, found);
     cr_assert(!found[1], "a damaged line was trusted (count %llu)", (unsigned long long)counts[1]);
     cr_assert(!found[2], "a torn line was trusted (count %llu)", (unsigned long long)counts[2]);
     cr_assert(found[3] && counts[3] == 13);
@@ -113,15 +132,10 @@ Test(counts, torn_damaged_and_foreign_lines_are_ignored)
  * than any line). */
 Test(counts, a_line_appended_after_a_torn_one_is_kept)
 {
-    tmp = test_tmpdir();
-    cr_assert(tmp);
-    struct sf__count_key k[4] = {sf__count_key_of("u0", "e", 1), sf__count_key_of("u1", "e", 1),
-                                 sf__count_key_of("u2", "e", 1), sf__count_key_of("u3", "e", 1)};
-    cr_assert_eq(sf__counts_append(tmp, k[0], 10), SF_OK);
+    struct sf__count_key k[4];
     char path[900];
-    snprintf(path, sizeof(path), "%s/v1/counts.log", tmp);
     struct stat sb;
-    cr_assert(stat(path, &sb) == 0);
+    four_keys_and_one_line(k, path, sizeof(path), &sb);
     off_t one = sb.st_size;
     /* k[1]: torn after 40 of its bytes (inside the count), no newline. */
     cr_assert_eq(sf__counts_append(tmp, k[1], 123456789), SF_OK);
@@ -131,10 +145,9 @@ Test(counts, a_line_appended_after_a_torn_one_is_kept)
     for (int i = 0; i < 10; i++)
         append_raw("0123456789abcdef0123456789abcdef");
     cr_assert_eq(sf__counts_append(tmp, k[3], 13), SF_OK);
-    uint64_t counts[4] = {0, 0, 0, 0};
-    unsigned char found[4] = {0, 0, 0, 0};
-    cr_assert_eq(sf__counts_lookup(tmp, k, 4, counts, found), SF_OK);
-    cr_assert(found[0] && counts[0] == 10);
+    uint64_t counts[4];
+    unsigned char found[4];
+    lookup_four(k, counts, found);
     cr_assert(!found[1], "a torn line was trusted (count %llu)", (unsigned long long)counts[1]);
     cr_assert(found[2], "the line after a torn one was lost");
     cr_assert_eq(counts[2], 12u);

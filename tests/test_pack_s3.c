@@ -44,11 +44,8 @@ Test(pack, upload_to_s3_then_get_back_identical)
     cr_assert_eq(admin("POST", "/_mock/fault?prefix=bucket/ds/train-0001&fault=500&count=1", NULL),
                  200);
     struct sf_pack_options o;
-    sf_pack_options_init_default(&o);
-    o.shard_bytes = 64 * 1024;
+    s3_options(&o, 64 * 1024);
     o.name_pattern = "train-%04u.tar";
-    o.s3 = s3;
-    o.tmp_dir = tmp;
     char err[1024];
     struct sf_pack_result res;
     sf_status st = do_pack("s3://bucket/ds/", &o, &res, err, sizeof(err));
@@ -87,10 +84,7 @@ Test(pack, a_failed_upload_fails_the_pack)
     make_flat();
     start_mock();
     struct sf_pack_options o;
-    sf_pack_options_init_default(&o);
-    o.shard_bytes = 16 * 1024;
-    o.s3 = s3;
-    o.tmp_dir = tmp;
+    s3_options(&o, 16 * 1024);
     char err[1024];
     /* a bucket that does not exist: 404 NoSuchBucket, not retried */
     sf_status st = do_pack("s3://nobucket/ds", &o, NULL, err, sizeof(err));
@@ -250,9 +244,7 @@ Test(pack, bad_part_sizes_are_refused)
     make_flat();
     start_mock();
     struct sf_pack_options o;
-    sf_pack_options_init_default(&o);
-    o.s3 = s3;
-    o.tmp_dir = tmp;
+    s3_options(&o, 0);
     o.part_bytes = 1 << 20;
     char err[1024] = "";
     cr_expect_eq(do_pack("s3://bucket/x", &o, NULL, err, sizeof(err)), SF_ERR_INVALID_ARGUMENT);
@@ -309,10 +301,7 @@ Test(pack, a_failed_s3_pack_over_an_old_one_leaves_no_stale_index)
     make_imagefolder();
     start_mock();
     struct sf_pack_options o;
-    sf_pack_options_init_default(&o);
-    o.shard_bytes = 32 * 1024;
-    o.s3 = s3;
-    o.tmp_dir = tmp;
+    s3_options(&o, 32 * 1024);
     char err[1024] = "";
     struct sf_pack_result res;
     cr_assert_eq(do_pack("s3://bucket/ds/", &o, &res, err, sizeof(err)), SF_OK, "%s", err);
