@@ -87,8 +87,7 @@ static void four_keys_and_one_line(struct sf__count_key k[4], char *path, size_t
 }
 
 /* Looks the four keys up; k[0]'s line, the first one, is always found. */
-static void lookup_four(const struct sf__count_key k[4], uint64_t counts[4],
-                        unsigned char found[4])
+static void lookup_four(const struct sf__count_key k[4], uint64_t counts[4], unsigned char found[4])
 {
     memset(counts, 0, 4 * sizeof(*counts));
     memset(found, 0, 4);
