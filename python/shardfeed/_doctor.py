@@ -25,7 +25,9 @@ def doctor(sources, step=None, *, seconds=2.0, config=None, **options):
     ``verdict`` (the figures and the knob). ``seconds`` is spent on each
     stage (the pipeline gets twice that). ``step`` is the training step:
     a callable taking a :class:`Batch`; it must not keep the batch.
-    Raises the loader's exceptions (a missing shard, bad options)."""
+    Raises the loader's exceptions (a missing shard, bad options), and
+    NotFoundError when this rank's epoch holds fewer samples than one
+    batch ("the data is too small to measure": no whole batch to time)."""
     if isinstance(sources, str):
         sources = [sources]
     sources = list(sources)
