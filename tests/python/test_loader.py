@@ -619,6 +619,42 @@ def test_doctor_on_data_smaller_than_one_batch_says_it_is_too_small(photos, tmp_
     assert r["bound"] and r["pipeline_per_s"] > 0, r
 
 
+def test_tune_output_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    """tune(output=PATH) replaces PATH as a whole, as `shardfeed tune -o`
+    does: a write that fails half way (a full disk) leaves the earlier
+    config as it was and no temporary beside it; one that completes keeps
+    the file's mode; an output that cannot be written is refused before
+    the search. The search itself is stubbed: only the writing is
+    under test."""
+    import shardfeed._doctor as doctor_module
+    out = tmp_path / "tuned.json"
+    out.write_text('{"decode_threads": 3}\n')
+    out.chmod(0o640)
+    monkeypatch.setattr(doctor_module._shardfeed, "_tune",
+                        lambda sources, options, budget: {"config_json": '{"decode_threads": 5}'})
+
+    def torn(obj, f):
+        f.write('{"decode_thr')
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as m:
+        m.setattr(doctor_module.json, "dump", torn)
+        with pytest.raises(OSError, match="No space left"):
+            shardfeed.tune("unused/", output=str(out))
+    assert out.read_text() == '{"decode_threads": 3}\n'
+    assert os.listdir(tmp_path) == ["tuned.json"]
+    r = shardfeed.tune("unused/", output=str(out))
+    assert json.loads(out.read_text()) == r["config"] == {"decode_threads": 5}
+    assert out.stat().st_mode & 0o777 == 0o640
+    assert os.listdir(tmp_path) == ["tuned.json"]
+    # A folder, or a folder that is not there, is refused before the search.
+    monkeypatch.setattr(doctor_module._shardfeed, "_tune",
+                        lambda *a: pytest.fail("searched for an output it cannot write"))
+    for bad in (tmp_path, tmp_path / "no-such-folder" / "tuned.json"):
+        with pytest.raises(shardfeed.ConfigError, match="output"):
+            shardfeed.tune("unused/", output=str(bad))
+
+
 def test_tune_writes_a_config_that_loader_and_autotune_take(packed, tmp_path):
     import json
     folder = packed.folder + "/"
