@@ -8,7 +8,11 @@
         JSON line on stdout: images, batches, seconds and images_per_s (from
         just before shardfeed.Loader() to the last batch, as `shardfeed
         load` counts from just before sf_loader_open), first_batch_s,
-        epoch_seconds, and the loader's stats. With --expect N every epoch
+        epoch_seconds, the loader's stats and consumer_wait_share: the
+        starvation report's wait share (time blocked in next() over the time
+        from the epoch's first next() on, as `shardfeed load` shows it), its
+        report windows of every epoch taken together (epoch_wait_shares:
+        each epoch's own). With --expect N every epoch
         must deliver N images (exit 1 otherwise). Imports are not timed.
     measure --out FILE [--interval 0.05] -- CMD...
         runs CMD (stdin, stdout and stderr inherited) and samples every
@@ -64,6 +68,7 @@ def cmd_python(a):
         options["decode_threads"] = a.decode_threads
     images = batches = 0
     epoch_seconds = []
+    reports = []  # each epoch's starvation report (a window per epoch)
     first_batch_s = None
     t0 = time.perf_counter()
     loader = shardfeed.Loader(a.shards, **options)
@@ -82,6 +87,7 @@ def cmd_python(a):
             del x, y, batch  # the ring slot goes back here, as in a training loop
         cuda_sync()
         epoch_seconds.append(round(time.perf_counter() - te, 4))
+        reports.append(loader.report())  # the epoch that just ended
         if a.expect and n != a.expect:
             die("epoch %d delivered %d images, not %d" % (epoch, n, a.expect))
         images += n
@@ -103,8 +109,12 @@ def cmd_python(a):
         "dropped": stats["dropped_samples"],
         "decode_threads": stats["decode_threads"],
         "on_device": stats["on_device"],
-        "consumer_wait_share": round(stats["consumer_wait_s"] / stats["elapsed_s"], 4)
-        if stats["elapsed_s"] > 0 else None,
+        # One wait share, the report's (wait_s / span_s), over the epochs'
+        # windows together: with one epoch it is that report's wait_share.
+        "consumer_wait_share": round(sum(r["wait_s"] for r in reports)
+                                     / sum(r["span_s"] for r in reports), 4)
+        if sum(r["span_s"] for r in reports) > 0 else None,
+        "epoch_wait_shares": [round(r["wait_share"], 4) for r in reports],
         "torch": torch.__version__,
         "shardfeed": shardfeed.__version__,
     }), flush=True)

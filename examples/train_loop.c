@@ -199,8 +199,11 @@ int main(int argc, char **argv)
                    m->seen ? 100.0 * (double)m->correct / (double)m->seen : 0.0);
     }
     double secs = now_s() - t0;
-    struct sf_loader_stats s;
-    sf_loader_get_stats(l, &s);
+    /* The consumer's wait share is the starvation report's: time blocked in
+     * sf_loader_next() over the time from the first sf_loader_next() on,
+     * the number `shardfeed load` and the Python package show. */
+    struct sf_loader_report rep;
+    sf_loader_report(l, &rep);
     int rc = 0;
     if (st != SF_OK) {
         fprintf(stderr, "train_loop: %s\n", sf_loader_errmsg(l));
@@ -210,13 +213,13 @@ int main(int argc, char **argv)
     if (json)
         printf("{\"images\": %llu, \"seconds\": %.3f, \"images_per_s\": %.1f, "
                "\"consumer_wait_share\": %.4f, \"accuracy_pct\": %.2f, \"step\": \"%s\"}\n",
-               images, secs, (double)images / secs, s.consumer_wait_s / secs, acc,
+               images, secs, (double)images / secs, rep.wait_share, acc,
                on_gpu ? "cuda" : "cpu");
     else
         printf("train_loop: %llu images in %.2f s (%.1f images/s), step on the %s, consumer "
-               "waited %.1f %% of the time, accuracy %.1f %%\n",
+               "waited %.1f %% of the time from its first batch request, accuracy %.1f %%\n",
                images, secs, (double)images / secs, on_gpu ? "GPU" : "CPU",
-               100.0 * s.consumer_wait_s / secs, acc);
+               100.0 * rep.wait_share, acc);
     sf_loader_close(l);
     free(means);
     free(m);

@@ -615,23 +615,6 @@ static sf_status doctor_pipeline(struct sf_loader_options *o, const struct load_
     struct sf_loader_stats s;
     sf_loader_get_stats(l, &s);
     sf_loader_report(l, rep);
-    /* No whole batch to time: every stage rate would still name a bound,
-     * and that verdict would be made up. */
-    const unsigned bs = o->batch_size ? o->batch_size : 256;
-    const unsigned long long n = sf_loader_epoch_samples(l);
-    if (st == SF_OK && rep->batches == 0) {
-        snprintf(err, err_len,
-                 "the data is too small to measure: the pipeline delivered no batch (batch_size "
-                 "%u%s): this rank's epoch holds fewer samples than one batch",
-                 bs, o->drop_last ? ", drop_last" : "");
-        st = SF_ERR_NOT_FOUND;
-    } else if (st == SF_OK && sf_loader_epoch_size_known(l) && n < bs) {
-        snprintf(err, err_len,
-                 "the data is too small to measure: this rank's epoch holds %llu sample%s, fewer "
-                 "than one batch (batch_size %u): every batch is a partial one",
-                 n, n == 1 ? "" : "s", bs);
-        st = SF_ERR_NOT_FOUND;
-    }
     *in_cache = s.bytes_fetched == 0;
     sf_loader_close(l);
     return st;

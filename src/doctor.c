@@ -729,6 +729,61 @@ static sf_status stage_fetch(struct sf__doctor *d, char *err, size_t len)
     return SF_OK;
 }
 
+/* Data smaller than one batch of this rank's epoch has no whole batch to
+ * time: every stage rate would still name a bound, and that verdict would
+ * be made up. The loader itself says how many samples the epoch holds (its
+ * rank split, drop_last and pads are the pipeline's own rule): its epoch
+ * size when known at open, else what it delivers up to one batch's worth or
+ * the end of the epoch. A loader of its own, in memory and on the host: the
+ * cache and the device are left as they were; one shard fetched ahead and
+ * a ring of two batches, the least it runs with, so that memory stays
+ * small whatever prefetch the options ask for. The CLI and the Python
+ * package both get this from sf_doctor_measure(). */
+static sf_status check_one_batch(const struct sf_loader_options *o, char *err, size_t len)
+{
+    struct sf_loader_options lo = *o;
+    lo.ram_only = 1;
+    lo.device = SF_DEVICE_HOST;
+    lo.prefetch_shards = 1;
+    lo.prefetch_batches = 2;
+    const unsigned bs = o->batch_size ? o->batch_size : 256;
+    struct sf_loader *l = NULL;
+    sf_status st = sf_loader_open(&lo, &l, err, len);
+    if (st != SF_OK)
+        return st;
+    unsigned long long n = 0;
+    if (sf_loader_epoch_size_known(l)) {
+        /* No batch: with drop_last the samples still count the short last
+         * batch that is never delivered. */
+        n = sf_loader_epoch_batches(l) ? sf_loader_epoch_samples(l) : 0;
+    } else {
+        while (st == SF_OK && n < bs) {
+            struct sf_batch b;
+            st = sf_loader_next(l, &b);
+            if (st == SF_OK) {
+                n += b.size;
+                sf_loader_release(l, &b);
+            }
+        }
+        if (st == SF_END_OF_EPOCH)
+            st = SF_OK;
+        else if (st != SF_OK)
+            sf__fail(err, len, st, "%s", sf_loader_errmsg(l));
+    }
+    sf_loader_close(l);
+    if (st != SF_OK || n >= bs)
+        return st;
+    if (n == 0)
+        return sf__fail(err, len, SF_ERR_NOT_FOUND,
+                        "the data is too small to measure: this rank's epoch delivers no batch "
+                        "(batch_size %u%s): it holds fewer samples than one batch",
+                        bs, o->drop_last ? ", drop_last" : "");
+    return sf__fail(err, len, SF_ERR_NOT_FOUND,
+                    "the data is too small to measure: this rank's epoch holds %llu sample%s, "
+                    "fewer than one batch (batch_size %u): every batch is a partial one",
+                    n, n == 1 ? "" : "s", bs);
+}
+
 void sf__doctor_close(struct sf__doctor *d)
 {
     if (!d)
@@ -851,5 +906,9 @@ sf_status sf_doctor_measure(const struct sf_loader_options *o, double stage_s,
                                          stage_fetch};
     st = run_steps(d, stages, sizeof(stages) / sizeof(stages[0]), err, err_len);
     sf__doctor_close(d);
+    /* Last, so that a stage's own failure (a sample that does not decode)
+     * is the one named. */
+    if (st == SF_OK)
+        st = check_one_batch(o, err, err_len);
     return st;
 }

@@ -8,6 +8,8 @@ bound, and the verdict names the knob to turn (docs/doctor.md).
 """
 import json
 import math
+import os
+import stat
 import time
 
 from . import _shardfeed
@@ -25,7 +27,9 @@ def doctor(sources, step=None, *, seconds=2.0, config=None, **options):
     ``verdict`` (the figures and the knob). ``seconds`` is spent on each
     stage (the pipeline gets twice that). ``step`` is the training step:
     a callable taking a :class:`Batch`; it must not keep the batch.
-    Raises the loader's exceptions (a missing shard, bad options)."""
+    Raises the loader's exceptions (a missing shard, bad options), and
+    NotFoundError when this rank's epoch holds fewer samples than one
+    batch ("the data is too small to measure": no whole batch to time)."""
     if isinstance(sources, str):
         sources = [sources]
     sources = list(sources)
@@ -92,10 +96,73 @@ def tune(sources, *, budget_s=20.0, config=None, output=None, **options):
     if not (budget_s > 0 and math.isfinite(budget_s)):
         raise _shardfeed.ConfigError(
             f"tune: budget_s must be a positive finite number, got {budget_s!r}")
+    if output is not None:
+        _check_writable(output)  # before the search, not after budget_s of it
     r = _shardfeed._tune(list(sources), _options_json(config, options), budget_s)
     r["config"] = json.loads(r.pop("config_json"))
     if output is not None:
-        with open(output, "w") as f:
-            json.dump(r["config"], f)
-            f.write("\n")
+        _write_whole(output, r["config"])
     return r
+
+
+def _check_writable(path):
+    """ConfigError unless ``path`` can be written (a folder cannot), as
+    ``shardfeed tune -o`` checks before its search (exit 2)."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        raise _shardfeed.ConfigError("tune: output %s: Is a directory" % path)
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        raise _shardfeed.ConfigError("tune: output %s: Permission denied" % path)
+    if not os.path.exists(path):  # a dangling link: its folder, as the CLI
+        folder = os.path.dirname(path) or "."
+        if not os.path.isdir(folder):
+            raise _shardfeed.ConfigError("tune: output %s: No such directory" % path)
+        if not os.access(folder, os.W_OK):
+            raise _shardfeed.ConfigError("tune: output %s: Permission denied" % path)
+
+
+def _write_whole(path, obj):
+    """Writes ``obj`` as one JSON line to ``path`` as a whole or not at all,
+    as ``shardfeed tune -o`` does: a temporary file beside it (the same
+    folder, so the same file system), flushed to disk, then renamed over
+    it; a failure removes the temporary and leaves what was at ``path``. A
+    link writes its target; a path that is not a regular file (/dev/stdout,
+    a FIFO) is written in place. An existing file keeps its mode; a new one
+    gets 0666 less the umask, as ``open()`` gives."""
+    path = os.fspath(path)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        st = None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        with open(path, "w") as f:
+            json.dump(obj, f)
+            f.write("\n")
+        return
+    final = os.path.realpath(path) if st is not None else path
+    folder, name = os.path.split(final)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    for k in range(100):
+        tmp = os.path.join(folder, ".%s.tmp-%d-%d" % (name, os.getpid(), k))
+        try:
+            fd = os.open(tmp, flags, 0o666)
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise FileExistsError("tune: no free temporary name beside %s" % path)
+    try:
+        with os.fdopen(fd, "w") as f:
+            if st is not None:
+                os.fchmod(f.fileno(), stat.S_IMODE(st.st_mode))
+            json.dump(obj, f)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, final)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

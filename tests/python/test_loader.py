@@ -585,6 +585,76 @@ def test_doctor_names_the_step_or_the_decode_stage(packed):
         shardfeed.doctor(folder + "no-such-shard.tar", seconds=0.3)
 
 
+@pytest.mark.parametrize("indexed", [True, False])
+def test_doctor_on_data_smaller_than_one_batch_says_it_is_too_small(photos, tmp_path, indexed):
+    """Three samples and batches of 8: with drop_last no batch ever comes,
+    without it every batch is a part of one. doctor raises NotFoundError
+    ("too small to measure", as the CLI exits 1 with SF_ERR_NOT_FOUND)
+    instead of "the sources hold no samples" or a verdict made from partial
+    batches; with an index.json (the epoch's size known at open) and
+    without. A batch of exactly the data's size still gets a verdict."""
+    keys = photos.keys[:3]
+    folder = tmp_path / "tiny"
+    folder.mkdir()
+    if indexed:
+        src = tmp_path / "src"
+        for k in keys:
+            os.makedirs(src / os.path.dirname(k), exist_ok=True)
+            shutil.copyfile(photos.files[k], src / (k + ".jpg"))
+        pack(src, folder, "40K", ["--layout", "imagefolder"])
+        assert (folder / "index.json").exists()
+    else:
+        with tarfile.open(folder / "tiny-0000.tar", "w", format=tarfile.GNU_FORMAT) as t:
+            for k in keys:
+                t.add(photos.files[k], arcname=k + ".jpg")
+    for drop_last in (True, False):
+        with pytest.raises(shardfeed.NotFoundError, match="too small to measure") as e:
+            shardfeed.doctor(str(folder) + "/", seconds=0.1, batch_size=8, size=32,
+                             device="host", drop_last=drop_last)
+        assert "batch_size 8" in str(e.value)
+        # With drop_last no batch comes; without, the one batch holds all 3.
+        assert ("no batch" if drop_last else "holds 3 samples") in str(e.value)
+    r = shardfeed.doctor(str(folder) + "/", seconds=0.1, batch_size=3, size=32, device="host",
+                         drop_last=True)
+    assert r["bound"] and r["pipeline_per_s"] > 0, r
+
+
+def test_tune_output_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    """tune(output=PATH) replaces PATH as a whole, as `shardfeed tune -o`
+    does: a write that fails half way (a full disk) leaves the earlier
+    config as it was and no temporary beside it; one that completes keeps
+    the file's mode; an output that cannot be written is refused before
+    the search. The search itself is stubbed: only the writing is
+    under test."""
+    import shardfeed._doctor as doctor_module
+    out = tmp_path / "tuned.json"
+    out.write_text('{"decode_threads": 3}\n')
+    out.chmod(0o640)
+    monkeypatch.setattr(doctor_module._shardfeed, "_tune",
+                        lambda sources, options, budget: {"config_json": '{"decode_threads": 5}'})
+
+    def torn(obj, f):
+        f.write('{"decode_thr')
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as m:
+        m.setattr(doctor_module.json, "dump", torn)
+        with pytest.raises(OSError, match="No space left"):
+            shardfeed.tune("unused/", output=str(out))
+    assert out.read_text() == '{"decode_threads": 3}\n'
+    assert os.listdir(tmp_path) == ["tuned.json"]
+    r = shardfeed.tune("unused/", output=str(out))
+    assert json.loads(out.read_text()) == r["config"] == {"decode_threads": 5}
+    assert out.stat().st_mode & 0o777 == 0o640
+    assert os.listdir(tmp_path) == ["tuned.json"]
+    # A folder, or a folder that is not there, is refused before the search.
+    monkeypatch.setattr(doctor_module._shardfeed, "_tune",
+                        lambda *a: pytest.fail("searched for an output it cannot write"))
+    for bad in (tmp_path, tmp_path / "no-such-folder" / "tuned.json"):
+        with pytest.raises(shardfeed.ConfigError, match="output"):
+            shardfeed.tune("unused/", output=str(bad))
+
+
 def test_tune_writes_a_config_that_loader_and_autotune_take(packed, tmp_path):
     import json
     folder = packed.folder + "/"
