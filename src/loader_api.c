@@ -520,7 +520,8 @@ uint64_t sf_loader_epoch_samples(const struct sf_loader *l)
             n = m->epoch_positions;
         pthread_mutex_unlock(&m->mu);
     }
-    return n;
+    /* drop_last: the short last batch is never delivered */
+    return l->o.drop_last ? n / l->o.batch_size * l->o.batch_size : n;
 }
 
 uint64_t sf_loader_epoch_batches(const struct sf_loader *l)
@@ -528,7 +529,7 @@ uint64_t sf_loader_epoch_batches(const struct sf_loader *l)
     if (!l)
         return 0;
     uint64_t n = sf_loader_epoch_samples(l), B = l->o.batch_size;
-    return l->o.drop_last ? n / B : (n + B - 1) / B;
+    return (n + B - 1) / B;
 }
 
 const char *sf_loader_errmsg(const struct sf_loader *l)

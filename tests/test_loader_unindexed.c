@@ -217,6 +217,7 @@ Test(loader, unindexed_drop_last_one_rank_delivers_only_full_batches)
         cr_assert_eq(distinct, 128u);
         cr_assert_eq(sf_loader_epoch_size_known(l), 1);
         cr_assert_eq(sf_loader_epoch_batches(l), 8u);
+        cr_assert_eq(sf_loader_epoch_samples(l), 128u, "the samples delivered, drop_last applied");
         struct sf_batch b;
         cr_assert_eq(sf_loader_next(l, &b), SF_END_OF_EPOCH, "the end stays the end");
         /* The two samples of the short tail hold no shard open. */
