@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static const float imagenet_mean[3] = {0.485f, 0.456f, 0.406f};
@@ -715,6 +716,48 @@ Test(gpu, emulator_catches_a_slot_reused_without_the_release_event)
 {
     need_emulator();
     reuse_after_release(1);
+}
+
+static void *open_gate_later(void *arg)
+{
+    struct timespec ts = {0, 100 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    open_gate(arg);
+    return NULL;
+}
+
+/* The last batch is released with sf__gpu_release_after and the ring closes
+ * at once (Python: the last tensor freed closes the loader): the consumer's
+ * read, still queued behind its gate, must find the slot's buffer alive. */
+Test(gpu, close_waits_for_work_the_consumer_queued_before_its_release)
+{
+    need_emulator();
+    struct sf_gpu *g = NULL;
+    char err[256] = "";
+    cr_assert_eq(open_ring(1, 4096, 0, &g, err, sizeof err), SF_OK, "%s", err);
+    struct sf__emu *emu = sf__gpu_emu(g);
+    const struct sf__gpu_ops *ops = sf__gpu_emu_ops();
+    void *consumer = NULL; /* goes with the ring's device */
+    cr_assert_eq(ops->stream_create(emu, &consumer), 0);
+    unsigned char a[4096];
+    memset(a, 0xA1, sizeof a);
+    struct sf__gpu_job job = {.host = a, .bytes = sizeof a};
+    cr_assert_eq(sf__gpu_submit(g, 0, &job, err, sizeof err), SF_OK, "%s", err);
+    struct consumer_read c = {.emu = emu, .dev = sf__gpu_u8(g, 0), .rc = -1};
+    pthread_mutex_init(&c.mu, NULL);
+    pthread_cond_init(&c.cv, NULL);
+    cr_assert_eq(sf__gpu_stream_wait(g, sf__gpu_event(g, 0), consumer), SF_OK);
+    cr_assert_eq(sf__emu_enqueue_fn(emu, consumer, consumer_gate, &c), 0);
+    cr_assert_eq(sf__emu_enqueue_fn(emu, consumer, consumer_reads, &c), 0);
+    cr_assert_eq(sf__gpu_release_after(g, 0, consumer), SF_OK);
+    pthread_t opener;
+    cr_assert_eq(pthread_create(&opener, NULL, open_gate_later, &c), 0);
+    sf__gpu_close(g);
+    pthread_join(opener, NULL);
+    cr_expect_eq(c.rc, 0, "the consumer's read ran after close freed the slot");
+    cr_expect(memcmp(c.got, a, sizeof a) == 0, "the consumer's read saw other bytes");
+    pthread_cond_destroy(&c.cv);
+    pthread_mutex_destroy(&c.mu);
 }
 
 /* The consumer's stream waits for the done event: its read sees the copy
