@@ -36,6 +36,10 @@ int sf__emu_options_from_env(struct sf__emu_options *o, char *err, size_t err_le
         char *eq = strchr(kv, '=');
         char *end = NULL;
         unsigned long long n = 0;
+        /* Digits only: strtoull would also take a sign ("-1" as 2^64 - 1)
+         * and leading blanks. */
+        if (eq && (eq[1] < '0' || eq[1] > '9'))
+            eq = NULL;
         if (eq) {
             errno = 0;
             n = strtoull(eq + 1, &end, 10);

@@ -899,7 +899,9 @@ Test(gpu, emulator_options_from_the_environment)
     cr_expect_eq(eo.fail_async, 1);
     cr_expect_eq(eo.units, 3);
     cr_expect_eq(eo.mem_bytes, (uint64_t)64 << 20);
-    const char *bad[] = {"seed", "units=0", "delay_us=x", "colour=3", "fail_async=2"};
+    /* strtoull alone would take "-1" as 2^64 - 1 and skip leading blanks. */
+    const char *bad[] = {"seed",       "units=0",    "delay_us=x", "colour=3",   "fail_at=-1",
+                         "seed=-3",    "mem_mib= 8", "units=+2",   "fail_async=2"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         setenv("SF_GPU_EMULATOR", bad[i], 1);
         err[0] = '\0';
