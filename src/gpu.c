@@ -499,7 +499,7 @@ sf_status sf__gpu_release_after(struct sf_gpu *g, unsigned slot, void *stream)
     if (rc != 0) {
         char msg[64];
         g->ops->error_text(g->ctx, rc, msg, sizeof msg);
-        return SF_ERR_INTERNAL;
+        return g->ops->status_of(rc); /* an unknown stream is the caller's, not a bug */
     }
     s->wait_released = 1;
     return SF_OK;

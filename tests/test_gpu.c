@@ -760,6 +760,35 @@ Test(gpu, close_waits_for_work_the_consumer_queued_before_its_release)
     pthread_mutex_destroy(&c.mu);
 }
 
+/* A release on a stream the device does not know (destroyed, or never one)
+ * is the caller's mistake, reported as such: not SF_ERR_INTERNAL ("a bug:
+ * an invariant did not hold"), the status the other calls map it to. */
+Test(gpu, release_on_an_unknown_stream_is_an_invalid_argument)
+{
+    need_emulator();
+    struct sf_gpu *g = open_delayed_ring(0, 1, 64);
+    struct sf__emu *emu = sf__gpu_emu(g);
+    const struct sf__gpu_ops *ops = sf__gpu_emu_ops();
+    void *gone = NULL;
+    cr_assert_eq(ops->stream_create(emu, &gone), 0);
+    cr_assert_eq(ops->stream_destroy(emu, gone), 0);
+    int unknown = 0;
+    void *const streams[] = {gone, &unknown};
+    for (size_t i = 0; i < N_OF(streams); i++) {
+        cr_expect_eq(sf__gpu_release_after(g, 0, streams[i]), SF_ERR_INVALID_ARGUMENT,
+                     "stream %zu", i);
+        cr_expect_eq(sf__gpu_stream_wait(g, sf__gpu_event(g, 0), streams[i]),
+                     SF_ERR_INVALID_ARGUMENT, "stream %zu", i);
+    }
+    /* Refused, it left nothing to wait for: the slot takes a job at once. */
+    unsigned char host[64] = {7};
+    struct sf__gpu_job job = {.host = host, .bytes = sizeof host};
+    char err[256] = "";
+    cr_assert_eq(sf__gpu_submit(g, 0, &job, err, sizeof err), SF_OK, "%s", err);
+    cr_assert_eq(sf__gpu_wait(g, 0, NULL, err, sizeof err), SF_OK, "%s", err);
+    sf__gpu_close(g);
+}
+
 /* The consumer's stream waits for the done event: its read sees the copy
  * complete although the copy is slow. */
 Test(gpu, consumer_stream_waits_for_the_copy_without_the_host)
