@@ -900,6 +900,33 @@ Test(gpu, kernel_checks_catch_a_missing_and_a_double_write)
     }
 }
 
+/* The wait for a job whose kernel faults must report the fault, whether
+ * the stream has gone past the job's done event by then or not (a faulted
+ * device skips the rest of its queue at once). A wait without timing (as
+ * doctor's device check) returned SF_OK over the poisoned floats, and the
+ * fault surfaced only at the next call (in the loader: the elapsed-time
+ * query, then named as the failing operation). */
+Test(gpu, wait_for_a_faulting_kernel_reports_the_fault)
+{
+    need_emulator();
+    struct sf__emu_options eo = emu_defaults();
+    eo.delay_us = 0;
+    eo.kernel_fault = 1;
+    unsigned char host[90];
+    fill_random(host, sizeof host, 5);
+    struct sf__gpu_job job = normalize_job(host, 2, 5, 3, SF_LAYOUT_HWC, half_mean, quarter_std);
+    for (int round = 0; round < 10; round++) {
+        struct sf_gpu *g = NULL;
+        char err[512] = "";
+        cr_assert_eq(open_emulated(&eo, 1, 90, 360, &g, err, sizeof err), SF_OK, "%s", err);
+        cr_assert_eq(sf__gpu_submit(g, 0, &job, err, sizeof err), SF_OK, "%s", err);
+        sf_status st = sf__gpu_wait(g, 0, NULL, err, sizeof err);
+        cr_expect_eq(st, SF_ERR_IO, "round %d: status %d: %s", round, (int)st, err);
+        cr_expect_not_null(strstr(err, "written 0 times"), "round %d: %s", round, err);
+        sf__gpu_close(g);
+    }
+}
+
 Test(gpu, close_with_work_still_queued)
 {
     need_emulator();
@@ -920,7 +947,8 @@ Test(gpu, emulator_options_from_the_environment)
 {
     struct sf__emu_options eo = emu_defaults();
     char err[256] = "";
-    setenv("SF_GPU_EMULATOR", "seed=9,delay_us=0,fail_at=12,fail_async=1,units=3,mem_mib=64", 1);
+    setenv("SF_GPU_EMULATOR",
+           "seed=9,delay_us=0,fail_at=12,fail_async=1,units=3,mem_mib=64,kernel_fault=2", 1);
     cr_assert_eq(sf__emu_options_from_env(&eo, err, sizeof err), 0, "%s", err);
     cr_expect_eq(eo.seed, 9u);
     cr_expect_eq(eo.delay_us, 0u);
@@ -928,9 +956,11 @@ Test(gpu, emulator_options_from_the_environment)
     cr_expect_eq(eo.fail_async, 1);
     cr_expect_eq(eo.units, 3);
     cr_expect_eq(eo.mem_bytes, (uint64_t)64 << 20);
+    cr_expect_eq(eo.kernel_fault, 2); /* so a kernel fault can be shown through the loader */
     /* strtoull alone would take "-1" as 2^64 - 1 and skip leading blanks. */
-    const char *bad[] = {"seed",       "units=0",    "delay_us=x", "colour=3",   "fail_at=-1",
-                         "seed=-3",    "mem_mib= 8", "units=+2",   "fail_async=2"};
+    const char *bad[] = {"seed",           "units=0",    "delay_us=x", "colour=3",
+                         "fail_at=-1",     "seed=-3",    "mem_mib= 8", "units=+2",
+                         "kernel_fault=3", "fail_async=2"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         setenv("SF_GPU_EMULATOR", bad[i], 1);
         err[0] = '\0';
