@@ -142,6 +142,13 @@ void sf__gpu_close(struct sf_gpu *g)
         /* Jobs may still be queued: they must finish before their buffers go. */
         if (g->stream != NULL)
             (void)o->stream_sync(g->ctx, g->stream);
+        /* So may work a consumer queued on its own stream before it released
+         * a slot that no copy has waited for since (the last batches): the
+         * copy stream knows nothing of it, and freeing a buffer is not
+         * documented to wait for other streams. */
+        for (unsigned i = 0; g->slot != NULL && i < g->slots; i++)
+            if (g->slot[i].wait_released && g->slot[i].released != NULL)
+                (void)o->event_sync(g->ctx, g->slot[i].released);
         for (unsigned i = 0; g->slot != NULL && i < g->slots; i++) {
             const struct sf_gpu_slot *s = &g->slot[i];
             void *const events[] = {s->start, s->done, s->released};
@@ -492,7 +499,7 @@ sf_status sf__gpu_release_after(struct sf_gpu *g, unsigned slot, void *stream)
     if (rc != 0) {
         char msg[64];
         g->ops->error_text(g->ctx, rc, msg, sizeof msg);
-        return SF_ERR_INTERNAL;
+        return g->ops->status_of(rc); /* an unknown stream is the caller's, not a bug */
     }
     s->wait_released = 1;
     return SF_OK;

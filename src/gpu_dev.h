@@ -72,7 +72,8 @@ const struct sf__gpu_ops *sf__gpu_cuda_ops(void);
 
 /* What the emulated device does; sf__emu_options_default() gives the
  * documented defaults (docs/gpu.md), sf__emu_options_from_env() applies
- * SF_GPU_EMULATOR="seed=N,delay_us=N,fail_at=N,units=N,mem_mib=N". */
+ * SF_GPU_EMULATOR="seed=N,delay_us=N,fail_at=N,fail_async=0|1,units=N,mem_mib=N,
+ * kernel_fault=0|1|2". */
 struct sf__emu_options {
     uint64_t seed;           /* random delays; default 1 */
     unsigned delay_us;       /* each queued operation first sleeps 0..delay_us; default 200 */

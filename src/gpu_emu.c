@@ -62,13 +62,18 @@ static void publish(struct sf__emu *e)
     syscall(SYS_futex, &e->gen, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
 }
 
-/* Waits until s has completed operation seq, or the device faulted. */
+/* Waits until s has completed operation seq, or the device faulted; a
+ * faulted device's error is returned even when s got that far (the fault
+ * ran before, or the sync's caller could not tell): as on CUDA, every sync
+ * after a sticky error returns it. Checking only for the point let a wait
+ * for a faulting kernel's done event succeed when the stream skipped past
+ * the event before the waiter looked. */
 static int wait_done(struct sf__emu *e, struct emu_stream *s, uint64_t seq)
 {
     for (;;) {
         uint32_t g = atomic_load_explicit(&e->gen, memory_order_acquire);
         if (atomic_load_explicit(&s->completed, memory_order_acquire) >= seq)
-            return 0;
+            return e->sticky;
         int sticky = e->sticky;
         if (sticky)
             return sticky;

@@ -36,6 +36,10 @@ int sf__emu_options_from_env(struct sf__emu_options *o, char *err, size_t err_le
         char *eq = strchr(kv, '=');
         char *end = NULL;
         unsigned long long n = 0;
+        /* Digits only: strtoull would also take a sign ("-1" as 2^64 - 1)
+         * and leading blanks. */
+        if (eq && (eq[1] < '0' || eq[1] > '9'))
+            eq = NULL;
         if (eq) {
             errno = 0;
             n = strtoull(eq + 1, &end, 10);
@@ -57,10 +61,12 @@ int sf__emu_options_from_env(struct sf__emu_options *o, char *err, size_t err_le
             o->units = (int)n;
         else if (!strcmp(kv, "mem_mib") && n >= 1 && n <= ((uint64_t)1 << 24))
             o->mem_bytes = (uint64_t)n << 20;
+        else if (!strcmp(kv, "kernel_fault") && n <= 2)
+            o->kernel_fault = (int)n;
         else {
             snprintf(err, err_len,
                      "SF_GPU_EMULATOR: %s=%llu (keys: seed, delay_us 0..1000000, fail_at, "
-                     "fail_async 0..1, units 1..1024, mem_mib 1..16777216)",
+                     "fail_async 0..1, units 1..1024, mem_mib 1..16777216, kernel_fault 0..2)",
                      kv, n);
             return -1;
         }

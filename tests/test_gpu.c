@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static const float imagenet_mean[3] = {0.485f, 0.456f, 0.406f};
@@ -717,6 +718,77 @@ Test(gpu, emulator_catches_a_slot_reused_without_the_release_event)
     reuse_after_release(1);
 }
 
+static void *open_gate_later(void *arg)
+{
+    struct timespec ts = {0, 100 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    open_gate(arg);
+    return NULL;
+}
+
+/* The last batch is released with sf__gpu_release_after and the ring closes
+ * at once (Python: the last tensor freed closes the loader): the consumer's
+ * read, still queued behind its gate, must find the slot's buffer alive. */
+Test(gpu, close_waits_for_work_the_consumer_queued_before_its_release)
+{
+    need_emulator();
+    struct sf_gpu *g = NULL;
+    char err[256] = "";
+    cr_assert_eq(open_ring(1, 4096, 0, &g, err, sizeof err), SF_OK, "%s", err);
+    struct sf__emu *emu = sf__gpu_emu(g);
+    const struct sf__gpu_ops *ops = sf__gpu_emu_ops();
+    void *consumer = NULL; /* goes with the ring's device */
+    cr_assert_eq(ops->stream_create(emu, &consumer), 0);
+    unsigned char a[4096];
+    memset(a, 0xA1, sizeof a);
+    struct sf__gpu_job job = {.host = a, .bytes = sizeof a};
+    cr_assert_eq(sf__gpu_submit(g, 0, &job, err, sizeof err), SF_OK, "%s", err);
+    struct consumer_read c = {.emu = emu, .dev = sf__gpu_u8(g, 0), .rc = -1};
+    pthread_mutex_init(&c.mu, NULL);
+    pthread_cond_init(&c.cv, NULL);
+    cr_assert_eq(sf__gpu_stream_wait(g, sf__gpu_event(g, 0), consumer), SF_OK);
+    cr_assert_eq(sf__emu_enqueue_fn(emu, consumer, consumer_gate, &c), 0);
+    cr_assert_eq(sf__emu_enqueue_fn(emu, consumer, consumer_reads, &c), 0);
+    cr_assert_eq(sf__gpu_release_after(g, 0, consumer), SF_OK);
+    pthread_t opener;
+    cr_assert_eq(pthread_create(&opener, NULL, open_gate_later, &c), 0);
+    sf__gpu_close(g);
+    pthread_join(opener, NULL);
+    cr_expect_eq(c.rc, 0, "the consumer's read ran after close freed the slot");
+    cr_expect(memcmp(c.got, a, sizeof a) == 0, "the consumer's read saw other bytes");
+    pthread_cond_destroy(&c.cv);
+    pthread_mutex_destroy(&c.mu);
+}
+
+/* A release on a stream the device does not know (destroyed, or never one)
+ * is the caller's mistake, reported as such: not SF_ERR_INTERNAL ("a bug:
+ * an invariant did not hold"), the status the other calls map it to. */
+Test(gpu, release_on_an_unknown_stream_is_an_invalid_argument)
+{
+    need_emulator();
+    struct sf_gpu *g = open_delayed_ring(0, 1, 64);
+    struct sf__emu *emu = sf__gpu_emu(g);
+    const struct sf__gpu_ops *ops = sf__gpu_emu_ops();
+    void *gone = NULL;
+    cr_assert_eq(ops->stream_create(emu, &gone), 0);
+    cr_assert_eq(ops->stream_destroy(emu, gone), 0);
+    int unknown = 0;
+    void *const streams[] = {gone, &unknown};
+    for (size_t i = 0; i < N_OF(streams); i++) {
+        cr_expect_eq(sf__gpu_release_after(g, 0, streams[i]), SF_ERR_INVALID_ARGUMENT,
+                     "stream %zu", i);
+        cr_expect_eq(sf__gpu_stream_wait(g, sf__gpu_event(g, 0), streams[i]),
+                     SF_ERR_INVALID_ARGUMENT, "stream %zu", i);
+    }
+    /* Refused, it left nothing to wait for: the slot takes a job at once. */
+    unsigned char host[64] = {7};
+    struct sf__gpu_job job = {.host = host, .bytes = sizeof host};
+    char err[256] = "";
+    cr_assert_eq(sf__gpu_submit(g, 0, &job, err, sizeof err), SF_OK, "%s", err);
+    cr_assert_eq(sf__gpu_wait(g, 0, NULL, err, sizeof err), SF_OK, "%s", err);
+    sf__gpu_close(g);
+}
+
 /* The consumer's stream waits for the done event: its read sees the copy
  * complete although the copy is slow. */
 Test(gpu, consumer_stream_waits_for_the_copy_without_the_host)
@@ -828,6 +900,33 @@ Test(gpu, kernel_checks_catch_a_missing_and_a_double_write)
     }
 }
 
+/* The wait for a job whose kernel faults must report the fault, whether
+ * the stream has gone past the job's done event by then or not (a faulted
+ * device skips the rest of its queue at once). A wait without timing (as
+ * doctor's device check) returned SF_OK over the poisoned floats, and the
+ * fault surfaced only at the next call (in the loader: the elapsed-time
+ * query, then named as the failing operation). */
+Test(gpu, wait_for_a_faulting_kernel_reports_the_fault)
+{
+    need_emulator();
+    struct sf__emu_options eo = emu_defaults();
+    eo.delay_us = 0;
+    eo.kernel_fault = 1;
+    unsigned char host[90];
+    fill_random(host, sizeof host, 5);
+    struct sf__gpu_job job = normalize_job(host, 2, 5, 3, SF_LAYOUT_HWC, half_mean, quarter_std);
+    for (int round = 0; round < 10; round++) {
+        struct sf_gpu *g = NULL;
+        char err[512] = "";
+        cr_assert_eq(open_emulated(&eo, 1, 90, 360, &g, err, sizeof err), SF_OK, "%s", err);
+        cr_assert_eq(sf__gpu_submit(g, 0, &job, err, sizeof err), SF_OK, "%s", err);
+        sf_status st = sf__gpu_wait(g, 0, NULL, err, sizeof err);
+        cr_expect_eq(st, SF_ERR_IO, "round %d: status %d: %s", round, (int)st, err);
+        cr_expect_not_null(strstr(err, "written 0 times"), "round %d: %s", round, err);
+        sf__gpu_close(g);
+    }
+}
+
 Test(gpu, close_with_work_still_queued)
 {
     need_emulator();
@@ -848,7 +947,8 @@ Test(gpu, emulator_options_from_the_environment)
 {
     struct sf__emu_options eo = emu_defaults();
     char err[256] = "";
-    setenv("SF_GPU_EMULATOR", "seed=9,delay_us=0,fail_at=12,fail_async=1,units=3,mem_mib=64", 1);
+    setenv("SF_GPU_EMULATOR",
+           "seed=9,delay_us=0,fail_at=12,fail_async=1,units=3,mem_mib=64,kernel_fault=2", 1);
     cr_assert_eq(sf__emu_options_from_env(&eo, err, sizeof err), 0, "%s", err);
     cr_expect_eq(eo.seed, 9u);
     cr_expect_eq(eo.delay_us, 0u);
@@ -856,7 +956,11 @@ Test(gpu, emulator_options_from_the_environment)
     cr_expect_eq(eo.fail_async, 1);
     cr_expect_eq(eo.units, 3);
     cr_expect_eq(eo.mem_bytes, (uint64_t)64 << 20);
-    const char *bad[] = {"seed", "units=0", "delay_us=x", "colour=3", "fail_async=2"};
+    cr_expect_eq(eo.kernel_fault, 2); /* so a kernel fault can be shown through the loader */
+    /* strtoull alone would take "-1" as 2^64 - 1 and skip leading blanks. */
+    const char *bad[] = {"seed",           "units=0",    "delay_us=x", "colour=3",
+                         "fail_at=-1",     "seed=-3",    "mem_mib= 8", "units=+2",
+                         "kernel_fault=3", "fail_async=2"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         setenv("SF_GPU_EMULATOR", bad[i], 1);
         err[0] = '\0';
