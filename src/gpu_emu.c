@@ -99,7 +99,7 @@ static void pause_random(struct emu_stream *s)
         return;
     unsigned us = (unsigned)(next_rand(&s->rng) % (d + 1u));
     if (us > 0) {
-        struct timespec ts = {0, (long)us * 1000L};
+        struct timespec ts = {(time_t)(us / 1000000u), (long)(us % 1000000u) * 1000L};
         nanosleep(&ts, NULL);
     }
 }

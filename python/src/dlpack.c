@@ -249,6 +249,14 @@ static PyObject *array_dlpack(PyObject *self, PyObject *args, PyObject *kw)
                         "shardfeed.Array: copy=True is supported for host arrays only");
         return NULL;
     }
+    /* The array API: on a device without streams only None is accepted;
+     * on CUDA an integer >= -1 (anything else would be used as a handle). */
+    if (a->dev != SFPY_CUDA && stream != Py_None) {
+        PyErr_Format(PyExc_ValueError,
+                     "__dlpack__: a %s array takes stream=None only (it has no streams)",
+                     a->dev == SFPY_CPU ? "host" : "emulated-device");
+        return NULL;
+    }
     if (a->dev == SFPY_CUDA && stream != Py_None) {
         long long s = PyLong_AsLongLong(stream);
         if (s == -1 && PyErr_Occurred())
@@ -256,6 +264,11 @@ static PyObject *array_dlpack(PyObject *self, PyObject *args, PyObject *kw)
         if (s == 0) {
             PyErr_SetString(PyExc_ValueError,
                             "__dlpack__: stream 0 is ambiguous for CUDA (use 1 or 2)");
+            return NULL;
+        }
+        if (s < -1) {
+            PyErr_Format(PyExc_ValueError,
+                         "__dlpack__: stream %lld is not a CUDA stream (-1, 1, 2 or a handle)", s);
             return NULL;
         }
         if (s != -1) {

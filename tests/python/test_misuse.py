@@ -184,6 +184,20 @@ def test_doctor_and_tune_refuse_an_infinite_time(dataset):
             call()
 
 
+def test_dlpack_stream_on_a_host_array_is_refused(dataset):
+    """The array API: a device without streams accepts stream=None only (a
+    stream given was ignored, as if the consumer's work were ordered)."""
+    ds = dataset
+    with shardfeed.Loader(ds.url, **options(ds, prefetch_batches=3)) as loader:
+        b = loader.next_batch()
+        for s in (1, 2, -1, 12345):
+            with pytest.raises(ValueError, match="stream=None only"):
+                b.images.__dlpack__(stream=s)
+        assert np.from_dlpack(b.labels).shape == (len(b),)
+        b.release()
+        assert ring_is_free(loader, 3)
+
+
 def test_dlpack_copy_whose_truth_raises_propagates_it(dataset):
     ds = dataset
 
