@@ -652,6 +652,25 @@ static void open_gate(struct consumer_read *c)
     pthread_mutex_unlock(&c->mu);
 }
 
+/* Batch a (4 KiB) copied into slot 0 of g; the consumer stream waits for
+ * it, queues a read of the slot behind c's gate (shut until open_gate) and
+ * releases the slot with sf__gpu_release_after. */
+static void read_behind_a_gate(struct sf_gpu *g, void *consumer, const unsigned char *a,
+                               struct consumer_read *c)
+{
+    char err[256] = "";
+    struct sf__gpu_job job = {.host = a, .bytes = sizeof c->got};
+    cr_assert_eq(sf__gpu_submit(g, 0, &job, err, sizeof err), SF_OK, "%s", err);
+    c->emu = sf__gpu_emu(g);
+    c->dev = sf__gpu_u8(g, 0);
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+    cr_assert_eq(sf__gpu_stream_wait(g, sf__gpu_event(g, 0), consumer), SF_OK);
+    cr_assert_eq(sf__emu_enqueue_fn(c->emu, consumer, consumer_gate, c), 0);
+    cr_assert_eq(sf__emu_enqueue_fn(c->emu, consumer, consumer_reads, c), 0);
+    cr_assert_eq(sf__gpu_release_after(g, 0, consumer), SF_OK);
+}
+
 /*
  * The consumer queues a read of batch A on its stream, releases the slot
  * with sf__gpu_release_after, and the ring copies batch B into the same
@@ -672,17 +691,10 @@ static void reuse_after_release(int ignore)
     unsigned char a[4096], b[4096];
     memset(a, 0xA1, sizeof a);
     memset(b, 0xB2, sizeof b);
-    struct sf__gpu_job job = {.host = a, .bytes = sizeof a};
-    cr_assert_eq(sf__gpu_submit(g, 0, &job, err, sizeof err), SF_OK, "%s", err);
-    struct consumer_read c = {.emu = emu, .dev = sf__gpu_u8(g, 0)};
-    pthread_mutex_init(&c.mu, NULL);
-    pthread_cond_init(&c.cv, NULL);
-    cr_assert_eq(sf__gpu_stream_wait(g, sf__gpu_event(g, 0), consumer), SF_OK);
-    cr_assert_eq(sf__emu_enqueue_fn(emu, consumer, consumer_gate, &c), 0);
-    cr_assert_eq(sf__emu_enqueue_fn(emu, consumer, consumer_reads, &c), 0);
-    cr_assert_eq(sf__gpu_release_after(g, 0, consumer), SF_OK);
+    struct consumer_read c = {0};
+    read_behind_a_gate(g, consumer, a, &c);
 
-    job.host = b;
+    struct sf__gpu_job job = {.host = b, .bytes = sizeof b};
     cr_assert_eq(sf__gpu_submit(g, 0, &job, err, sizeof err), SF_OK, "%s", err);
     if (ignore) /* nothing orders B after the read: B lands first */
         cr_assert_eq(sf__gpu_wait(g, 0, NULL, err, sizeof err), SF_OK, "%s", err);
@@ -741,15 +753,8 @@ Test(gpu, close_waits_for_work_the_consumer_queued_before_its_release)
     cr_assert_eq(ops->stream_create(emu, &consumer), 0);
     unsigned char a[4096];
     memset(a, 0xA1, sizeof a);
-    struct sf__gpu_job job = {.host = a, .bytes = sizeof a};
-    cr_assert_eq(sf__gpu_submit(g, 0, &job, err, sizeof err), SF_OK, "%s", err);
-    struct consumer_read c = {.emu = emu, .dev = sf__gpu_u8(g, 0), .rc = -1};
-    pthread_mutex_init(&c.mu, NULL);
-    pthread_cond_init(&c.cv, NULL);
-    cr_assert_eq(sf__gpu_stream_wait(g, sf__gpu_event(g, 0), consumer), SF_OK);
-    cr_assert_eq(sf__emu_enqueue_fn(emu, consumer, consumer_gate, &c), 0);
-    cr_assert_eq(sf__emu_enqueue_fn(emu, consumer, consumer_reads, &c), 0);
-    cr_assert_eq(sf__gpu_release_after(g, 0, consumer), SF_OK);
+    struct consumer_read c = {.rc = -1};
+    read_behind_a_gate(g, consumer, a, &c);
     pthread_t opener;
     cr_assert_eq(pthread_create(&opener, NULL, open_gate_later, &c), 0);
     sf__gpu_close(g);
