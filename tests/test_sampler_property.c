@@ -18,6 +18,7 @@
 #include "shardfeed_sampling.h"
 #include "src/sampler.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -416,4 +417,82 @@ Test(sampler, property_random_configurations_keep_every_promise)
     /* The generator must exercise both sides. */
     cr_assert_gt(ran, 1000);
     cr_assert_gt(refused, 100);
+}
+
+/*
+ * The documented worst case on estimated counts (docs/sampling.md, "How much
+ * is padded or dropped"): shard i really holds n_i samples in size_i bytes,
+ * within a factor (1 + e) either way of the probe's b bytes per sample, and
+ * is estimated at max(1, round(size_i / b)) (the loader's rule). With the
+ * real deal of the sampler (whole shards, dealt on the estimates), each
+ * stream's real length R and the fixed epoch size T must satisfy
+ * |R - T| <= e*R + k/2 + (max_share - min_share) (k: the stream's shards,
+ * one counting 1 instead of 1/2 when under half a probe sample).
+ */
+Test(sampler, property_estimated_pads_and_drops_stay_within_the_documented_bound)
+{
+    clear_dist_env();
+    gen_state = 7;
+    static const double es[] = {0, 0.05, 0.5, 1, 3};
+    const double b = 1000;
+    unsigned tight = 0;
+    for (unsigned cs = 0; cs < 1500; cs++) {
+        uint64_t n_true[50], est[50];
+        double x[50];
+        size_t n = 2 + (size_t)gen(49);
+        int world = 2 + (int)gen(n - 1 < 15 ? n - 1 : 15);
+        double e = es[gen(5)];
+        for (size_t i = 0; i < n; i++) {
+            n_true[i] = 1 + gen(gen(2) ? 3 : 50);
+            double lo = ceil((double)n_true[i] * b / (1 + e));
+            double hi = floor((double)n_true[i] * b * (1 + e));
+            double size = lo + (double)gen((uint64_t)(hi - lo) + 1);
+            x[i] = size / b;
+            double r = floor(x[i] + 0.5);
+            est[i] = r < 1 ? 1 : (uint64_t)r;
+        }
+        struct cfg c = {.world = world, .estimated = 1, .seed = gen(100), .epoch = gen(4),
+                        .policy = gen(2) ? SF_EPOCH_PAD : SF_EPOCH_DROP};
+        uint64_t min_share = UINT64_MAX, max_share = 0, T = 0;
+        for (int u = 0; u < world; u++) {
+            c.rank = u;
+            struct sf_sampler_options o = opts(c);
+            struct sf_sampler *s = make(&o, est, n);
+            size_t pn = 0;
+            const struct sf_shard_range *plan = sf_sampler_plan(s, &pn);
+            uint64_t share = 0;
+            for (size_t i = 0; i < pn; i++)
+                share += est[plan[i].shard];
+            min_share = share < min_share ? share : min_share;
+            max_share = share > max_share ? share : max_share;
+            T = sf_sampler_epoch_size(s);
+            sf_sampler_destroy(s);
+        }
+        for (int u = 0; u < world; u++) {
+            c.rank = u;
+            struct sf_sampler_options o = opts(c);
+            struct sf_sampler *s = make(&o, est, n);
+            cr_assert_eq(sf_sampler_epoch_size(s), T, "every stream has the same size");
+            size_t pn = 0;
+            const struct sf_shard_range *plan = sf_sampler_plan(s, &pn);
+            uint64_t R = 0;
+            double rounding = 0;
+            for (size_t i = 0; i < pn; i++) {
+                size_t sh = plan[i].shard;
+                cr_assert_eq(plan[i].begin, 0);
+                cr_assert_eq(plan[i].end, est[sh], "whole shards on estimates");
+                R += n_true[sh];
+                rounding += x[sh] < 0.5 ? 1 : 0.5;
+            }
+            double off = R > T ? (double)(R - T) : (double)(T - R);
+            double bound = e * (double)R + rounding + (double)(max_share - min_share);
+            cr_assert_leq(off, bound + 1e-9,
+                          "case %u, e %g, world %d, stream %d: R %llu, T %llu, |R-T| %g > %g",
+                          cs, e, world, u, (unsigned long long)R, (unsigned long long)T, off,
+                          bound);
+            tight += off > 0.9 * bound && off > 0;
+            sf_sampler_destroy(s);
+        }
+    }
+    cr_assert_gt(tight, 0, "some case comes near the bound");
 }
