@@ -115,6 +115,45 @@ static size_t resume_points(uint64_t size, uint64_t batch, uint64_t *pts)
     return n;
 }
 
+/* What a loader resuming on estimated counts reads from a restored sampler
+ * (sf__sampler_window): read index k below `read` was delivered before the
+ * restore point exactly when it is not in the buffer. `delivered` holds
+ * the read indices of positions 0..pos-1. */
+static void check_window(const struct pcase *p, const struct sf_sampler *s,
+                         uint64_t (*delivered)(const void *, uint64_t), const void *arg,
+                         uint64_t pos)
+{
+    uint64_t read = 0, len = 0;
+    const uint64_t *buf = NULL;
+    sf__sampler_window(s, &read, &buf, &len);
+    CHECK(len <= read && read - len == pos, "%s: pos %llu: read %llu, buffer %llu", p->desc,
+          (unsigned long long)pos, (unsigned long long)read, (unsigned long long)len);
+    unsigned char *in = calloc(read + 1, 1);
+    CHECK(in != NULL, "");
+    for (uint64_t i = 0; i < len; i++) {
+        CHECK(buf[i] < read && !in[buf[i]], "%s: pos %llu: buffer entry %llu", p->desc,
+              (unsigned long long)pos, (unsigned long long)buf[i]);
+        in[buf[i]] = 1;
+    }
+    for (uint64_t i = 0; i < pos; i++) {
+        uint64_t k = delivered(arg, i);
+        CHECK(k < read && !in[k], "%s: pos %llu: delivered read index %llu still in the window",
+              p->desc, (unsigned long long)pos, (unsigned long long)k);
+        in[k] = 2;
+    }
+    free(in);
+}
+
+static uint64_t item_read_index(const void *arg, uint64_t i)
+{
+    return ((const struct run *)arg)->items[i].read_index;
+}
+
+static uint64_t plain_read_index(const void *arg, uint64_t i)
+{
+    return ((const uint64_t *)arg)[i];
+}
+
 /* A sampler created in another epoch, restored from the state of `from`
  * saved at `pos` (both ways: stepping there, and save_at), continues with
  * exactly items[pos..size). */
@@ -144,6 +183,7 @@ static void check_resume(const struct pcase *p, const struct sf_sampler_options 
     sf_sampler_get_info(b, &info);
     CHECK((info.position) == (pos), "");
     CHECK((info.epoch) == (o->epoch), "");
+    check_window(p, b, item_read_index, all, pos);
     uint64_t i = pos;
     while (sf_sampler_next(b, &it) == 1) {
         CHECK((i) < (all->n), "%s: resumed at %llu, too many items", p->desc,
@@ -382,6 +422,7 @@ static void check_estimated(const struct pcase *p)
             struct sf_sampler *b = make(&o, p->counts, p->n);
             CHECK((sf_sampler_state_restore(b, st, sizeof st)) == (SF_OK), "%s: cut %llu: %s",
                   p->desc, (unsigned long long)cut, sf_sampler_errmsg(b));
+            check_window(p, b, plain_read_index, all, cut);
             size_t m = 0;
             uint64_t *rest = drain_open(p, b, length, fed, UINT64_MAX, &m, NULL);
             CHECK((m) == (length - cut), "%s: cut %llu gave %zu", p->desc, (unsigned long long)cut,
