@@ -297,9 +297,10 @@ Test(sampler, estimated_failed_restore_keeps_what_the_stream_was_fed)
     cr_assert_eq(sf_sampler_state_save(s, st, sizeof st), SF_OK);
     /* Length 40 (stored + 1), epoch size 39; checksum recomputed as
      * docs/sampling.md defines it. */
+    const uint64_t length1 = 41, size = 39;
     for (int i = 0; i < 8; i++) {
-        st[112 + i] = (unsigned char)(41 >> (8 * i));
-        st[40 + i] = (unsigned char)(39 >> (8 * i));
+        st[112 + i] = (unsigned char)(length1 >> (8 * i));
+        st[40 + i] = (unsigned char)(size >> (8 * i));
     }
     uint64_t h = SF__TAG_STATE;
     for (size_t off = 0; off < 120; off += 8) {
