@@ -316,8 +316,8 @@ Test(sampler, estimated_failed_restore_keeps_what_the_stream_was_fed)
     /* Both deliver the same items up to the same wait. */
     for (int i = 0;; i++) {
         int ra = sf_sampler_next(ref, &a), rb = sf_sampler_next(s, &b);
-        cr_assert_eq(rb, ra, "item %d after the failed restore: %d, untouched sampler %d", i,
-                     rb, ra);
+        cr_assert_eq(rb, ra, "item %d after the failed restore: %d, untouched sampler %d", i, rb,
+                     ra);
         if (ra != 1)
             break;
         cr_assert(same_item(&a, &b), "item %d", i);
