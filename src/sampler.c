@@ -853,7 +853,7 @@ sf_status sf_sampler_state_restore(struct sf_sampler *s, const void *state, size
     uint64_t length = version == STATE_VERSION_EST ? get_u64(b + ST_LENGTH) : 0;
     uint64_t old_epoch = s->epoch, old_position = s->delivered;
     int old_final = s->final;
-    uint64_t old_size = s->size;
+    uint64_t old_size = s->size, old_known = s->known;
     start_epoch(s, epoch);
     if (s->open_ended && length) {
         s->final = 1;
@@ -869,6 +869,9 @@ sf_status sf_sampler_state_restore(struct sf_sampler *s, const void *state, size
          * a library with a different algorithm under the same version. */
         uint64_t mine = s->size;
         seek(s, old_epoch, old_position, old_final ? old_size + 1 : 0);
+        /* The replay only knows the reads it pushed; the reader may have
+         * told of more, and will not tell again. */
+        s->known = old_known;
         return sf__fail(s->errmsg, sizeof s->errmsg, SF_ERR_CORRUPT,
                         "sampler state says epoch %llu has %llu samples (position %llu); "
                         "this sampler computes %llu",
