@@ -98,6 +98,31 @@ def _distributed():
     return None
 
 
+class _Items:
+    """The items of one epoch of a ShardDataset. Not a generator: an
+    exception (LimitError when too many items are held, a failure,
+    KeyboardInterrupt) leaves it usable, as the loader's own iterator, where
+    a generator would end and a DataLoader take that for the end of the
+    epoch. The loader's iteration starts at the first next(), so a
+    set_epoch() between iter(dataloader) and the loop still counts."""
+
+    __slots__ = ("_dataset", "_batches")
+
+    def __init__(self, dataset):
+        self._dataset = dataset
+        self._batches = None
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self._batches is None:
+            if _torch().utils.data.get_worker_info() is not None:
+                raise _config_error(_WORKER_MESSAGE)
+            self._batches = iter(self._dataset.loader)
+        return self._dataset._item(next(self._batches))
+
+
 def _make_dataset_class():
     torch = _torch()
 
@@ -157,10 +182,7 @@ def _make_dataset_class():
 
         # -- iteration -------------------------------------------------
         def __iter__(self):
-            if torch.utils.data.get_worker_info() is not None:
-                raise _config_error(_WORKER_MESSAGE)
-            for batch in self.loader:
-                yield self._item(batch)
+            return _Items(self)
 
         @staticmethod
         def _item(batch):
