@@ -8,8 +8,6 @@ torch is imported when one of them is first used, not when this module is
 imported (and ``import shardfeed`` never imports this module).
 See docs/python.md.
 """
-import os
-
 from . import _shardfeed
 from ._loader import Loader
 
@@ -82,22 +80,6 @@ def to_tensors(batch, device=None):
     return images, labels
 
 
-def _distributed():
-    """(rank, world_size): an initialised torch.distributed first, then
-    torchrun's RANK / WORLD_SIZE; None when neither says."""
-    torch = _torch()
-    dist = torch.distributed
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    rank, world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
-    if rank is not None and world is not None:
-        try:
-            return int(rank), int(world)
-        except ValueError:
-            raise _config_error(f"RANK={rank!r} WORLD_SIZE={world!r}: not integers") from None
-    return None
-
-
 class _Items:
     """The items of one epoch of a ShardDataset. Not a generator: an
     exception (LimitError when too many items are held, a failure,
@@ -164,12 +146,10 @@ def _make_dataset_class():
             if self._loader is None:
                 if torch.utils.data.get_worker_info() is not None:
                     raise _config_error(_WORKER_MESSAGE)
-                options = dict(self.options)
-                if "rank" not in options and "world_size" not in options:
-                    rw = _distributed()
-                    if rw is not None:
-                        options["rank"], options["world_size"] = rw
-                self._loader = Loader(self.sources, config=self.config, **options)
+                # rank / world size: Loader takes an initialised
+                # torch.distributed's, and the C library reads RANK and
+                # WORLD_SIZE (strictly: docs/sampling.md) when neither says.
+                self._loader = Loader(self.sources, config=self.config, **self.options)
             return self._loader
 
         def __getstate__(self):

@@ -194,3 +194,13 @@ def test_a_caught_error_does_not_end_the_epoch_through_the_dataloader(shards):
     keys += [k for item in it for k in item["keys"]]
     assert sorted(keys) == sorted(f"{c}/{c}_{i:03d}" for c in CLASSES for i in range(PER_CLASS))
 
+
+def test_torchrun_variables_are_parsed_as_strictly_as_by_the_loader(shards, monkeypatch):
+    # docs/sampling.md: ASCII digits only. Python's int() also takes "+0",
+    # " 1" and "1_0": the dataset would run on a rank the loader refuses.
+    monkeypatch.setenv("RANK", "+0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    with pytest.raises(shardfeed.ConfigError, match="RANK"):
+        shardfeed.Loader(shards, **options())
+    with pytest.raises(shardfeed.ConfigError, match="RANK"):
+        len(sft.ShardDataset(shards, **options()))
