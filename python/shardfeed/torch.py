@@ -194,8 +194,10 @@ def _make_dataset_class():
 
         @property
         def epoch(self):
-            return self._loader.epoch if self._loader is not None else \
-                int(self.options.get("epoch", 0))
+            if self._loader is not None:
+                return self._loader.epoch
+            epoch = self.options.get("epoch")
+            return 0 if epoch is None else int(epoch)  # None keeps the default
 
         def state_dict(self):
             """The position of the batches delivered so far (plain Python

@@ -204,3 +204,10 @@ def test_torchrun_variables_are_parsed_as_strictly_as_by_the_loader(shards, monk
         shardfeed.Loader(shards, **options())
     with pytest.raises(shardfeed.ConfigError, match="RANK"):
         len(sft.ShardDataset(shards, **options()))
+
+
+def test_epoch_none_keeps_the_default_before_the_loader_opens(shards):
+    # A keyword set to None keeps the default (docs/python.md): epoch 0.
+    ds = sft.ShardDataset(shards, **options(epoch=None))
+    assert ds.epoch == 0
+    assert len(ds) == (TOTAL + BATCH - 1) // BATCH and ds.epoch == 0
