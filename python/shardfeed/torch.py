@@ -8,8 +8,6 @@ torch is imported when one of them is first used, not when this module is
 imported (and ``import shardfeed`` never imports this module).
 See docs/python.md.
 """
-import os
-
 from . import _shardfeed
 from ._loader import Loader
 
@@ -82,20 +80,29 @@ def to_tensors(batch, device=None):
     return images, labels
 
 
-def _distributed():
-    """(rank, world_size): an initialised torch.distributed first, then
-    torchrun's RANK / WORLD_SIZE; None when neither says."""
-    torch = _torch()
-    dist = torch.distributed
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    rank, world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
-    if rank is not None and world is not None:
-        try:
-            return int(rank), int(world)
-        except ValueError:
-            raise _config_error(f"RANK={rank!r} WORLD_SIZE={world!r}: not integers") from None
-    return None
+class _Items:
+    """The items of one epoch of a ShardDataset. Not a generator: an
+    exception (LimitError when too many items are held, a failure,
+    KeyboardInterrupt) leaves it usable, as the loader's own iterator, where
+    a generator would end and a DataLoader take that for the end of the
+    epoch. The loader's iteration starts at the first next(), so a
+    set_epoch() between iter(dataloader) and the loop still counts."""
+
+    __slots__ = ("_dataset", "_batches")
+
+    def __init__(self, dataset):
+        self._dataset = dataset
+        self._batches = None
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self._batches is None:
+            if _torch().utils.data.get_worker_info() is not None:
+                raise _config_error(_WORKER_MESSAGE)
+            self._batches = iter(self._dataset.loader)
+        return self._dataset._item(next(self._batches))
 
 
 def _make_dataset_class():
@@ -139,12 +146,10 @@ def _make_dataset_class():
             if self._loader is None:
                 if torch.utils.data.get_worker_info() is not None:
                     raise _config_error(_WORKER_MESSAGE)
-                options = dict(self.options)
-                if "rank" not in options and "world_size" not in options:
-                    rw = _distributed()
-                    if rw is not None:
-                        options["rank"], options["world_size"] = rw
-                self._loader = Loader(self.sources, config=self.config, **options)
+                # rank / world size: Loader takes an initialised
+                # torch.distributed's, and the C library reads RANK and
+                # WORLD_SIZE (strictly: docs/sampling.md) when neither says.
+                self._loader = Loader(self.sources, config=self.config, **self.options)
             return self._loader
 
         def __getstate__(self):
@@ -157,10 +162,7 @@ def _make_dataset_class():
 
         # -- iteration -------------------------------------------------
         def __iter__(self):
-            if torch.utils.data.get_worker_info() is not None:
-                raise _config_error(_WORKER_MESSAGE)
-            for batch in self.loader:
-                yield self._item(batch)
+            return _Items(self)
 
         @staticmethod
         def _item(batch):
@@ -192,8 +194,10 @@ def _make_dataset_class():
 
         @property
         def epoch(self):
-            return self._loader.epoch if self._loader is not None else \
-                int(self.options.get("epoch", 0))
+            if self._loader is not None:
+                return self._loader.epoch
+            epoch = self.options.get("epoch")
+            return 0 if epoch is None else int(epoch)  # None keeps the default
 
         def state_dict(self):
             """The position of the batches delivered so far (plain Python

@@ -177,3 +177,37 @@ def test_an_initialised_process_group_wins_over_the_environment(shards, monkeypa
         assert sum(len(it["keys"]) for it in collect(ds)) == TOTAL
     finally:
         dist.destroy_process_group()
+
+
+def test_a_caught_error_does_not_end_the_epoch_through_the_dataloader(shards):
+    # Items view the ring: holding prefetch_batches - 1 of them makes the
+    # next one raise LimitError. Caught, and the items freed, the same
+    # DataLoader iterator goes on with the rest of the epoch (the loader's
+    # own iterator does; a generator would have ended at the exception).
+    ds = sft.ShardDataset(shards, **options(prefetch_batches=3))
+    it = iter(torch.utils.data.DataLoader(ds, batch_size=None, num_workers=0))
+    held = [next(it), next(it)]
+    with pytest.raises(shardfeed.LimitError):
+        next(it)
+    keys = [k for item in held for k in item["keys"]]
+    held.clear()
+    keys += [k for item in it for k in item["keys"]]
+    assert sorted(keys) == sorted(f"{c}/{c}_{i:03d}" for c in CLASSES for i in range(PER_CLASS))
+
+
+def test_torchrun_variables_are_parsed_as_strictly_as_by_the_loader(shards, monkeypatch):
+    # docs/sampling.md: ASCII digits only. Python's int() also takes "+0",
+    # " 1" and "1_0": the dataset would run on a rank the loader refuses.
+    monkeypatch.setenv("RANK", "+0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    with pytest.raises(shardfeed.ConfigError, match="RANK"):
+        shardfeed.Loader(shards, **options())
+    with pytest.raises(shardfeed.ConfigError, match="RANK"):
+        len(sft.ShardDataset(shards, **options()))
+
+
+def test_epoch_none_keeps_the_default_before_the_loader_opens(shards):
+    # A keyword set to None keeps the default (docs/python.md): epoch 0.
+    ds = sft.ShardDataset(shards, **options(epoch=None))
+    assert ds.epoch == 0
+    assert len(ds) == (TOTAL + BATCH - 1) // BATCH and ds.epoch == 0
