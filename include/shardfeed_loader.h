@@ -525,6 +525,12 @@ SF_API const char *sf_loader_shard_url(const struct sf_loader *l, size_t i);
 SF_API uint64_t sf_loader_epoch_samples(const struct sf_loader *l);
 SF_API uint64_t sf_loader_epoch_batches(const struct sf_loader *l);
 SF_API int sf_loader_epoch_size_known(struct sf_loader *l);
+/* Samples (pads included) of the current epoch this rank has delivered: the
+ * position sf_loader_state_save() records, restored by
+ * sf_loader_state_restore(), 0 after sf_loader_set_epoch(); 0 for NULL.
+ * With sf_loader_epoch_samples() it tells that every batch of an epoch of
+ * known size was taken although the end was not asked for yet. */
+SF_API uint64_t sf_loader_epoch_delivered(struct sf_loader *l);
 
 /* The detail of the loader's last error ("" when none): the shard, key and
  * offset for pipeline errors. Owned by the loader, valid until the next call

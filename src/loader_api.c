@@ -524,6 +524,16 @@ uint64_t sf_loader_epoch_samples(const struct sf_loader *l)
     return l->o.drop_last ? n / l->o.batch_size * l->o.batch_size : n;
 }
 
+uint64_t sf_loader_epoch_delivered(struct sf_loader *l)
+{
+    if (!l)
+        return 0;
+    pthread_mutex_lock(&l->mu);
+    uint64_t n = l->delivered_positions;
+    pthread_mutex_unlock(&l->mu);
+    return n;
+}
+
 uint64_t sf_loader_epoch_batches(const struct sf_loader *l)
 {
     if (!l)

@@ -218,6 +218,7 @@ Test(loader, unindexed_drop_last_one_rank_delivers_only_full_batches)
         cr_assert_eq(sf_loader_epoch_size_known(l), 1);
         cr_assert_eq(sf_loader_epoch_batches(l), 8u);
         cr_assert_eq(sf_loader_epoch_samples(l), 128u, "the samples delivered, drop_last applied");
+        cr_assert_eq(sf_loader_epoch_delivered(l), 128u, "every batch taken");
         struct sf_batch b;
         cr_assert_eq(sf_loader_next(l, &b), SF_END_OF_EPOCH, "the end stays the end");
         /* The two samples of the short tail hold no shard open. */
@@ -226,6 +227,8 @@ Test(loader, unindexed_drop_last_one_rank_delivers_only_full_batches)
         struct epoch_log e1;
         run_exact_epoch(l, 1, NULL, &e1);
         cr_assert_eq(e1.batches, 8u);
+        cr_assert_eq(sf_loader_set_epoch(l, 2), SF_OK, "%s", sf_loader_errmsg(l));
+        cr_assert_eq(sf_loader_epoch_delivered(l), 0u, "a new epoch starts at 0");
         free(e.seen);
         free(e1.seen);
         sf_loader_close(l);

@@ -153,7 +153,17 @@ class Loader:
         """An iterator over the rest of the current epoch (the next epoch
         when the current one was read to its end and set_epoch was not
         called since)."""
-        self._core()
+        c = self._core()
+        if not self._ended and not self._epoch_set and c.epoch_size_known:
+            # Every batch of the epoch was taken (a loop of exactly len()
+            # batches, zip(range(len(loader)), loader)) but its end was not
+            # asked for: the epoch is over, not resumed with nothing left
+            # (every other loop came out empty).
+            n = c.epoch_samples
+            if n > 0 and c.epoch_delivered >= n:
+                self._epoch_report = c.report(True)
+                _log_report(self._epoch, self._epoch_report)
+                self._ended = True
         if self._ended and not self._epoch_set:
             self.set_epoch(self._epoch + 1)
         self._epoch_set = False

@@ -508,7 +508,13 @@ static PyObject *loader_close(PyObject *pyself, PyObject *unused)
 }
 
 /* The epoch's numbers: one getter, its closure says which. */
-enum epoch_number { EPOCH_BATCHES, EPOCH_SAMPLES, EPOCH_SIZE_KNOWN, EPOCH_CURRENT };
+enum epoch_number {
+    EPOCH_BATCHES,
+    EPOCH_SAMPLES,
+    EPOCH_SIZE_KNOWN,
+    EPOCH_DELIVERED,
+    EPOCH_CURRENT
+};
 
 static PyObject *get_epoch_number(PyObject *pyself, void *which)
 {
@@ -523,6 +529,8 @@ static PyObject *get_epoch_number(PyObject *pyself, void *which)
         return PyLong_FromUnsignedLongLong(sf_loader_epoch_samples(c->l));
     case EPOCH_SIZE_KNOWN:
         return PyBool_FromLong(sf_loader_epoch_size_known(c->l));
+    case EPOCH_DELIVERED:
+        return PyLong_FromUnsignedLongLong(sf_loader_epoch_delivered(c->l));
     case EPOCH_CURRENT:
         break;
     }
@@ -574,6 +582,9 @@ static PyGetSetDef loader_getset[] = {
      (void *)(intptr_t)EPOCH_SAMPLES},
     {"epoch_size_known", get_epoch_number, NULL, "the epoch size is exact",
      (void *)(intptr_t)EPOCH_SIZE_KNOWN},
+    {"epoch_delivered", get_epoch_number, NULL,
+     "samples of this rank's epoch delivered so far (pads included)",
+     (void *)(intptr_t)EPOCH_DELIVERED},
     {"epoch", get_epoch_number, NULL, "the current epoch", (void *)(intptr_t)EPOCH_CURRENT},
     {"shards", get_shards, NULL, "shard URLs, in index order", NULL},
     {"closed", get_closed, NULL, NULL, NULL},

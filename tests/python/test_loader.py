@@ -216,8 +216,16 @@ def test_state_dict_resumes_with_exactly_the_remaining_batches(any_dataset, epoc
         rest = read_batches(loader)
     assert state["format"] == "shardfeed.loader" and state["version"] == 1
     assert state["epoch"] == epoch and isinstance(state["state"], bytes)
-    assert len(first) == k and len(first) + len(rest) == ds.n // 8
-    check_epoch(ds, first + rest)
+    whole = k == ds.n // 8
+    if whole:
+        # Every batch taken, the end not asked for: the next loop is the
+        # next epoch, whole (it was the empty rest of this one).
+        assert len(first) == k and len(rest) == k
+        check_epoch(ds, first)
+        check_epoch(ds, rest)
+    else:
+        assert len(first) == k and len(first) + len(rest) == ds.n // 8
+        check_epoch(ds, first + rest)
 
     state = pickle.loads(pickle.dumps(state))  # what a checkpoint does to it
     with shardfeed.Loader(ds.url, **o) as resumed:
@@ -227,7 +235,31 @@ def test_state_dict_resumes_with_exactly_the_remaining_batches(any_dataset, epoc
     assert len(again) == len(rest)
     for x, y in zip(again, rest):
         assert x == y, f"batch {y.index} differs after the restore"
-        assert x.index == y.index and x.epoch == y.epoch == epoch
+        assert x.index == y.index and x.epoch == y.epoch == epoch + whole
+
+
+def test_loops_of_exactly_len_batches_read_one_whole_epoch_each(dataset):
+    """zip(range(len(loader)), loader) takes every batch without asking for
+    the end: the next loop still starts the next epoch (it resumed the
+    finished one and came out empty, every other loop)."""
+    ds = dataset
+    with shardfeed.Loader(ds.url, **options(ds)) as loader:
+        for e in range(3):
+            got = []
+            for _, b in zip(range(len(loader)), loader):
+                with b:
+                    got.append(Got(b))
+            assert len(got) == ds.n // 8 and {g.epoch for g in got} == {e}, (e, len(got))
+            check_epoch(ds, got)
+            assert loader.epoch == e
+        # a loop stopped one batch short resumes that epoch, as before
+        short = []
+        for _, b in zip(range(len(loader) - 1), loader):
+            with b:
+                short.append(Got(b))
+        assert {g.epoch for g in short} == {3}
+        rest = read_batches(loader)
+        assert len(rest) == 1 and rest[0].epoch == 3
 
 
 def test_state_of_another_configuration_is_refused(dataset):
