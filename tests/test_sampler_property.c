@@ -210,6 +210,20 @@ static int must_refuse(const struct pcase *p)
            (p->c.partition == SF_PARTITION_SHARDS && nonempty < streams);
 }
 
+/* The sampler of stream u of case p (rank u / workers, worker u % workers):
+ * its options into o (a resume makes more with them), its info into info. */
+static struct sf_sampler *open_stream(const struct pcase *p, unsigned u,
+                                      struct sf_sampler_options *o, struct sf_sampler_info *info)
+{
+    struct cfg c = p->c;
+    c.rank = (int)(u / p->c.workers);
+    c.worker = u % p->c.workers;
+    *o = opts(c);
+    struct sf_sampler *s = make(o, p->counts, p->n);
+    sf_sampler_get_info(s, info);
+    return s;
+}
+
 /* One exact-count case: every stream of the job, drained and checked. */
 static void check_exact(const struct pcase *p)
 {
@@ -227,13 +241,9 @@ static void check_exact(const struct pcase *p)
     uint64_t dropped_sum = 0;
     unsigned resumed = (unsigned)gen(streams);
     for (unsigned u = 0; u < streams; u++) {
-        struct cfg c = p->c;
-        c.rank = (int)(u / p->c.workers);
-        c.worker = u % p->c.workers;
-        struct sf_sampler_options o = opts(c);
-        struct sf_sampler *s = make(&o, p->counts, p->n);
+        struct sf_sampler_options o;
         struct sf_sampler_info info;
-        sf_sampler_get_info(s, &info);
+        struct sf_sampler *s = open_stream(p, u, &o, &info);
         size_t plan_n = 0;
         const struct sf_shard_range *plan = sf_sampler_plan(s, &plan_n);
         uint64_t planned = 0;
@@ -364,13 +374,9 @@ static void check_estimated(const struct pcase *p)
     unsigned streams = (unsigned)p->c.world * p->c.workers;
     uint64_t size0 = 0;
     for (unsigned u = 0; u < streams; u++) {
-        struct cfg c = p->c;
-        c.rank = (int)(u / p->c.workers);
-        c.worker = u % p->c.workers;
-        struct sf_sampler_options o = opts(c);
-        struct sf_sampler *s = make(&o, p->counts, p->n);
+        struct sf_sampler_options o;
         struct sf_sampler_info info;
-        sf_sampler_get_info(s, &info);
+        struct sf_sampler *s = open_stream(p, u, &o, &info);
         int open = streams == 1 || p->c.policy == SF_EPOCH_UNEVEN;
         CHECK((info.size_known) == (!open), "%s", p->desc);
         if (!open) {
