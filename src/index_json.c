@@ -144,11 +144,12 @@ static int next_string(const char **pp)
     return nul;
 }
 
-/* Appends text (a member's name) or "[i]" to path[0, *len) within cap
- * bytes (cut when longer). */
+/* Appends text (a member's name, its first 64 bytes: a message must keep
+ * room for what it says) or "[i]" to path[0, *len) within cap bytes (cut
+ * when longer). */
 static void path_add(char *path, size_t *len, size_t cap, const char *name, int i)
 {
-    int w = name ? snprintf(path + *len, cap - *len, "%s%s", *len ? "." : "", name)
+    int w = name ? snprintf(path + *len, cap - *len, "%s%.64s", *len ? "." : "", name)
                  : snprintf(path + *len, cap - *len, "[%d]", i);
     if (w > 0)
         *len += (size_t)w < cap - *len ? (size_t)w : cap - *len - 1;
@@ -162,7 +163,10 @@ static int nul_walk(const cJSON *item, const char **pp, char *path, size_t len, 
     for (const cJSON *c = item->child; c; c = c->next, i++) {
         size_t l = len;
         if (cJSON_IsObject(item)) {
-            path_add(path, &l, cap, c->string ? c->string : "", 0);
+            /* A name cut to nothing by its NUL is named by its place. */
+            char place[32];
+            snprintf(place, sizeof(place), "(member %d)", i);
+            path_add(path, &l, cap, c->string && *c->string ? c->string : place, 0);
             if (next_string(pp) == 1) {
                 snprintf(where, where_len, "the name of %s", path);
                 return 1;
@@ -226,7 +230,7 @@ sf_status sf__index_json_check(const char *text, const char *index_url, size_t d
     }
     char where[300];
     if (sf__json_nul_where(text, j, where, sizeof(where))) {
-        snprintf(err, err_len, "%s: %s holds a NUL character (\\u0000)", index_url, where);
+        snprintf(err, err_len, "%s: %.160s holds a NUL character (\\u0000)", index_url, where);
         cJSON_Delete(j);
         free(by_name);
         return SF_ERR_CORRUPT;
@@ -318,7 +322,7 @@ sf_status sf__index_json_counts(const char *text, const char *index_name,
     char where[300];
     if (ok && sf__json_nul_where(text, j, where, sizeof(where))) {
         if (err && err_len)
-            snprintf(err, err_len, "%.512s: %s holds a NUL character (\\u0000)", index_name, where);
+            snprintf(err, err_len, "%.512s: %.160s holds a NUL character (\\u0000)", index_name, where);
         cJSON_Delete(j);
         return SF_ERR_CORRUPT;
     }

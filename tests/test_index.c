@@ -297,6 +297,13 @@ Test(index, an_index_naming_a_shard_with_a_nul_is_refused)
     cr_expect_eq(all, 0);
     cr_expect_eq(counts[1], 0u, "the count of another name was taken");
     cr_expect(strstr(err, "shards[1].name"), "%s", err);
+    /* A name that is only a NUL is named by its place (it was "the name of
+     * " and nothing: found by fuzz_index). */
+    const char *key = "{\"\\u0000\": 1, \"shards\": [{\"name\": \"a.tar\", \"samples\": 3}]}";
+    err[0] = 0;
+    cr_expect_eq(sf__index_json_counts(key, "index.json", objs, 2, counts, &all, err, sizeof err),
+                 SF_ERR_CORRUPT);
+    cr_expect(strstr(err, "index.json: the name of (member 0) holds a NUL"), "%s", err);
 }
 
 /* Whoever controls the bucket controls index.json: a count the loader reads

@@ -19,8 +19,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     err[0] = '\0';
     sf_status st =
         sf__index_json_counts(json, "index.json", objs, 3, counts, &all, err, sizeof err);
+    /* The field: a count's ("samples"), or where a string holds a NUL (a
+     * refusal this invariant predates; that the place is named even when
+     * the name is cut to nothing is test_index.c's to check, as the names
+     * are the input's own text). */
     if (st != SF_OK)
-        fz_check(all == 0 && strstr(err, "index.json") && strstr(err, "samples"),
+        fz_check(all == 0 && strstr(err, "index.json") &&
+                     (strstr(err, "samples") || strstr(err, "NUL character")),
                  "a refusal that does not name the index and the field: %s", err);
     else
         fz_check(all == 0 || all == 1, "all %d", all);
