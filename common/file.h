@@ -5,12 +5,15 @@
 #define SF_COMMON_FILE_H
 
 #include "shardfeed/common.h"
+#include "common/io.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/magic.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
@@ -107,6 +110,72 @@ static inline void sf__fault_span(const void *base, size_t len, uint64_t from, u
 static inline sf_status sf__errno_status(int e)
 {
     return e == ENOENT ? SF_ERR_NOT_FOUND : SF_ERR_IO;
+}
+
+/* Writes len bytes of text to path as a whole or not at all: a temporary file beside it
+ * (the same folder, so the same file system), flushed to disk, then renamed
+ * over it; a failure removes the temporary and leaves what was at path
+ * untouched. A path that is a link writes its target; one that is not a
+ * regular file (/dev/stdout, a FIFO) is written in place, as it cannot be
+ * replaced. An existing file keeps its mode; a new one gets 0666 less the
+ * umask, as fopen() would give. Returns 0, or -1 with errno. */
+static inline int sf__write_file_whole(const char *path, const void *text, size_t len)
+{
+    struct stat sb;
+    int exists = stat(path, &sb) == 0;
+    if (!exists && errno != ENOENT)
+        return -1;
+    if (exists && !S_ISREG(sb.st_mode)) {
+        int fd = open(path, O_WRONLY | O_TRUNC | O_CLOEXEC);
+        if (fd < 0)
+            return -1;
+        errno = 0;
+        int rc = sf__write_full(fd, text, len, NULL) == 0 ? 0 : -1;
+        int e = rc ? (errno ? errno : EIO) : 0;
+        if (close(fd) != 0 && !rc) {
+            rc = -1;
+            e = errno;
+        }
+        errno = e;
+        return rc;
+    }
+    char *real = exists ? realpath(path, NULL) : NULL;
+    if (exists && !real)
+        return -1;
+    const char *final = real ? real : path;
+    const char *slash = strrchr(final, '/');
+    const size_t cap = strlen(final) + 64;
+    char *tmp = malloc(cap);
+    if (!tmp) {
+        free(real);
+        errno = ENOMEM;
+        return -1;
+    }
+    int fd = -1;
+    for (unsigned k = 0; fd < 0 && k < 100; k++) {
+        snprintf(tmp, cap, "%.*s.%s.tmp-%ld-%u", slash ? (int)(slash - final + 1) : 0, final,
+                 slash ? slash + 1 : final, (long)getpid(), k);
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (fd < 0 && errno != EEXIST)
+            break;
+    }
+    int e = fd < 0 ? errno : 0;
+    if (fd >= 0) {
+        errno = 0;
+        if ((exists && fchmod(fd, sb.st_mode & 07777) != 0) ||
+            sf__write_full(fd, text, len, NULL) != 0 || fsync(fd) != 0)
+            e = errno ? errno : EIO; /* a write that made no progress: EIO */
+        if (close(fd) != 0 && !e)
+            e = errno;
+        if (!e && rename(tmp, final) != 0)
+            e = errno;
+        if (e)
+            unlink(tmp);
+    }
+    free(tmp);
+    free(real);
+    errno = e;
+    return e ? -1 : 0;
 }
 
 #endif

@@ -5,6 +5,7 @@
  * sf_loader_options_from_json(), so the CLI, the JSON file (--config) and
  * the C struct cannot drift apart. */
 #include "cli.h"
+#include "common/file.h"
 #include "common/io.h"
 #include "src/pipeline_rate.h"
 
@@ -169,7 +170,7 @@ static void tune_usage(FILE *f)
 
 /* Whether path can be written: an existing file (not a folder), or a new
  * one in a folder that can be written; errno says why not. Only an early
- * warning: write_file_atomic() does the write and says if it fails. */
+ * warning: sf__write_file_whole() does the write and says if it fails. */
 static int writable_path(const char *path)
 {
     struct stat sb;
@@ -698,73 +699,6 @@ int cli_cmd_tune(int argc, char **argv)
     return load_or_doctor(argc, argv, 2);
 }
 
-/* Writes text to path as a whole or not at all: a temporary file beside it
- * (the same folder, so the same file system), flushed to disk, then renamed
- * over it; a failure removes the temporary and leaves what was at path
- * untouched. A path that is a link writes its target; one that is not a
- * regular file (/dev/stdout, a FIFO) is written in place, as it cannot be
- * replaced. An existing file keeps its mode; a new one gets 0666 less the
- * umask, as fopen() would give. Returns 0, or -1 with errno. */
-static int write_file_atomic(const char *path, const char *text)
-{
-    const size_t len = strlen(text);
-    struct stat sb;
-    int exists = stat(path, &sb) == 0;
-    if (!exists && errno != ENOENT)
-        return -1;
-    if (exists && !S_ISREG(sb.st_mode)) {
-        int fd = open(path, O_WRONLY | O_TRUNC | O_CLOEXEC);
-        if (fd < 0)
-            return -1;
-        errno = 0;
-        int rc = sf__write_full(fd, text, len, NULL) == 0 ? 0 : -1;
-        int e = rc ? (errno ? errno : EIO) : 0;
-        if (close(fd) != 0 && !rc) {
-            rc = -1;
-            e = errno;
-        }
-        errno = e;
-        return rc;
-    }
-    char *real = exists ? realpath(path, NULL) : NULL;
-    if (exists && !real)
-        return -1;
-    const char *final = real ? real : path;
-    const char *slash = strrchr(final, '/');
-    const size_t cap = strlen(final) + 64;
-    char *tmp = malloc(cap);
-    if (!tmp) {
-        free(real);
-        errno = ENOMEM;
-        return -1;
-    }
-    int fd = -1;
-    for (unsigned k = 0; fd < 0 && k < 100; k++) {
-        snprintf(tmp, cap, "%.*s.%s.tmp-%ld-%u", slash ? (int)(slash - final + 1) : 0, final,
-                 slash ? slash + 1 : final, (long)getpid(), k);
-        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-        if (fd < 0 && errno != EEXIST)
-            break;
-    }
-    int e = fd < 0 ? errno : 0;
-    if (fd >= 0) {
-        errno = 0;
-        if ((exists && fchmod(fd, sb.st_mode & 07777) != 0) ||
-            sf__write_full(fd, text, len, NULL) != 0 || fsync(fd) != 0)
-            e = errno ? errno : EIO; /* a write that made no progress: EIO */
-        if (close(fd) != 0 && !e)
-            e = errno;
-        if (!e && rename(tmp, final) != 0)
-            e = errno;
-        if (e)
-            unlink(tmp);
-    }
-    free(tmp);
-    free(real);
-    errno = e;
-    return e ? -1 : 0;
-}
-
 static int run_tune(struct sf_loader_options *o, const struct load_ctx *lc, int json,
                     const char *output)
 {
@@ -780,7 +714,7 @@ static int run_tune(struct sf_loader_options *o, const struct load_ctx *lc, int 
         char *text = malloc(n);
         if (text)
             snprintf(text, n, "%s\n", r.config_json);
-        if (!text || write_file_atomic(output, text) != 0) {
+        if (!text || sf__write_file_whole(output, text, strlen(text)) != 0) {
             cli_errorf("tune: -o %s: %s", output, strerror(text ? errno : ENOMEM));
             free(text);
             return 1;

@@ -13,40 +13,16 @@
 #include <string.h>
 #include <unistd.h>
 
-/* A temporary file beside path, renamed over it once the whole text is written. */
+/* A temporary file beside path, renamed over it once the whole text is
+ * written (sf__write_file_whole, as tune -o). */
 static sf_status save_local(const char *path, const char *text, size_t len, char *err,
                             size_t err_len)
 {
-    const char *slash = strrchr(path, '/');
-    size_t dl = slash ? (size_t)(slash - path + 1) : 0;
-    size_t tl = strlen(path) + 64;
-    char *tmp = malloc(tl);
-    if (!tmp)
-        return sf__fail(err, err_len, SF_ERR_NO_MEMORY, "%s: out of memory", path);
-    snprintf(tmp, tl, "%.*s.%s.sfindex-%ld", (int)dl, path, path + dl, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        int e = errno;
-        sf_status st =
-            sf__fail(err, err_len, sf__errno_status(e), "%s: cannot create: %s", tmp, strerror(e));
-        free(tmp);
-        return st;
-    }
-    sf_status st = SF_OK;
-    size_t done;
-    int rc = sf__write_full(fd, text, len, &done);
-    if (rc)
-        st = sf__fail(err, err_len, SF_ERR_IO, "%s: write at byte %zu: %s", tmp, done,
-                      rc < 0 ? strerror(errno) : "no progress");
-    if (close(fd) != 0 && st == SF_OK)
-        st = sf__fail(err, err_len, SF_ERR_IO, "%s: close: %s", tmp, strerror(errno));
-    if (st == SF_OK && rename(tmp, path) != 0)
-        st = sf__fail(err, err_len, SF_ERR_IO, "%s: cannot rename into place: %s", path,
-                      strerror(errno));
-    if (st != SF_OK)
-        unlink(tmp);
-    free(tmp);
-    return st;
+    if (sf__write_file_whole(path, text, len) == 0)
+        return SF_OK;
+    int e = errno;
+    return sf__fail(err, err_len, sf__errno_status(e), "%s: cannot create or write: %s", path,
+                    strerror(e));
 }
 
 SF_API sf_status sf_index_result_save(struct sf_s3 *s3, const struct sf_index_result *r,
