@@ -387,6 +387,16 @@ static sf_status publish(struct sf_cache_object *o)
     struct sf__dc_meta m;
     sf_status st = sf__dc_writer_publish(o->w, o->info.url, &m, err, sizeof(err));
     o->w = NULL;
+    if (st != SF_OK && o->want_data && (o->data || !o->info.size)) {
+        /* Every byte arrived and is mapped (a mapping keeps its file even
+         * once unlinked): the reader gets the object as a stream would give
+         * it, and only the caching failed (the directory was removed, no
+         * room for the metadata). A later open fetches it again. */
+        logf_(c, SF_LOG_WARN, "%s; read without caching it", err);
+        o->contiguous = o->info.size;
+        o->state = ST_READY;
+        return SF_OK;
+    }
     if (st != SF_OK)
         return obj_fail(o, st, "%s", err);
     sf__dc_meta_clear(&m);

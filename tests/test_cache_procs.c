@@ -58,3 +58,99 @@ Test(cache, a_cache_dir_removed_while_open_is_made_again)
     free(a);
     free(b);
 }
+
+/* The cache directory removed while this process downloads into it: the
+ * download cannot be published (its file is gone), but the reader has every
+ * byte of it mapped and gets the object; later opens fetch it again into the
+ * directory made anew. docs/cache.md says rm under the cache is safe. */
+Test(cache, a_download_whose_directory_is_removed_still_serves_its_reader)
+{
+    const char *faults[] = {"--fault", "prefix=bucket/rm,bandwidth=2M", NULL};
+    start_mock(faults);
+    size_t n = 768 * 1024;
+    unsigned char *d = put_object("rm.tar", n, 74);
+    client_c(256 * 1024, 1);
+    open_cache(0, SF_REVALIDATE_TRUST);
+    struct sf_object_info in = info_of("rm.tar");
+    struct sf_cache_object *o = NULL;
+    cr_assert_eq(sf_cache_open(cache, s3, &in, &o), SF_OK);
+    struct sf_cache_object_progress p;
+    cr_assert_eq(sf_cache_object_wait(o, 1, 30000, &p), SF_OK, "%s", sf_cache_object_errmsg(o));
+    cr_assert_eq(p.source, SF_CACHE_FROM_FETCH);
+    cr_assert_lt(p.contiguous, n, "the download ended before the directory was removed");
+    remove_tree(cdir);
+    sf_status st = sf_cache_object_wait(o, n, 30000, &p);
+    cr_assert_eq(st, SF_OK, "%s", sf_cache_object_errmsg(o));
+    cr_assert(p.done);
+    cr_assert_eq(p.contiguous, n);
+    cr_assert(memcmp(sf_cache_object_data(o), d, n) == 0, "wrong bytes");
+    sf_cache_object_close(o);
+    cr_assert_eq(read_through("rm.tar", d, n), SF_CACHE_FROM_FETCH);
+    cr_assert_eq(read_through("rm.tar", d, n), SF_CACHE_FROM_DISK);
+    free(d);
+}
+/* Reads key through a new client and cache in this (child) process: 0 when
+ * every byte is right, else 1 with the error in msg. */
+static int child_read(const char *key, const unsigned char *want, size_t n, char *msg, size_t len)
+{
+    client(256 * 1024);
+    open_cache(0, SF_REVALIDATE_TRUST);
+    struct sf_object_info in = info_of(key);
+    struct sf_cache_object *o = NULL;
+    sf_status st = sf_cache_open(cache, s3, &in, &o);
+    if (st != SF_OK) {
+        sf_cache_errmsg(cache, msg, len);
+        return 1;
+    }
+    struct sf_cache_object_progress p;
+    st = sf_cache_object_wait(o, n, 30000, &p);
+    int bad = st != SF_OK || !p.done || p.contiguous != n ||
+              memcmp(sf_cache_object_data(o), want, n) != 0;
+    snprintf(msg, len, "%s", st != SF_OK ? sf_cache_object_errmsg(o) : bad ? "wrong bytes" : "");
+    sf_cache_object_close(o);
+    return bad;
+}
+
+/* A file size limit (RLIMIT_FSIZE, SIGXFSZ ignored: writes fail with EFBIG,
+ * as on a full disk) that lets the data in but not the metadata after it:
+ * the reader still gets every byte of the object (it has them all, mapped),
+ * nothing half-written is left in the cache, and a later open fetches and
+ * publishes it. */
+Test(cache, a_publish_that_cannot_write_its_metadata_still_serves_the_bytes)
+{
+    start_mock(NULL);
+    size_t n = 300 * 1024;
+    unsigned char *d = put_object("full.tar", n, 73);
+    int pfd[2];
+    cr_assert(pipe(pfd) == 0);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        close(pfd[0]);
+        signal(SIGXFSZ, SIG_IGN);
+        struct rlimit rl = {n + 100, n + 100};
+        if (setrlimit(RLIMIT_FSIZE, &rl) != 0)
+            _exit(3);
+        char msg[1024] = "";
+        int rc = child_read("full.tar", d, n, msg, sizeof(msg));
+        if (write(pfd[1], msg, strlen(msg)) < 0)
+            _exit(4);
+        _exit(rc);
+    }
+    close(pfd[1]);
+    char msg[1024] = "";
+    ssize_t got = read(pfd[0], msg, sizeof(msg) - 1);
+    close(pfd[0]);
+    msg[got > 0 ? got : 0] = 0;
+    int status;
+    cr_assert(waitpid(pid, &status, 0) == pid);
+    cr_assert(WIFEXITED(status), "the reader died of signal %d", WTERMSIG(status));
+    cr_assert_eq(WEXITSTATUS(status), 0, "the reader failed: %s", msg);
+    struct tally t = tally_cache();
+    cr_assert_eq(t.entries + t.parts, 0, "left %d entries, %d parts", t.entries, t.parts);
+    client(256 * 1024);
+    open_cache(0, SF_REVALIDATE_TRUST);
+    cr_assert_eq(read_through("full.tar", d, n), SF_CACHE_FROM_FETCH);
+    cr_assert_eq(read_through("full.tar", d, n), SF_CACHE_FROM_DISK);
+    free(d);
+}
