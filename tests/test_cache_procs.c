@@ -154,3 +154,65 @@ Test(cache, a_publish_that_cannot_write_its_metadata_still_serves_the_bytes)
     cr_assert_eq(read_through("full.tar", d, n), SF_CACHE_FROM_DISK);
     free(d);
 }
+
+/* A process that follows another's download (FROM_PEER) when that one is
+ * SIGKILLed in the middle: the kernel drops the dead one's flock, the
+ * follower takes over at once, resumes from the bytes already on disk and
+ * reads the right object; nothing is left locked or half-published. */
+Test(cache, a_follower_takes_over_when_the_downloader_is_killed)
+{
+    const char *faults[] = {"--fault", "prefix=bucket/kill,bandwidth=1M", NULL};
+    start_mock(faults);
+    size_t n = 640 * 1024;
+    unsigned char *d = put_object("kill.tar", n, 75);
+    int pfd[2];
+    cr_assert(pipe(pfd) == 0);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        close(pfd[0]);
+        client_c(64 * 1024, 1);
+        open_cache(0, SF_REVALIDATE_TRUST);
+        struct sf_object_info in = info_of("kill.tar");
+        struct sf_cache_object *o = NULL;
+        struct sf_cache_object_progress p;
+        if (sf_cache_open(cache, s3, &in, &o) != SF_OK ||
+            sf_cache_object_wait(o, 1, 30000, &p) != SF_OK || p.source != SF_CACHE_FROM_FETCH)
+            _exit(2);
+        if (write(pfd[1], "o", 1) != 1)
+            _exit(3);
+        for (;;)
+            sf_cache_object_wait(o, n, 30000, &p); /* killed here */
+    }
+    close(pfd[1]);
+    char c;
+    cr_assert_eq(read(pfd[0], &c, 1), 1, "the downloader did not start");
+    close(pfd[0]);
+    client_c(64 * 1024, 1);
+    open_cache(0, SF_REVALIDATE_TRUST);
+    struct sf_object_info in = info_of("kill.tar");
+    struct sf_cache_object *o = NULL;
+    cr_assert_eq(sf_cache_open(cache, s3, &in, &o), SF_OK);
+    struct sf_cache_object_progress p;
+    cr_assert_eq(sf_cache_object_wait(o, 64 * 1024, 30000, &p), SF_OK);
+    cr_assert_eq(p.source, SF_CACHE_FROM_PEER);
+    cr_assert_lt(p.contiguous, n, "the download ended before the kill");
+    kill(pid, SIGKILL);
+    int status;
+    cr_assert(waitpid(pid, &status, 0) == pid);
+    cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    sf_status st = sf_cache_object_wait(o, n, 30000, &p);
+    cr_assert_eq(st, SF_OK, "%s", sf_cache_object_errmsg(o));
+    cr_assert(p.done);
+    cr_assert_eq(p.source, SF_CACHE_FROM_FETCH, "source %d", p.source);
+    cr_assert(memcmp(sf_cache_object_data(o), d, n) == 0, "wrong bytes");
+    sf_cache_object_close(o);
+    struct sf_cache_stats cs;
+    cr_assert_eq(sf_cache_stats(cache, &cs), SF_OK);
+    cr_assert_eq(cs.resumed, 1, "the follower did not resume the dead one's bytes");
+    struct tally t = tally_cache();
+    cr_assert_eq(t.entries, 1);
+    cr_assert_eq(t.parts, 0);
+    cr_assert_eq(read_through("kill.tar", d, n), SF_CACHE_FROM_DISK);
+    free(d);
+}
