@@ -216,3 +216,59 @@ Test(cache, a_follower_takes_over_when_the_downloader_is_killed)
     cr_assert_eq(read_through("kill.tar", d, n), SF_CACHE_FROM_DISK);
     free(d);
 }
+
+/* An entry another process has open and mapped is evicted to make room
+ * (a limit smaller than the working set): that process still reads every
+ * byte of it right, with no SIGBUS, and the tier stays under its limit. */
+Test(cache, an_entry_evicted_while_another_process_reads_it_stays_readable)
+{
+    start_mock(NULL);
+    size_t n = 512 * 1024;
+    unsigned char *a = put_object("ev-a.tar", n, 76);
+    unsigned char *b = put_object("ev-b.tar", n, 77);
+    client(256 * 1024);
+    unsigned long long limit = n + n / 2;
+    open_cache(limit, SF_REVALIDATE_TRUST);
+    cr_assert_eq(read_through("ev-a.tar", a, n), SF_CACHE_FROM_FETCH);
+    int opened[2], go[2];
+    cr_assert(pipe(opened) == 0 && pipe(go) == 0);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        close(opened[0]);
+        close(go[1]);
+        /* The parent's client and cache are not the child's to destroy
+         * (the client's I/O thread is not here): new ones. */
+        client(256 * 1024);
+        open_cache(limit, SF_REVALIDATE_TRUST);
+        struct sf_object_info in = info_of("ev-a.tar");
+        struct sf_cache_object *o = NULL;
+        struct sf_cache_object_progress p;
+        if (sf_cache_open(cache, s3, &in, &o) != SF_OK ||
+            sf_cache_object_wait(o, n, 30000, &p) != SF_OK || p.source != SF_CACHE_FROM_DISK)
+            _exit(2);
+        char c = 'o';
+        if (write(opened[1], &c, 1) != 1 || read(go[0], &c, 1) != 1)
+            _exit(3);
+        _exit(memcmp(sf_cache_object_data(o), a, n) == 0 ? 0 : 1);
+    }
+    close(opened[1]);
+    close(go[0]);
+    char c;
+    cr_assert_eq(read(opened[0], &c, 1), 1, "the reader could not open the entry");
+    cr_assert_eq(read_through("ev-b.tar", b, n), SF_CACHE_FROM_FETCH);
+    struct sf_cache_stats cs;
+    cr_assert_eq(sf_cache_stats(cache, &cs), SF_OK);
+    cr_assert_eq(cs.evictions, 1);
+    cr_assert_eq(cs.entries, 1);
+    cr_assert_leq(cache_bytes(NULL), limit);
+    cr_assert_eq(write(go[1], "g", 1), 1);
+    int status;
+    cr_assert(waitpid(pid, &status, 0) == pid);
+    cr_assert(WIFEXITED(status), "the reader died of signal %d", WTERMSIG(status));
+    cr_assert_eq(WEXITSTATUS(status), 0, "the reader of the evicted entry failed");
+    close(opened[0]);
+    close(go[1]);
+    free(a);
+    free(b);
+}
