@@ -385,13 +385,22 @@ static sf_status publish(struct sf_cache_object *o)
     struct sf_cache *c = o->c;
     char err[1024];
     struct sf__dc_meta m;
+    /* The download's file outlives a failed publish for as long as we look
+     * at it: whether it still holds every byte decides what the reader gets. */
+    int keep = o->want_data ? fcntl(sf__dc_writer_fd(o->w), F_DUPFD_CLOEXEC, 0) : -1;
     sf_status st = sf__dc_writer_publish(o->w, o->info.url, &m, err, sizeof(err));
     o->w = NULL;
-    if (st != SF_OK && o->want_data && (o->data || !o->info.size)) {
+    struct stat sb;
+    int intact = st != SF_OK && keep >= 0 && (o->data || !o->info.size) && fstat(keep, &sb) == 0 &&
+                 (uint64_t)sb.st_size >= o->info.size;
+    if (keep >= 0)
+        close(keep);
+    if (intact) {
         /* Every byte arrived and is mapped (a mapping keeps its file even
-         * once unlinked): the reader gets the object as a stream would give
-         * it, and only the caching failed (the directory was removed, no
-         * room for the metadata). A later open fetches it again. */
+         * once unlinked), and the file was not cut short: the reader gets
+         * the object as a stream would give it, and only the caching failed
+         * (the directory was removed, no room for the metadata). A later
+         * open fetches it again. */
         logf_(c, SF_LOG_WARN, "%s; read without caching it", err);
         o->contiguous = o->info.size;
         o->state = ST_READY;
