@@ -342,3 +342,72 @@ Test(cache, a_downloader_killed_during_its_publish_leaves_nothing_served)
     free(back);
     free(data);
 }
+
+/* Four processes read different shards at once through one cache whose limit
+ * holds five of the sixteen: every read succeeds with the right bytes, the
+ * tier ends under its limit, and each entry that went was evicted once (the
+ * evictions add up to what left, no storm). */
+Test(cache, processes_sharing_a_small_limit_evict_only_what_must_go)
+{
+    start_mock(NULL);
+    size_t n = 256 * 1024;
+    unsigned char *d[16];
+    for (int i = 0; i < 16; i++) {
+        char k[32];
+        snprintf(k, sizeof(k), "lim-%02d.tar", i);
+        d[i] = put_object(k, n, 80 + (unsigned)i);
+    }
+    unsigned long long limit = 5 * (unsigned long long)sf__dc_entry_reserve(n);
+    int pfd[2];
+    cr_assert(pipe(pfd) == 0);
+    pid_t pids[4];
+    for (int c = 0; c < 4; c++) {
+        pids[c] = fork();
+        cr_assert(pids[c] >= 0);
+        if (pids[c] > 0)
+            continue;
+        close(pfd[0]);
+        client(256 * 1024);
+        open_cache(limit, SF_REVALIDATE_TRUST);
+        for (int i = c; i < 16; i += 4) {
+            char k[32];
+            snprintf(k, sizeof(k), "lim-%02d.tar", i);
+            struct sf_object_info in = info_of(k);
+            struct sf_cache_object *o = NULL;
+            struct sf_cache_object_progress p;
+            if (sf_cache_open(cache, s3, &in, &o) != SF_OK)
+                _exit(2);
+            sf_status st = sf_cache_object_wait(o, n, 30000, &p);
+            if (st != SF_OK || !p.done || memcmp(sf_cache_object_data(o), d[i], n) != 0)
+                _exit(3);
+            sf_cache_object_close(o);
+        }
+        struct sf_cache_stats cs;
+        if (sf_cache_stats(cache, &cs) != SF_OK)
+            _exit(4);
+        unsigned long long ev = cs.evictions;
+        if (write(pfd[1], &ev, sizeof(ev)) != (ssize_t)sizeof(ev))
+            _exit(5);
+        _exit(0);
+    }
+    close(pfd[1]);
+    unsigned long long evictions = 0;
+    for (int c = 0; c < 4; c++) {
+        int status;
+        cr_assert(waitpid(pids[c], &status, 0) == pids[c]);
+        cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "reader %d ended %d", c, status);
+        unsigned long long ev;
+        cr_assert_eq(read(pfd[0], &ev, sizeof(ev)), (ssize_t)sizeof(ev));
+        evictions += ev;
+    }
+    close(pfd[0]);
+    int entries;
+    unsigned long long bytes = cache_bytes(&entries);
+    cr_assert_leq(bytes, limit, "the tier holds %llu bytes over its limit %llu", bytes, limit);
+    cr_assert_eq(tally_cache().parts, 0);
+    cr_assert_eq(evictions, 16 - (unsigned long long)entries, "%llu evictions, %d entries left",
+                 evictions, entries);
+    cr_assert_geq(entries, 4);
+    for (int i = 0; i < 16; i++)
+        free(d[i]);
+}
