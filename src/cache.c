@@ -464,12 +464,22 @@ static sf_status step_follow(struct sf_cache_object *o, uint64_t want, int timeo
         struct sf__dc_record rec;
         int alive = 0;
         sf_status st = sf__dc_peek(c->dc, &o->id, &rec, &alive);
-        if (!alive || (st == SF_OK && rec.state == SF__DC_ST_PUBLISHED)) {
+        int published = st == SF_OK && rec.state == SF__DC_ST_PUBLISHED;
+        /* "Published" under a live lock is the owner between its rename and
+         * its unlock, or the record of an earlier download whose entry has
+         * gone since (evicted, cleared) under a new owner that has not
+         * written its own yet (it is reserving space, which can mean a scan
+         * and evictions): one more lookup tells them apart, and then we
+         * wait for the record to change instead of looping through lookups. */
+        if (!alive || (published && !o->stale_published)) {
             /* Finished or died: look again; we may take over. */
+            o->stale_published = alive;
             drop_data(o);
             o->state = ST_LOOKUP;
             return SF_OK;
         }
+        if (!published)
+            o->stale_published = 0;
         if (st == SF_OK && rec.state == SF__DC_ST_DOWNLOADING && !strcmp(rec.etag, o->info.etag) &&
             rec.size == o->info.size) {
             if (o->want_data && o->fd < 0) {

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -410,4 +411,41 @@ Test(cache, processes_sharing_a_small_limit_evict_only_what_must_go)
     cr_assert_geq(entries, 4);
     for (int i = 0; i < 16; i++)
         free(d[i]);
+}
+
+/* An entry gone (evicted, cleared) whose key's lock file still says
+ * "published" from the last download, while a new downloader holds the lock
+ * but has not written its record yet (it is reserving space: a scan of a full
+ * cache, evictions). Another process waiting on the object keeps waiting for
+ * it, rather than looping through lookups until "cache lookups do not
+ * settle" fails its read, and takes over when the lock is let go. */
+Test(cache, a_stale_published_record_under_a_live_lock_is_waited_on)
+{
+    unsigned char *d = mock_and_cache("stale.tar", 300 * 1024, 78, 256 * 1024, 4);
+    size_t n = 300 * 1024;
+    cr_assert_eq(read_through("stale.tar", d, n), SF_CACHE_FROM_FETCH);
+    char entry[1400], lock[1400];
+    only_entry(entry, sizeof(entry));
+    cr_assert(unlink(entry) == 0);
+    /* <kh>.lock beside <kh>-<eh>.sf */
+    snprintf(lock, sizeof(lock), "%s", entry);
+    char *dash = strrchr(lock, '-');
+    cr_assert(dash);
+    snprintf(dash, sizeof(lock) - (size_t)(dash - lock), ".lock");
+    int lfd = open(lock, O_RDWR | O_CLOEXEC);
+    cr_assert(lfd >= 0, "%s", lock);
+    cr_assert(flock(lfd, LOCK_EX) == 0);
+    struct sf_object_info in = info_of("stale.tar");
+    struct sf_cache_object *o = NULL;
+    cr_assert_eq(sf_cache_open(cache, s3, &in, &o), SF_OK);
+    struct sf_cache_object_progress p;
+    sf_status st = sf_cache_object_wait(o, n, 300, &p);
+    cr_assert_eq(st, SF_ERR_TIMEOUT, "%s: %s", sf_status_name(st), sf_cache_object_errmsg(o));
+    close(lfd); /* the other downloader went away without a record */
+    st = sf_cache_object_wait(o, n, 30000, &p);
+    cr_assert_eq(st, SF_OK, "%s", sf_cache_object_errmsg(o));
+    cr_assert(p.done);
+    cr_assert(memcmp(sf_cache_object_data(o), d, n) == 0);
+    sf_cache_object_close(o);
+    free(d);
 }
