@@ -326,8 +326,8 @@ Test(cache, a_downloader_killed_during_its_publish_leaves_nothing_served)
     cr_assert_eq((size_t)sb.st_size, n);
     cr_assert(pwrite(sf__dc_writer_fd(w), data, n, 0) == (ssize_t)n);
     sf__dc_writer_feed(w, 0, data, n);
-    cr_assert_eq(sf__dc_writer_publish(w, "s3://bucket/pub.tar", &m, err, sizeof(err)), SF_OK,
-                 "%s", err);
+    cr_assert_eq(sf__dc_writer_publish(w, "s3://bucket/pub.tar", &m, err, sizeof(err)), SF_OK, "%s",
+                 err);
     sf__dc_meta_clear(&m);
     cr_assert_eq(sf__dc_lookup(dc, &id, "\"e1\"", SF__DC_VERIFY_DATA, &fd, &m, err, sizeof(err)),
                  SF_OK, "%s", err);
