@@ -100,6 +100,16 @@ static int mkdir_p(const char *path)
     return sf__dc_mkdir(tmp);
 }
 
+int sf__dc_mkdir_sub(const char *path)
+{
+    if (sf__dc_mkdir(path) == 0)
+        return 0;
+    /* The tier itself is gone (rm -rf of the cache directory while processes
+     * use it): made again, as sf__disk_cache_open would, so later downloads
+     * are cached rather than failing. */
+    return errno == ENOENT ? mkdir_p(path) : -1;
+}
+
 int sf__dc_sub_path(const struct sf__disk_cache *dc, const char *kh, char *out, size_t n)
 {
     return snprintf(out, n, "%s/%.2s", dc->root, kh) < (int)n ? 0 : -1;

@@ -58,6 +58,9 @@ void sf__dc_key_hash(const struct sf__cache_id *id, char kh[65]);
 void sf__dc_entry_name(const char *kh, const char *etag, char *out, size_t n);
 /* mkdir 0700; an existing directory is fine. 0 or -1 (errno). */
 int sf__dc_mkdir(const char *path);
+/* sf__dc_mkdir of a key directory <root>/<kh[0:2]>, making <root> and its
+ * parents again when they were removed. 0 or -1 (errno). */
+int sf__dc_mkdir_sub(const char *path);
 /* <root>/<kh[0:2]>, and <root>/<kh[0:2]>/<kh><suffix>; -1 when too long. */
 int sf__dc_sub_path(const struct sf__disk_cache *dc, const char *kh, char *out, size_t n);
 int sf__dc_file_path(const struct sf__disk_cache *dc, const char *kh, const char *suffix, char *out,

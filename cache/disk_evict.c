@@ -143,8 +143,8 @@ static int scan_push(struct scan *s, const struct scan_item *it)
 static sf_status scan_all(struct sf__disk_cache *dc, struct scan *s)
 {
     DIR *top = opendir(dc->root);
-    if (!top)
-        return SF_ERR_IO;
+    if (!top) /* removed with everything in it (rm -rf): nothing to count */
+        return errno == ENOENT ? SF_OK : SF_ERR_IO;
     struct dirent *de;
     while ((de = readdir(top)) != NULL) {
         if (strlen(de->d_name) != 2 || sf__dc_hexval(de->d_name[0]) < 0 ||

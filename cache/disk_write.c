@@ -184,7 +184,7 @@ sf_status sf__dc_begin(struct sf__disk_cache *dc, const struct sf__cache_id *id,
         st = sf__fail(err, err_len, SF_ERR_LIMIT, "cache path too long");
         goto fail;
     }
-    if (sf__dc_mkdir(sub) != 0) {
+    if (sf__dc_mkdir_sub(sub) != 0) {
         st = sf__fail(err, err_len, SF_ERR_IO, "cannot create %s: %s", sub, strerror(errno));
         goto fail;
     }

@@ -385,8 +385,27 @@ static sf_status publish(struct sf_cache_object *o)
     struct sf_cache *c = o->c;
     char err[1024];
     struct sf__dc_meta m;
+    /* The download's file outlives a failed publish for as long as we look
+     * at it: whether it still holds every byte decides what the reader gets. */
+    int keep = o->want_data ? fcntl(sf__dc_writer_fd(o->w), F_DUPFD_CLOEXEC, 0) : -1;
     sf_status st = sf__dc_writer_publish(o->w, o->info.url, &m, err, sizeof(err));
     o->w = NULL;
+    struct stat sb;
+    int intact = st != SF_OK && keep >= 0 && (o->data || !o->info.size) && fstat(keep, &sb) == 0 &&
+                 (uint64_t)sb.st_size >= o->info.size;
+    if (keep >= 0)
+        close(keep);
+    if (intact) {
+        /* Every byte arrived and is mapped (a mapping keeps its file even
+         * once unlinked), and the file was not cut short: the reader gets
+         * the object as a stream would give it, and only the caching failed
+         * (the directory was removed, no room for the metadata). A later
+         * open fetches it again. */
+        logf_(c, SF_LOG_WARN, "%s; read without caching it", err);
+        o->contiguous = o->info.size;
+        o->state = ST_READY;
+        return SF_OK;
+    }
     if (st != SF_OK)
         return obj_fail(o, st, "%s", err);
     sf__dc_meta_clear(&m);
@@ -445,12 +464,22 @@ static sf_status step_follow(struct sf_cache_object *o, uint64_t want, int timeo
         struct sf__dc_record rec;
         int alive = 0;
         sf_status st = sf__dc_peek(c->dc, &o->id, &rec, &alive);
-        if (!alive || (st == SF_OK && rec.state == SF__DC_ST_PUBLISHED)) {
+        int published = st == SF_OK && rec.state == SF__DC_ST_PUBLISHED;
+        /* "Published" under a live lock is the owner between its rename and
+         * its unlock, or the record of an earlier download whose entry has
+         * gone since (evicted, cleared) under a new owner that has not
+         * written its own yet (it is reserving space, which can mean a scan
+         * and evictions): one more lookup tells them apart, and then we
+         * wait for the record to change instead of looping through lookups. */
+        if (!alive || (published && !o->stale_published)) {
             /* Finished or died: look again; we may take over. */
+            o->stale_published = alive;
             drop_data(o);
             o->state = ST_LOOKUP;
             return SF_OK;
         }
+        if (!published)
+            o->stale_published = 0;
         if (st == SF_OK && rec.state == SF__DC_ST_DOWNLOADING && !strcmp(rec.etag, o->info.etag) &&
             rec.size == o->info.size) {
             if (o->want_data && o->fd < 0) {

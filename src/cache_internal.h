@@ -54,6 +54,7 @@ struct sf_cache_object {
     uint64_t fetch_base; /* object offset the fetch starts at (resume point) */
     double last_progress;
     int peer_wait_counted;
+    int stale_published; /* looked again after a "published" record under a live lock */
     sf_status status;
     char errmsg[1024];
 };
