@@ -54,7 +54,7 @@ static cJSON *info_json(const struct sf_object_info *in)
  * prints (an object's bytes, a listing) would go into it, exit status 0. */
 static int stdout_is_closed(const char *cmd)
 {
-    if (fcntl(STDOUT_FILENO, F_GETFD) != -1 || errno != EBADF)
+    if (!cli_stdout_closed())
         return 0;
     cli_errorf("%s: stdout is closed", cmd);
     return 1;
@@ -431,7 +431,7 @@ static int get_to_pipe(struct sf_s3 *s3, struct cli *c, const struct sf_object_i
             start_window(s3, in->url, buf[cur ^ 1], window, next_off, size, etag, &f[cur ^ 1]) != 0)
             rc = -1;
         if (p.total && fwrite(buf[cur], 1, p.total, stdout) != p.total) {
-            cli_errorf("stdout: %s", strerror(errno));
+            cli_stdout_failed(errno);
             rc = -1;
         }
         sf_fetch_destroy(f[cur]);
@@ -446,7 +446,7 @@ static int get_to_pipe(struct sf_s3 *s3, struct cli *c, const struct sf_object_i
     free(buf[0]);
     free(buf[1]);
     if (fflush(stdout) != 0 && rc == 0) {
-        cli_errorf("stdout: %s", strerror(errno));
+        cli_stdout_failed(errno);
         rc = -1;
     }
     *bytes_out = off;
