@@ -395,8 +395,18 @@ static int start_window(struct sf_s3 *s3, const char *url, unsigned char *buf,
     return st == SF_OK ? 0 : -1;
 }
 
+/* A write to descriptor 1 failed: a device given with -o is named. */
+static void write_failed(const char *device, int err)
+{
+    if (device && err != EPIPE)
+        cli_errorf("%s: %s", device, strerror(err));
+    else
+        cli_stdout_failed(err);
+}
+
+/* device: the path given with -o that descriptor 1 holds, else NULL. */
 static int get_to_pipe(struct sf_s3 *s3, struct cli *c, const struct sf_object_info *in,
-                       unsigned long long *bytes_out)
+                       const char *device, unsigned long long *bytes_out)
 {
     unsigned long long window = (unsigned long long)c->s3o.concurrency * c->s3o.chunk_bytes;
     if (window > (1ull << 30))
@@ -431,7 +441,7 @@ static int get_to_pipe(struct sf_s3 *s3, struct cli *c, const struct sf_object_i
             start_window(s3, in->url, buf[cur ^ 1], window, next_off, size, etag, &f[cur ^ 1]) != 0)
             rc = -1;
         if (p.total && fwrite(buf[cur], 1, p.total, stdout) != p.total) {
-            cli_stdout_failed(errno);
+            write_failed(device, errno);
             rc = -1;
         }
         sf_fetch_destroy(f[cur]);
@@ -446,7 +456,7 @@ static int get_to_pipe(struct sf_s3 *s3, struct cli *c, const struct sf_object_i
     free(buf[0]);
     free(buf[1]);
     if (fflush(stdout) != 0 && rc == 0) {
-        cli_stdout_failed(errno);
+        write_failed(device, errno);
         rc = -1;
     }
     *bytes_out = off;
@@ -480,6 +490,8 @@ int cli_cmd_get(struct cli *c)
     struct job *jobs = NULL;
     const char *out = c->output;
     int to_stdout = !out || !strcmp(out, "-");
+    int object_on_stdout = to_stdout; /* stdout itself, not a device put on descriptor 1 */
+    int saved_stdout = -1;            /* stdout while a device is on descriptor 1 */
     int to_dir = 0;
     if (rc == 0) {
         size_t ol = out ? strlen(out) : 0;
@@ -490,7 +502,10 @@ int cli_cmd_get(struct cli *c)
             /* A device or FIFO (/dev/null, a named pipe) is written in place,
              * as stdout is: never replaced by a renamed temporary file. */
             int fd = open(out, O_WRONLY | O_CLOEXEC);
-            if (fd < 0 || dup2(fd, STDOUT_FILENO) < 0) {
+            /* stdout is put back for the --json report (cli_finish_stdout
+             * then checks stdout, not the device) */
+            saved_stdout = fd < 0 ? -1 : fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
+            if (fd < 0 || saved_stdout < 0 || dup2(fd, STDOUT_FILENO) < 0) {
                 cli_errorf("%s: cannot open for writing: %s", out, strerror(errno));
                 rc = 1;
             }
@@ -596,7 +611,7 @@ int cli_cmd_get(struct cli *c)
              * length it had on a failure or a signal, as above */
             if (appends)
                 arm_stdout_cut(sb.st_size);
-            if (get_to_pipe(s3, c, jobs[0].in, &bytes) != 0) {
+            if (get_to_pipe(s3, c, jobs[0].in, saved_stdout >= 0 ? out : NULL, &bytes) != 0) {
                 rc = 1;
                 if (appends && ftruncate(STDOUT_FILENO, sb.st_size) != 0)
                     cli_errorf("stdout: the partial download could not be cut off: %s",
@@ -634,6 +649,13 @@ int cli_cmd_get(struct cli *c)
     }
     if (handlers_set)
         restore_signal_handlers(old_sa);
+    if (saved_stdout >= 0) {
+        /* what failed on the device was reported; the report goes to stdout */
+        fflush(stdout);
+        clearerr(stdout);
+        dup2(saved_stdout, STDOUT_FILENO);
+        close(saved_stdout);
+    }
     double secs = sf__now_s() - t0;
     if (c->json && rc != EXIT_USAGE) {
         struct sf_s3_stats ss;
@@ -657,7 +679,17 @@ int cli_cmd_get(struct cli *c)
         cJSON_AddNumberToObject(o, "retries", (double)ss.retries);
         cJSON_AddNumberToObject(o, "throttled", (double)ss.throttled);
         cJSON_AddNumberToObject(o, "connections", (double)ss.connections);
-        cli_print_json(o);
+        if (rc == 0 && object_on_stdout) {
+            /* stdout holds the object and nothing else (`get --json URL > k`);
+             * a failure is still the one JSON object on stdout */
+            char *text = cJSON_PrintUnformatted(o);
+            if (text)
+                fprintf(stderr, "%s\n", text);
+            free(text);
+            cJSON_Delete(o);
+        } else {
+            cli_print_json(o);
+        }
     }
     for (size_t i = 0; jobs && i < n_jobs; i++) {
         free(jobs[i].dest);

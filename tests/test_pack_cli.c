@@ -477,6 +477,6 @@ Test(pack, max_side_fails_on_a_broken_jpeg_naming_it)
                          src, dest),
                  2);
     cr_expect_eq(test_sh("'%s' pack '%s' '%s' --max-side 320 --no-progress 2>/dev/null", SF_CLI_BIN,
-                         src, dest),
+                    src, dest),
                  1);
 }

@@ -461,3 +461,48 @@ Test(s3, cli_get_to_a_file_opened_for_appending_keeps_the_bytes_in_order)
     free(got);
     free(want);
 }
+
+/* ============================================================ CLI: get --json */
+
+/* get --json where the report and the object would share a stream: before
+ * the fix the report followed the object's bytes on stdout (`get --json URL
+ * > k` gave k with a JSON line appended, exit 0), and with -o /dev/null (a
+ * device, written through descriptor 1) the report went into the device and
+ * nothing was printed (-o /dev/full: "stdout: No space left on device").
+ * Now stdout holds the object alone and the report is on stderr; with -o
+ * DEVICE the report is on stdout, and a failure names the device. */
+Test(s3, cli_get_json_report_never_mixes_with_the_object)
+{
+    start_mock(NULL);
+    size_t n = 300000;
+    unsigned char *want = put_object("jr/k.bin", n, 6);
+    setenv("AWS_ACCESS_KEY_ID", "mock-access-key", 1);
+    setenv("AWS_SECRET_ACCESS_KEY", "mock-secret-key", 1);
+
+    const char *to_stdout[] = {"get", "--json", "s3://bucket/jr/k.bin", NULL};
+    cr_assert_eq(cli_run("jout", to_stdout), 0, "%s", cli_output("jout", "err"));
+    char path[800];
+    snprintf(path, sizeof(path), "%s/jout.out", tmp);
+    FILE *f = fopen(path, "rb");
+    cr_assert(f);
+    unsigned char *got = malloc(n + 4096);
+    cr_assert(got);
+    size_t k = fread(got, 1, n + 4096, f);
+    fclose(f);
+    cr_expect(k == n && memcmp(got, want, n) == 0, "stdout holds %zu bytes, not the object", k);
+    cJSON *j = cJSON_Parse(cli_output("jout", "err"));
+    cr_expect_eq(jnum(j, "bytes", NULL, NULL), (double)n, "stderr: %s", cli_output("jout", "err"));
+    cJSON_Delete(j);
+
+    const char *to_dev[] = {"get", "--json", "s3://bucket/jr/k.bin", "-o", "/dev/null", NULL};
+    cr_assert_eq(cli_run("jdev", to_dev), 0, "%s", cli_output("jdev", "err"));
+    j = cJSON_Parse(cli_output("jdev", "out"));
+    cr_expect_eq(jnum(j, "bytes", NULL, NULL), (double)n, "stdout: %s", cli_output("jdev", "out"));
+    cJSON_Delete(j);
+    /* a device that fails: the one failure object on stdout, naming it */
+    to_dev[4] = "/dev/full";
+    cr_assert_eq(cli_run("jfull", to_dev), 1, "%s", cli_output("jfull", "err"));
+    cJSON_Delete(one_failure_object(cli_output("jfull", "out"), "/dev/full: No space left"));
+    free(got);
+    free(want);
+}
