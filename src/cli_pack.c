@@ -391,6 +391,14 @@ int cli_cmd_inspect(int argc, char **argv)
             putchar('\n');
         if (rc)
             break;
+        if (ferror(stdout)) {
+            /* the output is gone (a reader that left with SIGPIPE ignored, a
+             * full disk): reading on would fetch the rest of the shard for
+             * nothing; main reports it */
+            rc = 1;
+            fetch_failed = 1; /* no summary to print either */
+            break;
+        }
     }
     int corrupt = rc && !fetch_failed && st != SF_OK;
     if (corrupt) {

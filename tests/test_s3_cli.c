@@ -506,3 +506,65 @@ Test(s3, cli_get_json_report_never_mixes_with_the_object)
     free(got);
     free(want);
 }
+
+/* ============================================================ CLI: inspect | head */
+
+/* `inspect URL | head` where SIGPIPE is ignored (some launchers leave it
+ * so): before the fix every write failed and inspect went on parsing, and
+ * downloading, the whole shard before it exited. Now it stops at the first
+ * write that failed and ends as SIGPIPE would, having read a small part. */
+Test(s3, cli_inspect_stops_reading_when_its_reader_is_gone)
+{
+    const char *faults[] = {"--fault", "prefix=bucket/ins/,bandwidth=4M", NULL};
+    start_mock(faults);
+    char src[700], path[800], dest[700];
+    snprintf(src, sizeof(src), "%s/src", tmp);
+    cr_assert_eq(mkdir(src, 0755), 0);
+    char data[1000];
+    memset(data, 'x', sizeof(data));
+    for (int i = 0; i < 1200; i++) {
+        snprintf(path, sizeof(path), "%s/s%04d.bin", src, i);
+        FILE *f = fopen(path, "wb");
+        cr_assert(f && fwrite(data, 1, sizeof(data), f) == sizeof(data));
+        fclose(f);
+    }
+    snprintf(dest, sizeof(dest), "%s/bucket/ins", root);
+    const char *pack[] = {SF_CLI_BIN, "pack", src, dest, "--no-progress", NULL};
+    cr_assert_eq(test_run(pack, "/dev/null", "/dev/null"), 0);
+    struct stat sb;
+    snprintf(path, sizeof(path), "%s/shard-000000.tar", dest);
+    cr_assert_eq(stat(path, &sb), 0);
+    setenv("AWS_ACCESS_KEY_ID", "mock-access-key", 1);
+    setenv("AWS_SECRET_ACCESS_KEY", "mock-secret-key", 1);
+
+    const char *argv[] = {SF_CLI_BIN,
+                          "inspect",
+                          "--endpoint-url",
+                          srv.url,
+                          "--concurrency",
+                          "1",
+                          "--chunk-size",
+                          "64K",
+                          "s3://bucket/ins/shard-000000.tar",
+                          NULL};
+    int op[2];
+    cr_assert_eq(pipe(op), 0);
+    close(op[0]); /* no reader */
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        signal(SIGPIPE, SIG_IGN);
+        int fe = open("/dev/null", O_WRONLY);
+        if (fe < 0 || dup2(op[1], 1) < 0 || dup2(fe, 2) < 0)
+            _exit(126);
+        execv(SF_CLI_BIN, (char *const *)argv);
+        _exit(127);
+    }
+    close(op[1]);
+    cr_expect_eq(test_wait(pid), 128 + SIGPIPE);
+    cJSON *st = mock_stats();
+    double sent = jnum(st, "bytes_sent", NULL, NULL);
+    cJSON_Delete(st);
+    cr_expect_lt(sent, (double)sb.st_size / 2, "%.0f of the shard's %lld bytes were read", sent,
+                 (long long)sb.st_size);
+}
