@@ -6,6 +6,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -294,11 +295,25 @@ static int is_dir(const char *p)
 
 static int job_open(struct job *j)
 {
-    size_t n = strlen(j->dest) + 32;
+    /* FILE.sfpart-PID, beside FILE so that the rename stays on one file
+     * system. A name near NAME_MAX leaves no room for the suffix (a valid
+     * 250-byte name failed with ENAMETOOLONG): it is cut to fit, and a
+     * number keeps two cut names of this process apart. */
+    static unsigned cut_names;
+    const char *base = base_name(j->dest);
+    char suffix[64];
+    snprintf(suffix, sizeof(suffix), ".sfpart-%ld", (long)getpid());
+    size_t keep = strlen(base);
+    if (keep + strlen(suffix) > NAME_MAX) {
+        snprintf(suffix, sizeof(suffix), ".sfpart-%ld-%u", (long)getpid(), cut_names++);
+        keep = NAME_MAX - strlen(suffix);
+    }
+    size_t dir_len = (size_t)(base - j->dest);
+    size_t n = dir_len + keep + strlen(suffix) + 1;
     j->tmp = malloc(n);
     if (!j->tmp)
         return -1;
-    snprintf(j->tmp, n, "%s.sfpart-%ld", j->dest, (long)getpid());
+    snprintf(j->tmp, n, "%.*s%.*s%s", (int)dir_len, j->dest, (int)keep, base, suffix);
     /* live before open: a signal that arrives as open returns is handled
      * before the next statement would run */
     j->tmp_live = 1;

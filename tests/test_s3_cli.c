@@ -11,6 +11,7 @@
 
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <openssl/evp.h>
 #include <signal.h>
@@ -567,4 +568,46 @@ Test(s3, cli_inspect_stops_reading_when_its_reader_is_gone)
     cJSON_Delete(st);
     cr_expect_lt(sent, (double)sb.st_size / 2, "%.0f of the shard's %lld bytes were read", sent,
                  (long long)sb.st_size);
+}
+
+/* ============================================================ CLI: get of a long file name */
+
+/* A file name of 250 bytes is valid (NAME_MAX is 255), but its temporary
+ * name FILE.sfpart-PID is not: before the fix get failed with "File name
+ * too long" for such an object, into a directory or with -o FILE. Now the
+ * temporary name is cut to fit, and the file lands under its own name. */
+Test(s3, cli_get_of_an_object_with_a_long_file_name)
+{
+    start_mock(NULL);
+    char name[251], key[300], url[400], dir[700], path[1000];
+    memset(name, 'n', 250);
+    name[250] = '\0';
+    snprintf(key, sizeof(key), "long/%s", name);
+    unsigned char *want = put_object(key, 5000, 8);
+    setenv("AWS_ACCESS_KEY_ID", "mock-access-key", 1);
+    setenv("AWS_SECRET_ACCESS_KEY", "mock-secret-key", 1);
+    snprintf(url, sizeof(url), "s3://bucket/%s", key);
+    snprintf(dir, sizeof(dir), "%s/dl/", tmp);
+    for (int as_file = 0; as_file < 2; as_file++) {
+        snprintf(path, sizeof(path), "%s%s", dir, name);
+        const char *args[] = {"get", url, "-o", as_file ? path : dir, NULL};
+        cr_expect_eq(cli_run("long", args), 0, "%s", cli_output("long", "err"));
+        FILE *f = fopen(path, "rb");
+        cr_expect(f, "%s was not written", as_file ? "-o FILE" : "-o DIR/");
+        if (f) {
+            unsigned char got[5001];
+            size_t k = fread(got, 1, sizeof(got), f);
+            fclose(f);
+            cr_expect(k == 5000 && memcmp(got, want, k) == 0, "%zu bytes", k);
+            unlink(path);
+        }
+        DIR *d = opendir(dir);
+        struct dirent *e;
+        while (d && (e = readdir(d)))
+            cr_expect(!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."), "%s left in %s",
+                      e->d_name, dir);
+        if (d)
+            closedir(d);
+    }
+    free(want);
 }
