@@ -6,6 +6,9 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -110,8 +113,9 @@ void cli_usage(FILE *f)
           "  --fsync                fsync each entry when it is published\n"
           "  --progress auto|bar|lines|off   progress on stderr (auto: bar on a TTY)\n"
           "\n"
-          "Exit status: 0 on success, 1 when an operation failed (the reason is on\n"
-          "stderr), 2 on bad usage.\n"
+          "Exit status: 0 on success, 1 when an operation failed or its output could\n"
+          "not be written (the reason is on stderr), 2 on bad usage; a pipe whose reader\n"
+          "went away (`| head`) ends it quietly, as SIGPIPE does (141 in a shell).\n"
           "\n"
           "The local S3-compatible test server is a separate program,\n"
           "shardfeed-mock-s3 (see docs/mock-server.md).\n",
@@ -119,10 +123,80 @@ void cli_usage(FILE *f)
 }
 
 /* The CLI's own process-wide state, which the library never has: the first
- * error reported (it becomes "error" in --json output) and the last JSON
- * document, held back until the exit status is known. */
+ * error reported (it becomes "error" in --json output), the last JSON
+ * document, held back until the exit status is known, and what became of
+ * stdout (closed by the caller; a failed write already reported). */
 static char first_error[2048];
 static cJSON *held_json;
+static int stdout_closed, stdout_reported;
+
+/* A descriptor 0, 1 or 2 the caller closed (`>&-`, `2>&-`, `<&-`) would be
+ * the number of the first file or socket the command opens (a shard being
+ * written, a cache entry, a connection), and what is printed would go into
+ * it. /dev/null takes its place first: read-only on 0 and 1, so that writes
+ * to a closed stdout fail and are reported (cli_finish_stdout), write-only
+ * on 2, whose messages have nowhere else to go. */
+static void guard_std_fds(void)
+{
+    for (int fd = STDIN_FILENO; fd <= STDERR_FILENO; fd++) {
+        if (fcntl(fd, F_GETFD) != -1 || errno != EBADF)
+            continue;
+        if (fd == STDOUT_FILENO)
+            stdout_closed = 1;
+        /* the lowest free descriptor: fd itself, those below are open by now */
+        if (open("/dev/null", fd == STDERR_FILENO ? O_WRONLY : O_RDONLY) < 0)
+            return; /* nothing better to do: the command runs as it would have */
+    }
+}
+
+int cli_stdout_closed(void)
+{
+    return stdout_closed;
+}
+
+void cli_stdout_failed(int err)
+{
+    if (err == EPIPE) {
+        /* The reader went away (`| head`): the end a shell pipeline expects,
+         * quietly, with the status of SIGPIPE's default action (141 in a
+         * shell), also when the caller left SIGPIPE ignored. */
+        sigset_t set;
+        sigemptyset(&set);
+        sigaddset(&set, SIGPIPE);
+        signal(SIGPIPE, SIG_DFL);
+        pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+        raise(SIGPIPE);
+        _exit(128 + SIGPIPE); /* not reached */
+    }
+    if (stdout_reported)
+        return;
+    stdout_reported = 1;
+    if (stdout_closed)
+        cli_errorf("stdout is closed, and there was output to write");
+    else
+        cli_errorf("stdout: %s", err ? strerror(err) : "write error");
+}
+
+/* What the command printed is its result: a write that failed (a full disk,
+ * a closed stdout, EIO) fails the command rather than exit 0 with the output
+ * lost. Returns rc, or 1 when rc was 0 and stdout failed. */
+static int cli_finish_stdout(int rc)
+{
+    errno = 0;
+    int e = fflush(stdout) != 0 ? errno : 0;
+    if (!ferror(stdout))
+        return rc;
+    if (e == 0) {
+        /* An earlier write failed, as a long text went out, and its errno is
+         * gone (stdio dropped those bytes). A pipe without a reader still
+         * says so: POLLERR on its end. */
+        struct pollfd p = {.fd = STDOUT_FILENO, .events = POLLOUT};
+        if (poll(&p, 1, 0) == 1 && (p.revents & POLLERR))
+            e = EPIPE;
+    }
+    cli_stdout_failed(e);
+    return rc ? rc : 1;
+}
 
 void cli_errorf(const char *fmt, ...)
 {
@@ -236,7 +310,8 @@ static void cli_json_finish(int rc, int json)
         print_now(j);
         cJSON_Delete(j);
     }
-    fflush(stdout);
+    /* flushed and checked by cli_finish_stdout: a flush here would take
+     * the error's errno with it */
 }
 
 /* ------------------------------------------------------------ main */
@@ -275,12 +350,13 @@ static int run(int argc, char **argv);
 
 int main(int argc, char **argv)
 {
+    guard_std_fds();
     int json = 0;
     for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
         json |= !strcmp(argv[i], "--json");
     int rc = run(argc, argv);
     cli_json_finish(rc, json);
-    return rc;
+    return cli_finish_stdout(rc);
 }
 
 static int run(int argc, char **argv)

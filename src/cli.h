@@ -108,6 +108,14 @@ __attribute__((format(printf, 1, 2))) void cli_errorf(const char *fmt, ...);
 int cli_fail_status(const char *cmd, const char *msg, sf_status st);
 void cli_log_stderr(void *user, enum sf_log_level level, const char *message);
 
+/* Whether descriptor 1 was closed when the program started (`>&-`); it
+ * then holds /dev/null, read-only, so that writes fail. */
+int cli_stdout_closed(void);
+/* A write to stdout failed with errno err (0: unknown): EPIPE ends the
+ * program as SIGPIPE does, quietly; anything else is reported once
+ * ("stdout: ...") and the caller fails the command. */
+void cli_stdout_failed(int err);
+
 /* Creates the S3 client from c->s3o; prints the reason and returns 1 on failure. */
 int cli_open_client(struct cli *c, struct sf_s3 **s3);
 /* Prints the client's last error for status st. */

@@ -86,7 +86,7 @@ int cli_cmd_index(int argc, char **argv)
     if (to_stdout) {
         fwrite(res.json, 1, res.json_len, stdout);
         if (fflush(stdout) != 0) {
-            cli_errorf("stdout: %s", strerror(errno));
+            cli_stdout_failed(errno);
             rc = 1;
         }
     } else if (is_http(res.index_url)) {

@@ -8,9 +8,11 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ------------------------------------------------------------ pack */
 
@@ -54,10 +56,63 @@ static const struct cli_flag pack_flags[] = {
 };
 #undef AT
 
+/* ------------------------------------------------------------ interrupted pack */
+
+/* SIGINT, SIGTERM or SIGHUP while pack writes cancels it through the
+ * progress callback, so the library's failure path runs: no index.json,
+ * the shards this run renamed into a local DEST removed, and the staged
+ * shards of an s3:// pack (each up to --shard-size, in TMPDIR) deleted.
+ * Dying at once left those behind. Then the program dies of the signal. A
+ * second signal kills at once (SA_RESETHAND); before the first progress
+ * call (the scan) nothing is written, and the first one kills at once too. */
+static volatile sig_atomic_t pack_signal;  /* the signal that came, 0 for none */
+static volatile sig_atomic_t pack_writing; /* the first progress call came */
+
+static const int pack_signals[] = {SIGINT, SIGTERM, SIGHUP};
+#define N_PACK_SIGNALS (sizeof(pack_signals) / sizeof(pack_signals[0]))
+
+static void on_pack_signal(int sig)
+{
+    if (!pack_writing) {
+        raise(sig); /* blocked here: delivered on return, with the default action */
+        return;
+    }
+    pack_signal = sig;
+    static const char note[] = "shardfeed: pack: interrupted: removing what this run wrote "
+                               "(again to stop at once)\n";
+    if (write(STDERR_FILENO, note, sizeof(note) - 1) < 0) {
+        /* nothing to do from here */
+    }
+}
+
+static void set_pack_signals(struct sigaction *old)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_pack_signal;
+    sa.sa_flags = SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < N_PACK_SIGNALS; i++)
+        sigaddset(&sa.sa_mask, pack_signals[i]);
+    for (size_t i = 0; i < N_PACK_SIGNALS; i++) {
+        sigaction(pack_signals[i], NULL, &old[i]);
+        /* a signal the shell made us ignore (nohup) stays ignored */
+        if (old[i].sa_handler != SIG_IGN)
+            sigaction(pack_signals[i], &sa, NULL);
+    }
+}
+
+static void restore_pack_signals(const struct sigaction *old)
+{
+    for (size_t i = 0; i < N_PACK_SIGNALS; i++)
+        sigaction(pack_signals[i], &old[i], NULL);
+}
+
 static int on_pack_progress(void *user, const struct sf_pack_progress *p)
 {
+    pack_writing = 1;
     cli_progress_update(user, p->bytes_done, p->bytes_total, p->files_done, p->files_total);
-    return 0;
+    return pack_signal != 0;
 }
 
 int cli_cmd_pack(int argc, char **argv)
@@ -100,20 +155,30 @@ int cli_cmd_pack(int argc, char **argv)
         a.o.s3 = s3;
     }
     struct cli_progress *bar = NULL;
-    if (!a.no_progress) {
+    if (!a.no_progress)
         bar = cli_progress_new(stderr, CLI_PROGRESS_AUTO, "pack", "files", 5.0);
-        if (bar) {
-            a.o.progress = on_pack_progress;
-            a.o.progress_user = bar;
-        }
-    }
+    /* always: it is also where a signal cancels the pack */
+    a.o.progress = on_pack_progress;
+    a.o.progress_user = bar;
     struct sf_pack_result res;
     char err[1024] = "";
+    struct sigaction old_sa[N_PACK_SIGNALS];
+    set_pack_signals(old_sa);
     double t0 = sf__now_s();
     sf_status st = sf_pack(src, dest, &a.o, &res, err, sizeof(err));
     double secs = sf__now_s() - t0;
+    restore_pack_signals(old_sa);
     cli_progress_finish(bar); /* and frees it */
     sf_s3_destroy(s3);
+    if (st != SF_OK && pack_signal) {
+        if (st != SF_ERR_CANCELLED)
+            cli_fail_status("pack", err, st);
+        cli_errorf("pack: interrupted: no index.json was written%s",
+                   a.o.s3 ? "; shards already uploaded stay, the staged ones were removed"
+                          : ", and the shards of this run were removed");
+        raise(pack_signal); /* its default action again: the status says how pack ended */
+        return 1;
+    }
     if (st != SF_OK)
         return cli_fail_status("pack", err, st);
     double mib_s = secs > 0 ? (double)res.source_bytes / 1048576.0 / secs : 0;
@@ -326,6 +391,14 @@ int cli_cmd_inspect(int argc, char **argv)
             putchar('\n');
         if (rc)
             break;
+        if (ferror(stdout)) {
+            /* the output is gone (a reader that left with SIGPIPE ignored, a
+             * full disk): reading on would fetch the rest of the shard for
+             * nothing; main reports it */
+            rc = 1;
+            fetch_failed = 1; /* no summary to print either */
+            break;
+        }
     }
     int corrupt = rc && !fetch_failed && st != SF_OK;
     if (corrupt) {

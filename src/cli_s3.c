@@ -6,6 +6,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,7 +55,7 @@ static cJSON *info_json(const struct sf_object_info *in)
  * prints (an object's bytes, a listing) would go into it, exit status 0. */
 static int stdout_is_closed(const char *cmd)
 {
-    if (fcntl(STDOUT_FILENO, F_GETFD) != -1 || errno != EBADF)
+    if (!cli_stdout_closed())
         return 0;
     cli_errorf("%s: stdout is closed", cmd);
     return 1;
@@ -294,11 +295,25 @@ static int is_dir(const char *p)
 
 static int job_open(struct job *j)
 {
-    size_t n = strlen(j->dest) + 32;
+    /* FILE.sfpart-PID, beside FILE so that the rename stays on one file
+     * system. A name near NAME_MAX leaves no room for the suffix (a valid
+     * 250-byte name failed with ENAMETOOLONG): it is cut to fit, and a
+     * number keeps two cut names of this process apart. */
+    static unsigned cut_names;
+    const char *base = base_name(j->dest);
+    char suffix[64];
+    snprintf(suffix, sizeof(suffix), ".sfpart-%ld", (long)getpid());
+    size_t keep = strlen(base);
+    if (keep + strlen(suffix) > NAME_MAX) {
+        snprintf(suffix, sizeof(suffix), ".sfpart-%ld-%u", (long)getpid(), cut_names++);
+        keep = NAME_MAX - strlen(suffix);
+    }
+    size_t dir_len = (size_t)(base - j->dest);
+    size_t n = dir_len + keep + strlen(suffix) + 1;
     j->tmp = malloc(n);
     if (!j->tmp)
         return -1;
-    snprintf(j->tmp, n, "%s.sfpart-%ld", j->dest, (long)getpid());
+    snprintf(j->tmp, n, "%.*s%.*s%s", (int)dir_len, j->dest, (int)keep, base, suffix);
     /* live before open: a signal that arrives as open returns is handled
      * before the next statement would run */
     j->tmp_live = 1;
@@ -395,8 +410,18 @@ static int start_window(struct sf_s3 *s3, const char *url, unsigned char *buf,
     return st == SF_OK ? 0 : -1;
 }
 
+/* A write to descriptor 1 failed: a device given with -o is named. */
+static void write_failed(const char *device, int err)
+{
+    if (device && err != EPIPE)
+        cli_errorf("%s: %s", device, strerror(err));
+    else
+        cli_stdout_failed(err);
+}
+
+/* device: the path given with -o that descriptor 1 holds, else NULL. */
 static int get_to_pipe(struct sf_s3 *s3, struct cli *c, const struct sf_object_info *in,
-                       unsigned long long *bytes_out)
+                       const char *device, unsigned long long *bytes_out)
 {
     unsigned long long window = (unsigned long long)c->s3o.concurrency * c->s3o.chunk_bytes;
     if (window > (1ull << 30))
@@ -431,7 +456,7 @@ static int get_to_pipe(struct sf_s3 *s3, struct cli *c, const struct sf_object_i
             start_window(s3, in->url, buf[cur ^ 1], window, next_off, size, etag, &f[cur ^ 1]) != 0)
             rc = -1;
         if (p.total && fwrite(buf[cur], 1, p.total, stdout) != p.total) {
-            cli_errorf("stdout: %s", strerror(errno));
+            write_failed(device, errno);
             rc = -1;
         }
         sf_fetch_destroy(f[cur]);
@@ -446,7 +471,7 @@ static int get_to_pipe(struct sf_s3 *s3, struct cli *c, const struct sf_object_i
     free(buf[0]);
     free(buf[1]);
     if (fflush(stdout) != 0 && rc == 0) {
-        cli_errorf("stdout: %s", strerror(errno));
+        write_failed(device, errno);
         rc = -1;
     }
     *bytes_out = off;
@@ -480,6 +505,8 @@ int cli_cmd_get(struct cli *c)
     struct job *jobs = NULL;
     const char *out = c->output;
     int to_stdout = !out || !strcmp(out, "-");
+    int object_on_stdout = to_stdout; /* stdout itself, not a device put on descriptor 1 */
+    int saved_stdout = -1;            /* stdout while a device is on descriptor 1 */
     int to_dir = 0;
     if (rc == 0) {
         size_t ol = out ? strlen(out) : 0;
@@ -490,7 +517,10 @@ int cli_cmd_get(struct cli *c)
             /* A device or FIFO (/dev/null, a named pipe) is written in place,
              * as stdout is: never replaced by a renamed temporary file. */
             int fd = open(out, O_WRONLY | O_CLOEXEC);
-            if (fd < 0 || dup2(fd, STDOUT_FILENO) < 0) {
+            /* stdout is put back for the --json report (cli_finish_stdout
+             * then checks stdout, not the device) */
+            saved_stdout = fd < 0 ? -1 : fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
+            if (fd < 0 || saved_stdout < 0 || dup2(fd, STDOUT_FILENO) < 0) {
                 cli_errorf("%s: cannot open for writing: %s", out, strerror(errno));
                 rc = 1;
             }
@@ -596,7 +626,7 @@ int cli_cmd_get(struct cli *c)
              * length it had on a failure or a signal, as above */
             if (appends)
                 arm_stdout_cut(sb.st_size);
-            if (get_to_pipe(s3, c, jobs[0].in, &bytes) != 0) {
+            if (get_to_pipe(s3, c, jobs[0].in, saved_stdout >= 0 ? out : NULL, &bytes) != 0) {
                 rc = 1;
                 if (appends && ftruncate(STDOUT_FILENO, sb.st_size) != 0)
                     cli_errorf("stdout: the partial download could not be cut off: %s",
@@ -634,6 +664,13 @@ int cli_cmd_get(struct cli *c)
     }
     if (handlers_set)
         restore_signal_handlers(old_sa);
+    if (saved_stdout >= 0) {
+        /* what failed on the device was reported; the report goes to stdout */
+        fflush(stdout);
+        clearerr(stdout);
+        dup2(saved_stdout, STDOUT_FILENO);
+        close(saved_stdout);
+    }
     double secs = sf__now_s() - t0;
     if (c->json && rc != EXIT_USAGE) {
         struct sf_s3_stats ss;
@@ -657,7 +694,17 @@ int cli_cmd_get(struct cli *c)
         cJSON_AddNumberToObject(o, "retries", (double)ss.retries);
         cJSON_AddNumberToObject(o, "throttled", (double)ss.throttled);
         cJSON_AddNumberToObject(o, "connections", (double)ss.connections);
-        cli_print_json(o);
+        if (rc == 0 && object_on_stdout) {
+            /* stdout holds the object and nothing else (`get --json URL > k`);
+             * a failure is still the one JSON object on stdout */
+            char *text = cJSON_PrintUnformatted(o);
+            if (text)
+                fprintf(stderr, "%s\n", text);
+            free(text);
+            cJSON_Delete(o);
+        } else {
+            cli_print_json(o);
+        }
     }
     for (size_t i = 0; jobs && i < n_jobs; i++) {
         free(jobs[i].dest);

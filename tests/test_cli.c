@@ -5,8 +5,11 @@
 
 #include <criterion/criterion.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -277,4 +280,152 @@ Test(cli, a_config_that_cannot_be_read_says_why)
     expect_usage_errors(bad, sizeof(bad) / sizeof(bad[0]));
     unlink(big);
     rmdir(dir);
+}
+
+/* ============================================================ output that cannot be written */
+
+enum out_kind { OUT_FULL, OUT_CLOSED, OUT_NO_READER };
+
+/* Runs the CLI with args, descriptor 1 as kind says (/dev/full; closed; a
+ * pipe whose reader is gone, with SIGPIPE ignored as some launchers leave
+ * it) and stderr into err. Returns the exit status, or 128 + the signal
+ * that ended it. */
+static int run_out(enum out_kind kind, const char *const *args, char *err, size_t err_len)
+{
+    const char *argv[32] = {SF_CLI_BIN};
+    size_t n = 1;
+    for (; args[n - 1]; n++)
+        cr_assert_lt(n, 31);
+    memcpy(argv + 1, args, n * sizeof(*argv));
+    int ep[2], op[2] = {-1, -1};
+    cr_assert_eq(pipe(ep), 0);
+    if (kind == OUT_NO_READER) {
+        cr_assert_eq(pipe(op), 0);
+        close(op[0]); /* before the fork: no reader anywhere */
+    }
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        dup2(ep[1], 2);
+        close(ep[0]);
+        close(ep[1]);
+        if (kind == OUT_FULL) {
+            int f = open("/dev/full", O_WRONLY);
+            if (f < 0 || dup2(f, 1) < 0)
+                _exit(126);
+            close(f);
+        } else if (kind == OUT_CLOSED) {
+            close(1);
+        } else {
+            signal(SIGPIPE, SIG_IGN); /* kept across exec */
+            dup2(op[1], 1);
+            close(op[1]);
+        }
+        execv(SF_CLI_BIN, (char *const *)argv);
+        _exit(127);
+    }
+    close(ep[1]);
+    if (op[1] >= 0)
+        close(op[1]);
+    size_t got = 0;
+    ssize_t r;
+    while ((r = read(ep[0], err + got, err_len - 1 - got)) > 0)
+        got += (size_t)r;
+    err[got] = '\0';
+    close(ep[0]);
+    int status;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* A folder with one file packed into dir/shards; the shard's path in shard. */
+static void make_shard(const char *dir, char *shard, size_t len)
+{
+    char path[256];
+    snprintf(path, sizeof(path), "%s/src", dir);
+    cr_assert_eq(mkdir(path, 0755), 0);
+    snprintf(path, sizeof(path), "%s/src/a.bin", dir);
+    FILE *f = fopen(path, "wb");
+    cr_assert(f);
+    fputs("sample bytes", f);
+    fclose(f);
+    char src[256], dest[256], err[4096];
+    snprintf(src, sizeof(src), "%s/src", dir);
+    snprintf(dest, sizeof(dest), "%s/shards", dir);
+    const char *args[] = {"pack", src, dest, "--no-progress", NULL};
+    cr_assert_eq(run(args, err, sizeof(err)), 0, "%s", err);
+    snprintf(shard, len, "%s/shard-000000.tar", dest);
+}
+
+/* Before the fix every command but `index --dry-run` (and ls, stat and get
+ * of a closed stdout) exited 0 when what it printed was lost: `tune >
+ * best.json` on a full disk gave an empty file and status 0. Now the write
+ * error fails the command, exit 1, naming stdout. */
+Test(cli, output_that_cannot_be_written_fails_the_command)
+{
+    char dir[] = "/tmp/sf-cli-XXXXXX";
+    cr_assert(mkdtemp(dir));
+    char shard[300], dest[300], cache[300];
+    make_shard(dir, shard, sizeof(shard));
+    snprintf(dest, sizeof(dest), "%s/again", dir);
+    snprintf(cache, sizeof(cache), "%s/cache", dir);
+    char src[300];
+    snprintf(src, sizeof(src), "%s/src", dir);
+    const char *const cmds[][8] = {
+        {"help", NULL},
+        {"version", NULL},
+        {"load", "--help", NULL},
+        {"inspect", shard, NULL},
+        {"inspect", "--json", shard, NULL},
+        {"index", shard, "--dry-run", NULL},
+        {"pack", src, dest, "--no-progress", NULL},
+        {"pack", src, dest, "--no-progress", "--json", NULL},
+        {"cache", "stats", "--cache-dir", cache, NULL},
+        {"cache", "ls", "--json", "--cache-dir", cache, NULL},
+    };
+    for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+        char err[8192];
+        int rc = run_out(OUT_FULL, cmds[i], err, sizeof(err));
+        cr_expect_eq(rc, 1, "%s %s > /dev/full: exit %d, stderr: %s", cmds[i][0], cmds[i][1], rc,
+                     err);
+        /* the reason, unless the failed write was in the middle of a long text */
+        cr_expect(strstr(err, "stdout: No space left on device") ||
+                      (!strcmp(cmds[i][0], "help") && strstr(err, "stdout: write error")),
+                  "%s %s: stderr: %s", cmds[i][0], cmds[i][1], err);
+        cr_expect_null(strstr(strstr(err, "stdout:") ? strstr(err, "stdout:") + 1 : err, "stdout:"),
+                       "%s %s: reported twice: %s", cmds[i][0], cmds[i][1], err);
+        rc = run_out(OUT_CLOSED, cmds[i], err, sizeof(err));
+        cr_expect_eq(rc, 1, "%s %s >&-: exit %d, stderr: %s", cmds[i][0], cmds[i][1], rc, err);
+        cr_expect(strstr(err, "stdout is closed"), "%s %s >&-: stderr: %s", cmds[i][0], cmds[i][1],
+                  err);
+    }
+    char cmd[400];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+/* The reader of a pipe gone (`| head -1`) with SIGPIPE ignored: before the
+ * fix most commands exited 0 having lost their output, and index --dry-run
+ * printed "stdout: Broken pipe". Now every one ends as SIGPIPE ends it,
+ * without a word on stderr. */
+Test(cli, a_pipe_without_reader_ends_quietly_as_sigpipe_does)
+{
+    char dir[] = "/tmp/sf-cli-XXXXXX";
+    cr_assert(mkdtemp(dir));
+    char shard[300];
+    make_shard(dir, shard, sizeof(shard));
+    const char *const cmds[][4] = {
+        {"help", NULL},
+        {"inspect", shard, NULL},
+        {"index", shard, "--dry-run", NULL},
+    };
+    for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+        char err[8192];
+        int rc = run_out(OUT_NO_READER, cmds[i], err, sizeof(err));
+        cr_expect_eq(rc, 128 + SIGPIPE, "%s: exit %d, stderr: %s", cmds[i][0], rc, err);
+        cr_expect_str_empty(err, "%s: stderr: %s", cmds[i][0], err);
+    }
+    char cmd[400];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
 }

@@ -8,11 +8,13 @@
 #include "support/mock_env.h"
 #include "support/mock_proc.h"
 #include "support/s3_client.h"
+#include "support/spawn.h"
 
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <openssl/evp.h>
 #include <dirent.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -242,6 +244,64 @@ Test(pack, cli_pack_to_s3_in_parts_and_a_failed_part_names_the_object)
     free(err);
     cr_expect_eq(uploads_in_progress(), 0);
     cr_expect_eq(cli("pack a b --part-size 1M"), 2, "a part size under 5M is a usage error");
+}
+
+/* ============================================================ interrupted */
+
+/* Ctrl-C while a pack to S3 waits on an upload: before the fix the program
+ * died at once and left the staged shards (up to two of --shard-size each,
+ * 256M by default) in --tmp-dir, which is TMPDIR unless given, every time.
+ * Now the signal cancels the pack, which removes them as on any failure and
+ * writes no index.json, and the program still dies of the signal. */
+Test(pack, cli_pack_to_s3_interrupted_leaves_no_staged_shard)
+{
+    make_large(); /* two shards with --shard-size 13M */
+    start_mock();
+    cr_assert_eq(mock_env_admin(&srv, "POST", "/_mock/faults",
+                                "prefix=bucket/int/shard-,latency_ms=400", NULL),
+                 200);
+    char stage[800];
+    snprintf(stage, sizeof(stage), "%s/stage", tmp);
+    cr_assert_eq(mkdir(stage, 0755), 0);
+    const char *argv[] = {SF_CLI_BIN,
+                          "pack",
+                          src,
+                          "s3://bucket/int/",
+                          "--endpoint-url",
+                          srv.url,
+                          "--shard-size",
+                          "13M",
+                          "--tmp-dir",
+                          stage,
+                          "--no-progress",
+                          NULL};
+    pid_t pid = test_spawn(argv, "/dev/null", "/dev/null");
+    cr_assert_gt(pid, 0);
+    /* the first shard is staged and its upload waits on the latency */
+    for (;;) {
+        DIR *d = opendir(stage);
+        cr_assert(d);
+        struct dirent *e;
+        int staged = 0;
+        while ((e = readdir(d)))
+            staged |= e->d_name[0] != '.';
+        closedir(d);
+        if (staged)
+            break;
+        usleep(2000);
+    }
+    cr_assert_eq(kill(pid, SIGINT), 0);
+    cr_expect_eq(test_wait(pid), 128 + SIGINT, "it did not die of the signal");
+    DIR *d = opendir(stage);
+    cr_assert(d);
+    struct dirent *e;
+    while ((e = readdir(d)))
+        cr_expect(e->d_name[0] == '.', "%s/%s was left behind", stage, e->d_name);
+    closedir(d);
+    char index[900];
+    snprintf(index, sizeof(index), "%s/root/bucket/int/index.json", tmp);
+    struct stat sb;
+    cr_expect_neq(stat(index, &sb), 0, "an index.json was written");
 }
 
 /* ============================================================ --max-side */

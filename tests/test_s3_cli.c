@@ -11,6 +11,7 @@
 
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <openssl/evp.h>
 #include <signal.h>
@@ -459,5 +460,154 @@ Test(s3, cli_get_to_a_file_opened_for_appending_keeps_the_bytes_in_order)
     cr_assert(stat(path, &sb) == 0);
     cr_expect_eq(sb.st_size, 6, "the failed download left a %lld-byte file", (long long)sb.st_size);
     free(got);
+    free(want);
+}
+
+/* ============================================================ CLI: get --json */
+
+/* get --json where the report and the object would share a stream: before
+ * the fix the report followed the object's bytes on stdout (`get --json URL
+ * > k` gave k with a JSON line appended, exit 0), and with -o /dev/null (a
+ * device, written through descriptor 1) the report went into the device and
+ * nothing was printed (-o /dev/full: "stdout: No space left on device").
+ * Now stdout holds the object alone and the report is on stderr; with -o
+ * DEVICE the report is on stdout, and a failure names the device. */
+Test(s3, cli_get_json_report_never_mixes_with_the_object)
+{
+    start_mock(NULL);
+    size_t n = 300000;
+    unsigned char *want = put_object("jr/k.bin", n, 6);
+    setenv("AWS_ACCESS_KEY_ID", "mock-access-key", 1);
+    setenv("AWS_SECRET_ACCESS_KEY", "mock-secret-key", 1);
+
+    const char *to_stdout[] = {"get", "--json", "s3://bucket/jr/k.bin", NULL};
+    cr_assert_eq(cli_run("jout", to_stdout), 0, "%s", cli_output("jout", "err"));
+    char path[800];
+    snprintf(path, sizeof(path), "%s/jout.out", tmp);
+    FILE *f = fopen(path, "rb");
+    cr_assert(f);
+    unsigned char *got = malloc(n + 4096);
+    cr_assert(got);
+    size_t k = fread(got, 1, n + 4096, f);
+    fclose(f);
+    cr_expect(k == n && memcmp(got, want, n) == 0, "stdout holds %zu bytes, not the object", k);
+    cJSON *j = cJSON_Parse(cli_output("jout", "err"));
+    cr_expect_eq(jnum(j, "bytes", NULL, NULL), (double)n, "stderr: %s", cli_output("jout", "err"));
+    cJSON_Delete(j);
+
+    const char *to_dev[] = {"get", "--json", "s3://bucket/jr/k.bin", "-o", "/dev/null", NULL};
+    cr_assert_eq(cli_run("jdev", to_dev), 0, "%s", cli_output("jdev", "err"));
+    j = cJSON_Parse(cli_output("jdev", "out"));
+    cr_expect_eq(jnum(j, "bytes", NULL, NULL), (double)n, "stdout: %s", cli_output("jdev", "out"));
+    cJSON_Delete(j);
+    /* a device that fails: the one failure object on stdout, naming it */
+    to_dev[4] = "/dev/full";
+    cr_assert_eq(cli_run("jfull", to_dev), 1, "%s", cli_output("jfull", "err"));
+    cJSON_Delete(one_failure_object(cli_output("jfull", "out"), "/dev/full: No space left"));
+    free(got);
+    free(want);
+}
+
+/* ============================================================ CLI: inspect | head */
+
+/* `inspect URL | head` where SIGPIPE is ignored (some launchers leave it
+ * so): before the fix every write failed and inspect went on parsing, and
+ * downloading, the whole shard before it exited. Now it stops at the first
+ * write that failed and ends as SIGPIPE would, having read a small part. */
+Test(s3, cli_inspect_stops_reading_when_its_reader_is_gone)
+{
+    const char *faults[] = {"--fault", "prefix=bucket/ins/,bandwidth=4M", NULL};
+    start_mock(faults);
+    char src[700], path[800], dest[700];
+    snprintf(src, sizeof(src), "%s/src", tmp);
+    cr_assert_eq(mkdir(src, 0755), 0);
+    char data[1000];
+    memset(data, 'x', sizeof(data));
+    for (int i = 0; i < 1200; i++) {
+        snprintf(path, sizeof(path), "%s/s%04d.bin", src, i);
+        FILE *f = fopen(path, "wb");
+        cr_assert(f && fwrite(data, 1, sizeof(data), f) == sizeof(data));
+        fclose(f);
+    }
+    snprintf(dest, sizeof(dest), "%s/bucket/ins", root);
+    const char *pack[] = {SF_CLI_BIN, "pack", src, dest, "--no-progress", NULL};
+    cr_assert_eq(test_run(pack, "/dev/null", "/dev/null"), 0);
+    struct stat sb;
+    snprintf(path, sizeof(path), "%s/shard-000000.tar", dest);
+    cr_assert_eq(stat(path, &sb), 0);
+    setenv("AWS_ACCESS_KEY_ID", "mock-access-key", 1);
+    setenv("AWS_SECRET_ACCESS_KEY", "mock-secret-key", 1);
+
+    const char *argv[] = {SF_CLI_BIN,
+                          "inspect",
+                          "--endpoint-url",
+                          srv.url,
+                          "--concurrency",
+                          "1",
+                          "--chunk-size",
+                          "64K",
+                          "s3://bucket/ins/shard-000000.tar",
+                          NULL};
+    int op[2];
+    cr_assert_eq(pipe(op), 0);
+    close(op[0]); /* no reader */
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        signal(SIGPIPE, SIG_IGN);
+        int fe = open("/dev/null", O_WRONLY);
+        if (fe < 0 || dup2(op[1], 1) < 0 || dup2(fe, 2) < 0)
+            _exit(126);
+        execv(SF_CLI_BIN, (char *const *)argv);
+        _exit(127);
+    }
+    close(op[1]);
+    cr_expect_eq(test_wait(pid), 128 + SIGPIPE);
+    cJSON *st = mock_stats();
+    double sent = jnum(st, "bytes_sent", NULL, NULL);
+    cJSON_Delete(st);
+    cr_expect_lt(sent, (double)sb.st_size / 2, "%.0f of the shard's %lld bytes were read", sent,
+                 (long long)sb.st_size);
+}
+
+/* ============================================================ CLI: get of a long file name */
+
+/* A file name of 250 bytes is valid (NAME_MAX is 255), but its temporary
+ * name FILE.sfpart-PID is not: before the fix get failed with "File name
+ * too long" for such an object, into a directory or with -o FILE. Now the
+ * temporary name is cut to fit, and the file lands under its own name. */
+Test(s3, cli_get_of_an_object_with_a_long_file_name)
+{
+    start_mock(NULL);
+    char name[251], key[300], url[400], dir[700], path[1000];
+    memset(name, 'n', 250);
+    name[250] = '\0';
+    snprintf(key, sizeof(key), "long/%s", name);
+    unsigned char *want = put_object(key, 5000, 8);
+    setenv("AWS_ACCESS_KEY_ID", "mock-access-key", 1);
+    setenv("AWS_SECRET_ACCESS_KEY", "mock-secret-key", 1);
+    snprintf(url, sizeof(url), "s3://bucket/%s", key);
+    snprintf(dir, sizeof(dir), "%s/dl/", tmp);
+    for (int as_file = 0; as_file < 2; as_file++) {
+        snprintf(path, sizeof(path), "%s%s", dir, name);
+        const char *args[] = {"get", url, "-o", as_file ? path : dir, NULL};
+        cr_expect_eq(cli_run("long", args), 0, "%s", cli_output("long", "err"));
+        FILE *f = fopen(path, "rb");
+        cr_expect(f, "%s was not written", as_file ? "-o FILE" : "-o DIR/");
+        if (f) {
+            unsigned char got[5001];
+            size_t k = fread(got, 1, sizeof(got), f);
+            fclose(f);
+            cr_expect(k == 5000 && memcmp(got, want, k) == 0, "%zu bytes", k);
+            unlink(path);
+        }
+        DIR *d = opendir(dir);
+        struct dirent *e;
+        while (d && (e = readdir(d)))
+            cr_expect(!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."), "%s left in %s",
+                      e->d_name, dir);
+        if (d)
+            closedir(d);
+    }
     free(want);
 }
