@@ -5,6 +5,7 @@
  */
 #include "s3/fetch_internal.h"
 #include "common/clock.h"
+#include "s3/etag.h"
 #include "common/io.h"
 #include "common/text.h"
 
@@ -186,7 +187,7 @@ size_t sf__on_header(char *buf, size_t size, size_t nitems, void *ud)
     copy_trimmed(val, sizeof(val), v, vn);
 #define IS(h) (name_len == sizeof(h) - 1 && strncasecmp(buf, h, name_len) == 0)
     if (IS("etag")) {
-        copy_trimmed(x->etag, sizeof(x->etag), v, vn);
+        sf__etag_canon(x->etag, sizeof(x->etag), v, vn);
     } else if (IS("content-range")) {
         x->have_cr = parse_content_range(val, x) == 0;
     } else if (IS("content-length")) {

@@ -11,6 +11,7 @@
 #include "common/calendar.h"
 #include "common/strbuf.h"
 #include "common/strv.h"
+#include "s3/etag.h"
 #include "s3/uri.h"
 
 #include <expat.h>
@@ -353,12 +354,18 @@ static void list_leaf(struct xml_ctx *c, enum tag t)
             fail(c, SF_ERR_PARSE, "bad <Size> \"%.*s\" in entry %zu", (int)(n > 32 ? 32 : n), s,
                  c->page->n_entries + 1);
         break;
-    case T_ETAG:
-        if (c->text.len >= sizeof c->cur.etag)
+    case T_ETAG: {
+        /* one room more than the field: a bare tag that only fits once its
+         * quotes are added is refused, not cut */
+        char canon[sizeof c->cur.etag + 1];
+        if (c->text.len < sizeof c->cur.etag)
+            sf__etag_canon(canon, sizeof canon, sf__strbuf_str(&c->text), c->text.len);
+        if (c->text.len >= sizeof c->cur.etag || strlen(canon) >= sizeof c->cur.etag)
             fail(c, SF_ERR_LIMIT, "<ETag> longer than %zu bytes", sizeof c->cur.etag - 1);
         else
-            copy_field(c->cur.etag, sizeof c->cur.etag, sf__strbuf_str(&c->text), c->text.len);
+            memcpy(c->cur.etag, canon, strlen(canon) + 1);
         break;
+    }
     case T_LAST_MODIFIED:
     case T_CREATION_DATE: c->cur.last_modified = parse_date_or_zero(&c->text); break;
     case T_PREFIX:
