@@ -169,6 +169,7 @@ size_t sf__on_header(char *buf, size_t size, size_t nitems, void *ud)
         x->status = sp ? strtol(sp + 1, NULL, 10) : 0;
         x->have_cr = 0;
         x->etag[0] = '\0';
+        x->bucket_region[0] = '\0';
         x->headers_done = 0;
         x->content_length = SF_SIZE_UNKNOWN;
         return n;
@@ -203,6 +204,8 @@ size_t sf__on_header(char *buf, size_t size, size_t nitems, void *ud)
         x->server_date = t > 0 ? (int64_t)t : 0;
     } else if (IS("x-amz-request-id")) {
         copy_trimmed(x->request_id, sizeof(x->request_id), v, vn);
+    } else if (IS("x-amz-bucket-region")) {
+        copy_trimmed(x->bucket_region, sizeof(x->bucket_region), v, vn);
     }
 #undef IS
     return n;

@@ -99,6 +99,7 @@ struct xfer {
     int ranged;
     char etag[128];
     char request_id[128];
+    char bucket_region[64]; /* x-amz-bucket-region of the answer, "" when none */
     int have_cr;
     uint64_t cr_first, cr_last, cr_total; /* cr_total SF_SIZE_UNKNOWN for '*' */
     uint64_t content_length;

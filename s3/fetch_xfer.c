@@ -205,6 +205,7 @@ sf_status sf__attempt_start(struct sf__engine *e, struct xfer *x)
     x->have_cr = 0;
     x->etag[0] = '\0';
     x->request_id[0] = '\0';
+    x->bucket_region[0] = '\0';
     x->content_length = SF_SIZE_UNKNOWN;
     x->last_modified = 0;
     x->server_date = 0;
@@ -542,6 +543,27 @@ static void describe_http_error(struct xfer *x, char *out, size_t n, struct sf__
         snprintf(out, n, "HTTP %ld%s%s", x->status, rid[0] ? ", request id " : "", rid);
 }
 
+/* Appends where the answer says the bucket is, when that is not where the
+ * request was signed for. A request signed for the wrong region (or sent to
+ * another region's endpoint) gets 301 PermanentRedirect or 400
+ * AuthorizationHeaderMalformed from S3, the bucket's region in
+ * x-amz-bucket-region (all a HEAD answer carries) or <Region>. The request
+ * is never re-sent elsewhere: it was signed for this region and host. */
+static void append_where(const struct sf__engine *e, const struct xfer *x,
+                         const struct sf__s3_error *s3e, char *out, size_t n)
+{
+    const char *region = x->bucket_region[0] ? x->bucket_region : s3e->region;
+    size_t l = strlen(out);
+    const struct sf__locator *loc = x->f ? &x->f->loc : x->call->loc;
+    if (loc->kind == SF__LOC_S3 && region[0] && strcmp(region, e->cfg.region) != 0)
+        snprintf(out + l, n - l,
+                 "; the bucket is in region '%s', the request was signed for '%s': set the "
+                 "region to '%s' (region option, --region, AWS_REGION or the profile's region)",
+                 region, e->cfg.region, region);
+    else if (s3e->endpoint[0])
+        snprintf(out + l, n - l, "; the server names the endpoint %s", s3e->endpoint);
+}
+
 static void fill_response(struct xfer *x, struct sf__response *r)
 {
     r->status = x->status;
@@ -598,6 +620,7 @@ void sf__attempt_done(struct sf__engine *e, struct xfer *x, CURLcode code)
                      x->status == 404 ? "not found"
                                       : "access denied (wrong credentials, or no permission)",
                      x->request_id[0] ? ", request id " : "", x->request_id);
+        append_where(e, x, &s3e, why, sizeof(why));
         if (!strcmp(s3e.code, "RequestTimeTooSkewed") && x->server_date) {
             e->clock_skew_s = x->server_date - (int64_t)time(NULL);
             elog(e, SF_LOG_WARN, "clock skew of %" PRId64 " s: signing with the server's time",

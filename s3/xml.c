@@ -62,6 +62,8 @@ enum tag {
     T_COMPLETE_UPLOAD,
     T_PART,
     T_PART_NUMBER,
+    T_REGION,
+    T_ENDPOINT,
     T_COUNT_
 };
 
@@ -95,6 +97,8 @@ static const char *const tag_names[T_COUNT_] = {
     [T_COMPLETE_UPLOAD] = "CompleteMultipartUpload",
     [T_PART] = "Part",
     [T_PART_NUMBER] = "PartNumber",
+    [T_REGION] = "Region",
+    [T_ENDPOINT] = "Endpoint",
 };
 
 enum doc_kind { DOC_LIST_V2, DOC_BUCKETS, DOC_ERROR, DOC_INITIATE, DOC_COMPLETE };
@@ -188,7 +192,8 @@ static int wanted_leaf(const struct xml_ctx *c)
         return 0;
     case DOC_ERROR:
         return c->depth == 2 && (t == T_CODE || t == T_MESSAGE || t == T_REQUEST_ID ||
-                                 t == T_HOST_ID || t == T_KEY || t == T_BUCKET_NAME);
+                                 t == T_HOST_ID || t == T_KEY || t == T_BUCKET_NAME ||
+                                 t == T_REGION || t == T_ENDPOINT);
     case DOC_INITIATE: return c->depth == 2 && t == T_UPLOAD_ID;
     case DOC_COMPLETE:
         return c->depth == 3 && s[1] == T_PART && (t == T_PART_NUMBER || t == T_ETAG);
@@ -419,6 +424,8 @@ static void error_leaf(struct xml_ctx *c, enum tag t)
         copy_field(e->key, sizeof e->key, sf__strbuf_str(&c->text), c->text.len);
         break;
     case T_BUCKET_NAME: copy_field(e->bucket, sizeof e->bucket, s, n); break;
+    case T_REGION: copy_field(e->region, sizeof e->region, s, n); break;
+    case T_ENDPOINT: copy_field(e->endpoint, sizeof e->endpoint, s, n); break;
     default: break;
     }
 }

@@ -1,5 +1,5 @@
-/* Answers real S3-compatible stores give that the mock does not: bare
- * ETags. Each test
+/* Answers real S3-compatible stores give that the mock does not: redirects
+ * to the bucket's region, bare ETags. Each test
  * serves canned answers (tests/support/canned_http.h) and looks at what the
  * client asked. Suite `s3` (test_s3.c). */
 #include "s3_fixture.h"
@@ -41,6 +41,68 @@ static sf_status fetch_all(const char *url, const struct sf_fetch_options *o, st
     if (st == SF_OK)
         st = sf_fetch_wait(*f, SF_SIZE_UNKNOWN, -1, NULL);
     return st;
+}
+
+/* ============================================================ redirects */
+
+#define PERMANENT_REDIRECT_BODY                                                                    \
+    "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>PermanentRedirect</Code>"            \
+    "<Message>The bucket you are attempting to access must be addressed using the specified "      \
+    "endpoint. Please send all future requests to this endpoint.</Message>"                        \
+    "<Endpoint>bucket.s3.eu-west-1.amazonaws.com</Endpoint><Bucket>bucket</Bucket>"                \
+    "<RequestId>R2</RequestId><HostId>H</HostId></Error>"
+
+#define TEMPORARY_REDIRECT_BODY                                                                    \
+    "<Error><Code>TemporaryRedirect</Code><Message>Please re-send this request to the "            \
+    "specified temporary endpoint. Continue to use the original request endpoint for future "      \
+    "requests.</Message><Endpoint>bucket.s3-us-east-1.amazonaws.com</Endpoint>"                    \
+    "<Bucket>bucket</Bucket></Error>"
+
+/* A bucket in another region answers 301 with the region in
+ * x-amz-bucket-region (the whole of a HEAD answer) and <Endpoint> in a GET's
+ * body; a new bucket may answer 307. The request was signed for this host
+ * and region: it is not sent again anywhere (not even to the Location), and
+ * the message says which region to set. A stat said only "HTTP 301". */
+Test(s3, redirects_are_not_followed_and_name_the_region_or_endpoint)
+{
+    static const char *const answers[] = {
+        "HTTP/1.1 301 Moved Permanently\r\nx-amz-bucket-region: eu-west-1\r\n"
+        "x-amz-request-id: R1\r\nLocation: http://127.0.0.1:1/elsewhere\r\n"
+        "Content-Length: 0\r\nConnection: close\r\n\r\n",
+        "HTTP/1.1 301 Moved Permanently\r\nx-amz-bucket-region: eu-west-1\r\n"
+        "Location: http://127.0.0.1:1/elsewhere\r\nContent-Type: application/xml\r\n"
+        "Connection: close\r\n\r\n" PERMANENT_REDIRECT_BODY,
+        "HTTP/1.1 307 Temporary Redirect\r\nLocation: http://127.0.0.1:1/elsewhere\r\n"
+        "Content-Type: application/xml\r\nConnection: close\r\n\r\n" TEMPORARY_REDIRECT_BODY,
+    };
+    canned_client(answers, 3);
+
+    struct sf_object_info info;
+    sf_status st = sf_s3_stat(s3, "s3://bucket/k.bin", &info);
+    cr_expect_eq(st, SF_ERR_HTTP, "%s: %s", sf_status_name(st), errmsg());
+    cr_expect(strstr(errmsg(), "HTTP 301"), "message: %s", errmsg());
+    cr_expect(strstr(errmsg(), "region 'eu-west-1'"), "message: %s", errmsg());
+    cr_expect(strstr(errmsg(), "signed for 'us-east-1'"), "message: %s", errmsg());
+    cr_expect_eq(canned_http_requests(&canned), 1);
+
+    struct sf_fetch *f = NULL;
+    st = fetch_all("s3://bucket/k.bin", NULL, &f);
+    cr_expect_eq(st, SF_ERR_HTTP, "%s", sf_status_name(st));
+    const char *m = f ? sf_fetch_errmsg(f) : errmsg();
+    cr_expect(strstr(m, "PermanentRedirect"), "message: %s", m);
+    cr_expect(strstr(m, "region 'eu-west-1'"), "message: %s", m);
+    sf_fetch_destroy(f);
+    cr_expect_eq(canned_http_requests(&canned), 2);
+
+    f = NULL;
+    st = fetch_all("s3://bucket/k.bin", NULL, &f);
+    cr_expect_eq(st, SF_ERR_HTTP, "%s", sf_status_name(st));
+    m = f ? sf_fetch_errmsg(f) : errmsg();
+    cr_expect(strstr(m, "TemporaryRedirect"), "message: %s", m);
+    cr_expect(strstr(m, "endpoint bucket.s3-us-east-1.amazonaws.com"), "message: %s", m);
+    sf_fetch_destroy(f);
+    cr_expect_eq(canned_http_requests(&canned), 3, "no redirect was followed");
+    canned_done();
 }
 
 /* ============================================================ ETags */
