@@ -1,5 +1,5 @@
 /* Answers real S3-compatible stores give that the mock does not: redirects
- * to the bucket's region, bare ETags. Each test
+ * to the bucket's region, bare ETags, listing pages without keys. Each test
  * serves canned answers (tests/support/canned_http.h) and looks at what the
  * client asked. Suite `s3` (test_s3.c). */
 #include "s3_fixture.h"
@@ -132,5 +132,62 @@ Test(s3, a_bare_etag_header_matches_the_quoted_etag_of_a_listing)
     char req[4096];
     canned_http_request(&canned, 0, req, sizeof(req));
     cr_expect(strstr(req, "\r\nIf-Match: \"0123abcd\"\r\n"), "request: %s", req);
+    canned_done();
+}
+
+/* ============================================================ listings */
+
+#define LIST_HEAD                                                                                  \
+    "HTTP/1.1 200 OK\r\nContent-Type: application/xml\r\nConnection: close\r\n\r\n"                \
+    "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<ListBucketResult "                               \
+    "xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\"><Name>bucket</Name>"                        \
+    "<EncodingType>url</EncodingType>"
+#define LIST_ENTRY(k)                                                                              \
+    "<Contents><Key>" k "</Key><Size>3</Size><ETag>&quot;e" k "&quot;</ETag>"                      \
+    "<LastModified>2024-01-01T00:00:00.000Z</LastModified></Contents>"
+/* S3 may end a page before max-keys, even with no key at all, while it scans
+ * past deleted objects: IsTruncated true and a token, nothing else. */
+#define EMPTY_PAGE                                                                                 \
+    LIST_HEAD "<KeyCount>0</KeyCount><IsTruncated>true</IsTruncated>"                              \
+              "<NextContinuationToken>t+/=1</NextContinuationToken></ListBucketResult>"
+#define FULL_PAGE                                                                                  \
+    LIST_HEAD "<KeyCount>5</KeyCount><IsTruncated>false</IsTruncated>" LIST_ENTRY("p/k-0")         \
+        LIST_ENTRY("p/k-1") LIST_ENTRY("p/k-2") LIST_ENTRY("p/k-3") LIST_ENTRY("p/k-4")            \
+            "</ListBucketResult>"
+
+/* A truncated page without keys goes on with its continuation token (sent
+ * encoded: '+', '/' and '=' are not literal in a query). The checked
+ * expansion of a pattern (more keys than SF_EXPAND_HEAD_MAX) moves by
+ * start-after from the last key seen and had none: it failed with
+ * "truncated listing without keys". */
+Test(s3, a_truncated_page_without_keys_goes_on_with_its_token)
+{
+    static const char *const answers[] = {EMPTY_PAGE, FULL_PAGE, EMPTY_PAGE, FULL_PAGE};
+    canned_client(answers, 4);
+    char req[4096];
+
+    struct sf_object_list *l = NULL;
+    sf_status st = sf_s3_list(s3, "s3://bucket/p/", SF_LIST_RECURSIVE, 0, &l);
+    cr_expect_eq(st, SF_OK, "%s: %s", sf_status_name(st), errmsg());
+    cr_expect_eq(sf_object_list_count(l), 5);
+    sf_object_list_destroy(l);
+    l = NULL;
+    cr_assert_eq(canned_http_requests(&canned), 2);
+    canned_http_request(&canned, 1, req, sizeof(req));
+    cr_expect(strstr(req, "continuation-token=t%2B%2F%3D1"), "request: %s", req);
+
+    st = sf_s3_expand_stat(s3, "s3://bucket/p/k-{0..4}", 0, &l);
+    cr_expect_eq(st, SF_OK, "%s: %s", sf_status_name(st), errmsg());
+    cr_expect_eq(sf_object_list_count(l), 5);
+    const struct sf_object_info *it = sf_object_list_get(l, 4);
+    if (it) {
+        cr_expect_str_eq(it->key, "p/k-4");
+        cr_expect_eq(it->size, 3);
+        cr_expect_str_eq(it->etag, "\"ep/k-4\"");
+    }
+    sf_object_list_destroy(l);
+    cr_expect_eq(canned_http_requests(&canned), 4);
+    canned_http_request(&canned, 3, req, sizeof(req));
+    cr_expect(strstr(req, "continuation-token=t%2B%2F%3D1"), "request: %s", req);
     canned_done();
 }
