@@ -16,15 +16,15 @@
 static struct canned_http canned;
 
 /* make_root (the AWS environment isolated) and a client of the canned
- * server, signing for us-east-1, one attempt per request. */
-static void canned_client(const char *const *answers, size_t n)
+ * server, signing for us-east-1, at most max_attempts per request. */
+static void canned_client(const char *const *answers, size_t n, unsigned max_attempts)
 {
     make_root();
     canned_http_start(&canned, answers, n);
     struct sf_s3_options o;
     mock_env_s3_fast(&o, canned.url, 2, 256 * 1024);
     o.region = "us-east-1";
-    o.max_attempts = 1;
+    o.max_attempts = max_attempts;
     client(&o);
 }
 
@@ -75,7 +75,7 @@ Test(s3, redirects_are_not_followed_and_name_the_region_or_endpoint)
         "HTTP/1.1 307 Temporary Redirect\r\nLocation: http://127.0.0.1:1/elsewhere\r\n"
         "Content-Type: application/xml\r\nConnection: close\r\n\r\n" TEMPORARY_REDIRECT_BODY,
     };
-    canned_client(answers, 3);
+    canned_client(answers, 3, 1);
 
     struct sf_object_info info;
     sf_status st = sf_s3_stat(s3, "s3://bucket/k.bin", &info);
@@ -116,7 +116,7 @@ Test(s3, a_bare_etag_header_matches_the_quoted_etag_of_a_listing)
         "HTTP/1.1 206 Partial Content\r\nETag: 0123abcd\r\nContent-Range: bytes 0-9/10\r\n"
         "Content-Length: 10\r\nConnection: close\r\n\r\n0123456789",
     };
-    canned_client(answers, 1);
+    canned_client(answers, 1, 1);
     struct sf_fetch_options o;
     sf_fetch_options_init_default(&o);
     o.size = 10;
@@ -132,6 +132,55 @@ Test(s3, a_bare_etag_header_matches_the_quoted_etag_of_a_listing)
     char req[4096];
     canned_http_request(&canned, 0, req, sizeof(req));
     cr_expect(strstr(req, "\r\nIf-Match: \"0123abcd\"\r\n"), "request: %s", req);
+    canned_done();
+}
+
+/* ============================================================ ranged answers */
+
+/* A 206 whose Content-Range is not the range asked for (bytes 5-9 for 0-9)
+ * is not taken as it: nothing of it is written, the range is asked again. */
+Test(s3, a_206_for_another_range_is_not_taken_for_the_one_asked)
+{
+    static const char *const answers[] = {
+        "HTTP/1.1 206 Partial Content\r\nETag: \"e1\"\r\nContent-Range: bytes 5-9/10\r\n"
+        "Content-Length: 5\r\nConnection: close\r\n\r\n56789",
+        "HTTP/1.1 206 Partial Content\r\nETag: \"e1\"\r\nContent-Range: bytes 0-9/10\r\n"
+        "Content-Length: 10\r\nConnection: close\r\n\r\n0123456789",
+    };
+    canned_client(answers, 2, 3);
+    struct sf_fetch_options o;
+    sf_fetch_options_init_default(&o);
+    o.size = 10;
+    struct sf_fetch *f = NULL;
+    sf_status st = fetch_all("s3://bucket/k.bin", &o, &f);
+    cr_expect_eq(st, SF_OK, "%s: %s", sf_status_name(st), f ? sf_fetch_errmsg(f) : errmsg());
+    if (st == SF_OK)
+        cr_expect(memcmp(sf_fetch_data(f), "0123456789", 10) == 0);
+    sf_fetch_destroy(f);
+    cr_expect_eq(canned_http_requests(&canned), 2);
+    canned_done();
+}
+
+/* S3 stores an object's Content-Encoding and answers it with the stored
+ * bytes: they are what a fetch gives, never decoded (no Accept-Encoding is
+ * sent; a body that is not gzip at all would fail a decoder). */
+Test(s3, a_content_encoding_gzip_object_is_fetched_as_stored)
+{
+    static const char *const answers[] = {
+        "HTTP/1.1 206 Partial Content\r\nETag: \"e1\"\r\nContent-Encoding: gzip\r\n"
+        "Content-Range: bytes 0-9/10\r\nContent-Length: 10\r\nConnection: close\r\n\r\n"
+        "\x1f\x8bnot-gzip",
+    };
+    canned_client(answers, 1, 1);
+    struct sf_fetch *f = NULL;
+    sf_status st = fetch_all("s3://bucket/k.gz", NULL, &f);
+    cr_expect_eq(st, SF_OK, "%s: %s", sf_status_name(st), f ? sf_fetch_errmsg(f) : errmsg());
+    if (st == SF_OK)
+        cr_expect(memcmp(sf_fetch_data(f), "\x1f\x8bnot-gzip", 10) == 0);
+    sf_fetch_destroy(f);
+    char req[4096];
+    canned_http_request(&canned, 0, req, sizeof(req));
+    cr_expect_null(strcasestr(req, "Accept-Encoding"), "request: %s", req);
     canned_done();
 }
 
@@ -163,7 +212,7 @@ Test(s3, a_bare_etag_header_matches_the_quoted_etag_of_a_listing)
 Test(s3, a_truncated_page_without_keys_goes_on_with_its_token)
 {
     static const char *const answers[] = {EMPTY_PAGE, FULL_PAGE, EMPTY_PAGE, FULL_PAGE};
-    canned_client(answers, 4);
+    canned_client(answers, 4, 1);
     char req[4096];
 
     struct sf_object_list *l = NULL;
