@@ -23,8 +23,8 @@ static inline void sf__etag_canon(char *dst, size_t cap, const char *src, size_t
         src++;
         n--;
     }
-    while (n > 0 && (src[n - 1] == ' ' || src[n - 1] == '\t' || src[n - 1] == '\r' ||
-                     src[n - 1] == '\n'))
+    while (n > 0 &&
+           (src[n - 1] == ' ' || src[n - 1] == '\t' || src[n - 1] == '\r' || src[n - 1] == '\n'))
         n--;
     if (n >= 2 && src[0] == 'W' && src[1] == '/') {
         src += 2;

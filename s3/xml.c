@@ -191,9 +191,9 @@ static int wanted_leaf(const struct xml_ctx *c)
             return t == T_NAME || t == T_CREATION_DATE;
         return 0;
     case DOC_ERROR:
-        return c->depth == 2 && (t == T_CODE || t == T_MESSAGE || t == T_REQUEST_ID ||
-                                 t == T_HOST_ID || t == T_KEY || t == T_BUCKET_NAME ||
-                                 t == T_REGION || t == T_ENDPOINT);
+        return c->depth == 2 &&
+               (t == T_CODE || t == T_MESSAGE || t == T_REQUEST_ID || t == T_HOST_ID ||
+                t == T_KEY || t == T_BUCKET_NAME || t == T_REGION || t == T_ENDPOINT);
     case DOC_INITIATE: return c->depth == 2 && t == T_UPLOAD_ID;
     case DOC_COMPLETE:
         return c->depth == 3 && s[1] == T_PART && (t == T_PART_NUMBER || t == T_ETAG);

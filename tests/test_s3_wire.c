@@ -201,8 +201,8 @@ Test(s3, a_content_encoding_gzip_object_is_fetched_as_stored)
               "<NextContinuationToken>t+/=1</NextContinuationToken></ListBucketResult>"
 #define FULL_PAGE                                                                                  \
     LIST_HEAD "<KeyCount>5</KeyCount><IsTruncated>false</IsTruncated>" LIST_ENTRY("p/k-0")         \
-        LIST_ENTRY("p/k-1") LIST_ENTRY("p/k-2") LIST_ENTRY("p/k-3") LIST_ENTRY("p/k-4")            \
-            "</ListBucketResult>"
+        LIST_ENTRY("p/k-1") LIST_ENTRY("p/k-2") LIST_ENTRY("p/k-3")                                \
+            LIST_ENTRY("p/k-4") "</ListBucketResult>"
 
 /* A truncated page without keys goes on with its continuation token (sent
  * encoded: '+', '/' and '=' are not literal in a query). The checked
@@ -238,5 +238,36 @@ Test(s3, a_truncated_page_without_keys_goes_on_with_its_token)
     cr_expect_eq(canned_http_requests(&canned), 4);
     canned_http_request(&canned, 3, req, sizeof(req));
     cr_expect(strstr(req, "continuation-token=t%2B%2F%3D1"), "request: %s", req);
+    canned_done();
+}
+
+/* ============================================================ keys on the wire */
+
+/* S3 keys are opaque and S3 does not normalise paths: a leading '/', "//",
+ * "." segments and the characters a URL gives meaning to go out as the key's
+ * bytes, percent-encoded once (the mock refuses the first three, so only the
+ * request line shows it). */
+Test(s3, odd_keys_go_out_as_their_bytes)
+{
+    static const char *const answers[] = {
+        "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+    };
+    canned_client(answers, 1, 1);
+    const char *keys[][2] = {
+        {"s3://bucket//lead", "HEAD /bucket//lead HTTP/1.1\r\n"},
+        {"s3://bucket/a//b/", "HEAD /bucket/a//b/ HTTP/1.1\r\n"},
+        {"s3://bucket/a/./b/../c", "HEAD /bucket/a/./b/../c HTTP/1.1\r\n"},
+        {"s3://bucket/sp ace+%=&?#~\xc3\xa9",
+         "HEAD /bucket/sp%20ace%2B%25%3D%26%3F%23~%C3%A9 HTTP/1.1\r\n"},
+    };
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+        struct sf_object_info info;
+        sf_status st = sf_s3_stat(s3, keys[i][0], &info);
+        cr_expect_eq(st, SF_ERR_NOT_FOUND, "%s: %s", keys[i][0], sf_status_name(st));
+        char req[4096];
+        canned_http_request(&canned, i, req, sizeof(req));
+        cr_expect_eq(strncmp(req, keys[i][1], strlen(keys[i][1])), 0, "%s: sent %.120s", keys[i][0],
+                     req);
+    }
     canned_done();
 }

@@ -103,10 +103,11 @@ Test(xml, list_page_with_several_entries)
  * form the headers give (s3/etag.h). */
 Test(xml, listed_etags_take_the_quoted_strong_form)
 {
-    const char *body = LBR_OPEN "<Contents><Key>a</Key><ETag>fba9dede5f27</ETag></Contents>"
-                                "<Contents><Key>b</Key><ETag>W/&quot;abc-2&quot;</ETag></Contents>"
-                                "<Contents><Key>c</Key><ETag> \"d41d\" </ETag></Contents>"
-                                "<Contents><Key>d</Key><ETag>&quot;&quot;</ETag></Contents>" LBR_CLOSE;
+    const char *body =
+        LBR_OPEN "<Contents><Key>a</Key><ETag>fba9dede5f27</ETag></Contents>"
+                 "<Contents><Key>b</Key><ETag>W/&quot;abc-2&quot;</ETag></Contents>"
+                 "<Contents><Key>c</Key><ETag> \"d41d\" </ETag></Contents>"
+                 "<Contents><Key>d</Key><ETag>&quot;&quot;</ETag></Contents>" LBR_CLOSE;
     struct sf__list_page p;
     parse_list_ok(body, &p);
     cr_assert_eq(p.n_entries, 4);
