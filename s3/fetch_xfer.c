@@ -27,9 +27,23 @@ elog(struct sf__engine *e, enum sf_log_level level, const char *fmt, ...)
     va_end(ap);
 }
 
-const char *sf__xfer_name(const struct xfer *x)
+const char *sf__xfer_name(const struct xfer *x, char *buf)
 {
-    return x->f ? x->f->loc.display : x->call->loc->display;
+    const char *name = x->f ? x->f->loc.display : x->call->loc->display;
+    size_t n = strlen(name);
+    if (n < SF__MSG_NAME_BYTES) {
+        memcpy(buf, name, n + 1);
+        return buf;
+    }
+    /* 200 bytes of the start and 100 of the end, each cut back to a whole
+     * UTF-8 character */
+    size_t head = 200, tail = 100;
+    while (head > 0 && ((unsigned char)name[head] & 0xC0) == 0x80)
+        head--;
+    while (tail > 0 && ((unsigned char)name[n - tail] & 0xC0) == 0x80)
+        tail--;
+    snprintf(buf, SF__MSG_NAME_BYTES, "%.*s...%s", (int)head, name, name + n - tail);
+    return buf;
 }
 
 static void range_text(const struct xfer *x, char *out, size_t n)
@@ -487,9 +501,11 @@ static void retry_or_fail(struct sf__engine *e, struct xfer *x, sf_status st, in
     enum sf__outcome oc = outcome_of(st, retry);
     enum sf__verdict v = sf__policy_record(&e->policy, sf__now_ns(), x->start_ns, oc, NULL);
     log_verdict(e, v);
+    char name[SF__MSG_NAME_BYTES];
+    sf__xfer_name(x, name);
     if (!retry) {
         char msg[1024];
-        snprintf(msg, sizeof(msg), "%s%s: %s", sf__xfer_name(x), rng_txt, why);
+        snprintf(msg, sizeof(msg), "%s%s: %s", name, rng_txt, why);
         sf__fail_xfer(e, x, st, msg);
         return;
     }
@@ -499,12 +515,12 @@ static void retry_or_fail(struct sf__engine *e, struct xfer *x, sf_status st, in
     if (r != SF__RETRY_OK) {
         char msg[1024];
         if (r == SF__RETRY_MAX_ATTEMPTS)
-            snprintf(msg, sizeof(msg), "%s%s: %s (gave up after %u attempts)", sf__xfer_name(x),
-                     rng_txt, why, x->attempts);
+            snprintf(msg, sizeof(msg), "%s%s: %s (gave up after %u attempts)", name, rng_txt, why,
+                     x->attempts);
         else
             snprintf(msg, sizeof(msg),
                      "%s%s: %s (retry quota exhausted: the server keeps failing, not retrying)",
-                     sf__xfer_name(x), rng_txt, why);
+                     name, rng_txt, why);
         publish_limits(e);
         sf__fail_xfer(e, x, st, msg);
         return;
@@ -514,15 +530,14 @@ static void retry_or_fail(struct sf__engine *e, struct xfer *x, sf_status st, in
     if (rt_ns && x->quiet_since_ns && now + delay_ms * 1000000ull - x->quiet_since_ns >= rt_ns) {
         char msg[1024];
         snprintf(msg, sizeof(msg),
-                 "%s%s: %s; no answer from %s for %u ms (request_timeout_ms, %u attempts)",
-                 sf__xfer_name(x), rng_txt, why, x->origin, e->cfg.opt.request_timeout_ms,
-                 x->attempts);
+                 "%s%s: %s; no answer from %s for %u ms (request_timeout_ms, %u attempts)", name,
+                 rng_txt, why, x->origin, e->cfg.opt.request_timeout_ms, x->attempts);
         publish_limits(e);
         sf__fail_xfer(e, x, SF_ERR_TIMEOUT, msg);
         return;
     }
-    elog(e, SF_LOG_WARN, "%s%s: %s; retry %u in %" PRIu64 " ms", sf__xfer_name(x), rng_txt, why,
-         x->attempts, delay_ms);
+    elog(e, SF_LOG_WARN, "%s%s: %s; retry %u in %" PRIu64 " ms", name, rng_txt, why, x->attempts,
+         delay_ms);
     x->due_ns = now + delay_ms * 1000000ull;
     x->state = X_WAITING;
     x->next_wait = e->waiting;

@@ -360,6 +360,38 @@ Test(s3, a_1024_byte_key_works_everywhere_and_1025_is_refused)
     free(data);
 }
 
+/* A message about a key near S3's 1024-byte limit keeps what went wrong:
+ * the name came first and whole, and the status, the S3 code and the
+ * range fell off the end of the message buffer ("HTTP 404" was lost). Long
+ * names are shortened in the middle, their start and end kept. */
+Test(s3, a_message_about_a_long_key_keeps_its_status)
+{
+    start_mock(NULL);
+    default_client();
+    char url[1200] = "s3://bucket/";
+    for (int seg = 0; seg < 5; seg++) {
+        for (int i = 0; i < 100; i++)
+            strcat(url, "\xc3\xa9");
+        strcat(url, "/");
+    }
+    strcat(url, "missing-0123456.bin");
+    struct sf_object_info info;
+    cr_expect_eq(sf_s3_stat(s3, url, &info), SF_ERR_NOT_FOUND);
+    cr_expect(strstr(errmsg(), "HTTP 404"), "message: %s", errmsg());
+    cr_expect(strstr(errmsg(), "missing-0123456.bin"), "message: %s", errmsg());
+    cr_expect_eq(strncmp(errmsg(), "s3://bucket/\xc3\xa9", 14), 0, "message: %s", errmsg());
+
+    struct sf_fetch *f = NULL;
+    sf_status st = sf_fetch_start(s3, url, NULL, &f);
+    if (st == SF_OK)
+        st = sf_fetch_wait(f, SF_SIZE_UNKNOWN, -1, NULL);
+    cr_expect_eq(st, SF_ERR_NOT_FOUND);
+    const char *m = f ? sf_fetch_errmsg(f) : errmsg();
+    cr_expect(strstr(m, "NoSuchKey"), "message: %s", m);
+    cr_expect(strstr(m, "bytes 0-"), "message: %s", m);
+    sf_fetch_destroy(f);
+}
+
 /* ============================================================ expand */
 
 typedef sf_status (*expand_fn)(struct sf_s3 *, const char *, size_t, struct sf_object_list **);
