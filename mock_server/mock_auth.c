@@ -68,6 +68,8 @@ int mock_authenticate(struct request *rq, struct MHD_Connection *conn, struct s3
                        "The authorization header is malformed; the region '%s' is wrong; "
                        "expecting '%s' (service '%s', expecting 's3')",
                        auth.region, srv->cfg.region, auth.service);
+        if (rq->bucket)
+            e->bucket_region = srv->cfg.region;
         return -1;
     }
     const char *amz_date = mock_header(conn, "x-amz-date");

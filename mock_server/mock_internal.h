@@ -145,6 +145,11 @@ struct s3_error {
     const char *code;
     char message[512];
     char *extra_xml; /* malloc'd, appended inside <Error>, may be NULL */
+    /* the bucket's region, for an answer that says where the bucket is (a
+     * request signed for another region): sent as S3 does, <Region> in the
+     * body and x-amz-bucket-region, the only clue a HEAD answer carries.
+     * NULL = none; points at the server's configuration. */
+    const char *bucket_region;
 };
 
 /* mock_s3.c */

@@ -88,21 +88,36 @@ enum MHD_Result mock_respond_error(struct request *rq, struct MHD_Connection *co
     mock_xml_elem(&b, "Resource", sf__strbuf_str(&res), 0);
     sf__strbuf_free(&res);
     mock_xml_elem(&b, "RequestId", rq->request_id, 0);
+    if (e->bucket_region)
+        mock_xml_elem(&b, "Region", e->bucket_region, 0);
     if (e->extra_xml)
         sf__strbuf_puts(&b, e->extra_xml);
     sf__strbuf_puts(&b, "</Error>");
     free(e->extra_xml);
     e->extra_xml = NULL;
+    struct MHD_Response *resp;
+    size_t len = 0;
     if (strcmp(rq->method, "HEAD") == 0) {
         /* S3 answers HEAD errors without a body; libmicrohttpd drops it anyway. */
         sf__strbuf_free(&b);
-        struct MHD_Response *resp =
-            MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+        resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
         if (resp)
             MHD_add_response_header(resp, "x-amz-error-code", e->code);
-        return mock_queue(rq, conn, e->status, resp, 0, fault);
+    } else {
+        len = b.len;
+        char *data = sf__strbuf_take(&b);
+        if (!data)
+            return MHD_NO;
+        resp = MHD_create_response_from_buffer(len, data, MHD_RESPMEM_MUST_FREE);
+        if (!resp) {
+            free(data);
+            return MHD_NO;
+        }
+        MHD_add_response_header(resp, "Content-Type", "application/xml");
     }
-    return mock_respond_buffer(rq, conn, e->status, "application/xml", &b, fault);
+    if (resp && e->bucket_region)
+        MHD_add_response_header(resp, "x-amz-bucket-region", e->bucket_region);
+    return mock_queue(rq, conn, e->status, resp, len, fault);
 }
 
 enum MHD_Result mock_respond_fault_status(struct request *rq, struct MHD_Connection *conn,

@@ -4,6 +4,7 @@
  * in s3/fetch_internal.h.
  */
 #include "s3/fetch_internal.h"
+#include "s3/etag.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -166,8 +167,8 @@ static struct sf_fetch *fetch_alloc(const struct sf_fetch_options *o)
     f->on_data = o->on_data;
     f->on_data_user = o->on_data_user;
     f->prio = f->prio_req = o->priority != 0;
-    if (o->etag)
-        snprintf(f->etag_expected, sizeof(f->etag_expected), "%s", o->etag);
+    if (o->etag) /* a listing's ETag, in the form the headers are read in */
+        sf__etag_canon(f->etag_expected, sizeof(f->etag_expected), o->etag, strlen(o->etag));
     snprintf(f->s_etag, sizeof(f->s_etag), "%s", f->etag_expected);
     return f;
 }

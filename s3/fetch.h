@@ -66,6 +66,9 @@ struct sf__engine_config {
     sf__prepare_fn prepare;
     sf__invalidate_fn invalidate;
     void *user;
+    /* The region s3:// requests are signed for, for messages: an answer
+     * naming another one as the bucket's says what to change. */
+    char region[64];
 };
 
 struct sf__engine;

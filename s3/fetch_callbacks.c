@@ -5,6 +5,7 @@
  */
 #include "s3/fetch_internal.h"
 #include "common/clock.h"
+#include "s3/etag.h"
 #include "common/io.h"
 #include "common/text.h"
 
@@ -168,6 +169,7 @@ size_t sf__on_header(char *buf, size_t size, size_t nitems, void *ud)
         x->status = sp ? strtol(sp + 1, NULL, 10) : 0;
         x->have_cr = 0;
         x->etag[0] = '\0';
+        x->bucket_region[0] = '\0';
         x->headers_done = 0;
         x->content_length = SF_SIZE_UNKNOWN;
         return n;
@@ -186,7 +188,7 @@ size_t sf__on_header(char *buf, size_t size, size_t nitems, void *ud)
     copy_trimmed(val, sizeof(val), v, vn);
 #define IS(h) (name_len == sizeof(h) - 1 && strncasecmp(buf, h, name_len) == 0)
     if (IS("etag")) {
-        copy_trimmed(x->etag, sizeof(x->etag), v, vn);
+        sf__etag_canon(x->etag, sizeof(x->etag), v, vn);
     } else if (IS("content-range")) {
         x->have_cr = parse_content_range(val, x) == 0;
     } else if (IS("content-length")) {
@@ -202,6 +204,8 @@ size_t sf__on_header(char *buf, size_t size, size_t nitems, void *ud)
         x->server_date = t > 0 ? (int64_t)t : 0;
     } else if (IS("x-amz-request-id")) {
         copy_trimmed(x->request_id, sizeof(x->request_id), v, vn);
+    } else if (IS("x-amz-bucket-region")) {
+        copy_trimmed(x->bucket_region, sizeof(x->bucket_region), v, vn);
     }
 #undef IS
     return n;

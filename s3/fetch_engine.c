@@ -26,8 +26,8 @@ static void start_or_fail(struct sf__engine *e, struct xfer *x)
     }
     sf_status st = sf__attempt_start(e, x);
     if (st != SF_OK) {
-        char msg[1024];
-        snprintf(msg, sizeof(msg), "%s: %s", sf__xfer_name(x), x->last_msg);
+        char msg[1024], name[SF__MSG_NAME_BYTES];
+        snprintf(msg, sizeof(msg), "%s: %s", sf__xfer_name(x, name), x->last_msg);
         sf__fail_xfer(e, x, st, msg);
     }
 }

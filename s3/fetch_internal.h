@@ -99,6 +99,7 @@ struct xfer {
     int ranged;
     char etag[128];
     char request_id[128];
+    char bucket_region[64]; /* x-amz-bucket-region of the answer, "" when none */
     int have_cr;
     uint64_t cr_first, cr_last, cr_total; /* cr_total SF_SIZE_UNKNOWN for '*' */
     uint64_t content_length;
@@ -252,7 +253,12 @@ int sf__on_seek(void *ud, curl_off_t offset, int origin);
 void sf__wake_all(struct sf__engine *e);
 
 /* defined in s3/fetch_xfer.c */
-const char *sf__xfer_name(const struct xfer *x);
+/* x's object for a message, into buf (SF__MSG_NAME_BYTES): its name whole
+ * when short, else its start and end around "...", so a key near S3's
+ * 1024-byte limit cannot push the range, status and S3 code out of a
+ * fixed-size message. Returns buf. */
+#define SF__MSG_NAME_BYTES 320
+const char *sf__xfer_name(const struct xfer *x, char *buf);
 size_t sf__idle_cap(const struct sf__engine *e);
 sf_status sf__attempt_start(struct sf__engine *e, struct xfer *x);
 void sf__fetch_finish(struct sf__engine *e, struct sf_fetch *f, sf_status st, const char *msg);

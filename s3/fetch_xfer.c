@@ -27,9 +27,23 @@ elog(struct sf__engine *e, enum sf_log_level level, const char *fmt, ...)
     va_end(ap);
 }
 
-const char *sf__xfer_name(const struct xfer *x)
+const char *sf__xfer_name(const struct xfer *x, char *buf)
 {
-    return x->f ? x->f->loc.display : x->call->loc->display;
+    const char *name = x->f ? x->f->loc.display : x->call->loc->display;
+    size_t n = strlen(name);
+    if (n < SF__MSG_NAME_BYTES) {
+        memcpy(buf, name, n + 1);
+        return buf;
+    }
+    /* 200 bytes of the start and 100 of the end, each cut back to a whole
+     * UTF-8 character */
+    size_t head = 200, tail = 100;
+    while (head > 0 && ((unsigned char)name[head] & 0xC0) == 0x80)
+        head--;
+    while (tail > 0 && ((unsigned char)name[n - tail] & 0xC0) == 0x80)
+        tail--;
+    snprintf(buf, SF__MSG_NAME_BYTES, "%.*s...%s", (int)head, name, name + n - tail);
+    return buf;
 }
 
 static void range_text(const struct xfer *x, char *out, size_t n)
@@ -205,6 +219,7 @@ sf_status sf__attempt_start(struct sf__engine *e, struct xfer *x)
     x->have_cr = 0;
     x->etag[0] = '\0';
     x->request_id[0] = '\0';
+    x->bucket_region[0] = '\0';
     x->content_length = SF_SIZE_UNKNOWN;
     x->last_modified = 0;
     x->server_date = 0;
@@ -486,9 +501,11 @@ static void retry_or_fail(struct sf__engine *e, struct xfer *x, sf_status st, in
     enum sf__outcome oc = outcome_of(st, retry);
     enum sf__verdict v = sf__policy_record(&e->policy, sf__now_ns(), x->start_ns, oc, NULL);
     log_verdict(e, v);
+    char name[SF__MSG_NAME_BYTES];
+    sf__xfer_name(x, name);
     if (!retry) {
         char msg[1024];
-        snprintf(msg, sizeof(msg), "%s%s: %s", sf__xfer_name(x), rng_txt, why);
+        snprintf(msg, sizeof(msg), "%s%s: %s", name, rng_txt, why);
         sf__fail_xfer(e, x, st, msg);
         return;
     }
@@ -498,12 +515,12 @@ static void retry_or_fail(struct sf__engine *e, struct xfer *x, sf_status st, in
     if (r != SF__RETRY_OK) {
         char msg[1024];
         if (r == SF__RETRY_MAX_ATTEMPTS)
-            snprintf(msg, sizeof(msg), "%s%s: %s (gave up after %u attempts)", sf__xfer_name(x),
-                     rng_txt, why, x->attempts);
+            snprintf(msg, sizeof(msg), "%s%s: %s (gave up after %u attempts)", name, rng_txt, why,
+                     x->attempts);
         else
             snprintf(msg, sizeof(msg),
                      "%s%s: %s (retry quota exhausted: the server keeps failing, not retrying)",
-                     sf__xfer_name(x), rng_txt, why);
+                     name, rng_txt, why);
         publish_limits(e);
         sf__fail_xfer(e, x, st, msg);
         return;
@@ -513,15 +530,14 @@ static void retry_or_fail(struct sf__engine *e, struct xfer *x, sf_status st, in
     if (rt_ns && x->quiet_since_ns && now + delay_ms * 1000000ull - x->quiet_since_ns >= rt_ns) {
         char msg[1024];
         snprintf(msg, sizeof(msg),
-                 "%s%s: %s; no answer from %s for %u ms (request_timeout_ms, %u attempts)",
-                 sf__xfer_name(x), rng_txt, why, x->origin, e->cfg.opt.request_timeout_ms,
-                 x->attempts);
+                 "%s%s: %s; no answer from %s for %u ms (request_timeout_ms, %u attempts)", name,
+                 rng_txt, why, x->origin, e->cfg.opt.request_timeout_ms, x->attempts);
         publish_limits(e);
         sf__fail_xfer(e, x, SF_ERR_TIMEOUT, msg);
         return;
     }
-    elog(e, SF_LOG_WARN, "%s%s: %s; retry %u in %" PRIu64 " ms", sf__xfer_name(x), rng_txt, why,
-         x->attempts, delay_ms);
+    elog(e, SF_LOG_WARN, "%s%s: %s; retry %u in %" PRIu64 " ms", name, rng_txt, why, x->attempts,
+         delay_ms);
     x->due_ns = now + delay_ms * 1000000ull;
     x->state = X_WAITING;
     x->next_wait = e->waiting;
@@ -540,6 +556,27 @@ static void describe_http_error(struct xfer *x, char *out, size_t n, struct sf__
                  rid[0] ? ", request id " : "", rid);
     else
         snprintf(out, n, "HTTP %ld%s%s", x->status, rid[0] ? ", request id " : "", rid);
+}
+
+/* Appends where the answer says the bucket is, when that is not where the
+ * request was signed for. A request signed for the wrong region (or sent to
+ * another region's endpoint) gets 301 PermanentRedirect or 400
+ * AuthorizationHeaderMalformed from S3, the bucket's region in
+ * x-amz-bucket-region (all a HEAD answer carries) or <Region>. The request
+ * is never re-sent elsewhere: it was signed for this region and host. */
+static void append_where(const struct sf__engine *e, const struct xfer *x,
+                         const struct sf__s3_error *s3e, char *out, size_t n)
+{
+    const char *region = x->bucket_region[0] ? x->bucket_region : s3e->region;
+    size_t l = strlen(out);
+    const struct sf__locator *loc = x->f ? &x->f->loc : x->call->loc;
+    if (loc->kind == SF__LOC_S3 && region[0] && strcmp(region, e->cfg.region) != 0)
+        snprintf(out + l, n - l,
+                 "; the bucket is in region '%s', the request was signed for '%s': set the "
+                 "region to '%s' (region option, --region, AWS_REGION or the profile's region)",
+                 region, e->cfg.region, region);
+    else if (s3e->endpoint[0])
+        snprintf(out + l, n - l, "; the server names the endpoint %s", s3e->endpoint);
 }
 
 static void fill_response(struct xfer *x, struct sf__response *r)
@@ -598,6 +635,7 @@ void sf__attempt_done(struct sf__engine *e, struct xfer *x, CURLcode code)
                      x->status == 404 ? "not found"
                                       : "access denied (wrong credentials, or no permission)",
                      x->request_id[0] ? ", request id " : "", x->request_id);
+        append_where(e, x, &s3e, why, sizeof(why));
         if (!strcmp(s3e.code, "RequestTimeTooSkewed") && x->server_date) {
             e->clock_skew_s = x->server_date - (int64_t)time(NULL);
             elog(e, SF_LOG_WARN, "clock skew of %" PRId64 " s: signing with the server's time",

@@ -342,6 +342,7 @@ SF_API sf_status sf_s3_new(const struct sf_s3_options *o, struct sf_s3 **out, ch
             .invalidate = invalidate,
             .user = s3,
         };
+        snprintf(ec.region, sizeof(ec.region), "%s", s3->ep.region);
         if (!ec.opt.io_threads)
             ec.opt.io_threads = sf__io_threads_default();
         if (!ec.opt.max_object_bytes)

@@ -516,6 +516,11 @@ static sf_status list_range(struct sf_s3 *s3, const char *bucket, struct pending
     struct sf__locator bucket_loc = {
         .kind = SF__LOC_S3, .bucket = (char *)bucket, .key = (char *)"", .display = display};
     char *after = NULL; /* the last key listed so far */
+    /* The token of a truncated page without keys: S3 may end a page early,
+     * even before any key (while it scans past deleted objects), and
+     * start-after has no key to move to, so the next page is asked with the
+     * token. NULL once a page had keys. */
+    char *token = NULL;
     sf_status st = SF_OK;
     size_t p = 0;
     while (st == SF_OK && p < m) {
@@ -529,11 +534,13 @@ static sf_status list_range(struct sf_s3 *s3, const char *bucket, struct pending
         const char *sa = after && strcmp(after, start) > 0 ? after : start;
         struct sf__strbuf q;
         sf__strbuf_init(&q, 8192);
+        if (token)
+            append_query(&q, "continuation-token", token);
         append_query(&q, "encoding-type", "url");
         append_query(&q, "list-type", "2");
         if (*prefix)
             append_query(&q, "prefix", prefix);
-        if (*sa)
+        if (*sa && !token)
             append_query(&q, "start-after", sa);
         free(start);
         if (q.err) {
@@ -559,9 +566,19 @@ static sf_status list_range(struct sf_s3 *s3, const char *bucket, struct pending
         }
         if (p < m && page.is_truncated) {
             const char *last = page.n_entries ? page.entries[page.n_entries - 1].key : NULL;
-            if (!last) {
-                st =
-                    sf__s3_set_err(s3, SF_ERR_PARSE, "%s: truncated listing without keys", display);
+            char *sent = token;
+            token = NULL;
+            if (!last && (!page.next_token || !*page.next_token)) {
+                st = sf__s3_set_err(s3, SF_ERR_PARSE,
+                                    "%s: truncated listing without keys or a continuation token",
+                                    display);
+            } else if (!last && sent && !strcmp(sent, page.next_token)) {
+                /* the same empty page again: asking for it would never end */
+                st = sf__s3_set_err(s3, SF_ERR_PARSE,
+                                    "%s: the listing repeats its continuation token", display);
+            } else if (!last) {
+                if (!(token = strdup(page.next_token)))
+                    st = SF_ERR_NO_MEMORY;
             } else if (after && strcmp(last, after) <= 0) {
                 /* the page did not move past the last one: the same request
                  * would come back for ever */
@@ -572,11 +589,13 @@ static sf_status list_range(struct sf_s3 *s3, const char *bucket, struct pending
                 if (!(after = strdup(page.entries[page.n_entries - 1].key)))
                     st = SF_ERR_NO_MEMORY;
             }
+            free(sent);
         } else {
             p = m; /* the listing ended: the keys left do not exist */
         }
         sf__list_page_free(&page);
     }
+    free(token);
     free(after);
     free(display);
     free(prefix);

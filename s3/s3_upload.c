@@ -3,6 +3,7 @@
  * of memory) and sf_s3_upload_file() (one PUT up to the part size, else a
  * multipart upload whose parts go out in parallel).
  */
+#include "s3/etag.h"
 #include "s3/fetch.h"
 #include "s3/s3_client_impl.h"
 #include "s3/sigv4.h"
@@ -229,7 +230,8 @@ static void xml_text(struct sf__strbuf *b, const char *s)
     }
 }
 
-/* The <ETag> of a CompleteMultipartUploadResult, with &quot; decoded. */
+/* The <ETag> of a CompleteMultipartUploadResult, with &quot; decoded, in
+ * the one form of s3/etag.h. */
 static void complete_etag(const struct sf__strbuf *body, char *out, size_t out_len)
 {
     out[0] = '\0';
@@ -251,6 +253,7 @@ static void complete_etag(const struct sf__strbuf *body, char *out, size_t out_l
         }
     }
     out[o] = '\0';
+    sf__etag_canon(out, out_len, out, o); /* as the headers' ETags are read */
 }
 
 /* Starts the upload: the server's UploadId, URI-encoded into *query_id. */

@@ -11,6 +11,7 @@
 #include "common/calendar.h"
 #include "common/strbuf.h"
 #include "common/strv.h"
+#include "s3/etag.h"
 #include "s3/uri.h"
 
 #include <expat.h>
@@ -61,6 +62,8 @@ enum tag {
     T_COMPLETE_UPLOAD,
     T_PART,
     T_PART_NUMBER,
+    T_REGION,
+    T_ENDPOINT,
     T_COUNT_
 };
 
@@ -94,6 +97,8 @@ static const char *const tag_names[T_COUNT_] = {
     [T_COMPLETE_UPLOAD] = "CompleteMultipartUpload",
     [T_PART] = "Part",
     [T_PART_NUMBER] = "PartNumber",
+    [T_REGION] = "Region",
+    [T_ENDPOINT] = "Endpoint",
 };
 
 enum doc_kind { DOC_LIST_V2, DOC_BUCKETS, DOC_ERROR, DOC_INITIATE, DOC_COMPLETE };
@@ -186,8 +191,9 @@ static int wanted_leaf(const struct xml_ctx *c)
             return t == T_NAME || t == T_CREATION_DATE;
         return 0;
     case DOC_ERROR:
-        return c->depth == 2 && (t == T_CODE || t == T_MESSAGE || t == T_REQUEST_ID ||
-                                 t == T_HOST_ID || t == T_KEY || t == T_BUCKET_NAME);
+        return c->depth == 2 &&
+               (t == T_CODE || t == T_MESSAGE || t == T_REQUEST_ID || t == T_HOST_ID ||
+                t == T_KEY || t == T_BUCKET_NAME || t == T_REGION || t == T_ENDPOINT);
     case DOC_INITIATE: return c->depth == 2 && t == T_UPLOAD_ID;
     case DOC_COMPLETE:
         return c->depth == 3 && s[1] == T_PART && (t == T_PART_NUMBER || t == T_ETAG);
@@ -353,12 +359,18 @@ static void list_leaf(struct xml_ctx *c, enum tag t)
             fail(c, SF_ERR_PARSE, "bad <Size> \"%.*s\" in entry %zu", (int)(n > 32 ? 32 : n), s,
                  c->page->n_entries + 1);
         break;
-    case T_ETAG:
-        if (c->text.len >= sizeof c->cur.etag)
+    case T_ETAG: {
+        /* one room more than the field: a bare tag that only fits once its
+         * quotes are added is refused, not cut */
+        char canon[sizeof c->cur.etag + 1];
+        if (c->text.len < sizeof c->cur.etag)
+            sf__etag_canon(canon, sizeof canon, sf__strbuf_str(&c->text), c->text.len);
+        if (c->text.len >= sizeof c->cur.etag || strlen(canon) >= sizeof c->cur.etag)
             fail(c, SF_ERR_LIMIT, "<ETag> longer than %zu bytes", sizeof c->cur.etag - 1);
         else
-            copy_field(c->cur.etag, sizeof c->cur.etag, sf__strbuf_str(&c->text), c->text.len);
+            memcpy(c->cur.etag, canon, strlen(canon) + 1);
         break;
+    }
     case T_LAST_MODIFIED:
     case T_CREATION_DATE: c->cur.last_modified = parse_date_or_zero(&c->text); break;
     case T_PREFIX:
@@ -412,6 +424,8 @@ static void error_leaf(struct xml_ctx *c, enum tag t)
         copy_field(e->key, sizeof e->key, sf__strbuf_str(&c->text), c->text.len);
         break;
     case T_BUCKET_NAME: copy_field(e->bucket, sizeof e->bucket, s, n); break;
+    case T_REGION: copy_field(e->region, sizeof e->region, s, n); break;
+    case T_ENDPOINT: copy_field(e->endpoint, sizeof e->endpoint, s, n); break;
     default: break;
     }
 }

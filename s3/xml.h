@@ -21,6 +21,8 @@ struct sf__s3_error {
     char host_id[256];
     char key[256];        /* <Key> when present (truncated) */
     char bucket[64];      /* <BucketName> when present */
+    char region[64];      /* <Region>: where the bucket is (a wrong-region answer) */
+    char endpoint[256];   /* <Endpoint>: where to send it (301, 307 redirects) */
 };
 
 /* Parses an error body. Returns SF_OK when an <Error> element with a <Code>

@@ -109,6 +109,39 @@ Test(s3, region_from_aws_region_is_used_in_signing)
     sf_object_list_destroy(l);
 }
 
+/* S3 answers a request signed for another region with the bucket's region:
+ * x-amz-bucket-region, which is all a HEAD answer carries, or <Region> in a
+ * body. A stat (HEAD) said only "HTTP 400"; every wrong-region answer now
+ * names the region to set, and nothing is re-sent elsewhere. */
+Test(s3, a_wrong_region_answer_names_the_buckets_region)
+{
+    start_mock((const char *const[]){"--region", "eu-central-1", NULL});
+    put_small("r.bin", 10);
+    struct sf_s3_options o;
+    opts_init(&o);
+    o.region = "us-west-2";
+    client(&o);
+    struct sf_object_info info;
+    sf_status st = sf_s3_stat(s3, "s3://bucket/r.bin", &info);
+    cr_expect_eq(st, SF_ERR_INVALID_ARGUMENT, "%s: %s", sf_status_name(st), errmsg());
+    cr_expect(strstr(errmsg(), "s3://bucket/r.bin"), "message: %s", errmsg());
+    cr_expect(strstr(errmsg(), "HTTP 400"), "message: %s", errmsg());
+    cr_expect(strstr(errmsg(), "region 'eu-central-1'"), "message: %s", errmsg());
+    cr_expect(strstr(errmsg(), "signed for 'us-west-2'"), "message: %s", errmsg());
+
+    /* a GET: the <Region> of the body (the header says the same) */
+    struct sf_fetch *f = NULL;
+    st = sf_fetch_start(s3, "s3://bucket/r.bin", NULL, &f);
+    if (st == SF_OK)
+        st = sf_fetch_wait(f, SF_SIZE_UNKNOWN, -1, NULL);
+    cr_expect_eq(st, SF_ERR_INVALID_ARGUMENT, "%s", sf_status_name(st));
+    const char *m = f ? sf_fetch_errmsg(f) : errmsg();
+    cr_expect(strstr(m, "AuthorizationHeaderMalformed"), "message: %s", m);
+    cr_expect(strstr(m, "region 'eu-central-1'"), "message: %s", m);
+    sf_fetch_destroy(f);
+    cr_expect_eq(mock_requests(), 2, "a 400 is not retried");
+}
+
 Test(s3, region_from_aws_region_matches_a_mock_in_that_region)
 {
     const char *args[] = {"--region", "eu-west-3", NULL};
