@@ -25,6 +25,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #define SF__DC_FORMAT_VERSION 1
@@ -168,8 +169,11 @@ sf_status sf__dc_foreach(struct sf__disk_cache *dc,
                          int (*fn)(void *user, const char *path, const struct sf__dc_meta *m,
                                    sf_status st, const char *why),
                          void *user, char *err, size_t err_len);
-/* Deletes one entry by name (from sf__dc_meta.name). */
-sf_status sf__dc_remove(struct sf__disk_cache *dc, const char *name);
+/* Deletes one entry by name (from sf__dc_meta.name). `checked` (or NULL) is
+ * the fstat of the file the caller found bad: when the name now holds
+ * another file (republished by another process meanwhile), that one stays
+ * and SF_ERR_NOT_FOUND is returned. */
+sf_status sf__dc_remove(struct sf__disk_cache *dc, const char *name, const struct stat *checked);
 /* Scans the directory: sizes, and sweeps abandoned downloads when sweep. */
 sf_status sf__dc_usage(struct sf__disk_cache *dc, int sweep, struct sf__dc_usage *u, char *err,
                        size_t err_len);

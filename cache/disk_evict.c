@@ -360,7 +360,7 @@ sf_status sf__dc_foreach(struct sf__disk_cache *dc,
     return SF_OK;
 }
 
-sf_status sf__dc_remove(struct sf__disk_cache *dc, const char *name)
+sf_status sf__dc_remove(struct sf__disk_cache *dc, const char *name, const struct stat *checked)
 {
     if (strstr(name, "..") || strlen(name) != 2 + 1 + 64 + 1 + 32 + 3)
         return SF_ERR_INVALID_ARGUMENT;
@@ -368,6 +368,8 @@ sf_status sf__dc_remove(struct sf__disk_cache *dc, const char *name)
     snprintf(path, sizeof(path), "%s/%s", dc->root, name);
     struct stat st;
     if (lstat(path, &st) != 0)
+        return SF_ERR_NOT_FOUND;
+    if (checked && (st.st_ino != checked->st_ino || st.st_dev != checked->st_dev))
         return SF_ERR_NOT_FOUND;
     int64_t f = sf__dc_unlink_same(path, &st);
     if (f)

@@ -209,8 +209,10 @@ static sf_status open_hit(struct sf_cache_object *o, int fd, struct sf__dc_meta 
     if (o->verify && m->size) {
         char why[256];
         if (sf__dc_verify_fd(fd, m, why, sizeof(why)) != SF_OK) {
+            struct stat checked;
+            const int have = fstat(fd, &checked) == 0;
             drop_data(o);
-            sf__dc_remove(c->dc, m->name);
+            sf__dc_remove(c->dc, m->name, have ? &checked : NULL);
             c->n.corrupt++;
             logf_(c, SF_LOG_WARN,
                   "%s: cache entry %s failed verification (%s); deleted, fetching again",
@@ -715,6 +717,8 @@ static int list_one(void *user, const char *path, const struct sf__dc_meta *m, s
     struct list_ctx *x = user;
     char problem[512];
     snprintf(problem, sizeof(problem), "%s", st == SF_OK ? "" : why);
+    struct stat checked;
+    int have = 0;
     if (st == SF_OK && x->verify) {
         int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
         if (fd < 0) {
@@ -722,11 +726,12 @@ static int list_one(void *user, const char *path, const struct sf__dc_meta *m, s
             snprintf(problem, sizeof(problem), "cannot open: %s", strerror(errno));
         } else {
             st = sf__dc_verify_fd(fd, m, problem, sizeof(problem));
+            have = fstat(fd, &checked) == 0;
             close(fd);
         }
     }
     if (st == SF_ERR_CORRUPT && x->verify) {
-        sf__dc_remove(x->c->dc, m->name);
+        sf__dc_remove(x->c->dc, m->name, have ? &checked : NULL);
         x->c->n.corrupt++;
     }
     if (st != SF_OK)

@@ -261,6 +261,44 @@ Test(cache, corrupt_data_found_by_verify_command)
     free(data);
 }
 
+/* An entry found bad is deleted by name. When another process republished
+ * the name in between (a good entry, another file), the good one must stay:
+ * the deletion checks it is still the file that was found bad. */
+Test(cache, removing_a_bad_entry_keeps_the_one_republished_meanwhile)
+{
+    make_dirs();
+    struct sf__disk_cache_options o = {.dir = cdir};
+    struct sf__disk_cache *dc;
+    char err[512];
+    cr_assert_eq(sf__disk_cache_open(&o, &dc, err, sizeof(err)), SF_OK, "%s", err);
+    struct sf__cache_id id = {"http://h", "bucket", "re.tar"};
+    enum sf__dc_begin_result r;
+    struct sf__dc_writer *w;
+    cr_assert_eq(sf__dc_begin(dc, &id, "\"e1\"", 10, &r, &w, err, sizeof(err)), SF_OK, "%s", err);
+    cr_assert(pwrite(sf__dc_writer_fd(w), "0123456789", 10, 0) == 10);
+    struct sf__dc_meta m;
+    cr_assert_eq(sf__dc_writer_publish(w, "s3://bucket/re.tar", &m, err, sizeof(err)), SF_OK);
+    char path[1024], other[1100];
+    snprintf(path, sizeof(path), "%s/v1/%s", cdir, m.name);
+    struct stat bad;
+    cr_assert_eq(stat(path, &bad), 0);
+    /* Another process publishes the same name again: a new file. */
+    snprintf(other, sizeof(other), "%s.other", path);
+    FILE *f = fopen(other, "wb");
+    cr_assert_not_null(f);
+    fputs("republished", f);
+    fclose(f);
+    cr_assert_eq(rename(other, path), 0);
+    cr_assert_eq(sf__dc_remove(dc, m.name, &bad), SF_ERR_NOT_FOUND);
+    cr_assert_eq(access(path, F_OK), 0, "the republished entry was deleted");
+    struct stat now;
+    cr_assert_eq(stat(path, &now), 0);
+    cr_assert_eq(sf__dc_remove(dc, m.name, &now), SF_OK, "the file found bad itself goes");
+    cr_assert_eq(access(path, F_OK), -1);
+    sf__dc_meta_clear(&m);
+    sf__disk_cache_close(dc);
+}
+
 Test(cache, keys_with_dot_dot_stay_inside_the_cache)
 {
     make_dirs();
