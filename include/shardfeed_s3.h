@@ -110,7 +110,7 @@ struct sf_object_info {
     char *url;               /* "s3://bucket/key", "https://...", "/path"; owned */
     char *key;               /* key within the bucket (or path); owned */
     unsigned long long size; /* bytes; SF_SIZE_UNKNOWN when not known */
-    char etag[128];          /* quoted as the server sent it, "" when none */
+    char etag[128];          /* strong, quoted: "abc" (any form sent), "" if none */
     long long last_modified; /* seconds since the epoch, 0 when unknown */
     int is_prefix;           /* 1 for a common prefix ("directory") in ls output */
 };

@@ -5,6 +5,7 @@
  * schema's one order, so the two agree byte for byte where they overlap.
  */
 #include "src/index_json.h"
+#include "s3/etag.h"
 
 #include <cjson/cJSON.h>
 #include <inttypes.h>
@@ -274,9 +275,16 @@ sf_status sf__index_json_check(const char *text, const char *index_url, size_t d
             bytes->valuedouble != (double)obj->size) {
             snprintf(is, sizeof(is), "%llu bytes", obj->size);
             snprintf(says, sizeof(says), "%.0f", bytes->valuedouble);
-        } else if (cJSON_IsString(etag) && obj->etag[0] && strcmp(etag->valuestring, obj->etag)) {
-            snprintf(is, sizeof(is), "ETag %s", obj->etag);
-            snprintf(says, sizeof(says), "%s", etag->valuestring);
+        } else if (cJSON_IsString(etag) && obj->etag[0]) {
+            /* The object's ETag is in its one form (s3/etag.h); an index
+             * written elsewhere, or by an older build, may hold it bare. */
+            char canon[sizeof(obj->etag)];
+            const char *e = etag->valuestring;
+            sf__etag_canon(canon, sizeof(canon), e, strlen(e));
+            if (strcmp(canon, obj->etag)) {
+                snprintf(is, sizeof(is), "ETag %s", obj->etag);
+                snprintf(says, sizeof(says), "%s", e);
+            }
         }
         if (is[0]) {
             st = SF_ERR_CHANGED;
