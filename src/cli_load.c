@@ -116,12 +116,14 @@ static void load_usage(FILE *f)
         "  --batch-size N (256)  --epochs N (1)  --decode-threads N (cores)\n"
         "  --prefetch-batches N (4)  --prefetch-shards N (4)  --shuffle-buffer N (1000)\n"
         "  --seed N  --epoch N  --rank N  --world-size N  --epoch-policy pad|drop|uneven\n"
-        "  --partition shards|samples  --drop-last  --ram-only  --cache-dir DIR\n"
+        "  --initial-fill N (100)  --partition shards|samples  --drop-last  --ram-only\n"
         "  --learned-counts auto|never|always (counts learned in earlier runs; docs/sampling.md)\n"
-        "  --cache-limit SIZE  --size N | --width N --height N  --crop random_resized|center|none\n"
+        "  --cache-dir DIR  --cache-limit SIZE  --ram-cache-limit SIZE  --max-shard-bytes SIZE (4G)\n"
+        "  --size N | --width N --height N  --crop random_resized|center|none\n"
         "  --scale-min F --scale-max F --ratio-min F --ratio-max F --center-fraction F\n"
         "  --hflip P  --layout chw|hwc  --dtype uint8|float32  --mean a,b,c --std a,b,c\n"
         "  --image-fields 'jpg;jpeg'  --label-fields 'cls;json;txt'  --extra-fields LIST\n"
+        "  --max-extra-bytes SIZE (16M)\n"
         "  --on-error fail|skip  --device auto|host|cuda|emulated  --cuda-device N\n"
         "  --no-normalize-on-device  --sync-device  --max-side N --max-pixels N --max-scans N\n"
         "  --require-end-marker   a tar shard without its end-of-archive blocks (cut at a\n"
@@ -149,7 +151,8 @@ static void doctor_usage(FILE *f)
           "read, decode, assembly, device copy; S seconds each, default 2), then the whole\n"
           "pipeline with a training step of MS per batch (none: as fast as it can), and\n"
           "names the stage that bounds it and the knob to turn (docs/doctor.md).\n"
-          "Takes every option of `shardfeed load` (see `shardfeed load --help`).\n"
+          "Takes every option of `shardfeed load` but --digest and --autotune (see\n"
+          "`shardfeed load --help`).\n"
           "Exit status: 0 done, 1 a stage failed (the message names the object), 2 bad usage.\n",
           f);
 }
@@ -161,6 +164,8 @@ static void tune_usage(FILE *f)
           "your store and data in about S seconds (default 20), checks the whole pipeline\n"
           "with the result against the options given, and writes the options as JSON for\n"
           "--config / config= (stdout without -o). docs/doctor.md \"Autotune\".\n"
+          "Takes every option of `shardfeed load` but --digest and --autotune (see\n"
+          "`shardfeed load --help`).\n"
           "Exit status: 0 done, 1 a measurement failed (the message names the object), 2 bad\n"
           "usage.\n",
           f);

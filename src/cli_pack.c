@@ -405,6 +405,7 @@ int cli_cmd_inspect(int argc, char **argv)
         unsigned long long off = sf_shard_reader_error_offset(r);
         cli_errorf("inspect: %s (%s)", sf_shard_reader_errmsg(r), sf_status_name(st));
         if (out) {
+            cJSON_AddBoolToObject(out, "ok", 0); /* cli_json_finish adds it only beside its own "error" */
             cJSON_AddStringToObject(out, "error", sf_shard_reader_errmsg(r));
             cJSON_AddStringToObject(out, "status", sf_status_name(st));
             if (off != SF_SIZE_UNKNOWN)

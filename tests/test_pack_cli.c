@@ -152,6 +152,9 @@ Test(pack, cli_inspect_names_shard_and_offset_of_corruption)
     cJSON *j = test_load_json(out_path);
     cr_expect_eq(test_jnum(j, "error_offset"), second);
     cr_expect_str_eq(test_jstr(j, "status"), "SF_ERR_CORRUPT");
+    /* the failure object every command prints with --json (README.md) */
+    cr_expect(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(j, "ok")), "\"ok\": false");
+    cr_expect_eq(test_jnum(j, "exit"), 1);
     cJSON_Delete(j);
     /* a missing shard */
     snprintf(args, sizeof(args), "inspect '%s/nope.tar'", dest);
