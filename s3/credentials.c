@@ -19,6 +19,7 @@
 
 #include "s3/aws_config.h"
 #include "common/calendar.h"
+#include "common/json.h"
 #include "common/log.h"
 #include "common/secret.h"
 
@@ -201,12 +202,25 @@ sf_status sf__credentials_parse_json(const char *body, size_t n, struct sf__cred
     if (n > BODY_MAX_BYTES)
         return sf__fail(err, err_len, SF_ERR_LIMIT, "credentials document over %zu bytes",
                         BODY_MAX_BYTES);
+    /* cJSON keeps C strings: a NUL, raw or escaped, would cut a key or a
+     * token short without a word. */
+    const char *nul = memchr(body, '\0', n);
+    if (nul)
+        return sf__fail(err, err_len, SF_ERR_PARSE,
+                        "credentials document holds a NUL byte at offset %zu",
+                        (size_t)(nul - body));
     cJSON *doc = cJSON_ParseWithLength(body, n);
     if (!doc)
         return sf__fail(err, err_len, SF_ERR_PARSE, "credentials document is not valid JSON");
     sf_status st = SF_OK;
     if (!cJSON_IsObject(doc)) {
         st = sf__fail(err, err_len, SF_ERR_PARSE, "credentials document is not a JSON object");
+        goto done;
+    }
+    char where[300];
+    if (sf__json_nul_where_n(body, n, doc, where, sizeof(where))) {
+        st = sf__fail(err, err_len, SF_ERR_PARSE,
+                      "credentials document: %.160s holds a NUL character (\\u0000)", where);
         goto done;
     }
     const char *code = json_string(doc, "Code");
