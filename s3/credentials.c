@@ -78,8 +78,10 @@ static int parse_iso8601(const char *s, int64_t *out)
         (s[10] != 'T' && s[10] != 't') || !sf__read_digits(s + 11, 2, &h) || s[13] != ':' ||
         !sf__read_digits(s + 14, 2, &m) || s[16] != ':' || !sf__read_digits(s + 17, 2, &sec))
         return 0;
-    static const int mdays[] = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
-    if (M < 1 || M > 12 || D < 1 || D > mdays[M - 1] || h > 23 || m > 59 || sec > 60)
+    static const int mdays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    int leap = (Y % 4 == 0 && Y % 100 != 0) || Y % 400 == 0;
+    if (M < 1 || M > 12 || D < 1 || D > mdays[M - 1] + (M == 2 && leap) || h > 23 || m > 59 ||
+        sec > 60)
         return 0;
     const char *p = s + 19;
     if (*p == '.') {

@@ -80,6 +80,13 @@ Test(credentials, parse_json_rejects_bad_documents_without_quoting_secrets)
         {"{\"AccessKeyId\":\"A\",\"SecretAccessKey\":\"" FAKE_SECRET
          "\",\"Expiration\":\"2026-02-30T00:00:00Z\"}",
          SF_ERR_PARSE},
+        /* Not a leap year: this day does not exist (it was read as March 1st). */
+        {"{\"AccessKeyId\":\"A\",\"SecretAccessKey\":\"" FAKE_SECRET
+         "\",\"Expiration\":\"2026-02-29T00:00:00Z\"}",
+         SF_ERR_PARSE},
+        {"{\"AccessKeyId\":\"A\",\"SecretAccessKey\":\"" FAKE_SECRET
+         "\",\"Expiration\":\"2100-02-29T00:00:00Z\"}",
+         SF_ERR_PARSE},
         {"{\"AccessKeyId\":\"A\",\"SecretAccessKey\":\"" FAKE_SECRET "\",\"Token\":7}",
          SF_ERR_PARSE},
         {"{\"AccessKeyId\":\"A\",\"SecretAccessKey\":\"has space " FAKE_SECRET "\"}", SF_ERR_PARSE},
