@@ -221,9 +221,10 @@ static sf_status request_reset(struct sf_loader *l, uint64_t epoch, const void *
     return st;
 }
 
-/* The fewest bytes a sample takes in a shard: a record's header and index
- * entry (docs/FORMAT.md; a tar member takes a 512-byte header at least). */
-#define MIN_SAMPLE_BYTES (SF__RECORD_REC_HEADER_BYTES + SF__RECORD_INDEX_ENTRY_BYTES)
+/* The fewest bytes a sample takes in a shard: a record's 40-byte header
+ * (docs/FORMAT.md; its index entry is not counted: a shard cut before its
+ * index still delivers its records), a tar member's 512-byte header. */
+#define MIN_SAMPLE_BYTES SF__RECORD_REC_HEADER_BYTES
 
 /* The most samples the shards can hold, from their sizes (one of unknown
  * size: max_shard_bytes, the most the loader reads of it), for a restore on
