@@ -19,6 +19,7 @@
 
 #include "s3/aws_config.h"
 #include "common/calendar.h"
+#include "common/json.h"
 #include "common/log.h"
 #include "common/secret.h"
 
@@ -77,8 +78,10 @@ static int parse_iso8601(const char *s, int64_t *out)
         (s[10] != 'T' && s[10] != 't') || !sf__read_digits(s + 11, 2, &h) || s[13] != ':' ||
         !sf__read_digits(s + 14, 2, &m) || s[16] != ':' || !sf__read_digits(s + 17, 2, &sec))
         return 0;
-    static const int mdays[] = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
-    if (M < 1 || M > 12 || D < 1 || D > mdays[M - 1] || h > 23 || m > 59 || sec > 60)
+    static const int mdays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    int leap = (Y % 4 == 0 && Y % 100 != 0) || Y % 400 == 0;
+    if (M < 1 || M > 12 || D < 1 || D > mdays[M - 1] + (M == 2 && leap) || h > 23 || m > 59 ||
+        sec > 60)
         return 0;
     const char *p = s + 19;
     if (*p == '.') {
@@ -201,12 +204,25 @@ sf_status sf__credentials_parse_json(const char *body, size_t n, struct sf__cred
     if (n > BODY_MAX_BYTES)
         return sf__fail(err, err_len, SF_ERR_LIMIT, "credentials document over %zu bytes",
                         BODY_MAX_BYTES);
+    /* cJSON keeps C strings: a NUL, raw or escaped, would cut a key or a
+     * token short without a word. */
+    const char *nul = memchr(body, '\0', n);
+    if (nul)
+        return sf__fail(err, err_len, SF_ERR_PARSE,
+                        "credentials document holds a NUL byte at offset %zu",
+                        (size_t)(nul - body));
     cJSON *doc = cJSON_ParseWithLength(body, n);
     if (!doc)
         return sf__fail(err, err_len, SF_ERR_PARSE, "credentials document is not valid JSON");
     sf_status st = SF_OK;
     if (!cJSON_IsObject(doc)) {
         st = sf__fail(err, err_len, SF_ERR_PARSE, "credentials document is not a JSON object");
+        goto done;
+    }
+    char where[300];
+    if (sf__json_nul_where_n(body, n, doc, where, sizeof(where))) {
+        st = sf__fail(err, err_len, SF_ERR_PARSE,
+                      "credentials document: %.160s holds a NUL character (\\u0000)", where);
         goto done;
     }
     const char *code = json_string(doc, "Code");

@@ -9,6 +9,7 @@
 #define SF_SRC_INDEX_JSON_H
 
 #include "shardfeed.h"
+#include "common/json.h" /* sf__json_nul_where: every JSON reader here asks it */
 
 #include <stddef.h>
 #include <stdint.h>
@@ -86,18 +87,5 @@ sf_status sf__index_json_check(const char *text, const char *index_url, size_t d
 sf_status sf__index_json_counts(const char *text, const char *index_name,
                                 const struct sf_object_info *const *objs, size_t n,
                                 uint64_t *counts, int *all, char *err, size_t err_len);
-
-/*
- * Whether a string of the JSON document text, a member's name or a value,
- * holds an escaped NUL (\u0000). cJSON keeps C strings, so it would end
- * there: "bucket\u0000/x" would read as another path. root is the value
- * cJSON parsed from text (strings found after it are not looked at). 0
- * when none does; else 1, with the first one's place in where: "cache_dir",
- * "sources[1]", "shards[2].name", or "the name of x.y" for a name. Every
- * reader of JSON strings that name paths, URLs, keys or options asks it.
- * Any thread.
- */
-struct cJSON;
-int sf__json_nul_where(const char *text, const struct cJSON *root, char *where, size_t where_len);
 
 #endif

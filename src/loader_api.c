@@ -7,6 +7,8 @@
 
 #include "src/decode.h"
 #include "src/gpu.h"
+#include "src/record.h"
+#include "src/sampler.h"
 #include "common/endian.h"
 
 #include <pthread.h>
@@ -219,6 +221,53 @@ static sf_status request_reset(struct sf_loader *l, uint64_t epoch, const void *
     return st;
 }
 
+/* The fewest bytes a sample takes in a shard: a record's 40-byte header
+ * (docs/FORMAT.md; its index entry is not counted: a shard cut before its
+ * index still delivers its records), a tar member's 512-byte header. */
+#define MIN_SAMPLE_BYTES SF__RECORD_REC_HEADER_BYTES
+
+/* The most samples the shards can hold, from their sizes (one of unknown
+ * size: max_shard_bytes, the most the loader reads of it), for a restore on
+ * a stream whose length is not known: its only bound. why tells it. */
+static uint64_t samples_bound(const struct sf_loader *l, char *why, size_t why_len)
+{
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < l->n_shards; i++) {
+        uint64_t b = l->objs[i]->size == SF_SIZE_UNKNOWN ? l->o.max_shard_bytes : l->objs[i]->size;
+        bytes = b > UINT64_MAX - bytes ? UINT64_MAX : bytes + b;
+    }
+    snprintf(why, why_len, "the %zu shard(s) can hold (%llu bytes, a sample taking at least %u)",
+             l->n_shards, (unsigned long long)bytes, MIN_SAMPLE_BYTES);
+    return bytes / MIN_SAMPLE_BYTES;
+}
+
+/* The position of a sampler state (docs/sampling.md: offset 32). */
+static uint64_t sampler_state_position(const unsigned char *smp_state)
+{
+    return sf__get_le64(smp_state + 32);
+}
+
+/* A saved position is where a batch starts (the loader delivers whole
+ * batches) or the end of its epoch (the last batch may be short): smp, just
+ * restored, tells the end. Else the reader would fill the batch the
+ * position cuts from its middle and the consumer, waiting for the next one,
+ * never deliver it: those samples would be lost without a word. */
+static sf_status check_batch_start(struct sf_loader *l, const struct sf_sampler *smp,
+                                   uint64_t position)
+{
+    struct sf_sampler_info info;
+    sf_sampler_get_info(smp, &info);
+    if (position % l->o.batch_size == 0 || (info.size_known && position == info.epoch_size))
+        return SF_OK;
+    pthread_mutex_lock(&l->mu);
+    snprintf(l->errmsg, sizeof(l->errmsg),
+             "loader state position %llu is neither where a batch starts (batch_size %u) nor "
+             "the end of epoch %llu",
+             (unsigned long long)position, l->o.batch_size, (unsigned long long)info.epoch);
+    pthread_mutex_unlock(&l->mu);
+    return SF_ERR_INVALID_ARGUMENT;
+}
+
 /* Moves the loader to exact (estimated 0) or estimated counts: the
  * consumer's state sampler now, the reader's samplers at the next reset. */
 static sf_status switch_basis(struct sf_loader *l, int estimated, uint64_t epoch,
@@ -234,11 +283,17 @@ static sf_status switch_basis(struct sf_loader *l, int estimated, uint64_t epoch
         return st;
     }
     if (state) {
-        st = sf_sampler_state_restore(c, state, SF_SAMPLER_STATE_BYTES);
+        char why[160];
+        uint64_t bound = samples_bound(l, why, sizeof(why));
+        st = sf__sampler_state_restore_within(c, state, SF_SAMPLER_STATE_BYTES, bound, why);
         if (st != SF_OK) {
             pthread_mutex_lock(&l->mu);
             snprintf(l->errmsg, sizeof(l->errmsg), "%s", sf_sampler_errmsg(c));
             pthread_mutex_unlock(&l->mu);
+        } else {
+            st = check_batch_start(l, c, sampler_state_position(state));
+        }
+        if (st != SF_OK) {
             sf_sampler_destroy(a);
             sf_sampler_destroy(b);
             sf_sampler_destroy(c);
@@ -412,6 +467,21 @@ sf_status sf_loader_state_restore(struct sf_loader *l, const void *state, size_t
         pthread_mutex_unlock(&l->mu);
         return SF_ERR_INVALID_ARGUMENT;
     }
+    /* The loader's position and epoch are its sampler state's, saved
+     * together: a state where they differ was made, not saved, and would
+     * start the reader and the batches at different places. */
+    uint64_t position = sf__get_le64(p + 16), epoch = sf__get_le64(p + 24);
+    uint64_t smp_position = sampler_state_position(p + 32), smp_epoch = sf__get_le64(p + 32 + 24);
+    if (position != smp_position || epoch != smp_epoch) {
+        pthread_mutex_lock(&l->mu);
+        snprintf(l->errmsg, sizeof(l->errmsg),
+                 "loader state is inconsistent: position %llu of epoch %llu, its sampler "
+                 "state says position %llu of epoch %llu",
+                 (unsigned long long)position, (unsigned long long)epoch,
+                 (unsigned long long)smp_position, (unsigned long long)smp_epoch);
+        pthread_mutex_unlock(&l->mu);
+        return SF_ERR_CORRUPT;
+    }
     /* A state saved on estimated counts (sampler state version 2) is
      * restored on estimates, even if every count is known by now; an exact
      * one needs every count. */
@@ -425,22 +495,33 @@ sf_status sf_loader_state_restore(struct sf_loader *l, const void *state, size_t
             pthread_mutex_unlock(&l->mu);
             return SF_ERR_INVALID_ARGUMENT;
         }
-        sf_status st = switch_basis(l, want_est, sf__get_le64(p + 24), p + 32);
+        sf_status st = switch_basis(l, want_est, epoch, p + 32);
         if (st == SF_OK)
-            st = request_reset(l, sf__get_le64(p + 24), p + 32, sf__get_le64(p + 16));
+            st = request_reset(l, epoch, p + 32, position);
         l->restored_fresh = st == SF_OK;
         return st;
     }
     /* Check the sampler part on the consumer's own sampler first, so a
      * mismatch is reported without disturbing the pipeline. */
-    sf_status st = sf_sampler_state_restore(l->state_smp, p + 32, SF_SAMPLER_STATE_BYTES);
+    char why[160];
+    uint64_t bound = samples_bound(l, why, sizeof(why));
+    unsigned char before[SF_SAMPLER_STATE_BYTES];
+    int have_before = sf_sampler_state_save(l->state_smp, before, sizeof(before)) == SF_OK;
+    sf_status st =
+        sf__sampler_state_restore_within(l->state_smp, p + 32, SF_SAMPLER_STATE_BYTES, bound, why);
     if (st != SF_OK) {
         pthread_mutex_lock(&l->mu);
         snprintf(l->errmsg, sizeof(l->errmsg), "%s", sf_sampler_errmsg(l->state_smp));
         pthread_mutex_unlock(&l->mu);
         return st;
     }
-    st = request_reset(l, sf__get_le64(p + 24), p + 32, sf__get_le64(p + 16));
+    st = check_batch_start(l, l->state_smp, position);
+    if (st != SF_OK) {
+        if (have_before) /* where it was: a refused state changes nothing */
+            sf_sampler_state_restore(l->state_smp, before, sizeof(before));
+        return st;
+    }
+    st = request_reset(l, epoch, p + 32, position);
     l->restored_fresh = st == SF_OK;
     return st;
 }

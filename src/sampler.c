@@ -813,6 +813,13 @@ static void seek(struct sf_sampler *s, uint64_t epoch, uint64_t position, uint64
 
 sf_status sf_sampler_state_restore(struct sf_sampler *s, const void *state, size_t state_len)
 {
+    return sf__sampler_state_restore_within(s, state, state_len, UINT64_MAX, NULL);
+}
+
+sf_status sf__sampler_state_restore_within(struct sf_sampler *s, const void *state,
+                                           size_t state_len, uint64_t max_samples,
+                                           const char *bound_why)
+{
     if (!s)
         return SF_ERR_INVALID_ARGUMENT;
     if (!state || state_len != SF_SAMPLER_STATE_BYTES)
@@ -851,6 +858,18 @@ sf_status sf_sampler_state_restore(struct sf_sampler *s, const void *state, size
     uint64_t position = get_u64(b + ST_POSITION);
     uint64_t size = get_u64(b + ST_EPOCH_SIZE);
     uint64_t length = version == STATE_VERSION_EST ? get_u64(b + ST_LENGTH) : 0;
+    /* An open-ended stream's length is whatever its reader found, so only
+     * what its shards can hold bounds the saved position (or length): past
+     * it, the replay would run for as many steps as the state says. */
+    if (s->open_ended) {
+        uint64_t reach = length > position ? length - 1 : position;
+        if (reach > max_samples)
+            return sf__fail(s->errmsg, sizeof s->errmsg, SF_ERR_INVALID_ARGUMENT,
+                            "sampler state %s %llu is beyond the %llu samples %s",
+                            reach == position ? "position" : "stream length",
+                            (unsigned long long)reach, (unsigned long long)max_samples,
+                            bound_why ? bound_why : "this stream can hold");
+    }
     uint64_t old_epoch = s->epoch, old_position = s->delivered;
     int old_final = s->final;
     uint64_t old_size = s->size, old_known = s->known;

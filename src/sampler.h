@@ -62,4 +62,13 @@ sf_status sf__sampler_options_check(const struct sf_sampler_options *o, char *er
  * count): the loader tells a plan range that ends at its shard's end. */
 uint64_t sf__sampler_shard_count(const struct sf_sampler *s, size_t shard);
 
+/* As sf_sampler_state_restore(), but an open-ended stream (its length
+ * learned by reading) refuses, SF_ERR_INVALID_ARGUMENT, a saved position
+ * or stream length above max_samples: the most samples its shards can
+ * hold, the only bound on such a stream; bound_why (NULL: none) ends the
+ * message, after "the N samples ". Else the same checks and effect. */
+sf_status sf__sampler_state_restore_within(struct sf_sampler *s, const void *state,
+                                           size_t state_len, uint64_t max_samples,
+                                           const char *bound_why);
+
 #endif

@@ -80,6 +80,13 @@ Test(credentials, parse_json_rejects_bad_documents_without_quoting_secrets)
         {"{\"AccessKeyId\":\"A\",\"SecretAccessKey\":\"" FAKE_SECRET
          "\",\"Expiration\":\"2026-02-30T00:00:00Z\"}",
          SF_ERR_PARSE},
+        /* Not a leap year: this day does not exist (it was read as March 1st). */
+        {"{\"AccessKeyId\":\"A\",\"SecretAccessKey\":\"" FAKE_SECRET
+         "\",\"Expiration\":\"2026-02-29T00:00:00Z\"}",
+         SF_ERR_PARSE},
+        {"{\"AccessKeyId\":\"A\",\"SecretAccessKey\":\"" FAKE_SECRET
+         "\",\"Expiration\":\"2100-02-29T00:00:00Z\"}",
+         SF_ERR_PARSE},
         {"{\"AccessKeyId\":\"A\",\"SecretAccessKey\":\"" FAKE_SECRET "\",\"Token\":7}",
          SF_ERR_PARSE},
         {"{\"AccessKeyId\":\"A\",\"SecretAccessKey\":\"has space " FAKE_SECRET "\"}", SF_ERR_PARSE},
@@ -109,6 +116,55 @@ Test(credentials, parse_json_rejects_bad_documents_without_quoting_secrets)
     char err[256];
     cr_expect_eq(sf__credentials_parse_json(doc, strlen(doc), &cr, err, sizeof(err)), SF_ERR_LIMIT);
     free(doc);
+}
+
+/* cJSON keeps C strings: "\u0000" in a string (or a raw NUL byte) ended it
+ * there, so {"AccessKeyId":"AKIA\u0000junk"} signed as "AKIA" and a token
+ * lost its tail without a word. Refused naming the field, never its value;
+ * an escaped backslash before "u0000" is no NUL. */
+Test(credentials, parse_json_refuses_a_nul_in_a_string_naming_the_field)
+{
+    static const struct {
+        const char *doc;
+        const char *named;
+    } cases[] = {
+        {"{\"AccessKeyId\":\"AKIA\\u0000junk\",\"SecretAccessKey\":\"" FAKE_SECRET "\"}",
+         "AccessKeyId holds a NUL"},
+        {"{\"AccessKeyId\":\"A\",\"SecretAccessKey\":\"" FAKE_SECRET "\\u0000x\"}",
+         "SecretAccessKey holds a NUL"},
+        {"{\"AccessKeyId\":\"A\",\"SecretAccessKey\":\"" FAKE_SECRET "\",\"Token\":\"t\\u0000"
+         "x\",\"Expiration\":\"2026-11-21T12:00:00Z\"}",
+         "Token holds a NUL"},
+        {"{\"Code\":\"Success\\u0000no\",\"AccessKeyId\":\"A\",\"SecretAccessKey\":\"s\"}",
+         "Code holds a NUL"},
+        {"{\"AccessKeyId\":\"A\",\"SecretAccessKey\":\"s\",\"Expiration\":"
+         "\"2026-11-21T12:00:00Z\\u0000junk\"}",
+         "Expiration holds a NUL"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct sf__credentials cr;
+        char err[256] = "";
+        sf_status st =
+            sf__credentials_parse_json(cases[i].doc, strlen(cases[i].doc), &cr, err, sizeof(err));
+        cr_expect_eq(st, SF_ERR_PARSE, "case %zu: %s (%s)", i, sf_status_name(st), err);
+        cr_expect(strstr(err, cases[i].named), "case %zu: %s", i, err);
+        expect_no_secret(err, "NUL refusal");
+        cr_expect_eq(cr.access_key_id[0], '\0', "case %zu: nothing left in out", i);
+    }
+
+    /* A raw NUL byte inside a string: the length says where the document ends. */
+    static const char raw[] = "{\"AccessKeyId\":\"AKIA\0junk\",\"SecretAccessKey\":\"s\"}";
+    struct sf__credentials cr;
+    char err[256] = "";
+    cr_expect_eq(sf__credentials_parse_json(raw, sizeof(raw) - 1, &cr, err, sizeof(err)),
+                 SF_ERR_PARSE);
+    cr_expect(strstr(err, "NUL byte at offset 20"), "%s", err);
+
+    /* "\\u0000" is a backslash and "u0000": kept as such. */
+    const char *escaped = "{\"AccessKeyId\":\"A\\\\u0000\",\"SecretAccessKey\":\"s\"}";
+    sf_status st = sf__credentials_parse_json(escaped, strlen(escaped), &cr, err, sizeof(err));
+    cr_expect(st != SF_OK || strcmp(cr.access_key_id, "A\\u0000") == 0, "%s", cr.access_key_id);
+    cr_expect(!strstr(err, "holds a NUL"), "%s", err);
 }
 
 /* ------------------------------------------------------------ local providers */

@@ -15,6 +15,7 @@
 #include "support/mock_proc.h"
 #include "support/rss.h"
 #include "support/s3_client.h"
+#include "support/state_seal.h"
 
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
@@ -243,6 +244,68 @@ Test(loader, state_restore_gives_the_same_remaining_batches)
     l = open_loader(&o);
     cr_assert_eq(sf_loader_state_restore(l, state, sizeof(state)), SF_ERR_INVALID_ARGUMENT);
     cr_assert(strstr(sf_loader_errmsg(l), "batch_size"), "%s", sf_loader_errmsg(l));
+    sf_loader_close(l);
+}
+
+/* The loader's position and epoch are saved twice, in its header and in its
+ * sampler state, and a saved position is where a batch starts (or the
+ * epoch's end). A state made otherwise (sealed again: the checksums catch
+ * damage, not intent) was accepted: the reader started at one place, the
+ * batches at another, and the samples of a batch cut in the middle were
+ * never delivered. Each is refused naming both values, and the loader then
+ * resumes from the genuine state as if nothing happened. */
+Test(loader, a_state_made_inconsistent_or_cutting_a_batch_is_refused)
+{
+    struct sf_loader_options o;
+    local_options(&o, 130, 32 << 10);
+    o.sampler.epoch = 3;
+    struct sf_loader *l = open_loader(&o);
+    struct epoch_log head, tail, again;
+    cr_assert_eq(run_epoch(l, &head, 3), SF_OK);
+    unsigned char state[SF_LOADER_STATE_BYTES], bad[SF_LOADER_STATE_BYTES];
+    cr_assert_eq(sf_loader_state_save(l, state, sizeof(state)), SF_OK);
+    cr_assert_eq(run_epoch(l, &tail, 0), SF_END_OF_EPOCH);
+    uint64_t at = sf__get_le64(state + SEAL_LOADER_POSITION), B = o.batch_size;
+    cr_assert_eq(at, 3 * B);
+
+    const struct {
+        int field;
+        uint64_t value;
+        sf_status want;
+        const char *named;
+    } cases[] = {
+        {SEAL_LOADER_POSITION, 4 * B, SF_ERR_CORRUPT, "inconsistent"},
+        {SEAL_SAMPLER_POSITION, 2 * B, SF_ERR_CORRUPT, "inconsistent"},
+        {SEAL_LOADER_EPOCH, 4, SF_ERR_CORRUPT,
+         "position 48 of epoch 4, its sampler state says position 48 of epoch 3"},
+        {-1, 3 * B + 1, SF_ERR_INVALID_ARGUMENT, "position 49 is neither where a batch starts"},
+    };
+    cr_assert_eq(B, 16u, "the messages above assume batches of 16");
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        memcpy(bad, state, sizeof(bad));
+        if (cases[i].field < 0) {
+            sf__put_le64(bad + SEAL_LOADER_POSITION, cases[i].value);
+            sf__put_le64(bad + SEAL_SAMPLER_POSITION, cases[i].value);
+        } else {
+            sf__put_le64(bad + cases[i].field, cases[i].value);
+        }
+        seal_loader_state(bad);
+        cr_assert_eq(sf_loader_state_restore(l, bad, sizeof(bad)), cases[i].want, "case %zu: %s", i,
+                     sf_loader_errmsg(l));
+        cr_assert(strstr(sf_loader_errmsg(l), cases[i].named), "case %zu: %s", i,
+                  sf_loader_errmsg(l));
+    }
+    /* Sealed as it was, the state is the genuine one. */
+    memcpy(bad, state, sizeof(bad));
+    seal_loader_state(bad);
+    cr_assert_eq(memcmp(bad, state, sizeof(bad)), 0, "the test's seal is not the loader's");
+    cr_assert_eq(sf_loader_state_restore(l, state, sizeof(state)), SF_OK, "%s",
+                 sf_loader_errmsg(l));
+    cr_assert_eq(run_epoch(l, &again, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
+    cr_assert_eq(again.digest, tail.digest, "resumed batches differ");
+    free(head.seen);
+    free(tail.seen);
+    free(again.seen);
     sf_loader_close(l);
 }
 

@@ -6,6 +6,7 @@
 #include "src/loader_internal.h"
 #include "support/mock_proc.h"
 #include "support/s3_client.h"
+#include "support/state_seal.h"
 
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
@@ -160,6 +161,68 @@ Test(loader, unindexed_state_restore_gives_the_same_remaining_batches)
     cr_assert_eq(again.digest, tail.digest, "resumed batches differ");
     for (unsigned i = 0; i < 130; i++)
         cr_assert_eq(head.seen[i] + again.seen[i], 1, "sample %u", i);
+    free(head.seen);
+    free(tail.seen);
+    free(again.seen);
+    sf_loader_close(l);
+}
+
+/* Sets the position of a loader state (the loader's and its sampler's),
+ * its stream length (+ 1, 0: unknown) and seals it again. */
+static void craft_position(unsigned char *state, uint64_t position, uint64_t length1)
+{
+    sf__put_le64(state + SEAL_LOADER_POSITION, position);
+    sf__put_le64(state + SEAL_SAMPLER_POSITION, position);
+    sf__put_le64(state + SEAL_SAMPLER_LENGTH, length1);
+    seal_loader_state(state);
+}
+
+/* Without counts one stream is open-ended: its length is what the reader
+ * finds, so only the shards' bytes bound a saved position. A crafted state
+ * (position 2^40) was accepted and replayed step by step for hours; one
+ * past what the shards can hold is refused, naming the position (or the
+ * stream length) and the bound, and the loader still resumes from a
+ * genuine state. */
+Test(loader, unindexed_state_beyond_what_the_shards_hold_is_refused)
+{
+    struct sf_loader_options o;
+    unindexed_local_options(&o, 130, 32 << 10);
+    struct sf_loader *l = open_loader(&o);
+    struct epoch_log head, tail, again;
+    cr_assert_eq(run_epoch(l, &head, 3), SF_OK);
+    unsigned char state[SF_LOADER_STATE_BYTES], bad[SF_LOADER_STATE_BYTES];
+    cr_assert_eq(sf_loader_state_save(l, state, sizeof(state)), SF_OK);
+    cr_assert_eq(run_epoch(l, &tail, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
+    uint64_t saved = sf__get_le64(state + SEAL_LOADER_POSITION);
+    cr_assert_gt(saved, 0);
+
+    /* The genuine state with its length forgotten (as if saved before the
+     * end was read) still resumes: the bound is not in the way. */
+    memcpy(bad, state, sizeof(bad));
+    craft_position(bad, saved, 0);
+    cr_assert_eq(sf_loader_state_restore(l, bad, sizeof(bad)), SF_OK, "%s", sf_loader_errmsg(l));
+
+    const struct {
+        uint64_t position, length1;
+        const char *named;
+    } cases[] = {
+        {10000000, 0, "position 10000000 is beyond the "},
+        {1ULL << 40, 0, "position 1099511627776 is beyond the "},
+        {saved, (1ULL << 40) + 1, "stream length 1099511627776 is beyond the "},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        memcpy(bad, state, sizeof(bad));
+        craft_position(bad, cases[i].position, cases[i].length1);
+        cr_assert_eq(sf_loader_state_restore(l, bad, sizeof(bad)), SF_ERR_INVALID_ARGUMENT,
+                     "case %zu accepted", i);
+        cr_assert(strstr(sf_loader_errmsg(l), cases[i].named), "case %zu: %s", i,
+                  sf_loader_errmsg(l));
+        cr_assert(strstr(sf_loader_errmsg(l), "shard(s) can hold"), "%s", sf_loader_errmsg(l));
+    }
+    cr_assert_eq(sf_loader_state_restore(l, state, sizeof(state)), SF_OK, "%s",
+                 sf_loader_errmsg(l));
+    cr_assert_eq(run_epoch(l, &again, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
+    cr_assert_eq(again.digest, tail.digest, "resumed batches differ");
     free(head.seen);
     free(tail.seen);
     free(again.seen);

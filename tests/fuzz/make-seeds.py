@@ -164,6 +164,38 @@ URLS = [
     (24, ["s3://", "https://user:pw@host:99999/x", "r", "b", "%zz%2", ""]),
 ]
 
+# fuzz_state: configuration and flags, epoch, position, reads; then a mask
+# XORed into the genuine state (offsets of docs/sampling.md's layout).
+def state_mask(**at):
+    m = bytearray(128)
+    for off, val in at.values():
+        m[off:off + len(val)] = val
+    return bytes(m)
+
+
+STATES = {
+    "exact-pad-2-ranks": bytes([0, 3, 5, 0]),
+    "exact-uneven-by-samples": bytes([1, 0, 7, 0]),
+    "open-ended-length-known": bytes([2, 1, 4, 9]),
+    "open-ended-length-unknown": bytes([2, 1, 4, 8]),
+    "estimated-pad-2-ranks": bytes([3, 2, 3, 0]),
+    "open-ended-position-2-40": bytes([2, 0, 0, 8]) + state_mask(p=(37, b"\x01")),
+    "open-ended-length-2-40": bytes([2, 0, 1, 9]) + state_mask(l=(117, b"\x01")),
+    "exact-other-world-size": bytes([0, 0, 2, 0]) + state_mask(w=(68, b"\x02")),
+    "exact-epoch-size-off": bytes([0, 0, 2, 0]) + state_mask(s=(40, b"\x01")),
+    "exact-version-3": bytes([0, 0, 2, 0]) + state_mask(v=(8, b"\x02")),
+    "cut-short": bytes([0x40, 0, 2, 0]) + bytes(100),
+    "bad-checksum": bytes([0x80, 0, 2, 0]) + state_mask(e=(24, b"\x01")),
+}
+
+CREDENTIALS = [
+    '{"AccessKeyId":"ASIAEXAMPLE","SecretAccessKey":"wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY","Token":"IQoJb3JpZ2luX2VjEXAMPLE","Expiration":"2026-11-21T12:00:00Z"}',
+    '{"Code":"Success","LastUpdated":"2024-02-29T00:00:00Z","Type":"AWS-HMAC","AccessKeyId":"ASIA2","SecretAccessKey":"s","Token":"t","Expiration":"2024-02-29T23:59:59.123Z"}',
+    '{"AccessKeyId":"A","SecretAccessKey":"s","Expiration":"2026-11-21T14:00:00+02:00"}',
+    '{"Code":"AssumeRoleUnauthorizedAccess","Message":"not authorized"}',
+    '{"AccessKeyId":"AKIA\\u0000junk","SecretAccessKey":"s","Token":"a\\\\u0000b"}',
+]
+
 
 def main():
     ap = argparse.ArgumentParser()
@@ -196,6 +228,10 @@ def main():
         put("braces", f"pattern-{i}", p)
     for i, (flags, parts) in enumerate(URLS):
         put("url", f"url-{i}", bytes([flags]) + "\0".join(parts).encode("utf-8", "surrogateescape"))
+    for name, raw in STATES.items():
+        put("state", name, raw)
+    for i, text in enumerate(CREDENTIALS):
+        put("credentials", f"document-{i}.json", text)
     photos(a.photos)
 
 
