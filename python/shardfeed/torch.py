@@ -221,9 +221,11 @@ def _make_dataset_class():
             after an epoch read to its end), from its beginning."""
             if self._loader is not None:
                 loader, self._loader = self._loader, None
-                if not loader.closed:
-                    self.options["epoch"] = loader._next_epoch()
-                loader.close()
+                try:
+                    if not loader.closed:
+                        self.options["epoch"] = loader._next_epoch()
+                finally:
+                    loader.close()
 
         def __repr__(self):
             state = repr(self._loader) if self._loader is not None else "not opened"
