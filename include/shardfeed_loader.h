@@ -321,13 +321,41 @@ SF_API void sf_loader_release(struct sf_loader *l, const struct sf_batch *b);
  * per-thread one) wait for the batch's device copy, without blocking the
  * host. sf_loader_release_after() releases the batch like
  * sf_loader_release(), and the device slot is overwritten only after the
- * work queued on `stream` before this call has finished. Host batches: the
+ * work queued on `stream` before this call has finished (the one-stream case
+ * of sf_loader_release_after_streams() below, which says what (void *)2
+ * becomes and which statuses come back). Host batches: the
  * first is SF_OK (nothing to wait for), the second a plain release. Without
  * CUDA, a device batch cannot exist.
  */
 SF_API sf_status sf_batch_wait_stream(const struct sf_batch *b, void *stream);
 SF_API sf_status sf_loader_release_after(struct sf_loader *l, const struct sf_batch *b,
                                          void *stream);
+
+/* The most distinct streams one release can wait for (see below). */
+#define SF_LOADER_RELEASE_STREAMS_MAX 4
+
+/*
+ * sf_loader_release_after() for a batch read on several streams: the device
+ * slot is overwritten only after the work queued on EVERY one of `streams[0]`
+ * .. `streams[n - 1]` before this call has finished (one event per distinct
+ * stream; sf_loader_release_after(l, b, s) is the case n = 1). Duplicates
+ * count once, and so do (void *)1 and (void *)2: a release after the
+ * per-thread default stream is recorded on the legacy default stream, which
+ * waits for every blocking stream, because the per-thread stream would be
+ * that of the thread releasing (often not the one that read the batch).
+ * n = 0 is sf_loader_release(). More than SF_LOADER_RELEASE_STREAMS_MAX
+ * distinct streams (a device batch): SF_ERR_LIMIT and nothing is released (the caller still
+ * holds the batch: make the extra streams wait on one of the others, then
+ * release after that one). streams NULL with n > 0 or l / b NULL:
+ * SF_ERR_INVALID_ARGUMENT, nothing released. A stream the device refuses
+ * (destroyed, not of this device): the batch is released, ordered after the
+ * other streams, and the first refusal's status is returned. Host batches: a
+ * plain release (the streams are not looked at). A batch not from this
+ * loader or released already: ignored, SF_OK. Any thread, as
+ * sf_loader_release().
+ */
+SF_API sf_status sf_loader_release_after_streams(struct sf_loader *l, const struct sf_batch *b,
+                                                 void *const *streams, size_t n);
 
 /*
  * Starts epoch `epoch` from its beginning. The epoch the loader is at, before

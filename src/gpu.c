@@ -24,15 +24,18 @@
 
 #define SF_HOST_ALIGN    4096
 #define SF_GPU_MAX_SLOTS 1024
+/* Release events per slot: one per distinct consumer stream of a release. */
+#define SF_GPU_RELEASE_EVENTS SF_LOADER_RELEASE_STREAMS_MAX
 
 struct sf_gpu_slot {
     void *u8;
     void *f32;
     void *start, *done;
-    /* Recorded on the consumer's stream when it released the slot
-     * (sf__gpu_release_after); the next copy into the slot waits on it. */
-    void *released;
-    int wait_released;
+    /* Recorded on the consumers' streams when they released the slot
+     * (sf__gpu_release_after_streams), one per distinct stream; the next
+     * copy into the slot waits on the first n_released. */
+    void *released[SF_GPU_RELEASE_EVENTS];
+    unsigned n_released;
     int has_job; /* 1 once a job was submitted whole (both events recorded) */
 };
 
@@ -147,11 +150,13 @@ void sf__gpu_close(struct sf_gpu *g)
          * copy stream knows nothing of it, and freeing a buffer is not
          * documented to wait for other streams. */
         for (unsigned i = 0; g->slot != NULL && i < g->slots; i++)
-            if (g->slot[i].wait_released && g->slot[i].released != NULL)
-                (void)o->event_sync(g->ctx, g->slot[i].released);
+            for (unsigned r = 0; r < g->slot[i].n_released; r++)
+                (void)o->event_sync(g->ctx, g->slot[i].released[r]);
         for (unsigned i = 0; g->slot != NULL && i < g->slots; i++) {
             const struct sf_gpu_slot *s = &g->slot[i];
-            void *const events[] = {s->start, s->done, s->released};
+            void *const events[] = {s->start,       s->done,        s->released[0],
+                                    s->released[1], s->released[2], s->released[3]};
+            _Static_assert(SF_GPU_RELEASE_EVENTS == 4, "events[] lists every release event");
             void *const buffers[] = {s->u8, s->f32};
             for (size_t e = 0; e < sizeof events / sizeof events[0]; e++)
                 if (events[e] != NULL)
@@ -285,8 +290,13 @@ sf_status sf__gpu_open(const struct sf__gpu_config *c, struct sf_gpu **out, char
             void **ev;
             int timing;
             const char *name;
-        } events[] = {
-            {&s->start, 1, "start"}, {&s->done, 1, "done"}, {&s->released, 0, "released"}};
+        } events[] = {{&s->start, 1, "start"},
+                      {&s->done, 1, "done"},
+                      {&s->released[0], 0, "released 0"},
+                      {&s->released[1], 0, "released 1"},
+                      {&s->released[2], 0, "released 2"},
+                      {&s->released[3], 0, "released 3"}};
+        _Static_assert(SF_GPU_RELEASE_EVENTS == 4, "events[] creates every release event");
         for (size_t e = 0; e < sizeof events / sizeof events[0]; e++) {
             if ((rc = o->event_create(g->ctx, events[e].ev, events[e].timing)) != 0) {
                 *events[e].ev = NULL;
@@ -401,12 +411,12 @@ sf_status sf__gpu_submit(struct sf_gpu *g, unsigned slot, const struct sf__gpu_j
     int rc;
     if ((rc = o->set_device(g->ctx, g->device)) != 0)
         return dev_fail(g, err, err_len, "set device", what, rc);
-    /* Work the consumer queued on its stream before it released the slot
-     * still reads the old contents. */
-    if (s->wait_released && !g->ignore_release &&
-        (rc = o->stream_wait_event(g->ctx, g->stream, s->released)) != 0)
-        return dev_fail(g, err, err_len, "stream wait event", "consumer release", rc);
-    s->wait_released = 0;
+    /* Work the consumers queued on their streams before they released the
+     * slot still reads the old contents. */
+    for (unsigned r = 0; r < s->n_released && !g->ignore_release; r++)
+        if ((rc = o->stream_wait_event(g->ctx, g->stream, s->released[r])) != 0)
+            return dev_fail(g, err, err_len, "stream wait event", "consumer release", rc);
+    s->n_released = 0;
     if ((rc = o->event_record(g->ctx, s->start, g->stream)) != 0)
         return dev_fail(g, err, err_len, "event record", "start", rc);
     if (job->bytes > 0 &&
@@ -488,21 +498,60 @@ void *sf__gpu_event(struct sf_gpu *g, unsigned slot)
     return g != NULL && slot < g->slots ? g->slot[slot].done : NULL;
 }
 
+void *sf__gpu_stream_for_release(void *stream)
+{
+    /* cudaStreamPerThread -> cudaStreamLegacy (their documented handles) */
+    return stream == (void *)2 ? (void *)1 : stream;
+}
+
 sf_status sf__gpu_release_after(struct sf_gpu *g, unsigned slot, void *stream)
 {
-    if (g == NULL || slot >= g->slots)
+    return sf__gpu_release_after_streams(g, slot, &stream, 1);
+}
+
+sf_status sf__gpu_release_after_streams(struct sf_gpu *g, unsigned slot, void *const *streams,
+                                        size_t n)
+{
+    if (g == NULL || slot >= g->slots || (streams == NULL && n > 0))
         return SF_ERR_INVALID_ARGUMENT;
+    /* The distinct streams first: over the bound, nothing is recorded. */
+    void *distinct[SF_GPU_RELEASE_EVENTS];
+    unsigned k = 0;
+    for (size_t i = 0; i < n; i++) {
+        void *st = sf__gpu_stream_for_release(streams[i]);
+        unsigned j = 0;
+        while (j < k && distinct[j] != st)
+            j++;
+        if (j < k)
+            continue;
+        if (k == SF_GPU_RELEASE_EVENTS)
+            return SF_ERR_LIMIT;
+        distinct[k++] = st;
+    }
     struct sf_gpu_slot *s = &g->slot[slot];
+    sf_status first = SF_OK;
+    s->n_released = 0;
     int rc = g->ops->set_device(g->ctx, g->device);
-    if (rc == 0)
-        rc = g->ops->event_record(g->ctx, s->released, stream);
+    /* Every stream the device takes is recorded, also after one it refuses:
+     * the copy then waits for those at least. */
+    for (unsigned j = 0; j < k && rc == 0; j++) {
+        void *ev = s->released[s->n_released];
+        int r = g->ops->event_record(g->ctx, ev, distinct[j]);
+        if (r == 0) {
+            s->n_released++;
+            continue;
+        }
+        char msg[64];
+        g->ops->error_text(g->ctx, r, msg, sizeof msg);
+        if (first == SF_OK)
+            first = g->ops->status_of(r); /* an unknown stream is the caller's, not a bug */
+    }
     if (rc != 0) {
         char msg[64];
         g->ops->error_text(g->ctx, rc, msg, sizeof msg);
-        return g->ops->status_of(rc); /* an unknown stream is the caller's, not a bug */
+        return g->ops->status_of(rc);
     }
-    s->wait_released = 1;
-    return SF_OK;
+    return first;
 }
 
 sf_status sf__gpu_stream_wait(struct sf_gpu *g, void *event, void *stream)

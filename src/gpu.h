@@ -95,6 +95,23 @@ struct sf__emu *sf__gpu_emu(const struct sf_gpu *g);
  * it: records the slot's release event there; the slot's next
  * sf__gpu_submit makes the copy stream wait on it. */
 sf_status sf__gpu_release_after(struct sf_gpu *g, unsigned slot, void *stream);
+/* The same after every one of `n` streams (n <= SF_LOADER_RELEASE_STREAMS_MAX
+ * distinct ones once stream_for_release mapped them, duplicates counted once):
+ * one release event per distinct stream, the next submit waits for all of
+ * them. A call replaces the events of an earlier release of the slot. More
+ * distinct streams than the bound: SF_ERR_LIMIT and nothing recorded. A
+ * stream the device refuses: the others are still recorded (the copy waits
+ * for those), and the first refusal's status is returned. */
+sf_status sf__gpu_release_after_streams(struct sf_gpu *g, unsigned slot, void *const *streams,
+                                        size_t n);
+/* The stream a release event is recorded on for a consumer's `stream`: the
+ * per-thread default stream ((void *)2) is the calling thread's, which at a
+ * release is whichever thread dropped the last reference (Python's garbage
+ * collector, say), not the one that queued the reads; the legacy default
+ * stream ((void *)1) synchronises with every blocking stream, per-thread
+ * ones included, so its event completes after those reads. Any other
+ * stream is itself. */
+void *sf__gpu_stream_for_release(void *stream);
 /* stream waits for `event` (a slot's done event): no host synchronisation. */
 sf_status sf__gpu_stream_wait(struct sf_gpu *g, void *event, void *stream);
 /* Tests only: 1 makes submit ignore release events (the behaviour before

@@ -143,10 +143,11 @@ static sf_status next_batch(struct sf_loader *l, struct sf_batch *out, double ti
     return st;
 }
 
-static sf_status release(struct sf_loader *l, const struct sf_batch *b, void *stream,
-                         int after_stream)
+/* Releases b after the n streams (n = 0: at once). */
+static sf_status release(struct sf_loader *l, const struct sf_batch *b, void *const *streams,
+                         size_t n)
 {
-    if (!l || !b)
+    if (!l || !b || (!streams && n > 0))
         return SF_ERR_INVALID_ARGUMENT;
     sf_status st = SF_OK;
     pthread_mutex_lock(&l->mu);
@@ -154,8 +155,10 @@ static sf_status release(struct sf_loader *l, const struct sf_batch *b, void *st
         struct batch *x = &l->batches[i];
         if (x->state == B_HELD && x->images == b->images && x->index == b->index &&
             x->epoch == b->epoch) {
-            if (after_stream && l->on_device)
-                st = sf__gpu_release_after(l->gpu, i, stream);
+            if (n > 0 && l->on_device)
+                st = sf__gpu_release_after_streams(l->gpu, i, streams, n);
+            if (st == SF_ERR_LIMIT)
+                break; /* refused whole: the caller still holds the batch */
             x->state = B_FREE;
             l->held--;
             pthread_cond_broadcast(&l->cv_reader);
@@ -173,7 +176,13 @@ void sf_loader_release(struct sf_loader *l, const struct sf_batch *b)
 
 sf_status sf_loader_release_after(struct sf_loader *l, const struct sf_batch *b, void *stream)
 {
-    return release(l, b, stream, 1);
+    return release(l, b, &stream, 1);
+}
+
+sf_status sf_loader_release_after_streams(struct sf_loader *l, const struct sf_batch *b,
+                                          void *const *streams, size_t n)
+{
+    return release(l, b, streams, n);
 }
 
 sf_status sf_batch_wait_stream(const struct sf_batch *b, void *stream)

@@ -187,6 +187,8 @@ Test(gpu, calls_without_a_handle_fail_cleanly)
     cr_expect_neq(sf__gpu_read(NULL, 0, 0, b, sizeof b, NULL, 0), SF_OK);
     cr_expect_eq(sf__gpu_stream_wait(NULL, b, b), SF_ERR_INVALID_ARGUMENT);
     cr_expect_eq(sf__gpu_release_after(NULL, 0, b), SF_ERR_INVALID_ARGUMENT);
+    void *const one[] = {b};
+    cr_expect_eq(sf__gpu_release_after_streams(NULL, 0, one, 1), SF_ERR_INVALID_ARGUMENT);
     cr_expect_eq(sf__gpu_open(NULL, NULL, err, sizeof err), SF_ERR_INVALID_ARGUMENT);
 }
 
@@ -791,6 +793,170 @@ Test(gpu, release_on_an_unknown_stream_is_an_invalid_argument)
     char err[256] = "";
     cr_assert_eq(sf__gpu_submit(g, 0, &job, err, sizeof err), SF_OK, "%s", err);
     cr_assert_eq(sf__gpu_wait(g, 0, NULL, err, sizeof err), SF_OK, "%s", err);
+    sf__gpu_close(g);
+}
+
+/* The per-thread default stream is the releasing thread's: a release event
+ * goes on the legacy default stream, which waits for every blocking stream. */
+Test(gpu, release_after_the_per_thread_stream_records_on_the_legacy_one)
+{
+    int x = 0;
+    cr_expect_eq(sf__gpu_stream_for_release((void *)2), (void *)1);
+    cr_expect_eq(sf__gpu_stream_for_release((void *)1), (void *)1);
+    cr_expect_null(sf__gpu_stream_for_release(NULL));
+    cr_expect_eq(sf__gpu_stream_for_release(&x), (void *)&x);
+}
+
+/* c's stream waits for slot 0's copy and queues a read of it behind c's
+ * gate (shut until open_gate). */
+static void queue_gated_read(struct sf_gpu *g, void *consumer, struct consumer_read *c)
+{
+    c->emu = sf__gpu_emu(g);
+    c->dev = sf__gpu_u8(g, 0);
+    c->rc = -1;
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+    cr_assert_eq(sf__gpu_stream_wait(g, sf__gpu_event(g, 0), consumer), SF_OK);
+    cr_assert_eq(sf__emu_enqueue_fn(c->emu, consumer, consumer_gate, c), 0);
+    cr_assert_eq(sf__emu_enqueue_fn(c->emu, consumer, consumer_reads, c), 0);
+}
+
+#define N_READERS 3
+
+/*
+ * Batch A in slot 0 is read on three consumer streams, each behind its own
+ * gate, and released after all three; batch B is then copied into the slot.
+ * The last stream's read is let through at once; the first two must still
+ * see A when their gates open: B's copy waits for every stream, not only
+ * the last. (Their gates open when B's copy is seen complete, which only
+ * the defect allows, or after 100 ms, so a correct ring never waits long.)
+ */
+Test(gpu, released_slot_waits_for_every_stream_it_was_released_after)
+{
+    need_emulator();
+    struct sf_gpu *g = NULL;
+    char err[256] = "";
+    cr_assert_eq(open_ring(1, 4096, 0, &g, err, sizeof err), SF_OK, "%s", err);
+    struct sf__emu *emu = sf__gpu_emu(g);
+    const struct sf__gpu_ops *ops = sf__gpu_emu_ops();
+    static unsigned char a[4096], b[4096];
+    memset(a, 0xA1, sizeof a);
+    memset(b, 0xB2, sizeof b);
+    struct sf__gpu_job job = {.host = a, .bytes = sizeof a};
+    cr_assert_eq(sf__gpu_submit(g, 0, &job, err, sizeof err), SF_OK, "%s", err);
+    void *consumer[N_READERS];
+    static struct consumer_read c[N_READERS];
+    memset(c, 0, sizeof c);
+    for (int i = 0; i < N_READERS; i++) {
+        cr_assert_eq(ops->stream_create(emu, &consumer[i]), 0);
+        queue_gated_read(g, consumer[i], &c[i]);
+    }
+    cr_assert_eq(sf__gpu_release_after_streams(g, 0, consumer, N_READERS), SF_OK);
+    job.host = b;
+    cr_assert_eq(sf__gpu_submit(g, 0, &job, err, sizeof err), SF_OK, "%s", err);
+    open_gate(&c[N_READERS - 1]);
+    cr_assert_eq(ops->stream_sync(emu, consumer[N_READERS - 1]), 0);
+    cr_expect_eq(sf__gpu_query(g, 0), 0, "the copy into the slot waited for the last stream only");
+    pthread_t opener[N_READERS - 1];
+    for (int i = 0; i < N_READERS - 1; i++)
+        cr_assert_eq(pthread_create(&opener[i], NULL, open_gate_later, &c[i]), 0);
+    cr_assert_eq(sf__gpu_wait(g, 0, NULL, err, sizeof err), SF_OK, "%s", err);
+    for (int i = 0; i < N_READERS - 1; i++)
+        open_gate(&c[i]);
+    for (int i = 0; i < N_READERS; i++) {
+        if (i < N_READERS - 1)
+            pthread_join(opener[i], NULL);
+        cr_assert_eq(ops->stream_sync(emu, consumer[i]), 0);
+        cr_expect_eq(c[i].rc, 0);
+        cr_expect(memcmp(c[i].got, a, sizeof a) == 0,
+                  "stream %d's read of batch A saw other bytes (first byte 0x%02x)", i,
+                  c[i].got[0]);
+        cr_assert_eq(ops->stream_destroy(emu, consumer[i]), 0);
+        pthread_cond_destroy(&c[i].cv);
+        pthread_mutex_destroy(&c[i].mu);
+    }
+    sf__gpu_close(g);
+}
+
+/* Duplicates count once (so the bound holds for distinct streams); more
+ * distinct streams than SF_LOADER_RELEASE_STREAMS_MAX are refused with
+ * nothing recorded: the next copy does not wait for the shut gate of the
+ * first stream (with an event recorded there, the wait would never end). */
+Test(gpu, release_after_too_many_streams_is_refused_whole, .timeout = 60)
+{
+    need_emulator();
+    struct sf_gpu *g = NULL;
+    char err[256] = "";
+    cr_assert_eq(open_ring(1, 4096, 0, &g, err, sizeof err), SF_OK, "%s", err);
+    struct sf__emu *emu = sf__gpu_emu(g);
+    const struct sf__gpu_ops *ops = sf__gpu_emu_ops();
+    static unsigned char a[4096];
+    memset(a, 0xA1, sizeof a);
+    struct sf__gpu_job job = {.host = a, .bytes = sizeof a};
+    cr_assert_eq(sf__gpu_submit(g, 0, &job, err, sizeof err), SF_OK, "%s", err);
+    enum { N = SF_LOADER_RELEASE_STREAMS_MAX + 1 };
+    void *s[N];
+    for (int i = 0; i < N; i++)
+        cr_assert_eq(ops->stream_create(emu, &s[i]), 0);
+    static struct consumer_read c;
+    memset(&c, 0, sizeof c);
+    queue_gated_read(g, s[0], &c);
+    cr_expect_eq(sf__gpu_release_after_streams(g, 0, s, N), SF_ERR_LIMIT);
+    cr_assert_eq(sf__gpu_submit(g, 0, &job, err, sizeof err), SF_OK, "%s", err);
+    cr_assert_eq(sf__gpu_wait(g, 0, NULL, err, sizeof err), SF_OK, "%s", err);
+    /* the bound's worth of distinct streams, each twice: accepted, and the
+     * next copy waits for the first one's gate */
+    void *twice[2 * SF_LOADER_RELEASE_STREAMS_MAX];
+    for (int i = 0; i < 2 * SF_LOADER_RELEASE_STREAMS_MAX; i++)
+        twice[i] = s[i % SF_LOADER_RELEASE_STREAMS_MAX];
+    cr_expect_eq(sf__gpu_release_after_streams(g, 0, twice, N_OF(twice)), SF_OK);
+    cr_assert_eq(sf__gpu_submit(g, 0, &job, err, sizeof err), SF_OK, "%s", err);
+    cr_expect_eq(sf__gpu_query(g, 0), 0, "the copy did not wait for the first stream");
+    open_gate(&c);
+    cr_assert_eq(sf__gpu_wait(g, 0, NULL, err, sizeof err), SF_OK, "%s", err);
+    for (int i = 0; i < N; i++) {
+        cr_assert_eq(ops->stream_sync(emu, s[i]), 0);
+        cr_assert_eq(ops->stream_destroy(emu, s[i]), 0);
+    }
+    pthread_cond_destroy(&c.cv);
+    pthread_mutex_destroy(&c.mu);
+    sf__gpu_close(g);
+}
+
+/* A stream the device refuses among good ones: its status comes back, and
+ * the copy still waits for the good stream's read. */
+Test(gpu, release_after_streams_with_a_refused_one_still_waits_for_the_others)
+{
+    need_emulator();
+    struct sf_gpu *g = NULL;
+    char err[256] = "";
+    cr_assert_eq(open_ring(1, 4096, 0, &g, err, sizeof err), SF_OK, "%s", err);
+    struct sf__emu *emu = sf__gpu_emu(g);
+    const struct sf__gpu_ops *ops = sf__gpu_emu_ops();
+    static unsigned char a[4096], b[4096];
+    memset(a, 0xA1, sizeof a);
+    memset(b, 0xB2, sizeof b);
+    struct sf__gpu_job job = {.host = a, .bytes = sizeof a};
+    cr_assert_eq(sf__gpu_submit(g, 0, &job, err, sizeof err), SF_OK, "%s", err);
+    void *good = NULL;
+    cr_assert_eq(ops->stream_create(emu, &good), 0);
+    static struct consumer_read c;
+    memset(&c, 0, sizeof c);
+    queue_gated_read(g, good, &c);
+    int unknown = 0;
+    void *const streams[] = {&unknown, good};
+    cr_expect_eq(sf__gpu_release_after_streams(g, 0, streams, N_OF(streams)),
+                 SF_ERR_INVALID_ARGUMENT);
+    job.host = b;
+    cr_assert_eq(sf__gpu_submit(g, 0, &job, err, sizeof err), SF_OK, "%s", err);
+    cr_expect_eq(sf__gpu_query(g, 0), 0, "the copy did not wait for the good stream");
+    open_gate(&c);
+    cr_assert_eq(sf__gpu_wait(g, 0, NULL, err, sizeof err), SF_OK, "%s", err);
+    cr_assert_eq(ops->stream_sync(emu, good), 0);
+    cr_expect(memcmp(c.got, a, sizeof a) == 0, "the good stream's read saw other bytes");
+    cr_assert_eq(ops->stream_destroy(emu, good), 0);
+    pthread_cond_destroy(&c.cv);
+    pthread_mutex_destroy(&c.mu);
     sf__gpu_close(g);
 }
 

@@ -74,6 +74,40 @@ def _options_json(config, options):
         raise _shardfeed.ConfigError(f"options: {e}") from None
 
 
+def _is_torch_tensor(value):
+    """A torch.Tensor, told without importing torch (it stays optional)."""
+    module = getattr(type(value), "__module__", None) or ""
+    return ((module == "torch" or module.startswith("torch.")) and
+            hasattr(value, "tolist") and hasattr(value, "numpy"))
+
+
+def _from_tensor(key, value, kind):
+    """The Python value of a CPU tensor that a checkpointer made of the
+    state's `key`: bytes from a 1-d uint8 tensor (kind "bytes"), an int from
+    a 0-d integer one ("int"), a bool from a 0-d bool or integer one
+    ("bool"). A tensor elsewhere than on the CPU, of another dtype or shape
+    raises ConfigError naming the key."""
+    device = getattr(value, "device", None)
+    if getattr(device, "type", "cpu") != "cpu":
+        raise _shardfeed.ConfigError(
+            f"load_state_dict: {key!r} is a tensor on {device}: give the CPU tensor "
+            f"(.cpu()) or load the checkpoint with map_location='cpu'")
+    dtype = str(getattr(value, "dtype", "")).replace("torch.", "")
+    ndim = len(tuple(value.shape))
+    integer = dtype in ("uint8", "int8", "int16", "int32", "int64")
+    if kind == "bytes":
+        ok, want = dtype == "uint8" and ndim == 1, "a 1-d uint8 tensor"
+    elif kind == "int":
+        ok, want = integer and ndim == 0, "a 0-d integer tensor"
+    else:
+        ok, want = (integer or dtype == "bool") and ndim == 0, "a 0-d bool tensor"
+    if not ok:
+        raise _shardfeed.ConfigError(
+            f"load_state_dict: {key!r} is a {ndim}-d {dtype} tensor, not {want}")
+    v = value.tolist()
+    return bytes(v) if kind == "bytes" else v
+
+
 _logger = logging.getLogger("shardfeed")
 
 
@@ -149,21 +183,32 @@ class Loader:
         self._moves = 0  # set_epoch / load_state_dict calls: ends older iterators
 
     # -- iteration -----------------------------------------------------
+    def _epoch_over(self, c):
+        """True when the next iteration starts the next epoch."""
+        if self._epoch_set:
+            return False
+        if self._ended:
+            return True
+        # Every batch of the epoch was taken (a loop of exactly len()
+        # batches, zip(range(len(loader)), loader)) but its end was not
+        # asked for: the epoch is over, not resumed with nothing left
+        # (every other loop came out empty).
+        n = c.epoch_samples if c.epoch_size_known else 0
+        return n > 0 and c.epoch_delivered >= n
+
+    def _next_epoch(self):
+        """The epoch the next iteration reads (ShardDataset reopens there)."""
+        return self._epoch + 1 if self._epoch_over(self._core()) else self._epoch
+
     def __iter__(self):
         """An iterator over the rest of the current epoch (the next epoch
         when the current one was read to its end and set_epoch was not
         called since)."""
         c = self._core()
-        if not self._ended and not self._epoch_set and c.epoch_size_known:
-            # Every batch of the epoch was taken (a loop of exactly len()
-            # batches, zip(range(len(loader)), loader)) but its end was not
-            # asked for: the epoch is over, not resumed with nothing left
-            # (every other loop came out empty).
-            n = c.epoch_samples
-            if n > 0 and c.epoch_delivered >= n:
-                self._epoch_report = c.report(True)
-                _log_report(self._epoch, self._epoch_report)
-                self._ended = True
+        if not self._ended and self._epoch_over(c):
+            self._epoch_report = c.report(True)
+            _log_report(self._epoch, self._epoch_report)
+            self._ended = True
         if self._ended and not self._epoch_set:
             self.set_epoch(self._epoch + 1)
         self._epoch_set = False
@@ -250,13 +295,17 @@ class Loader:
                 f"load_state_dict: state version {state.get('version')!r}, "
                 f"this shardfeed reads {_STATE_VERSION}")
         blob = state.get("state")
-        if isinstance(blob, (bytearray, memoryview)):
+        if _is_torch_tensor(blob):  # torch.load of a checkpoint that keeps tensors, DCP
+            blob = _from_tensor("state", blob, "bytes")
+        elif isinstance(blob, (bytearray, memoryview)):
             blob = bytes(blob)
         elif not isinstance(blob, bytes) and hasattr(blob, "tobytes"):
             blob = blob.tobytes()  # a tensor or array a checkpointer made of it
         if not isinstance(blob, bytes):
             raise _shardfeed.ConfigError("load_state_dict: 'state' is not bytes")
         epoch = state.get("epoch")
+        if _is_torch_tensor(epoch):
+            epoch = _from_tensor("epoch", epoch, "int")
         try:
             if isinstance(epoch, bool):
                 raise TypeError
@@ -265,7 +314,9 @@ class Loader:
             raise _shardfeed.ConfigError(
                 f"load_state_dict: 'epoch' is {epoch!r}, not an int") from None
         ended = state.get("ended", False)
-        if hasattr(ended, "item") and not isinstance(ended, int):
+        if _is_torch_tensor(ended):
+            ended = _from_tensor("ended", ended, "bool")
+        elif hasattr(ended, "item") and not isinstance(ended, int):
             ended = ended.item()  # a NumPy or 0-d tensor value a checkpointer made of it
         if not isinstance(ended, int) or ended not in (0, 1):
             # bool("no") is True: the rest of the epoch would be skipped.

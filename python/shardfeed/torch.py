@@ -215,10 +215,17 @@ def _make_dataset_class():
             return self.loader.stats()
 
         def close(self):
-            """Stops the loader; tensors still alive keep their memory."""
+            """Stops the loader; tensors still alive keep their memory. The
+            next use opens a new one at the epoch the next iteration would
+            have read (the one set last with :meth:`set_epoch`, or the next
+            after an epoch read to its end), from its beginning."""
             if self._loader is not None:
-                self._loader.close()
-                self._loader = None
+                loader, self._loader = self._loader, None
+                try:
+                    if not loader.closed:
+                        self.options["epoch"] = loader._next_epoch()
+                finally:
+                    loader.close()
 
         def __repr__(self):
             state = repr(self._loader) if self._loader is not None else "not opened"

@@ -20,6 +20,7 @@
 #include "sfpy.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -204,6 +205,18 @@ static int parse_version(PyObject *mv, int *versioned)
     return 0;
 }
 
+/* A batch read on more streams than its release can wait for. */
+static PyObject *limit_error(void)
+{
+    char msg[224];
+    snprintf(msg, sizeof msg,
+             "__dlpack__: this batch was exported to %d CUDA streams already, the most its "
+             "release can wait for: make this stream wait on one of those and export on that "
+             "one",
+             SF_LOADER_RELEASE_STREAMS_MAX);
+    return sfpy_raise(SF_ERR_LIMIT, msg);
+}
+
 static PyObject *array_dlpack(PyObject *self, PyObject *args, PyObject *kw)
 {
     array_object *a = (array_object *)self;
@@ -274,17 +287,19 @@ static PyObject *array_dlpack(PyObject *self, PyObject *args, PyObject *kw)
         if (s != -1) {
             /* The consumer's stream waits on the batch's copy event: no
              * host synchronisation. */
-            sf_status st = sf_batch_wait_stream(&a->slot->b, (void *)(uintptr_t)s);
+            sf_status st = sfpy_slot_wait_stream(a->slot, (void *)(uintptr_t)s);
+            if (st == SF_ERR_LIMIT)
+                return limit_error();
             if (st != SF_OK)
                 return sfpy_raise(st, "cannot make the consumer's stream wait for the batch");
-            sfpy_slot_note_stream(a->slot, (void *)(uintptr_t)s);
         }
     } else if (a->dev == SFPY_CUDA) {
         /* None: the legacy default stream (the array API's rule). */
-        sf_status st = sf_batch_wait_stream(&a->slot->b, (void *)(uintptr_t)1);
+        sf_status st = sfpy_slot_wait_stream(a->slot, (void *)(uintptr_t)1);
+        if (st == SF_ERR_LIMIT)
+            return limit_error();
         if (st != SF_OK)
             return sfpy_raise(st, "cannot make the default stream wait for the batch");
-        sfpy_slot_note_stream(a->slot, (void *)(uintptr_t)1);
     }
 
     struct export *e = calloc(1, sizeof(*e));

@@ -45,7 +45,10 @@ struct sfpy_slot *sfpy_slot_new(struct sfpy_core *core, const struct sf_batch *b
     if (!s)
         return NULL;
     atomic_init(&s->refs, 1);
-    atomic_init(&s->stream, 0);
+    if (pthread_mutex_init(&s->streams_mu, NULL) != 0) {
+        free(s);
+        return NULL;
+    }
     s->core = core;
     s->b = *b;
     return s;
@@ -56,9 +59,19 @@ void sfpy_slot_incref(struct sfpy_slot *s)
     atomic_fetch_add(&s->refs, 1);
 }
 
-void sfpy_slot_note_stream(struct sfpy_slot *s, void *stream)
+sf_status sfpy_slot_wait_stream(struct sfpy_slot *s, void *stream)
 {
-    atomic_store(&s->stream, (uintptr_t)stream);
+    pthread_mutex_lock(&s->streams_mu);
+    size_t i = 0;
+    while (i < s->n_streams && s->streams[i] != stream)
+        i++;
+    sf_status st = SF_ERR_LIMIT;
+    if (i < SF_LOADER_RELEASE_STREAMS_MAX)
+        st = sf_batch_wait_stream(&s->b, stream);
+    if (st == SF_OK && i == s->n_streams)
+        s->streams[s->n_streams++] = stream;
+    pthread_mutex_unlock(&s->streams_mu);
+    return st;
 }
 
 void sfpy_slot_decref(struct sfpy_slot *s)
@@ -67,12 +80,12 @@ void sfpy_slot_decref(struct sfpy_slot *s)
         return;
     struct sfpy_core *c = s->core;
     if (sfpy_core_owned(c)) {
-        uintptr_t stream = atomic_load(&s->stream);
-        if (stream)
-            (void)sf_loader_release_after(c->l, &s->b, (void *)stream);
-        else
-            sf_loader_release(c->l, &s->b);
+        /* The last reference: no one notes a stream any more. */
+        if (s->n_streams == 0 ||
+            sf_loader_release_after_streams(c->l, &s->b, s->streams, s->n_streams) == SF_ERR_LIMIT)
+            sf_loader_release(c->l, &s->b); /* (bounded above: never refused) */
     }
+    pthread_mutex_destroy(&s->streams_mu);
     free(s);
     sfpy_core_decref(c);
 }

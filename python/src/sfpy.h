@@ -93,16 +93,22 @@ struct sfpy_slot {
     atomic_long refs;
     struct sfpy_core *core;
     struct sf_batch b;
-    /* A CUDA stream a consumer read the device buffers on (DLPack stream=):
-     * the release is ordered after the work queued there. */
-    _Atomic(uintptr_t) stream;
+    /* The CUDA streams consumers read the device buffers on (DLPack
+     * stream=), each once: the release is ordered after the work queued on
+     * every one of them (sf_loader_release_after_streams). Under streams_mu. */
+    pthread_mutex_t streams_mu;
+    void *streams[SF_LOADER_RELEASE_STREAMS_MAX];
+    size_t n_streams;
 };
 /* Takes over one core reference. */
 struct sfpy_slot *sfpy_slot_new(struct sfpy_core *core, const struct sf_batch *b);
 void sfpy_slot_incref(struct sfpy_slot *s);
 /* The last reference hands the slot back (sf_loader_release, any thread). */
 void sfpy_slot_decref(struct sfpy_slot *s);
-void sfpy_slot_note_stream(struct sfpy_slot *s, void *stream);
+/* Makes `stream` wait for the slot's device copy (sf_batch_wait_stream) and
+ * notes it for the release. A stream beyond SF_LOADER_RELEASE_STREAMS_MAX
+ * distinct ones is refused with SF_ERR_LIMIT before it waits. */
+sf_status sfpy_slot_wait_stream(struct sfpy_slot *s, void *stream);
 
 int sfpy_loader_init(PyObject *module);
 

@@ -211,3 +211,80 @@ def test_epoch_none_keeps_the_default_before_the_loader_opens(shards):
     ds = sft.ShardDataset(shards, **options(epoch=None))
     assert ds.epoch == 0
     assert len(ds) == (TOTAL + BATCH - 1) // BATCH and ds.epoch == 0
+
+
+def test_a_closed_dataset_reopens_at_the_epoch_set_last(shards):
+    # close() drops the loader; the next iteration opens a new one, which
+    # must read the epoch set_epoch() named, not the constructor's.
+    want = [k for it in collect(sft.ShardDataset(shards, **options(epoch=5))) for k in it["keys"]]
+    ds = sft.ShardDataset(shards, **options(epoch=1))
+    collect(ds)
+    ds.set_epoch(5)
+    ds.close()
+    assert ds.epoch == 5
+    assert [k for it in collect(ds) for k in it["keys"]] == want
+    assert ds.epoch == 5
+
+
+def test_a_closed_dataset_reopens_at_the_epoch_it_had_reached(shards):
+    # Epoch 2 read to its end, then closed: the next iteration is epoch 3,
+    # as it would have been without the close.
+    want = [k for it in collect(sft.ShardDataset(shards, **options(epoch=3))) for k in it["keys"]]
+    ds = sft.ShardDataset(shards, **options())
+    ds.set_epoch(2)
+    collect(ds)
+    ds.close()
+    assert ds.epoch == 3
+    assert [k for it in collect(ds) for k in it["keys"]] == want
+
+
+def _as_tensors(state):
+    """state as a checkpointer that keeps tensors hands it back."""
+    return {**state,
+            "state": torch.frombuffer(bytearray(state["state"]), dtype=torch.uint8),
+            "epoch": torch.tensor(state["epoch"]),
+            "batches_delivered": torch.tensor(state["batches_delivered"]),
+            "ended": torch.tensor(state["ended"])}
+
+
+def test_load_state_dict_takes_cpu_tensors(shards, tmp_path):
+    with shardfeed.Loader(shards, **options(epoch=2)) as loader:
+        it = iter(loader)
+        for _ in range(3):
+            next(it).release()
+        state = loader.state_dict()
+        want = next(it).keys
+    tensors = _as_tensors(state)
+    torch.save(tensors, tmp_path / "ckpt.pt")
+    for loaded in (tensors, torch.load(tmp_path / "ckpt.pt")):
+        assert isinstance(loaded["state"], torch.Tensor)
+        with shardfeed.Loader(shards, **options()) as other:
+            other.load_state_dict(loaded)
+            assert other.epoch == 2
+            assert next(iter(other)).keys == want
+
+
+def test_load_state_dict_names_the_key_of_a_tensor_it_cannot_take(shards):
+    with shardfeed.Loader(shards, **options()) as loader:
+        state = loader.state_dict()
+        good = _as_tensors(state)
+        bad = {"state": good["state"].to(torch.float32),
+               "epoch": torch.tensor(float(state["epoch"])),
+               "ended": torch.tensor([0, 1])}
+        for key, value in bad.items():
+            with pytest.raises((TypeError, ValueError), match=repr(key)):
+                loader.load_state_dict({**good, key: value})
+
+        class CudaTensor:  # what a tensor on the GPU looks like to the loader
+            __module__ = "torch"
+            device = torch.device("cuda", 0)
+            dtype = torch.uint8
+            shape = (4,)
+
+            def tolist(self):
+                raise AssertionError("read a tensor on the GPU")
+
+            numpy = tolist
+        with pytest.raises(ValueError, match="'state'.*cuda"):
+            loader.load_state_dict({**good, "state": CudaTensor()})
+        loader.load_state_dict(good)  # still usable
