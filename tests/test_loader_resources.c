@@ -159,6 +159,12 @@ Test(loader, failed_opens_leave_nothing_open)
         b.s3.max_attempts = 2;
         expect_open_fails(&b, "an endpoint that refuses");
         b = o;
+        b.s3.ca_bundle = "/nonexistent/ca.pem";
+        expect_open_fails(&b, "a CA bundle that cannot be read");
+        b = o;
+        b.s3.profile = "no-such-profile";
+        expect_open_fails(&b, "a missing profile");
+        b = o;
         const char *badurl[] = {"s3://"};
         b.sources = badurl;
         expect_open_fails(&b, "a bad URL");
