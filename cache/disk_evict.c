@@ -139,25 +139,41 @@ static int scan_push(struct scan *s, const struct scan_item *it)
     return 0;
 }
 
-/* Every entry and part file under root. */
-static sf_status scan_all(struct sf__disk_cache *dc, struct scan *s)
+/* Every entry and part file under root. A folder that cannot be read (no
+ * descriptor left, no memory) fails the scan, naming it and why: its callers
+ * write the usage count, evict or clear from what the scan found, and a
+ * part of the cache taken for all of it would be a count below what the
+ * disk holds (then more than cache_limit) or a clear that said it was
+ * done. A key folder removed meanwhile holds nothing. */
+static sf_status scan_all(struct sf__disk_cache *dc, struct scan *s, char *err, size_t err_len)
 {
     DIR *top = opendir(dc->root);
-    if (!top) /* removed with everything in it (rm -rf): nothing to count */
-        return errno == ENOENT ? SF_OK : SF_ERR_IO;
+    if (!top && errno == ENOENT) /* removed with everything in it (rm -rf): nothing */
+        return SF_OK;
+    if (!top)
+        return sf__fail(err, err_len, SF_ERR_IO, "cannot scan the cache directory %s: %s", dc->root,
+                        strerror(errno));
     struct dirent *de;
-    while ((de = readdir(top)) != NULL) {
+    char sub[PATH_MAX];
+    for (;;) {
+        errno = 0;
+        if ((de = readdir(top)) == NULL)
+            break;
         if (strlen(de->d_name) != 2 || sf__dc_hexval(de->d_name[0]) < 0 ||
             sf__dc_hexval(de->d_name[1]) < 0)
             continue;
-        char sub[PATH_MAX];
         if (snprintf(sub, sizeof(sub), "%s/%s", dc->root, de->d_name) >= (int)sizeof(sub))
             continue;
         DIR *d = opendir(sub);
-        if (!d)
+        if (!d && errno == ENOENT)
             continue;
+        if (!d)
+            goto fail;
         struct dirent *e;
-        while ((e = readdir(d)) != NULL) {
+        for (;;) {
+            errno = 0;
+            if ((e = readdir(d)) == NULL)
+                break;
             size_t l = strlen(e->d_name);
             struct scan_item it;
             memset(&it, 0, sizeof(it));
@@ -178,13 +194,28 @@ static sf_status scan_all(struct sf__disk_cache *dc, struct scan *s)
             if (scan_push(s, &it) != 0) {
                 closedir(d);
                 closedir(top);
-                return SF_ERR_NO_MEMORY;
+                return sf__fail(err, err_len, SF_ERR_NO_MEMORY,
+                                "cannot scan the cache directory %s: out of memory", dc->root);
             }
         }
+        int e_read = errno;
         closedir(d);
+        if (e_read) {
+            errno = e_read;
+            goto fail;
+        }
+    }
+    if (errno) {
+        snprintf(sub, sizeof(sub), "%s", dc->root);
+        goto fail;
     }
     closedir(top);
     return SF_OK;
+fail:;
+    int e = errno;
+    closedir(top);
+    return sf__fail(err, err_len, SF_ERR_IO, "cannot scan the cache directory %s: %s", sub,
+                    strerror(e));
 }
 
 static int by_mtime(const void *a, const void *b)
@@ -258,10 +289,10 @@ sf_status sf__dc_make_room(struct sf__disk_cache *dc, uint64_t need, const char 
     }
     /* Unknown or over the limit: count exactly, then evict oldest first. */
     struct scan s = {0};
-    sf_status st = scan_all(dc, &s);
+    sf_status st = scan_all(dc, &s, err, err_len);
     if (st != SF_OK) {
         free(s.v);
-        return sf__fail(err, err_len, st, "cannot scan the cache directory %s", dc->root);
+        return st;
     }
     uint64_t total = 0, busy = 0;
     time_t now = time(NULL);
@@ -328,10 +359,10 @@ sf_status sf__dc_foreach(struct sf__disk_cache *dc,
                          void *user, char *err, size_t err_len)
 {
     struct scan s = {0};
-    sf_status st = scan_all(dc, &s);
+    sf_status st = scan_all(dc, &s, err, err_len);
     if (st != SF_OK) {
         free(s.v);
-        return sf__fail(err, err_len, st, "cannot scan the cache directory %s", dc->root);
+        return st;
     }
     if (s.n)
         qsort(s.v, s.n, sizeof(*s.v), by_mtime);
@@ -382,10 +413,10 @@ sf_status sf__dc_usage(struct sf__disk_cache *dc, int sweep, struct sf__dc_usage
 {
     memset(u, 0, sizeof(*u));
     struct scan s = {0};
-    sf_status st = scan_all(dc, &s);
+    sf_status st = scan_all(dc, &s, err, err_len);
     if (st != SF_OK) {
         free(s.v);
-        return sf__fail(err, err_len, st, "cannot scan the cache directory %s", dc->root);
+        return st;
     }
     time_t now = time(NULL);
     for (size_t i = 0; i < s.n; i++) {
@@ -426,11 +457,11 @@ sf_status sf__dc_clear(struct sf__disk_cache *dc, uint64_t *removed, char *err, 
     if (lk < 0)
         return sf__fail(err, err_len, SF_ERR_IO, "cannot lock %s/evict.lock", dc->root);
     struct scan s = {0};
-    sf_status st = scan_all(dc, &s);
+    sf_status st = scan_all(dc, &s, err, err_len);
     if (st != SF_OK) {
         free(s.v);
         sf__dc_evict_unlock(lk);
-        return sf__fail(err, err_len, st, "cannot scan the cache directory %s", dc->root);
+        return st;
     }
     uint64_t left = 0;
     for (size_t i = 0; i < s.n; i++) {

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -155,6 +156,16 @@ static void headers_check_fetch(struct xfer *x, struct sf_fetch *f)
         set_abort(x, AB_BAD_RESPONSE, "Content-Range ends at %" PRIu64 ", requested %" PRIu64,
                   x->cr_last, x->last);
     }
+}
+
+curl_socket_t sf__open_socket(void *ud, curlsocktype purpose, struct curl_sockaddr *addr)
+{
+    struct xfer *x = ud;
+    (void)purpose;
+    curl_socket_t s = socket(addr->family, addr->socktype | SOCK_CLOEXEC, addr->protocol);
+    if (s == CURL_SOCKET_BAD)
+        x->socket_errno = errno;
+    return s;
 }
 
 size_t sf__on_header(char *buf, size_t size, size_t nitems, void *ud)

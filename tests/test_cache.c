@@ -20,6 +20,7 @@
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -27,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -596,6 +598,76 @@ Test(cache, an_object_over_the_limit_evicts_nothing)
     cr_assert_eq(cs.entries, 1);
     cr_assert_eq(read_through("fits.tar", small, 100 * 1024), SF_CACHE_FROM_DISK);
     free(small);
+}
+
+/* Fake entries in four key folders of the cache (names only: a scan reads
+ * no content), 1000 bytes each. */
+static void fake_entries(void)
+{
+    const char *dirs[] = {"0a", "1b", "2c", "3d"};
+    for (int i = 0; i < 4; i++) {
+        char p[900];
+        snprintf(p, sizeof(p), "%s/v1/%s", cdir, dirs[i]);
+        cr_assert(mkdir(p, 0700) == 0 || errno == EEXIST, "%s", p);
+        snprintf(p, sizeof(p), "%s/v1/%s/%s%062d-%032d.sf", cdir, dirs[i], dirs[i], i, i);
+        FILE *f = fopen(p, "w");
+        cr_assert(f, "%s", p);
+        for (int k = 0; k < 1000; k++)
+            fputc('x', f);
+        fclose(f);
+    }
+}
+
+/* Leaves exactly `spare` descriptors free in this process. */
+static void leave_free_fds(int spare)
+{
+    struct rlimit rl;
+    cr_assert(getrlimit(RLIMIT_NOFILE, &rl) == 0);
+    rl.rlim_cur = 64;
+    cr_assert(setrlimit(RLIMIT_NOFILE, &rl) == 0);
+    int last[8], n = 0, fd;
+    while ((fd = dup(0)) >= 0) {
+        for (int i = 7; i > 0; i--)
+            last[i] = last[i - 1];
+        last[0] = fd;
+        n++;
+    }
+    cr_assert(n >= spare);
+    for (int i = 0; i < spare; i++)
+        close(last[i]);
+}
+
+/* A folder of the cache that cannot be opened (no descriptor left) fails
+ * the scan: clearing, counting and eviction never act on a part of the
+ * cache as if it were all of it (a clear that said it was done, a usage
+ * count below what the disk holds, then more than cache_limit). */
+Test(cache, a_folder_the_scan_cannot_open_fails_it_naming_why)
+{
+    make_dirs();
+    open_cache(0, SF_REVALIDATE_TRUST);
+    fake_entries();
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        /* evict.lock and the top folder open; the first key folder cannot. */
+        leave_free_fds(2);
+        unsigned long long removed = 99;
+        sf_status st = sf_cache_clear(cache, &removed);
+        char m[512];
+        sf_cache_errmsg(cache, m, sizeof(m));
+        int ok = st == SF_ERR_IO && strstr(m, "cannot scan") && strstr(m, "Too many open files");
+        _exit(ok ? 0 : st == SF_OK ? 10 + (int)removed : 2);
+    }
+    int ws;
+    cr_assert_eq(waitpid(pid, &ws, 0), pid);
+    cr_assert(WIFEXITED(ws), "signal %d", WTERMSIG(ws));
+    cr_assert_eq(WEXITSTATUS(ws), 0,
+                 "exit %d (10 + n: the clear said it removed n of 4 entries and succeeded)",
+                 WEXITSTATUS(ws));
+    /* Nothing was removed; with descriptors, the same clear takes all four. */
+    unsigned long long removed = 0;
+    cr_assert_eq(sf_cache_clear(cache, &removed), SF_OK);
+    cr_assert_eq(removed, 4);
 }
 
 Test(cache, revalidation_trust_versus_head)

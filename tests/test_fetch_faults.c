@@ -18,7 +18,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 /* ============================================================ faults and attempts */
@@ -273,6 +275,48 @@ Test(fetch, max_attempts_reached_under_permanent_503)
     expect_attempts("bucket/busy.bin", 4, "503", 4);
     struct sf_s3_stats s = client_stats();
     cr_expect_eq(s.objects_failed, 1);
+}
+
+/* A process out of descriptors cannot open a connection: the message says
+ * so (socket: Too many open files), not "Couldn't connect to server", which
+ * sends the user after the network. Run in a child whose every descriptor
+ * is taken once its client is up. */
+Test(fetch, no_descriptor_for_a_connection_is_named_in_the_message)
+{
+    start_mock(NULL);
+    free(put_object("k.bin", 10 * KiB, 3));
+    fflush(NULL);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        alarm(20);
+        struct sf_s3_options o;
+        opts_init(&o);
+        o.max_attempts = 2;
+        client(&o);
+        struct rlimit rl;
+        if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+            _exit(3);
+        rl.rlim_cur = 256;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            _exit(3);
+        while (dup(2) >= 0) {
+        }
+        struct sf_fetch *f = NULL;
+        struct sf_fetch_progress p;
+        sf_status st = sf_fetch_start(s3, "s3://bucket/k.bin", NULL, &f);
+        if (st == SF_OK)
+            st = sf_fetch_wait(f, SF_SIZE_UNKNOWN, -1, &p);
+        if (st == SF_OK)
+            st = p.status;
+        const char *m = f ? sf_fetch_errmsg(f) : "";
+        fprintf(stderr, "%s: %s\n", sf_status_name(st), m);
+        _exit(st != SF_OK && strstr(m, "Too many open files") && strstr(m, "k.bin") ? 0 : 1);
+    }
+    int ws;
+    cr_assert_eq(waitpid(pid, &ws, 0), pid);
+    cr_assert(WIFEXITED(ws), "signal %d", WTERMSIG(ws));
+    cr_assert_eq(WEXITSTATUS(ws), 0, "the message (the child's stderr) does not say what ran out");
 }
 
 /* The 503 that ends a request (max_attempts reached) is counted too:

@@ -2,6 +2,7 @@
 set_epoch, release(), garbage collection, fork() and process memory."""
 import gc
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -296,3 +297,39 @@ def test_a_forked_child_opens_its_own_loader_and_the_parent_goes_on(dataset, tmp
     assert child == [{"who": "child", "n": ds.n, "ok": True}], (out, r.stderr.decode()[-3000:])
     assert parent and parent[0]["ok"] and parent[0]["n"] == ds.n, out
     assert parent[0]["child_status"] == 0
+
+
+def _held():
+    """Descriptors and threads of this process."""
+    return len(os.listdir("/proc/self/fd")), len(os.listdir("/proc/self/task"))
+
+
+def test_open_close_cycles_with_tensors_alive_give_everything_back(dataset):
+    """Loaders opened, read, closed (or dropped) while a batch and its array
+    are alive, the arrays dropped after: descriptors and threads back to
+    where they were (SF_TEST_CYCLES=200 for a long run)."""
+    ds = dataset
+    o = options(ds)
+
+    def cycle(i):
+        loader = shardfeed.Loader(ds.url, **o)
+        b = loader.next_batch()
+        a = np.from_dlpack(b.images)
+        if i % 2:
+            loader.close()
+        else:
+            del loader
+        return a, b
+
+    kept = [cycle(0)]
+    del kept
+    gc.collect()
+    before = _held()
+    kept = []
+    for i in range(int(os.environ.get("SF_TEST_CYCLES", "24"))):
+        kept.append(cycle(i))
+        if len(kept) > 3:  # a few alive across the next open and close
+            kept.pop(0)
+    kept.clear()
+    gc.collect()
+    assert _held() == before
