@@ -227,8 +227,7 @@ Test(cache, a_ram_entry_of_a_replaced_file_is_never_served)
     co.ram_limit_bytes = 64 * MB;
     char err[512] = "";
     cr_assert(sf_cache_new(&co, &cache, err, sizeof(err)) == SF_OK, "%s", err);
-    cr_assert_eq(read_through("ram.tar", data, n), SF_CACHE_FROM_FETCH);
-    cr_assert_eq(read_through("ram.tar", data, n), SF_CACHE_FROM_DISK);
+    expect_fetched_then_on_disk("ram.tar", data, n);
     cr_assert_eq(read_through("ram.tar", data, n), SF_CACHE_FROM_RAM);
     char path[900];
     only_entry(path, sizeof(path));
@@ -684,8 +683,7 @@ Test(cache, revalidation_trust_versus_head)
     cache = NULL;
     /* head: the ETag changed, so the new version is fetched. */
     open_cache(0, SF_REVALIDATE_HEAD);
-    cr_assert_eq(read_through("r.tar", v2, n), SF_CACHE_FROM_FETCH);
-    cr_assert_eq(read_through("r.tar", v2, n), SF_CACHE_FROM_DISK);
+    expect_fetched_then_on_disk("r.tar", v2, n);
     int entries;
     cache_bytes(&entries);
     cr_assert_eq(entries, 1, "the old version must be removed when the new one is published");
@@ -697,8 +695,7 @@ Test(cache, revalidation_trust_versus_head)
  * as they land. */
 Test(cache, stream_an_entry_while_another_process_downloads_it)
 {
-    const char *faults[] = {"--fault", "prefix=bucket/slow,bandwidth=1M", NULL};
-    start_mock(faults);
+    start_mock_with_fault("prefix=bucket/slow,bandwidth=1M");
     size_t n = 2 * 1024 * 1024;
     unsigned char *data = put_object("slow.tar", n, 30);
     pid_t child = fork();

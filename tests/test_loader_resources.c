@@ -5,6 +5,7 @@
  * (test_loader.c). */
 #include "loader_fixture.h"
 #include "support/mock_proc.h"
+#include "support/spawn.h"
 
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -217,12 +218,10 @@ Test(loader, an_error_mid_epoch_then_close_leaves_nothing_open)
 static int low_nofile_child(const struct sf_loader_options *o, rlim_t extra, char *msg,
                             size_t msg_len)
 {
-    int pfd[2];
-    cr_assert(pipe(pfd) == 0);
-    pid_t pid = fork();
+    int fd;
+    pid_t pid = test_fork_piped(&fd);
     cr_assert(pid >= 0);
     if (pid == 0) {
-        close(pfd[0]);
         alarm(30);
         struct rlimit rl = {n_fds() + extra, n_fds() + extra};
         rl.rlim_max = getrlimit(RLIMIT_NOFILE, &rl) == 0 ? rl.rlim_max : rl.rlim_cur;
@@ -239,18 +238,11 @@ static int low_nofile_child(const struct sf_loader_options *o, rlim_t extra, cha
             snprintf(err, sizeof(err), "%s", sf_loader_errmsg(l));
             sf_loader_close(l);
         }
-        dprintf(pfd[1], "%s: %s", sf_status_name(st), err);
+        dprintf(fd, "%s: %s", sf_status_name(st), err);
         _exit(st == SF_END_OF_EPOCH ? 0 : 1);
     }
-    close(pfd[1]);
-    size_t n = 0;
-    ssize_t r;
-    while (n + 1 < msg_len && (r = read(pfd[0], msg + n, msg_len - 1 - n)) > 0)
-        n += (size_t)r;
-    msg[n] = 0;
-    close(pfd[0]);
-    int ws;
-    cr_assert_eq(waitpid(pid, &ws, 0), pid);
+    int ws = test_wait_piped(pid, fd, msg, msg_len);
+    cr_assert_neq(ws, -1);
     cr_assert(WIFEXITED(ws), "the child died of signal %d: %s", WTERMSIG(ws), msg);
     return WEXITSTATUS(ws);
 }
