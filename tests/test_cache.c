@@ -262,23 +262,34 @@ Test(cache, corrupt_data_found_by_verify_command)
     free(data);
 }
 
-/* An entry found bad is deleted by name. When another process republished
- * the name in between (a good entry, another file), the good one must stay:
- * the deletion checks it is still the file that was found bad. */
-Test(cache, removing_a_bad_entry_keeps_the_one_republished_meanwhile)
+/* A disk cache made in cdir with id's 10-byte entry ("0123456789", ETag
+ * "e1") published under url by this process, which must have been its
+ * owner; m the entry's metadata. */
+static struct sf__disk_cache *cache_with_entry(const struct sf__cache_id *id, const char *url,
+                                               struct sf__dc_meta *m)
 {
     make_dirs();
     struct sf__disk_cache_options o = {.dir = cdir};
     struct sf__disk_cache *dc;
     char err[512];
     cr_assert_eq(sf__disk_cache_open(&o, &dc, err, sizeof(err)), SF_OK, "%s", err);
-    struct sf__cache_id id = {"http://h", "bucket", "re.tar"};
     enum sf__dc_begin_result r;
     struct sf__dc_writer *w;
-    cr_assert_eq(sf__dc_begin(dc, &id, "\"e1\"", 10, &r, &w, err, sizeof(err)), SF_OK, "%s", err);
+    cr_assert_eq(sf__dc_begin(dc, id, "\"e1\"", 10, &r, &w, err, sizeof(err)), SF_OK, "%s", err);
+    cr_assert_eq(r, SF__DC_OWNER);
     cr_assert(pwrite(sf__dc_writer_fd(w), "0123456789", 10, 0) == 10);
+    cr_assert_eq(sf__dc_writer_publish(w, url, m, err, sizeof(err)), SF_OK);
+    return dc;
+}
+
+/* An entry found bad is deleted by name. When another process republished
+ * the name in between (a good entry, another file), the good one must stay:
+ * the deletion checks it is still the file that was found bad. */
+Test(cache, removing_a_bad_entry_keeps_the_one_republished_meanwhile)
+{
+    struct sf__cache_id id = {"http://h", "bucket", "re.tar"};
     struct sf__dc_meta m;
-    cr_assert_eq(sf__dc_writer_publish(w, "s3://bucket/re.tar", &m, err, sizeof(err)), SF_OK);
+    struct sf__disk_cache *dc = cache_with_entry(&id, "s3://bucket/re.tar", &m);
     char path[1024], other[1100];
     snprintf(path, sizeof(path), "%s/v1/%s", cdir, m.name);
     struct stat bad;
@@ -302,19 +313,10 @@ Test(cache, removing_a_bad_entry_keeps_the_one_republished_meanwhile)
 
 Test(cache, keys_with_dot_dot_stay_inside_the_cache)
 {
-    make_dirs();
-    struct sf__disk_cache_options o = {.dir = cdir};
-    struct sf__disk_cache *dc;
-    char err[512];
-    cr_assert_eq(sf__disk_cache_open(&o, &dc, err, sizeof(err)), SF_OK, "%s", err);
     struct sf__cache_id id = {"http://h", "bucket", "../../../../../../tmp/escape/../x"};
-    enum sf__dc_begin_result r;
-    struct sf__dc_writer *w;
-    cr_assert_eq(sf__dc_begin(dc, &id, "\"e1\"", 10, &r, &w, err, sizeof(err)), SF_OK, "%s", err);
-    cr_assert_eq(r, SF__DC_OWNER);
-    cr_assert(pwrite(sf__dc_writer_fd(w), "0123456789", 10, 0) == 10);
     struct sf__dc_meta m;
-    cr_assert_eq(sf__dc_writer_publish(w, "s3://bucket/../../x", &m, err, sizeof(err)), SF_OK);
+    struct sf__disk_cache *dc = cache_with_entry(&id, "s3://bucket/../../x", &m);
+    char err[512];
     cr_assert_null(strstr(m.name, ".."));
     sf__dc_meta_clear(&m);
     int fd;
