@@ -50,6 +50,15 @@ void start_mock_with_fault(const char *spec)
     start_mock(faults);
 }
 
+unsigned char *mock_with_object(const char *fault, const char *key, size_t n, unsigned seed)
+{
+    if (fault)
+        start_mock_with_fault(fault);
+    else
+        start_mock(NULL);
+    return put_object(key, n, seed);
+}
+
 void cache_teardown(void)
 {
     sf_cache_destroy(cache);
@@ -77,6 +86,16 @@ double key_gets(const char *key)
 unsigned char *put_object(const char *key, size_t n, unsigned seed)
 {
     return mock_env_put(root, key, n, seed);
+}
+
+void put_numbered_objects(unsigned char **d, int count, const char *prefix, int digits, size_t n,
+                          unsigned seed0)
+{
+    for (int i = 0; i < count; i++) {
+        char k[64];
+        snprintf(k, sizeof(k), "%s%0*d.tar", prefix, digits, i);
+        d[i] = put_object(k, n, seed0 + (unsigned)i);
+    }
 }
 
 void client_c(unsigned long long chunk, unsigned concurrency)

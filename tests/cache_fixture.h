@@ -28,6 +28,9 @@ void make_dirs(void);
 void start_mock(const char *const *extra);
 /* start_mock with one --fault spec (the mock's syntax). */
 void start_mock_with_fault(const char *spec);
+/* The mock (with the fault spec, when not NULL) holding key, n bytes of
+ * seed (put_object): their bytes (malloc'd). */
+unsigned char *mock_with_object(const char *fault, const char *key, size_t n, unsigned seed);
 /* The suite's .fini. */
 void cache_teardown(void);
 
@@ -38,6 +41,11 @@ void set_rules_c(const char *text);
 double key_gets(const char *key);
 /* Writes root/bucket/key with n pseudo-random bytes; returns them (malloc'd). */
 unsigned char *put_object(const char *key, size_t n, unsigned seed);
+/* put_object of count objects of n bytes: object i keyed prefix, i in at
+ * least digits decimal digits (zero-padded), ".tar", of seed seed0 + i;
+ * their bytes into d[i]. */
+void put_numbered_objects(unsigned char **d, int count, const char *prefix, int digits, size_t n,
+                          unsigned seed0);
 
 /* s3 = a client of chunk bytes and concurrency connections (client: 4). */
 void client_c(unsigned long long chunk, unsigned concurrency);

@@ -545,11 +545,7 @@ Test(cache, limit_holds_under_eviction)
     start_mock(NULL);
     size_t n = 1024 * 1024;
     unsigned char *d[6];
-    for (int i = 0; i < 6; i++) {
-        char k[32];
-        snprintf(k, sizeof(k), "e%d.tar", i);
-        d[i] = put_object(k, n, 10 + (unsigned)i);
-    }
+    put_numbered_objects(d, 6, "e", 1, n, 10);
     client(256 * 1024);
     unsigned long long limit = 3 * n + n / 2;
     open_cache(limit, SF_REVALIDATE_TRUST);

@@ -40,12 +40,9 @@ static void remove_tree(const char *path)
  * the directory again and fetches, rather than failing every later shard. */
 Test(cache, a_cache_dir_removed_while_open_is_made_again)
 {
-    start_mock(NULL);
     size_t n = 300 * 1024;
-    unsigned char *a = put_object("gone-a.tar", n, 71);
+    unsigned char *a = mock_and_cache("gone-a.tar", n, 71, 256 * 1024, 4);
     unsigned char *b = put_object("gone-b.tar", n, 72);
-    client(256 * 1024);
-    open_cache(0, SF_REVALIDATE_TRUST);
     cr_assert_eq(read_through("gone-a.tar", a, n), SF_CACHE_FROM_FETCH);
     remove_tree(cdir);
     struct sf_cache_stats cs;
@@ -66,9 +63,8 @@ Test(cache, a_cache_dir_removed_while_open_is_made_again)
  * directory made anew. docs/cache.md says rm under the cache is safe. */
 Test(cache, a_download_whose_directory_is_removed_still_serves_its_reader)
 {
-    start_mock_with_fault("prefix=bucket/rm,bandwidth=2M");
     size_t n = 768 * 1024;
-    unsigned char *d = put_object("rm.tar", n, 74);
+    unsigned char *d = mock_with_object("prefix=bucket/rm,bandwidth=2M", "rm.tar", n, 74);
     client_c(256 * 1024, 1);
     open_cache(0, SF_REVALIDATE_TRUST);
     struct sf_cache_object *o = open_through("rm.tar");
@@ -112,9 +108,8 @@ static int child_read(const char *key, const unsigned char *want, size_t n, char
  * publishes it. */
 Test(cache, a_publish_that_cannot_write_its_metadata_still_serves_the_bytes)
 {
-    start_mock(NULL);
     size_t n = 300 * 1024;
-    unsigned char *d = put_object("full.tar", n, 73);
+    unsigned char *d = mock_with_object(NULL, "full.tar", n, 73);
     int fd;
     pid_t pid = test_fork_piped(&fd);
     cr_assert(pid >= 0);
@@ -148,9 +143,8 @@ Test(cache, a_publish_that_cannot_write_its_metadata_still_serves_the_bytes)
  * reads the right object; nothing is left locked or half-published. */
 Test(cache, a_follower_takes_over_when_the_downloader_is_killed)
 {
-    start_mock_with_fault("prefix=bucket/kill,bandwidth=1M");
     size_t n = 640 * 1024;
-    unsigned char *d = put_object("kill.tar", n, 75);
+    unsigned char *d = mock_with_object("prefix=bucket/kill,bandwidth=1M", "kill.tar", n, 75);
     int fd;
     pid_t pid = test_fork_piped(&fd);
     cr_assert(pid >= 0);
@@ -330,11 +324,7 @@ Test(cache, processes_sharing_a_small_limit_evict_only_what_must_go)
     start_mock(NULL);
     size_t n = 256 * 1024;
     unsigned char *d[16];
-    for (int i = 0; i < 16; i++) {
-        char k[32];
-        snprintf(k, sizeof(k), "lim-%02d.tar", i);
-        d[i] = put_object(k, n, 80 + (unsigned)i);
-    }
+    put_numbered_objects(d, 16, "lim-", 2, n, 80);
     unsigned long long limit = 5 * (unsigned long long)sf__dc_entry_reserve(n);
     int pfd[2];
     cr_assert(pipe(pfd) == 0);
