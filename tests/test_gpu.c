@@ -930,11 +930,13 @@ Test(gpu, consumer_stream_waits_for_the_copy_without_the_host)
         unsigned slot = (unsigned)round % 2;
         struct sf__gpu_job job = {.host = host, .bytes = sizeof host};
         cr_assert_eq(sf__gpu_submit(g, slot, &job, err, sizeof err), SF_OK, "%s", err);
-        struct consumer_read c = {.emu = emu, .dev = sf__gpu_u8(g, slot)};
+        struct consumer_read c = {0};
         cr_assert_eq(sf__gpu_stream_wait(g, sf__gpu_event(g, slot), consumer), SF_OK);
-        cr_assert_eq(sf__emu_enqueue_fn(emu, consumer, consumer_reads, &c), 0);
+        /* its gate open: the read runs as soon as the stream reaches it */
+        emu_gated_read_queue(&c.r, emu, consumer, sf__gpu_u8(g, slot), sizeof c.got, c.got, 1);
         cr_assert_eq(ops->stream_sync(emu, consumer), 0);
         cr_expect(memcmp(c.got, host, sizeof host) == 0, "round %d: read before the copy", round);
+        emu_gated_read_destroy(&c.r);
         cr_assert_eq(sf__gpu_wait(g, slot, NULL, err, sizeof err), SF_OK, "%s", err);
     }
     cr_assert_eq(ops->stream_destroy(emu, consumer), 0);
