@@ -98,8 +98,7 @@ static struct sf_loader *open_device_loader(struct sf_loader_options *o, const c
 /* The tests that hook the consumer's emulated streams: skipped on CUDA
  * (why says what they need of the emulator), else open_device_loader
  * unsynchronised, on a source list that lives as long as the test. */
-static struct sf_loader *open_emulated_consumer_loader(struct sf_loader_options *o,
-                                                       const char *why)
+static struct sf_loader *open_emulated_consumer_loader(struct sf_loader_options *o, const char *why)
 {
     if (on_cuda())
         cr_skip_test("%s", why);
