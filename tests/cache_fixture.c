@@ -44,6 +44,21 @@ void start_mock(const char *const *extra)
     mock_env_start(&srv, root, extra);
 }
 
+void start_mock_with_fault(const char *spec)
+{
+    const char *faults[] = {"--fault", spec, NULL};
+    start_mock(faults);
+}
+
+unsigned char *mock_with_object(const char *fault, const char *key, size_t n, unsigned seed)
+{
+    if (fault)
+        start_mock_with_fault(fault);
+    else
+        start_mock(NULL);
+    return put_object(key, n, seed);
+}
+
 void cache_teardown(void)
 {
     sf_cache_destroy(cache);
@@ -71,6 +86,16 @@ double key_gets(const char *key)
 unsigned char *put_object(const char *key, size_t n, unsigned seed)
 {
     return mock_env_put(root, key, n, seed);
+}
+
+void put_numbered_objects(unsigned char **d, int count, const char *prefix, int digits, size_t n,
+                          unsigned seed0)
+{
+    for (int i = 0; i < count; i++) {
+        char k[64];
+        snprintf(k, sizeof(k), "%s%0*d.tar", prefix, digits, i);
+        d[i] = put_object(k, n, seed0 + (unsigned)i);
+    }
 }
 
 void client_c(unsigned long long chunk, unsigned concurrency)
@@ -141,6 +166,29 @@ enum sf_cache_source read_through(const char *key, const unsigned char *want, si
     enum sf_cache_source src = p.source;
     sf_cache_object_close(o);
     return src;
+}
+
+void expect_fetched_then_on_disk(const char *key, const unsigned char *want, size_t n)
+{
+    cr_assert_eq(read_through(key, want, n), SF_CACHE_FROM_FETCH);
+    cr_assert_eq(read_through(key, want, n), SF_CACHE_FROM_DISK);
+}
+
+struct sf_cache_object *open_through(const char *key)
+{
+    struct sf_object_info in = info_of(key);
+    struct sf_cache_object *o = NULL;
+    cr_assert_eq(sf_cache_open(cache, s3, &in, &o), SF_OK);
+    return o;
+}
+
+void wait_whole(struct sf_cache_object *o, const unsigned char *want, size_t n,
+                struct sf_cache_object_progress *p)
+{
+    sf_status st = sf_cache_object_wait(o, n, 30000, p);
+    cr_assert_eq(st, SF_OK, "%s", sf_cache_object_errmsg(o));
+    cr_assert(p->done);
+    cr_assert(memcmp(sf_cache_object_data(o), want, n) == 0, "wrong bytes");
 }
 
 void walk_cache(void (*fn)(void *user, const char *name, const char *path, const struct stat *st),

@@ -26,6 +26,11 @@ extern struct sf_cache *cache;
 void make_dirs(void);
 /* make_dirs and the mock with the extra arguments (may be NULL). */
 void start_mock(const char *const *extra);
+/* start_mock with one --fault spec (the mock's syntax). */
+void start_mock_with_fault(const char *spec);
+/* The mock (with the fault spec, when not NULL) holding key, n bytes of
+ * seed (put_object): their bytes (malloc'd). */
+unsigned char *mock_with_object(const char *fault, const char *key, size_t n, unsigned seed);
 /* The suite's .fini. */
 void cache_teardown(void);
 
@@ -36,6 +41,11 @@ void set_rules_c(const char *text);
 double key_gets(const char *key);
 /* Writes root/bucket/key with n pseudo-random bytes; returns them (malloc'd). */
 unsigned char *put_object(const char *key, size_t n, unsigned seed);
+/* put_object of count objects of n bytes: object i keyed prefix, i in at
+ * least digits decimal digits (zero-padded), ".tar", of seed seed0 + i;
+ * their bytes into d[i]. */
+void put_numbered_objects(unsigned char **d, int count, const char *prefix, int digits, size_t n,
+                          unsigned seed0);
 
 /* s3 = a client of chunk bytes and concurrency connections (client: 4). */
 void client_c(unsigned long long chunk, unsigned concurrency);
@@ -52,6 +62,15 @@ struct sf_object_info info_of(const char *key);
 /* Opens key through the cache, waits for all of it, compares with want;
  * where the bytes came from. */
 enum sf_cache_source read_through(const char *key, const unsigned char *want, size_t n);
+/* read_through of key twice: fetched the first time, from the disk (the
+ * entry published) the second. */
+void expect_fetched_then_on_disk(const char *key, const unsigned char *want, size_t n);
+/* Opens key through the cache, which must succeed; the object. */
+struct sf_cache_object *open_through(const char *key);
+/* Waits for all n bytes of o, which must succeed, then asserts o done and
+ * its bytes those of want; p as the wait left it. o stays open. */
+void wait_whole(struct sf_cache_object *o, const unsigned char *want, size_t n,
+                struct sf_cache_object_progress *p);
 
 /* Calls fn(user, name, path, st) for every file in the cache's key
  * directories (v1/<2 hex>/...); nothing when the cache does not exist yet. */

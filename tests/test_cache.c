@@ -227,8 +227,7 @@ Test(cache, a_ram_entry_of_a_replaced_file_is_never_served)
     co.ram_limit_bytes = 64 * MB;
     char err[512] = "";
     cr_assert(sf_cache_new(&co, &cache, err, sizeof(err)) == SF_OK, "%s", err);
-    cr_assert_eq(read_through("ram.tar", data, n), SF_CACHE_FROM_FETCH);
-    cr_assert_eq(read_through("ram.tar", data, n), SF_CACHE_FROM_DISK);
+    expect_fetched_then_on_disk("ram.tar", data, n);
     cr_assert_eq(read_through("ram.tar", data, n), SF_CACHE_FROM_RAM);
     char path[900];
     only_entry(path, sizeof(path));
@@ -263,23 +262,34 @@ Test(cache, corrupt_data_found_by_verify_command)
     free(data);
 }
 
-/* An entry found bad is deleted by name. When another process republished
- * the name in between (a good entry, another file), the good one must stay:
- * the deletion checks it is still the file that was found bad. */
-Test(cache, removing_a_bad_entry_keeps_the_one_republished_meanwhile)
+/* A disk cache made in cdir with id's 10-byte entry ("0123456789", ETag
+ * "e1") published under url by this process, which must have been its
+ * owner; m the entry's metadata. */
+static struct sf__disk_cache *cache_with_entry(const struct sf__cache_id *id, const char *url,
+                                               struct sf__dc_meta *m)
 {
     make_dirs();
     struct sf__disk_cache_options o = {.dir = cdir};
     struct sf__disk_cache *dc;
     char err[512];
     cr_assert_eq(sf__disk_cache_open(&o, &dc, err, sizeof(err)), SF_OK, "%s", err);
-    struct sf__cache_id id = {"http://h", "bucket", "re.tar"};
     enum sf__dc_begin_result r;
     struct sf__dc_writer *w;
-    cr_assert_eq(sf__dc_begin(dc, &id, "\"e1\"", 10, &r, &w, err, sizeof(err)), SF_OK, "%s", err);
+    cr_assert_eq(sf__dc_begin(dc, id, "\"e1\"", 10, &r, &w, err, sizeof(err)), SF_OK, "%s", err);
+    cr_assert_eq(r, SF__DC_OWNER);
     cr_assert(pwrite(sf__dc_writer_fd(w), "0123456789", 10, 0) == 10);
+    cr_assert_eq(sf__dc_writer_publish(w, url, m, err, sizeof(err)), SF_OK);
+    return dc;
+}
+
+/* An entry found bad is deleted by name. When another process republished
+ * the name in between (a good entry, another file), the good one must stay:
+ * the deletion checks it is still the file that was found bad. */
+Test(cache, removing_a_bad_entry_keeps_the_one_republished_meanwhile)
+{
+    struct sf__cache_id id = {"http://h", "bucket", "re.tar"};
     struct sf__dc_meta m;
-    cr_assert_eq(sf__dc_writer_publish(w, "s3://bucket/re.tar", &m, err, sizeof(err)), SF_OK);
+    struct sf__disk_cache *dc = cache_with_entry(&id, "s3://bucket/re.tar", &m);
     char path[1024], other[1100];
     snprintf(path, sizeof(path), "%s/v1/%s", cdir, m.name);
     struct stat bad;
@@ -303,19 +313,10 @@ Test(cache, removing_a_bad_entry_keeps_the_one_republished_meanwhile)
 
 Test(cache, keys_with_dot_dot_stay_inside_the_cache)
 {
-    make_dirs();
-    struct sf__disk_cache_options o = {.dir = cdir};
-    struct sf__disk_cache *dc;
-    char err[512];
-    cr_assert_eq(sf__disk_cache_open(&o, &dc, err, sizeof(err)), SF_OK, "%s", err);
     struct sf__cache_id id = {"http://h", "bucket", "../../../../../../tmp/escape/../x"};
-    enum sf__dc_begin_result r;
-    struct sf__dc_writer *w;
-    cr_assert_eq(sf__dc_begin(dc, &id, "\"e1\"", 10, &r, &w, err, sizeof(err)), SF_OK, "%s", err);
-    cr_assert_eq(r, SF__DC_OWNER);
-    cr_assert(pwrite(sf__dc_writer_fd(w), "0123456789", 10, 0) == 10);
     struct sf__dc_meta m;
-    cr_assert_eq(sf__dc_writer_publish(w, "s3://bucket/../../x", &m, err, sizeof(err)), SF_OK);
+    struct sf__disk_cache *dc = cache_with_entry(&id, "s3://bucket/../../x", &m);
+    char err[512];
     cr_assert_null(strstr(m.name, ".."));
     sf__dc_meta_clear(&m);
     int fd;
@@ -544,11 +545,7 @@ Test(cache, limit_holds_under_eviction)
     start_mock(NULL);
     size_t n = 1024 * 1024;
     unsigned char *d[6];
-    for (int i = 0; i < 6; i++) {
-        char k[32];
-        snprintf(k, sizeof(k), "e%d.tar", i);
-        d[i] = put_object(k, n, 10 + (unsigned)i);
-    }
+    put_numbered_objects(d, 6, "e", 1, n, 10);
     client(256 * 1024);
     unsigned long long limit = 3 * n + n / 2;
     open_cache(limit, SF_REVALIDATE_TRUST);
@@ -684,8 +681,7 @@ Test(cache, revalidation_trust_versus_head)
     cache = NULL;
     /* head: the ETag changed, so the new version is fetched. */
     open_cache(0, SF_REVALIDATE_HEAD);
-    cr_assert_eq(read_through("r.tar", v2, n), SF_CACHE_FROM_FETCH);
-    cr_assert_eq(read_through("r.tar", v2, n), SF_CACHE_FROM_DISK);
+    expect_fetched_then_on_disk("r.tar", v2, n);
     int entries;
     cache_bytes(&entries);
     cr_assert_eq(entries, 1, "the old version must be removed when the new one is published");
@@ -697,8 +693,7 @@ Test(cache, revalidation_trust_versus_head)
  * as they land. */
 Test(cache, stream_an_entry_while_another_process_downloads_it)
 {
-    const char *faults[] = {"--fault", "prefix=bucket/slow,bandwidth=1M", NULL};
-    start_mock(faults);
+    start_mock_with_fault("prefix=bucket/slow,bandwidth=1M");
     size_t n = 2 * 1024 * 1024;
     unsigned char *data = put_object("slow.tar", n, 30);
     pid_t child = fork();

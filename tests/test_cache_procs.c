@@ -7,6 +7,7 @@
 
 #include "cache/disk_cache.h"
 #include "shardfeed.h"
+#include "support/spawn.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -39,20 +40,16 @@ static void remove_tree(const char *path)
  * the directory again and fetches, rather than failing every later shard. */
 Test(cache, a_cache_dir_removed_while_open_is_made_again)
 {
-    start_mock(NULL);
     size_t n = 300 * 1024;
-    unsigned char *a = put_object("gone-a.tar", n, 71);
+    unsigned char *a = mock_and_cache("gone-a.tar", n, 71, 256 * 1024, 4);
     unsigned char *b = put_object("gone-b.tar", n, 72);
-    client(256 * 1024);
-    open_cache(0, SF_REVALIDATE_TRUST);
     cr_assert_eq(read_through("gone-a.tar", a, n), SF_CACHE_FROM_FETCH);
     remove_tree(cdir);
     struct sf_cache_stats cs;
     cr_assert_eq(sf_cache_stats(cache, &cs), SF_OK);
     cr_assert_eq(cs.entries, 0);
     cr_assert_eq(read_through("gone-b.tar", b, n), SF_CACHE_FROM_FETCH);
-    cr_assert_eq(read_through("gone-a.tar", a, n), SF_CACHE_FROM_FETCH);
-    cr_assert_eq(read_through("gone-a.tar", a, n), SF_CACHE_FROM_DISK);
+    expect_fetched_then_on_disk("gone-a.tar", a, n);
     struct tally t = tally_cache();
     cr_assert_eq(t.entries, 2);
     cr_assert_eq(t.parts, 0);
@@ -66,28 +63,20 @@ Test(cache, a_cache_dir_removed_while_open_is_made_again)
  * directory made anew. docs/cache.md says rm under the cache is safe. */
 Test(cache, a_download_whose_directory_is_removed_still_serves_its_reader)
 {
-    const char *faults[] = {"--fault", "prefix=bucket/rm,bandwidth=2M", NULL};
-    start_mock(faults);
     size_t n = 768 * 1024;
-    unsigned char *d = put_object("rm.tar", n, 74);
+    unsigned char *d = mock_with_object("prefix=bucket/rm,bandwidth=2M", "rm.tar", n, 74);
     client_c(256 * 1024, 1);
     open_cache(0, SF_REVALIDATE_TRUST);
-    struct sf_object_info in = info_of("rm.tar");
-    struct sf_cache_object *o = NULL;
-    cr_assert_eq(sf_cache_open(cache, s3, &in, &o), SF_OK);
+    struct sf_cache_object *o = open_through("rm.tar");
     struct sf_cache_object_progress p;
     cr_assert_eq(sf_cache_object_wait(o, 1, 30000, &p), SF_OK, "%s", sf_cache_object_errmsg(o));
     cr_assert_eq(p.source, SF_CACHE_FROM_FETCH);
     cr_assert_lt(p.contiguous, n, "the download ended before the directory was removed");
     remove_tree(cdir);
-    sf_status st = sf_cache_object_wait(o, n, 30000, &p);
-    cr_assert_eq(st, SF_OK, "%s", sf_cache_object_errmsg(o));
-    cr_assert(p.done);
+    wait_whole(o, d, n, &p);
     cr_assert_eq(p.contiguous, n);
-    cr_assert(memcmp(sf_cache_object_data(o), d, n) == 0, "wrong bytes");
     sf_cache_object_close(o);
-    cr_assert_eq(read_through("rm.tar", d, n), SF_CACHE_FROM_FETCH);
-    cr_assert_eq(read_through("rm.tar", d, n), SF_CACHE_FROM_DISK);
+    expect_fetched_then_on_disk("rm.tar", d, n);
     free(d);
 }
 /* Reads key through a new client and cache in this (child) process: 0 when
@@ -119,40 +108,32 @@ static int child_read(const char *key, const unsigned char *want, size_t n, char
  * publishes it. */
 Test(cache, a_publish_that_cannot_write_its_metadata_still_serves_the_bytes)
 {
-    start_mock(NULL);
     size_t n = 300 * 1024;
-    unsigned char *d = put_object("full.tar", n, 73);
-    int pfd[2];
-    cr_assert(pipe(pfd) == 0);
-    pid_t pid = fork();
+    unsigned char *d = mock_with_object(NULL, "full.tar", n, 73);
+    int fd;
+    pid_t pid = test_fork_piped(&fd);
     cr_assert(pid >= 0);
     if (pid == 0) {
-        close(pfd[0]);
         signal(SIGXFSZ, SIG_IGN);
         struct rlimit rl = {n + 100, n + 100};
         if (setrlimit(RLIMIT_FSIZE, &rl) != 0)
             _exit(3);
         char msg[1024] = "";
         int rc = child_read("full.tar", d, n, msg, sizeof(msg));
-        if (write(pfd[1], msg, strlen(msg)) < 0)
+        if (write(fd, msg, strlen(msg)) < 0)
             _exit(4);
         _exit(rc);
     }
-    close(pfd[1]);
     char msg[1024] = "";
-    ssize_t got = read(pfd[0], msg, sizeof(msg) - 1);
-    close(pfd[0]);
-    msg[got > 0 ? got : 0] = 0;
-    int status;
-    cr_assert(waitpid(pid, &status, 0) == pid);
+    int status = test_wait_piped(pid, fd, msg, sizeof(msg));
+    cr_assert(status != -1);
     cr_assert(WIFEXITED(status), "the reader died of signal %d", WTERMSIG(status));
     cr_assert_eq(WEXITSTATUS(status), 0, "the reader failed: %s", msg);
     struct tally t = tally_cache();
     cr_assert_eq(t.entries + t.parts, 0, "left %d entries, %d parts", t.entries, t.parts);
     client(256 * 1024);
     open_cache(0, SF_REVALIDATE_TRUST);
-    cr_assert_eq(read_through("full.tar", d, n), SF_CACHE_FROM_FETCH);
-    cr_assert_eq(read_through("full.tar", d, n), SF_CACHE_FROM_DISK);
+    expect_fetched_then_on_disk("full.tar", d, n);
     free(d);
 }
 
@@ -162,16 +143,12 @@ Test(cache, a_publish_that_cannot_write_its_metadata_still_serves_the_bytes)
  * reads the right object; nothing is left locked or half-published. */
 Test(cache, a_follower_takes_over_when_the_downloader_is_killed)
 {
-    const char *faults[] = {"--fault", "prefix=bucket/kill,bandwidth=1M", NULL};
-    start_mock(faults);
     size_t n = 640 * 1024;
-    unsigned char *d = put_object("kill.tar", n, 75);
-    int pfd[2];
-    cr_assert(pipe(pfd) == 0);
-    pid_t pid = fork();
+    unsigned char *d = mock_with_object("prefix=bucket/kill,bandwidth=1M", "kill.tar", n, 75);
+    int fd;
+    pid_t pid = test_fork_piped(&fd);
     cr_assert(pid >= 0);
     if (pid == 0) {
-        close(pfd[0]);
         client_c(64 * 1024, 1);
         open_cache(0, SF_REVALIDATE_TRUST);
         struct sf_object_info in = info_of("kill.tar");
@@ -180,20 +157,17 @@ Test(cache, a_follower_takes_over_when_the_downloader_is_killed)
         if (sf_cache_open(cache, s3, &in, &o) != SF_OK ||
             sf_cache_object_wait(o, 1, 30000, &p) != SF_OK || p.source != SF_CACHE_FROM_FETCH)
             _exit(2);
-        if (write(pfd[1], "o", 1) != 1)
+        if (write(fd, "o", 1) != 1)
             _exit(3);
         for (;;)
             sf_cache_object_wait(o, n, 30000, &p); /* killed here */
     }
-    close(pfd[1]);
     char c;
-    cr_assert_eq(read(pfd[0], &c, 1), 1, "the downloader did not start");
-    close(pfd[0]);
+    cr_assert_eq(read(fd, &c, 1), 1, "the downloader did not start");
+    close(fd);
     client_c(64 * 1024, 1);
     open_cache(0, SF_REVALIDATE_TRUST);
-    struct sf_object_info in = info_of("kill.tar");
-    struct sf_cache_object *o = NULL;
-    cr_assert_eq(sf_cache_open(cache, s3, &in, &o), SF_OK);
+    struct sf_cache_object *o = open_through("kill.tar");
     struct sf_cache_object_progress p;
     cr_assert_eq(sf_cache_object_wait(o, 64 * 1024, 30000, &p), SF_OK);
     cr_assert_eq(p.source, SF_CACHE_FROM_PEER);
@@ -202,11 +176,8 @@ Test(cache, a_follower_takes_over_when_the_downloader_is_killed)
     int status;
     cr_assert(waitpid(pid, &status, 0) == pid);
     cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
-    sf_status st = sf_cache_object_wait(o, n, 30000, &p);
-    cr_assert_eq(st, SF_OK, "%s", sf_cache_object_errmsg(o));
-    cr_assert(p.done);
+    wait_whole(o, d, n, &p);
     cr_assert_eq(p.source, SF_CACHE_FROM_FETCH, "source %d", p.source);
-    cr_assert(memcmp(sf_cache_object_data(o), d, n) == 0, "wrong bytes");
     sf_cache_object_close(o);
     struct sf_cache_stats cs;
     cr_assert_eq(sf_cache_stats(cache, &cs), SF_OK);
@@ -353,11 +324,7 @@ Test(cache, processes_sharing_a_small_limit_evict_only_what_must_go)
     start_mock(NULL);
     size_t n = 256 * 1024;
     unsigned char *d[16];
-    for (int i = 0; i < 16; i++) {
-        char k[32];
-        snprintf(k, sizeof(k), "lim-%02d.tar", i);
-        d[i] = put_object(k, n, 80 + (unsigned)i);
-    }
+    put_numbered_objects(d, 16, "lim-", 2, n, 80);
     unsigned long long limit = 5 * (unsigned long long)sf__dc_entry_reserve(n);
     int pfd[2];
     cr_assert(pipe(pfd) == 0);
@@ -435,17 +402,12 @@ Test(cache, a_stale_published_record_under_a_live_lock_is_waited_on)
     int lfd = open(lock, O_RDWR | O_CLOEXEC);
     cr_assert(lfd >= 0, "%s", lock);
     cr_assert(flock(lfd, LOCK_EX) == 0);
-    struct sf_object_info in = info_of("stale.tar");
-    struct sf_cache_object *o = NULL;
-    cr_assert_eq(sf_cache_open(cache, s3, &in, &o), SF_OK);
+    struct sf_cache_object *o = open_through("stale.tar");
     struct sf_cache_object_progress p;
     sf_status st = sf_cache_object_wait(o, n, 300, &p);
     cr_assert_eq(st, SF_ERR_TIMEOUT, "%s: %s", sf_status_name(st), sf_cache_object_errmsg(o));
     close(lfd); /* the other downloader went away without a record */
-    st = sf_cache_object_wait(o, n, 30000, &p);
-    cr_assert_eq(st, SF_OK, "%s", sf_cache_object_errmsg(o));
-    cr_assert(p.done);
-    cr_assert(memcmp(sf_cache_object_data(o), d, n) == 0);
+    wait_whole(o, d, n, &p);
     sf_cache_object_close(o);
     free(d);
 }

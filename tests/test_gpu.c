@@ -9,6 +9,7 @@
 #include "src/decode.h"
 #include "src/gpu.h"
 #include "src/gpu_dev.h"
+#include "support/emu_gate.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -620,56 +621,32 @@ Test(gpu, emulator_refuses_destroyed_and_unknown_handles)
     sf__emu_destroy(e);
 }
 
+/* A consumer stream's read of slot 0 (4 KiB) behind a gate the test opens
+ * (emu_gated_read_open). */
 struct consumer_read {
-    struct sf__emu *emu;
-    const void *dev;
+    struct emu_gated_read r;
     unsigned char got[4096];
-    int rc;
-    /* gate: the consumer's work starts when the test opens it */
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int open;
 };
 
-static void consumer_gate(void *arg)
+/* c's stream waits for slot 0's copy and queues a read of it behind c's
+ * gate (shut until emu_gated_read_open). */
+static void queue_gated_read(struct sf_gpu *g, void *consumer, struct consumer_read *c)
 {
-    struct consumer_read *c = arg;
-    pthread_mutex_lock(&c->mu);
-    while (!c->open)
-        pthread_cond_wait(&c->cv, &c->mu);
-    pthread_mutex_unlock(&c->mu);
-}
-
-static void consumer_reads(void *arg)
-{
-    struct consumer_read *c = arg;
-    c->rc = sf__emu_peek(c->emu, c->got, c->dev, sizeof c->got);
-}
-
-static void open_gate(struct consumer_read *c)
-{
-    pthread_mutex_lock(&c->mu);
-    c->open = 1;
-    pthread_cond_broadcast(&c->cv);
-    pthread_mutex_unlock(&c->mu);
+    cr_assert_eq(sf__gpu_stream_wait(g, sf__gpu_event(g, 0), consumer), SF_OK);
+    emu_gated_read_queue(&c->r, sf__gpu_emu(g), consumer, sf__gpu_u8(g, 0), sizeof c->got, c->got,
+                         0);
 }
 
 /* Batch a (4 KiB) copied into slot 0 of g; the consumer stream waits for
- * it, queues a read of the slot behind c's gate (shut until open_gate) and
- * releases the slot with sf__gpu_release_after. */
+ * it, queues a read of the slot behind c's gate (shut until
+ * emu_gated_read_open) and releases the slot with sf__gpu_release_after. */
 static void read_behind_a_gate(struct sf_gpu *g, void *consumer, const unsigned char *a,
                                struct consumer_read *c)
 {
     char err[256] = "";
     struct sf__gpu_job job = {.host = a, .bytes = sizeof c->got};
     cr_assert_eq(sf__gpu_submit(g, 0, &job, err, sizeof err), SF_OK, "%s", err);
-    c->emu = sf__gpu_emu(g);
-    c->dev = sf__gpu_u8(g, 0);
-    pthread_mutex_init(&c->mu, NULL);
-    pthread_cond_init(&c->cv, NULL);
-    cr_assert_eq(sf__gpu_stream_wait(g, sf__gpu_event(g, 0), consumer), SF_OK);
-    cr_assert_eq(sf__emu_enqueue_fn(c->emu, consumer, consumer_gate, c), 0);
-    cr_assert_eq(sf__emu_enqueue_fn(c->emu, consumer, consumer_reads, c), 0);
+    queue_gated_read(g, consumer, c);
     cr_assert_eq(sf__gpu_release_after(g, 0, consumer), SF_OK);
 }
 
@@ -702,10 +679,10 @@ static void reuse_after_release(int ignore)
         cr_assert_eq(sf__gpu_wait(g, 0, NULL, err, sizeof err), SF_OK, "%s", err);
     else /* B waits for the release: B must not complete while the gate is shut */
         cr_expect_eq(sf__gpu_query(g, 0), 0, "the copy into a released slot did not wait");
-    open_gate(&c);
+    emu_gated_read_open(&c.r);
     cr_assert_eq(ops->stream_sync(emu, consumer), 0);
     cr_assert_eq(sf__gpu_wait(g, 0, NULL, err, sizeof err), SF_OK, "%s", err);
-    cr_assert_eq(c.rc, 0);
+    cr_assert_eq(c.r.rc, 0);
     if (ignore)
         cr_expect(memcmp(c.got, b, sizeof b) == 0, "expected the hazard: B overwrote A");
     else
@@ -715,8 +692,7 @@ static void reuse_after_release(int ignore)
     cr_assert_eq(sf__gpu_read(g, 0, 0, back, sizeof back, NULL, 0), SF_OK);
     cr_expect(memcmp(back, b, sizeof b) == 0, "the slot does not hold batch B at the end");
     cr_assert_eq(ops->stream_destroy(emu, consumer), 0);
-    pthread_cond_destroy(&c.cv);
-    pthread_mutex_destroy(&c.mu);
+    emu_gated_read_destroy(&c.r);
     sf__gpu_close(g);
 }
 
@@ -730,14 +706,6 @@ Test(gpu, emulator_catches_a_slot_reused_without_the_release_event)
 {
     need_emulator();
     reuse_after_release(1);
-}
-
-static void *open_gate_later(void *arg)
-{
-    struct timespec ts = {0, 100 * 1000 * 1000};
-    nanosleep(&ts, NULL);
-    open_gate(arg);
-    return NULL;
 }
 
 /* The last batch is released with sf__gpu_release_after and the ring closes
@@ -755,16 +723,15 @@ Test(gpu, close_waits_for_work_the_consumer_queued_before_its_release)
     cr_assert_eq(ops->stream_create(emu, &consumer), 0);
     unsigned char a[4096];
     memset(a, 0xA1, sizeof a);
-    struct consumer_read c = {.rc = -1};
+    struct consumer_read c = {0};
     read_behind_a_gate(g, consumer, a, &c);
     pthread_t opener;
-    cr_assert_eq(pthread_create(&opener, NULL, open_gate_later, &c), 0);
+    cr_assert_eq(pthread_create(&opener, NULL, emu_gated_read_open_later, &c.r), 0);
     sf__gpu_close(g);
     pthread_join(opener, NULL);
-    cr_expect_eq(c.rc, 0, "the consumer's read ran after close freed the slot");
+    cr_expect_eq(c.r.rc, 0, "the consumer's read ran after close freed the slot");
     cr_expect(memcmp(c.got, a, sizeof a) == 0, "the consumer's read saw other bytes");
-    pthread_cond_destroy(&c.cv);
-    pthread_mutex_destroy(&c.mu);
+    emu_gated_read_destroy(&c.r);
 }
 
 /* A release on a stream the device does not know (destroyed, or never one)
@@ -782,8 +749,8 @@ Test(gpu, release_on_an_unknown_stream_is_an_invalid_argument)
     int unknown = 0;
     void *const streams[] = {gone, &unknown};
     for (size_t i = 0; i < N_OF(streams); i++) {
-        cr_expect_eq(sf__gpu_release_after(g, 0, streams[i]), SF_ERR_INVALID_ARGUMENT,
-                     "stream %zu", i);
+        cr_expect_eq(sf__gpu_release_after(g, 0, streams[i]), SF_ERR_INVALID_ARGUMENT, "stream %zu",
+                     i);
         cr_expect_eq(sf__gpu_stream_wait(g, sf__gpu_event(g, 0), streams[i]),
                      SF_ERR_INVALID_ARGUMENT, "stream %zu", i);
     }
@@ -807,18 +774,26 @@ Test(gpu, release_after_the_per_thread_stream_records_on_the_legacy_one)
     cr_expect_eq(sf__gpu_stream_for_release(&x), (void *)&x);
 }
 
-/* c's stream waits for slot 0's copy and queues a read of it behind c's
- * gate (shut until open_gate). */
-static void queue_gated_read(struct sf_gpu *g, void *consumer, struct consumer_read *c)
+/* A one-slot emulated ring of 4 KiB whose slot 0 was given batch A (0xA1
+ * bytes) with job; b is batch B (0xB2 bytes), for a later copy. */
+struct batch_a_ring {
+    struct sf_gpu *g;
+    struct sf__emu *emu;
+    const struct sf__gpu_ops *ops;
+    unsigned char a[4096], b[4096];
+    struct sf__gpu_job job;
+};
+
+static void open_with_batch_a(struct batch_a_ring *r)
 {
-    c->emu = sf__gpu_emu(g);
-    c->dev = sf__gpu_u8(g, 0);
-    c->rc = -1;
-    pthread_mutex_init(&c->mu, NULL);
-    pthread_cond_init(&c->cv, NULL);
-    cr_assert_eq(sf__gpu_stream_wait(g, sf__gpu_event(g, 0), consumer), SF_OK);
-    cr_assert_eq(sf__emu_enqueue_fn(c->emu, consumer, consumer_gate, c), 0);
-    cr_assert_eq(sf__emu_enqueue_fn(c->emu, consumer, consumer_reads, c), 0);
+    char err[256] = "";
+    cr_assert_eq(open_ring(1, 4096, 0, &r->g, err, sizeof err), SF_OK, "%s", err);
+    r->emu = sf__gpu_emu(r->g);
+    r->ops = sf__gpu_emu_ops();
+    memset(r->a, 0xA1, sizeof r->a);
+    memset(r->b, 0xB2, sizeof r->b);
+    r->job = (struct sf__gpu_job){.host = r->a, .bytes = sizeof r->a};
+    cr_assert_eq(sf__gpu_submit(r->g, 0, &r->job, err, sizeof err), SF_OK, "%s", err);
 }
 
 #define N_READERS 3
@@ -834,48 +809,41 @@ static void queue_gated_read(struct sf_gpu *g, void *consumer, struct consumer_r
 Test(gpu, released_slot_waits_for_every_stream_it_was_released_after)
 {
     need_emulator();
-    struct sf_gpu *g = NULL;
+    static struct batch_a_ring r;
+    open_with_batch_a(&r);
     char err[256] = "";
-    cr_assert_eq(open_ring(1, 4096, 0, &g, err, sizeof err), SF_OK, "%s", err);
-    struct sf__emu *emu = sf__gpu_emu(g);
-    const struct sf__gpu_ops *ops = sf__gpu_emu_ops();
-    static unsigned char a[4096], b[4096];
-    memset(a, 0xA1, sizeof a);
-    memset(b, 0xB2, sizeof b);
-    struct sf__gpu_job job = {.host = a, .bytes = sizeof a};
-    cr_assert_eq(sf__gpu_submit(g, 0, &job, err, sizeof err), SF_OK, "%s", err);
     void *consumer[N_READERS];
     static struct consumer_read c[N_READERS];
     memset(c, 0, sizeof c);
     for (int i = 0; i < N_READERS; i++) {
-        cr_assert_eq(ops->stream_create(emu, &consumer[i]), 0);
-        queue_gated_read(g, consumer[i], &c[i]);
+        cr_assert_eq(r.ops->stream_create(r.emu, &consumer[i]), 0);
+        queue_gated_read(r.g, consumer[i], &c[i]);
     }
-    cr_assert_eq(sf__gpu_release_after_streams(g, 0, consumer, N_READERS), SF_OK);
-    job.host = b;
-    cr_assert_eq(sf__gpu_submit(g, 0, &job, err, sizeof err), SF_OK, "%s", err);
-    open_gate(&c[N_READERS - 1]);
-    cr_assert_eq(ops->stream_sync(emu, consumer[N_READERS - 1]), 0);
-    cr_expect_eq(sf__gpu_query(g, 0), 0, "the copy into the slot waited for the last stream only");
+    cr_assert_eq(sf__gpu_release_after_streams(r.g, 0, consumer, N_READERS), SF_OK);
+    r.job.host = r.b;
+    cr_assert_eq(sf__gpu_submit(r.g, 0, &r.job, err, sizeof err), SF_OK, "%s", err);
+    emu_gated_read_open(&c[N_READERS - 1].r);
+    cr_assert_eq(r.ops->stream_sync(r.emu, consumer[N_READERS - 1]), 0);
+    cr_expect_eq(sf__gpu_query(r.g, 0), 0,
+                 "the copy into the slot waited for the last stream only");
     pthread_t opener[N_READERS - 1];
     for (int i = 0; i < N_READERS - 1; i++)
-        cr_assert_eq(pthread_create(&opener[i], NULL, open_gate_later, &c[i]), 0);
-    cr_assert_eq(sf__gpu_wait(g, 0, NULL, err, sizeof err), SF_OK, "%s", err);
+        cr_assert_eq(pthread_create(&opener[i], NULL, emu_gated_read_open_later, &c[i].r), 0);
+    cr_assert_eq(sf__gpu_wait(r.g, 0, NULL, err, sizeof err), SF_OK, "%s", err);
     for (int i = 0; i < N_READERS - 1; i++)
-        open_gate(&c[i]);
+        emu_gated_read_open(&c[i].r);
     for (int i = 0; i < N_READERS; i++) {
         if (i < N_READERS - 1)
             pthread_join(opener[i], NULL);
-        cr_assert_eq(ops->stream_sync(emu, consumer[i]), 0);
-        cr_expect_eq(c[i].rc, 0);
-        cr_expect(memcmp(c[i].got, a, sizeof a) == 0,
+        cr_assert_eq(r.ops->stream_sync(r.emu, consumer[i]), 0);
+        cr_expect_eq(c[i].r.rc, 0);
+        cr_expect(memcmp(c[i].got, r.a, sizeof r.a) == 0,
                   "stream %d's read of batch A saw other bytes (first byte 0x%02x)", i,
                   c[i].got[0]);
-        cr_assert_eq(ops->stream_destroy(emu, consumer[i]), 0);
-        pthread_cond_destroy(&c[i].cv);
-        pthread_mutex_destroy(&c[i].mu);
+        cr_assert_eq(r.ops->stream_destroy(r.emu, consumer[i]), 0);
+        emu_gated_read_destroy(&c[i].r);
     }
-    sf__gpu_close(g);
+    sf__gpu_close(r.g);
 }
 
 /* Duplicates count once (so the bound holds for distinct streams); more
@@ -885,42 +853,35 @@ Test(gpu, released_slot_waits_for_every_stream_it_was_released_after)
 Test(gpu, release_after_too_many_streams_is_refused_whole, .timeout = 60)
 {
     need_emulator();
-    struct sf_gpu *g = NULL;
+    static struct batch_a_ring r;
+    open_with_batch_a(&r);
     char err[256] = "";
-    cr_assert_eq(open_ring(1, 4096, 0, &g, err, sizeof err), SF_OK, "%s", err);
-    struct sf__emu *emu = sf__gpu_emu(g);
-    const struct sf__gpu_ops *ops = sf__gpu_emu_ops();
-    static unsigned char a[4096];
-    memset(a, 0xA1, sizeof a);
-    struct sf__gpu_job job = {.host = a, .bytes = sizeof a};
-    cr_assert_eq(sf__gpu_submit(g, 0, &job, err, sizeof err), SF_OK, "%s", err);
     enum { N = SF_LOADER_RELEASE_STREAMS_MAX + 1 };
     void *s[N];
     for (int i = 0; i < N; i++)
-        cr_assert_eq(ops->stream_create(emu, &s[i]), 0);
+        cr_assert_eq(r.ops->stream_create(r.emu, &s[i]), 0);
     static struct consumer_read c;
     memset(&c, 0, sizeof c);
-    queue_gated_read(g, s[0], &c);
-    cr_expect_eq(sf__gpu_release_after_streams(g, 0, s, N), SF_ERR_LIMIT);
-    cr_assert_eq(sf__gpu_submit(g, 0, &job, err, sizeof err), SF_OK, "%s", err);
-    cr_assert_eq(sf__gpu_wait(g, 0, NULL, err, sizeof err), SF_OK, "%s", err);
+    queue_gated_read(r.g, s[0], &c);
+    cr_expect_eq(sf__gpu_release_after_streams(r.g, 0, s, N), SF_ERR_LIMIT);
+    cr_assert_eq(sf__gpu_submit(r.g, 0, &r.job, err, sizeof err), SF_OK, "%s", err);
+    cr_assert_eq(sf__gpu_wait(r.g, 0, NULL, err, sizeof err), SF_OK, "%s", err);
     /* the bound's worth of distinct streams, each twice: accepted, and the
      * next copy waits for the first one's gate */
     void *twice[2 * SF_LOADER_RELEASE_STREAMS_MAX];
     for (int i = 0; i < 2 * SF_LOADER_RELEASE_STREAMS_MAX; i++)
         twice[i] = s[i % SF_LOADER_RELEASE_STREAMS_MAX];
-    cr_expect_eq(sf__gpu_release_after_streams(g, 0, twice, N_OF(twice)), SF_OK);
-    cr_assert_eq(sf__gpu_submit(g, 0, &job, err, sizeof err), SF_OK, "%s", err);
-    cr_expect_eq(sf__gpu_query(g, 0), 0, "the copy did not wait for the first stream");
-    open_gate(&c);
-    cr_assert_eq(sf__gpu_wait(g, 0, NULL, err, sizeof err), SF_OK, "%s", err);
+    cr_expect_eq(sf__gpu_release_after_streams(r.g, 0, twice, N_OF(twice)), SF_OK);
+    cr_assert_eq(sf__gpu_submit(r.g, 0, &r.job, err, sizeof err), SF_OK, "%s", err);
+    cr_expect_eq(sf__gpu_query(r.g, 0), 0, "the copy did not wait for the first stream");
+    emu_gated_read_open(&c.r);
+    cr_assert_eq(sf__gpu_wait(r.g, 0, NULL, err, sizeof err), SF_OK, "%s", err);
     for (int i = 0; i < N; i++) {
-        cr_assert_eq(ops->stream_sync(emu, s[i]), 0);
-        cr_assert_eq(ops->stream_destroy(emu, s[i]), 0);
+        cr_assert_eq(r.ops->stream_sync(r.emu, s[i]), 0);
+        cr_assert_eq(r.ops->stream_destroy(r.emu, s[i]), 0);
     }
-    pthread_cond_destroy(&c.cv);
-    pthread_mutex_destroy(&c.mu);
-    sf__gpu_close(g);
+    emu_gated_read_destroy(&c.r);
+    sf__gpu_close(r.g);
 }
 
 /* A stream the device refuses among good ones: its status comes back, and
@@ -928,36 +889,28 @@ Test(gpu, release_after_too_many_streams_is_refused_whole, .timeout = 60)
 Test(gpu, release_after_streams_with_a_refused_one_still_waits_for_the_others)
 {
     need_emulator();
-    struct sf_gpu *g = NULL;
+    static struct batch_a_ring r;
+    open_with_batch_a(&r);
     char err[256] = "";
-    cr_assert_eq(open_ring(1, 4096, 0, &g, err, sizeof err), SF_OK, "%s", err);
-    struct sf__emu *emu = sf__gpu_emu(g);
-    const struct sf__gpu_ops *ops = sf__gpu_emu_ops();
-    static unsigned char a[4096], b[4096];
-    memset(a, 0xA1, sizeof a);
-    memset(b, 0xB2, sizeof b);
-    struct sf__gpu_job job = {.host = a, .bytes = sizeof a};
-    cr_assert_eq(sf__gpu_submit(g, 0, &job, err, sizeof err), SF_OK, "%s", err);
     void *good = NULL;
-    cr_assert_eq(ops->stream_create(emu, &good), 0);
+    cr_assert_eq(r.ops->stream_create(r.emu, &good), 0);
     static struct consumer_read c;
     memset(&c, 0, sizeof c);
-    queue_gated_read(g, good, &c);
+    queue_gated_read(r.g, good, &c);
     int unknown = 0;
     void *const streams[] = {&unknown, good};
-    cr_expect_eq(sf__gpu_release_after_streams(g, 0, streams, N_OF(streams)),
+    cr_expect_eq(sf__gpu_release_after_streams(r.g, 0, streams, N_OF(streams)),
                  SF_ERR_INVALID_ARGUMENT);
-    job.host = b;
-    cr_assert_eq(sf__gpu_submit(g, 0, &job, err, sizeof err), SF_OK, "%s", err);
-    cr_expect_eq(sf__gpu_query(g, 0), 0, "the copy did not wait for the good stream");
-    open_gate(&c);
-    cr_assert_eq(sf__gpu_wait(g, 0, NULL, err, sizeof err), SF_OK, "%s", err);
-    cr_assert_eq(ops->stream_sync(emu, good), 0);
-    cr_expect(memcmp(c.got, a, sizeof a) == 0, "the good stream's read saw other bytes");
-    cr_assert_eq(ops->stream_destroy(emu, good), 0);
-    pthread_cond_destroy(&c.cv);
-    pthread_mutex_destroy(&c.mu);
-    sf__gpu_close(g);
+    r.job.host = r.b;
+    cr_assert_eq(sf__gpu_submit(r.g, 0, &r.job, err, sizeof err), SF_OK, "%s", err);
+    cr_expect_eq(sf__gpu_query(r.g, 0), 0, "the copy did not wait for the good stream");
+    emu_gated_read_open(&c.r);
+    cr_assert_eq(sf__gpu_wait(r.g, 0, NULL, err, sizeof err), SF_OK, "%s", err);
+    cr_assert_eq(r.ops->stream_sync(r.emu, good), 0);
+    cr_expect(memcmp(c.got, r.a, sizeof r.a) == 0, "the good stream's read saw other bytes");
+    cr_assert_eq(r.ops->stream_destroy(r.emu, good), 0);
+    emu_gated_read_destroy(&c.r);
+    sf__gpu_close(r.g);
 }
 
 /* The consumer's stream waits for the done event: its read sees the copy
@@ -977,11 +930,13 @@ Test(gpu, consumer_stream_waits_for_the_copy_without_the_host)
         unsigned slot = (unsigned)round % 2;
         struct sf__gpu_job job = {.host = host, .bytes = sizeof host};
         cr_assert_eq(sf__gpu_submit(g, slot, &job, err, sizeof err), SF_OK, "%s", err);
-        struct consumer_read c = {.emu = emu, .dev = sf__gpu_u8(g, slot)};
+        struct consumer_read c = {0};
         cr_assert_eq(sf__gpu_stream_wait(g, sf__gpu_event(g, slot), consumer), SF_OK);
-        cr_assert_eq(sf__emu_enqueue_fn(emu, consumer, consumer_reads, &c), 0);
+        /* its gate open: the read runs as soon as the stream reaches it */
+        emu_gated_read_queue(&c.r, emu, consumer, sf__gpu_u8(g, slot), sizeof c.got, c.got, 1);
         cr_assert_eq(ops->stream_sync(emu, consumer), 0);
         cr_expect(memcmp(c.got, host, sizeof host) == 0, "round %d: read before the copy", round);
+        emu_gated_read_destroy(&c.r);
         cr_assert_eq(sf__gpu_wait(g, slot, NULL, err, sizeof err), SF_OK, "%s", err);
     }
     cr_assert_eq(ops->stream_destroy(emu, consumer), 0);

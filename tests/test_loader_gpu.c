@@ -3,6 +3,7 @@
 #include "loader_fixture.h"
 #include "src/loader.h"
 #include "src/loader_internal.h"
+#include "support/emu_gate.h"
 #include "support/mock_proc.h"
 #include "support/s3_client.h"
 
@@ -94,6 +95,19 @@ static struct sf_loader *open_device_loader(struct sf_loader_options *o, const c
     return open_loader(o);
 }
 
+/* The tests that hook the consumer's emulated streams: skipped on CUDA
+ * (why says what they need of the emulator), else open_device_loader
+ * unsynchronised, on a source list that lives as long as the test. */
+static struct sf_loader *open_emulated_consumer_loader(struct sf_loader_options *o, const char *why)
+{
+    if (on_cuda())
+        cr_skip_test("%s", why);
+    static const char *src[1];
+    return open_device_loader(o, src, 0);
+}
+
+static const char consumer_hooks[] = "the consumer's reads are emulated-device hooks";
+
 Test(loader, gpu_batches_match_the_host_batches)
 {
     const char *src[1];
@@ -139,11 +153,8 @@ static void check_on_stream(void *arg)
  * sf_loader_release_after, so the slot is refilled only after the read. */
 Test(loader, gpu_batches_read_on_the_consumer_stream)
 {
-    if (on_cuda())
-        cr_skip_test("the consumer's reads are emulated-device hooks");
-    const char *src[1];
     struct sf_loader_options o;
-    struct sf_loader *l = open_device_loader(&o, src, 0);
+    struct sf_loader *l = open_emulated_consumer_loader(&o, consumer_hooks);
     const struct sf__gpu_ops *ops = sf__gpu_emu_ops();
     struct sf__emu *emu = NULL;
     void *stream = NULL;
@@ -189,50 +200,6 @@ Test(loader, gpu_batches_read_on_the_consumer_stream)
     sf_loader_close(l);
 }
 
-/* A read of a device batch on an emulated consumer stream, behind a gate
- * the test opens. */
-struct gated_read {
-    struct sf__emu *emu;
-    const void *dev;
-    size_t bytes;
-    unsigned char *got;
-    int rc;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int open;
-};
-
-static void gated_read_gate(void *arg)
-{
-    struct gated_read *r = arg;
-    pthread_mutex_lock(&r->mu);
-    while (!r->open)
-        pthread_cond_wait(&r->cv, &r->mu);
-    pthread_mutex_unlock(&r->mu);
-}
-
-static void gated_read_run(void *arg)
-{
-    struct gated_read *r = arg;
-    r->rc = sf__emu_peek(r->emu, r->got, r->dev, r->bytes);
-}
-
-static void gated_read_open(struct gated_read *r)
-{
-    pthread_mutex_lock(&r->mu);
-    r->open = 1;
-    pthread_cond_broadcast(&r->cv);
-    pthread_mutex_unlock(&r->mu);
-}
-
-static void *gated_read_open_later(void *arg)
-{
-    struct timespec ts = {0, 100 * 1000 * 1000};
-    nanosleep(&ts, NULL);
-    gated_read_open(arg);
-    return NULL;
-}
-
 /*
  * A batch read on two streams (the first behind a shut gate, the second at
  * once) and released after both: the batch the loader later copies into
@@ -243,35 +210,24 @@ static void *gated_read_open_later(void *arg)
  */
 Test(loader, gpu_batch_released_after_several_streams_waits_for_each)
 {
-    if (on_cuda())
-        cr_skip_test("the consumer's reads are emulated-device hooks");
-    const char *src[1];
     struct sf_loader_options o;
-    struct sf_loader *l = open_device_loader(&o, src, 0);
+    struct sf_loader *l = open_emulated_consumer_loader(&o, consumer_hooks);
     const struct sf__gpu_ops *ops = sf__gpu_emu_ops();
     struct sf_batch x, y;
     cr_assert_eq(sf_loader_next(l, &x), SF_OK, "%s", sf_loader_errmsg(l));
     struct sf__emu *emu = sf__gpu_emu(x.device_ring);
     size_t bytes = x.size * x.image_bytes;
     unsigned char *want = malloc(bytes);
-    struct gated_read r[2];
+    struct emu_gated_read r[2];
     void *streams[2];
     cr_assert_not_null(want);
     memcpy(want, x.images, bytes);
     for (int i = 0; i < 2; i++) {
-        r[i] = (struct gated_read){.emu = emu,
-                                   .dev = x.device_images,
-                                   .bytes = bytes,
-                                   .got = malloc(bytes),
-                                   .rc = -1,
-                                   .open = i == 1};
-        cr_assert_not_null(r[i].got);
-        pthread_mutex_init(&r[i].mu, NULL);
-        pthread_cond_init(&r[i].cv, NULL);
+        unsigned char *got = malloc(bytes);
+        cr_assert_not_null(got);
         cr_assert_eq(ops->stream_create(emu, &streams[i]), 0);
         cr_assert_eq(sf_batch_wait_stream(&x, streams[i]), SF_OK);
-        cr_assert_eq(sf__emu_enqueue_fn(emu, streams[i], gated_read_gate, &r[i]), 0);
-        cr_assert_eq(sf__emu_enqueue_fn(emu, streams[i], gated_read_run, &r[i]), 0);
+        emu_gated_read_queue(&r[i], emu, streams[i], x.device_images, bytes, got, i == 1);
     }
     cr_assert_eq(sf_loader_release_after_streams(l, &x, streams, 2), SF_OK);
     sf_status st;
@@ -279,9 +235,9 @@ Test(loader, gpu_batch_released_after_several_streams_waits_for_each)
         sf_loader_release(l, &y);
     cr_assert_eq(st, SF_OK, "no later batch in the released slot: %s", sf_loader_errmsg(l));
     pthread_t opener;
-    cr_assert_eq(pthread_create(&opener, NULL, gated_read_open_later, &r[0]), 0);
+    cr_assert_eq(pthread_create(&opener, NULL, emu_gated_read_open_later, &r[0]), 0);
     cr_assert_eq(ops->event_sync(emu, y.cuda_event), 0);
-    gated_read_open(&r[0]);
+    emu_gated_read_open(&r[0]);
     pthread_join(opener, NULL);
     for (int i = 0; i < 2; i++) {
         cr_assert_eq(ops->stream_sync(emu, streams[i]), 0);
@@ -290,8 +246,7 @@ Test(loader, gpu_batch_released_after_several_streams_waits_for_each)
                   "stream %d's read saw another batch's bytes in the released slot", i);
         cr_assert_eq(ops->stream_destroy(emu, streams[i]), 0);
         free(r[i].got);
-        pthread_cond_destroy(&r[i].cv);
-        pthread_mutex_destroy(&r[i].mu);
+        emu_gated_read_destroy(&r[i]);
     }
     free(want);
     sf_loader_release(l, &y);
@@ -302,11 +257,8 @@ Test(loader, gpu_batch_released_after_several_streams_waits_for_each)
  * stream array) leaves the batch held: the caller may still release it. */
 Test(loader, gpu_release_after_too_many_streams_keeps_the_batch)
 {
-    if (on_cuda())
-        cr_skip_test("emulated-device streams");
-    const char *src[1];
     struct sf_loader_options o;
-    struct sf_loader *l = open_device_loader(&o, src, 0);
+    struct sf_loader *l = open_emulated_consumer_loader(&o, "emulated-device streams");
     const struct sf__gpu_ops *ops = sf__gpu_emu_ops();
     struct sf_batch x;
     cr_assert_eq(sf_loader_next(l, &x), SF_OK, "%s", sf_loader_errmsg(l));

@@ -5,6 +5,7 @@
  * (test_loader.c). */
 #include "loader_fixture.h"
 #include "support/mock_proc.h"
+#include "support/spawn.h"
 
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -102,12 +103,20 @@ Test(loader, local_cycles_give_back_descriptors_threads_and_mappings)
     expect_same(before, 8, "after 4 local open/epoch/close cycles");
 }
 
+/* bucket_options for n images in shards of 16 KiB, and into cache_dir (len
+ * bytes) a disk cache folder under tmp, for the tests that turn one on. */
+static void bucket_options_and_cache_dir(struct sf_loader_options *o, unsigned n, char *cache_dir,
+                                         size_t len)
+{
+    bucket_options(o, n, 16 << 10, NULL, NULL);
+    snprintf(cache_dir, len, "%s/cache", tmp);
+}
+
 Test(loader, mock_cycles_with_faults_give_back_descriptors_and_threads)
 {
     char cache_dir[800];
     struct sf_loader_options o;
-    bucket_options(&o, 48, 16 << 10, NULL, NULL);
-    snprintf(cache_dir, sizeof(cache_dir), "%s/cache", tmp);
+    bucket_options_and_cache_dir(&o, 48, cache_dir, sizeof(cache_dir));
     o.s3.io_threads = 2;
     cycle(&o, 1, 0);
     struct held before = held_now();
@@ -134,22 +143,28 @@ Test(loader, failed_opens_leave_nothing_open)
 {
     char cache_dir[800], missing_src[800];
     struct sf_loader_options o;
-    bucket_options(&o, 40, 16 << 10, NULL, NULL);
-    snprintf(cache_dir, sizeof(cache_dir), "%s/cache", tmp);
+    bucket_options_and_cache_dir(&o, 40, cache_dir, sizeof(cache_dir));
     cycle(&o, 1, 1);
+    snprintf(missing_src, sizeof(missing_src), "%s/nowhere/x.tar", tmp);
+    const struct {
+        const char *source, *what;
+    } bad_sources[] = {
+        {"s3://bucket/no-such/shard-000000.tar", "a missing key"},
+        {"s3://no-such-bucket/data/", "a missing bucket"},
+        {"s3://", "a bad URL"},
+        {missing_src, "a missing local file"},
+    };
     struct held before = held_now();
     for (int round = 0; round < 2; round++) {
         struct sf_loader_options b = o;
         b.batch_size = 0;
         expect_open_fails(&b, "a bad option");
-        b = o;
-        const char *missing[] = {"s3://bucket/no-such/shard-000000.tar"};
-        b.sources = missing;
-        expect_open_fails(&b, "a missing key");
-        b = o;
-        const char *nobucket[] = {"s3://no-such-bucket/data/"};
-        b.sources = nobucket;
-        expect_open_fails(&b, "a missing bucket");
+        for (size_t i = 0; i < sizeof(bad_sources) / sizeof(bad_sources[0]); i++) {
+            b = o;
+            const char *source[] = {bad_sources[i].source};
+            b.sources = source;
+            expect_open_fails(&b, bad_sources[i].what);
+        }
         b = o;
         b.s3.access_key_id = "wrong";
         b.s3.secret_access_key = "wrong-secret";
@@ -164,15 +179,6 @@ Test(loader, failed_opens_leave_nothing_open)
         b = o;
         b.s3.profile = "no-such-profile";
         expect_open_fails(&b, "a missing profile");
-        b = o;
-        const char *badurl[] = {"s3://"};
-        b.sources = badurl;
-        expect_open_fails(&b, "a bad URL");
-        b = o;
-        snprintf(missing_src, sizeof(missing_src), "%s/nowhere/x.tar", tmp);
-        const char *nofile[] = {missing_src};
-        b.sources = nofile;
-        expect_open_fails(&b, "a missing local file");
         b = o;
         FILE *f = fopen(cache_dir, "w");
         cr_assert(f);
@@ -217,12 +223,10 @@ Test(loader, an_error_mid_epoch_then_close_leaves_nothing_open)
 static int low_nofile_child(const struct sf_loader_options *o, rlim_t extra, char *msg,
                             size_t msg_len)
 {
-    int pfd[2];
-    cr_assert(pipe(pfd) == 0);
-    pid_t pid = fork();
+    int fd;
+    pid_t pid = test_fork_piped(&fd);
     cr_assert(pid >= 0);
     if (pid == 0) {
-        close(pfd[0]);
         alarm(30);
         struct rlimit rl = {n_fds() + extra, n_fds() + extra};
         rl.rlim_max = getrlimit(RLIMIT_NOFILE, &rl) == 0 ? rl.rlim_max : rl.rlim_cur;
@@ -239,18 +243,11 @@ static int low_nofile_child(const struct sf_loader_options *o, rlim_t extra, cha
             snprintf(err, sizeof(err), "%s", sf_loader_errmsg(l));
             sf_loader_close(l);
         }
-        dprintf(pfd[1], "%s: %s", sf_status_name(st), err);
+        dprintf(fd, "%s: %s", sf_status_name(st), err);
         _exit(st == SF_END_OF_EPOCH ? 0 : 1);
     }
-    close(pfd[1]);
-    size_t n = 0;
-    ssize_t r;
-    while (n + 1 < msg_len && (r = read(pfd[0], msg + n, msg_len - 1 - n)) > 0)
-        n += (size_t)r;
-    msg[n] = 0;
-    close(pfd[0]);
-    int ws;
-    cr_assert_eq(waitpid(pid, &ws, 0), pid);
+    int ws = test_wait_piped(pid, fd, msg, msg_len);
+    cr_assert_neq(ws, -1);
     cr_assert(WIFEXITED(ws), "the child died of signal %d: %s", WTERMSIG(ws), msg);
     return WEXITSTATUS(ws);
 }
@@ -259,8 +256,7 @@ Test(loader, few_descriptors_fail_with_a_message_not_a_crash_or_hang)
 {
     char cache_dir[800];
     struct sf_loader_options o;
-    bucket_options(&o, 120, 16 << 10, NULL, NULL);
-    snprintf(cache_dir, sizeof(cache_dir), "%s/cache", tmp);
+    bucket_options_and_cache_dir(&o, 120, cache_dir, sizeof(cache_dir));
     o.s3.concurrency = 64;
     o.cache.dir = cache_dir;
     o.ram_only = 0;

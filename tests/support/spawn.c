@@ -36,3 +36,32 @@ int test_run(const char *const *argv, const char *out_path, const char *err_path
 {
     return test_wait(test_spawn(argv, out_path, err_path));
 }
+
+pid_t test_fork_piped(int *fd)
+{
+    int p[2];
+    if (pipe(p) != 0)
+        return -1;
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(p[0]);
+        close(p[1]);
+        return -1;
+    }
+    close(pid == 0 ? p[0] : p[1]);
+    *fd = pid == 0 ? p[1] : p[0];
+    return pid;
+}
+
+int test_wait_piped(pid_t pid, int fd, char *msg, size_t len)
+{
+    size_t n = 0;
+    ssize_t r;
+    while (n + 1 < len && (r = read(fd, msg + n, len - 1 - n)) > 0)
+        n += (size_t)r;
+    if (len > 0)
+        msg[n] = 0;
+    close(fd);
+    int status;
+    return waitpid(pid, &status, 0) == pid ? status : -1;
+}

@@ -2,6 +2,7 @@
 #ifndef SF_TEST_SPAWN_H
 #define SF_TEST_SPAWN_H
 
+#include <stddef.h>
 #include <sys/types.h>
 
 /* Starts argv[0] with argv (NULL-terminated) in a child whose stdout goes to
@@ -12,5 +13,15 @@ pid_t test_spawn(const char *const *argv, const char *out_path, const char *err_
 int test_wait(pid_t pid);
 /* test_spawn, then test_wait; -1 when either failed. */
 int test_run(const char *const *argv, const char *out_path, const char *err_path);
+/* fork() with a pipe from the child to the parent: in the child, 0 with
+ * *fd the end it writes to; in the parent, the child's pid with *fd the end
+ * it reads from (each side's other end closed); -1 when pipe or fork
+ * failed. */
+pid_t test_fork_piped(int *fd);
+/* In the parent of test_fork_piped: what the child wrote to the pipe until
+ * it closed it, into msg (NUL-terminated, at most len - 1 bytes kept);
+ * closes fd and waits for pid. Its status as waitpid gives it, -1 when the
+ * wait failed. */
+int test_wait_piped(pid_t pid, int fd, char *msg, size_t len);
 
 #endif
