@@ -112,9 +112,9 @@ Test(xml, listed_etags_take_the_quoted_strong_form)
     char body[1024];
     int len = snprintf(body, sizeof(body), "%s", LBR_OPEN);
     for (size_t i = 0; i < N; i++)
-        len += snprintf(body + len, sizeof(body) - (size_t)len,
-                        "<Contents><Key>%c</Key><ETag>%s</ETag></Contents>", (int)('a' + i),
-                        sent[i]);
+        len +=
+            snprintf(body + len, sizeof(body) - (size_t)len,
+                     "<Contents><Key>%c</Key><ETag>%s</ETag></Contents>", (int)('a' + i), sent[i]);
     len += snprintf(body + len, sizeof(body) - (size_t)len, "%s", LBR_CLOSE);
     cr_assert_lt((size_t)len, sizeof(body));
     struct sf__list_page p;
