@@ -52,20 +52,6 @@ static void *canned_main(void *arg)
     }
 }
 
-int loopback_listen(unsigned *port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    cr_assert(fd >= 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    cr_assert(bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0);
-    cr_assert(listen(fd, 64) == 0);
-    socklen_t len = sizeof(a);
-    cr_assert(getsockname(fd, (struct sockaddr *)&a, &len) == 0);
-    *port = ntohs(a.sin_port);
-    return fd;
-}
-
 void canned_http_start(struct canned_http *c, const char *const *answers, size_t n)
 {
     memset(c, 0, sizeof(*c));
@@ -73,7 +59,15 @@ void canned_http_start(struct canned_http *c, const char *const *answers, size_t
     c->answers = answers;
     c->n_answers = n;
     pthread_mutex_init(&c->lock, NULL);
-    c->fd = loopback_listen(&c->port);
+    c->fd = socket(AF_INET, SOCK_STREAM, 0);
+    cr_assert(c->fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert(bind(c->fd, (struct sockaddr *)&a, sizeof(a)) == 0);
+    cr_assert(listen(c->fd, 64) == 0);
+    socklen_t len = sizeof(a);
+    cr_assert(getsockname(c->fd, (struct sockaddr *)&a, &len) == 0);
+    c->port = ntohs(a.sin_port);
     snprintf(c->url, sizeof(c->url), "http://127.0.0.1:%u", c->port);
     cr_assert(pthread_create(&c->th, NULL, canned_main, c) == 0);
 }

@@ -24,10 +24,6 @@ struct canned_http {
     char requests[CANNED_MAX_REQUESTS][4096]; /* head of each request, under lock */
 };
 
-/* A TCP socket listening on 127.0.0.1 at a port the system chose, which
- * goes into *port (cr_assert on failure). */
-int loopback_listen(unsigned *port);
-
 /* Starts the server (cr_assert on failure) with n answers, which must stay
  * valid until canned_http_stop(). */
 void canned_http_start(struct canned_http *c, const char *const *answers, size_t n);
