@@ -278,6 +278,29 @@ sf_status run_epoch(struct sf_loader *l, struct epoch_log *e, unsigned max_batch
     }
 }
 
+void save_mid_epoch(struct sf_loader *l, unsigned head_batches, unsigned char *state,
+                    struct epoch_log *head, struct epoch_log *tail)
+{
+    cr_assert_eq(run_epoch(l, head, head_batches), SF_OK, "%s", sf_loader_errmsg(l));
+    cr_assert_eq(sf_loader_state_save(l, state, SF_LOADER_STATE_BYTES), SF_OK, "%s",
+                 sf_loader_errmsg(l));
+    cr_assert_eq(run_epoch(l, tail, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
+}
+
+void expect_resumes_to_tail(struct sf_loader *l, const unsigned char *state, struct epoch_log *head,
+                            struct epoch_log *tail)
+{
+    struct epoch_log again;
+    cr_assert_eq(sf_loader_state_restore(l, state, SF_LOADER_STATE_BYTES), SF_OK, "%s",
+                 sf_loader_errmsg(l));
+    cr_assert_eq(run_epoch(l, &again, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
+    cr_assert_eq(again.digest, tail->digest, "resumed batches differ");
+    free(head->seen);
+    free(tail->seen);
+    free(again.seen);
+    sf_loader_close(l);
+}
+
 /* ------------------------------------------------------------ against the mock */
 
 void mock_dataset_with(unsigned n, unsigned long long shard_bytes, const char *const *mock_args)

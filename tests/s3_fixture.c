@@ -110,6 +110,38 @@ sf_status fetch_whole(const char *url, const void *want, size_t n)
     return st;
 }
 
+void expect_stat_fails(const char *url, sf_status want, const char *const *words)
+{
+    struct sf_object_info info;
+    sf_status st = sf_s3_stat(s3, url, &info);
+    cr_expect_eq(st, want, "%s: %s", sf_status_name(st), errmsg());
+    for (; *words; words++)
+        cr_expect(strstr(errmsg(), *words), "message: %s", errmsg());
+    if (st == SF_OK)
+        sf_object_info_clear(&info);
+}
+
+void expect_fetch_fails(const char *url, sf_status want, const char *const *words)
+{
+    struct sf_fetch *f = NULL;
+    sf_status st = sf_fetch_start(s3, url, NULL, &f);
+    if (st == SF_OK)
+        st = sf_fetch_wait(f, SF_SIZE_UNKNOWN, -1, NULL);
+    cr_expect_eq(st, want, "%s", sf_status_name(st));
+    const char *m = f ? sf_fetch_errmsg(f) : errmsg();
+    for (; *words; words++)
+        cr_expect(strstr(m, *words), "message: %s", m);
+    sf_fetch_destroy(f);
+}
+
+void expect_no_request_refused(void)
+{
+    cJSON *j = mock_stats();
+    cr_expect_eq(jnum(j, "status", "403", NULL), 0, "a signature did not match");
+    cr_expect_eq(jnum(j, "status", "400", NULL), 0);
+    cJSON_Delete(j);
+}
+
 void put_shards(const char *prefix, int count, const int *skip, char (*etags)[35])
 {
     for (int i = 0; i < count; i++) {

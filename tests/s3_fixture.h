@@ -45,6 +45,15 @@ void local_client(void);
 const char *errmsg(void);
 /* Fetches url whole into memory, checking it against want (n bytes). */
 sf_status fetch_whole(const char *url, const void *want, size_t n);
+/* Stats url, which must fail with want, errmsg() holding each of words
+ * (NULL-terminated). */
+void expect_stat_fails(const char *url, sf_status want, const char *const *words);
+/* Fetches url whole, which must fail with want, the fetch's message (s3's
+ * when none started) holding each of words (NULL-terminated). */
+void expect_fetch_fails(const char *url, sf_status want, const char *const *words);
+/* No request the mock answered was refused: no 403 (a signature that did
+ * not match), no 400. */
+void expect_no_request_refused(void);
 
 /* Runs the shardfeed CLI with argv as given (argv[0] is SF_CLI_BIN), stdout
  * and stderr into tmp/TAG.out and tmp/TAG.err; the exit status. */

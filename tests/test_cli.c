@@ -13,16 +13,46 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+/* argv (32 entries) as argv0 then args (NULL-terminated, at most 30). */
+static void make_argv(const char **argv, const char *argv0, const char *const *args)
+{
+    argv[0] = argv0;
+    size_t n = 1;
+    for (; args[n - 1]; n++)
+        cr_assert_lt(n, 31);
+    memcpy(argv + 1, args, n * sizeof(*argv));
+}
+
+/* Reads fd to its end into buf (NUL-terminated), closes it and waits for
+ * pid; returns its wait status. */
+static int read_all_and_reap(int fd, char *buf, size_t buf_len, pid_t pid)
+{
+    size_t got = 0;
+    ssize_t r;
+    while ((r = read(fd, buf + got, buf_len - 1 - got)) > 0)
+        got += (size_t)r;
+    buf[got] = '\0';
+    close(fd);
+    int status;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    return status;
+}
+
+/* rm -rf dir, which must succeed. */
+static void remove_tree(const char *dir)
+{
+    char cmd[400];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
 /* Runs the CLI as argv0 with argv (NULL-terminated, without the program);
  * what it writes on out_fd (1 or 2) goes into buf, the other stream is
  * dropped. Returns the exit status. */
 static int run_as(const char *argv0, const char *const *args, int out_fd, char *buf, size_t buf_len)
 {
-    const char *argv[32] = {argv0};
-    size_t n = 1;
-    for (; args[n - 1]; n++)
-        cr_assert_lt(n, 31);
-    memcpy(argv + 1, args, n * sizeof(*argv));
+    const char *argv[32];
+    make_argv(argv, argv0, args);
     int fd[2];
     cr_assert_eq(pipe(fd), 0);
     pid_t pid = fork();
@@ -37,14 +67,7 @@ static int run_as(const char *argv0, const char *const *args, int out_fd, char *
         _exit(127);
     }
     close(fd[1]);
-    size_t got = 0;
-    ssize_t r;
-    while ((r = read(fd[0], buf + got, buf_len - 1 - got)) > 0)
-        got += (size_t)r;
-    buf[got] = '\0';
-    close(fd[0]);
-    int status;
-    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    int status = read_all_and_reap(fd[0], buf, buf_len, pid);
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
@@ -215,9 +238,7 @@ Test(cli, cache_subcommand_after_the_options_and_its_help)
         {{"cache", "--cache-dir", dir, "sweep", NULL}, {"unknown subcommand 'sweep'"}},
     };
     expect_usage_errors(bad, sizeof(bad) / sizeof(bad[0]));
-    char cmd[64];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    cr_assert_eq(system(cmd), 0);
+    remove_tree(dir);
 }
 
 /* Installed as `warm-cache`, the program is the command: its own options
@@ -239,9 +260,7 @@ Test(cli, warm_cache_by_its_own_name_takes_its_options_first)
     char out[8192];
     cr_expect_eq(run_as("warm-cache", help, 1, out, sizeof(out)), 0);
     cr_expect(strstr(out, "usage:"), "%s", out);
-    char cmd[64];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    cr_assert_eq(system(cmd), 0);
+    remove_tree(dir);
 }
 
 /* --help is an answer, not an error: each command's text goes to stdout
@@ -292,11 +311,8 @@ enum out_kind { OUT_FULL, OUT_CLOSED, OUT_NO_READER };
  * that ended it. */
 static int run_out(enum out_kind kind, const char *const *args, char *err, size_t err_len)
 {
-    const char *argv[32] = {SF_CLI_BIN};
-    size_t n = 1;
-    for (; args[n - 1]; n++)
-        cr_assert_lt(n, 31);
-    memcpy(argv + 1, args, n * sizeof(*argv));
+    const char *argv[32];
+    make_argv(argv, SF_CLI_BIN, args);
     int ep[2], op[2] = {-1, -1};
     cr_assert_eq(pipe(ep), 0);
     if (kind == OUT_NO_READER) {
@@ -327,14 +343,7 @@ static int run_out(enum out_kind kind, const char *const *args, char *err, size_
     close(ep[1]);
     if (op[1] >= 0)
         close(op[1]);
-    size_t got = 0;
-    ssize_t r;
-    while ((r = read(ep[0], err + got, err_len - 1 - got)) > 0)
-        got += (size_t)r;
-    err[got] = '\0';
-    close(ep[0]);
-    int status;
-    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    int status = read_all_and_reap(ep[0], err, err_len, pid);
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
@@ -399,9 +408,7 @@ Test(cli, output_that_cannot_be_written_fails_the_command)
         cr_expect(strstr(err, "stdout is closed"), "%s %s >&-: stderr: %s", cmds[i][0], cmds[i][1],
                   err);
     }
-    char cmd[400];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    cr_assert_eq(system(cmd), 0);
+    remove_tree(dir);
 }
 
 /* The reader of a pipe gone (`| head -1`) with SIGPIPE ignored: before the
@@ -425,7 +432,5 @@ Test(cli, a_pipe_without_reader_ends_quietly_as_sigpipe_does)
         cr_expect_eq(rc, 128 + SIGPIPE, "%s: exit %d, stderr: %s", cmds[i][0], rc, err);
         cr_expect_str_empty(err, "%s: stderr: %s", cmds[i][0], err);
     }
-    char cmd[400];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    cr_assert_eq(system(cmd), 0);
+    remove_tree(dir);
 }

@@ -207,11 +207,9 @@ Test(loader, state_restore_gives_the_same_remaining_batches)
     local_options(&o, 130, 32 << 10);
     o.sampler.epoch = 3;
     struct sf_loader *l = open_loader(&o);
-    struct epoch_log head, tail;
-    cr_assert_eq(run_epoch(l, &head, 3), SF_OK);
     unsigned char state[SF_LOADER_STATE_BYTES];
-    cr_assert_eq(sf_loader_state_save(l, state, sizeof(state)), SF_OK);
-    cr_assert_eq(run_epoch(l, &tail, 0), SF_END_OF_EPOCH);
+    struct epoch_log head, tail;
+    save_mid_epoch(l, 3, state, &head, &tail);
     cr_assert_eq(head.images + tail.images, 130u);
     sf_loader_close(l);
 
@@ -260,11 +258,9 @@ Test(loader, a_state_made_inconsistent_or_cutting_a_batch_is_refused)
     local_options(&o, 130, 32 << 10);
     o.sampler.epoch = 3;
     struct sf_loader *l = open_loader(&o);
-    struct epoch_log head, tail, again;
-    cr_assert_eq(run_epoch(l, &head, 3), SF_OK);
     unsigned char state[SF_LOADER_STATE_BYTES], bad[SF_LOADER_STATE_BYTES];
-    cr_assert_eq(sf_loader_state_save(l, state, sizeof(state)), SF_OK);
-    cr_assert_eq(run_epoch(l, &tail, 0), SF_END_OF_EPOCH);
+    struct epoch_log head, tail;
+    save_mid_epoch(l, 3, state, &head, &tail);
     uint64_t at = sf__get_le64(state + SEAL_LOADER_POSITION), B = o.batch_size;
     cr_assert_eq(at, 3 * B);
 
@@ -299,14 +295,7 @@ Test(loader, a_state_made_inconsistent_or_cutting_a_batch_is_refused)
     memcpy(bad, state, sizeof(bad));
     seal_loader_state(bad);
     cr_assert_eq(memcmp(bad, state, sizeof(bad)), 0, "the test's seal is not the loader's");
-    cr_assert_eq(sf_loader_state_restore(l, state, sizeof(state)), SF_OK, "%s",
-                 sf_loader_errmsg(l));
-    cr_assert_eq(run_epoch(l, &again, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
-    cr_assert_eq(again.digest, tail.digest, "resumed batches differ");
-    free(head.seen);
-    free(tail.seen);
-    free(again.seen);
-    sf_loader_close(l);
+    expect_resumes_to_tail(l, state, &head, &tail);
 }
 
 /* A state of another version (a newer library's) is refused as such,

@@ -148,11 +148,9 @@ Test(loader, unindexed_state_restore_gives_the_same_remaining_batches)
     struct sf_loader_options o;
     unindexed_local_options(&o, 130, 32 << 10);
     struct sf_loader *l = open_loader(&o);
-    struct epoch_log head, tail;
-    cr_assert_eq(run_epoch(l, &head, 3), SF_OK);
     unsigned char state[SF_LOADER_STATE_BYTES];
-    cr_assert_eq(sf_loader_state_save(l, state, sizeof(state)), SF_OK);
-    cr_assert_eq(run_epoch(l, &tail, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
+    struct epoch_log head, tail;
+    save_mid_epoch(l, 3, state, &head, &tail);
     cr_assert_eq(head.images + tail.images, 130u);
     l = reopen_from_state(l, &o, state);
     struct epoch_log again;
@@ -188,11 +186,9 @@ Test(loader, unindexed_state_beyond_what_the_shards_hold_is_refused)
     struct sf_loader_options o;
     unindexed_local_options(&o, 130, 32 << 10);
     struct sf_loader *l = open_loader(&o);
-    struct epoch_log head, tail, again;
-    cr_assert_eq(run_epoch(l, &head, 3), SF_OK);
     unsigned char state[SF_LOADER_STATE_BYTES], bad[SF_LOADER_STATE_BYTES];
-    cr_assert_eq(sf_loader_state_save(l, state, sizeof(state)), SF_OK);
-    cr_assert_eq(run_epoch(l, &tail, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
+    struct epoch_log head, tail;
+    save_mid_epoch(l, 3, state, &head, &tail);
     uint64_t saved = sf__get_le64(state + SEAL_LOADER_POSITION);
     cr_assert_gt(saved, 0);
 
@@ -219,14 +215,7 @@ Test(loader, unindexed_state_beyond_what_the_shards_hold_is_refused)
                   sf_loader_errmsg(l));
         cr_assert(strstr(sf_loader_errmsg(l), "shard(s) can hold"), "%s", sf_loader_errmsg(l));
     }
-    cr_assert_eq(sf_loader_state_restore(l, state, sizeof(state)), SF_OK, "%s",
-                 sf_loader_errmsg(l));
-    cr_assert_eq(run_epoch(l, &again, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
-    cr_assert_eq(again.digest, tail.digest, "resumed batches differ");
-    free(head.seen);
-    free(tail.seen);
-    free(again.seen);
-    sf_loader_close(l);
+    expect_resumes_to_tail(l, state, &head, &tail);
 }
 
 /* One log sink (issue 18): the loader's log alone also carries its S3

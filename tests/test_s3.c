@@ -9,6 +9,7 @@
 #include "s3_fixture.h"
 
 #include "shardfeed.h"
+#include "support/canned_http.h"
 #include "support/mock_env.h"
 #include "support/mock_proc.h"
 #include "support/s3_client.h"
@@ -286,11 +287,19 @@ Test(s3, keys_with_spaces_plus_percent_ampersand_and_utf8)
     sf_status st = fetch_whole(url, data, n);
     cr_expect_eq(st, SF_OK, "%s", sf_status_name(st));
 
-    cJSON *j = mock_stats();
-    cr_expect_eq(jnum(j, "status", "403", NULL), 0, "a signature did not match");
-    cr_expect_eq(jnum(j, "status", "400", NULL), 0);
-    cJSON_Delete(j);
+    expect_no_request_refused();
     free(data);
+}
+
+/* Appends five folders of 100 'é' each (1005 bytes): 200 bytes a segment,
+ * under NAME_MAX. */
+static void append_five_long_segments(char *s)
+{
+    for (int seg = 0; seg < 5; seg++) {
+        for (int i = 0; i < 100; i++)
+            strcat(s, "\xc3\xa9");
+        strcat(s, "/");
+    }
 }
 
 /* The longest key S3 takes, 1024 bytes (multi-byte UTF-8 and the characters
@@ -302,11 +311,7 @@ Test(s3, a_1024_byte_key_works_everywhere_and_1025_is_refused)
     start_mock(NULL);
     default_client();
     char key[1100] = "";
-    for (int seg = 0; seg < 5; seg++) {
-        for (int i = 0; i < 100; i++)
-            strcat(key, "\xc3\xa9"); /* é: 200 bytes a segment, under NAME_MAX */
-        strcat(key, "/");
-    }
+    append_five_long_segments(key);
     strcat(key, "+ %~=&?#;x-0123.bin");
     cr_assert_eq(strlen(key), 1024);
     size_t n = 300 * 1024 + 1; /* two ranges */
@@ -351,13 +356,9 @@ Test(s3, a_1024_byte_key_works_everywhere_and_1025_is_refused)
 
     char longer[1300];
     snprintf(longer, sizeof(longer), "%sx", url);
-    sf_status st = sf_s3_stat(s3, longer, &info);
-    cr_expect_eq(st, SF_ERR_INVALID_ARGUMENT, "%s", sf_status_name(st));
-    cr_expect(strstr(errmsg(), "longer than 1024 bytes"), "message: %s", errmsg());
-    cJSON *j = mock_stats();
-    cr_expect_eq(jnum(j, "status", "403", NULL), 0, "a signature did not match");
-    cr_expect_eq(jnum(j, "status", "400", NULL), 0);
-    cJSON_Delete(j);
+    expect_stat_fails(longer, SF_ERR_INVALID_ARGUMENT,
+                      (const char *const[]){"longer than 1024 bytes", NULL});
+    expect_no_request_refused();
     free(data);
 }
 
@@ -370,28 +371,13 @@ Test(s3, a_message_about_a_long_key_keeps_its_status)
     start_mock(NULL);
     default_client();
     char url[1200] = "s3://bucket/";
-    for (int seg = 0; seg < 5; seg++) {
-        for (int i = 0; i < 100; i++)
-            strcat(url, "\xc3\xa9");
-        strcat(url, "/");
-    }
+    append_five_long_segments(url);
     strcat(url, "missing-0123456.bin");
-    struct sf_object_info info;
-    sf_status st = sf_s3_stat(s3, url, &info);
-    cr_expect_eq(st, SF_ERR_NOT_FOUND, "%s", sf_status_name(st));
-    cr_expect(strstr(errmsg(), "HTTP 404"), "message: %s", errmsg());
-    cr_expect(strstr(errmsg(), "missing-0123456.bin"), "message: %s", errmsg());
+    expect_stat_fails(url, SF_ERR_NOT_FOUND,
+                      (const char *const[]){"HTTP 404", "missing-0123456.bin", NULL});
     cr_expect_eq(strncmp(errmsg(), "s3://bucket/\xc3\xa9", 14), 0, "message: %s", errmsg());
 
-    struct sf_fetch *f = NULL;
-    st = sf_fetch_start(s3, url, NULL, &f);
-    if (st == SF_OK)
-        st = sf_fetch_wait(f, SF_SIZE_UNKNOWN, -1, NULL);
-    cr_expect_eq(st, SF_ERR_NOT_FOUND, "%s", sf_status_name(st));
-    const char *m = f ? sf_fetch_errmsg(f) : errmsg();
-    cr_expect(strstr(m, "NoSuchKey"), "message: %s", m);
-    cr_expect(strstr(m, "bytes 0-"), "message: %s", m);
-    sf_fetch_destroy(f);
+    expect_fetch_fails(url, SF_ERR_NOT_FOUND, (const char *const[]){"NoSuchKey", "bytes 0-", NULL});
 }
 
 /* ============================================================ expand */
@@ -751,75 +737,15 @@ Test(s3, expand_stat_of_an_http_pattern_heads_each_url)
 
 /* ============================================================ a listing that never advances */
 
-/* A server that answers every request with the same truncated listing page:
- * one key and the same continuation token, whatever was asked (a buggy
- * S3-compatible store). Runs until its socket is shut down. */
-struct stuck_lister {
-    int fd;
-    unsigned port;
-    pthread_t th;
-    int answered;
-};
-
-static void *stuck_lister_main(void *arg)
-{
-    struct stuck_lister *sl = arg;
-    static const char body[] =
-        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>"
-        "<ListBucketResult><Name>bucket</Name><Prefix></Prefix><KeyCount>1</KeyCount>"
-        "<IsTruncated>true</IsTruncated><NextContinuationToken>same</NextContinuationToken>"
-        "<Contents><Key>loop/k-00</Key><Size>3</Size><ETag>&quot;0123&quot;</ETag>"
-        "<LastModified>2024-01-01T00:00:00.000Z</LastModified></Contents>"
-        "</ListBucketResult>";
-    for (;;) {
-        int c = accept(sl->fd, NULL, NULL);
-        if (c < 0)
-            return NULL;
-        char req[16384];
-        size_t n = 0;
-        for (;;) {
-            ssize_t k = read(c, req + n, sizeof(req) - 1 - n);
-            if (k <= 0)
-                break;
-            n += (size_t)k;
-            req[n] = '\0';
-            if (!strstr(req, "\r\n\r\n"))
-                continue;
-            char head[256];
-            int hl = snprintf(head, sizeof(head),
-                              "HTTP/1.1 200 OK\r\nContent-Type: application/xml\r\n"
-                              "Content-Length: %zu\r\nConnection: close\r\n\r\n",
-                              sizeof(body) - 1);
-            if (write(c, head, (size_t)hl) != hl || write(c, body, sizeof(body) - 1) < 0)
-                break;
-            __atomic_add_fetch(&sl->answered, 1, __ATOMIC_SEQ_CST);
-            break;
-        }
-        close(c);
-    }
-}
-
-static void stuck_lister_start(struct stuck_lister *sl)
-{
-    memset(sl, 0, sizeof(*sl));
-    sl->fd = socket(AF_INET, SOCK_STREAM, 0);
-    cr_assert(sl->fd >= 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    cr_assert(bind(sl->fd, (struct sockaddr *)&a, sizeof(a)) == 0);
-    cr_assert(listen(sl->fd, 64) == 0);
-    socklen_t len = sizeof(a);
-    cr_assert(getsockname(sl->fd, (struct sockaddr *)&a, &len) == 0);
-    sl->port = ntohs(a.sin_port);
-    cr_assert(pthread_create(&sl->th, NULL, stuck_lister_main, sl) == 0);
-}
-
-static void stuck_lister_stop(struct stuck_lister *sl)
-{
-    shutdown(sl->fd, SHUT_RDWR);
-    pthread_join(sl->th, NULL);
-    close(sl->fd);
-}
+/* What a buggy S3-compatible store answers to every listing, whatever was
+ * asked: a truncated page with one key and the same continuation token. */
+#define STUCK_PAGE_BODY                                                                            \
+    "<?xml version=\"1.0\" encoding=\"UTF-8\"?>"                                                   \
+    "<ListBucketResult><Name>bucket</Name><Prefix></Prefix><KeyCount>1</KeyCount>"                 \
+    "<IsTruncated>true</IsTruncated><NextContinuationToken>same</NextContinuationToken>"           \
+    "<Contents><Key>loop/k-00</Key><Size>3</Size><ETag>&quot;0123&quot;</ETag>"                    \
+    "<LastModified>2024-01-01T00:00:00.000Z</LastModified></Contents>"                             \
+    "</ListBucketResult>"
 
 /* Before the fix both listings asked for the same page for ever, the list
  * growing without bound: the repeated token (ls) and a start-after that
@@ -827,12 +753,16 @@ static void stuck_lister_stop(struct stuck_lister *sl)
 Test(s3, a_listing_that_repeats_its_page_is_an_error_not_a_loop)
 {
     make_root();
-    struct stuck_lister sl;
-    stuck_lister_start(&sl);
-    char endpoint[64];
-    snprintf(endpoint, sizeof(endpoint), "http://127.0.0.1:%u", sl.port);
+    char answer[1024];
+    snprintf(answer, sizeof(answer),
+             "HTTP/1.1 200 OK\r\nContent-Type: application/xml\r\nContent-Length: %zu\r\n"
+             "Connection: close\r\n\r\n%s",
+             sizeof(STUCK_PAGE_BODY) - 1, STUCK_PAGE_BODY);
+    const char *const answers[] = {answer};
+    struct canned_http sl;
+    canned_http_start(&sl, answers, 1);
     struct sf_s3_options o;
-    mock_env_s3_options(&o, endpoint);
+    mock_env_s3_options(&o, sl.url);
     client(&o);
 
     struct sf_object_list *l = NULL;
@@ -841,16 +771,16 @@ Test(s3, a_listing_that_repeats_its_page_is_an_error_not_a_loop)
     cr_expect_null(l);
     cr_expect(strstr(errmsg(), "s3://bucket/loop/"), "message: %s", errmsg());
     cr_expect(strstr(errmsg(), "continuation token"), "message: %s", errmsg());
-    cr_expect_leq(__atomic_load_n(&sl.answered, __ATOMIC_SEQ_CST), 2);
+    cr_expect_leq(canned_http_requests(&sl), 2);
 
     /* more keys than SF_EXPAND_HEAD_MAX: checked with start-after listings */
-    int before = __atomic_load_n(&sl.answered, __ATOMIC_SEQ_CST);
+    size_t before = canned_http_requests(&sl);
     st = sf_s3_expand_stat(s3, "s3://bucket/loop/k-{00..09}", 0, &l);
     cr_expect_eq(st, SF_ERR_PARSE, "%s: %s", sf_status_name(st), errmsg());
     cr_expect_null(l);
     cr_expect(strstr(errmsg(), "s3://bucket/loop/k-0"), "message: %s", errmsg());
-    cr_expect_leq(__atomic_load_n(&sl.answered, __ATOMIC_SEQ_CST) - before, 2);
+    cr_expect_leq(canned_http_requests(&sl) - before, 2);
     sf_s3_destroy(s3);
     s3 = NULL;
-    stuck_lister_stop(&sl);
+    canned_http_stop(&sl);
 }
