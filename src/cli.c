@@ -437,3 +437,27 @@ static int run(int argc, char **argv)
         return rc;
     return fn(&c);
 }
+
+static const int stop_signals[CLI_STOP_SIGNALS] = {SIGINT, SIGTERM, SIGHUP};
+
+void cli_catch_stop_signals(void (*handler)(int), struct sigaction old[CLI_STOP_SIGNALS])
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = handler;
+    sa.sa_flags = SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < CLI_STOP_SIGNALS; i++)
+        sigaddset(&sa.sa_mask, stop_signals[i]);
+    for (size_t i = 0; i < CLI_STOP_SIGNALS; i++) {
+        sigaction(stop_signals[i], NULL, &old[i]);
+        if (old[i].sa_handler != SIG_IGN)
+            sigaction(stop_signals[i], &sa, NULL);
+    }
+}
+
+void cli_restore_stop_signals(const struct sigaction old[CLI_STOP_SIGNALS])
+{
+    for (size_t i = 0; i < CLI_STOP_SIGNALS; i++)
+        sigaction(stop_signals[i], &old[i], NULL);
+}

@@ -10,6 +10,7 @@
 #include "shardfeed.h"
 
 #include <cjson/cJSON.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 
@@ -115,6 +116,15 @@ int cli_stdout_closed(void);
  * program as SIGPIPE does, quietly; anything else is reported once
  * ("stdout: ...") and the caller fails the command. */
 void cli_stdout_failed(int err);
+
+/* The signals that stop a long command: Ctrl-C, kill, a closed terminal. */
+#define CLI_STOP_SIGNALS 3
+/* Catches the stop signals with handler, once each (SA_RESETHAND: a second
+ * one has the default action), the others blocked while it runs; a signal
+ * the shell made us ignore (nohup, `&` without job control) stays ignored.
+ * The old actions go to old, for cli_restore_stop_signals(). */
+void cli_catch_stop_signals(void (*handler)(int), struct sigaction old[CLI_STOP_SIGNALS]);
+void cli_restore_stop_signals(const struct sigaction old[CLI_STOP_SIGNALS]);
 
 /* Creates the S3 client from c->s3o; prints the reason and returns 1 on failure. */
 int cli_open_client(struct cli *c, struct sf_s3 **s3);

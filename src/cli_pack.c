@@ -68,9 +68,6 @@ static const struct cli_flag pack_flags[] = {
 static volatile sig_atomic_t pack_signal;  /* the signal that came, 0 for none */
 static volatile sig_atomic_t pack_writing; /* the first progress call came */
 
-static const int pack_signals[] = {SIGINT, SIGTERM, SIGHUP};
-#define N_PACK_SIGNALS (sizeof(pack_signals) / sizeof(pack_signals[0]))
-
 static void on_pack_signal(int sig)
 {
     if (!pack_writing) {
@@ -83,29 +80,6 @@ static void on_pack_signal(int sig)
     if (write(STDERR_FILENO, note, sizeof(note) - 1) < 0) {
         /* nothing to do from here */
     }
-}
-
-static void set_pack_signals(struct sigaction *old)
-{
-    struct sigaction sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = on_pack_signal;
-    sa.sa_flags = SA_RESETHAND;
-    sigemptyset(&sa.sa_mask);
-    for (size_t i = 0; i < N_PACK_SIGNALS; i++)
-        sigaddset(&sa.sa_mask, pack_signals[i]);
-    for (size_t i = 0; i < N_PACK_SIGNALS; i++) {
-        sigaction(pack_signals[i], NULL, &old[i]);
-        /* a signal the shell made us ignore (nohup) stays ignored */
-        if (old[i].sa_handler != SIG_IGN)
-            sigaction(pack_signals[i], &sa, NULL);
-    }
-}
-
-static void restore_pack_signals(const struct sigaction *old)
-{
-    for (size_t i = 0; i < N_PACK_SIGNALS; i++)
-        sigaction(pack_signals[i], &old[i], NULL);
 }
 
 static int on_pack_progress(void *user, const struct sf_pack_progress *p)
@@ -162,12 +136,12 @@ int cli_cmd_pack(int argc, char **argv)
     a.o.progress_user = bar;
     struct sf_pack_result res;
     char err[1024] = "";
-    struct sigaction old_sa[N_PACK_SIGNALS];
-    set_pack_signals(old_sa);
+    struct sigaction old_sa[CLI_STOP_SIGNALS];
+    cli_catch_stop_signals(on_pack_signal, old_sa);
     double t0 = sf__now_s();
     sf_status st = sf_pack(src, dest, &a.o, &res, err, sizeof(err));
     double secs = sf__now_s() - t0;
-    restore_pack_signals(old_sa);
+    cli_restore_stop_signals(old_sa);
     cli_progress_finish(bar); /* and frees it */
     sf_s3_destroy(s3);
     if (st != SF_OK && pack_signal) {
@@ -405,7 +379,8 @@ int cli_cmd_inspect(int argc, char **argv)
         unsigned long long off = sf_shard_reader_error_offset(r);
         cli_errorf("inspect: %s (%s)", sf_shard_reader_errmsg(r), sf_status_name(st));
         if (out) {
-            cJSON_AddBoolToObject(out, "ok", 0); /* cli_json_finish adds it only beside its own "error" */
+            /* cli_json_finish adds it only beside its own "error" */
+            cJSON_AddBoolToObject(out, "ok", 0);
             cJSON_AddStringToObject(out, "error", sf_shard_reader_errmsg(r));
             cJSON_AddStringToObject(out, "status", sf_status_name(st));
             if (off != SF_SIZE_UNKNOWN)

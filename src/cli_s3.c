@@ -210,9 +210,6 @@ static int sig_stdout_fd = -1; /* the file on stdout, for the handler's ftruncat
 static int sig_null_fd = -1;   /* /dev/null read-only, put on descriptor 1 first */
 static volatile sig_atomic_t sig_cut_stdout;
 
-static const int cleanup_signals[] = {SIGINT, SIGTERM, SIGHUP};
-#define N_CLEANUP_SIGNALS (sizeof(cleanup_signals) / sizeof(cleanup_signals[0]))
-
 /* Async-signal-safe: unlink and ftruncate only, then the signal's default
  * action (SA_RESETHAND restored it), so the exit status still says how the
  * program ended. */
@@ -257,25 +254,12 @@ static void set_cleanup_handlers(struct job *jobs, size_t n_jobs, struct sigacti
 {
     sig_jobs = jobs;
     sig_n_jobs = n_jobs;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = on_cleanup_signal;
-    sa.sa_flags = SA_RESETHAND;
-    sigemptyset(&sa.sa_mask);
-    for (size_t i = 0; i < N_CLEANUP_SIGNALS; i++)
-        sigaddset(&sa.sa_mask, cleanup_signals[i]);
-    for (size_t i = 0; i < N_CLEANUP_SIGNALS; i++) {
-        sigaction(cleanup_signals[i], NULL, &old[i]);
-        /* a signal the shell made us ignore (nohup, `&` without job control) stays ignored */
-        if (old[i].sa_handler != SIG_IGN)
-            sigaction(cleanup_signals[i], &sa, NULL);
-    }
+    cli_catch_stop_signals(on_cleanup_signal, old);
 }
 
 static void restore_signal_handlers(const struct sigaction *old)
 {
-    for (size_t i = 0; i < N_CLEANUP_SIGNALS; i++)
-        sigaction(cleanup_signals[i], &old[i], NULL);
+    cli_restore_stop_signals(old);
     disarm_stdout_cut();
     sig_n_jobs = 0;
     sig_jobs = NULL;
@@ -573,7 +557,7 @@ int cli_cmd_get(struct cli *c)
             }
     unsigned long long bytes = 0;
     size_t failed = 0;
-    struct sigaction old_sa[N_CLEANUP_SIGNALS];
+    struct sigaction old_sa[CLI_STOP_SIGNALS];
     int handlers_set = rc == 0;
     if (handlers_set)
         set_cleanup_handlers(jobs, n_jobs, old_sa);
