@@ -21,7 +21,8 @@ cuda_compiled = _shardfeed.cuda_compiled()
 _logging.getLogger("shardfeed").addHandler(_logging.NullHandler())
 
 __all__ = [
-    "Loader", "doctor", "tune", "Batch", "Array", "Error", "ConfigError", "NotFoundError", "AccessDeniedError",
+    "Loader", "doctor", "tune", "ls", "stat", "warm_cache", "pack", "index",
+    "Batch", "Array", "Error", "ConfigError", "NotFoundError", "AccessDeniedError",
     "NetworkError", "ChangedError", "CorruptError", "LimitError", "UnsupportedError",
     "__version__", "cuda_compiled",
 ]

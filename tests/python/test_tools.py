@@ -444,3 +444,16 @@ def test_index_of_a_corrupt_shard_raises_corrupt_error_with_the_offset(mock_s3):
     with pytest.raises(shardfeed.CorruptError) as ei:
         shardfeed.index(b + "/broken.tar", dry_run=True, endpoint_url=mock_s3.endpoint_url)
     assert "broken.tar" in str(ei.value)
+
+
+def test_star_import_gives_the_tools_and_every_public_name_exists():
+    """`from shardfeed import *` (notebooks) brings the tools the docs show;
+    a name in __all__ that the package lacks would make it raise."""
+    ns = {}
+    exec("from shardfeed import *", ns)
+    for name in ("Loader", "ls", "stat", "warm_cache", "pack", "index", "doctor", "tune"):
+        assert callable(ns[name]), name
+    import shardfeed
+    for name in shardfeed.__all__:
+        assert hasattr(shardfeed, name), name
+
