@@ -41,7 +41,7 @@ void cli_usage(FILE *f)
           "                step, and the knob to turn (`shardfeed doctor --help`)\n"
           "  tune URL...   search decode threads, concurrency, chunk size and prefetch depths\n"
           "                and write the best as a --config file (`shardfeed tune --help`)\n"
-          "  version       print the library version and what this build supports\n"
+          "  version       the library version and what this build supports (--json: one object)\n"
           "  help          this text\n"
           "\n"
           "URLs: s3://bucket/key, s3://bucket/prefix/ (every object below it),\n"
@@ -337,12 +337,49 @@ static const struct {
     {"stat", cli_cmd_stat},
 };
 
-static int cmd_version(void)
+/* `version [--json]`: a word it does not know is refused, so that a script
+ * that asked for JSON never parses the text form. */
+static int cmd_version(int argc, char **argv)
 {
+    int json = 0, takes_next;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--json")) {
+            json = 1;
+        } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            printf("usage: shardfeed version [--json]\n");
+            return 0;
+        } else if (cli_common_flag(argv[i], &takes_next)) {
+            /* taken, as every command takes them, and unused: nothing is requested */
+            if (takes_next && ++i >= argc) {
+                cli_errorf("option '%s' needs a value, and it is missing", argv[i - 1]);
+                return EXIT_USAGE;
+            }
+        } else {
+            cli_errorf("version: unknown argument '%s' (it takes --json and the options every "
+                       "command takes)",
+                       argv[i]);
+            return EXIT_USAGE;
+        }
+    }
+    int cuda = sf_cuda_compiled();
+    int devices = cuda ? sf_cuda_device_count() : 0;
+    if (json) {
+        cJSON *j = cJSON_CreateObject(), *c = NULL;
+        if (!cJSON_AddStringToObject(j, "version", sf_version()) ||
+            !(c = cJSON_AddObjectToObject(j, "cuda")) ||
+            !cJSON_AddBoolToObject(c, "compiled", cuda) ||
+            !cJSON_AddNumberToObject(c, "devices", devices)) {
+            cJSON_Delete(j);
+            cli_errorf("version: out of memory");
+            return 1;
+        }
+        cli_print_json(j);
+        return 0;
+    }
     printf("shardfeed %s\n", sf_version());
-    printf("cuda: %s", sf_cuda_compiled() ? "compiled in" : "not compiled in");
-    if (sf_cuda_compiled())
-        printf(", %d device(s) visible", sf_cuda_device_count());
+    printf("cuda: %s", cuda ? "compiled in" : "not compiled in");
+    if (cuda)
+        printf(", %d device(s) visible", devices);
     printf("\n");
     return 0;
 }
@@ -417,7 +454,7 @@ static int run(int argc, char **argv)
         if (!strcmp(cmd, own_parsers[i].name))
             return own_parsers[i].run(argc - 1, argv + 1);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0)
-        return cmd_version();
+        return cmd_version(argc - 1, argv + 1);
     if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
         cli_usage(stdout);
         return 0;

@@ -3,6 +3,7 @@
  * and, for numbers, the range. Nothing here reaches a server. */
 #include "shardfeed.h"
 
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -278,6 +279,40 @@ Test(cli, help_of_each_command_is_on_stdout)
         cr_expect_eq(run_as(SF_CLI_BIN, args, 1, out, sizeof(out)), 0, "%s --help", cmds[i][0]);
         cr_expect(strstr(out, cmds[i][1]), "%s --help: stdout is: %s", cmds[i][0], out);
     }
+}
+
+/* `version --json` printed the text form, which a script then failed to
+ * parse, and `version --bogus` exited 0. Now --json gives one object whose
+ * version is the library's, the options every command takes are taken, and
+ * any other word is refused (exit 2, naming it). */
+Test(cli, version_in_json_and_its_arguments)
+{
+    const char *args[] = {"version", "--json", NULL};
+    char out[4096];
+    cr_assert_eq(run_as(SF_CLI_BIN, args, 1, out, sizeof(out)), 0, "stdout: %s", out);
+    cJSON *j = cJSON_Parse(out);
+    cr_assert_not_null(j, "not JSON: %s", out);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "version");
+    const cJSON *cuda = cJSON_GetObjectItemCaseSensitive(j, "cuda");
+    cr_expect(cJSON_IsString(v) && !strcmp(v->valuestring, sf_version()), "%s", out);
+    cr_expect(cJSON_IsBool(cJSON_GetObjectItemCaseSensitive(cuda, "compiled")), "%s", out);
+    cr_expect_eq(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cuda, "compiled")),
+                 sf_cuda_compiled() != 0);
+    cr_expect(cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(cuda, "devices")), "%s", out);
+    cJSON_Delete(j);
+
+    const char *global[] = {"--endpoint-url", "http://127.0.0.1:1", "version", NULL};
+    cr_expect_eq(run_as(SF_CLI_BIN, global, 1, out, sizeof(out)), 0);
+    char want[128];
+    snprintf(want, sizeof(want), "shardfeed %s\n", sf_version());
+    cr_expect_eq(strncmp(out, want, strlen(want)), 0, "stdout: %s", out);
+
+    const struct bad b[] = {
+        {{"version", "--bogus", NULL}, {"version", "'--bogus'"}},
+        {{"version", "extra", NULL}, {"'extra'"}},
+        {{"version", "--region", NULL}, {"'--region'", "missing"}},
+    };
+    expect_usage_errors(b, sizeof(b) / sizeof(b[0]));
 }
 
 /* --config names what is wrong with the file: a folder, or one too big (the
