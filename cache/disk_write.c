@@ -221,10 +221,20 @@ sf_status sf__dc_begin(struct sf__disk_cache *dc, const struct sf__cache_id *id,
     }
     struct sf__dc_record rec;
     struct stat pst;
-    if (record_read(w->lock_fd, &rec) == 0 && rec.state == SF__DC_ST_DOWNLOADING &&
+    if (record_read(w->lock_fd, &rec) != 0)
+        memset(&rec, 0, sizeof(rec)); /* none yet, or unreadable: nothing claimed */
+    if (rec.state == SF__DC_ST_DOWNLOADING &&
         rec.size == size && !strcmp(rec.etag, etag) && rec.contiguous <= size &&
         lstat(part_path, &pst) == 0 && S_ISREG(pst.st_mode) && (uint64_t)pst.st_size == size)
         w->resume = rec.contiguous;
+    if (!w->resume && rec.state != SF__DC_ST_IDLE) {
+        /* An earlier downloader's record would go on claiming its bytes
+         * while the .part below is replaced by a new, empty one: a follower
+         * opening that file in the meantime read zeros as the object. The
+         * record says "nothing yet" before the file changes. */
+        memset(&rec, 0, sizeof(rec));
+        record_write(w->lock_fd, &rec);
+    }
 
     int lk = sf__dc_evict_lock(dc);
     if (lk < 0) {

@@ -6,6 +6,7 @@
 #include "cache_fixture.h"
 
 #include "cache/disk_cache.h"
+#include "cache/disk_cache_internal.h"
 #include "shardfeed.h"
 #include "support/spawn.h"
 
@@ -313,6 +314,91 @@ Test(cache, a_downloader_killed_during_its_publish_leaves_nothing_served)
     sf__disk_cache_close(dc);
     free(back);
     free(data);
+}
+
+/* True once pid waits for an flock (a "->" line of /proc/locks). */
+static int waits_for_flock(pid_t pid)
+{
+    FILE *f = fopen("/proc/locks", "r");
+    cr_assert_not_null(f);
+    char line[256], want[32];
+    snprintf(want, sizeof(want), " %d ", (int)pid);
+    int found = 0;
+    while (!found && fgets(line, sizeof(line), f))
+        found = strstr(line, "->") && strstr(line, "FLOCK") && strstr(line, want);
+    fclose(f);
+    return found;
+}
+
+/* A downloader killed with every byte written leaves a record that claims
+ * them; its .part then goes (a cleaner). The next downloader replaces the
+ * .part with a new, empty file, and a follower that believed the old record
+ * read that file's zeros as the object. Now the new downloader withdraws the
+ * claim before it touches the file: seen here while it waits for evict.lock,
+ * which it takes before it makes the new .part. */
+Test(cache, a_new_downloader_withdraws_the_old_claim_before_it_replaces_the_part)
+{
+    make_dirs();
+    struct sf__disk_cache_options dco = {.dir = cdir};
+    struct sf__cache_id id = {"http://h", "bucket", "claim.tar"};
+    size_t n = 64 * 1024;
+    char err[512] = "";
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        struct sf__disk_cache *dc;
+        enum sf__dc_begin_result r;
+        struct sf__dc_writer *w;
+        if (sf__disk_cache_open(&dco, &dc, err, sizeof(err)) != SF_OK ||
+            sf__dc_begin(dc, &id, "\"e1\"", n, &r, &w, err, sizeof(err)) != SF_OK ||
+            r != SF__DC_OWNER)
+            _exit(2);
+        sf__dc_writer_progress(w, n);
+        raise(SIGKILL);
+        _exit(4);
+    }
+    int status;
+    cr_assert(waitpid(pid, &status, 0) == pid && WIFSIGNALED(status), "the child ended %d",
+              status);
+    struct sf__disk_cache *dc;
+    cr_assert_eq(sf__disk_cache_open(&dco, &dc, err, sizeof(err)), SF_OK, "%s", err);
+    char kh[65], part[1024];
+    sf__dc_key_hash(&id, kh);
+    snprintf(part, sizeof(part), "%s/v1/%.2s/%s.part", cdir, kh, kh);
+    cr_assert_eq(unlink(part), 0, "%s: %s", part, strerror(errno));
+    struct sf__dc_record rec;
+    int alive;
+    cr_assert_eq(sf__dc_peek(dc, &id, &rec, &alive), SF_OK);
+    cr_assert(rec.state == SF__DC_ST_DOWNLOADING && rec.contiguous == n && !alive);
+
+    int lk = sf__dc_evict_lock(dc);
+    cr_assert(lk >= 0);
+    pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        struct sf__disk_cache *dc2;
+        enum sf__dc_begin_result r;
+        struct sf__dc_writer *w;
+        if (sf__disk_cache_open(&dco, &dc2, err, sizeof(err)) != SF_OK ||
+            sf__dc_begin(dc2, &id, "\"e1\"", n, &r, &w, err, sizeof(err)) != SF_OK ||
+            r != SF__DC_OWNER || sf__dc_writer_resume(w) != 0)
+            _exit(2);
+        _exit(0);
+    }
+    /* a hang guard, not a timing: the child blocks at once */
+    for (int i = 0; i < 20000 && !waits_for_flock(pid); i++)
+        usleep(1000);
+    cr_assert(waits_for_flock(pid), "the new downloader never waited for evict.lock");
+    cr_assert_eq(sf__dc_peek(dc, &id, &rec, &alive), SF_OK);
+    cr_expect(alive, "the new downloader holds the key's lock");
+    cr_expect(rec.state != SF__DC_ST_DOWNLOADING || rec.contiguous == 0,
+              "while the .part is replaced the record still claims %llu bytes (state %u)",
+              (unsigned long long)rec.contiguous, rec.state);
+    sf__dc_evict_unlock(lk);
+    cr_assert(waitpid(pid, &status, 0) == pid);
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the new downloader ended %d",
+              status);
+    sf__disk_cache_close(dc);
 }
 
 /* Four processes read different shards at once through one cache whose limit
