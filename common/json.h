@@ -108,6 +108,27 @@ static inline int sf__json_nul_where_n(const char *text, size_t len, const cJSON
     return sf__json_nul_walk(root, &p, end, path, 0, sizeof(path), where, where_len);
 }
 
+/* Rewrites each escaped NUL of text[0, len) ("\u0000", not "\\u0000") as
+ * "\u003f" ('?') in place; returns how many. For a document that holds
+ * secrets and is refused anyway: parsed after this, no string of the tree
+ * stops short of its end, so a wipe by strlen() reaches every byte cJSON
+ * copied (sf__json_nul_where_n() on the original text still names the
+ * field). Outside strings valid JSON has no backslash. */
+static inline size_t sf__json_mask_nuls(char *text, size_t len)
+{
+    size_t n = 0;
+    for (size_t i = 0; i + 1 < len; i++) {
+        if (text[i] != '\\')
+            continue;
+        i++; /* the escaped character, never itself an escape */
+        if (text[i] == 'u' && len - i >= 5 && !memcmp(text + i + 1, "0000", 4)) {
+            memcpy(text + i + 1, "003f", 4);
+            n++;
+        }
+    }
+    return n;
+}
+
 /* sf__json_nul_where_n() of a NUL-terminated text. */
 static inline int sf__json_nul_where(const char *text, const cJSON *root, char *where,
                                      size_t where_len)

@@ -211,7 +211,26 @@ sf_status sf__credentials_parse_json(const char *body, size_t n, struct sf__cred
         return sf__fail(err, err_len, SF_ERR_PARSE,
                         "credentials document holds a NUL byte at offset %zu",
                         (size_t)(nul - body));
-    cJSON *doc = cJSON_ParseWithLength(body, n);
+    /* A document with an escaped NUL is refused below; it is parsed from a
+     * copy with those masked, so the wipe at the end reaches each secret's
+     * whole copy in the tree, not only its bytes before the NUL. */
+    char *masked = NULL;
+    if (memmem(body, n, "u0000", 5)) {
+        masked = malloc(n ? n : 1);
+        if (!masked)
+            return sf__fail(err, err_len, SF_ERR_NO_MEMORY, "out of memory");
+        memcpy(masked, body, n);
+        if (!sf__json_mask_nuls(masked, n)) {
+            sf__wipe(masked, n);
+            free(masked);
+            masked = NULL;
+        }
+    }
+    cJSON *doc = cJSON_ParseWithLength(masked ? masked : body, n);
+    if (masked) {
+        sf__wipe(masked, n);
+        free(masked);
+    }
     if (!doc)
         return sf__fail(err, err_len, SF_ERR_PARSE, "credentials document is not valid JSON");
     sf_status st = SF_OK;

@@ -167,6 +167,52 @@ Test(credentials, parse_json_refuses_a_nul_in_a_string_naming_the_field)
     cr_expect(!strstr(err, "holds a NUL"), "%s", err);
 }
 
+/* cJSON's allocations in this test process, each with its size in front,
+ * so that a freed block can be searched for what should have been wiped. */
+static int tail_seen;
+static void *sized_malloc(size_t n)
+{
+    size_t *b = malloc(sizeof(size_t) + n);
+    if (!b)
+        return NULL;
+    b[0] = n;
+    return b + 1;
+}
+static void sized_free(void *p)
+{
+    if (!p)
+        return;
+    size_t *b = (size_t *)p - 1;
+    if (memmem(p, b[0], "TAILOFSECRET", 12))
+        tail_seen++;
+    free(b);
+}
+
+/* A secret with "\u0000" in it is refused, and cJSON's copy of it was wiped
+ * only up to the NUL (strlen): the tail went back to the heap as it was.
+ * Now the document is parsed with those escapes masked, so no freed block
+ * holds any of it (parse_json_refuses_a_nul_in_a_string_naming_the_field
+ * checks that "\\u0000", a backslash then u0000, is still kept). */
+Test(credentials, a_refused_secret_with_a_nul_is_wiped_whole)
+{
+    cJSON_Hooks hooks = {sized_malloc, sized_free};
+    cJSON_InitHooks(&hooks);
+    const char *docs[] = {
+        "{\"AccessKeyId\":\"A\",\"SecretAccessKey\":\"s\\u0000TAILOFSECRET\"}",
+        "{\"AccessKeyId\":\"A\",\"SecretAccessKey\":\"s\",\"Token\":\"t\\u0000TAILOFSECRET\"}",
+    };
+    for (size_t i = 0; i < sizeof(docs) / sizeof(docs[0]); i++) {
+        struct sf__credentials cr;
+        char err[256] = "";
+        tail_seen = 0;
+        cr_expect_eq(sf__credentials_parse_json(docs[i], strlen(docs[i]), &cr, err, sizeof(err)),
+                     SF_ERR_PARSE, "case %zu: %s", i, err);
+        cr_expect(strstr(err, "holds a NUL"), "case %zu: %s", i, err);
+        cr_expect_eq(tail_seen, 0, "case %zu: the secret's tail was freed unwiped", i);
+    }
+    cJSON_InitHooks(NULL);
+}
+
 /* ------------------------------------------------------------ local providers */
 
 Test(credentials, explicit_options)
