@@ -5,6 +5,7 @@
  */
 #include "s3/credentials_internal.h"
 #include "common/secret.h"
+#include "s3/socket.h"
 
 #include <stdio.h>
 
@@ -83,6 +84,9 @@ sf_status sf__cred_http_request(struct sf__cred_chain *c, int put, const char *u
         curl_easy_setopt(h, CURLOPT_ERRORBUFFER, ebuf);
         if (c->ca_bundle)
             curl_easy_setopt(h, CURLOPT_CAINFO, c->ca_bundle);
+        int socket_errno = 0;
+        curl_easy_setopt(h, CURLOPT_OPENSOCKETFUNCTION, sf__socket_open);
+        curl_easy_setopt(h, CURLOPT_OPENSOCKETDATA, &socket_errno);
         if (put) {
             curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, "PUT");
             curl_easy_setopt(h, CURLOPT_POSTFIELDS, "");
@@ -92,6 +96,7 @@ sf_status sf__cred_http_request(struct sf__cred_chain *c, int put, const char *u
         /* Nothing of ours may outlive this call inside the reused handle. */
         curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL);
         curl_easy_setopt(h, CURLOPT_ERRORBUFFER, NULL);
+        curl_easy_setopt(h, CURLOPT_OPENSOCKETDATA, NULL);
         if (rc == CURLE_WRITE_ERROR && r->body.err == SF_ERR_LIMIT)
             return sf__fail(why, why_len, SF_ERR_LIMIT, "%s %s: response over %zu bytes",
                             put ? "PUT" : "GET", shown, BODY_MAX_BYTES);
@@ -103,9 +108,12 @@ sf_status sf__cred_http_request(struct sf__cred_chain *c, int put, const char *u
             continue;
         }
         st = rc == CURLE_OPERATION_TIMEDOUT ? SF_ERR_TIMEOUT : SF_ERR_NETWORK;
+        char said[CURL_ERROR_SIZE + 200];
+        snprintf(said, sizeof(said), "%s", ebuf[0] ? ebuf : curl_easy_strerror(rc));
+        sf__socket_why(socket_errno, said, sizeof(said));
         sf__fail(why, why_len, SF_OK, "%s %s: %s (%u attempt%s, timeout %u ms each)",
-                 put ? "PUT" : "GET", shown, ebuf[0] ? ebuf : curl_easy_strerror(rc), c->attempts,
-                 c->attempts == 1 ? "" : "s", c->timeout_ms);
+                 put ? "PUT" : "GET", shown, said, c->attempts, c->attempts == 1 ? "" : "s",
+                 c->timeout_ms);
     }
     return st;
 }

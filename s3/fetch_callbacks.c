@@ -158,16 +158,6 @@ static void headers_check_fetch(struct xfer *x, struct sf_fetch *f)
     }
 }
 
-curl_socket_t sf__open_socket(void *ud, curlsocktype purpose, struct curl_sockaddr *addr)
-{
-    struct xfer *x = ud;
-    (void)purpose;
-    curl_socket_t s = socket(addr->family, addr->socktype | SOCK_CLOEXEC, addr->protocol);
-    if (s == CURL_SOCKET_BAD)
-        x->socket_errno = errno;
-    return s;
-}
-
 size_t sf__on_header(char *buf, size_t size, size_t nitems, void *ud)
 {
     struct xfer *x = ud;

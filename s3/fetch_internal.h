@@ -112,7 +112,7 @@ struct xfer {
     curl_off_t last_dlnow;
     uint64_t attempt_bytes;
     uint64_t body_pos; /* next request-body byte to send (calls with a body) */
-    int socket_errno;  /* why the attempt's last socket() failed (sf__open_socket), 0: none */
+    int socket_errno;  /* why the attempt's last socket() failed (s3/socket.h), 0: none */
     /* last failure, for the final message */
     char last_msg[512];
 };
@@ -242,10 +242,6 @@ sf_status sf__fetch_layout(struct sf__engine *e, struct sf_fetch *f, uint64_t si
 
 /* defined in s3/fetch_callbacks.c */
 size_t sf__on_header(char *buf, size_t size, size_t nitems, void *ud);
-/* CURLOPT_OPENSOCKETFUNCTION: socket() with close-on-exec, keeping why it
- * failed in the attempt (curl says "Couldn't connect to server" for a
- * process out of descriptors, and leaves CURLINFO_OS_ERRNO at 0). */
-curl_socket_t sf__open_socket(void *ud, curlsocktype purpose, struct curl_sockaddr *addr);
 void sf__stage_put(struct worker *w, unsigned char *b);
 int sf__stage_flush(struct xfer *x);
 size_t sf__on_write(char *data, size_t size, size_t nmemb, void *ud);

@@ -4,6 +4,7 @@
  * The locks are described in s3/fetch_internal.h.
  */
 #include "s3/fetch_internal.h"
+#include "s3/socket.h"
 #include "common/clock.h"
 #include "common/log.h"
 
@@ -257,8 +258,8 @@ sf_status sf__attempt_start(struct sf__engine *e, struct xfer *x)
     curl_easy_setopt(h, CURLOPT_HTTP_VERSION,
                      e->cfg.opt.http2 ? (long)CURL_HTTP_VERSION_2TLS : (long)CURL_HTTP_VERSION_1_1);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)attempt_connect_ms(e, x, now0));
-    curl_easy_setopt(h, CURLOPT_OPENSOCKETFUNCTION, sf__open_socket);
-    curl_easy_setopt(h, CURLOPT_OPENSOCKETDATA, x);
+    curl_easy_setopt(h, CURLOPT_OPENSOCKETFUNCTION, sf__socket_open);
+    curl_easy_setopt(h, CURLOPT_OPENSOCKETDATA, &x->socket_errno);
     curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, sf__on_header);
     curl_easy_setopt(h, CURLOPT_HEADERDATA, x);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, sf__on_write);
@@ -669,13 +670,7 @@ void sf__attempt_done(struct sf__engine *e, struct xfer *x, CURLcode code)
         size_t l = strlen(why);
         while (l > 0 && why[l - 1] == '\n')
             why[--l] = '\0';
-        if (x->socket_errno == EMFILE || x->socket_errno == ENFILE)
-            snprintf(why + l, sizeof(why) - l,
-                     " (socket: %s: no file descriptor left for a connection; raise the limit, "
-                     "ulimit -n, or lower concurrency)",
-                     strerror(x->socket_errno));
-        else if (x->socket_errno)
-            snprintf(why + l, sizeof(why) - l, " (socket: %s)", strerror(x->socket_errno));
+        sf__socket_why(x->socket_errno, why, sizeof(why));
         switch (code) {
         case CURLE_SSL_CACERT_BADFILE:
         case CURLE_PEER_FAILED_VERIFICATION:

@@ -6,6 +6,7 @@
 
 #include "support/mock_env.h"
 #include "support/mock_proc.h"
+#include "support/spawn.h"
 #include "support/test_cert.h"
 
 #include <arpa/inet.h>
@@ -18,8 +19,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -70,6 +73,40 @@ Test(credentials, container_relative_uri_with_token_file)
     cr_expect(strstr(err, "HTTP 401") != NULL, "%s", err);
     cr_expect(strstr(err, "wrong-token") == NULL, "%s", err);
     cr_expect_eq(cred_stat("container"), 1);
+}
+
+/* A process out of descriptors asking the container endpoint got curl's
+ * "Couldn't connect to server", as if the endpoint were down. Now the
+ * message says socket() failed for want of a descriptor, and what to do. */
+Test(credentials, a_process_out_of_descriptors_is_told_so)
+{
+    start_mock(NULL);
+    use_container_full_uri();
+    int fd;
+    pid_t pid = test_fork_piped(&fd);
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        alarm(30);
+        struct sf__cred_chain *c = default_chain();
+        struct rlimit rl;
+        if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+            _exit(90);
+        rl.rlim_cur = 64;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            _exit(91);
+        while (open("/dev/null", O_RDONLY) >= 0)
+            ; /* every descriptor taken */
+        char err[4096] = "";
+        sf_status st = get_fail(c, time(NULL), err, sizeof(err));
+        dprintf(fd, "%s: %s", sf_status_name(st), err);
+        _exit(st == SF_OK ? 1 : 0);
+    }
+    char msg[4096] = "";
+    int ws = test_wait_piped(pid, fd, msg, sizeof(msg));
+    cr_assert(ws != -1 && WIFEXITED(ws), "the child ended %d: %s", ws, msg);
+    cr_expect_eq(WEXITSTATUS(ws), 0, "%s", msg);
+    cr_expect(strstr(msg, "container: GET"), "%s", msg);
+    cr_expect(strstr(msg, "no file descriptor left"), "%s", msg);
 }
 
 Test(credentials, container_full_uri_http_only_to_loopback_or_agents)
