@@ -19,4 +19,27 @@ static inline int sf__split_at(const char *s, size_t n, char sep, size_t *name_l
     return 1;
 }
 
+/* name for a message, into buf: whole when under SF__MSG_NAME_BYTES, else
+ * its first 200 and last 100 bytes (each cut back to a whole UTF-8
+ * character) around "...", so that a name near S3's 1024-byte key limit
+ * cannot push what went wrong out of a fixed-size message. Returns buf. */
+#define SF__MSG_NAME_BYTES 320
+static inline const char *sf__msg_name(const char *name, char buf[SF__MSG_NAME_BYTES])
+{
+    size_t n = strlen(name);
+    if (n < SF__MSG_NAME_BYTES) {
+        memcpy(buf, name, n + 1);
+        return buf;
+    }
+    size_t head = 200, tail = 100;
+    while (head > 0 && ((unsigned char)name[head] & 0xC0) == 0x80)
+        head--;
+    while (tail > 0 && ((unsigned char)name[n - tail] & 0xC0) == 0x80)
+        tail--;
+    memcpy(buf, name, head);
+    memcpy(buf + head, "...", 3);
+    memcpy(buf + head + 3, name + n - tail, tail + 1);
+    return buf;
+}
+
 #endif

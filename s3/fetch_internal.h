@@ -40,6 +40,7 @@
 
 #include "s3/fetch.h"
 #include "s3/fetch_policy.h"
+#include "common/text.h"
 
 #include <pthread.h>
 #include <stdint.h>
@@ -254,11 +255,8 @@ int sf__on_seek(void *ud, curl_off_t offset, int origin);
 void sf__wake_all(struct sf__engine *e);
 
 /* defined in s3/fetch_xfer.c */
-/* x's object for a message, into buf (SF__MSG_NAME_BYTES): its name whole
- * when short, else its start and end around "...", so a key near S3's
- * 1024-byte limit cannot push the range, status and S3 code out of a
- * fixed-size message. Returns buf. */
-#define SF__MSG_NAME_BYTES 320
+/* x's object for a message, into buf (SF__MSG_NAME_BYTES), shortened by
+ * sf__msg_name() (common/text.h). Returns buf. */
 const char *sf__xfer_name(const struct xfer *x, char *buf);
 size_t sf__idle_cap(const struct sf__engine *e);
 sf_status sf__attempt_start(struct sf__engine *e, struct xfer *x);

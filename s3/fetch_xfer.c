@@ -7,6 +7,7 @@
 #include "s3/socket.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/text.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -31,21 +32,7 @@ elog(struct sf__engine *e, enum sf_log_level level, const char *fmt, ...)
 
 const char *sf__xfer_name(const struct xfer *x, char *buf)
 {
-    const char *name = x->f ? x->f->loc.display : x->call->loc->display;
-    size_t n = strlen(name);
-    if (n < SF__MSG_NAME_BYTES) {
-        memcpy(buf, name, n + 1);
-        return buf;
-    }
-    /* 200 bytes of the start and 100 of the end, each cut back to a whole
-     * UTF-8 character */
-    size_t head = 200, tail = 100;
-    while (head > 0 && ((unsigned char)name[head] & 0xC0) == 0x80)
-        head--;
-    while (tail > 0 && ((unsigned char)name[n - tail] & 0xC0) == 0x80)
-        tail--;
-    snprintf(buf, SF__MSG_NAME_BYTES, "%.*s...%s", (int)head, name, name + n - tail);
-    return buf;
+    return sf__msg_name(x->f ? x->f->loc.display : x->call->loc->display, buf);
 }
 
 static void range_text(const struct xfer *x, char *out, size_t n)

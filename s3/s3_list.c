@@ -11,6 +11,7 @@
 #include "common/strbuf.h"
 #include "common/file.h"
 #include "common/grow.h"
+#include "common/text.h"
 #include "s3/uri.h"
 #include "s3/xml.h"
 #include "shardfeed_s3.h"
@@ -713,11 +714,12 @@ static sf_status expand_stat(struct sf_s3 *s3, const char *source, size_t max_ob
     for (size_t i = 0; st == SF_OK && i < ps.n; i++)
         if (!ps.v[i].found && missing++ == 0)
             first = i;
+    char name[SF__MSG_NAME_BYTES], of[SF__MSG_NAME_BYTES];
     if (missing && (braces || ps.n > 1))
         st = sf__s3_set_err(s3, SF_ERR_NOT_FOUND,
                             "%s: no such object (%zu of the %zu objects of %s %s)",
-                            l->items[ps.v[first].slot].url, missing, ps.n, source,
-                            missing == 1 ? "is missing" : "are missing");
+                            sf__msg_name(l->items[ps.v[first].slot].url, name), missing, ps.n,
+                            sf__msg_name(source, of), missing == 1 ? "is missing" : "are missing");
     else if (missing)
         st = SF_ERR_NOT_FOUND; /* the HEAD or stat() already said why */
     pending_free(&ps);

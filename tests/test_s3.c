@@ -600,6 +600,21 @@ Test(s3, expand_stat_names_the_first_missing_object)
     cr_expect(strstr(errmsg(), "4 of the 12"), "message: %s", errmsg());
     cr_expect(strstr(errmsg(), "s3://bucket/gap/t-{000..011}.tar"), "message: %s", errmsg());
 
+    /* a pattern near the key limit: both names are shortened in the middle,
+     * so the message still ends with what it says (it was cut before "are
+     * missing") */
+    char longpat[1100], dirs[901];
+    memset(dirs, 'd', 900);
+    dirs[900] = '\0';
+    snprintf(longpat, sizeof(longpat), "s3://bucket/gap/%s-{000..003}.tar", dirs);
+    st = sf_s3_expand_stat(s3, longpat, 0, &l);
+    cr_expect_eq(st, SF_ERR_NOT_FOUND, "%s", sf_status_name(st));
+    cr_expect(strstr(errmsg(), "4 of the 4 objects of s3://bucket/gap/dddd"), "message: %s",
+              errmsg());
+    cr_expect(strstr(errmsg(), "dddd-{000..003}.tar are missing)"), "message: %s", errmsg());
+    cr_expect(strstr(errmsg(), "dddd-000.tar: no such object"), "message: %s", errmsg());
+    cr_expect(strstr(errmsg(), "ddd...ddd"), "message: %s", errmsg());
+
     /* pattern order decides which one is named first */
     st = sf_s3_expand_stat(s3, "s3://bucket/gap/t-{009..000}.tar", 0, &l);
     cr_expect_eq(st, SF_ERR_NOT_FOUND);
