@@ -345,6 +345,12 @@ int run_cli(const char *const *args, char *out, size_t out_len)
     return run_cli_err(args, out, out_len, NULL, 0);
 }
 
+void expect_usage_error(const char *const *args)
+{
+    char out[8192];
+    cr_expect_eq(run_cli(args, out, sizeof(out)), 2, "%s %s: %s", args[1], args[2], out);
+}
+
 void remove_index(const char *dir)
 {
     char p[900];

@@ -105,6 +105,8 @@ long admin(const char *method, const char *path_query, const char *body);
  * exit status, -1 when killed. */
 int run_cli(const char *const *args, char *out, size_t out_len);
 int run_cli_err(const char *const *args, char *out, size_t out_len, char *err, size_t err_len);
+/* The CLI run with args (argv, NULL-terminated) exits 2: bad usage. */
+void expect_usage_error(const char *const *args);
 
 /* The loader's log into log_text (any loader thread may log). */
 void keep_log_in(struct sf_loader_options *o);
