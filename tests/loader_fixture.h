@@ -87,10 +87,12 @@ struct epoch_log {
  * sample: label = class of its pixels, txt field = its key. Returns what
  * ended the run (SF_OK after max_batches). */
 sf_status run_epoch(struct sf_loader *l, struct epoch_log *e, unsigned max_batches);
-/* Runs head_batches batches into head, saves the state into state
- * (SF_LOADER_STATE_BYTES) and runs the rest of the epoch into tail. */
-void save_mid_epoch(struct sf_loader *l, unsigned head_batches, unsigned char *state,
-                    struct epoch_log *head, struct epoch_log *tail);
+/* Opens a loader on o, runs head_batches batches into head, saves the
+ * state into state (SF_LOADER_STATE_BYTES) and runs the rest of the epoch
+ * into tail. Returns the loader, at the epoch's end. */
+struct sf_loader *open_and_save_mid_epoch(const struct sf_loader_options *o, unsigned head_batches,
+                                          unsigned char *state, struct epoch_log *head,
+                                          struct epoch_log *tail);
 /* Restores state (SF_LOADER_STATE_BYTES) into l and runs the rest of the
  * epoch, which must deliver tail's batches; then frees head's and tail's
  * seen and closes l. */

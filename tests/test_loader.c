@@ -201,15 +201,21 @@ Test(loader, corrupt_jpeg_fails_naming_the_sample_or_is_skipped)
     sf_loader_close(l);
 }
 
+/* What the state tests save 3 batches into: 130 local samples in shards of
+ * 32 KiB, read at epoch 3. */
+static void epoch_3_options(struct sf_loader_options *o)
+{
+    local_options(o, 130, 32 << 10);
+    o->sampler.epoch = 3;
+}
+
 Test(loader, state_restore_gives_the_same_remaining_batches)
 {
     struct sf_loader_options o;
-    local_options(&o, 130, 32 << 10);
-    o.sampler.epoch = 3;
-    struct sf_loader *l = open_loader(&o);
+    epoch_3_options(&o);
     unsigned char state[SF_LOADER_STATE_BYTES];
     struct epoch_log head, tail;
-    save_mid_epoch(l, 3, state, &head, &tail);
+    struct sf_loader *l = open_and_save_mid_epoch(&o, 3, state, &head, &tail);
     cr_assert_eq(head.images + tail.images, 130u);
     sf_loader_close(l);
 
@@ -255,12 +261,10 @@ Test(loader, state_restore_gives_the_same_remaining_batches)
 Test(loader, a_state_made_inconsistent_or_cutting_a_batch_is_refused)
 {
     struct sf_loader_options o;
-    local_options(&o, 130, 32 << 10);
-    o.sampler.epoch = 3;
-    struct sf_loader *l = open_loader(&o);
+    epoch_3_options(&o);
     unsigned char state[SF_LOADER_STATE_BYTES], bad[SF_LOADER_STATE_BYTES];
     struct epoch_log head, tail;
-    save_mid_epoch(l, 3, state, &head, &tail);
+    struct sf_loader *l = open_and_save_mid_epoch(&o, 3, state, &head, &tail);
     uint64_t at = sf__get_le64(state + SEAL_LOADER_POSITION), B = o.batch_size;
     cr_assert_eq(at, 3 * B);
 

@@ -147,10 +147,9 @@ Test(loader, unindexed_state_restore_gives_the_same_remaining_batches)
 {
     struct sf_loader_options o;
     unindexed_local_options(&o, 130, 32 << 10);
-    struct sf_loader *l = open_loader(&o);
     unsigned char state[SF_LOADER_STATE_BYTES];
     struct epoch_log head, tail;
-    save_mid_epoch(l, 3, state, &head, &tail);
+    struct sf_loader *l = open_and_save_mid_epoch(&o, 3, state, &head, &tail);
     cr_assert_eq(head.images + tail.images, 130u);
     l = reopen_from_state(l, &o, state);
     struct epoch_log again;
@@ -185,10 +184,9 @@ Test(loader, unindexed_state_beyond_what_the_shards_hold_is_refused)
 {
     struct sf_loader_options o;
     unindexed_local_options(&o, 130, 32 << 10);
-    struct sf_loader *l = open_loader(&o);
     unsigned char state[SF_LOADER_STATE_BYTES], bad[SF_LOADER_STATE_BYTES];
     struct epoch_log head, tail;
-    save_mid_epoch(l, 3, state, &head, &tail);
+    struct sf_loader *l = open_and_save_mid_epoch(&o, 3, state, &head, &tail);
     uint64_t saved = sf__get_le64(state + SEAL_LOADER_POSITION);
     cr_assert_gt(saved, 0);
 
