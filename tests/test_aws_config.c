@@ -62,15 +62,6 @@ static void expect_str(const char *got, const char *want, const char *what)
 
 TestSuite(aws_config, .init = setup, .fini = teardown);
 
-/* Profile name loads with field want (NULL: unset); what names the case. */
-#define EXPECT_FIELD(name, field, want, what)                                                      \
-    do {                                                                                           \
-        struct sf__aws_profile p_;                                                                 \
-        load(name, &p_);                                                                           \
-        expect_str(p_.field, want, what);                                                          \
-        sf__aws_profile_free(&p_);                                                                 \
-    } while (0)
-
 /* A string field of struct sf__aws_profile, the value a test wants there
  * (NULL: unset) and what names the case. */
 struct field_want {
@@ -93,6 +84,8 @@ static void expect_fields(const char *name, const struct field_want *w, size_t n
 #define EXPECT_FIELDS(name, ...)                                                                   \
     expect_fields(name, (const struct field_want[]){__VA_ARGS__},                                  \
                   sizeof((const struct field_want[]){__VA_ARGS__}) / sizeof(struct field_want))
+/* Profile name is found and loads with field want (NULL: unset). */
+#define EXPECT_FIELD(name, field, want, what) EXPECT_FIELDS(name, FIELD(field, want, what))
 
 Test(aws_config, default_profile_from_credentials_file)
 {
