@@ -278,6 +278,13 @@ sf_status run_epoch(struct sf_loader *l, struct epoch_log *e, unsigned max_batch
     }
 }
 
+struct sf_loader *open_and_run_epoch(const struct sf_loader_options *o, struct epoch_log *e)
+{
+    struct sf_loader *l = open_loader(o);
+    cr_assert_eq(run_epoch(l, e, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
+    return l;
+}
+
 struct sf_loader *open_and_save_mid_epoch(const struct sf_loader_options *o, unsigned head_batches,
                                           unsigned char *state, struct epoch_log *head,
                                           struct epoch_log *tail)

@@ -87,6 +87,9 @@ struct epoch_log {
  * sample: label = class of its pixels, txt field = its key. Returns what
  * ended the run (SF_OK after max_batches). */
 sf_status run_epoch(struct sf_loader *l, struct epoch_log *e, unsigned max_batches);
+/* Opens a loader on o and runs one whole epoch into e, which must end with
+ * SF_END_OF_EPOCH. Returns the loader. */
+struct sf_loader *open_and_run_epoch(const struct sf_loader_options *o, struct epoch_log *e);
 /* Opens a loader on o, runs head_batches batches into head, saves the
  * state into state (SF_LOADER_STATE_BYTES) and runs the rest of the epoch
  * into tail. Returns the loader, at the epoch's end. */
