@@ -278,13 +278,23 @@ sf_status run_epoch(struct sf_loader *l, struct epoch_log *e, unsigned max_batch
     }
 }
 
-void save_mid_epoch(struct sf_loader *l, unsigned head_batches, unsigned char *state,
-                    struct epoch_log *head, struct epoch_log *tail)
+struct sf_loader *open_and_run_epoch(const struct sf_loader_options *o, struct epoch_log *e)
 {
+    struct sf_loader *l = open_loader(o);
+    cr_assert_eq(run_epoch(l, e, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
+    return l;
+}
+
+struct sf_loader *open_and_save_mid_epoch(const struct sf_loader_options *o, unsigned head_batches,
+                                          unsigned char *state, struct epoch_log *head,
+                                          struct epoch_log *tail)
+{
+    struct sf_loader *l = open_loader(o);
     cr_assert_eq(run_epoch(l, head, head_batches), SF_OK, "%s", sf_loader_errmsg(l));
     cr_assert_eq(sf_loader_state_save(l, state, SF_LOADER_STATE_BYTES), SF_OK, "%s",
                  sf_loader_errmsg(l));
     cr_assert_eq(run_epoch(l, tail, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
+    return l;
 }
 
 void expect_resumes_to_tail(struct sf_loader *l, const unsigned char *state, struct epoch_log *head,
@@ -343,6 +353,12 @@ long admin(const char *method, const char *path_query, const char *body)
 int run_cli(const char *const *args, char *out, size_t out_len)
 {
     return run_cli_err(args, out, out_len, NULL, 0);
+}
+
+void expect_usage_error(const char *const *args)
+{
+    char out[8192];
+    cr_expect_eq(run_cli(args, out, sizeof(out)), 2, "%s %s: %s", args[1], args[2], out);
 }
 
 void remove_index(const char *dir)

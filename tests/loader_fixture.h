@@ -87,10 +87,15 @@ struct epoch_log {
  * sample: label = class of its pixels, txt field = its key. Returns what
  * ended the run (SF_OK after max_batches). */
 sf_status run_epoch(struct sf_loader *l, struct epoch_log *e, unsigned max_batches);
-/* Runs head_batches batches into head, saves the state into state
- * (SF_LOADER_STATE_BYTES) and runs the rest of the epoch into tail. */
-void save_mid_epoch(struct sf_loader *l, unsigned head_batches, unsigned char *state,
-                    struct epoch_log *head, struct epoch_log *tail);
+/* Opens a loader on o and runs one whole epoch into e, which must end with
+ * SF_END_OF_EPOCH. Returns the loader. */
+struct sf_loader *open_and_run_epoch(const struct sf_loader_options *o, struct epoch_log *e);
+/* Opens a loader on o, runs head_batches batches into head, saves the
+ * state into state (SF_LOADER_STATE_BYTES) and runs the rest of the epoch
+ * into tail. Returns the loader, at the epoch's end. */
+struct sf_loader *open_and_save_mid_epoch(const struct sf_loader_options *o, unsigned head_batches,
+                                          unsigned char *state, struct epoch_log *head,
+                                          struct epoch_log *tail);
 /* Restores state (SF_LOADER_STATE_BYTES) into l and runs the rest of the
  * epoch, which must deliver tail's batches; then frees head's and tail's
  * seen and closes l. */
@@ -105,6 +110,8 @@ long admin(const char *method, const char *path_query, const char *body);
  * exit status, -1 when killed. */
 int run_cli(const char *const *args, char *out, size_t out_len);
 int run_cli_err(const char *const *args, char *out, size_t out_len, char *err, size_t err_len);
+/* The CLI run with args (argv, NULL-terminated) exits 2: bad usage. */
+void expect_usage_error(const char *const *args);
 
 /* The loader's log into log_text (any loader thread may log). */
 void keep_log_in(struct sf_loader_options *o);

@@ -5,6 +5,7 @@
 #include "s3/aws_config.h"
 #include "support/mock_proc.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,14 +62,30 @@ static void expect_str(const char *got, const char *want, const char *what)
 
 TestSuite(aws_config, .init = setup, .fini = teardown);
 
-/* Profile name loads with field want (NULL: unset); what names the case. */
-#define EXPECT_FIELD(name, field, want, what)                                                      \
-    do {                                                                                           \
-        struct sf__aws_profile p_;                                                                 \
-        load(name, &p_);                                                                           \
-        expect_str(p_.field, want, what);                                                          \
-        sf__aws_profile_free(&p_);                                                                 \
-    } while (0)
+/* A string field of struct sf__aws_profile, the value a test wants there
+ * (NULL: unset) and what names the case. */
+struct field_want {
+    size_t offset;
+    const char *want;
+    const char *what;
+};
+#define FIELD(field, want, what) {offsetof(struct sf__aws_profile, field), want, what}
+
+/* Profile name is found and loads with each field of w[0..n) as it wants. */
+static void expect_fields(const char *name, const struct field_want *w, size_t n)
+{
+    struct sf__aws_profile p;
+    load(name, &p);
+    cr_expect_eq(p.found, 1, "profile %s", name ? name : "(null)");
+    for (size_t i = 0; i < n; i++)
+        expect_str(*(char *const *)((const char *)&p + w[i].offset), w[i].want, w[i].what);
+    sf__aws_profile_free(&p);
+}
+#define EXPECT_FIELDS(name, ...)                                                                   \
+    expect_fields(name, (const struct field_want[]){__VA_ARGS__},                                  \
+                  sizeof((const struct field_want[]){__VA_ARGS__}) / sizeof(struct field_want))
+/* Profile name is found and loads with field want (NULL: unset). */
+#define EXPECT_FIELD(name, field, want, what) EXPECT_FIELDS(name, FIELD(field, want, what))
 
 Test(aws_config, default_profile_from_credentials_file)
 {
@@ -163,17 +180,13 @@ Test(aws_config, s3_subsection_endpoint_wins_over_top_level)
                  "sts =\n"
                  "    endpoint_url = http://sts:1\n"
                  "    addressing_style = virtual\n");
-    struct sf__aws_profile p;
-    load("minio", &p);
-    expect_str(p.endpoint_url, "http://s3-only:9000", "s3 sub-section endpoint_url");
-    expect_str(p.addressing_style, "path", "s3 addressing_style across a blank line");
-    expect_str(p.region, "us-east-2", "a key after the sub-section ends it");
-    sf__aws_profile_free(&p);
-
-    load("other", &p);
-    expect_str(p.endpoint_url, "http://other-top:9000", "another service's sub-section");
-    expect_str(p.addressing_style, NULL, "sts addressing_style is not s3's");
-    sf__aws_profile_free(&p);
+    EXPECT_FIELDS("minio",
+                  FIELD(endpoint_url, "http://s3-only:9000", "s3 sub-section endpoint_url"),
+                  FIELD(addressing_style, "path", "s3 addressing_style across a blank line"),
+                  FIELD(region, "us-east-2", "a key after the sub-section ends it"));
+    EXPECT_FIELDS("other",
+                  FIELD(endpoint_url, "http://other-top:9000", "another service's sub-section"),
+                  FIELD(addressing_style, NULL, "sts addressing_style is not s3's"));
 }
 
 Test(aws_config, comments_whitespace_crlf_and_key_case)
@@ -185,13 +198,9 @@ Test(aws_config, comments_whitespace_crlf_and_key_case)
                  "\tREGION\t=\t us-west-1   # inline comment\r\n"
                  "ca_bundle = /etc/ca#not-a-comment.pem\r\n"
                  "endpoint_url=http://127.0.0.1:9000;x ; comment\n");
-    struct sf__aws_profile p;
-    load(NULL, &p);
-    cr_expect_eq(p.found, 1);
-    expect_str(p.region, "us-west-1", "trimmed, CRLF, key case, inline comment");
-    expect_str(p.ca_bundle, "/etc/ca#not-a-comment.pem", "'#' without a blank before it");
-    expect_str(p.endpoint_url, "http://127.0.0.1:9000;x", "';' without a blank before it");
-    sf__aws_profile_free(&p);
+    EXPECT_FIELDS(NULL, FIELD(region, "us-west-1", "trimmed, CRLF, key case, inline comment"),
+                  FIELD(ca_bundle, "/etc/ca#not-a-comment.pem", "'#' without a blank before it"),
+                  FIELD(endpoint_url, "http://127.0.0.1:9000;x", "';' without a blank before it"));
 }
 
 Test(aws_config, credentials_file_overrides_config)
@@ -203,12 +212,9 @@ Test(aws_config, credentials_file_overrides_config)
     write_cred("[dev]\n"
                "aws_access_key_id = AKIDCRED\n"
                "aws_secret_access_key = secret-cred\n");
-    struct sf__aws_profile p;
-    load("dev", &p);
-    expect_str(p.aws_access_key_id, "AKIDCRED", "credentials file wins");
-    expect_str(p.aws_secret_access_key, "secret-cred", "credentials file wins");
-    expect_str(p.region, "eu-central-1", "config-only keys stay");
-    sf__aws_profile_free(&p);
+    EXPECT_FIELDS("dev", FIELD(aws_access_key_id, "AKIDCRED", "credentials file wins"),
+                  FIELD(aws_secret_access_key, "secret-cred", "credentials file wins"),
+                  FIELD(region, "eu-central-1", "config-only keys stay"));
 }
 
 Test(aws_config, last_duplicate_wins_and_sections_merge)
@@ -220,11 +226,8 @@ Test(aws_config, last_duplicate_wins_and_sections_merge)
                "aws_access_key_id = AKIDOTHER\n"
                "[default]\n"
                "aws_secret_access_key = secret-later\n");
-    struct sf__aws_profile p;
-    load(NULL, &p);
-    expect_str(p.aws_access_key_id, "AKIDSECOND", "last duplicate key");
-    expect_str(p.aws_secret_access_key, "secret-later", "a repeated section merges");
-    sf__aws_profile_free(&p);
+    EXPECT_FIELDS(NULL, FIELD(aws_access_key_id, "AKIDSECOND", "last duplicate key"),
+                  FIELD(aws_secret_access_key, "secret-later", "a repeated section merges"));
 }
 
 Test(aws_config, missing_files_are_not_an_error)
@@ -390,11 +393,8 @@ Test(aws_config, values_with_other_keys_and_continuations_are_ignored)
                  "s3 =\n"
                  "  max_concurrent_requests = 20\n"
                  "  endpoint_url = http://sub:1\n");
-    struct sf__aws_profile p;
-    load(NULL, &p);
-    expect_str(p.region, "us-east-1", "an indented line after a value continues it");
-    expect_str(p.endpoint_url, "http://sub:1", "s3 sub-section");
-    sf__aws_profile_free(&p);
+    EXPECT_FIELDS(NULL, FIELD(region, "us-east-1", "an indented line after a value continues it"),
+                  FIELD(endpoint_url, "http://sub:1", "s3 sub-section"));
 }
 
 Test(aws_config, s3_endpoint_url_wins_in_any_order_and_either_file)

@@ -279,8 +279,7 @@ Test(cache, warm_names_every_failed_shard_and_keeps_the_rest)
 Test(cache, dry_run_fetches_nothing_and_clear_empties)
 {
     start_mock(NULL);
-    free(put_object("d-0.tar", 200000, 90));
-    free(put_object("d-1.tar", 200000, 91));
+    put_numbered("d", 2, 200000, 90);
     const char *dry[] = {"warm-cache", "--endpoint-url",           srv.url, "--cache-dir", cdir,
                          "--dry-run",  "s3://bucket/d-{0..1}.tar", NULL};
     cr_assert_eq(cli_run(dry, "dry"), 0);

@@ -72,57 +72,63 @@ Test(counts, saved_counts_are_found_and_others_left_alone)
 }
 
 /* A fresh store holding one line, k[0]'s count 10, of the four keys u0..u3;
- * the log's path into path, its stat into sb. */
-static void four_keys_and_one_line(struct sf__count_key k[4], char *path, size_t path_len,
-                                   struct stat *sb)
+ * counts and found: what lookup_four found of them. */
+struct four_keys {
+    struct sf__count_key k[4];
+    char path[900]; /* the log */
+    off_t one_line; /* its size with k[0]'s line alone */
+    uint64_t counts[4];
+    unsigned char found[4];
+};
+
+static void four_keys_and_one_line(struct four_keys *f)
 {
     tmp = test_tmpdir();
     cr_assert(tmp);
     const char *url[4] = {"u0", "u1", "u2", "u3"};
     for (int i = 0; i < 4; i++)
-        k[i] = sf__count_key_of(url[i], "e", 1);
-    cr_assert_eq(sf__counts_append(tmp, k[0], 10), SF_OK);
-    snprintf(path, path_len, "%s/v1/counts.log", tmp);
-    cr_assert(stat(path, sb) == 0);
+        f->k[i] = sf__count_key_of(url[i], "e", 1);
+    cr_assert_eq(sf__counts_append(tmp, f->k[0], 10), SF_OK);
+    snprintf(f->path, sizeof(f->path), "%s/v1/counts.log", tmp);
+    struct stat sb;
+    cr_assert(stat(f->path, &sb) == 0);
+    f->one_line = sb.st_size;
 }
 
 /* Looks the four keys up; k[0]'s line, the first one, is always found. */
-static void lookup_four(const struct sf__count_key k[4], uint64_t counts[4], unsigned char found[4])
+static void lookup_four(struct four_keys *f)
 {
-    memset(counts, 0, 4 * sizeof(*counts));
-    memset(found, 0, 4);
-    cr_assert_eq(sf__counts_lookup(tmp, k, 4, counts, found), SF_OK);
-    cr_assert(found[0] && counts[0] == 10);
+    memset(f->counts, 0, sizeof(f->counts));
+    memset(f->found, 0, sizeof(f->found));
+    cr_assert_eq(sf__counts_lookup(tmp, f->k, 4, f->counts, f->found), SF_OK);
+    cr_assert(f->found[0] && f->counts[0] == 10);
 }
 
 Test(counts, torn_damaged_and_foreign_lines_are_ignored)
 {
-    struct sf__count_key k[4];
-    char path[900];
-    struct stat sb;
-    four_keys_and_one_line(k, path, sizeof(path), &sb);
-    size_t line_len = (size_t)sb.st_size;
+    struct four_keys f;
+    four_keys_and_one_line(&f);
     /* k[1]: a line whose count was altered (the check no longer agrees). */
-    cr_assert_eq(sf__counts_append(tmp, k[1], 11), SF_OK);
-    FILE *f = fopen(path, "r+");
-    cr_assert(f);
-    cr_assert(fseek(f, (long)(line_len + 33), SEEK_SET) == 0);
-    cr_assert(fputc('9', f) != EOF); /* "11" -> "91" */
-    fclose(f);
+    cr_assert_eq(sf__counts_append(tmp, f.k[1], 11), SF_OK);
+    FILE *fp = fopen(f.path, "r+");
+    cr_assert(fp);
+    cr_assert(fseek(fp, (long)(f.one_line + 33), SEEK_SET) == 0);
+    cr_assert(fputc('9', fp) != EOF); /* "11" -> "91" */
+    fclose(fp);
     append_raw("not a count line\n\n");
     /* k[2]: a torn line (a crash mid-write), then a whole one for k[3]
      * after a newline. */
-    cr_assert_eq(sf__counts_append(tmp, k[2], 12), SF_OK);
-    cr_assert(stat(path, &sb) == 0);
-    cr_assert(truncate(path, sb.st_size - 5) == 0);
+    cr_assert_eq(sf__counts_append(tmp, f.k[2], 12), SF_OK);
+    struct stat sb;
+    cr_assert(stat(f.path, &sb) == 0);
+    cr_assert(truncate(f.path, sb.st_size - 5) == 0);
     append_raw("\n");
-    cr_assert_eq(sf__counts_append(tmp, k[3], 13), SF_OK);
-    uint64_t counts[4];
-    unsigned char found[4];
-    lookup_four(k, counts, found);
-    cr_assert(!found[1], "a damaged line was trusted (count %llu)", (unsigned long long)counts[1]);
-    cr_assert(!found[2], "a torn line was trusted (count %llu)", (unsigned long long)counts[2]);
-    cr_assert(found[3] && counts[3] == 13);
+    cr_assert_eq(sf__counts_append(tmp, f.k[3], 13), SF_OK);
+    lookup_four(&f);
+    cr_assert(!f.found[1], "a damaged line was trusted (count %llu)",
+              (unsigned long long)f.counts[1]);
+    cr_assert(!f.found[2], "a torn line was trusted (count %llu)", (unsigned long long)f.counts[2]);
+    cr_assert(f.found[3] && f.counts[3] == 13);
 }
 
 /* A crash mid-append leaves a line with no newline; the next append lands
@@ -131,27 +137,22 @@ Test(counts, torn_damaged_and_foreign_lines_are_ignored)
  * than any line). */
 Test(counts, a_line_appended_after_a_torn_one_is_kept)
 {
-    struct sf__count_key k[4];
-    char path[900];
-    struct stat sb;
-    four_keys_and_one_line(k, path, sizeof(path), &sb);
-    off_t one = sb.st_size;
+    struct four_keys f;
+    four_keys_and_one_line(&f);
     /* k[1]: torn after 40 of its bytes (inside the count), no newline. */
-    cr_assert_eq(sf__counts_append(tmp, k[1], 123456789), SF_OK);
-    cr_assert(truncate(path, one + 40) == 0);
-    cr_assert_eq(sf__counts_append(tmp, k[2], 12), SF_OK);
+    cr_assert_eq(sf__counts_append(tmp, f.k[1], 123456789), SF_OK);
+    cr_assert(truncate(f.path, f.one_line + 40) == 0);
+    cr_assert_eq(sf__counts_append(tmp, f.k[2], 12), SF_OK);
     /* Torn pieces of 300 bytes in all (longer than any line), then k[3]. */
     for (int i = 0; i < 10; i++)
         append_raw("0123456789abcdef0123456789abcdef");
-    cr_assert_eq(sf__counts_append(tmp, k[3], 13), SF_OK);
-    uint64_t counts[4];
-    unsigned char found[4];
-    lookup_four(k, counts, found);
-    cr_assert(!found[1], "a torn line was trusted (count %llu)", (unsigned long long)counts[1]);
-    cr_assert(found[2], "the line after a torn one was lost");
-    cr_assert_eq(counts[2], 12u);
-    cr_assert(found[3], "the line after long torn pieces was lost");
-    cr_assert_eq(counts[3], 13u);
+    cr_assert_eq(sf__counts_append(tmp, f.k[3], 13), SF_OK);
+    lookup_four(&f);
+    cr_assert(!f.found[1], "a torn line was trusted (count %llu)", (unsigned long long)f.counts[1]);
+    cr_assert(f.found[2], "the line after a torn one was lost");
+    cr_assert_eq(f.counts[2], 12u);
+    cr_assert(f.found[3], "the line after long torn pieces was lost");
+    cr_assert_eq(f.counts[3], 13u);
 }
 
 Test(counts, writers_in_several_processes_never_mix_their_lines)

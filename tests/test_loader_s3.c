@@ -526,9 +526,8 @@ Test(loader, a_tar_without_end_blocks_is_counted_and_warned_or_refused)
     base_options(&o, shards_src, 1);
     keep_log_in(&o);
     log_clear();
-    struct sf_loader *l = open_loader(&o);
     struct epoch_log e;
-    cr_assert_eq(run_epoch(l, &e, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
+    struct sf_loader *l = open_and_run_epoch(&o, &e);
     cr_expect_eq(e.images, 30u, "every sample present was read");
     struct sf_loader_stats s;
     sf_loader_get_stats(l, &s);

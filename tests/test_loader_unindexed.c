@@ -147,10 +147,9 @@ Test(loader, unindexed_state_restore_gives_the_same_remaining_batches)
 {
     struct sf_loader_options o;
     unindexed_local_options(&o, 130, 32 << 10);
-    struct sf_loader *l = open_loader(&o);
     unsigned char state[SF_LOADER_STATE_BYTES];
     struct epoch_log head, tail;
-    save_mid_epoch(l, 3, state, &head, &tail);
+    struct sf_loader *l = open_and_save_mid_epoch(&o, 3, state, &head, &tail);
     cr_assert_eq(head.images + tail.images, 130u);
     l = reopen_from_state(l, &o, state);
     struct epoch_log again;
@@ -185,10 +184,9 @@ Test(loader, unindexed_state_beyond_what_the_shards_hold_is_refused)
 {
     struct sf_loader_options o;
     unindexed_local_options(&o, 130, 32 << 10);
-    struct sf_loader *l = open_loader(&o);
     unsigned char state[SF_LOADER_STATE_BYTES], bad[SF_LOADER_STATE_BYTES];
     struct epoch_log head, tail;
-    save_mid_epoch(l, 3, state, &head, &tail);
+    struct sf_loader *l = open_and_save_mid_epoch(&o, 3, state, &head, &tail);
     uint64_t saved = sf__get_le64(state + SEAL_LOADER_POSITION);
     cr_assert_gt(saved, 0);
 
@@ -231,9 +229,8 @@ Test(loader, the_loader_log_carries_the_clients_retries)
     cr_assert_null(o.s3.log);
     log_clear();
     keep_log_in(&o);
-    struct sf_loader *l = open_loader(&o);
     struct epoch_log e;
-    cr_assert_eq(run_epoch(l, &e, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
+    struct sf_loader *l = open_and_run_epoch(&o, &e);
     cr_expect_eq(e.images, 40u);
     struct sf_loader_stats st;
     sf_loader_get_stats(l, &st);
@@ -492,9 +489,8 @@ Test(loader, indexed_drop_policy_counts_the_samples_it_drops)
         struct sf_loader_options o;
         rank_options(&o, shards_src, 1, rank, 3);
         o.sampler.policy = SF_EPOCH_DROP;
-        struct sf_loader *l = open_loader(&o);
         struct epoch_log e;
-        cr_assert_eq(run_epoch(l, &e, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
+        struct sf_loader *l = open_and_run_epoch(&o, &e);
         batches[rank] = e.batches;
         cr_assert_eq(e.pads, 0u);
         real_total += e.images;
@@ -526,9 +522,8 @@ Test(loader, unindexed_shards_without_samples_end_the_epoch_at_once)
         struct sf_loader_options o;
         base_options(&o, shards_src, 1);
         o.drop_last = drop_last;
-        struct sf_loader *l = open_loader(&o);
         struct epoch_log e;
-        cr_assert_eq(run_epoch(l, &e, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
+        struct sf_loader *l = open_and_run_epoch(&o, &e);
         cr_assert_eq(e.batches, 0u);
         cr_assert_eq(sf_loader_epoch_size_known(l), 1);
         cr_assert_eq(sf_loader_epoch_samples(l), 0u);
@@ -648,9 +643,8 @@ Test(loader, unindexed_one_shard_per_rank_pads_by_reading_it_again)
         for (int rank = 0; rank < 2; rank++) {
             struct sf_loader_options o;
             estimated_options(&o, src, 2, rank, 2, policy, 8);
-            struct sf_loader *l = open_loader(&o);
             struct epoch_log e;
-            cr_assert_eq(run_epoch(l, &e, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
+            struct sf_loader *l = open_and_run_epoch(&o, &e);
             batches[rank] = e.batches;
             images[rank] = e.images;
             cr_assert_eq(e.batches, sf_loader_epoch_batches(l));
@@ -712,9 +706,8 @@ Test(loader, unindexed_ranks_with_drop_last_deliver_full_batches_and_close_every
         struct sf_loader_options o;
         estimated_options(&o, shards_src, 1, rank, 2, SF_EPOCH_PAD, 0);
         o.drop_last = 1;
-        struct sf_loader *l = open_loader(&o);
         struct epoch_log e;
-        cr_assert_eq(run_epoch(l, &e, 0), SF_END_OF_EPOCH, "%s", sf_loader_errmsg(l));
+        struct sf_loader *l = open_and_run_epoch(&o, &e);
         batches[rank] = e.batches;
         cr_assert_eq(e.batches, sf_loader_epoch_batches(l));
         cr_assert_eq(e.images, e.batches * 16u, "only full batches");

@@ -19,6 +19,19 @@ static void parse_list_ok(const char *body, struct sf__list_page *page)
     cr_assert_eq(st, SF_OK, "parse failed: %d %s", (int)st, err);
 }
 
+/* The page's keys are keys[0..n_keys) and its common prefixes
+ * prefixes[0..n_prefixes), in that order. */
+static void expect_names(const struct sf__list_page *p, const char *const *keys, size_t n_keys,
+                         const char *const *prefixes, size_t n_prefixes)
+{
+    cr_assert_eq(p->n_entries, n_keys);
+    for (size_t i = 0; i < n_keys; i++)
+        cr_expect_str_eq(p->entries[i].key, keys[i], "entry %zu", i);
+    cr_assert_eq(p->n_prefixes, n_prefixes, "the top-level <Prefix> is not a common prefix");
+    for (size_t i = 0; i < n_prefixes; i++)
+        cr_expect_str_eq(p->prefixes[i], prefixes[i], "prefix %zu", i);
+}
+
 /* Expects parse_list_v2 to fail with want and a message holding frag. */
 static void expect_list_fails(const char *body, size_t n, size_t max_entries, sf_status want,
                               const char *frag)
@@ -179,11 +192,8 @@ Test(xml, common_prefixes)
                                 "<CommonPrefixes></CommonPrefixes>" LBR_CLOSE;
     struct sf__list_page p;
     parse_list_ok(body, &p);
-    cr_assert_eq(p.n_prefixes, 2, "the top-level <Prefix> is not a common prefix");
-    cr_expect_str_eq(p.prefixes[0], "data/train/");
-    cr_expect_str_eq(p.prefixes[1], "data/val/");
-    cr_assert_eq(p.n_entries, 1);
-    cr_expect_str_eq(p.entries[0].key, "data/readme.txt");
+    expect_names(&p, (const char *const[]){"data/readme.txt"}, 1,
+                 (const char *const[]){"data/train/", "data/val/"}, 2);
     sf__list_page_free(&p);
 }
 
@@ -203,14 +213,10 @@ Test(xml, url_encoded_keys_are_decoded)
                  "<EncodingType>url</EncodingType>" LBR_CLOSE;
     struct sf__list_page p;
     parse_list_ok(body, &p);
-    cr_assert_eq(p.n_entries, 5);
-    cr_expect_str_eq(p.entries[0].key, "dir/a b c");
-    cr_expect_str_eq(p.entries[1].key, "plus+sign");
-    cr_expect_str_eq(p.entries[2].key, "100%&more&<x>");
-    cr_expect_str_eq(p.entries[3].key, "caf\xc3\xa9/\xe6\x97\xa5\xe6\x9c\xac.tar");
-    cr_expect_str_eq(p.entries[4].key, "ctl\x01\nbyte");
-    cr_assert_eq(p.n_prefixes, 1);
-    cr_expect_str_eq(p.prefixes[0], "sp ace/dir+/");
+    static const char *const keys[] = {"dir/a b c", "plus+sign", "100%&more&<x>",
+                                       "caf\xc3\xa9/\xe6\x97\xa5\xe6\x9c\xac.tar",
+                                       "ctl\x01\nbyte"};
+    expect_names(&p, keys, 5, (const char *const[]){"sp ace/dir+/"}, 1);
     sf__list_page_free(&p);
 }
 
@@ -220,9 +226,7 @@ Test(xml, keys_without_encoding_type_are_literal)
                                 "<CommonPrefixes><Prefix>x+y/</Prefix></CommonPrefixes>" LBR_CLOSE;
     struct sf__list_page p;
     parse_list_ok(body, &p);
-    cr_assert_eq(p.n_entries, 1);
-    cr_expect_str_eq(p.entries[0].key, "a+b%20c");
-    cr_expect_str_eq(p.prefixes[0], "x+y/");
+    expect_names(&p, (const char *const[]){"a+b%20c"}, 1, (const char *const[]){"x+y/"}, 1);
     sf__list_page_free(&p);
 }
 
@@ -241,8 +245,7 @@ Test(xml, mock_server_style_url_listing)
                             "</Contents></ListBucketResult>";
     struct sf__list_page p;
     parse_list_ok(body, &p);
-    cr_assert_eq(p.n_entries, 1);
-    cr_expect_str_eq(p.entries[0].key, "my dir/a+b &%.tar");
+    expect_names(&p, (const char *const[]){"my dir/a+b &%.tar"}, 1, NULL, 0);
     cr_expect_eq(p.entries[0].size, 1024);
     cr_expect_eq(p.entries[0].last_modified, 1709208000);
     cr_expect_str_eq(p.entries[0].etag, "\"d41d8cd98f00b204e9800998ecf8427e\"");
@@ -270,10 +273,9 @@ Test(xml, entities_cdata_and_character_references)
         "<Contents><Key>mix<![CDATA[&amp;]]>&amp;</Key></Contents>" LBR_CLOSE;
     struct sf__list_page p;
     parse_list_ok(body, &p);
-    cr_assert_eq(p.n_entries, 3);
-    cr_expect_str_eq(p.entries[0].key, "a&b<c>d\"e'fAB\xf0\x9f\x98\x80");
-    cr_expect_str_eq(p.entries[1].key, "raw <not> & tags");
-    cr_expect_str_eq(p.entries[2].key, "mix&amp;&");
+    static const char *const keys[] = {"a&b<c>d\"e'fAB\xf0\x9f\x98\x80", "raw <not> & tags",
+                                       "mix&amp;&"};
+    expect_names(&p, keys, 3, NULL, 0);
     sf__list_page_free(&p);
 }
 
@@ -292,8 +294,7 @@ Test(xml, whitespace_between_elements_and_in_numbers)
     struct sf__list_page p;
     parse_list_ok(body, &p);
     cr_expect_eq(p.is_truncated, 1);
-    cr_assert_eq(p.n_entries, 1);
-    cr_expect_str_eq(p.entries[0].key, " spaced key ");
+    expect_names(&p, (const char *const[]){" spaced key "}, 1, NULL, 0);
     cr_expect_eq(p.entries[0].size, 42);
     cr_expect_eq(p.entries[0].last_modified, 86400);
     sf__list_page_free(&p);
@@ -308,13 +309,11 @@ Test(xml, namespaces_matched_by_local_name)
     const char *bare = "<ListBucketResult><Contents><Key>k2</Key></Contents></ListBucketResult>";
     struct sf__list_page p;
     parse_list_ok(prefixed, &p);
-    cr_assert_eq(p.n_entries, 1);
-    cr_expect_str_eq(p.entries[0].key, "k1");
+    expect_names(&p, (const char *const[]){"k1"}, 1, NULL, 0);
     cr_expect_eq(p.entries[0].size, 7);
     sf__list_page_free(&p);
     parse_list_ok(bare, &p);
-    cr_assert_eq(p.n_entries, 1);
-    cr_expect_str_eq(p.entries[0].key, "k2");
+    expect_names(&p, (const char *const[]){"k2"}, 1, NULL, 0);
     sf__list_page_free(&p);
 }
 
