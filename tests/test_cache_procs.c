@@ -246,6 +246,26 @@ Test(cache, an_entry_evicted_while_another_process_reads_it_stays_readable)
     free(b);
 }
 
+/* In a child: becomes the downloader of id (n bytes, ETag "e1") in the cache
+ * dco names, writes data (when not NULL) and records all n bytes as
+ * written; exits 2 when any of it fails. */
+static struct sf__dc_writer *child_download(const struct sf__disk_cache_options *dco,
+                                            const struct sf__cache_id *id,
+                                            const unsigned char *data, size_t n)
+{
+    struct sf__disk_cache *dc;
+    enum sf__dc_begin_result r;
+    struct sf__dc_writer *w;
+    char err[512];
+    if (sf__disk_cache_open(dco, &dc, err, sizeof(err)) != SF_OK ||
+        sf__dc_begin(dc, id, "\"e1\"", n, &r, &w, err, sizeof(err)) != SF_OK ||
+        r != SF__DC_OWNER ||
+        (data && pwrite(sf__dc_writer_fd(w), data, n, 0) != (ssize_t)n))
+        _exit(2);
+    sf__dc_writer_progress(w, n);
+    return w;
+}
+
 /* A downloader SIGKILLed in the middle of its publish (all the data written
  * and reported, part of the metadata appended, not yet renamed): the next
  * process finds no entry (the half one is never read as good), becomes the
@@ -265,14 +285,7 @@ Test(cache, a_downloader_killed_during_its_publish_leaves_nothing_served)
     pid_t pid = fork();
     cr_assert(pid >= 0);
     if (pid == 0) {
-        struct sf__disk_cache *dc;
-        enum sf__dc_begin_result r;
-        struct sf__dc_writer *w;
-        if (sf__disk_cache_open(&dco, &dc, err, sizeof(err)) != SF_OK ||
-            sf__dc_begin(dc, &id, "\"e1\"", n, &r, &w, err, sizeof(err)) != SF_OK ||
-            r != SF__DC_OWNER || pwrite(sf__dc_writer_fd(w), data, n, 0) != (ssize_t)n)
-            _exit(2);
-        sf__dc_writer_progress(w, n);
+        struct sf__dc_writer *w = child_download(&dco, &id, data, n);
         if (pwrite(sf__dc_writer_fd(w), "{\"format\":1,\"url\":", 18, (off_t)n) != 18)
             _exit(3);
         raise(SIGKILL);
@@ -346,14 +359,7 @@ Test(cache, a_new_downloader_withdraws_the_old_claim_before_it_replaces_the_part
     pid_t pid = fork();
     cr_assert(pid >= 0);
     if (pid == 0) {
-        struct sf__disk_cache *dc;
-        enum sf__dc_begin_result r;
-        struct sf__dc_writer *w;
-        if (sf__disk_cache_open(&dco, &dc, err, sizeof(err)) != SF_OK ||
-            sf__dc_begin(dc, &id, "\"e1\"", n, &r, &w, err, sizeof(err)) != SF_OK ||
-            r != SF__DC_OWNER)
-            _exit(2);
-        sf__dc_writer_progress(w, n);
+        child_download(&dco, &id, NULL, n);
         raise(SIGKILL);
         _exit(4);
     }

@@ -19,7 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -88,14 +87,8 @@ Test(credentials, a_process_out_of_descriptors_is_told_so)
     if (pid == 0) {
         alarm(30);
         struct sf__cred_chain *c = default_chain();
-        struct rlimit rl;
-        if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        if (test_use_up_descriptors(64) != 0)
             _exit(90);
-        rl.rlim_cur = 64;
-        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
-            _exit(91);
-        while (open("/dev/null", O_RDONLY) >= 0)
-            ; /* every descriptor taken */
         char err[4096] = "";
         sf_status st = get_fail(c, time(NULL), err, sizeof(err));
         dprintf(fd, "%s: %s", sf_status_name(st), err);

@@ -2,6 +2,7 @@
  * changed objects, throttling and quotas, counted exactly. Suite `fetch`
  * (test_fetch.c). */
 #include "fetch_fixture.h"
+#include "support/spawn.h"
 
 #include "s3/fetch.h" /* sf__fetch_io_threads_used, sf__engine_io_loops */
 #include "s3/s3_client_impl.h" /* the engine of a client */
@@ -294,14 +295,8 @@ Test(fetch, no_descriptor_for_a_connection_is_named_in_the_message)
         opts_init(&o);
         o.max_attempts = 2;
         client(&o);
-        struct rlimit rl;
-        if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        if (test_use_up_descriptors(256) != 0)
             _exit(3);
-        rl.rlim_cur = 256;
-        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
-            _exit(3);
-        while (dup(2) >= 0) {
-        }
         struct sf_fetch *f = NULL;
         struct sf_fetch_progress p;
         sf_status st = sf_fetch_start(s3, "s3://bucket/k.bin", NULL, &f);

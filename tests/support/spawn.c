@@ -1,6 +1,7 @@
 #include "support/spawn.h"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -64,4 +65,17 @@ int test_wait_piped(pid_t pid, int fd, char *msg, size_t len)
     close(fd);
     int status;
     return waitpid(pid, &status, 0) == pid ? status : -1;
+}
+
+int test_use_up_descriptors(unsigned limit)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return -1;
+    rl.rlim_cur = limit;
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return -1;
+    while (dup(2) >= 0)
+        ;
+    return 0;
 }

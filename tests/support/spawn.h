@@ -23,5 +23,10 @@ pid_t test_fork_piped(int *fd);
  * closes fd and waits for pid. Its status as waitpid gives it, -1 when the
  * wait failed. */
 int test_wait_piped(pid_t pid, int fd, char *msg, size_t len);
+/* Lowers this process's descriptor limit (the soft RLIMIT_NOFILE) to limit
+ * and takes every descriptor left under it, so that the next open() or
+ * socket() fails with EMFILE. 0, or -1 when the limit cannot be set. For a
+ * child: what it took stays open until it exits. */
+int test_use_up_descriptors(unsigned limit);
 
 #endif
