@@ -587,14 +587,33 @@ void sf_loader_get_stats(struct sf_loader *l, struct sf_loader_stats *out)
     out->fetch_mib_per_s = (double)out->bytes_fetched / e / 1048576.0;
 }
 
+/* The epoch's numbers that the reader and the consumer move under l->mu,
+ * read at one moment; all 0 for NULL. Only the mutex changes, so a const
+ * loader may be read. */
+struct epoch_now {
+    int size_known; /* positions is exact, not an estimate */
+    int estimated;  /* this epoch runs on estimated counts */
+    uint64_t positions, delivered;
+};
+
+static struct epoch_now epoch_now(const struct sf_loader *l)
+{
+    struct epoch_now e = {0, 0, 0, 0};
+    if (!l)
+        return e;
+    struct sf_loader *m = (struct sf_loader *)l; /* the mutex only */
+    pthread_mutex_lock(&m->mu);
+    e.size_known = m->size_known;
+    e.estimated = m->epoch_estimated;
+    e.positions = m->epoch_positions;
+    e.delivered = m->delivered_positions;
+    pthread_mutex_unlock(&m->mu);
+    return e;
+}
+
 int sf_loader_epoch_size_known(struct sf_loader *l)
 {
-    if (!l)
-        return 0;
-    pthread_mutex_lock(&l->mu);
-    int k = l->size_known;
-    pthread_mutex_unlock(&l->mu);
-    return k;
+    return epoch_now(l).size_known;
 }
 
 uint64_t sf_loader_epoch_samples(const struct sf_loader *l)
@@ -604,11 +623,9 @@ uint64_t sf_loader_epoch_samples(const struct sf_loader *l)
     uint64_t n = sf_sampler_epoch_size(l->state_smp);
     if (l->estimated_c) {
         /* The reader learns an open-ended stream's real length. */
-        struct sf_loader *m = (struct sf_loader *)l; /* the mutex only */
-        pthread_mutex_lock(&m->mu);
-        if (m->size_known && m->epoch_estimated)
-            n = m->epoch_positions;
-        pthread_mutex_unlock(&m->mu);
+        const struct epoch_now e = epoch_now(l);
+        if (e.size_known && e.estimated)
+            n = e.positions;
     }
     /* drop_last: the short last batch is never delivered */
     return l->o.drop_last ? n / l->o.batch_size * l->o.batch_size : n;
@@ -616,12 +633,7 @@ uint64_t sf_loader_epoch_samples(const struct sf_loader *l)
 
 uint64_t sf_loader_epoch_delivered(struct sf_loader *l)
 {
-    if (!l)
-        return 0;
-    pthread_mutex_lock(&l->mu);
-    uint64_t n = l->delivered_positions;
-    pthread_mutex_unlock(&l->mu);
-    return n;
+    return epoch_now(l).delivered;
 }
 
 uint64_t sf_loader_epoch_batches(const struct sf_loader *l)

@@ -141,6 +141,16 @@ static int get_float(const cJSON *v, float *out)
     return 0;
 }
 
+/* An int from -1 (automatic) to max. */
+static int get_int(const cJSON *v, int max, int *out)
+{
+    if (!cJSON_IsNumber(v) || v->valuedouble < -1 || v->valuedouble > max ||
+        v->valuedouble != floor(v->valuedouble))
+        return -1;
+    *out = (int)v->valuedouble;
+    return 0;
+}
+
 static int get_bool(const cJSON *v, int *out)
 {
     if (!cJSON_IsBool(v))
@@ -173,7 +183,7 @@ static int apply(struct sf_loader_options *o, const char *k, const cJSON *v)
 {
     unsigned long long u;
     const char *s;
-    int b;
+    int b, i;
 /* name: read the value into tmp (read fails: -1), then field = tmp. */
 #define SET(name, field, read, tmp)                                                                \
     if (!strcmp(k, name)) {                                                                        \
@@ -185,12 +195,17 @@ static int apply(struct sf_loader_options *o, const char *k, const cJSON *v)
 #define U(name, field, max) SET(name, field, get_uint(v, max, &u), u)
 #define SZ(name, field)     SET(name, field, get_size(v, &u), u)
 #define B(name, field)      SET(name, field, get_bool(v, &b), b)
+#define I(name, field, max) SET(name, field, get_int(v, max, &i), i)
 #define F(name, field)                                                                             \
     if (!strcmp(k, name))                                                                          \
         return get_float(v, &field);
 #define S(name, field)                                                                             \
     if (!strcmp(k, name))                                                                          \
         return get_str(v, &field);
+/* a name of sf__loader_parse_enum's */
+#define E(name, field)                                                                             \
+    if (!strcmp(k, name))                                                                          \
+        return get_str(v, &s) ? -1 : sf__loader_parse_enum(name, s, (int *)&(field));
     U("batch_size", o->batch_size, 1u << 20)
     U("prefetch_batches", o->prefetch_batches, 1024)
     U("prefetch_shards", o->prefetch_shards, 4096)
@@ -205,40 +220,17 @@ static int apply(struct sf_loader_options *o, const char *k, const cJSON *v)
     S("extra_fields", o->extra_fields)
     B("normalize_on_device", o->normalize_on_device)
     B("sync_device", o->sync_device)
-    if (!strcmp(k, "cuda_device")) {
-        if (!cJSON_IsNumber(v) || v->valuedouble < -1 || v->valuedouble > 1024 ||
-            v->valuedouble != floor(v->valuedouble))
-            return -1;
-        o->cuda_device = (int)v->valuedouble;
-        return 0;
-    }
+    I("cuda_device", o->cuda_device, 1024)
     /* sampler */
     U("seed", o->sampler.seed, 1ULL << 53)
     U("epoch", o->sampler.epoch, 1ULL << 53)
     U("shuffle_buffer", o->sampler.shuffle_buffer, SF_SAMPLER_MAX_SHUFFLE_BUFFER)
     U("initial_fill", o->sampler.initial_fill, SF_SAMPLER_MAX_SHUFFLE_BUFFER)
-    if (!strcmp(k, "rank") || !strcmp(k, "world_size")) {
-        if (!cJSON_IsNumber(v) || v->valuedouble < -1 || v->valuedouble > 1e6 ||
-            v->valuedouble != floor(v->valuedouble))
-            return -1;
-        *(k[0] == 'r' ? &o->sampler.rank : &o->sampler.world_size) = (int)v->valuedouble;
-        return 0;
-    }
-    if (!strcmp(k, "epoch_policy")) {
-        if (get_str(v, &s))
-            return -1;
-        return sf__loader_parse_enum("epoch_policy", s, (int *)&o->sampler.policy);
-    }
-    if (!strcmp(k, "partition")) {
-        if (get_str(v, &s))
-            return -1;
-        return sf__loader_parse_enum("partition", s, (int *)&o->sampler.partition);
-    }
-    if (!strcmp(k, "learned_counts")) {
-        if (get_str(v, &s))
-            return -1;
-        return sf__loader_parse_enum("learned_counts", s, &o->learned_counts);
-    }
+    I("rank", o->sampler.rank, 1000000)
+    I("world_size", o->sampler.world_size, 1000000)
+    E("epoch_policy", o->sampler.policy)
+    E("partition", o->sampler.partition)
+    E("learned_counts", o->learned_counts)
     /* image */
     U("width", o->image.width, 65535)
     U("height", o->image.height, 65535)
@@ -261,18 +253,12 @@ static int apply(struct sf_loader_options *o, const char *k, const cJSON *v)
         return get_float3(v, o->image.mean);
     if (!strcmp(k, "std"))
         return get_float3(v, o->image.std);
-    if (!strcmp(k, "crop") || !strcmp(k, "layout") || !strcmp(k, "dtype") ||
-        !strcmp(k, "on_error") || !strcmp(k, "device") || !strcmp(k, "addressing")) {
-        if (get_str(v, &s))
-            return -1;
-        int *f = !strcmp(k, "crop")       ? (int *)&o->image.crop
-                 : !strcmp(k, "layout")   ? (int *)&o->image.layout
-                 : !strcmp(k, "dtype")    ? (int *)&o->image.dtype
-                 : !strcmp(k, "on_error") ? (int *)&o->on_error
-                 : !strcmp(k, "device")   ? (int *)&o->device
-                                          : (int *)&o->s3.addressing;
-        return sf__loader_parse_enum(k, s, f);
-    }
+    E("crop", o->image.crop)
+    E("layout", o->image.layout)
+    E("dtype", o->image.dtype)
+    E("on_error", o->on_error)
+    E("device", o->device)
+    E("addressing", o->s3.addressing)
     /* cache and S3 */
     S("cache_dir", o->cache.dir)
     SZ("cache_limit", o->cache.limit_bytes)
@@ -302,7 +288,9 @@ static int apply(struct sf_loader_options *o, const char *k, const cJSON *v)
 #undef SZ
 #undef F
 #undef B
+#undef I
 #undef S
+#undef E
     return 1; /* unknown */
 }
 

@@ -372,29 +372,37 @@ struct loader_call {
     size_t len;
 };
 
-/* Runs k on c's loader with the GIL released and c->call_mu held; on
- * failure, msg holds the loader's message. */
-static sf_status run_call(struct sfpy_core *c, const struct loader_call *k, char *msg, size_t n)
+/* Runs k on self's loader, its core held for the call (hold()), with the
+ * GIL released and the core's call_mu locked: 0 with k's status in *st (on
+ * failure, the loader's message in msg), or -1 with the exception when self
+ * is closed. */
+static int run_call(loader_object *self, const struct loader_call *k, sf_status *st, char *msg,
+                    size_t n)
 {
-    sf_status st = SF_OK;
+    struct sfpy_core *c = hold(self);
+    if (!c)
+        return -1;
+    sf_status r = SF_OK;
     Py_BEGIN_ALLOW_THREADS
     pthread_mutex_lock(&c->call_mu);
     switch (k->op) {
     case CALL_SET_EPOCH:
-        st = sf_loader_set_epoch(c->l, k->epoch);
+        r = sf_loader_set_epoch(c->l, k->epoch);
         break;
     case CALL_STATE_SAVE:
-        st = sf_loader_state_save(c->l, k->buf, k->len);
+        r = sf_loader_state_save(c->l, k->buf, k->len);
         break;
     case CALL_STATE_RESTORE:
-        st = sf_loader_state_restore(c->l, k->buf, k->len);
+        r = sf_loader_state_restore(c->l, k->buf, k->len);
         break;
     }
-    if (st != SF_OK)
+    if (r != SF_OK)
         snprintf(msg, n, "%s", sf_loader_errmsg(c->l));
     pthread_mutex_unlock(&c->call_mu);
     Py_END_ALLOW_THREADS
-    return st;
+    drop_held(c);
+    *st = r;
+    return 0;
 }
 
 /* None after k (set_epoch, restore: which move the position, so a pending
@@ -402,12 +410,10 @@ static sf_status run_call(struct sfpy_core *c, const struct loader_call *k, char
  * raised. */
 static PyObject *run_call_none(loader_object *self, const struct loader_call *k)
 {
-    struct sfpy_core *c = hold(self);
-    if (!c)
-        return NULL;
     char msg[1024] = "";
-    sf_status st = run_call(c, k, msg, sizeof(msg));
-    drop_held(c);
+    sf_status st;
+    if (run_call(self, k, &st, msg, sizeof(msg)) < 0)
+        return NULL;
     if (st == SF_OK)
         drop_pending(self);
     if (sfpy_log_drain() < 0)
@@ -433,14 +439,12 @@ static PyObject *loader_set_epoch(PyObject *pyself, PyObject *arg)
 static PyObject *loader_state_save(PyObject *pyself, PyObject *unused)
 {
     (void)unused;
-    struct sfpy_core *c = hold((loader_object *)pyself);
-    if (!c)
-        return NULL;
     unsigned char buf[SF_LOADER_STATE_BYTES];
     struct loader_call k = {.op = CALL_STATE_SAVE, .buf = buf, .len = sizeof(buf)};
     char msg[1024] = "";
-    sf_status st = run_call(c, &k, msg, sizeof(msg));
-    drop_held(c);
+    sf_status st;
+    if (run_call((loader_object *)pyself, &k, &st, msg, sizeof(msg)) < 0)
+        return NULL;
     if (st != SF_OK)
         return sfpy_raise(st, msg);
     return PyBytes_FromStringAndSize((const char *)buf, sizeof(buf));
