@@ -149,6 +149,40 @@ Test(mock_server, etag_is_quoted_md5_and_conditionals_hold)
     cr_assert_eq(call("GET", "/bucket1/fox", inm, &r), 304);
     cr_assert_eq(r.body.len, 0);
     s3_resp_free(&r);
+
+    /* The forms a tag may take in a condition (RFC 9110: a list, weak tags,
+     * "*"; S3 also takes a bare tag): the mock reads them on its own, as
+     * the oracle of the client's conditional requests. */
+    char bare[40];
+    snprintf(bare, sizeof(bare), "%.32s", want + 1);
+    const char *other = "\"0123456789abcdef0123456789abcdef\"";
+    struct {
+        const char *name, *before, *after; /* the value: before + tag + after */
+        int status;
+    } conds[] = {
+        {"If-Match", "", "", 200},
+        {"If-Match", "W/\"", "\"", 200},
+        {"If-Match", "", ", \"x\"", 200},
+        {"If-Match", "\"x\" ,  \"", "\" ", 200},
+        {"If-Match", "\"x\", \"y", "\"", 412},
+        {"If-None-Match", "\"x\", W/\"", "\"", 304},
+        {"If-None-Match", "\"", "x\"", 200},
+    };
+    for (size_t i = 0; i < sizeof(conds) / sizeof(conds[0]); i++) {
+        snprintf(hdr, sizeof(hdr), "%s: %s%s%s", conds[i].name, conds[i].before, bare,
+                 conds[i].after);
+        const char *h[] = {hdr, NULL};
+        cr_expect_eq(call("GET", "/bucket1/fox", h, &r), conds[i].status, "%s", hdr);
+        s3_resp_free(&r);
+    }
+    const char *any[] = {"If-Match: *", NULL}, *none[] = {"If-None-Match: *", NULL};
+    cr_expect_eq(call("GET", "/bucket1/fox", any, &r), 200);
+    s3_resp_free(&r);
+    cr_expect_eq(call("GET", "/bucket1/fox", none, &r), 304);
+    s3_resp_free(&r);
+    snprintf(hdr, sizeof(hdr), "If-Match: %s, %s", other, other);
+    const char *neither[] = {hdr, NULL};
+    expect_call_error("GET", "/bucket1/fox", neither, 412, "PreconditionFailed");
 }
 
 Test(mock_server, put_get_delete_round_trip)
