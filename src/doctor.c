@@ -154,8 +154,12 @@ static sf_status hold_shards(struct sf__doctor *d, char *err, size_t len)
         d->held_name[n] = obj->url;
         d->held_size[n] = obj->size;
         st = sf_fetch_start(d->s3, obj->url, &fo, &f[n]);
-        if (st != SF_OK)
-            st = sf__fail(err, len, st, "reading %s: %s", obj->url, sf_status_str(st));
+        if (st != SF_OK) {
+            char why[1024];
+            sf_s3_errmsg(d->s3, why, sizeof(why));
+            st = sf__fail(err, len, st, "reading %s: %s", obj->url,
+                          why[0] ? why : sf_status_str(st));
+        }
         n++;
         left -= want;
     }

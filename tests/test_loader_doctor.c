@@ -221,6 +221,31 @@ Test(loader, doctor_names_fetch_behind_a_slow_link_unless_the_data_is_cached)
     cr_expect_eq(r.bound, SF_STAGE_DECODE, "%s", r.verdict);
 }
 
+/* A shard doctor cannot start to read for want of credentials: the message
+ * said only "access denied", where every other command gives the chain's
+ * account of what it tried. */
+Test(loader, doctor_says_why_a_shard_cannot_be_read)
+{
+    unsetenv("AWS_ACCESS_KEY_ID");
+    unsetenv("AWS_SECRET_ACCESS_KEY");
+    unsetenv("AWS_SESSION_TOKEN");
+    unsetenv("AWS_PROFILE");
+    setenv("AWS_EC2_METADATA_DISABLED", "true", 1);
+    setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/credentials", 1);
+    setenv("AWS_CONFIG_FILE", "/nonexistent/config", 1);
+    const char *src[] = {"s3://bucket/x.tar"};
+    struct sf_loader_options o;
+    base_options(&o, src, 1);
+    o.s3.endpoint_url = "http://127.0.0.1:1";
+    struct sf_doctor_result r;
+    char err[2048] = "";
+    cr_expect_eq(sf_doctor_measure(&o, 0.2, &r, err, sizeof(err)), SF_ERR_ACCESS_DENIED, "%s",
+                 err);
+    cr_expect(strstr(err, "s3://bucket/x.tar"), "%s", err);
+    cr_expect(strstr(err, "no credentials"), "%s", err);
+    cr_expect(strstr(err, "AWS_ACCESS_KEY_ID not set"), "%s", err);
+}
+
 Test(loader, doctor_fails_naming_a_missing_source)
 {
     local_dataset(10, 16 << 10, -1);
