@@ -665,10 +665,14 @@ static sf_status fetch_for(struct sf__doctor *d, unsigned concurrency,
                 continue;
             length[i] = fo.length;
             st = sf_fetch_start(s3, obj->url, &fo, &f[i]);
-            if (st != SF_OK)
-                sf__fail(err, len, st, "fetching %s", obj->url);
-            else
+            if (st != SF_OK) {
+                char why[1024];
+                sf_s3_errmsg(s3, why, sizeof(why));
+                sf__fail(err, len, st, "fetching %s: %s", obj->url,
+                         why[0] ? why : sf_status_str(st));
+            } else {
                 live++;
+            }
         }
         if (st != SF_OK)
             break;
