@@ -114,76 +114,150 @@ void sf_loader_options_free_json(void *k)
     free(kp);
 }
 
-static int get_uint(const cJSON *v, unsigned long long max, unsigned long long *out)
+/* The names of the enum options (sf__loader_parse_enum). */
+static const struct {
+    const char *what, *name;
+    int value;
+} enum_table[] = {
+    {"crop", "random_resized", SF_CROP_RANDOM_RESIZED},
+    {"crop", "center", SF_CROP_CENTER},
+    {"crop", "none", SF_CROP_NONE},
+    {"layout", "chw", SF_LAYOUT_CHW},
+    {"layout", "hwc", SF_LAYOUT_HWC},
+    {"dtype", "uint8", SF_DTYPE_UINT8},
+    {"dtype", "float32", SF_DTYPE_FLOAT32},
+    {"on_error", "fail", SF_ON_ERROR_FAIL},
+    {"on_error", "skip", SF_ON_ERROR_SKIP},
+    {"device", "auto", SF_DEVICE_AUTO},
+    {"device", "host", SF_DEVICE_HOST},
+    {"device", "cuda", SF_DEVICE_CUDA},
+    {"device", "emulated", SF_DEVICE_EMULATED},
+    {"epoch_policy", "pad", SF_EPOCH_PAD},
+    {"epoch_policy", "drop", SF_EPOCH_DROP},
+    {"epoch_policy", "uneven", SF_EPOCH_UNEVEN},
+    {"partition", "shards", SF_PARTITION_SHARDS},
+    {"partition", "samples", SF_PARTITION_SAMPLES},
+    {"learned_counts", "auto", -1},
+    {"learned_counts", "never", 0},
+    {"learned_counts", "always", 1},
+    {"addressing", "path", SF_ADDRESSING_PATH},
+    {"addressing", "virtual", SF_ADDRESSING_VIRTUAL},
+    {"addressing", "auto", SF_ADDRESSING_AUTO},
+    };
+
+/* The names an enum option takes, in the table's order: "a, b or c". */
+static void enum_names(const char *what, char *out, size_t len)
 {
-    if (cJSON_IsNumber(v)) {
-        double d = v->valuedouble;
-        if (d < 0 || d != floor(d) || d > (double)max)
-            return -1;
-        *out = (unsigned long long)d;
-        return 0;
+    size_t n = 0, k = 0, total = 0;
+    for (size_t i = 0; i < sizeof(enum_table) / sizeof(enum_table[0]); i++)
+        total += !strcmp(enum_table[i].what, what);
+    out[0] = '\0';
+    for (size_t i = 0; i < sizeof(enum_table) / sizeof(enum_table[0]) && n < len; i++) {
+        if (strcmp(enum_table[i].what, what) != 0)
+            continue;
+        k++;
+        int w = snprintf(out + n, len - n, "%s%s", k == 1 ? "" : k == total ? " or " : ", ",
+                         enum_table[i].name);
+        n += w > 0 ? (size_t)w : 0;
     }
+}
+
+/* What a value of an option must be, for the message when it is not: the
+ * readers below fill it as they refuse a value. */
+struct want {
+    char text[160];
+};
+
+static int refuse(struct want *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int refuse(struct want *w, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(w->text, sizeof(w->text), fmt, ap);
+    va_end(ap);
     return -1;
 }
 
-static int get_size(const cJSON *v, unsigned long long *out)
+static int get_uint(const cJSON *v, unsigned long long max, unsigned long long *out,
+                    struct want *w)
 {
-    if (cJSON_IsString(v))
-        return sf_parse_bytes(v->valuestring, out) == SF_OK ? 0 : -1;
-    return get_uint(v, 1ULL << 53, out);
+    if (cJSON_IsNumber(v)) {
+        double d = v->valuedouble;
+        if (!(d < 0 || d != floor(d) || d > (double)max)) {
+            *out = (unsigned long long)d;
+            return 0;
+        }
+    }
+    return refuse(w, "a whole number in 0..%llu", max);
 }
 
-static int get_float(const cJSON *v, float *out)
+static int get_size(const cJSON *v, unsigned long long *out, struct want *w)
+{
+    if (cJSON_IsString(v) ? sf_parse_bytes(v->valuestring, out) == SF_OK
+                          : get_uint(v, 1ULL << 53, out, w) == 0)
+        return 0;
+    return refuse(w, "a byte count: a whole number, or a string such as \"64M\" or \"1GiB\"");
+}
+
+static int get_float(const cJSON *v, float *out, struct want *w)
 {
     if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
-        return -1;
+        return refuse(w, "a finite number");
     *out = (float)v->valuedouble;
     return 0;
 }
 
 /* An int from -1 (automatic) to max. */
-static int get_int(const cJSON *v, int max, int *out)
+static int get_int(const cJSON *v, int max, int *out, struct want *w)
 {
     if (!cJSON_IsNumber(v) || v->valuedouble < -1 || v->valuedouble > max ||
         v->valuedouble != floor(v->valuedouble))
-        return -1;
+        return refuse(w, "a whole number in -1..%d (-1: automatic)", max);
     *out = (int)v->valuedouble;
     return 0;
 }
 
-static int get_bool(const cJSON *v, int *out)
+static int get_bool(const cJSON *v, int *out, struct want *w)
 {
     if (!cJSON_IsBool(v))
-        return -1;
+        return refuse(w, "true or false");
     *out = cJSON_IsTrue(v);
     return 0;
 }
 
-static int get_str(const cJSON *v, const char **out)
+static int get_str(const cJSON *v, const char **out, struct want *w)
 {
     if (!cJSON_IsString(v))
-        return -1;
+        return refuse(w, "a string");
     *out = v->valuestring;
     return 0;
 }
 
-static int get_float3(const cJSON *v, float out[3])
+static int get_float3(const cJSON *v, float out[3], struct want *w)
 {
     if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != 3)
-        return -1;
+        return refuse(w, "an array of 3 finite numbers");
     for (int i = 0; i < 3; i++)
-        if (get_float(cJSON_GetArrayItem(v, i), &out[i]))
-            return -1;
+        if (get_float(cJSON_GetArrayItem(v, i), &out[i], w))
+            return refuse(w, "an array of 3 finite numbers");
     return 0;
+}
+
+static int get_enum(const cJSON *v, const char *name, int *out, struct want *w)
+{
+    if (cJSON_IsString(v) && sf__loader_parse_enum(name, v->valuestring, out) == 0)
+        return 0;
+    char names[120];
+    enum_names(name, names, sizeof(names));
+    return refuse(w, "one of %s", names);
 }
 
 /* Applies one option by name (shared by the JSON reader and the CLI's
  * --set style parsing). */
-static int apply(struct sf_loader_options *o, const char *k, const cJSON *v)
+static int apply(struct sf_loader_options *o, const char *k, const cJSON *v, struct want *w)
 {
-    unsigned long long u;
-    const char *s;
-    int b, i;
+    unsigned long long u = 0;
+    int b = 0, i = 0;
 /* name: read the value into tmp (read fails: -1), then field = tmp. */
 #define SET(name, field, read, tmp)                                                                \
     if (!strcmp(k, name)) {                                                                        \
@@ -192,20 +266,20 @@ static int apply(struct sf_loader_options *o, const char *k, const cJSON *v)
         field = tmp;                                                                               \
         return 0;                                                                                  \
     }
-#define U(name, field, max) SET(name, field, get_uint(v, max, &u), u)
-#define SZ(name, field)     SET(name, field, get_size(v, &u), u)
-#define B(name, field)      SET(name, field, get_bool(v, &b), b)
-#define I(name, field, max) SET(name, field, get_int(v, max, &i), i)
+#define U(name, field, max) SET(name, field, get_uint(v, max, &u, w), u)
+#define SZ(name, field)     SET(name, field, get_size(v, &u, w), u)
+#define B(name, field)      SET(name, field, get_bool(v, &b, w), b)
+#define I(name, field, max) SET(name, field, get_int(v, max, &i, w), i)
 #define F(name, field)                                                                             \
     if (!strcmp(k, name))                                                                          \
-        return get_float(v, &field);
+        return get_float(v, &field, w);
 #define S(name, field)                                                                             \
     if (!strcmp(k, name))                                                                          \
-        return get_str(v, &field);
+        return get_str(v, &field, w);
 /* a name of sf__loader_parse_enum's */
 #define E(name, field)                                                                             \
     if (!strcmp(k, name))                                                                          \
-        return get_str(v, &s) ? -1 : sf__loader_parse_enum(name, s, (int *)&(field));
+        return get_enum(v, name, (int *)&(field), w);
     U("batch_size", o->batch_size, 1u << 20)
     U("prefetch_batches", o->prefetch_batches, 1024)
     U("prefetch_shards", o->prefetch_shards, 4096)
@@ -235,7 +309,7 @@ static int apply(struct sf_loader_options *o, const char *k, const cJSON *v)
     U("width", o->image.width, 65535)
     U("height", o->image.height, 65535)
     if (!strcmp(k, "size")) {
-        if (get_uint(v, 65535, &u))
+        if (get_uint(v, 65535, &u, w))
             return -1;
         o->image.width = o->image.height = (unsigned)u;
         return 0;
@@ -250,9 +324,9 @@ static int apply(struct sf_loader_options *o, const char *k, const cJSON *v)
     U("max_pixels", o->image.max_pixels, 1ULL << 40)
     U("max_scans", o->image.max_scans, 100000)
     if (!strcmp(k, "mean"))
-        return get_float3(v, o->image.mean);
+        return get_float3(v, o->image.mean, w);
     if (!strcmp(k, "std"))
-        return get_float3(v, o->image.std);
+        return get_float3(v, o->image.std, w);
     E("crop", o->image.crop)
     E("layout", o->image.layout)
     E("dtype", o->image.dtype)
@@ -271,8 +345,8 @@ static int apply(struct sf_loader_options *o, const char *k, const cJSON *v)
     B("insecure", o->s3.insecure)
     B("http2", o->s3.http2)
     if (!strcmp(k, "concurrency")) {
-        if (get_uint(v, SF_S3_CONCURRENCY_MAX, &u) || u < 1)
-            return -1;
+        if (get_uint(v, SF_S3_CONCURRENCY_MAX, &u, w) || u < 1)
+            return refuse(w, "a whole number in 1..%u", (unsigned)SF_S3_CONCURRENCY_MAX);
         o->s3.concurrency = (unsigned)u;
         return 0;
     }
@@ -296,41 +370,27 @@ static int apply(struct sf_loader_options *o, const char *k, const cJSON *v)
 
 int sf__loader_parse_enum(const char *what, const char *s, int *out)
 {
-    static const struct {
-        const char *what, *name;
-        int value;
-    } t[] = {
-        {"crop", "random_resized", SF_CROP_RANDOM_RESIZED},
-        {"crop", "center", SF_CROP_CENTER},
-        {"crop", "none", SF_CROP_NONE},
-        {"layout", "chw", SF_LAYOUT_CHW},
-        {"layout", "hwc", SF_LAYOUT_HWC},
-        {"dtype", "uint8", SF_DTYPE_UINT8},
-        {"dtype", "float32", SF_DTYPE_FLOAT32},
-        {"on_error", "fail", SF_ON_ERROR_FAIL},
-        {"on_error", "skip", SF_ON_ERROR_SKIP},
-        {"device", "auto", SF_DEVICE_AUTO},
-        {"device", "host", SF_DEVICE_HOST},
-        {"device", "cuda", SF_DEVICE_CUDA},
-        {"device", "emulated", SF_DEVICE_EMULATED},
-        {"epoch_policy", "pad", SF_EPOCH_PAD},
-        {"epoch_policy", "drop", SF_EPOCH_DROP},
-        {"epoch_policy", "uneven", SF_EPOCH_UNEVEN},
-        {"partition", "shards", SF_PARTITION_SHARDS},
-        {"partition", "samples", SF_PARTITION_SAMPLES},
-        {"learned_counts", "auto", -1},
-        {"learned_counts", "never", 0},
-        {"learned_counts", "always", 1},
-        {"addressing", "path", SF_ADDRESSING_PATH},
-        {"addressing", "virtual", SF_ADDRESSING_VIRTUAL},
-        {"addressing", "auto", SF_ADDRESSING_AUTO},
-    };
-    for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++)
-        if (!strcmp(t[i].what, what) && !strcmp(t[i].name, s)) {
-            *out = t[i].value;
+    for (size_t i = 0; i < sizeof(enum_table) / sizeof(enum_table[0]); i++)
+        if (!strcmp(enum_table[i].what, what) && !strcmp(enum_table[i].name, s)) {
+            *out = enum_table[i].value;
             return 0;
         }
     return -1;
+}
+
+/* The JSON text of v for a message, cut to fit len ("..." at the end). */
+static void shown_value(const cJSON *v, char *out, size_t len)
+{
+    char *t = cJSON_PrintUnformatted(v);
+    if (!t) {
+        snprintf(out, len, "(a value)");
+        return;
+    }
+    if (strlen(t) < len)
+        snprintf(out, len, "%s", t);
+    else
+        snprintf(out, len, "%.*s...", (int)(len - 4), t);
+    cJSON_free(t);
 }
 
 sf_status sf_loader_options_from_json(struct sf_loader_options *o, const char *json, void **keep,
@@ -393,10 +453,15 @@ sf_status sf_loader_options_from_json(struct sf_loader_options *o, const char *j
             tmp.source_count = n;
             continue;
         }
-        int r = apply(&tmp, name, v);
+        struct want w = {""};
+        int r = apply(&tmp, name, v, &w);
         if (r != 0) {
+            char got[64];
+            shown_value(v, got, sizeof(got));
             sf_status st = r > 0 ? sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "unknown option '%s'", name)
-                                 : sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "option '%s': bad value", name);
+                                 : sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT,
+                                            "option '%s': expected %s, got %s", name,
+                                            w.text[0] ? w.text : "another value", got);
             sf_loader_options_free_json(k);
             return st;
         }

@@ -264,6 +264,19 @@ Test(loader, bad_options_are_refused_naming_them)
     sf_loader_options_free_json(keep);
 }
 
+/* json is refused as a loader configuration (SF_ERR_INVALID_ARGUMENT, its
+ * message in err), nothing kept and the options as they were. */
+static void expect_json_refused(const char *json, char *err, size_t err_len)
+{
+    struct sf_loader_options o;
+    sf_loader_options_init_default(&o);
+    void *keep = NULL;
+    cr_expect_eq(sf_loader_options_from_json(&o, json, &keep, err, err_len),
+                 SF_ERR_INVALID_ARGUMENT, "%s was taken", json);
+    cr_expect_null(keep);
+    cr_expect_null(o.cache.dir, "a refused configuration changed the options");
+}
+
 /* cJSON keeps C strings: "\u0000" in a JSON string would end it there, so
  * "bucket\u0000/x" would be read as another path. Such a string is refused
  * naming its field; an escaped backslash before "u0000" is no NUL. */
@@ -279,15 +292,9 @@ Test(loader, json_options_holding_a_nul_are_refused_naming_the_field)
         {"{\"batch_size\": 4, \"image_fields\": \"jpg\\u0000;png\"}", "option 'image_fields'"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        struct sf_loader_options o;
-        sf_loader_options_init_default(&o);
-        void *keep = NULL;
         char err[512] = "";
-        cr_expect_eq(sf_loader_options_from_json(&o, bad[i].json, &keep, err, sizeof(err)),
-                     SF_ERR_INVALID_ARGUMENT, "%s was taken", bad[i].json);
+        expect_json_refused(bad[i].json, err, sizeof(err));
         cr_expect(strstr(err, bad[i].named) && strstr(err, "NUL"), "%s: %s", bad[i].json, err);
-        cr_expect_null(keep);
-        cr_expect_null(o.cache.dir, "a refused configuration changed the options");
     }
     struct sf_loader_options o;
     sf_loader_options_init_default(&o);
@@ -298,6 +305,35 @@ Test(loader, json_options_holding_a_nul_are_refused_naming_the_field)
                  SF_OK, "%s", err);
     cr_assert_str_eq(o.cache.dir, "/tmp/a\\u0000");
     sf_loader_options_free_json(keep);
+}
+
+/* A value of the wrong kind in a configuration said only "option 'x': bad
+ * value". Now the message says what the option takes and what it got. */
+Test(loader, a_bad_option_value_says_what_was_expected_and_what_came)
+{
+    static const struct {
+        const char *json, *words[3];
+    } bad[] = {
+        {"{\"batch_size\": \"x\"}", {"'batch_size'", "a whole number in 0..1048576", "got \"x\""}},
+        {"{\"decode_threads\": 1.5}", {"'decode_threads'", "a whole number", "got 1.5"}},
+        {"{\"crop\": \"diagonal\"}",
+         {"one of random_resized, center or none", "got \"diagonal\"", NULL}},
+        {"{\"learned_counts\": 3}", {"one of auto, never or always", "got 3", NULL}},
+        {"{\"mean\": [1, 2]}", {"an array of 3 finite numbers", "got [1,2]", NULL}},
+        {"{\"cache_limit\": \"lots\"}", {"a byte count", "got \"lots\"", NULL}},
+        {"{\"concurrency\": 0}", {"a whole number in 1..", "got 0", NULL}},
+        {"{\"drop_last\": 1}", {"true or false", "got 1", NULL}},
+        {"{\"rank\": -2}", {"-1..", "got -2", NULL}},
+        {"{\"endpoint_url\": {\"a\": \"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"}}",
+         {"a string", "got {\"a\":\"xxx", "..."}},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char err[512] = "";
+        expect_json_refused(bad[i].json, err, sizeof(err));
+        for (int k = 0; k < 3 && bad[i].words[k]; k++)
+            cr_expect(strstr(err, bad[i].words[k]), "%s: '%s' missing from: %s", bad[i].json,
+                      bad[i].words[k], err);
+    }
 }
 
 /* A rank not below the world size, a shuffle buffer over its limit or an
