@@ -308,7 +308,10 @@ sf_status sf__cache_step_lookup(struct sf_cache_object *o)
         sf_object_info_clear(&fresh);
         if (!o->info.etag[0])
             return obj_fail(o, SF_ERR_UNSUPPORTED,
-                            "%s: the server sent no ETag, so the object cannot be cached",
+                            strcmp(o->endpoint, "file") == 0
+                                ? "%s: a local file is read where it is and never cached (the "
+                                  "cache holds s3:// and http(s):// objects)"
+                                : "%s: the server sent no ETag, so the object cannot be cached",
                             o->info.url);
     }
     o->state = ST_BEGIN;

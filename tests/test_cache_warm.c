@@ -423,6 +423,24 @@ Test(cache, warm_cancel_stops_downloads_and_a_rerun_completes)
     }
 }
 
+/* Opens in through the test's cache and waits (30 s at most) for its first
+ * want bytes; the status, and the message of a failure in msg. */
+static sf_status open_and_wait(const struct sf_object_info *in, unsigned long long want, char *msg,
+                               size_t len)
+{
+    struct sf_cache_object *o = NULL;
+    sf_status st = sf_cache_open(cache, s3, in, &o);
+    if (st != SF_OK) {
+        sf_cache_errmsg(cache, msg, len);
+        return st;
+    }
+    struct sf_cache_object_progress p;
+    st = sf_cache_object_wait(o, want, 30000, &p);
+    snprintf(msg, len, "%s", sf_cache_object_errmsg(o));
+    sf_cache_object_close(o);
+    return st;
+}
+
 /* An HTTP 400 on the download (the mock refuses a key with a '..' segment
  * with 400 InvalidArgument) fails the object with a message that keeps the
  * S3 error code, as the RAM path's does. */
@@ -436,19 +454,31 @@ Test(cache, a_refused_download_keeps_the_s3_error_code)
     in.size = 4096;
     char etag[] = "\"0123456789abcdef0123456789abcdef\"";
     snprintf(in.etag, sizeof(in.etag), "%s", etag);
-    struct sf_cache_object *o = NULL;
-    sf_status st = sf_cache_open(cache, s3, &in, &o);
     char msg[1024] = "";
-    if (st == SF_OK) {
-        struct sf_cache_object_progress p;
-        st = sf_cache_object_wait(o, 4096, 30000, &p);
-        snprintf(msg, sizeof(msg), "%s", sf_cache_object_errmsg(o));
-        sf_cache_object_close(o);
-    } else {
-        sf_cache_errmsg(cache, msg, sizeof(msg));
-    }
+    sf_status st = open_and_wait(&in, 4096, msg, sizeof(msg));
     cr_expect_neq(st, SF_OK);
     cr_expect(strstr(msg, "odd/../x.tar") && strstr(msg, "HTTP 400") &&
                   strstr(msg, "InvalidArgument"),
               "%s: %s", sf_status_name(st), msg);
+}
+
+/* warm-cache of a local file said "the server sent no ETag": there is no
+ * server, and local files are never cached. Now it says so. */
+Test(cache, a_local_file_is_refused_as_never_cached)
+{
+    make_dirs();
+    client(64 * 1024);
+    open_cache(0, SF_REVALIDATE_TRUST);
+    cr_assert_eq(test_write_file(root, "local.tar", "not a cacheable object", 22), 0);
+    char path[700];
+    snprintf(path, sizeof(path), "%s/local.tar", root);
+    struct sf_object_info in;
+    memset(&in, 0, sizeof(in));
+    in.url = path;
+    in.size = SF_SIZE_UNKNOWN;
+    char msg[1024] = "";
+    sf_status st = open_and_wait(&in, 1, msg, sizeof(msg));
+    cr_expect_eq(st, SF_ERR_UNSUPPORTED, "%s: %s", sf_status_name(st), msg);
+    cr_expect(strstr(msg, "local.tar") && strstr(msg, "local file") && !strstr(msg, "server"),
+              "%s", msg);
 }
