@@ -304,11 +304,13 @@ static int job_open(struct job *j)
     j->fd = open(j->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (j->fd < 0) {
         j->tmp_live = 0;
-        cli_errorf("%s: cannot create: %s", j->tmp, strerror(errno));
+        /* the user's name, with the temporary one only as where it failed */
+        cli_errorf("%s: cannot create (writing %s): %s", j->dest, j->tmp, strerror(errno));
         return -1;
     }
     if (j->in->size != SF_SIZE_UNKNOWN && sf__preallocate(j->fd, j->in->size) != 0) {
-        cli_errorf("%s: no space for %llu bytes", j->tmp, (unsigned long long)j->in->size);
+        cli_errorf("%s: no space for %llu bytes (writing %s)", j->dest,
+                   (unsigned long long)j->in->size, j->tmp);
         return -1;
     }
     return 0;

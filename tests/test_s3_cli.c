@@ -611,3 +611,21 @@ Test(s3, cli_get_of_an_object_with_a_long_file_name)
     }
     free(want);
 }
+
+/* -o into a folder that does not exist: the message began with the
+ * temporary name (x.sfpart-PID), not the path the user gave. */
+Test(s3, cli_get_into_a_missing_folder_names_the_path_given)
+{
+    start_mock(NULL);
+    free(put_object("k.bin", 3000, 9));
+    setenv("AWS_ACCESS_KEY_ID", "mock-access-key", 1);
+    setenv("AWS_SECRET_ACCESS_KEY", "mock-secret-key", 1);
+    char path[800], want[900];
+    snprintf(path, sizeof(path), "%s/no-such-folder/k.bin", tmp);
+    const char *args[] = {"get", "s3://bucket/k.bin", "-o", path, NULL};
+    cr_expect_eq(cli_run("missing", args), 1);
+    snprintf(want, sizeof(want), "shardfeed: %s: cannot create", path);
+    const char *err = cli_output("missing", "err");
+    cr_expect(!strncmp(err, want, strlen(want)), "%s", err);
+    cr_expect(strstr(err, "No such file or directory"), "%s", err);
+}
