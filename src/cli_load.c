@@ -520,7 +520,10 @@ static int load_or_doctor(int argc, char **argv, int doctor)
         cJSON_AddNumberToObject(j, "shards_without_end_marker",
                                 (double)s.shards_without_end_marker);
         cJSON_AddNumberToObject(j, "seconds", seconds);
-        cJSON_AddNumberToObject(j, "first_batch_s", first_batch_s);
+        if (first_batch_s < 0)
+            cJSON_AddNullToObject(j, "first_batch_s"); /* no batch came */
+        else
+            cJSON_AddNumberToObject(j, "first_batch_s", first_batch_s);
         cJSON_AddNumberToObject(j, "images_per_s", seconds > 0 ? (double)images / seconds : 0);
         cJSON_AddNumberToObject(j, "consumer_wait_s", s.consumer_wait_s);
         cJSON_AddNumberToObject(j, "consumer_wait_share", wait_share);
@@ -563,9 +566,11 @@ static int load_or_doctor(int argc, char **argv, int doctor)
     } else {
         printf("load: %llu images in %llu batches, %u epoch(s), %.2f s: %.1f images/s\n", images,
                batches, lc.epochs, seconds, seconds > 0 ? (double)images / seconds : 0.0);
-        printf("  consumer waited %.2f s (%.1f %% of the time from its first next()); first "
-               "batch after %.2f s\n",
-               rep.wait_s, 100.0 * wait_share, first_batch_s);
+        char first[48] = "no batch came";
+        if (first_batch_s >= 0)
+            snprintf(first, sizeof(first), "first batch after %.2f s", first_batch_s);
+        printf("  consumer waited %.2f s (%.1f %% of the time from its first next()); %s\n",
+               rep.wait_s, 100.0 * wait_share, first);
         printf("  stages: read %.1f samples/s, decode %.1f images/s on %u threads (busy %.2f "
                "s), fetch %.1f MiB/s\n",
                s.read_per_s, s.decode_per_s, s.decode_threads, s.decode_busy_s, s.fetch_mib_per_s);
