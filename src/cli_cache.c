@@ -2,9 +2,11 @@
 #include "cli.h"
 #include "progress.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 struct cache_flags {
@@ -416,6 +418,14 @@ int cli_cmd_cache(int argc, char **argv)
     if (c.n_args > 1) {
         cli_errorf("%s: unexpected argument '%s'", cmd, c.args[1]);
         return EXIT_USAGE;
+    }
+    /* Looking at or clearing a cache never makes one: a mistyped
+     * --cache-dir made an empty cache there and reported it empty. */
+    struct stat sb;
+    if (f.co.dir && stat(f.co.dir, &sb) != 0 && errno == ENOENT) {
+        cli_errorf("%s: %s: no such folder, so no cache there (load and warm-cache make it)", cmd,
+                   f.co.dir);
+        return 1;
     }
     struct sf_cache *cache;
     if (open_cache(&f, &cache))

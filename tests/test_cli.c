@@ -239,6 +239,18 @@ Test(cli, cache_subcommand_after_the_options_and_its_help)
         {{"cache", "--cache-dir", dir, "sweep", NULL}, {"unknown subcommand 'sweep'"}},
     };
     expect_usage_errors(bad, sizeof(bad) / sizeof(bad[0]));
+    /* A --cache-dir that does not exist (a typo) is no cache: it was made,
+     * empty, and reported as such. Exit 1 naming it, nothing made. */
+    char missing[64], err[4096];
+    snprintf(missing, sizeof(missing), "%s/typo", dir);
+    for (int i = 0; i < 4; i++) {
+        const char *subs[] = {"ls", "stats", "verify", "clear"};
+        const char *a4[] = {"cache", subs[i], "--cache-dir", missing, NULL};
+        cr_expect_eq(run(a4, err, sizeof(err)), 1, "cache %s: %s", subs[i], err);
+        cr_expect(strstr(err, missing) && strstr(err, "no such folder"), "%s", err);
+        struct stat sb;
+        cr_expect_neq(stat(missing, &sb), 0, "cache %s made %s", subs[i], missing);
+    }
     remove_tree(dir);
 }
 
@@ -413,6 +425,7 @@ Test(cli, output_that_cannot_be_written_fails_the_command)
     make_shard(dir, shard, sizeof(shard));
     snprintf(dest, sizeof(dest), "%s/again", dir);
     snprintf(cache, sizeof(cache), "%s/cache", dir);
+    cr_assert_eq(mkdir(cache, 0700), 0); /* cache commands look at caches, never make one */
     char src[300];
     snprintf(src, sizeof(src), "%s/src", dir);
     const char *const cmds[][8] = {
