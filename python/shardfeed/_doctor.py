@@ -13,7 +13,7 @@ import stat
 import time
 
 from . import _shardfeed
-from ._loader import Loader, _options_json
+from ._loader import Loader, _options_json, _source_list
 
 
 def doctor(sources, step=None, *, seconds=2.0, config=None, **options):
@@ -30,9 +30,7 @@ def doctor(sources, step=None, *, seconds=2.0, config=None, **options):
     Raises the loader's exceptions (a missing shard, bad options), and
     NotFoundError when this rank's epoch holds fewer samples than one
     batch ("the data is too small to measure": no whole batch to time)."""
-    if isinstance(sources, str):
-        sources = [sources]
-    sources = list(sources)
+    sources = _source_list("doctor", sources)
     seconds = float(seconds)
     if not (seconds > 0 and math.isfinite(seconds)):  # inf: every stage would run forever
         raise _shardfeed.ConfigError(
@@ -90,8 +88,7 @@ def tune(sources, *, budget_s=20.0, config=None, output=None, **options):
     keyword arguments or, written with ``output=PATH``, as ``config=``),
     the measured rates, ``tuned_per_s`` / ``given_per_s`` (the whole
     pipeline with each), ``kept_given`` and ``trace`` (every point tried)."""
-    if isinstance(sources, str):
-        sources = [sources]
+    sources = _source_list("tune", sources)
     budget_s = float(budget_s)
     if not (budget_s > 0 and math.isfinite(budget_s)):
         raise _shardfeed.ConfigError(

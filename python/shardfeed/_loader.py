@@ -27,6 +27,37 @@ def _distributed_rank_world():
     return None
 
 
+def _config_error(message):
+    """A ConfigError like the C side's: .status, .status_name, .message set."""
+    e = _shardfeed.ConfigError(message)
+    e.status = 1  # SF_ERR_INVALID_ARGUMENT
+    e.status_name = "SF_ERR_INVALID_ARGUMENT"
+    e.message = message
+    return e
+
+
+def _source_list(fn, sources):
+    """sources as a list of str: one str, bytes or path, or an iterable of
+    them (every entry point takes the same forms)."""
+    if isinstance(sources, (str, bytes, os.PathLike)):
+        sources = [sources]
+    try:
+        items = list(sources)
+    except TypeError:
+        raise _config_error(
+            f"{fn}: sources: expected a str, a path or a list of them, got "
+            f"{type(sources).__name__}") from None
+    out = []
+    for s in items:
+        if isinstance(s, (bytes, os.PathLike)):
+            s = os.fsdecode(s)
+        if not isinstance(s, str):
+            raise _config_error(
+                f"{fn}: sources: expected a str or a path, got {type(s).__name__}")
+        out.append(s)
+    return out
+
+
 def _check_json_value(where, key, value):
     """Raises ConfigError for what JSON would carry but the C parser cannot
     take as given: a NUL in a string (C reads up to it: another path or
@@ -159,10 +190,8 @@ class Loader:
     """
 
     def __init__(self, sources=None, *, config=None, autotune=False, **options):
-        if isinstance(sources, (str, os.PathLike)):
-            sources = [sources]
         if sources is not None:
-            sources = [os.fspath(s) for s in sources]
+            sources = _source_list("Loader", sources)
         self._c = None
         self.tuned = None
         if autotune:

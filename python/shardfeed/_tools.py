@@ -26,16 +26,7 @@ import json
 import os
 
 from . import _shardfeed
-from ._loader import _check_json_value
-
-def _config_error(message):
-    """A ConfigError like the C side's: .status, .status_name, .message set."""
-    e = _shardfeed.ConfigError(message)
-    e.status = 1  # SF_ERR_INVALID_ARGUMENT
-    e.status_name = "SF_ERR_INVALID_ARGUMENT"
-    e.message = message
-    return e
-
+from ._loader import _check_json_value, _config_error, _source_list
 
 _S3_OPTIONS = ("endpoint_url", "region", "profile", "no_sign_request", "addressing",
                "ca_bundle", "insecure", "http2", "concurrency", "io_threads", "chunk_size",
@@ -65,24 +56,12 @@ def _options_json(fn, s3, extra=None):
 
 
 def _path(fn, name, value):
-    if isinstance(value, os.PathLike):
-        value = os.fspath(value)
+    if isinstance(value, (bytes, os.PathLike)):
+        value = os.fsdecode(value)
     if not isinstance(value, str):
         raise _config_error(
             f"{fn}: {name}: expected a str or path, got {type(value).__name__}")
     return value
-
-
-def _sources(fn, sources):
-    if isinstance(sources, (str, os.PathLike)):
-        sources = [sources]
-    try:
-        items = list(sources)
-    except TypeError:
-        raise _config_error(
-            f"{fn}: sources: expected a str or a list of str, got "
-            f"{type(sources).__name__}") from None
-    return [_path(fn, "sources", s) for s in items]
 
 
 def _flag(fn, name, value):
@@ -147,7 +126,7 @@ def warm_cache(sources, *, cache_dir, cache_limit=None, verify=False, dry_run=Fa
     fn = "warm_cache"
     opts = _options_json(fn, s3, {"cache_dir": _path(fn, "cache_dir", cache_dir),
                                   "cache_limit": cache_limit})
-    return _shardfeed._warm_cache(_sources(fn, sources), opts, _flag(fn, "verify", verify),
+    return _shardfeed._warm_cache(_source_list(fn, sources), opts, _flag(fn, "verify", verify),
                                   _flag(fn, "dry_run", dry_run), max_objects,
                                   _callable(fn, progress))
 
@@ -206,7 +185,7 @@ def index(sources, *, dry_run=False, output=None, parallel=None, window=None, pr
     fn = "index"
     if output is not None:
         output = _path(fn, "output", output)
-    text, _url = _shardfeed._index(_sources(fn, sources), _options_json(fn, s3),
+    text, _url = _shardfeed._index(_source_list(fn, sources), _options_json(fn, s3),
                                    _flag(fn, "dry_run", dry_run), output, parallel, window,
                                    _callable(fn, progress))
     return json.loads(text)

@@ -9,7 +9,7 @@ imported (and ``import shardfeed`` never imports this module).
 See docs/python.md.
 """
 from . import _shardfeed
-from ._loader import Loader
+from ._loader import Loader, _config_error
 
 __all__ = ["ShardDataset", "to_tensors"]
 
@@ -22,13 +22,6 @@ _WORKER_MESSAGE = (
     "downloads, a ring of prefetch_batches batches); in DataLoader worker processes each "
     "worker would open its own loader and stream the whole dataset, delivering every "
     "sample num_workers times. Set decode_threads where you would set num_workers.")
-
-
-def _config_error(message):
-    """A ConfigError with the attributes the C side sets."""
-    e = _shardfeed.ConfigError(message)
-    e.status, e.status_name, e.message = 1, "SF_ERR_INVALID_ARGUMENT", message
-    return e
 
 
 def _torch():

@@ -134,6 +134,36 @@ def test_sources_with_a_nul_character_are_refused(dataset):
         shardfeed.Loader([ds.shard_urls[0], ds.url + "\0shard-000001.tar"], **options(ds))
 
 
+def test_every_entry_point_takes_the_same_forms_of_sources(packed):
+    """Loader took a path object but not bytes (a bytes path was iterated
+    into ints: a TypeError about an int), doctor and tune took neither (a
+    Path was iterated), the tools took paths. Each takes a str, bytes or a
+    path, or a list of them, and refuses anything else with ConfigError
+    naming the call and the type."""
+    import os
+    import pathlib
+    shard = os.path.join(packed.folder, packed.names[0])
+    counts = []
+    for form in (shard, shard.encode(), pathlib.Path(shard), [pathlib.Path(shard)],
+                 (shard.encode(),)):
+        with shardfeed.Loader(form, batch_size=1, size=32, decode_threads=1,
+                              device="host") as l:
+            counts.append(sum(b.size for b in l))
+    assert counts[0] > 0 and counts == [counts[0]] * 5, counts
+    missing = pathlib.Path(packed.folder) / "no-such-shard.tar"
+    for call in (lambda s: shardfeed.doctor(s, seconds=0.2),
+                 lambda s: shardfeed.tune(s, budget_s=1)):
+        for form in (missing, bytes(missing), [missing]):
+            with pytest.raises(shardfeed.NotFoundError, match="no-such-shard.tar"):
+                call(form)
+    for bad, name in ((5, "int"), ([shard, 5], "int"), ([None], "NoneType")):
+        for fn, call in (("Loader", lambda s: shardfeed.Loader(s)),
+                         ("doctor", lambda s: shardfeed.doctor(s, seconds=0.2)),
+                         ("warm_cache", lambda s: shardfeed.warm_cache(s, cache_dir="/tmp/x"))):
+            with pytest.raises(shardfeed.ConfigError, match=f"{fn}: sources: .*{name}"):
+                call(bad)
+
+
 def test_option_strings_with_a_nul_and_non_finite_numbers_are_refused(dataset, tmp_path):
     """C would take the path up to the NUL (another folder than the one
     given); NaN is not JSON: each is refused naming the option."""
