@@ -175,12 +175,17 @@ Test(loader, missing_objects_and_missing_fields_exit_1_with_json)
     cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(j, "ok")), "%s", out);
     cr_assert(strstr(cJSON_GetObjectItem(j, "error")->valuestring, "shard-000077.tar"), "%s", out);
     cJSON_Delete(j);
-    /* One sample, corrupt: the run fails before any batch, and the report
-     * says no batch came (first_batch_s null; it was -1, read as a time). */
+}
+
+/* One sample, corrupt: the run fails before any batch, and the report says
+ * no batch came (first_batch_s null; it was -1, read as a time). */
+Test(loader, a_run_that_fails_before_any_batch_reports_none)
+{
     local_dataset(1, 16 << 10, 0);
+    char out[8192];
     const char *corrupt[] = {SF_CLI_BIN, "load", shards, "--device", "host", "--json", NULL};
     cr_assert_eq(run_cli(corrupt, out, sizeof(out)), 1, "%s", out);
-    j = cJSON_Parse(out);
+    cJSON *j = cJSON_Parse(out);
     cr_assert(j, "one JSON object: %s", out);
     cr_expect(cJSON_IsNull(cJSON_GetObjectItem(j, "first_batch_s")), "%s", out);
     cJSON_Delete(j);
