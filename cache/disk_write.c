@@ -223,9 +223,9 @@ sf_status sf__dc_begin(struct sf__disk_cache *dc, const struct sf__cache_id *id,
     struct stat pst;
     if (record_read(w->lock_fd, &rec) != 0)
         memset(&rec, 0, sizeof(rec)); /* none yet, or unreadable: nothing claimed */
-    if (rec.state == SF__DC_ST_DOWNLOADING &&
-        rec.size == size && !strcmp(rec.etag, etag) && rec.contiguous <= size &&
-        lstat(part_path, &pst) == 0 && S_ISREG(pst.st_mode) && (uint64_t)pst.st_size == size)
+    if (rec.state == SF__DC_ST_DOWNLOADING && rec.size == size && !strcmp(rec.etag, etag) &&
+        rec.contiguous <= size && lstat(part_path, &pst) == 0 && S_ISREG(pst.st_mode) &&
+        (uint64_t)pst.st_size == size)
         w->resume = rec.contiguous;
     if (!w->resume && rec.state != SF__DC_ST_IDLE) {
         /* An earlier downloader's record would go on claiming its bytes

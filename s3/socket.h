@@ -11,8 +11,7 @@
 
 /* A CURLOPT_OPENSOCKETFUNCTION; its data is an int that receives errno
  * when socket() fails (left as it is otherwise). */
-curl_socket_t sf__socket_open(void *socket_errno, curlsocktype purpose,
-                              struct curl_sockaddr *addr);
+curl_socket_t sf__socket_open(void *socket_errno, curlsocktype purpose, struct curl_sockaddr *addr);
 
 /* Appends to msg (within cap bytes) what socket_errno says, with the remedy
  * when the process is out of descriptors; nothing when it is 0. */

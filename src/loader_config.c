@@ -40,42 +40,51 @@ void sf_loader_options_init_default(struct sf_loader_options *o)
 sf_status sf__loader_options_check(const struct sf_loader_options *o, char *err, size_t err_len)
 {
     if (!o->sources || o->source_count == 0)
-        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "sources: at least one shard URL, pattern or prefix is needed");
+        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT,
+                        "sources: at least one shard URL, pattern or prefix is needed");
     for (size_t i = 0; i < o->source_count; i++)
         if (!o->sources[i] || !o->sources[i][0])
             return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "sources[%zu] is empty", i);
     if (o->batch_size < 1 || o->batch_size > (1u << 20))
-        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "batch_size %u: must be 1..1048576", o->batch_size);
+        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "batch_size %u: must be 1..1048576",
+                        o->batch_size);
     if (o->prefetch_batches < 2 || o->prefetch_batches > 1024)
-        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "prefetch_batches %u: must be 2..1024", o->prefetch_batches);
+        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT,
+                        "prefetch_batches %u: must be 2..1024", o->prefetch_batches);
     if (o->prefetch_shards < 1 || o->prefetch_shards > 4096)
-        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "prefetch_shards %u: must be 1..4096", o->prefetch_shards);
+        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT,
+                        "prefetch_shards %u: must be 1..4096", o->prefetch_shards);
     if (o->decode_threads > 1024)
-        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "decode_threads %u: must be 0 (the cores) ..1024",
-                   o->decode_threads);
+        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT,
+                        "decode_threads %u: must be 0 (the cores) ..1024", o->decode_threads);
     if (o->max_shard_bytes < 1024)
-        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "max_shard_bytes %llu: at least 1K", o->max_shard_bytes);
+        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "max_shard_bytes %llu: at least 1K",
+                        o->max_shard_bytes);
     if (o->learned_counts < -1 || o->learned_counts > 1)
-        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "learned_counts %d: -1 (auto), 0 (never) or 1 (always)",
-                   o->learned_counts);
+        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT,
+                        "learned_counts %d: -1 (auto), 0 (never) or 1 (always)", o->learned_counts);
     if (o->max_extra_bytes < 1)
         return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "max_extra_bytes: at least 1");
     if (o->on_error != SF_ON_ERROR_FAIL && o->on_error != SF_ON_ERROR_SKIP)
-        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "on_error %d: fail or skip", (int)o->on_error);
+        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "on_error %d: fail or skip",
+                        (int)o->on_error);
     if (o->device != SF_DEVICE_AUTO && o->device != SF_DEVICE_HOST && o->device != SF_DEVICE_CUDA &&
         o->device != SF_DEVICE_EMULATED)
-        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "device %d: auto, host or cuda", (int)o->device);
+        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "device %d: auto, host or cuda",
+                        (int)o->device);
     if (o->image_fields && !o->image_fields[0])
         return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "image_fields is empty");
     sf_status st = sf__image_options_check(&o->image, err, err_len);
     if (st != SF_OK)
         return st;
     if (o->image.width == 0 || o->image.height == 0)
-        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "width and height: the loader needs an output size (1..65535)");
+        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT,
+                        "width and height: the loader needs an output size (1..65535)");
     size_t bytes = sf__image_bytes(&o->image);
     if ((double)bytes * o->batch_size * o->prefetch_batches > 64.0 * (1ULL << 30))
-        return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT,
-                   "batch_size x prefetch_batches x image bytes is over 64 GiB of batch memory");
+        return sf__fail(
+            err, err_len, SF_ERR_INVALID_ARGUMENT,
+            "batch_size x prefetch_batches x image bytes is over 64 GiB of batch memory");
     /* The order's options, as the sampler will check them at open (after
      * the listing): initial_fill is capped at shuffle_buffer by the loader,
      * and whether counts are estimated is not known yet. */
@@ -143,7 +152,7 @@ static const struct {
     {"addressing", "path", SF_ADDRESSING_PATH},
     {"addressing", "virtual", SF_ADDRESSING_VIRTUAL},
     {"addressing", "auto", SF_ADDRESSING_AUTO},
-    };
+};
 
 /* The names an enum option takes, in the table's order: "a, b or c". */
 static void enum_names(const char *what, char *out, size_t len)
@@ -156,7 +165,10 @@ static void enum_names(const char *what, char *out, size_t len)
         if (strcmp(enum_table[i].what, what) != 0)
             continue;
         k++;
-        int w = snprintf(out + n, len - n, "%s%s", k == 1 ? "" : k == total ? " or " : ", ",
+        int w = snprintf(out + n, len - n, "%s%s",
+                         k == 1       ? ""
+                         : k == total ? " or "
+                                      : ", ",
                          enum_table[i].name);
         n += w > 0 ? (size_t)w : 0;
     }
@@ -178,8 +190,7 @@ static int refuse(struct want *w, const char *fmt, ...)
     return -1;
 }
 
-static int get_uint(const cJSON *v, unsigned long long max, unsigned long long *out,
-                    struct want *w)
+static int get_uint(const cJSON *v, unsigned long long max, unsigned long long *out, struct want *w)
 {
     if (cJSON_IsNumber(v)) {
         double d = v->valuedouble;
@@ -405,9 +416,10 @@ sf_status sf_loader_options_from_json(struct sf_loader_options *o, const char *j
     k->root = cJSON_Parse(json);
     if (!k->root || !cJSON_IsObject(k->root)) {
         const char *at = cJSON_GetErrorPtr();
-        sf_status st = sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "configuration is not a JSON object%s%.*s%s",
-                           at && k->root == NULL ? " (near '" : "", at && !k->root ? 20 : 0,
-                           at ? at : "", at && !k->root ? "')" : "");
+        sf_status st = sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT,
+                                "configuration is not a JSON object%s%.*s%s",
+                                at && k->root == NULL ? " (near '" : "", at && !k->root ? 20 : 0,
+                                at ? at : "", at && !k->root ? "')" : "");
         sf_loader_options_free_json(k);
         return st;
     }
@@ -430,7 +442,8 @@ sf_status sf_loader_options_from_json(struct sf_loader_options *o, const char *j
         if (!strcmp(name, "sources")) {
             if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) < 1) {
                 sf_loader_options_free_json(k);
-                return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "sources: an array of URL strings");
+                return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT,
+                                "sources: an array of URL strings");
             }
             size_t n = (size_t)cJSON_GetArraySize(v);
             free(k->sources);
@@ -445,7 +458,8 @@ sf_status sf_loader_options_from_json(struct sf_loader_options *o, const char *j
             {
                 if (!cJSON_IsString(e)) {
                     sf_loader_options_free_json(k);
-                    return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "sources[%zu]: not a string", i);
+                    return sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT,
+                                    "sources[%zu]: not a string", i);
                 }
                 k->sources[i++] = e->valuestring;
             }
@@ -458,10 +472,11 @@ sf_status sf_loader_options_from_json(struct sf_loader_options *o, const char *j
         if (r != 0) {
             char got[64];
             shown_value(v, got, sizeof(got));
-            sf_status st = r > 0 ? sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "unknown option '%s'", name)
-                                 : sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT,
-                                            "option '%s': expected %s, got %s", name,
-                                            w.text[0] ? w.text : "another value", got);
+            sf_status st =
+                r > 0 ? sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT, "unknown option '%s'", name)
+                      : sf__fail(err, err_len, SF_ERR_INVALID_ARGUMENT,
+                                 "option '%s': expected %s, got %s", name,
+                                 w.text[0] ? w.text : "another value", got);
             sf_loader_options_free_json(k);
             return st;
         }

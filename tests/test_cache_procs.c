@@ -246,24 +246,34 @@ Test(cache, an_entry_evicted_while_another_process_reads_it_stays_readable)
     free(b);
 }
 
-/* In a child: becomes the downloader of id (n bytes, ETag "e1") in the cache
- * dco names, writes data (when not NULL) and records all n bytes as
- * written; exits 2 when any of it fails. */
-static struct sf__dc_writer *child_download(const struct sf__disk_cache_options *dco,
-                                            const struct sf__cache_id *id,
-                                            const unsigned char *data, size_t n)
+/* A child process becomes the downloader of id (n bytes, ETag "e1") in the
+ * cache dco names, writes data (when not NULL) and records all n bytes as
+ * written, appends tail (when not NULL) after them, and is SIGKILLed. */
+static void downloader_killed(const struct sf__disk_cache_options *dco,
+                              const struct sf__cache_id *id, const unsigned char *data, size_t n,
+                              const char *tail)
 {
-    struct sf__disk_cache *dc;
-    enum sf__dc_begin_result r;
-    struct sf__dc_writer *w;
-    char err[512];
-    if (sf__disk_cache_open(dco, &dc, err, sizeof(err)) != SF_OK ||
-        sf__dc_begin(dc, id, "\"e1\"", n, &r, &w, err, sizeof(err)) != SF_OK ||
-        r != SF__DC_OWNER ||
-        (data && pwrite(sf__dc_writer_fd(w), data, n, 0) != (ssize_t)n))
-        _exit(2);
-    sf__dc_writer_progress(w, n);
-    return w;
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        struct sf__disk_cache *dc;
+        enum sf__dc_begin_result r;
+        struct sf__dc_writer *w;
+        char err[512];
+        if (sf__disk_cache_open(dco, &dc, err, sizeof(err)) != SF_OK ||
+            sf__dc_begin(dc, id, "\"e1\"", n, &r, &w, err, sizeof(err)) != SF_OK ||
+            r != SF__DC_OWNER || (data && pwrite(sf__dc_writer_fd(w), data, n, 0) != (ssize_t)n))
+            _exit(2);
+        sf__dc_writer_progress(w, n);
+        if (tail &&
+            pwrite(sf__dc_writer_fd(w), tail, strlen(tail), (off_t)n) != (ssize_t)strlen(tail))
+            _exit(3);
+        raise(SIGKILL);
+        _exit(4);
+    }
+    int status;
+    cr_assert(waitpid(pid, &status, 0) == pid);
+    cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "the child ended %d", status);
 }
 
 /* A downloader SIGKILLed in the middle of its publish (all the data written
@@ -282,18 +292,7 @@ Test(cache, a_downloader_killed_during_its_publish_leaves_nothing_served)
     for (size_t i = 0; i < n; i++)
         data[i] = (unsigned char)(i * 131 + 7);
     char err[512] = "";
-    pid_t pid = fork();
-    cr_assert(pid >= 0);
-    if (pid == 0) {
-        struct sf__dc_writer *w = child_download(&dco, &id, data, n);
-        if (pwrite(sf__dc_writer_fd(w), "{\"format\":1,\"url\":", 18, (off_t)n) != 18)
-            _exit(3);
-        raise(SIGKILL);
-        _exit(4);
-    }
-    int status;
-    cr_assert(waitpid(pid, &status, 0) == pid);
-    cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "the child ended %d", status);
+    downloader_killed(&dco, &id, data, n, "{\"format\":1,\"url\":");
     struct sf__disk_cache *dc;
     cr_assert_eq(sf__disk_cache_open(&dco, &dc, err, sizeof(err)), SF_OK, "%s", err);
     int fd;
@@ -356,16 +355,7 @@ Test(cache, a_new_downloader_withdraws_the_old_claim_before_it_replaces_the_part
     struct sf__cache_id id = {"http://h", "bucket", "claim.tar"};
     size_t n = 64 * 1024;
     char err[512] = "";
-    pid_t pid = fork();
-    cr_assert(pid >= 0);
-    if (pid == 0) {
-        child_download(&dco, &id, NULL, n);
-        raise(SIGKILL);
-        _exit(4);
-    }
-    int status;
-    cr_assert(waitpid(pid, &status, 0) == pid && WIFSIGNALED(status), "the child ended %d",
-              status);
+    downloader_killed(&dco, &id, NULL, n, NULL);
     struct sf__disk_cache *dc;
     cr_assert_eq(sf__disk_cache_open(&dco, &dc, err, sizeof(err)), SF_OK, "%s", err);
     char kh[65], part[1024];
@@ -379,7 +369,7 @@ Test(cache, a_new_downloader_withdraws_the_old_claim_before_it_replaces_the_part
 
     int lk = sf__dc_evict_lock(dc);
     cr_assert(lk >= 0);
-    pid = fork();
+    pid_t pid = fork();
     cr_assert(pid >= 0);
     if (pid == 0) {
         struct sf__disk_cache *dc2;
@@ -401,9 +391,9 @@ Test(cache, a_new_downloader_withdraws_the_old_claim_before_it_replaces_the_part
               "while the .part is replaced the record still claims %llu bytes (state %u)",
               (unsigned long long)rec.contiguous, rec.state);
     sf__dc_evict_unlock(lk);
+    int status;
     cr_assert(waitpid(pid, &status, 0) == pid);
-    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the new downloader ended %d",
-              status);
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the new downloader ended %d", status);
     sf__disk_cache_close(dc);
 }
 

@@ -47,15 +47,17 @@ def _source_list(fn, sources):
         raise _config_error(
             f"{fn}: sources: expected a str, a path or a list of them, got "
             f"{type(sources).__name__}") from None
-    out = []
-    for s in items:
-        if isinstance(s, (bytes, os.PathLike)):
-            s = os.fsdecode(s)
-        if not isinstance(s, str):
-            raise _config_error(
-                f"{fn}: sources: expected a str or a path, got {type(s).__name__}")
-        out.append(s)
-    return out
+    return [_path(fn, "sources", s) for s in items]
+
+
+def _path(fn, name, value):
+    """value (str, bytes or os.PathLike) as a str, else ConfigError."""
+    if isinstance(value, (bytes, os.PathLike)):
+        value = os.fsdecode(value)
+    if not isinstance(value, str):
+        raise _config_error(
+            f"{fn}: {name}: expected a str or path, got {type(value).__name__}")
+    return value
 
 
 def _check_json_value(where, key, value):

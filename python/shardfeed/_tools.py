@@ -26,7 +26,7 @@ import json
 import os
 
 from . import _shardfeed
-from ._loader import _check_json_value, _config_error, _source_list
+from ._loader import _check_json_value, _config_error, _path, _source_list
 
 _S3_OPTIONS = ("endpoint_url", "region", "profile", "no_sign_request", "addressing",
                "ca_bundle", "insecure", "http2", "concurrency", "io_threads", "chunk_size",
@@ -53,15 +53,6 @@ def _options_json(fn, s3, extra=None):
         return json.dumps(merged)
     except (TypeError, ValueError) as e:
         raise _config_error(f"{fn}: options: {e}") from None
-
-
-def _path(fn, name, value):
-    if isinstance(value, (bytes, os.PathLike)):
-        value = os.fsdecode(value)
-    if not isinstance(value, str):
-        raise _config_error(
-            f"{fn}: {name}: expected a str or path, got {type(value).__name__}")
-    return value
 
 
 def _flag(fn, name, value):
